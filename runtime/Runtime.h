@@ -1,0 +1,60 @@
+// The runtime's C++ control surface for the engine: configuration, the per-thread error
+// that ABI calls record, and module scopes that decide when sessions close. The ABI that
+// lowered code calls is in runtime/ExecutorABI.h.
+#ifndef COURIER_RUNTIME_RUNTIME_H
+#define COURIER_RUNTIME_RUNTIME_H
+
+#include "runtime/ExecutorABI.h"
+#include "transport/Backend.h"
+
+#include "llvm/Support/Error.h"
+
+#include <memory>
+#include <string>
+
+namespace courier::runtime {
+
+/// Settings applied to sessions opened while a ModuleScope carrying them is active.
+struct ScopeOptions {
+  /// When non-empty, every `open` goes to this address ("local" or "host:port") instead of
+  /// the one in the IR.
+  std::string addressOverride;
+  transport::BackendOptions backend;
+};
+
+/// Sessions opened on a thread while a scope is entered there are attributed to the scope;
+/// a session is closed when the last scope that opened it is destroyed. The engine keeps
+/// one scope per loaded module and enters it around setup().
+class ModuleScope {
+public:
+  explicit ModuleScope(ScopeOptions options);
+  ~ModuleScope();
+  ModuleScope(const ModuleScope &) = delete;
+  ModuleScope &operator=(const ModuleScope &) = delete;
+
+  /// Makes this the calling thread's active scope until the guard is destroyed.
+  class Entered {
+  public:
+    explicit Entered(ModuleScope &scope);
+    ~Entered();
+
+  private:
+    ModuleScope *previous;
+  };
+
+  struct State;
+
+private:
+  std::shared_ptr<State> state;
+};
+
+/// Clears the calling thread's recorded error.
+void clearError();
+
+/// Returns the first error recorded on the calling thread since the last clear (and clears
+/// it), or success.
+llvm::Error takeError();
+
+} // namespace courier::runtime
+
+#endif // COURIER_RUNTIME_RUNTIME_H
