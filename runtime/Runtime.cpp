@@ -1,0 +1,1 @@
+// Runtime entry points (in progress).

@@ -1,0 +1,503 @@
+// Loads shipped objects into ORC (one JITDylib each) and runs their pyface entries and
+// `call` symbols on behalf of a session.
+//
+// The `call` callee's C signature (also in docs/protocol.md):
+//   int32_t sym(const void *in, uint64_t in_size, void *out, uint64_t out_size);
+// `in` holds the packed inputs, `out` is a zero-filled buffer of exactly `out_size` bytes
+// the callee fills with the packed outputs. 0 means success; any other value is an error
+// code reported to the caller (e.g. when a size does not match what the callee expects).
+#include "transport/ObjectHost.h"
+
+#include "llvm/ADT/SmallVector.h"
+#include "llvm/ADT/StringMap.h"
+#include "llvm/ADT/StringSet.h"
+#include "llvm/BinaryFormat/ELF.h"
+#include "llvm/ExecutionEngine/Orc/ExecutionUtils.h"
+#include "llvm/ExecutionEngine/Orc/LLJIT.h"
+#include "llvm/Object/ELFObjectFile.h"
+#include "llvm/Object/ObjectFile.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/TargetSelect.h"
+#include "llvm/TargetParser/Host.h"
+#include "llvm/TargetParser/Triple.h"
+
+#include <dlfcn.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <shared_mutex>
+
+using namespace llvm;
+
+namespace courier::transport {
+
+namespace {
+
+using EntryFn = void (*)(void *results, void *args);
+using CallFn = int32_t (*)(const void *in, uint64_t inSize, void *out, uint64_t outSize);
+
+/// MLIR lowers `memref.get_global` to a descriptor whose allocated pointer is this
+/// sentinel: the data lives in the object's constants and must never be freed.
+void *const kGlobalSentinel = reinterpret_cast<void *>(uintptr_t{0xdeadbeef});
+
+/// Replies larger than this are refused rather than attempted: a bogus size from a caller
+/// must produce an error, not an allocation failure.
+constexpr uint64_t kMaxCallReply = uint64_t{1} << 32;
+
+Error makeError(const Twine &message) {
+  return createStringError(inconvertibleErrorCode(), message);
+}
+
+/// The only process symbols kernels may bind to: the C allocator and memory routines that
+/// MLIR's lowering and clang emit calls to, libm, and compiler-rt helpers. Anything else
+/// fails at load time with a "symbols not found" message naming the symbol.
+const StringSet<> &allowedProcessSymbols() {
+  static const StringSet<> allowed = [] {
+    StringSet<> names;
+    for (const char *name : {"malloc",
+                             "free",
+                             "calloc",
+                             "realloc",
+                             "aligned_alloc",
+                             "posix_memalign",
+                             "memcpy",
+                             "memmove",
+                             "memset",
+                             "memcmp",
+                             "abort",
+                             "__stack_chk_fail",
+                             "__stack_chk_guard",
+                             "__powisf2",
+                             "__powidf2",
+                             "__mulsc3",
+                             "__muldc3",
+                             "__divsc3",
+                             "__divdc3",
+                             "__extendhfsf2",
+                             "__truncsfhf2",
+                             "__truncdfhf2",
+                             "__truncsfbf2",
+                             "__truncdfbf2"})
+      names.insert(name);
+    for (const char *math :
+         {"sin",       "cos",      "tan",   "asin",      "acos",  "atan",  "atan2",     "sinh",
+          "cosh",      "tanh",     "asinh", "acosh",     "atanh", "exp",   "exp2",      "expm1",
+          "log",       "log2",     "log10", "log1p",     "pow",   "sqrt",  "cbrt",      "fabs",
+          "floor",     "ceil",     "round", "roundeven", "trunc", "rint",  "nearbyint", "fmod",
+          "remainder", "copysign", "fmin",  "fmax",      "fma",   "hypot", "erf",       "erfc",
+          "tgamma",    "lgamma",   "ldexp", "frexp",     "modf",  "sincos"}) {
+      names.insert(math);
+      names.insert((Twine(math) + "f").str());
+    }
+    return names;
+  }();
+  return allowed;
+}
+
+/// Checks that `bytes` is an intact ELF relocatable object for this machine and collects
+/// the names of the global symbols it defines with default or protected visibility.
+Error validateObject(StringRef sha256, StringRef bytes, std::vector<std::string> &exports) {
+  auto parsed = object::ObjectFile::createObjectFile(MemoryBufferRef(bytes, sha256));
+  if (!parsed)
+    return makeError(formatv("object {0} is not a valid object file: {1}", sha256,
+                             toString(parsed.takeError())));
+  auto *elf = dyn_cast<object::ELFObjectFileBase>(parsed->get());
+  if (!elf)
+    return makeError(formatv("object {0} is a {1} file; only ELF relocatable objects load", sha256,
+                             (*parsed)->getFileFormatName()));
+  if (elf->getEType() != ELF::ET_REL)
+    return makeError(formatv("object {0} is not a relocatable object (ELF type {1}); "
+                             "shared libraries load as plugins",
+                             sha256, elf->getEType()));
+  Triple host(sys::getProcessTriple());
+  if (elf->getArch() != host.getArch())
+    return makeError(formatv("object {0} is for {1} but this executor runs {2}", sha256,
+                             Triple::getArchTypeName(elf->getArch()),
+                             Triple::getArchTypeName(host.getArch())));
+  for (const object::SectionRef &section : elf->sections()) {
+    if (section.isBSS())
+      continue;
+    if (auto contents = section.getContents(); !contents)
+      return makeError(formatv("object {0} is damaged: section {1}: {2}", sha256,
+                               section.getIndex(), toString(contents.takeError())));
+  }
+  for (const object::ELFSymbolRef symbol : elf->symbols()) {
+    auto name = symbol.getName();
+    if (!name)
+      return makeError(
+          formatv("object {0} is damaged: symbol table: {1}", sha256, toString(name.takeError())));
+    auto flags = symbol.getFlags();
+    if (!flags)
+      return makeError(formatv("object {0} is damaged: symbol '{1}': {2}", sha256, *name,
+                               toString(flags.takeError())));
+    if (!(*flags & object::SymbolRef::SF_Global) || (*flags & object::SymbolRef::SF_Undefined) ||
+        (*flags & object::SymbolRef::SF_FormatSpecific) || name->empty())
+      continue;
+    uint8_t visibility = symbol.getOther() & 0x3;
+    if (visibility == ELF::STV_DEFAULT || visibility == ELF::STV_PROTECTED)
+      exports.push_back(name->str());
+  }
+  return Error::success();
+}
+
+int64_t elementCount(ArrayRef<int64_t> sizes) {
+  int64_t count = 1;
+  for (int64_t size : sizes)
+    count *= size;
+  return count;
+}
+
+/// Copies a strided tensor into a fresh row-major malloc'd buffer (at least one byte, so
+/// the result is always a real allocation).
+void *copyContiguous(const char *data, int64_t elemSize, ArrayRef<int64_t> sizes,
+                     ArrayRef<int64_t> strides, int64_t count) {
+  char *out = static_cast<char *>(std::malloc(std::max<int64_t>(1, count * elemSize)));
+  if (!out || count == 0)
+    return out;
+  SmallVector<int64_t, 4> index(sizes.size(), 0);
+  for (int64_t n = 0; n < count; ++n) {
+    int64_t offset = 0;
+    for (size_t d = 0; d < sizes.size(); ++d)
+      offset += index[d] * strides[d];
+    std::memcpy(out + n * elemSize, data + offset * elemSize, elemSize);
+    for (size_t d = sizes.size(); d-- > 0;) {
+      if (++index[d] < sizes[d])
+        break;
+      index[d] = 0;
+    }
+  }
+  return out;
+}
+
+SmallVector<int64_t, 4> rowMajorStrides(ArrayRef<int64_t> sizes) {
+  SmallVector<int64_t, 4> strides(sizes.size(), 1);
+  for (size_t d = sizes.size(); d-- > 1;)
+    strides[d - 1] = strides[d] * std::max<int64_t>(1, sizes[d]);
+  return strides;
+}
+
+struct LoadedObject {
+  orc::JITDylib *dylib = nullptr;
+  /// Every exported symbol, resolved at load time so launches never enter ORC.
+  StringMap<void *> symbols;
+};
+
+} // namespace
+
+Expected<std::shared_ptr<PluginSet>> PluginSet::load(ArrayRef<std::string> paths) {
+  auto set = std::make_shared<PluginSet>();
+  for (const std::string &path : paths) {
+    void *handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (!handle) {
+      const char *reason = dlerror();
+      for (void *opened : set->handles)
+        dlclose(opened);
+      return makeError(formatv("loading plugin '{0}': {1}", path, reason ? reason : "unknown"));
+    }
+    set->handles.push_back(handle);
+  }
+  // Plugins stay loaded for the life of the process: object hosts cache their symbols and
+  // unloading code that another session may be running is never safe.
+  return set;
+}
+
+void *PluginSet::lookup(StringRef symbol) const {
+  std::string name = symbol.str();
+  for (void *handle : handles)
+    if (void *address = dlsym(handle, name.c_str()))
+      return address;
+  return nullptr;
+}
+
+struct ObjectHost::Impl {
+  std::shared_ptr<PluginSet> plugins;
+  /// Serializes loads, so two threads shipping the same object link it once.
+  std::mutex loadMutex;
+  /// Guards `objects`, `loadOrder`.
+  mutable std::shared_mutex mutex;
+  StringMap<std::unique_ptr<LoadedObject>> objects;
+  std::vector<LoadedObject *> loadOrder;
+  /// Link failures ORC reports out of band, collected while a load is in progress.
+  std::mutex reportMutex;
+  std::string reported;
+  orc::JITDylib *runtime = nullptr;
+  unsigned dylibCounter = 0;
+  /// Declared last so it is destroyed first, while the reporter's state is still alive.
+  std::unique_ptr<orc::LLJIT> jit;
+
+  std::string takeReported() {
+    std::lock_guard<std::mutex> lock(reportMutex);
+    return std::exchange(reported, std::string());
+  }
+
+  Error link(const ObjectBlob &object, ArrayRef<std::string> exports);
+  Expected<std::vector<OwnedTensor>> adoptResults(StringRef entry, ArrayRef<int64_t> words,
+                                                  ArrayRef<TensorView> inputs,
+                                                  ArrayRef<ResultSpec> results);
+};
+
+Expected<std::unique_ptr<ObjectHost>> ObjectHost::create(std::shared_ptr<PluginSet> plugins) {
+  static std::once_flag targetsReady;
+  std::call_once(targetsReady, [] {
+    InitializeNativeTarget();
+    InitializeNativeTargetAsmPrinter();
+  });
+
+  auto impl = std::make_unique<Impl>();
+  impl->plugins = std::move(plugins);
+  // No platform and no implicit process symbols: kernels see only the allow-listed C
+  // runtime below, and the inactive platform needs no ORC runtime library.
+  auto jit = orc::LLJITBuilder()
+                 .setLinkProcessSymbolsByDefault(false)
+                 .setPlatformSetUp(orc::setUpInactivePlatform)
+                 .create();
+  if (!jit)
+    return makeError("creating the object host's JIT: " + toString(jit.takeError()));
+  impl->jit = std::move(*jit);
+  Impl *raw = impl.get();
+  impl->jit->getExecutionSession().setErrorReporter([raw](Error error) {
+    std::string message = toString(std::move(error));
+    std::lock_guard<std::mutex> lock(raw->reportMutex);
+    if (!raw->reported.empty())
+      raw->reported += "; ";
+    raw->reported += message;
+  });
+
+  auto runtime = impl->jit->createJITDylib("courier-runtime");
+  if (!runtime)
+    return makeError("creating the object host's runtime library: " +
+                     toString(runtime.takeError()));
+  auto generator = orc::DynamicLibrarySearchGenerator::GetForCurrentProcess(
+      impl->jit->getDataLayout().getGlobalPrefix(),
+      [](const orc::SymbolStringPtr &name) { return allowedProcessSymbols().contains(*name); });
+  if (!generator)
+    return makeError("exposing C runtime symbols to kernels: " + toString(generator.takeError()));
+  runtime->addGenerator(std::move(*generator));
+  impl->runtime = &*runtime;
+  return std::unique_ptr<ObjectHost>(new ObjectHost(std::move(impl)));
+}
+
+ObjectHost::ObjectHost(std::unique_ptr<Impl> impl) : impl(std::move(impl)) {}
+ObjectHost::~ObjectHost() = default;
+
+bool ObjectHost::hasObject(StringRef sha256) const {
+  std::shared_lock<std::shared_mutex> lock(impl->mutex);
+  return impl->objects.count(sha256) != 0;
+}
+
+Error ObjectHost::Impl::link(const ObjectBlob &object, ArrayRef<std::string> exports) {
+  orc::ExecutionSession &session = jit->getExecutionSession();
+  auto dylib = jit->createJITDylib(
+      formatv("object-{0}-{1}", StringRef(object.sha256).take_front(16), dylibCounter++).str());
+  if (!dylib)
+    return makeError(
+        formatv("loading object {0}: {1}", object.sha256, toString(dylib.takeError())));
+  dylib->addToLinkOrder(*runtime);
+
+  auto discard = [&](Error cause) -> Error {
+    std::string message = toString(std::move(cause));
+    std::string reported = takeReported();
+    if (!reported.empty())
+      message += " (" + reported + ")";
+    if (Error removal = session.removeJITDylib(*dylib))
+      message += "; unloading it also failed: " + toString(std::move(removal));
+    takeReported();
+    return makeError(formatv("loading object {0}: {1}", object.sha256, message));
+  };
+
+  takeReported();
+  if (Error error =
+          jit->addObjectFile(*dylib, MemoryBuffer::getMemBufferCopy(*object.bytes, object.sha256)))
+    return discard(std::move(error));
+
+  // Resolving every export now links the object eagerly, so a missing symbol is reported
+  // when the object is shipped rather than at its first launch.
+  orc::SymbolLookupSet lookupSet;
+  for (const std::string &name : exports)
+    lookupSet.add(session.intern(name));
+  auto resolved = session.lookup(orc::makeJITDylibSearchOrder({&*dylib}), std::move(lookupSet));
+  if (!resolved)
+    return discard(resolved.takeError());
+
+  auto loaded = std::make_unique<LoadedObject>();
+  loaded->dylib = &*dylib;
+  for (const auto &[name, definition] : *resolved)
+    loaded->symbols[*name] = definition.getAddress().toPtr<void *>();
+  std::unique_lock<std::shared_mutex> lock(mutex);
+  loadOrder.push_back(loaded.get());
+  objects[object.sha256] = std::move(loaded);
+  return Error::success();
+}
+
+Error ObjectHost::addObject(const ObjectBlob &object) {
+  if (!object.bytes)
+    return makeError(formatv("object {0} has no bytes", object.sha256));
+  std::lock_guard<std::mutex> load(impl->loadMutex);
+  if (hasObject(object.sha256))
+    return Error::success();
+  std::vector<std::string> exports;
+  if (Error error = validateObject(object.sha256, *object.bytes, exports))
+    return error;
+  return impl->link(object, exports);
+}
+
+Expected<std::vector<OwnedTensor>> ObjectHost::Impl::adoptResults(StringRef entry,
+                                                                  ArrayRef<int64_t> words,
+                                                                  ArrayRef<TensorView> inputs,
+                                                                  ArrayRef<ResultSpec> results) {
+  // First pass: check every descriptor before taking any buffer, so a bad one leaves
+  // nothing half-adopted.
+  size_t pos = 0;
+  std::string problem;
+  for (size_t i = 0; i < results.size() && problem.empty(); ++i) {
+    const int64_t *d = words.data() + pos;
+    int64_t rank = results[i].rank;
+    ArrayRef<int64_t> sizes(d + 3, rank);
+    for (int64_t size : sizes)
+      if (size < 0)
+        problem = formatv("result {0} has a negative size {1}", i, size).str();
+    if (problem.empty() && d[1] == 0 && elementCount(sizes) > 0)
+      problem = formatv("result {0} has a null data pointer", i).str();
+    pos += 3 + 2 * rank;
+  }
+
+  auto isBorrowed = [&](void *allocated, ArrayRef<void *> taken) {
+    if (!allocated || allocated == kGlobalSentinel || llvm::is_contained(taken, allocated))
+      return true;
+    for (const TensorView &input : inputs)
+      if (allocated == input.data)
+        return true;
+    return false;
+  };
+
+  std::vector<OwnedTensor> tensors;
+  tensors.reserve(results.size());
+  SmallVector<void *, 8> taken;
+  pos = 0;
+  for (size_t i = 0; i < results.size(); ++i) {
+    const int64_t *d = words.data() + pos;
+    int64_t rank = results[i].rank;
+    int64_t elemSize = results[i].elemSize;
+    pos += 3 + 2 * rank;
+    void *allocated = reinterpret_cast<void *>(d[0]);
+    char *data = reinterpret_cast<char *>(d[1]) + d[2] * elemSize;
+    std::vector<int64_t> sizes(d + 3, d + 3 + rank);
+    std::vector<int64_t> strides(d + 3 + rank, d + 3 + 2 * rank);
+    bool borrowed = isBorrowed(allocated, taken);
+    if (!problem.empty()) {
+      // Free what the kernel allocated for us; borrowed memory is not ours to free.
+      if (!borrowed) {
+        taken.push_back(allocated);
+        std::free(allocated);
+      }
+      continue;
+    }
+    if (!borrowed) {
+      taken.push_back(allocated);
+      tensors.emplace_back(allocated, data, elemSize, std::move(sizes), std::move(strides));
+      continue;
+    }
+    // The kernel returned memory it does not own (an input, a constant, or a buffer already
+    // returned as another result): hand over a private copy instead.
+    int64_t count = elementCount(sizes);
+    void *copy = copyContiguous(data, elemSize, sizes, strides, count);
+    if (!copy) {
+      problem = formatv("out of memory copying result {0}", i).str();
+      continue;
+    }
+    auto contiguous = rowMajorStrides(sizes);
+    tensors.emplace_back(copy, copy, elemSize, std::move(sizes),
+                         std::vector<int64_t>(contiguous.begin(), contiguous.end()));
+  }
+  if (!problem.empty())
+    return makeError(formatv("entry '{0}' returned a bad descriptor: {1}", entry, problem));
+  return std::move(tensors);
+}
+
+Expected<std::vector<OwnedTensor>> ObjectHost::launch(StringRef sha256, StringRef entry,
+                                                      ArrayRef<TensorView> inputs,
+                                                      ArrayRef<ResultSpec> results) {
+  EntryFn function = nullptr;
+  {
+    std::shared_lock<std::shared_mutex> lock(impl->mutex);
+    auto object = impl->objects.find(sha256);
+    if (object == impl->objects.end())
+      return makeError(formatv("object {0} is not loaded", sha256));
+    auto symbol = object->second->symbols.find(entry);
+    if (symbol == object->second->symbols.end())
+      return makeError(formatv("unknown entry '{0}' in object {1}", entry, sha256));
+    function = reinterpret_cast<EntryFn>(symbol->second);
+  }
+
+  size_t inWords = 0;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const TensorView &input = inputs[i];
+    if (input.sizes.size() != input.strides.size())
+      return makeError(formatv("input {0} of '{1}' has {2} sizes but {3} strides", i, entry,
+                               input.sizes.size(), input.strides.size()));
+    if (input.elemSize <= 0)
+      return makeError(
+          formatv("input {0} of '{1}' has element size {2}", i, entry, input.elemSize));
+    inWords += 3 + 2 * input.sizes.size();
+  }
+  size_t outWords = 0;
+  for (size_t i = 0; i < results.size(); ++i) {
+    if (results[i].rank < 0 || results[i].elemSize <= 0)
+      return makeError(formatv("result {0} of '{1}' has rank {2} and element size {3}", i, entry,
+                               results[i].rank, results[i].elemSize));
+    outWords += 3 + 2 * results[i].rank;
+  }
+
+  // Descriptors are rebuilt from the views without copying tensor data: allocated and
+  // aligned both point at the caller's element [0, ..., 0].
+  SmallVector<int64_t, 64> inBuffer(std::max<size_t>(1, inWords));
+  SmallVector<void *, 8> arguments(std::max<size_t>(1, inputs.size()));
+  size_t pos = 0;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const TensorView &input = inputs[i];
+    int64_t *d = inBuffer.data() + pos;
+    arguments[i] = d;
+    d[0] = d[1] = static_cast<int64_t>(reinterpret_cast<intptr_t>(input.data));
+    d[2] = 0;
+    size_t rank = input.sizes.size();
+    std::copy(input.sizes.begin(), input.sizes.end(), d + 3);
+    std::copy(input.strides.begin(), input.strides.end(), d + 3 + rank);
+    pos += 3 + 2 * rank;
+  }
+  SmallVector<int64_t, 32> outBuffer(std::max<size_t>(1, outWords), 0);
+
+  function(outBuffer.data(), arguments.data());
+  return impl->adoptResults(entry, ArrayRef<int64_t>(outBuffer).take_front(outWords), inputs,
+                            results);
+}
+
+Expected<std::string> ObjectHost::call(StringRef symbol, StringRef input, uint64_t outputSize) {
+  void *address = impl->plugins ? impl->plugins->lookup(symbol) : nullptr;
+  if (!address) {
+    std::shared_lock<std::shared_mutex> lock(impl->mutex);
+    for (LoadedObject *object : impl->loadOrder) {
+      auto found = object->symbols.find(symbol);
+      if (found != object->symbols.end()) {
+        address = found->second;
+        break;
+      }
+    }
+  }
+  if (!address)
+    return makeError(
+        formatv("unknown symbol '{0}': no plugin or loaded object exports it", symbol));
+  if (outputSize > kMaxCallReply)
+    return makeError(formatv("call '{0}': reply size {1} exceeds the limit of {2} bytes", symbol,
+                             outputSize, kMaxCallReply));
+  std::string output(outputSize, '\0');
+  int32_t status =
+      reinterpret_cast<CallFn>(address)(input.data(), input.size(), output.data(), outputSize);
+  if (status != 0)
+    return makeError(formatv("call '{0}' failed with code {1} (input {2} bytes, reply {3} bytes)",
+                             symbol, status, input.size(), outputSize));
+  return std::move(output);
+}
+
+} // namespace courier::transport
