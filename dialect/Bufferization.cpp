@@ -1,0 +1,141 @@
+// Bufferization models: kernel launches read their operands and produce fresh buffers;
+// executor.call becomes its destination-passing form with output buffers as operands.
+#include "dialect/Dialects.h"
+
+#include "mlir/Dialect/Bufferization/IR/BufferizableOpInterface.h"
+#include "mlir/Dialect/Bufferization/IR/Bufferization.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/IR/DialectRegistry.h"
+
+using namespace mlir;
+using namespace mlir::bufferization;
+
+namespace courier {
+namespace {
+
+/// The buffers of an op's tensor operands (other operands unchanged).
+FailureOr<SmallVector<Value>> getOperandBuffers(RewriterBase &rewriter, ValueRange operands,
+                                                const BufferizationOptions &options,
+                                                BufferizationState &state) {
+  SmallVector<Value> buffers;
+  for (Value operand : operands) {
+    if (!isa<TensorType>(operand.getType())) {
+      buffers.push_back(operand);
+      continue;
+    }
+    FailureOr<Value> buffer = getBuffer(rewriter, operand, options, state);
+    if (failed(buffer))
+      return failure();
+    buffers.push_back(*buffer);
+  }
+  return buffers;
+}
+
+SmallVector<Type> identityBufferTypes(TypeRange types) {
+  return llvm::map_to_vector(types, [](Type type) -> Type {
+    if (auto tensor = dyn_cast<TensorType>(type))
+      return getMemRefTypeWithStaticIdentityLayout(tensor);
+    return type;
+  });
+}
+
+/// Shared answers for ops that only read their tensor operands and return fresh tensors.
+template <typename ConcreteModel, typename ConcreteOp>
+struct ReadsOperandsModel : BufferizableOpInterface::ExternalModel<ConcreteModel, ConcreteOp> {
+  bool bufferizesToMemoryRead(Operation *, OpOperand &, const AnalysisState &) const {
+    return true;
+  }
+  bool bufferizesToMemoryWrite(Operation *, OpOperand &, const AnalysisState &) const {
+    return false;
+  }
+  AliasingValueList getAliasingValues(Operation *, OpOperand &, const AnalysisState &) const {
+    return {};
+  }
+  bool bufferizesToAllocation(Operation *, Value) const { return true; }
+};
+
+struct LaunchKernelModel : ReadsOperandsModel<LaunchKernelModel, catalyst::LaunchKernelOp> {
+  LogicalResult bufferize(Operation *op, RewriterBase &rewriter,
+                          const BufferizationOptions &options, BufferizationState &state) const {
+    auto launch = cast<catalyst::LaunchKernelOp>(op);
+    FailureOr<SmallVector<Value>> inputs =
+        getOperandBuffers(rewriter, launch.getInputs(), options, state);
+    if (failed(inputs))
+      return failure();
+    auto newOp = catalyst::LaunchKernelOp::create(rewriter, op->getLoc(),
+                                                  identityBufferTypes(op->getResultTypes()),
+                                                  launch.getCallee(), *inputs);
+    replaceOpWithBufferizedValues(rewriter, op, newOp->getResults());
+    return success();
+  }
+};
+
+struct LaunchModel : ReadsOperandsModel<LaunchModel, executor::LaunchOp> {
+  LogicalResult bufferize(Operation *op, RewriterBase &rewriter,
+                          const BufferizationOptions &options, BufferizationState &state) const {
+    auto launch = cast<executor::LaunchOp>(op);
+    FailureOr<SmallVector<Value>> inputs =
+        getOperandBuffers(rewriter, launch.getInputs(), options, state);
+    if (failed(inputs))
+      return failure();
+    auto newOp = executor::LaunchOp::create(
+        rewriter, op->getLoc(), identityBufferTypes(op->getResultTypes()), launch.getSession(),
+        launch.getCallee(), launch.getObject(), *inputs);
+    replaceOpWithBufferizedValues(rewriter, op, newOp->getResults());
+    return success();
+  }
+};
+
+/// executor.call on tensors: inputs are read; each result becomes a freshly allocated
+/// output buffer appended to the operands.
+struct CallModel : ReadsOperandsModel<CallModel, executor::CallOp> {
+  LogicalResult bufferize(Operation *op, RewriterBase &rewriter,
+                          const BufferizationOptions &options, BufferizationState &state) const {
+    auto call = cast<executor::CallOp>(op);
+    Location loc = op->getLoc();
+    FailureOr<SmallVector<Value>> args =
+        getOperandBuffers(rewriter, call.getArgs(), options, state);
+    if (failed(args))
+      return failure();
+    // The wire layout is packed, so inputs that are views with a strided layout are copied
+    // into contiguous buffers first.
+    for (Value &arg : *args) {
+      auto type = cast<MemRefType>(arg.getType());
+      if (type.getLayout().isIdentity())
+        continue;
+      auto contiguous = MemRefType::get(type.getShape(), type.getElementType());
+      FailureOr<Value> copy = options.createAlloc(rewriter, loc, contiguous, {});
+      if (failed(copy) || failed(options.createMemCpy(rewriter, loc, arg, *copy)))
+        return op->emitError("could not copy a strided input into a contiguous buffer");
+      arg = *copy;
+    }
+    SmallVector<Value> outputs;
+    for (Type type : identityBufferTypes(op->getResultTypes())) {
+      FailureOr<Value> buffer = options.createAlloc(rewriter, loc, cast<MemRefType>(type), {});
+      if (failed(buffer))
+        return op->emitError("could not allocate an output buffer of type ") << type;
+      outputs.push_back(*buffer);
+    }
+    SmallVector<Value> operands(*args);
+    llvm::append_range(operands, outputs);
+    executor::CallOp::create(rewriter, loc, TypeRange{}, call.getSession(), call.getCallee(),
+                             operands, call.getNumInputArgs());
+    replaceOpWithBufferizedValues(rewriter, op, outputs);
+    return success();
+  }
+};
+
+} // namespace
+
+void registerCourierDialects(DialectRegistry &registry) {
+  registry.insert<executor::ExecutorDialect, catalyst::CatalystDialect>();
+  registry.addExtension(+[](MLIRContext *ctx, executor::ExecutorDialect *) {
+    executor::LaunchOp::attachInterface<LaunchModel>(*ctx);
+    executor::CallOp::attachInterface<CallModel>(*ctx);
+  });
+  registry.addExtension(+[](MLIRContext *ctx, catalyst::CatalystDialect *) {
+    catalyst::LaunchKernelOp::attachInterface<LaunchKernelModel>(*ctx);
+  });
+}
+
+} // namespace courier

@@ -1,0 +1,35 @@
+// The `executor` and `catalyst` dialects, and the bufferization models of their ops.
+#ifndef COURIER_DIALECT_DIALECTS_H
+#define COURIER_DIALECT_DIALECTS_H
+
+#include "mlir/Bytecode/BytecodeOpInterface.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/Dialect.h"
+#include "mlir/IR/OpDefinition.h"
+#include "mlir/IR/OpImplementation.h"
+#include "mlir/IR/SymbolTable.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
+
+#include "dialect/ExecutorDialect.h.inc"
+
+#define GET_TYPEDEF_CLASSES
+#include "dialect/ExecutorTypes.h.inc"
+
+#define GET_OP_CLASSES
+#include "dialect/ExecutorOps.h.inc"
+
+#include "dialect/CatalystDialect.h.inc"
+
+#define GET_OP_CLASSES
+#include "dialect/CatalystOps.h.inc"
+
+namespace courier {
+
+/// Registers the `executor` and `catalyst` dialects and the external models that let
+/// one-shot bufferize handle `executor.call`, `executor.launch` and
+/// `catalyst.launch_kernel`.
+void registerCourierDialects(mlir::DialectRegistry &registry);
+
+} // namespace courier
+
+#endif // COURIER_DIALECT_DIALECTS_H

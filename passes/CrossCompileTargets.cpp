@@ -1,0 +1,230 @@
+// cross-compile-targets: each nested `catalyst.target` module is lowered on its own and
+// emitted as an object file for its triple, named by the SHA-256 of its bytes.
+#include "passes/Passes.h"
+#include "passes/TargetModules.h"
+
+#include "mlir/Target/LLVMIR/Dialect/Builtin/BuiltinToLLVMIRTranslation.h"
+#include "mlir/Target/LLVMIR/Dialect/LLVMIR/LLVMToLLVMIRTranslation.h"
+#include "mlir/Target/LLVMIR/Export.h"
+#include "llvm/IR/LLVMContext.h"
+#include "llvm/IR/LegacyPassManager.h"
+#include "llvm/IR/Module.h"
+#include "llvm/MC/TargetRegistry.h"
+#include "llvm/Passes/PassBuilder.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/Path.h"
+#include "llvm/Support/SHA256.h"
+#include "llvm/Support/TargetSelect.h"
+#include "llvm/Target/TargetMachine.h"
+#include "llvm/TargetParser/Host.h"
+
+#include <mutex>
+
+namespace courier {
+#define GEN_PASS_DEF_CROSSCOMPILETARGETS
+#include "passes/Passes.h.inc"
+} // namespace courier
+
+using namespace mlir;
+
+namespace courier {
+namespace {
+
+void initializeAllTargets() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    llvm::InitializeAllTargetInfos();
+    llvm::InitializeAllTargets();
+    llvm::InitializeAllTargetMCs();
+    llvm::InitializeAllAsmPrinters();
+  });
+}
+
+/// A public kernel function and how many results its C interface returns.
+struct Kernel {
+  std::string name;
+  bool hasResults;
+};
+
+/// Adds `_catalyst_pyface_<fn>(results, args)` forwarding to `_mlir_ciface_<fn>`: `args`
+/// is an array of pointers to the input descriptors.
+void addPyfaceEntry(ModuleOp module, const Kernel &kernel) {
+  auto ciface = module.lookupSymbol<LLVM::LLVMFuncOp>("_mlir_ciface_" + kernel.name);
+  MLIRContext *ctx = module.getContext();
+  auto ptr = LLVM::LLVMPointerType::get(ctx);
+  OpBuilder builder = OpBuilder::atBlockEnd(module.getBody());
+  Location loc = ciface.getLoc();
+  auto type = LLVM::LLVMFunctionType::get(LLVM::LLVMVoidType::get(ctx), {ptr, ptr});
+  auto entry = LLVM::LLVMFuncOp::create(builder, loc, "_catalyst_pyface_" + kernel.name, type);
+  Block *body = entry.addEntryBlock(builder);
+  builder.setInsertionPointToStart(body);
+  SmallVector<Value> operands;
+  if (kernel.hasResults)
+    operands.push_back(body->getArgument(0));
+  unsigned numInputs = ciface.getNumArguments() - operands.size();
+  for (unsigned i = 0; i < numInputs; ++i) {
+    Value slot = LLVM::GEPOp::create(builder, loc, ptr, ptr, body->getArgument(1),
+                                     ArrayRef<LLVM::GEPArg>{static_cast<int32_t>(i)});
+    operands.push_back(LLVM::LoadOp::create(builder, loc, ptr, slot));
+  }
+  LLVM::CallOp::create(builder, loc, ciface, operands);
+  LLVM::ReturnOp::create(builder, loc, ValueRange());
+}
+
+std::string toHex(ArrayRef<uint8_t> bytes) {
+  static const char digits[] = "0123456789abcdef";
+  std::string hex;
+  for (uint8_t byte : bytes) {
+    hex.push_back(digits[byte >> 4]);
+    hex.push_back(digits[byte & 15]);
+  }
+  return hex;
+}
+
+struct CrossCompileTargets : impl::CrossCompileTargetsBase<CrossCompileTargets> {
+  using Base::Base;
+
+  void getDependentDialects(DialectRegistry &registry) const override {
+    OpPassManager lowering(ModuleOp::getOperationName());
+    buildBufferizeAndLowerToLLVM(lowering);
+    lowering.getDependentDialects(registry);
+    registerBuiltinDialectTranslation(registry);
+    registerLLVMDialectTranslation(registry);
+  }
+
+  void runOnOperation() override {
+    initializeAllTargets();
+    std::string dir = workspace.empty() ? defaultWorkspace() : std::string(workspace);
+    for (ModuleOp target : getTargetModules(getOperation())) {
+      if (!target->hasAttr(catalyst::CatalystDialect::kTargetAttrName))
+        continue;
+      FailureOr<std::string> path = compile(target, dir);
+      if (failed(path))
+        return signalPassFailure();
+      target->setAttr(catalyst::CatalystDialect::kObjectFileAttrName,
+                      StringAttr::get(&getContext(), *path));
+    }
+  }
+
+  /// Lowers, optimises and emits one target module; returns the object's path.
+  FailureOr<std::string> compile(ModuleOp target, StringRef dir) {
+    auto spec = target->getAttrOfType<DictionaryAttr>(catalyst::CatalystDialect::kTargetAttrName);
+    auto tripleAttr = spec.getAs<StringAttr>("triple");
+    llvm::Triple triple(tripleAttr && !tripleAttr.empty() ? tripleAttr.str()
+                                                          : llvm::sys::getProcessTriple());
+    std::string cpu = "generic", features;
+    if (auto attr = spec.getAs<StringAttr>("cpu"))
+      cpu = attr.str();
+    if (auto attr = spec.getAs<StringAttr>("features"))
+      features = attr.str();
+
+    std::string lookupError;
+    const llvm::Target *backend = llvm::TargetRegistry::lookupTarget(triple, lookupError);
+    if (!backend)
+      return target.emitError("unknown target triple '") << triple.str() << "': " << lookupError;
+    std::unique_ptr<llvm::TargetMachine> machine(backend->createTargetMachine(
+        triple, cpu, features, llvm::TargetOptions(), llvm::Reloc::PIC_, std::nullopt,
+        optLevel >= 2 ? llvm::CodeGenOptLevel::Default : llvm::CodeGenOptLevel::None));
+    if (!machine)
+      return target.emitError("cannot create a code generator for '") << triple.str() << "'";
+
+    // Lower a detached copy, so the host keeps the original for later passes.
+    OwningOpRef<ModuleOp> copy = cast<ModuleOp>(target->clone());
+    for (StringRef name : {catalyst::CatalystDialect::kTargetAttrName,
+                           catalyst::CatalystDialect::kDispatchAttrName,
+                           catalyst::CatalystDialect::kObjectFileAttrName})
+      (*copy)->removeAttr(name);
+    SmallVector<Kernel> kernels;
+    for (auto fn : copy->getOps<func::FuncOp>()) {
+      if (!fn.isPublic() || fn.isExternal())
+        continue;
+      for (Type type : llvm::concat<const Type>(fn.getArgumentTypes(), fn.getResultTypes()))
+        if (!isa<RankedTensorType, MemRefType>(type))
+          return fn.emitError("kernel '")
+                 << fn.getName() << "' takes or returns " << type
+                 << "; kernel arguments and results must be ranked tensors or memrefs";
+      fn->setAttr(LLVM::LLVMDialect::getEmitCWrapperAttrName(), UnitAttr::get(&getContext()));
+      kernels.push_back({fn.getName().str(), fn.getNumResults() > 0});
+    }
+    if (kernels.empty())
+      return target.emitError("target module has no public function to launch");
+
+    PassManager pm(&getContext(), ModuleOp::getOperationName());
+    buildBufferizeAndLowerToLLVM(pm);
+    if (failed(pm.run(*copy)))
+      return target.emitError("lowering the target module to LLVM failed");
+    for (const Kernel &kernel : kernels)
+      addPyfaceEntry(*copy, kernel);
+
+    llvm::LLVMContext llvmContext;
+    std::unique_ptr<llvm::Module> module =
+        translateModuleToLLVMIR(*copy, llvmContext, target.getSymName().value_or("target"));
+    if (!module)
+      return target.emitError("translating the target module to LLVM IR failed");
+    module->setTargetTriple(triple);
+    module->setDataLayout(machine->createDataLayout());
+    optimize(*module, *machine);
+
+    SmallString<0> object;
+    {
+      llvm::raw_svector_ostream os(object);
+      llvm::legacy::PassManager codegen;
+      if (machine->addPassesToEmitFile(codegen, os, nullptr, llvm::CodeGenFileType::ObjectFile))
+        return target.emitError("'") << triple.str() << "' cannot emit object files";
+      codegen.run(*module);
+    }
+    return write(target, dir, object);
+  }
+
+  void optimize(llvm::Module &module, llvm::TargetMachine &machine) {
+    if (optLevel == 0)
+      return;
+    llvm::LoopAnalysisManager lam;
+    llvm::FunctionAnalysisManager fam;
+    llvm::CGSCCAnalysisManager cgam;
+    llvm::ModuleAnalysisManager mam;
+    llvm::PassBuilder builder(&machine);
+    builder.registerModuleAnalyses(mam);
+    builder.registerCGSCCAnalyses(cgam);
+    builder.registerFunctionAnalyses(fam);
+    builder.registerLoopAnalyses(lam);
+    builder.crossRegisterProxies(lam, fam, cgam, mam);
+    llvm::OptimizationLevel level = optLevel == 1   ? llvm::OptimizationLevel::O1
+                                    : optLevel == 2 ? llvm::OptimizationLevel::O2
+                                                    : llvm::OptimizationLevel::O3;
+    builder.buildPerModuleDefaultPipeline(level).run(module, mam);
+  }
+
+  /// Writes the object as <dir>/<sha256>.o, atomically: a concurrent writer of the same
+  /// bytes, or a reader, never sees a torn file.
+  FailureOr<std::string> write(ModuleOp target, StringRef dir, StringRef object) {
+    std::string hash = toHex(llvm::SHA256::hash(llvm::arrayRefFromStringRef(object)));
+    SmallString<256> path(dir);
+    llvm::sys::path::append(path, hash + ".o");
+    if (llvm::sys::fs::exists(path))
+      return std::string(path);
+    if (std::error_code ec = llvm::sys::fs::create_directories(dir))
+      return target.emitError("cannot create workspace '") << dir << "': " << ec.message();
+    SmallString<256> temp;
+    int fd;
+    if (std::error_code ec = llvm::sys::fs::createUniqueFile(path + ".tmp-%%%%%%%%", fd, temp))
+      return target.emitError("cannot write to workspace '") << dir << "': " << ec.message();
+    {
+      llvm::raw_fd_ostream os(fd, /*shouldClose=*/true);
+      os << object;
+      os.close();
+      if (os.has_error()) {
+        llvm::sys::fs::remove(temp);
+        return target.emitError("writing '") << temp << "' failed: " << os.error().message();
+      }
+    }
+    if (std::error_code ec = llvm::sys::fs::rename(temp, path)) {
+      llvm::sys::fs::remove(temp);
+      return target.emitError("cannot move the object to '") << path << "': " << ec.message();
+    }
+    return std::string(path);
+  }
+};
+
+} // namespace
+} // namespace courier

@@ -1,0 +1,134 @@
+// lower-runtime-dispatch: dispatched catalyst.runtime_call -> executor.call in the flat wire
+// layout.
+#include "passes/Passes.h"
+#include "passes/TargetModules.h"
+
+#include "mlir/IR/BuiltinAttributes.h"
+#include "llvm/ADT/SetVector.h"
+
+namespace courier {
+#define GEN_PASS_DEF_LOWERRUNTIMEDISPATCH
+#include "passes/Passes.h.inc"
+} // namespace courier
+
+using namespace mlir;
+
+namespace courier {
+namespace {
+
+constexpr int64_t kStringFieldWidth = 256;
+
+/// The element type a C kind travels as.
+Type wireElementType(MLIRContext *ctx, StringRef kind) {
+  if (kind == "ptr")
+    return IntegerType::get(ctx, 64);
+  if (kind == "f16")
+    return Float16Type::get(ctx);
+  if (kind == "f32")
+    return Float32Type::get(ctx);
+  if (kind == "f64")
+    return Float64Type::get(ctx);
+  unsigned width = 0;
+  (void)kind.drop_front().getAsInteger(10, width);
+  return IntegerType::get(ctx, width);
+}
+
+/// A NUL-padded fixed-width constant holding `text`.
+Value stringField(OpBuilder &builder, Location loc, StringRef text) {
+  SmallVector<int8_t> bytes(kStringFieldWidth, 0);
+  llvm::copy(text, bytes.begin());
+  auto type = RankedTensorType::get({kStringFieldWidth}, builder.getI8Type());
+  return arith::ConstantOp::create(builder, loc, DenseElementsAttr::get(type, ArrayRef(bytes)));
+}
+
+struct LowerRuntimeDispatch : impl::LowerRuntimeDispatchBase<LowerRuntimeDispatch> {
+  void runOnOperation() override {
+    ModuleOp host = getOperation();
+    SmallVector<catalyst::RuntimeCallOp> calls;
+    for (auto function : host.getBody()->getOps<FunctionOpInterface>())
+      function.walk([&](catalyst::RuntimeCallOp call) {
+        if (call.getDispatch())
+          calls.push_back(call);
+      });
+    if (calls.empty())
+      return;
+
+    llvm::SetVector<StringRef> programExecutors;
+    SmallVector<std::string> addresses;
+    for (ModuleOp target : getTargetModules(host))
+      addresses.push_back(getDispatchAddress(target));
+    for (const std::string &address : addresses)
+      programExecutors.insert(address);
+
+    SessionCache sessions;
+    for (catalyst::RuntimeCallOp call : calls) {
+      std::string address = call.getDispatch()->str();
+      if (address.empty()) {
+        if (programExecutors.empty()) {
+          call.emitOpError("has an empty dispatch but the program has no executor: no nested "
+                           "module carries catalyst.dispatch or catalyst.target");
+          return signalPassFailure();
+        }
+        if (programExecutors.size() > 1) {
+          InFlightDiagnostic diag = call.emitOpError(
+              "has an empty dispatch but the program's executor is ambiguous: ");
+          llvm::interleaveComma(programExecutors, diag,
+                                [&](StringRef a) { diag << "'" << a << "'"; });
+          return signalPassFailure();
+        }
+        address = programExecutors.front().str();
+      }
+      lower(call, sessions.get(call, address));
+    }
+  }
+
+  void lower(catalyst::RuntimeCallOp call, Value session) {
+    MLIRContext *ctx = &getContext();
+    Location loc = call.getLoc();
+    OpBuilder builder(call);
+
+    SmallVector<Value> inputs;
+    auto operand = call.getInputs().begin();
+    auto string = call.getCStrings().begin();
+    for (Attribute attr : call.getCParams()) {
+      StringRef kind = cast<StringAttr>(attr).getValue();
+      if (kind == "str") {
+        inputs.push_back(stringField(builder, loc, cast<StringAttr>(*string++).getValue()));
+        continue;
+      }
+      Value value = *operand++;
+      if (value.getType().isIndex())
+        value = arith::IndexCastOp::create(builder, loc, builder.getI64Type(), value);
+      auto type = RankedTensorType::get({1}, wireElementType(ctx, kind));
+      inputs.push_back(tensor::FromElementsOp::create(builder, loc, type, value));
+    }
+
+    SmallVector<Type> resultTypes;
+    bool hasResult = call.getCResult() != "void";
+    if (hasResult)
+      resultTypes.push_back(RankedTensorType::get({1}, wireElementType(ctx, call.getCResult())));
+    llvm::append_range(resultTypes, call.getOuts().getTypes());
+
+    auto executorCall =
+        executor::CallOp::create(builder, loc, resultTypes, session, call.getCallee(), inputs,
+                                 static_cast<int32_t>(inputs.size()));
+
+    SmallVector<Value> replacements;
+    ValueRange results = executorCall.getResults();
+    if (hasResult) {
+      Value zero = arith::ConstantIndexOp::create(builder, loc, 0);
+      Value scalar = tensor::ExtractOp::create(builder, loc, results.front(), zero);
+      Type declared = call.getResult().front().getType();
+      if (declared.isIndex())
+        scalar = arith::IndexCastOp::create(builder, loc, declared, scalar);
+      replacements.push_back(scalar);
+      results = results.drop_front();
+    }
+    llvm::append_range(replacements, results);
+    call.replaceAllUsesWith(replacements);
+    call.erase();
+  }
+};
+
+} // namespace
+} // namespace courier

@@ -1,0 +1,49 @@
+// The dispatch passes and the pipelines that chain them from tensor-level input to the
+// LLVM dialect.
+#ifndef COURIER_PASSES_PASSES_H
+#define COURIER_PASSES_PASSES_H
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "mlir/Pass/Pass.h"
+#include "mlir/Pass/PassManager.h"
+
+#include "dialect/Dialects.h"
+
+#include <string>
+
+namespace courier {
+
+#define GEN_PASS_DECL
+#include "passes/Passes.h.inc"
+
+#define GEN_PASS_REGISTRATION
+#include "passes/Passes.h.inc"
+
+/// Options of the whole dispatch pipeline.
+struct PipelineOptions {
+  std::string workspace; ///< Where target objects go (see cross-compile-targets).
+  unsigned optLevel = 2;
+};
+
+/// Tensor-level host module with nested target modules -> LLVM dialect:
+/// lower-runtime-dispatch, one-shot bufferize, cross-compile-targets,
+/// dispatch-executor-targets, buffer deallocation, convert-executor-to-llvm and the
+/// standard lowering to LLVM.
+void buildCourierPipeline(mlir::OpPassManager &pm, const PipelineOptions &options);
+
+/// Bufferized (or tensor-level) module without executor ops -> LLVM dialect, with a C
+/// interface on public functions. Used for target modules and by the host pipeline.
+void buildBufferizeAndLowerToLLVM(mlir::OpPassManager &pm);
+
+/// Registers the passes and the `courier-pipeline` pipeline with the global registry.
+void registerCourierPassesAndPipelines();
+
+/// The directory cross-compile-targets writes to when given none.
+std::string defaultWorkspace();
+
+} // namespace courier
+
+#endif // COURIER_PASSES_PASSES_H

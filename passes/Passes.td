@@ -1,0 +1,107 @@
+// The dispatch passes. Each pass is documented here, once.
+#ifndef COURIER_PASSES_TD
+#define COURIER_PASSES_TD
+
+include "mlir/Pass/PassBase.td"
+
+def CrossCompileTargets : Pass<"cross-compile-targets", "::mlir::ModuleOp"> {
+  let summary = "Compile nested `catalyst.target` modules to object files";
+  let description = [{
+    Every module nested in the host module that carries `catalyst.target` is cloned,
+    bufferized and lowered to LLVM on its own, given a
+    `_catalyst_pyface_<fn>(void *results, void *args)` entry for each public function,
+    optimised and emitted in-process as a relocatable object for the `triple` of its
+    `catalyst.target` (the host's when absent). The object is written to the workspace
+    under the SHA-256 of its bytes, so compiling the same module twice writes the same
+    file, and the module is annotated with `catalyst.object_file`.
+
+    `args` points to a struct of pointers, one per input, each to a ranked memref
+    descriptor; `results` points to where the entry stores its result descriptor(s), as
+    `_mlir_ciface_<fn>` returns them. An unknown triple is a diagnostic.
+
+    ```mlir
+    module @dev attributes {catalyst.target = {triple = "aarch64-unknown-linux-gnu"}} {...}
+    // becomes
+    module @dev attributes {catalyst.object_file = "/w/<sha256>.o",
+                            catalyst.target = {triple = "aarch64-unknown-linux-gnu"}} {...}
+    ```
+  }];
+  let options = [
+    Option<"workspace", "workspace", "std::string", /*default=*/"\"\"",
+           "Directory for the object files (default: $TMPDIR/courier-objects)">,
+    Option<"optLevel", "opt-level", "unsigned", /*default=*/"2",
+           "LLVM optimisation level for the target objects (0-3)">
+  ];
+}
+
+def DispatchExecutorTargets : Pass<"dispatch-executor-targets", "::mlir::ModuleOp"> {
+  let summary = "Ship cross-compiled `catalyst.target` modules to an executor";
+  let description = [{
+    For every nested module carrying `catalyst.dispatch` (or only `catalyst.target`, which
+    means `local`) and a `catalyst.object_file` path, the pass:
+
+    1. injects `executor.open` into `setup()` once per unique address and
+       `executor.send_binary` once per module, creating a public `setup()` if the host
+       has none;
+    2. rewrites every host-side `catalyst.launch_kernel` targeting that module into an
+       `executor.launch` carrying the session for the module's address (opened at the top
+       of each function that launches, which returns the already-open session), the entry
+       callee and the object-file path;
+    3. erases the nested module once its launches are rewritten.
+
+    Session teardown is the runtime's: it closes every open session at process exit, so
+    no `executor.close` is emitted. The pass is a no-op when no module is dispatched. A
+    dispatched module without an object file is an error.
+  }];
+  let dependentDialects = ["::courier::executor::ExecutorDialect", "::mlir::func::FuncDialect"];
+}
+
+def LowerRuntimeDispatch : Pass<"lower-runtime-dispatch", "::mlir::ModuleOp"> {
+  let summary = "Lower dispatched `catalyst.runtime_call` ops to `executor.call`";
+  let description = [{
+    Rewrites every `catalyst.runtime_call` carrying a `dispatch` attribute into an
+    `executor.call` on that executor, marshalling the operands into the executor's flat
+    wire layout:
+
+    - a scalar or `ptr` operand becomes a one-element tensor of its declared width
+      (`ptr` is 64 bits wide);
+    - a `str` from `c_strings` becomes a 256-byte NUL-padded constant tensor of `i8`;
+    - the declared result and each out buffer become results, the result first; the
+      declared result is read back from its one-element tensor.
+
+    An empty `dispatch` binds to the program's single executor, taken from the
+    `catalyst.dispatch` attributes of the nested target modules (a target module without
+    one counts as `local`); no executor, or more than one, is an error. The session is
+    opened at the top of the calling function. The pass runs before bufferization, so
+    one-shot bufferize turns the `executor.call` into its destination-passing form.
+  }];
+  let dependentDialects = [
+    "::courier::executor::ExecutorDialect", "::mlir::arith::ArithDialect",
+    "::mlir::tensor::TensorDialect"
+  ];
+}
+
+def ConvertExecutorToLLVM : Pass<"convert-executor-to-llvm", "::mlir::ModuleOp"> {
+  let summary = "Lower the `executor` dialect to calls into the executor runtime";
+  let description = [{
+    Replaces each `executor` op with a call of the matching `__catalyst__executor__*`
+    entry point (declared once per module, with the signatures of runtime/ExecutorABI.h):
+
+    - `executor.open` -> `session = __catalyst__executor__open(addr)`
+    - `executor.send_binary` -> `__catalyst__executor__send_binary(session, path, format)`
+    - `executor.launch` -> `__catalyst__executor__launch(session, "_catalyst_pyface_<callee>",
+      object, n_in, in_descs, in_ranks, in_elem_sizes, n_out, out_descs, out_ranks,
+      out_elem_sizes)`; result descriptors are pre-filled with the static shape
+    - `executor.launch_async` / `executor.await` -> `__catalyst__executor__launch_async` /
+      `__catalyst__executor__await`
+    - `executor.call` -> `__catalyst__executor__call_wrapper(session, sym, args, args_size,
+      &out, &out_size)`, copies of the reply into the output buffers, then
+      `__catalyst__executor__free_result`
+    - `executor.close` -> `__catalyst__executor__close(session)`
+
+    Sessions and tokens are `i64` handles. Ops must be bufferized first.
+  }];
+  let dependentDialects = ["::mlir::LLVM::LLVMDialect"];
+}
+
+#endif // COURIER_PASSES_TD

@@ -1,0 +1,95 @@
+// The pipelines that chain the dispatch passes with upstream bufferization and lowering.
+#include "passes/Passes.h"
+
+#include "mlir/Conversion/Passes.h"
+#include "mlir/Dialect/Bufferization/Pipelines/Passes.h"
+#include "mlir/Dialect/Bufferization/Transforms/Passes.h"
+#include "mlir/Dialect/Linalg/Passes.h"
+#include "mlir/Dialect/MemRef/Transforms/Passes.h"
+#include "mlir/Pass/PassRegistry.h"
+#include "mlir/Transforms/Passes.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/Path.h"
+
+using namespace mlir;
+
+namespace courier {
+namespace {
+
+void addOneShotBufferize(OpPassManager &pm) {
+  bufferization::OneShotBufferizePassOptions options;
+  options.bufferizeFunctionBoundaries = true;
+  options.functionBoundaryTypeConversion = bufferization::LayoutMapOption::IdentityLayoutMap;
+  pm.addPass(bufferization::createOneShotBufferizePass(options));
+}
+
+/// Bufferized IR -> LLVM dialect. `beforeMemRefToLLVM` adds conversions that need memref
+/// types still in place (convert-executor-to-llvm).
+void addLowerToLLVM(OpPassManager &pm, bool withExecutor) {
+  bufferization::buildBufferDeallocationPipeline(pm);
+  pm.addNestedPass<func::FuncOp>(createConvertLinalgToLoopsPass());
+  pm.addPass(memref::createExpandStridedMetadataPass());
+  pm.addPass(createLowerAffinePass());
+  pm.addPass(createSCFToControlFlowPass());
+  pm.addPass(createConvertMathToLibmPass());
+  pm.addPass(createConvertMathToLLVMPass());
+  if (withExecutor)
+    pm.addPass(createConvertExecutorToLLVM());
+  pm.addPass(createFinalizeMemRefToLLVMConversionPass());
+  pm.addPass(createArithToLLVMConversionPass());
+  pm.addPass(createConvertIndexToLLVMPass());
+  pm.addPass(createConvertControlFlowToLLVMPass());
+  pm.addPass(createConvertFuncToLLVMPass());
+  pm.addPass(createUBToLLVMConversionPass());
+  pm.addPass(createReconcileUnrealizedCastsPass());
+  pm.addPass(createCanonicalizerPass());
+}
+
+} // namespace
+
+void buildBufferizeAndLowerToLLVM(OpPassManager &pm) {
+  addOneShotBufferize(pm);
+  addLowerToLLVM(pm, /*withExecutor=*/false);
+}
+
+void buildCourierPipeline(OpPassManager &pm, const PipelineOptions &options) {
+  pm.addPass(createLowerRuntimeDispatch());
+  addOneShotBufferize(pm);
+  pm.addPass(createCrossCompileTargets({options.workspace, options.optLevel}));
+  pm.addPass(createDispatchExecutorTargets());
+  addLowerToLLVM(pm, /*withExecutor=*/true);
+}
+
+std::string defaultWorkspace() {
+  SmallString<256> dir;
+  llvm::sys::path::system_temp_directory(/*ErasedOnReboot=*/true, dir);
+  llvm::sys::path::append(dir, "courier-objects");
+  return std::string(dir);
+}
+
+namespace {
+struct CourierPipelineOptions : public PassPipelineOptions<CourierPipelineOptions> {
+  Option<std::string> workspace{*this, "workspace",
+                                llvm::cl::desc("Directory for target object files")};
+  Option<unsigned> optLevel{*this, "opt-level", llvm::cl::desc("Target optimisation level"),
+                            llvm::cl::init(2)};
+};
+} // namespace
+
+void registerCourierPassesAndPipelines() {
+  registerCourierPasses();
+  PassPipelineRegistration<CourierPipelineOptions>(
+      "courier-pipeline",
+      "Tensor-level host module with nested target modules to the LLVM dialect: "
+      "lower-runtime-dispatch, one-shot bufferize, cross-compile-targets, "
+      "dispatch-executor-targets, convert-executor-to-llvm and the standard lowering",
+      [](OpPassManager &pm, const CourierPipelineOptions &options) {
+        buildCourierPipeline(pm, {options.workspace, options.optLevel});
+      });
+  PassPipelineRegistration<>(
+      "courier-lower-to-llvm",
+      "Bufferize and lower a module without executor ops to the LLVM dialect",
+      [](OpPassManager &pm) { buildBufferizeAndLowerToLLVM(pm); });
+}
+
+} // namespace courier
