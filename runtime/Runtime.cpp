@@ -1,1 +1,697 @@
-// Runtime entry points (in progress).
+// The C runtime behind runtime/ExecutorABI.h: the session table, object tracking per
+// session, descriptor marshalling, per-thread errors and module scopes.
+#include "runtime/Runtime.h"
+
+#include "llvm/ADT/SmallVector.h"
+#include "llvm/ADT/StringMap.h"
+#include "llvm/ADT/StringSet.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/MemoryBuffer.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <shared_mutex>
+#include <unordered_map>
+
+using namespace llvm;
+using courier::transport::Backend;
+using courier::transport::ObjectBlob;
+using courier::transport::OwnedTensor;
+using courier::transport::ResultSpec;
+using courier::transport::TensorView;
+
+namespace courier::runtime {
+
+struct ModuleScope::State {
+  ScopeOptions options;
+  /// Handles this scope opened; guarded by the registry's mutex.
+  std::vector<int64_t> sessions;
+};
+
+namespace {
+
+constexpr llvm::StringLiteral kEntryPrefix = "_catalyst_pyface_";
+
+thread_local std::optional<std::string> firstError;
+thread_local ModuleScope *activeScope = nullptr;
+thread_local ModuleScope::State *activeState = nullptr;
+
+void recordError(std::string message) {
+  if (!firstError)
+    firstError = std::move(message);
+}
+
+/// Runs an ABI entry point: whatever escapes it (an llvm::Error turned into a message, or
+/// any C++ exception) becomes the thread's recorded error and `failed` is returned.
+template <typename T, typename Body> T guarded(T failed, const char *operation, Body &&body) {
+  try {
+    return body();
+  } catch (const std::exception &e) {
+    recordError(formatv("{0}: {1}", operation, e.what()).str());
+  } catch (...) {
+    recordError(formatv("{0}: unknown exception", operation).str());
+  }
+  return failed;
+}
+
+struct Session {
+  int64_t handle = 0;
+  std::string address;
+  std::unique_ptr<Backend> backend;
+  std::string id;
+
+  /// Guards `byPath` and `shipped`.
+  std::shared_mutex objectsMutex;
+  StringMap<std::shared_ptr<const ObjectBlob>> byPath;
+  StringSet<> shipped;
+
+  /// Ownership, guarded by the registry's mutex: opened outside any scope (lives until
+  /// close or exit), and how many live scopes opened it.
+  bool pinned = false;
+  int scopes = 0;
+};
+
+struct PendingLaunch {
+  std::shared_ptr<Session> session;
+  uint64_t launchId = 0;
+};
+
+class Registry {
+public:
+  /// Never destroyed: an atexit handler closes the sessions instead, so ABI calls from
+  /// threads still running during exit find a valid (empty) table.
+  static Registry &get() {
+    static Registry *registry = new Registry();
+    return *registry;
+  }
+
+  std::shared_ptr<Session> find(int64_t handle) {
+    std::shared_lock<std::shared_mutex> lock(mutex);
+    auto found = byHandle.find(handle);
+    return found == byHandle.end() ? nullptr : found->second;
+  }
+
+  Expected<int64_t> open(StringRef requested) {
+    ModuleScope::State *scope = activeState;
+    std::string address = scope && !scope->options.addressOverride.empty()
+                              ? scope->options.addressOverride
+                              : requested.str();
+    // Opens are serialized so two threads opening one address share one session; the
+    // table lock is not held while connecting, so launches elsewhere go on meanwhile.
+    std::lock_guard<std::mutex> opening(openMutex);
+    {
+      std::unique_lock<std::shared_mutex> lock(mutex);
+      auto found = byAddress.find(address);
+      if (found != byAddress.end()) {
+        attribute(*found->second, scope);
+        return found->second->handle;
+      }
+    }
+    auto backend = transport::createBackend(address, scope ? scope->options.backend
+                                                           : transport::BackendOptions());
+    if (!backend)
+      return backend.takeError();
+    auto id = (*backend)->openSession();
+    if (!id)
+      return id.takeError();
+    auto session = std::make_shared<Session>();
+    session->address = address;
+    session->backend = std::move(*backend);
+    session->id = std::move(*id);
+    {
+      std::unique_lock<std::shared_mutex> lock(mutex);
+      session->handle = nextHandle++;
+      byAddress[address] = session;
+      byHandle[session->handle] = session;
+      attribute(*session, scope);
+    }
+    // Registered after the first backend exists, so the handler runs before the static
+    // destructors of whatever that backend's libraries set up.
+    static bool exitHandler = (std::atexit(closeAllAtExit), true);
+    (void)exitHandler;
+    return session->handle;
+  }
+
+  /// Removes `handle` from the table; the session closes once in-flight calls end.
+  std::shared_ptr<Session> remove(int64_t handle) {
+    std::unique_lock<std::shared_mutex> lock(mutex);
+    auto found = byHandle.find(handle);
+    if (found == byHandle.end())
+      return nullptr;
+    std::shared_ptr<Session> session = std::move(found->second);
+    byHandle.erase(found);
+    byAddress.erase(session->address);
+    return session;
+  }
+
+  void releaseScope(ModuleScope::State &scope) {
+    std::vector<std::shared_ptr<Session>> closing;
+    {
+      std::unique_lock<std::shared_mutex> lock(mutex);
+      for (int64_t handle : scope.sessions) {
+        auto found = byHandle.find(handle);
+        if (found == byHandle.end())
+          continue;
+        std::shared_ptr<Session> session = found->second;
+        if (--session->scopes > 0 || session->pinned)
+          continue;
+        byHandle.erase(found);
+        byAddress.erase(session->address);
+        closing.push_back(std::move(session));
+      }
+      scope.sessions.clear();
+    }
+    for (auto &session : closing)
+      shutDown(*session);
+  }
+
+  int64_t addToken(std::shared_ptr<Session> session, uint64_t launchId) {
+    std::unique_lock<std::shared_mutex> lock(mutex);
+    int64_t token = nextToken++;
+    tokens[token] = PendingLaunch{std::move(session), launchId};
+    return token;
+  }
+
+  std::optional<PendingLaunch> takeToken(int64_t token) {
+    std::unique_lock<std::shared_mutex> lock(mutex);
+    auto found = tokens.find(token);
+    if (found == tokens.end())
+      return std::nullopt;
+    PendingLaunch launch = std::move(found->second);
+    tokens.erase(found);
+    return launch;
+  }
+
+  /// Tells the executor the session is over. Nobody is left to report a failure to (a
+  /// scope being destroyed, process exit), and an executor drops sessions on restart anyway.
+  static void shutDown(Session &session) {
+    try {
+      consumeError(session.backend->closeSession(session.id));
+    } catch (...) {
+    }
+  }
+
+private:
+  Registry() = default;
+
+  /// Called with `mutex` held.
+  static void attribute(Session &session, ModuleScope::State *scope) {
+    if (!scope) {
+      session.pinned = true;
+      return;
+    }
+    if (std::find(scope->sessions.begin(), scope->sessions.end(), session.handle) !=
+        scope->sessions.end())
+      return;
+    scope->sessions.push_back(session.handle);
+    ++session.scopes;
+  }
+
+  static void closeAllAtExit() {
+    Registry &registry = get();
+    std::vector<std::shared_ptr<Session>> closing;
+    {
+      std::unique_lock<std::shared_mutex> lock(registry.mutex);
+      for (auto &entry : registry.byHandle)
+        closing.push_back(entry.second);
+      registry.byHandle.clear();
+      registry.byAddress.clear();
+      registry.tokens.clear();
+    }
+    for (auto &session : closing)
+      shutDown(*session);
+  }
+
+  std::mutex openMutex;
+  std::shared_mutex mutex;
+  std::map<std::string, std::shared_ptr<Session>> byAddress;
+  std::unordered_map<int64_t, std::shared_ptr<Session>> byHandle;
+  std::unordered_map<int64_t, PendingLaunch> tokens;
+  int64_t nextHandle = 1;
+  int64_t nextToken = 1;
+};
+
+std::string unknownSession(int64_t handle) {
+  return formatv("unknown session handle {0}", handle).str();
+}
+
+bool isObjectFormat(const char *format) {
+  if (!format)
+    return true;
+  StringRef name(format);
+  return name.empty() || name == "object" || name == "obj" || name == "o" || name == "elf";
+}
+
+/// Reads and ships the object at `path` unless the session already holds those bytes, and
+/// remembers the path so launches can name the object by it.
+Expected<std::shared_ptr<const ObjectBlob>> sendObject(Session &session, StringRef path) {
+  auto buffer = MemoryBuffer::getFile(path, /*IsText=*/false, /*RequiresNullTerminator=*/false);
+  if (!buffer)
+    return createStringError(buffer.getError(),
+                             "reading '" + path + "': " + buffer.getError().message());
+  auto blob =
+      std::make_shared<const ObjectBlob>(ObjectBlob::fromBytes((*buffer)->getBuffer().str()));
+  bool shipped;
+  {
+    std::shared_lock<std::shared_mutex> lock(session.objectsMutex);
+    shipped = session.shipped.contains(blob->sha256);
+  }
+  // Shipping runs unlocked: a slow upload must not stall launches of other objects, and a
+  // duplicate ship of the same bytes is harmless.
+  if (!shipped)
+    if (Error error = session.backend->shipObject(session.id, *blob))
+      return std::move(error);
+  std::unique_lock<std::shared_mutex> lock(session.objectsMutex);
+  session.shipped.insert(blob->sha256);
+  session.byPath[path] = blob;
+  return blob;
+}
+
+Expected<std::shared_ptr<const ObjectBlob>> objectFor(Session &session, StringRef path) {
+  {
+    std::shared_lock<std::shared_mutex> lock(session.objectsMutex);
+    auto found = session.byPath.find(path);
+    if (found != session.byPath.end())
+      return found->second;
+  }
+  return sendObject(session, path);
+}
+
+std::string entryName(StringRef entry) {
+  // A bare function name is never a pyface entry; calling it with the pyface convention
+  // would pass the wrong arguments, so it is taken to mean its entry.
+  return entry.starts_with(kEntryPrefix) ? entry.str() : (kEntryPrefix + entry).str();
+}
+
+int64_t *words(void *descriptor) { return static_cast<int64_t *>(descriptor); }
+
+void rowMajor(ArrayRef<int64_t> sizes, int64_t *strides) {
+  int64_t stride = 1;
+  for (size_t d = sizes.size(); d-- > 0;) {
+    strides[d] = stride;
+    stride *= std::max<int64_t>(1, sizes[d]);
+  }
+}
+
+bool isRowMajor(const OwnedTensor &tensor) {
+  int64_t expected = 1;
+  for (size_t d = tensor.sizes.size(); d-- > 0;) {
+    if (tensor.sizes[d] == 0)
+      return true;
+    if (tensor.sizes[d] != 1 && tensor.strides[d] != expected)
+      return false;
+    expected *= tensor.sizes[d];
+  }
+  return true;
+}
+
+int64_t elementCount(ArrayRef<int64_t> sizes) {
+  int64_t count = 1;
+  for (int64_t size : sizes)
+    count *= size;
+  return count;
+}
+
+/// Host code compiled for an identity layout ignores result strides, so a strided result
+/// is made contiguous here.
+Error makeRowMajor(OwnedTensor &tensor) {
+  if (isRowMajor(tensor))
+    return Error::success();
+  int64_t count = elementCount(tensor.sizes);
+  char *copy = static_cast<char *>(std::malloc(std::max<int64_t>(1, count * tensor.elemSize)));
+  if (!copy)
+    return createStringError(inconvertibleErrorCode(), "out of memory making a result contiguous");
+  SmallVector<int64_t, 4> index(tensor.sizes.size(), 0);
+  const char *source = static_cast<const char *>(tensor.data);
+  for (int64_t n = 0; n < count; ++n) {
+    int64_t offset = 0;
+    for (size_t d = 0; d < index.size(); ++d)
+      offset += index[d] * tensor.strides[d];
+    std::memcpy(copy + n * tensor.elemSize, source + offset * tensor.elemSize, tensor.elemSize);
+    for (size_t d = index.size(); d-- > 0;) {
+      if (++index[d] < tensor.sizes[d])
+        break;
+      index[d] = 0;
+    }
+  }
+  std::vector<int64_t> strides(tensor.sizes.size());
+  rowMajor(tensor.sizes, strides.data());
+  tensor = OwnedTensor(copy, copy, tensor.elemSize, tensor.sizes, std::move(strides));
+  return Error::success();
+}
+
+std::string shape(ArrayRef<int64_t> sizes) {
+  std::string text = "[";
+  for (size_t d = 0; d < sizes.size(); ++d) {
+    if (d)
+      text += ", ";
+    text += sizes[d] < 0 ? std::string("?") : std::to_string(sizes[d]);
+  }
+  return text + "]";
+}
+
+/// Gives every result a zero-filled buffer of its static shape (dynamic dimensions 0), so
+/// host code reading results after a failure sees zeros rather than garbage.
+void fillZeroResults(int64_t count, void **descriptors, const int64_t *ranks,
+                     const int64_t *elemSizes) {
+  if (count <= 0 || !descriptors || !ranks || !elemSizes)
+    return;
+  for (int64_t i = 0; i < count; ++i) {
+    int64_t *d = words(descriptors[i]);
+    if (!d)
+      continue;
+    int64_t rank = std::max<int64_t>(0, ranks[i]);
+    int64_t *sizes = d + 3;
+    for (int64_t k = 0; k < rank; ++k)
+      sizes[k] = std::max<int64_t>(0, sizes[k]);
+    int64_t bytes =
+        elementCount(ArrayRef<int64_t>(sizes, rank)) * std::max<int64_t>(1, elemSizes[i]);
+    void *buffer = std::calloc(std::max<int64_t>(1, bytes), 1);
+    d[0] = d[1] = static_cast<int64_t>(reinterpret_cast<intptr_t>(buffer));
+    d[2] = 0;
+    rowMajor(ArrayRef<int64_t>(sizes, rank), d + 3 + rank);
+  }
+}
+
+Error failure(const Twine &message) { return createStringError(inconvertibleErrorCode(), message); }
+
+/// The body of __catalyst__executor__launch; on success every result descriptor is filled,
+/// on failure none is touched.
+Error launchImpl(int64_t handle, const char *entryArg, const char *object, int64_t nIn,
+                 void **inDescs, const int64_t *inRanks, const int64_t *inElemSizes, int64_t nOut,
+                 void **outDescs, const int64_t *outRanks, const int64_t *outElemSizes) {
+  if (!entryArg || !object)
+    return failure("launch: null entry or object path");
+  std::string entry = entryName(entryArg);
+  std::string where = formatv("launch '{0}' of '{1}'", entry, object).str();
+  if (nIn < 0 || nOut < 0 || (nIn > 0 && (!inDescs || !inRanks || !inElemSizes)) ||
+      (nOut > 0 && (!outDescs || !outRanks || !outElemSizes)))
+    return failure(where + ": malformed argument arrays");
+
+  // Views are reused per thread so a steady stream of launches allocates nothing here.
+  thread_local std::vector<TensorView> views;
+  views.resize(nIn);
+  for (int64_t i = 0; i < nIn; ++i) {
+    const int64_t *d = words(inDescs[i]);
+    int64_t rank = inRanks[i];
+    if (!d || rank < 0 || inElemSizes[i] <= 0)
+      return failure(formatv("{0}: input {1} has no descriptor, rank {2} or element size {3}",
+                             where, i, rank, inElemSizes[i]));
+    TensorView &view = views[i];
+    view.data = reinterpret_cast<const char *>(d[1]) + d[2] * inElemSizes[i];
+    view.elemSize = inElemSizes[i];
+    view.sizes.assign(d + 3, d + 3 + rank);
+    view.strides.assign(d + 3 + rank, d + 3 + 2 * rank);
+  }
+  SmallVector<ResultSpec, 4> specs;
+  for (int64_t i = 0; i < nOut; ++i) {
+    if (!outDescs[i] || outRanks[i] < 0 || outElemSizes[i] <= 0)
+      return failure(formatv("{0}: result {1} has no descriptor, rank {2} or element size {3}",
+                             where, i, outRanks[i], outElemSizes[i]));
+    specs.push_back(ResultSpec{outRanks[i], outElemSizes[i]});
+  }
+
+  std::shared_ptr<Session> session = Registry::get().find(handle);
+  if (!session)
+    return failure(where + ": " + unknownSession(handle));
+  where += " on '" + session->address + "'";
+  auto blob = objectFor(*session, object);
+  if (!blob)
+    return failure(where + ": " + toString(blob.takeError()));
+  auto results = session->backend->launch(session->id, **blob, entry, views, specs);
+  if (!results)
+    return failure(where + ": " + toString(results.takeError()));
+
+  if (int64_t(results->size()) != nOut)
+    return failure(formatv("{0}: the executor returned {1} results, expected {2}", where,
+                           results->size(), nOut));
+  for (int64_t i = 0; i < nOut; ++i) {
+    OwnedTensor &tensor = (*results)[i];
+    ArrayRef<int64_t> expected(words(outDescs[i]) + 3, outRanks[i]);
+    bool matches = int64_t(tensor.sizes.size()) == outRanks[i] &&
+                   tensor.strides.size() == tensor.sizes.size() &&
+                   tensor.elemSize == outElemSizes[i];
+    for (size_t d = 0; matches && d < expected.size(); ++d)
+      matches = expected[d] < 0 || expected[d] == tensor.sizes[d];
+    if (!matches)
+      return failure(formatv("{0}: result {1} has shape {2} of {3}-byte elements, expected {4} "
+                             "of {5}-byte elements",
+                             where, i, shape(tensor.sizes), tensor.elemSize, shape(expected),
+                             outElemSizes[i]));
+    if (Error error = makeRowMajor(tensor))
+      return failure(where + ": " + toString(std::move(error)));
+  }
+  for (int64_t i = 0; i < nOut; ++i) {
+    OwnedTensor &tensor = (*results)[i];
+    int64_t *d = words(outDescs[i]);
+    int64_t rank = outRanks[i];
+    d[1] = static_cast<int64_t>(reinterpret_cast<intptr_t>(tensor.data));
+    d[0] = static_cast<int64_t>(reinterpret_cast<intptr_t>(tensor.release()));
+    d[2] = 0;
+    std::copy(tensor.sizes.begin(), tensor.sizes.end(), d + 3);
+    std::copy(tensor.strides.begin(), tensor.strides.end(), d + 3 + rank);
+  }
+  return Error::success();
+}
+
+Expected<std::string> callImpl(int64_t handle, const char *sym, const void *args, int64_t argsSize,
+                               int64_t outSize) {
+  if (!sym)
+    return failure("call: null symbol");
+  std::string where = formatv("call '{0}'", sym).str();
+  if (argsSize < 0 || (argsSize > 0 && !args) || outSize < 0)
+    return failure(
+        formatv("{0}: bad sizes (input {1} bytes, reply {2} bytes)", where, argsSize, outSize));
+  std::shared_ptr<Session> session = Registry::get().find(handle);
+  if (!session)
+    return failure(where + ": " + unknownSession(handle));
+  where += " on '" + session->address + "'";
+  auto reply = session->backend->call(
+      session->id, sym, StringRef(static_cast<const char *>(args), argsSize), outSize);
+  if (!reply)
+    return failure(where + ": " + toString(reply.takeError()));
+  if (int64_t(reply->size()) != outSize)
+    return failure(
+        formatv("{0}: the reply has {1} bytes, expected {2}", where, reply->size(), outSize));
+  return reply;
+}
+
+} // namespace
+
+ModuleScope::ModuleScope(ScopeOptions options) : state(std::make_shared<State>()) {
+  state->options = std::move(options);
+}
+
+ModuleScope::~ModuleScope() {
+  try {
+    Registry::get().releaseScope(*state);
+  } catch (...) {
+    // A destructor must not throw; the sessions then stay open until exit.
+  }
+}
+
+ModuleScope::Entered::Entered(ModuleScope &scope) : previous(activeScope) {
+  activeScope = &scope;
+  activeState = scope.state.get();
+}
+
+ModuleScope::Entered::~Entered() {
+  activeScope = previous;
+  activeState = previous ? previous->state.get() : nullptr;
+}
+
+void clearError() { firstError.reset(); }
+
+Error takeError() {
+  if (!firstError)
+    return Error::success();
+  std::string message = std::move(*firstError);
+  firstError.reset();
+  return createStringError(inconvertibleErrorCode(), message);
+}
+
+ArrayRef<AbiSymbol> abiSymbols() {
+  static const AbiSymbol symbols[] = {
+      {"__catalyst__executor__open", reinterpret_cast<void *>(&__catalyst__executor__open)},
+      {"__catalyst__executor__send_binary",
+       reinterpret_cast<void *>(&__catalyst__executor__send_binary)},
+      {"__catalyst__executor__launch", reinterpret_cast<void *>(&__catalyst__executor__launch)},
+      {"__catalyst__executor__launch_async",
+       reinterpret_cast<void *>(&__catalyst__executor__launch_async)},
+      {"__catalyst__executor__await", reinterpret_cast<void *>(&__catalyst__executor__await)},
+      {"__catalyst__executor__call_wrapper",
+       reinterpret_cast<void *>(&__catalyst__executor__call_wrapper)},
+      {"__catalyst__executor__free_result",
+       reinterpret_cast<void *>(&__catalyst__executor__free_result)},
+      {"__catalyst__executor__close", reinterpret_cast<void *>(&__catalyst__executor__close)},
+  };
+  return symbols;
+}
+
+} // namespace courier::runtime
+
+using namespace courier::runtime;
+
+extern "C" {
+
+int64_t __catalyst__executor__open(const char *address) {
+  return guarded<int64_t>(0, "open", [&]() -> int64_t {
+    if (!address) {
+      recordError("open: null address");
+      return 0;
+    }
+    auto handle = Registry::get().open(address);
+    if (!handle) {
+      recordError(formatv("open '{0}': {1}", address, toString(handle.takeError())).str());
+      return 0;
+    }
+    return *handle;
+  });
+}
+
+int32_t __catalyst__executor__send_binary(int64_t session, const char *path, const char *format) {
+  return guarded<int32_t>(1, "send_binary", [&]() -> int32_t {
+    if (!path) {
+      recordError("send_binary: null path");
+      return 1;
+    }
+    std::string where = formatv("send_binary '{0}'", path).str();
+    if (!isObjectFormat(format)) {
+      recordError(formatv("{0}: format '{1}' is not supported; only \"object\" (a relocatable "
+                          "ELF object) is",
+                          where, format)
+                      .str());
+      return 1;
+    }
+    std::shared_ptr<Session> found = Registry::get().find(session);
+    if (!found) {
+      recordError(where + ": " + unknownSession(session));
+      return 1;
+    }
+    auto blob = sendObject(*found, path);
+    if (!blob) {
+      recordError(where + " to '" + found->address + "': " + toString(blob.takeError()));
+      return 1;
+    }
+    return 0;
+  });
+}
+
+int32_t __catalyst__executor__launch(int64_t session, const char *entry, const char *object,
+                                     int64_t n_in, void **in_descs, const int64_t *in_ranks,
+                                     const int64_t *in_elem_sizes, int64_t n_out, void **out_descs,
+                                     const int64_t *out_ranks, const int64_t *out_elem_sizes) {
+  int32_t status = guarded<int32_t>(1, "launch", [&]() -> int32_t {
+    Error error = launchImpl(session, entry, object, n_in, in_descs, in_ranks, in_elem_sizes, n_out,
+                             out_descs, out_ranks, out_elem_sizes);
+    if (!error)
+      return 0;
+    recordError(toString(std::move(error)));
+    return 1;
+  });
+  if (status != 0)
+    guarded<int>(0, "launch", [&] {
+      fillZeroResults(n_out, out_descs, out_ranks, out_elem_sizes);
+      return 0;
+    });
+  return status;
+}
+
+int64_t __catalyst__executor__launch_async(int64_t session, const char *entry, const char *object) {
+  return guarded<int64_t>(0, "launch_async", [&]() -> int64_t {
+    if (!entry || !object) {
+      recordError("launch_async: null entry or object path");
+      return 0;
+    }
+    std::string name = entryName(entry);
+    std::string where = formatv("launch_async '{0}' of '{1}'", name, object).str();
+    std::shared_ptr<Session> found = Registry::get().find(session);
+    if (!found) {
+      recordError(where + ": " + unknownSession(session));
+      return 0;
+    }
+    where += " on '" + found->address + "'";
+    auto blob = objectFor(*found, object);
+    if (!blob) {
+      recordError(where + ": " + toString(blob.takeError()));
+      return 0;
+    }
+    auto launchId = found->backend->launchAsync(found->id, **blob, name);
+    if (!launchId) {
+      recordError(where + ": " + toString(launchId.takeError()));
+      return 0;
+    }
+    return Registry::get().addToken(std::move(found), *launchId);
+  });
+}
+
+int32_t __catalyst__executor__await(int64_t token) {
+  return guarded<int32_t>(1, "await", [&]() -> int32_t {
+    auto launch = Registry::get().takeToken(token);
+    if (!launch) {
+      recordError(formatv("await: unknown token {0} (never issued or already awaited)", token));
+      return 1;
+    }
+    if (Error error = launch->session->backend->await(launch->session->id, launch->launchId)) {
+      recordError(formatv("await of token {0} on '{1}': {2}", token, launch->session->address,
+                          toString(std::move(error)))
+                      .str());
+      return 1;
+    }
+    return 0;
+  });
+}
+
+int32_t __catalyst__executor__call_wrapper(int64_t session, const char *sym, const void *args,
+                                           int64_t args_size, void **out, int64_t *out_size) {
+  if (!out || !out_size) {
+    recordError("call: null reply pointers");
+    return 1;
+  }
+  *out = nullptr;
+  int64_t expected = *out_size;
+  int32_t status = guarded<int32_t>(1, "call", [&]() -> int32_t {
+    auto reply = callImpl(session, sym, args, args_size, expected);
+    if (!reply) {
+      recordError(toString(reply.takeError()));
+      return 1;
+    }
+    void *buffer = std::malloc(std::max<int64_t>(1, expected));
+    if (!buffer) {
+      recordError(formatv("call '{0}': out of memory for a {1}-byte reply", sym, expected));
+      return 1;
+    }
+    std::memcpy(buffer, reply->data(), reply->size());
+    *out = buffer;
+    return 0;
+  });
+  if (status != 0) {
+    *out_size = std::max<int64_t>(0, expected);
+    *out = std::calloc(std::max<int64_t>(1, *out_size), 1);
+  }
+  return status;
+}
+
+void __catalyst__executor__free_result(void *buf) { std::free(buf); }
+
+int32_t __catalyst__executor__close(int64_t session) {
+  return guarded<int32_t>(1, "close", [&]() -> int32_t {
+    std::shared_ptr<Session> found = Registry::get().remove(session);
+    if (!found) {
+      recordError("close: " + unknownSession(session));
+      return 1;
+    }
+    if (Error error = found->backend->closeSession(found->id)) {
+      recordError(formatv("close of '{0}': {1}", found->address, toString(std::move(error))));
+      return 1;
+    }
+    return 0;
+  });
+}
+
+} // extern "C"

@@ -7,6 +7,7 @@
 #include "runtime/ExecutorABI.h"
 #include "transport/Backend.h"
 
+#include "llvm/ADT/ArrayRef.h"
 #include "llvm/Support/Error.h"
 
 #include <memory>
@@ -47,6 +48,16 @@ public:
 private:
   std::shared_ptr<State> state;
 };
+
+/// One entry point of the C ABI: its name as lowered code spells it and its address here.
+struct AbiSymbol {
+  const char *name;
+  void *address;
+};
+
+/// Every function of runtime/ExecutorABI.h, for a JIT that defines them as absolute
+/// symbols (and so that a static link keeps them).
+llvm::ArrayRef<AbiSymbol> abiSymbols();
 
 /// Clears the calling thread's recorded error.
 void clearError();

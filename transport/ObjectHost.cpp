@@ -297,10 +297,12 @@ Error ObjectHost::Impl::link(const ObjectBlob &object, ArrayRef<std::string> exp
   dylib->addToLinkOrder(*runtime);
 
   auto discard = [&](Error cause) -> Error {
+    // ORC reports the root cause (e.g. "Symbols not found: [ foo ]") out of band and
+    // returns a generic "failed to materialize"; lead with the cause.
     std::string message = toString(std::move(cause));
     std::string reported = takeReported();
     if (!reported.empty())
-      message += " (" + reported + ")";
+      message = reported + " (" + message + ")";
     if (Error removal = session.removeJITDylib(*dylib))
       message += "; unloading it also failed: " + toString(std::move(removal));
     takeReported();

@@ -1,0 +1,38 @@
+/* Memref descriptors and the few libc declarations the test kernels need. No system
+ * headers, so the kernels also cross-compile for targets without a sysroot. */
+#ifndef COURIER_TESTS_KERNELS_PYFACE_H
+#define COURIER_TESTS_KERNELS_PYFACE_H
+
+typedef __INT64_TYPE__ i64;
+typedef __INT32_TYPE__ i32;
+typedef __UINT64_TYPE__ u64;
+typedef __SIZE_TYPE__ size_t;
+
+void *malloc(size_t size);
+void free(void *ptr);
+double exp(double x);
+
+#define DESCRIPTOR(rank)                                                                   \
+  struct {                                                                                 \
+    void *allocated;                                                                       \
+    void *aligned;                                                                         \
+    i64 offset;                                                                            \
+    i64 sizes[rank];                                                                       \
+    i64 strides[rank];                                                                     \
+  }
+
+typedef struct {
+  void *allocated;
+  void *aligned;
+  i64 offset;
+} desc0;
+typedef DESCRIPTOR(1) desc1;
+typedef DESCRIPTOR(2) desc2;
+typedef DESCRIPTOR(3) desc3;
+
+/* Kernels allocate at least one byte so an empty result is still a real allocation. */
+static inline void *allocate(i64 bytes) { return malloc(bytes > 0 ? (size_t)bytes : 1); }
+
+#define ARG(type, args, i) (((type **)(args))[i])
+
+#endif

@@ -1,0 +1,138 @@
+/* Kernels over ranks 0-3, several results, strided inputs and results, and results the
+ * kernel does not own (an aliased input, a constant global). */
+#include "pyface.h"
+
+/* Rank 0: x * x. */
+void _catalyst_pyface_square0(void *results, void *args) {
+  desc0 *in = ARG(desc0, args, 0);
+  desc0 *out = results;
+  double *dst = allocate(sizeof(double));
+  double x = ((const double *)in->aligned)[in->offset];
+  *dst = x * x;
+  out->allocated = dst;
+  out->aligned = dst;
+  out->offset = 0;
+}
+
+/* Rank 2: transposes an f32 [m, n] tensor of any strides into a contiguous [n, m] one. */
+void _catalyst_pyface_transpose2(void *results, void *args) {
+  desc2 *in = ARG(desc2, args, 0);
+  desc2 *out = results;
+  i64 m = in->sizes[0], n = in->sizes[1];
+  const float *src = (const float *)in->aligned + in->offset;
+  float *dst = allocate(m * n * (i64)sizeof(float));
+  for (i64 i = 0; i < m; ++i)
+    for (i64 j = 0; j < n; ++j)
+      dst[j * m + i] = src[i * in->strides[0] + j * in->strides[1]];
+  out->allocated = dst;
+  out->aligned = dst;
+  out->offset = 0;
+  out->sizes[0] = n;
+  out->sizes[1] = m;
+  out->strides[0] = m;
+  out->strides[1] = 1;
+}
+
+/* Rank 3: negates an i64 tensor of any strides. */
+void _catalyst_pyface_negate3(void *results, void *args) {
+  desc3 *in = ARG(desc3, args, 0);
+  desc3 *out = results;
+  i64 a = in->sizes[0], b = in->sizes[1], c = in->sizes[2];
+  const i64 *src = (const i64 *)in->aligned + in->offset;
+  i64 *dst = allocate(a * b * c * (i64)sizeof(i64));
+  for (i64 i = 0; i < a; ++i)
+    for (i64 j = 0; j < b; ++j)
+      for (i64 k = 0; k < c; ++k)
+        dst[(i * b + j) * c + k] =
+            -src[i * in->strides[0] + j * in->strides[1] + k * in->strides[2]];
+  out->allocated = dst;
+  out->aligned = dst;
+  out->offset = 0;
+  out->sizes[0] = a;
+  out->sizes[1] = b;
+  out->sizes[2] = c;
+  out->strides[0] = b * c;
+  out->strides[1] = c;
+  out->strides[2] = 1;
+}
+
+/* Two results of different ranks: the sum (rank 0) and the prefix sums (rank 1). */
+void _catalyst_pyface_stats(void *results, void *args) {
+  desc1 *in = ARG(desc1, args, 0);
+  struct {
+    desc0 sum;
+    desc1 prefix;
+  } *out = results;
+  i64 n = in->sizes[0];
+  const double *src = (const double *)in->aligned + in->offset;
+  double *sum = allocate(sizeof(double));
+  double *prefix = allocate(n * (i64)sizeof(double));
+  double total = 0;
+  for (i64 i = 0; i < n; ++i) {
+    total += src[i * in->strides[0]];
+    prefix[i] = total;
+  }
+  *sum = total;
+  out->sum.allocated = sum;
+  out->sum.aligned = sum;
+  out->sum.offset = 0;
+  out->prefix.allocated = prefix;
+  out->prefix.aligned = prefix;
+  out->prefix.offset = 0;
+  out->prefix.sizes[0] = n;
+  out->prefix.strides[0] = 1;
+}
+
+/* Returns its input unchanged, as bufferized code may: the host must copy it. */
+void _catalyst_pyface_identity(void *results, void *args) {
+  desc1 *in = ARG(desc1, args, 0);
+  *(desc1 *)results = *in;
+}
+
+static const i32 constant_values[4] = {7, 11, 13, 17};
+
+/* Returns a constant global the way memref.get_global lowers: allocated is 0xdeadbeef. */
+void _catalyst_pyface_constant(void *results, void *args) {
+  desc1 *out = results;
+  out->allocated = (void *)0xdeadbeef;
+  out->aligned = (void *)constant_values;
+  out->offset = 0;
+  out->sizes[0] = 4;
+  out->strides[0] = 1;
+}
+
+/* Returns a [2, 3] f64 result laid out column-major (strides [1, 2]): element (i, j) is
+ * 10 * i + j. */
+void _catalyst_pyface_column_major(void *results, void *args) {
+  desc2 *out = results;
+  double *dst = allocate(6 * (i64)sizeof(double));
+  for (i64 i = 0; i < 2; ++i)
+    for (i64 j = 0; j < 3; ++j)
+      dst[i + 2 * j] = 10.0 * (double)i + (double)j;
+  out->allocated = dst;
+  out->aligned = dst;
+  out->offset = 0;
+  out->sizes[0] = 2;
+  out->sizes[1] = 3;
+  out->strides[0] = 1;
+  out->strides[1] = 2;
+}
+
+/* Calls into libm, which the object host must resolve. */
+void _catalyst_pyface_exp(void *results, void *args) {
+  desc1 *in = ARG(desc1, args, 0);
+  desc1 *out = results;
+  i64 n = in->sizes[0];
+  const double *src = (const double *)in->aligned + in->offset;
+  double *dst = allocate(n * (i64)sizeof(double));
+  for (i64 i = 0; i < n; ++i)
+    dst[i] = exp(src[i * in->strides[0]]);
+  out->allocated = dst;
+  out->aligned = dst;
+  out->offset = 0;
+  out->sizes[0] = n;
+  out->strides[0] = 1;
+}
+
+/* No arguments, no results: the shape of an async launch. */
+void _catalyst_pyface_noop(void *results, void *args) {}

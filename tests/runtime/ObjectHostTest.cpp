@@ -1,0 +1,224 @@
+// Object host: validation of shipped objects, the pyface entry ABI, and `call`.
+#include "transport/ObjectHost.h"
+
+#include "tests/runtime/TestSupport.h"
+
+#include <cmath>
+
+using namespace courier;
+using namespace courier::test;
+using transport::ObjectHost;
+using transport::OwnedTensor;
+using transport::ResultSpec;
+
+namespace {
+
+std::unique_ptr<ObjectHost> makeHost(std::vector<std::string> plugins = {}) {
+  auto set = transport::PluginSet::load(plugins);
+  REQUIRE(bool(set));
+  auto host = ObjectHost::create(std::move(*set));
+  REQUIRE(bool(host));
+  return std::move(*host);
+}
+
+std::vector<OwnedTensor> launch(ObjectHost &host, const transport::ObjectBlob &object,
+                                const char *entry, llvm::ArrayRef<transport::TensorView> inputs,
+                                llvm::ArrayRef<ResultSpec> results) {
+  auto tensors = host.launch(object.sha256, entry, inputs, results);
+  if (!tensors)
+    FAIL(llvm::toString(tensors.takeError()));
+  return std::move(*tensors);
+}
+
+} // namespace
+
+TEST_CASE("a blob's content address is the sha-256 of its bytes", "[objecthost]") {
+  CHECK(transport::ObjectBlob::fromBytes("abc").sha256 ==
+        "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+}
+
+TEST_CASE("a float kernel doubles a contiguous and a strided vector", "[objecthost]") {
+  auto host = makeHost();
+  auto scale = kernel(COURIER_KERNEL_SCALE);
+  REQUIRE_OK(host->addObject(scale));
+  CHECK(host->hasObject(scale.sha256));
+
+  std::vector<double> x{1, 2, 3, 4};
+  auto out = launch(*host, scale, "_catalyst_pyface_scale", {view(x, {4}, {1})}, {{1, 8}});
+  REQUIRE(out.size() == 1);
+  CHECK(out[0].sizes == std::vector<int64_t>{4});
+  CHECK(elements<double>(out[0]) == std::vector<double>{2, 4, 6, 8});
+
+  auto every2nd = launch(*host, scale, "_catalyst_pyface_scale", {view(x, {2}, {2})}, {{1, 8}});
+  CHECK(elements<double>(every2nd[0]) == std::vector<double>{2, 6});
+}
+
+TEST_CASE("an integer kernel adds two vectors", "[objecthost]") {
+  auto host = makeHost();
+  auto add = kernel(COURIER_KERNEL_ADD);
+  REQUIRE_OK(host->addObject(add));
+  std::vector<int32_t> a{1, -2, 3}, b{10, 20, -30};
+  auto out =
+      launch(*host, add, "_catalyst_pyface_add", {view(a, {3}, {1}), view(b, {3}, {1})}, {{1, 4}});
+  CHECK(elements<int32_t>(out[0]) == std::vector<int32_t>{11, 18, -27});
+}
+
+TEST_CASE("kernels of rank 0 to 3 read strided inputs and return their results", "[objecthost]") {
+  auto host = makeHost();
+  auto shapes = kernel(COURIER_KERNEL_SHAPES);
+  REQUIRE_OK(host->addObject(shapes));
+
+  std::vector<double> three{3};
+  auto square = launch(*host, shapes, "_catalyst_pyface_square0", {view(three, {}, {})}, {{0, 8}});
+  CHECK(square[0].sizes.empty());
+  CHECK(elements<double>(square[0]) == std::vector<double>{9});
+
+  // A column-major [2, 3] view of {1..6}: element (i, j) is at i + 2 j.
+  std::vector<float> m{1, 2, 3, 4, 5, 6};
+  auto transposed =
+      launch(*host, shapes, "_catalyst_pyface_transpose2", {view(m, {2, 3}, {1, 2})}, {{2, 4}});
+  CHECK(transposed[0].sizes == std::vector<int64_t>{3, 2});
+  CHECK(elements<float>(transposed[0]) == std::vector<float>{1, 2, 3, 4, 5, 6});
+
+  // Every other element along the last axis of a [2, 2, 4] tensor.
+  std::vector<int64_t> cube(16);
+  for (int64_t i = 0; i < 16; ++i)
+    cube[i] = i;
+  auto negated = launch(*host, shapes, "_catalyst_pyface_negate3",
+                        {view(cube, {2, 2, 2}, {8, 4, 2})}, {{3, 8}});
+  CHECK(negated[0].sizes == std::vector<int64_t>{2, 2, 2});
+  CHECK(elements<int64_t>(negated[0]) == std::vector<int64_t>{0, -2, -4, -6, -8, -10, -12, -14});
+}
+
+TEST_CASE("a kernel with two results of different ranks fills both", "[objecthost]") {
+  auto host = makeHost();
+  auto shapes = kernel(COURIER_KERNEL_SHAPES);
+  REQUIRE_OK(host->addObject(shapes));
+  std::vector<double> x{1, 2, 3};
+  auto out = launch(*host, shapes, "_catalyst_pyface_stats", {view(x, {3}, {1})}, {{0, 8}, {1, 8}});
+  REQUIRE(out.size() == 2);
+  CHECK(elements<double>(out[0]) == std::vector<double>{6});
+  CHECK(elements<double>(out[1]) == std::vector<double>{1, 3, 6});
+}
+
+TEST_CASE("results the kernel does not own are handed over as private copies", "[objecthost]") {
+  auto host = makeHost();
+  auto shapes = kernel(COURIER_KERNEL_SHAPES);
+  REQUIRE_OK(host->addObject(shapes));
+
+  std::vector<double> x{5, 6, 7, 8};
+  auto same = launch(*host, shapes, "_catalyst_pyface_identity", {view(x, {2}, {2})}, {{1, 8}});
+  CHECK(same[0].allocated != x.data());
+  CHECK(elements<double>(same[0]) == std::vector<double>{5, 7});
+
+  auto constant = launch(*host, shapes, "_catalyst_pyface_constant", {}, {{1, 4}});
+  CHECK(elements<int32_t>(constant[0]) == std::vector<int32_t>{7, 11, 13, 17});
+}
+
+TEST_CASE("kernels reach libm through the object host", "[objecthost]") {
+  auto host = makeHost();
+  auto shapes = kernel(COURIER_KERNEL_SHAPES);
+  REQUIRE_OK(host->addObject(shapes));
+  std::vector<double> x{0, 1};
+  auto out = launch(*host, shapes, "_catalyst_pyface_exp", {view(x, {2}, {1})}, {{1, 8}});
+  auto values = elements<double>(out[0]);
+  CHECK(values[0] == 1.0);
+  CHECK(values[1] == Approx(std::exp(1.0)));
+}
+
+TEST_CASE("two objects exporting the same entry keep their own code", "[objecthost]") {
+  auto host = makeHost();
+  auto twice = kernel(COURIER_KERNEL_SCALE);
+  auto thrice = kernel(COURIER_KERNEL_SCALE3);
+  REQUIRE(twice.sha256 != thrice.sha256);
+  REQUIRE_OK(host->addObject(twice));
+  REQUIRE_OK(host->addObject(thrice));
+  std::vector<double> x{1};
+  auto a = launch(*host, twice, "_catalyst_pyface_scale", {view(x, {1}, {1})}, {{1, 8}});
+  auto b = launch(*host, thrice, "_catalyst_pyface_scale", {view(x, {1}, {1})}, {{1, 8}});
+  CHECK(elements<double>(a[0]) == std::vector<double>{2});
+  CHECK(elements<double>(b[0]) == std::vector<double>{3});
+}
+
+TEST_CASE("adding the same object twice is a no-op", "[objecthost]") {
+  auto host = makeHost();
+  auto scale = kernel(COURIER_KERNEL_SCALE);
+  REQUIRE_OK(host->addObject(scale));
+  REQUIRE_OK(host->addObject(scale));
+}
+
+TEST_CASE("bad objects are rejected with a message saying what is wrong", "[objecthost]") {
+  auto host = makeHost();
+  auto arm = kernel(COURIER_KERNEL_SCALE_AARCH64);
+  auto message = failure(host->addObject(arm));
+  CHECK_THAT(message, Catch::Contains(arm.sha256) && Catch::Contains("is for aarch64") &&
+                          Catch::Contains("x86_64"));
+
+  auto truncated = kernel(COURIER_KERNEL_SCALE_TRUNCATED);
+  CHECK_THAT(failure(host->addObject(truncated)),
+             Catch::Contains(truncated.sha256) && Catch::Contains("not a valid object file"));
+
+  auto text = transport::ObjectBlob::fromBytes("this is not an object file");
+  CHECK_THAT(failure(host->addObject(text)), Catch::Contains("not a valid object file"));
+
+  auto empty = transport::ObjectBlob::fromBytes("");
+  CHECK_THAT(failure(host->addObject(empty)), Catch::Contains(empty.sha256));
+
+  auto shared = transport::ObjectBlob::fromBytes(readFile(COURIER_TEST_PLUGIN));
+  CHECK_THAT(failure(host->addObject(shared)), Catch::Contains("not a relocatable object"));
+
+  auto unresolved = kernel(COURIER_KERNEL_UNRESOLVED);
+  CHECK_THAT(failure(host->addObject(unresolved)),
+             Catch::Contains(unresolved.sha256) && Catch::Contains("courier_missing_function"));
+  CHECK_FALSE(host->hasObject(unresolved.sha256));
+
+  // None of this disturbed the host.
+  auto scale = kernel(COURIER_KERNEL_SCALE);
+  REQUIRE_OK(host->addObject(scale));
+  std::vector<double> x{1};
+  auto out = launch(*host, scale, "_catalyst_pyface_scale", {view(x, {1}, {1})}, {{1, 8}});
+  CHECK(elements<double>(out[0]) == std::vector<double>{2});
+}
+
+TEST_CASE("an unknown entry or object is an error naming it", "[objecthost]") {
+  auto host = makeHost();
+  auto scale = kernel(COURIER_KERNEL_SCALE);
+  REQUIRE_OK(host->addObject(scale));
+  CHECK(failure(host->launch(scale.sha256, "_catalyst_pyface_x", {}, {})) ==
+        "unknown entry '_catalyst_pyface_x' in object " + scale.sha256);
+  CHECK_THAT(failure(host->launch("feed", "_catalyst_pyface_scale", {}, {})),
+             Catch::Contains("object feed is not loaded"));
+}
+
+TEST_CASE("call reaches plugin and object symbols and reports their failures", "[objecthost]") {
+  auto host = makeHost({COURIER_TEST_PLUGIN});
+  std::vector<double> values{1.5, 2.5, 4};
+  llvm::StringRef input(reinterpret_cast<const char *>(values.data()), 24);
+  auto sum = host->call("courier_test_sum", input, 8);
+  REQUIRE(bool(sum));
+  double total;
+  std::memcpy(&total, sum->data(), 8);
+  CHECK(total == 8);
+
+  CHECK_THAT(failure(host->call("courier_test_sum", input, 4)),
+             Catch::Contains("'courier_test_sum'") && Catch::Contains("code 22"));
+  CHECK_THAT(failure(host->call("courier_test_fail", "", 0)), Catch::Contains("code 7"));
+  CHECK_THAT(failure(host->call("courier_nowhere", "", 0)),
+             Catch::Contains("unknown symbol 'courier_nowhere'"));
+
+  auto add = kernel(COURIER_KERNEL_ADD);
+  REQUIRE_OK(host->addObject(add));
+  std::vector<int32_t> ints{3, -4};
+  auto negated = host->call("courier_object_negate",
+                            llvm::StringRef(reinterpret_cast<const char *>(ints.data()), 8), 8);
+  REQUIRE(bool(negated));
+  int32_t back[2];
+  std::memcpy(back, negated->data(), 8);
+  CHECK(back[0] == -3);
+  CHECK(back[1] == 4);
+}
+
+TEST_CASE("a plugin that does not exist fails to load with its path", "[objecthost]") {
+  auto set = transport::PluginSet::load({"/nonexistent/libnothing.so"});
+  CHECK_THAT(failure(std::move(set)), Catch::Contains("/nonexistent/libnothing.so"));
+}
