@@ -1,13 +1,613 @@
-// Placeholder until the HTTP client lands: every remote address fails with a clear error.
+// The HTTP/JSON client backend: speaks the /v1 protocol (docs/protocol.md) to a
+// courier-executor over a small pool of keep-alive connections, streaming tensors straight
+// from the caller's memory and into freshly allocated result buffers. It remembers what each
+// session shipped, so an executor that restarted (and lost sessions and objects) is
+// repopulated transparently on the next request.
 #include "transport/HttpBackend.h"
+
+#include "transport/Wire.h"
+
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/FormatVariadic.h"
+
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+
+#include <cstdlib>
+#include <map>
+#include <mutex>
+
+using json = nlohmann::json;
 
 namespace courier::transport {
 
+namespace {
+
+using wire::makeWireError;
+
+/// Code and message of a failed request; keeps the wire code so callers can recover.
+struct Failure {
+  std::string code;
+  std::string message;
+};
+
+Failure toFailure(llvm::Error error) {
+  Failure failure{"internal", ""};
+  llvm::handleAllErrors(
+      std::move(error),
+      [&](const wire::WireError &e) {
+        failure.code = e.code;
+        failure.message = e.message;
+      },
+      [&](const llvm::ErrorInfoBase &e) { failure.message = e.message(); });
+  return failure;
+}
+
+llvm::Error toError(const Failure &failure) { return makeWireError(failure.code, failure.message); }
+
+std::string describeTransportError(httplib::Error error) {
+  switch (error) {
+  case httplib::Error::Connection:
+    return "cannot connect (connection refused or host unreachable)";
+  case httplib::Error::ConnectionTimeout:
+    return "connection timed out";
+  case httplib::Error::Read:
+    return "connection lost or no reply within the request timeout";
+  case httplib::Error::Write:
+    return "connection lost while sending the request";
+  case httplib::Error::Canceled:
+    return "request abandoned";
+  default:
+    return httplib::to_string(error);
+  }
+}
+
+/// Turns an executor's JSON error body into a WireError; anything else (a proxy's HTML
+/// page, say) is described by its status.
+Failure parseErrorBody(int status, const std::string &body) {
+  json parsed = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (parsed.is_object() && parsed.contains("error") && parsed["error"].is_object()) {
+    const json &error = parsed["error"];
+    Failure failure{"internal", "HTTP " + std::to_string(status)};
+    if (error.contains("code") && error["code"].is_string())
+      failure.code = error["code"].get<std::string>();
+    if (error.contains("message") && error["message"].is_string())
+      failure.message = error["message"].get<std::string>();
+    return failure;
+  }
+  return Failure{status == 401 ? "unauthorized" : "internal",
+                 "HTTP " + std::to_string(status) + " without an executor error body"};
+}
+
+/// What the client keeps per session to rebuild it on an executor that lost it.
+struct SessionState {
+  std::mutex mutex;
+  std::map<std::string, ObjectBlob> objects; ///< Shipped objects, by SHA-256.
+};
+
+class HttpBackend final : public Backend {
+public:
+  HttpBackend(std::string address, std::string host, int port, BackendOptions options)
+      : addressText(std::move(address)), host(std::move(host)), port(port),
+        options(std::move(options)) {}
+
+  const std::string &address() const override { return addressText; }
+
+  llvm::Expected<Health> health() override;
+  llvm::Expected<std::string> openSession() override;
+  llvm::Error closeSession(llvm::StringRef session) override;
+  llvm::Error shipObject(llvm::StringRef session, const ObjectBlob &object) override;
+  llvm::Expected<std::vector<OwnedTensor>> launch(llvm::StringRef session, const ObjectBlob &object,
+                                                  llvm::StringRef entry,
+                                                  llvm::ArrayRef<TensorView> inputs,
+                                                  llvm::ArrayRef<ResultSpec> results) override;
+  llvm::Expected<uint64_t> launchAsync(llvm::StringRef session, const ObjectBlob &object,
+                                       llvm::StringRef entry) override;
+  llvm::Error await(llvm::StringRef session, uint64_t launchId) override;
+  llvm::Expected<std::string> call(llvm::StringRef session, llvm::StringRef symbol,
+                                   llvm::StringRef input, uint64_t outputSize) override;
+
+private:
+  /// A pooled connection, returned to the pool when the lease ends.
+  class Lease {
+  public:
+    Lease(HttpBackend &owner, std::unique_ptr<httplib::Client> client)
+        : owner(owner), client(std::move(client)) {}
+    ~Lease() { owner.release(std::move(client)); }
+    httplib::Client &operator*() { return *client; }
+
+  private:
+    HttpBackend &owner;
+    std::unique_ptr<httplib::Client> client;
+  };
+
+  Lease acquire();
+  void release(std::unique_ptr<httplib::Client> client);
+
+  /// Sends `req` and returns the status; a transport failure or an error status becomes a
+  /// Failure whose message starts with "<operation> on <address>: ".
+  llvm::Expected<int> send(httplib::Request &req, httplib::Response &res,
+                           const std::string &operation);
+  /// A request with a small body whose reply is read whole (JSON control messages).
+  llvm::Expected<json> exchange(const std::string &method, const std::string &path,
+                                const std::string &body, const std::string &operation,
+                                llvm::StringRef session = {});
+
+  std::shared_ptr<SessionState> stateOf(llvm::StringRef session, bool create);
+  llvm::Error attachOrUpload(llvm::StringRef session, const ObjectBlob &object);
+  llvm::Error upload(const ObjectBlob &object);
+  /// Re-creates `session` under the same id and ships everything it held.
+  llvm::Error reopen(llvm::StringRef session);
+  /// Runs `attempt`; if the executor lost the object or the session, repairs that and
+  /// tries once more.
+  template <typename T>
+  llvm::Expected<T> withRecovery(llvm::StringRef session, const ObjectBlob *object,
+                                 const std::function<llvm::Expected<T>()> &attempt);
+
+  llvm::Expected<std::vector<OwnedTensor>>
+  launchOnce(llvm::StringRef session, const ObjectBlob &object, llvm::StringRef entry,
+             llvm::ArrayRef<TensorView> inputs, llvm::ArrayRef<ResultSpec> results);
+  llvm::Expected<std::string> callOnce(llvm::StringRef session, llvm::StringRef symbol,
+                                       llvm::StringRef input, uint64_t outputSize);
+
+  std::string sessionPath(llvm::StringRef session) const { return "/v1/sessions/" + session.str(); }
+  std::string where(const std::string &operation) const { return operation + " on " + addressText; }
+
+  std::string addressText;
+  std::string host;
+  int port;
+  BackendOptions options;
+
+  std::mutex poolMutex;
+  std::vector<std::unique_ptr<httplib::Client>> idle;
+
+  std::mutex sessionsMutex;
+  std::map<std::string, std::shared_ptr<SessionState>, std::less<>> sessions;
+};
+
+HttpBackend::Lease HttpBackend::acquire() {
+  {
+    std::lock_guard<std::mutex> lock(poolMutex);
+    if (!idle.empty()) {
+      std::unique_ptr<httplib::Client> client = std::move(idle.back());
+      idle.pop_back();
+      return Lease(*this, std::move(client));
+    }
+  }
+  auto client = std::make_unique<httplib::Client>(host, port);
+  client->set_keep_alive(true);
+  client->set_tcp_nodelay(true);
+  client->set_connection_timeout(options.connectTimeout);
+  client->set_read_timeout(options.requestTimeout);
+  client->set_write_timeout(options.requestTimeout);
+  return Lease(*this, std::move(client));
+}
+
+void HttpBackend::release(std::unique_ptr<httplib::Client> client) {
+  // Keep enough idle connections for a handful of concurrent callers; more just hold
+  // executor threads.
+  constexpr size_t kMaxIdle = 16;
+  std::lock_guard<std::mutex> lock(poolMutex);
+  if (client && idle.size() < kMaxIdle)
+    idle.push_back(std::move(client));
+}
+
+llvm::Expected<int> HttpBackend::send(httplib::Request &req, httplib::Response &res,
+                                      const std::string &operation) {
+  if (!options.bearerToken.empty())
+    req.set_header("Authorization", "Bearer " + options.bearerToken);
+  // httplib's server waits for a body on these methods unless told there is none.
+  if (req.method != "GET" && req.method != "HEAD" && !req.content_provider_ &&
+      !req.has_header("Content-Length"))
+    req.set_header("Content-Length", std::to_string(req.body.size()));
+  httplib::Error error = httplib::Error::Success;
+  bool sent;
+  {
+    Lease lease = acquire();
+    sent = (*lease).send(req, res, error);
+  }
+  if (!sent)
+    return makeWireError("unavailable", where(operation) + ": " + describeTransportError(error));
+  return res.status;
+}
+
+llvm::Expected<json> HttpBackend::exchange(const std::string &method, const std::string &path,
+                                           const std::string &body, const std::string &operation,
+                                           llvm::StringRef session) {
+  httplib::Request req;
+  req.method = method;
+  req.path = path;
+  req.body = body;
+  if (!body.empty())
+    req.set_header("Content-Type", wire::kJsonContentType);
+  if (!session.empty())
+    req.set_header(wire::kSessionHeader, session.str());
+  httplib::Response res;
+  llvm::Expected<int> status = send(req, res, operation);
+  if (!status)
+    return status.takeError();
+  if (*status >= 400) {
+    Failure failure = parseErrorBody(*status, res.body);
+    return makeWireError(failure.code, where(operation) + ": " + failure.message);
+  }
+  if (res.body.empty())
+    return json::object();
+  json parsed = json::parse(res.body, nullptr, /*allow_exceptions=*/false);
+  if (parsed.is_discarded())
+    return makeWireError("internal", where(operation) + ": reply is not JSON");
+  return parsed;
+}
+
+std::shared_ptr<SessionState> HttpBackend::stateOf(llvm::StringRef session, bool create) {
+  std::lock_guard<std::mutex> lock(sessionsMutex);
+  auto it = sessions.find(session);
+  if (it != sessions.end())
+    return it->second;
+  if (!create)
+    return nullptr;
+  auto state = std::make_shared<SessionState>();
+  sessions.emplace(session.str(), state);
+  return state;
+}
+
+llvm::Expected<Health> HttpBackend::health() {
+  llvm::Expected<json> reply = exchange("GET", "/v1/health", "", "checking health");
+  if (!reply)
+    return reply.takeError();
+  Health health;
+  const json &j = *reply;
+  if (j.contains("version") && j["version"].is_string())
+    health.version = j["version"];
+  if (j.contains("triple") && j["triple"].is_string())
+    health.triple = j["triple"];
+  if (j.contains("cpu") && j["cpu"].is_string())
+    health.cpu = j["cpu"];
+  if (j.contains("features") && j["features"].is_array())
+    for (const json &f : j["features"])
+      if (f.is_string())
+        health.features.push_back(f.get<std::string>());
+  return health;
+}
+
+llvm::Expected<std::string> HttpBackend::openSession() {
+  llvm::Expected<json> reply = exchange("POST", "/v1/sessions", "", "opening a session");
+  if (!reply)
+    return reply.takeError();
+  if (!reply->contains("session") || !(*reply)["session"].is_string())
+    return makeWireError("internal", where("opening a session") + ": reply has no session id");
+  std::string id = (*reply)["session"];
+  stateOf(id, /*create=*/true);
+  return id;
+}
+
+llvm::Error HttpBackend::closeSession(llvm::StringRef session) {
+  std::shared_ptr<SessionState> state;
+  {
+    std::lock_guard<std::mutex> lock(sessionsMutex);
+    auto it = sessions.find(session);
+    if (it != sessions.end()) {
+      state = it->second;
+      sessions.erase(it);
+    }
+  }
+  std::string operation = "closing session '" + session.str() + "'";
+  llvm::Expected<json> reply = exchange("DELETE", sessionPath(session), "", operation, session);
+  if (reply)
+    return llvm::Error::success();
+  Failure failure = toFailure(reply.takeError());
+  // An executor that restarted has already forgotten a session we opened: it is closed.
+  if (state && (failure.code == "unknown_session" || failure.code == "unavailable"))
+    return llvm::Error::success();
+  return toError(failure);
+}
+
+llvm::Error HttpBackend::upload(const ObjectBlob &object) {
+  std::string operation = "shipping object " + object.sha256.substr(0, 12);
+  httplib::Request req;
+  req.method = "PUT";
+  req.path = "/v1/objects/" + object.sha256;
+  req.set_header("Content-Type", wire::kBytesContentType);
+  std::shared_ptr<const std::string> bytes = object.bytes;
+  req.content_length_ = bytes->size();
+  req.content_provider_ = [bytes](size_t offset, size_t length, httplib::DataSink &sink) {
+    return sink.write(bytes->data() + offset, length);
+  };
+  httplib::Response res;
+  llvm::Expected<int> status = send(req, res, operation);
+  if (!status)
+    return status.takeError();
+  if (*status >= 400) {
+    Failure failure = parseErrorBody(*status, res.body);
+    return makeWireError(failure.code, where(operation) + ": " + failure.message);
+  }
+  return llvm::Error::success();
+}
+
+llvm::Error HttpBackend::attachOrUpload(llvm::StringRef session, const ObjectBlob &object) {
+  if (!object.bytes || !wire::isSha256(object.sha256))
+    return makeWireError("bad_request",
+                         where("shipping an object") + ": the object has no bytes or no SHA-256");
+  std::string operation = "shipping object " + object.sha256.substr(0, 12);
+  std::string path = sessionPath(session) + "/objects/" + object.sha256;
+  // Attaching first makes shipping an object the executor already holds one small request.
+  llvm::Expected<json> attached = exchange("POST", path, "", operation, session);
+  if (attached)
+    return llvm::Error::success();
+  Failure failure = toFailure(attached.takeError());
+  if (failure.code != "unknown_object")
+    return toError(failure);
+  if (llvm::Error error = upload(object))
+    return error;
+  return exchange("POST", path, "", operation, session).takeError();
+}
+
+llvm::Error HttpBackend::reopen(llvm::StringRef session) {
+  std::string operation = "re-creating session '" + session.str() + "'";
+  if (llvm::Error error = exchange("PUT", sessionPath(session), "", operation, session).takeError())
+    return error;
+  std::shared_ptr<SessionState> state = stateOf(session, /*create=*/true);
+  std::vector<ObjectBlob> objects;
+  {
+    std::lock_guard<std::mutex> lock(state->mutex);
+    for (const auto &entry : state->objects)
+      objects.push_back(entry.second);
+  }
+  for (const ObjectBlob &object : objects)
+    if (llvm::Error error = attachOrUpload(session, object))
+      return error;
+  return llvm::Error::success();
+}
+
+template <typename T>
+llvm::Expected<T> HttpBackend::withRecovery(llvm::StringRef session, const ObjectBlob *object,
+                                            const std::function<llvm::Expected<T>()> &attempt) {
+  llvm::Expected<T> first = attempt();
+  if (first)
+    return first;
+  Failure failure = toFailure(first.takeError());
+  if (failure.code == "unknown_session") {
+    if (llvm::Error error = reopen(session))
+      return std::move(error);
+  } else if (failure.code == "unknown_object" && object) {
+    // Only our own object can be missing: upload it (the launch attaches it).
+    if (llvm::Error error = upload(*object))
+      return std::move(error);
+  } else {
+    return toError(failure);
+  }
+  if (object)
+    if (llvm::Error error = attachOrUpload(session, *object))
+      return std::move(error);
+  return attempt();
+}
+
+llvm::Error HttpBackend::shipObject(llvm::StringRef session, const ObjectBlob &object) {
+  std::shared_ptr<SessionState> state = stateOf(session, /*create=*/true);
+  {
+    std::lock_guard<std::mutex> lock(state->mutex);
+    state->objects.emplace(object.sha256, object);
+  }
+  llvm::Error shipped = attachOrUpload(session, object);
+  if (!shipped)
+    return shipped;
+  Failure failure = toFailure(std::move(shipped));
+  if (failure.code != "unknown_session")
+    return toError(failure);
+  return reopen(session);
+}
+
+llvm::Expected<std::vector<OwnedTensor>>
+HttpBackend::launchOnce(llvm::StringRef session, const ObjectBlob &object, llvm::StringRef entry,
+                        llvm::ArrayRef<TensorView> inputs, llvm::ArrayRef<ResultSpec> results) {
+  std::string operation = "launching '" + entry.str() + "'";
+  for (size_t i = 0; i < inputs.size(); ++i)
+    if (inputs[i].sizes.size() != inputs[i].strides.size() || inputs[i].elemSize <= 0 ||
+        (!inputs[i].data && !llvm::is_contained(inputs[i].sizes, 0)))
+      return makeWireError("bad_request", where(operation) + ": input " + std::to_string(i) +
+                                              " is not a valid tensor view");
+  wire::LaunchRequest header;
+  header.object = object.sha256;
+  header.entry = entry.str();
+  header.inputs = wire::describePacked(inputs);
+  header.results.assign(results.begin(), results.end());
+  wire::FrameWriter writer(wire::encodeLaunchRequest(header),
+                           std::vector<TensorView>(inputs.begin(), inputs.end()));
+
+  httplib::Request req;
+  req.method = "POST";
+  req.path = sessionPath(session) + "/launch";
+  req.set_header("Content-Type", wire::kFrameContentType);
+  req.set_header(wire::kSessionHeader, session.str());
+  req.content_length_ = writer.size();
+  req.content_provider_ = [&writer](size_t offset, size_t, httplib::DataSink &sink) {
+    return writer.writeNext(offset,
+                            [&](const char *data, size_t size) { return sink.write(data, size); });
+  };
+
+  // Results land in buffers sized from the reply's header line, owned by `tensors` at once
+  // so that every exit path frees them.
+  std::vector<OwnedTensor> tensors;
+  wire::FrameReader reader(
+      [&](llvm::StringRef line) -> llvm::Expected<std::vector<wire::Destination>> {
+        llvm::Expected<wire::LaunchReply> reply = wire::decodeLaunchReply(line);
+        if (!reply)
+          return reply.takeError();
+        if (reply->results.size() != results.size())
+          return makeWireError("bad_frame",
+                               llvm::formatv("executor returned {0} results, expected {1}",
+                                             reply->results.size(), results.size()));
+        std::vector<wire::Destination> destinations;
+        for (size_t i = 0; i < results.size(); ++i) {
+          wire::TensorHeader &t = reply->results[i];
+          if (static_cast<int64_t>(t.sizes.size()) != results[i].rank ||
+              t.elemSize != results[i].elemSize)
+            return makeWireError("bad_frame",
+                                 llvm::formatv("result {0} has rank {1} and element size {2}, "
+                                               "expected rank {3} and element size {4}",
+                                               i, t.sizes.size(), t.elemSize, results[i].rank,
+                                               results[i].elemSize));
+          void *data = std::malloc(std::max<uint64_t>(t.bytes, 1));
+          if (!data)
+            return makeWireError("payload_too_large",
+                                 "cannot allocate " + llvm::Twine(t.bytes) + " bytes for a result");
+          std::vector<int64_t> strides = wire::packedStrides(t.sizes);
+          tensors.emplace_back(data, data, t.elemSize, std::move(t.sizes), std::move(strides));
+          destinations.push_back({static_cast<char *>(data), t.bytes});
+        }
+        return destinations;
+      });
+
+  bool isFrame = false;
+  std::string errorBody;
+  llvm::Error frameError = llvm::Error::success();
+  bool frameFailed = false;
+  req.response_handler = [&](const httplib::Response &res) {
+    isFrame =
+        res.status == 200 &&
+        llvm::StringRef(res.get_header_value("Content-Type")).starts_with(wire::kFrameContentType);
+    return true;
+  };
+  req.content_receiver = [&](const char *data, size_t size, uint64_t, uint64_t) {
+    if (!isFrame) {
+      // Error bodies are small; cap what a misbehaving peer can make us keep.
+      if (errorBody.size() < (1 << 16))
+        errorBody.append(data, std::min<size_t>(size, (1 << 16) - errorBody.size()));
+      return true;
+    }
+    frameError = reader.feed(data, size);
+    frameFailed = static_cast<bool>(frameError);
+    return !frameFailed;
+  };
+
+  httplib::Response res;
+  llvm::Expected<int> status = send(req, res, operation);
+  if (frameFailed) {
+    llvm::consumeError(status.takeError());
+    Failure failure = toFailure(std::move(frameError));
+    return makeWireError(failure.code, where(operation) + ": " + failure.message);
+  }
+  llvm::consumeError(std::move(frameError));
+  if (!status)
+    return status.takeError();
+  if (*status != 200 || !isFrame) {
+    Failure failure = *status >= 400
+                          ? parseErrorBody(*status, errorBody)
+                          : Failure{"internal", "unexpected HTTP " + std::to_string(*status)};
+    return makeWireError(failure.code, where(operation) + ": " + failure.message);
+  }
+  if (llvm::Error error = reader.finish()) {
+    Failure failure = toFailure(std::move(error));
+    return makeWireError(failure.code, where(operation) + ": " + failure.message);
+  }
+  return std::move(tensors);
+}
+
+llvm::Expected<std::vector<OwnedTensor>>
+HttpBackend::launch(llvm::StringRef session, const ObjectBlob &object, llvm::StringRef entry,
+                    llvm::ArrayRef<TensorView> inputs, llvm::ArrayRef<ResultSpec> results) {
+  return withRecovery<std::vector<OwnedTensor>>(
+      session, &object, [&] { return launchOnce(session, object, entry, inputs, results); });
+}
+
+llvm::Expected<uint64_t> HttpBackend::launchAsync(llvm::StringRef session, const ObjectBlob &object,
+                                                  llvm::StringRef entry) {
+  std::string operation = "starting '" + entry.str() + "'";
+  std::string body = json{{"object", object.sha256}, {"entry", entry.str()}}.dump();
+  return withRecovery<uint64_t>(session, &object, [&]() -> llvm::Expected<uint64_t> {
+    llvm::Expected<json> reply =
+        exchange("POST", sessionPath(session) + "/launch_async", body, operation, session);
+    if (!reply)
+      return reply.takeError();
+    if (!reply->contains("launch") || !(*reply)["launch"].is_number_unsigned())
+      return makeWireError("internal", where(operation) + ": reply has no launch id");
+    return (*reply)["launch"].get<uint64_t>();
+  });
+}
+
+llvm::Error HttpBackend::await(llvm::StringRef session, uint64_t launchId) {
+  std::string operation = "awaiting launch " + std::to_string(launchId);
+  return exchange("POST", sessionPath(session) + "/launches/" + std::to_string(launchId) + "/await",
+                  "", operation, session)
+      .takeError();
+}
+
+llvm::Expected<std::string> HttpBackend::callOnce(llvm::StringRef session, llvm::StringRef symbol,
+                                                  llvm::StringRef input, uint64_t outputSize) {
+  std::string operation = "calling '" + symbol.str() + "'";
+  httplib::Request req;
+  req.method = "POST";
+  req.path = sessionPath(session) + "/call/" + symbol.str();
+  req.set_header("Content-Type", wire::kBytesContentType);
+  req.set_header(wire::kSessionHeader, session.str());
+  req.set_header(wire::kOutputSizeHeader, std::to_string(outputSize));
+  req.content_length_ = input.size();
+  req.content_provider_ = [input](size_t offset, size_t length, httplib::DataSink &sink) {
+    return sink.write(input.data() + offset, length);
+  };
+  bool ok = false;
+  bool tooLong = false;
+  std::string output, errorBody;
+  req.response_handler = [&](const httplib::Response &res) {
+    ok = res.status == 200;
+    if (ok)
+      output.reserve(outputSize);
+    return true;
+  };
+  req.content_receiver = [&](const char *data, size_t size, uint64_t, uint64_t) {
+    if (!ok) {
+      if (errorBody.size() < (1 << 16))
+        errorBody.append(data, std::min<size_t>(size, (1 << 16) - errorBody.size()));
+      return true;
+    }
+    if (output.size() + size > outputSize) {
+      tooLong = true;
+      return false;
+    }
+    output.append(data, size);
+    return true;
+  };
+  httplib::Response res;
+  llvm::Expected<int> status = send(req, res, operation);
+  if (tooLong) {
+    llvm::consumeError(status.takeError());
+    return makeWireError("bad_frame", where(operation) + ": reply is longer than the " +
+                                          std::to_string(outputSize) + " bytes expected");
+  }
+  if (!status)
+    return status.takeError();
+  if (*status != 200) {
+    Failure failure = parseErrorBody(*status, errorBody);
+    return makeWireError(failure.code, where(operation) + ": " + failure.message);
+  }
+  if (output.size() != outputSize)
+    return makeWireError("bad_frame", llvm::formatv("{0}: reply has {1} bytes, expected {2}",
+                                                    where(operation), output.size(), outputSize));
+  return std::move(output);
+}
+
+llvm::Expected<std::string> HttpBackend::call(llvm::StringRef session, llvm::StringRef symbol,
+                                              llvm::StringRef input, uint64_t outputSize) {
+  return withRecovery<std::string>(session, nullptr,
+                                   [&] { return callOnce(session, symbol, input, outputSize); });
+}
+
+} // namespace
+
 llvm::Expected<std::unique_ptr<Backend>> createHttpBackend(llvm::StringRef address,
                                                            const BackendOptions &options) {
-  return llvm::createStringError(llvm::inconvertibleErrorCode(),
-                                 "connecting to '" + address +
-                                     "': http backend not available in this build");
+  llvm::StringRef text = address;
+  text.consume_front("http://");
+  size_t colon = text.rfind(':');
+  unsigned port = 0;
+  if (colon == llvm::StringRef::npos || text.drop_front(colon + 1).getAsInteger(10, port) ||
+      port == 0 || port > 65535)
+    return llvm::createStringError("connecting to '" + address + "': expected host:port");
+  llvm::StringRef host = text.take_front(colon);
+  if (host.starts_with("[") && host.ends_with("]"))
+    host = host.drop_front().drop_back();
+  if (host.empty())
+    return llvm::createStringError("connecting to '" + address + "': no host");
+  return std::make_unique<HttpBackend>(address.str(), host.str(), static_cast<int>(port), options);
 }
 
 } // namespace courier::transport

@@ -1,0 +1,912 @@
+// The executor's HTTP server: the only file that touches cpp-httplib's server side. Every
+// route goes through one wrapper that turns an llvm::Error (or a stray exception) into
+// {"error":{"code","message"}} with the status of its code, so handlers never throw.
+#include "transport/HttpServer.h"
+
+#include "transport/ObjectHost.h"
+#include "transport/Wire.h"
+
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/ExecutionEngine/Orc/Core.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/TargetParser/Host.h"
+
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+#include <openssl/crypto.h>
+#include <openssl/rand.h>
+#include <openssl/sha.h>
+
+#include <arpa/inet.h>
+
+#include <array>
+#include <atomic>
+#include <condition_variable>
+#include <cstdio>
+#include <future>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+
+using json = nlohmann::json;
+
+namespace courier::transport {
+
+using wire::makeWireError;
+
+bool isLoopbackHost(const std::string &host) {
+  if (host == "localhost")
+    return true;
+  in_addr v4;
+  if (inet_pton(AF_INET, host.c_str(), &v4) == 1)
+    return (ntohl(v4.s_addr) >> 24) == 127;
+  in6_addr v6;
+  if (inet_pton(AF_INET6, host.c_str(), &v6) == 1)
+    return IN6_IS_ADDR_LOOPBACK(&v6);
+  return false;
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+/// Prometheus histogram with fixed buckets in seconds.
+class Histogram {
+public:
+  void observe(double seconds) {
+    size_t i = 0;
+    while (i < kBounds.size() && seconds > kBounds[i])
+      ++i;
+    counts[i].fetch_add(1, std::memory_order_relaxed);
+    sumNanos.fetch_add(static_cast<uint64_t>(seconds * 1e9), std::memory_order_relaxed);
+  }
+
+  void render(std::string &out, const char *name, const char *help) const {
+    out += llvm::formatv("# HELP {0} {1}\n# TYPE {0} histogram\n", name, help).str();
+    uint64_t cumulative = 0;
+    for (size_t i = 0; i <= kBounds.size(); ++i) {
+      cumulative += counts[i].load(std::memory_order_relaxed);
+      std::string le = i < kBounds.size() ? llvm::formatv("{0}", kBounds[i]).str() : "+Inf";
+      out += llvm::formatv("{0}_bucket{{le=\"{1}\"} {2}\n", name, le, cumulative).str();
+    }
+    out += llvm::formatv("{0}_sum {1}\n{0}_count {2}\n", name,
+                         static_cast<double>(sumNanos.load()) / 1e9, cumulative)
+               .str();
+  }
+
+private:
+  static constexpr std::array<double, 14> kBounds = {
+      0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 5, 30};
+  std::array<std::atomic<uint64_t>, kBounds.size() + 1> counts{};
+  std::atomic<uint64_t> sumNanos{0};
+};
+
+struct Metrics {
+  std::array<std::atomic<uint64_t>, 600> requestsByStatus{};
+  std::atomic<uint64_t> launches{0}, launchFailures{0}, calls{0}, callFailures{0};
+  std::atomic<uint64_t> bytesIn{0}, bytesOut{0};
+  std::atomic<uint64_t> objectUploads{0}, sessionsOpened{0}, sessionsExpired{0};
+  Histogram requestSeconds, launchSeconds;
+};
+
+/// A session: its own ObjectHost, so objects shipped by one client never resolve another's
+/// symbols, and the async launches it started.
+struct Session {
+  std::string id;
+  std::unique_ptr<ObjectHost> host;
+  std::atomic<int64_t> lastUsed{0}; ///< Clock ticks; read by the idle reaper.
+  std::mutex launchesMutex;
+  uint64_t nextLaunch = 1;
+  /// Resolves to an empty string on success, the failure message otherwise.
+  std::map<uint64_t, std::shared_future<std::string>> launches;
+
+  void touch() { lastUsed.store(Clock::now().time_since_epoch().count()); }
+};
+
+// Set by the pre-routing handler and read by the logger; both run on the thread that
+// serves the request.
+thread_local Clock::time_point requestStart;
+
+std::string randomId() {
+  unsigned char bytes[16];
+  if (RAND_bytes(bytes, sizeof(bytes)) != 1)
+    for (unsigned char &b : bytes) // Session ids are names, not secrets: any spread will do.
+      b = static_cast<unsigned char>(Clock::now().time_since_epoch().count() * 131 + b);
+  return llvm::toHex(llvm::ArrayRef<uint8_t>(bytes, sizeof(bytes)), /*LowerCase=*/true);
+}
+
+void sendJson(httplib::Response &res, int status, const json &body) {
+  res.status = status;
+  res.set_content(body.dump(-1, ' ', false, json::error_handler_t::replace),
+                  wire::kJsonContentType);
+}
+
+void sendError(httplib::Response &res, llvm::StringRef code, llvm::StringRef message) {
+  res.status = wire::statusForCode(code);
+  res.set_content(wire::errorBody(code, message), wire::kJsonContentType);
+}
+
+/// Keeps a WireError's code; any other error becomes `fallbackCode`.
+std::pair<std::string, std::string> describe(llvm::Error error, llvm::StringRef fallbackCode) {
+  std::string code = fallbackCode.str(), message;
+  llvm::handleAllErrors(
+      std::move(error),
+      [&](const wire::WireError &e) {
+        code = e.code;
+        message = e.message;
+      },
+      [&](const llvm::ErrorInfoBase &e) { message = e.message(); });
+  return {code, message};
+}
+
+/// A kernel's entry or a `call` symbol that ORC could not resolve is the caller's mistake
+/// (404), anything else the kernel's (422).
+llvm::Error classifyHostError(llvm::Error error, llvm::StringRef missingCode,
+                              llvm::StringRef failureCode, llvm::StringRef context) {
+  bool missing = false;
+  std::string message;
+  llvm::handleAllErrors(
+      std::move(error),
+      [&](const llvm::orc::SymbolsNotFound &e) {
+        missing = true;
+        message = e.message();
+      },
+      [&](const wire::WireError &e) { message = e.message; },
+      [&](const llvm::ErrorInfoBase &e) { message = e.message(); });
+  llvm::StringRef text(message);
+  if (text.contains("not found") || text.contains("unknown symbol") || text.contains("no symbol") ||
+      text.contains("unknown entry") || text.contains("Symbols not found"))
+    missing = true;
+  return makeWireError(missing ? missingCode : failureCode, context + ": " + message);
+}
+
+struct MallocDeleter {
+  void operator()(char *p) const { std::free(p); }
+};
+using MallocBuffer = std::unique_ptr<char, MallocDeleter>;
+
+} // namespace
+
+struct ExecutorServer::Impl {
+  ExecutorServerOptions options;
+  httplib::Server server;
+  std::shared_ptr<PluginSet> plugins;
+  int boundPort = 0;
+  Metrics metrics;
+
+  std::mutex sessionsMutex;
+  std::unordered_map<std::string, std::shared_ptr<Session>> sessions;
+
+  std::mutex objectsMutex;
+  std::unordered_map<std::string, ObjectBlob> objects; ///< By SHA-256; shared by sessions.
+  uint64_t objectBytes = 0;
+
+  std::mutex stopMutex;
+  std::condition_variable stopSignal;
+  bool stopping = false;
+  std::atomic<bool> runEntered{false}, runExited{false};
+  std::thread reaper;
+
+  void installRoutes();
+  bool authorized(const httplib::Request &req) const;
+
+  llvm::Expected<std::shared_ptr<Session>> findSession(const httplib::Request &req);
+  llvm::Expected<std::shared_ptr<Session>> createSession(std::string id, bool &created);
+  std::optional<ObjectBlob> findObject(llvm::StringRef sha);
+  llvm::Error attach(Session &session, llvm::StringRef sha);
+  void reapIdleSessions();
+
+  llvm::Error health(httplib::Response &res);
+  llvm::Error putObject(const httplib::Request &req, httplib::Response &res,
+                        const httplib::ContentReader &reader);
+  llvm::Error launch(const httplib::Request &req, httplib::Response &res,
+                     const httplib::ContentReader &reader);
+  llvm::Error launchAsync(const httplib::Request &req, httplib::Response &res);
+  llvm::Error await(const httplib::Request &req, httplib::Response &res);
+  llvm::Error call(const httplib::Request &req, httplib::Response &res,
+                   const httplib::ContentReader &reader);
+  std::string renderMetrics();
+};
+
+namespace {
+using Route = std::function<llvm::Error(const httplib::Request &, httplib::Response &)>;
+using ReaderRoute = std::function<llvm::Error(const httplib::Request &, httplib::Response &,
+                                              const httplib::ContentReader &)>;
+
+void reportFailure(httplib::Response &res, llvm::Error error) {
+  auto [code, message] = describe(std::move(error), "internal");
+  sendError(res, code, message);
+}
+
+/// The one place failures become responses; nothing thrown below escapes into httplib.
+httplib::Server::Handler wrap(Route route) {
+  return [route = std::move(route)](const httplib::Request &req, httplib::Response &res) {
+    try {
+      if (llvm::Error error = route(req, res))
+        reportFailure(res, std::move(error));
+    } catch (...) {
+      sendError(res, "internal", "internal error while serving " + req.method + " " + req.path);
+    }
+  };
+}
+
+httplib::Server::HandlerWithContentReader wrap(ReaderRoute route) {
+  return [route = std::move(route)](const httplib::Request &req, httplib::Response &res,
+                                    const httplib::ContentReader &reader) {
+    try {
+      if (llvm::Error error = route(req, res, reader))
+        reportFailure(res, std::move(error));
+    } catch (...) {
+      sendError(res, "internal", "internal error while serving " + req.method + " " + req.path);
+    }
+  };
+}
+
+/// Reads and discards the rest of a body, so a rejected request leaves the keep-alive
+/// connection in step. Returns false when the body could not be read.
+bool drain(const httplib::ContentReader &reader) {
+  return reader([](const char *, size_t) { return true; });
+}
+
+/// A read failure is the body being too large (httplib set 413) or cut short.
+llvm::Error readFailure(const httplib::Response &res) {
+  if (res.status == 413)
+    return makeWireError("payload_too_large", "request body exceeds the executor's limit");
+  return makeWireError("bad_frame", "request body could not be read");
+}
+
+uint64_t contentLength(const httplib::Request &req) {
+  uint64_t length = 0;
+  if (llvm::StringRef(req.get_header_value("Content-Length")).getAsInteger(10, length))
+    return 0;
+  return length;
+}
+} // namespace
+
+bool ExecutorServer::Impl::authorized(const httplib::Request &req) const {
+  if (options.token.empty())
+    return true;
+  std::string expected = "Bearer " + options.token;
+  std::string given = req.get_header_value("Authorization");
+  // Compare digests so neither the content nor the length of the token leaks through timing.
+  unsigned char a[SHA256_DIGEST_LENGTH], b[SHA256_DIGEST_LENGTH];
+  SHA256(reinterpret_cast<const unsigned char *>(expected.data()), expected.size(), a);
+  SHA256(reinterpret_cast<const unsigned char *>(given.data()), given.size(), b);
+  return CRYPTO_memcmp(a, b, sizeof(a)) == 0;
+}
+
+llvm::Expected<std::shared_ptr<Session>>
+ExecutorServer::Impl::findSession(const httplib::Request &req) {
+  std::string id = req.matches[1];
+  std::string header = req.get_header_value(wire::kSessionHeader);
+  if (!header.empty() && header != id)
+    return makeWireError("bad_request", "header " + llvm::Twine(wire::kSessionHeader) + " '" +
+                                            header + "' does not match session '" + id +
+                                            "' in the path");
+  std::lock_guard<std::mutex> lock(sessionsMutex);
+  auto it = sessions.find(id);
+  if (it == sessions.end())
+    return makeWireError("unknown_session", "no session '" + id + "' on this executor");
+  it->second->touch();
+  return it->second;
+}
+
+llvm::Expected<std::shared_ptr<Session>> ExecutorServer::Impl::createSession(std::string id,
+                                                                             bool &created) {
+  {
+    std::lock_guard<std::mutex> lock(sessionsMutex);
+    auto it = sessions.find(id);
+    if (it != sessions.end()) {
+      created = false;
+      it->second->touch();
+      return it->second;
+    }
+  }
+  llvm::Expected<std::unique_ptr<ObjectHost>> host = ObjectHost::create(plugins);
+  if (!host)
+    return makeWireError("internal",
+                         "creating an object host: " + llvm::toString(host.takeError()));
+  auto session = std::make_shared<Session>();
+  session->id = id;
+  session->host = std::move(*host);
+  session->touch();
+  std::lock_guard<std::mutex> lock(sessionsMutex);
+  // Another request may have created the same id meanwhile; the first one wins.
+  auto [it, inserted] = sessions.emplace(id, session);
+  created = inserted;
+  if (inserted)
+    metrics.sessionsOpened++;
+  return it->second;
+}
+
+std::optional<ObjectBlob> ExecutorServer::Impl::findObject(llvm::StringRef sha) {
+  std::lock_guard<std::mutex> lock(objectsMutex);
+  auto it = objects.find(sha.str());
+  if (it == objects.end())
+    return std::nullopt;
+  return it->second;
+}
+
+llvm::Error ExecutorServer::Impl::attach(Session &session, llvm::StringRef sha) {
+  if (session.host->hasObject(sha))
+    return llvm::Error::success();
+  std::optional<ObjectBlob> blob = findObject(sha);
+  if (!blob)
+    return makeWireError("unknown_object", "object " + sha + " is not on this executor");
+  if (llvm::Error error = session.host->addObject(*blob))
+    return makeWireError("invalid_object",
+                         "loading object " + sha + ": " + llvm::toString(std::move(error)));
+  return llvm::Error::success();
+}
+
+void ExecutorServer::Impl::reapIdleSessions() {
+  auto interval = std::chrono::duration_cast<Clock::duration>(options.idleTimeout) / 4;
+  interval =
+      std::clamp<Clock::duration>(interval, std::chrono::milliseconds(50), std::chrono::seconds(5));
+  std::unique_lock<std::mutex> lock(stopMutex);
+  while (!stopSignal.wait_for(lock, interval, [&] { return stopping; })) {
+    int64_t cutoff = (Clock::now() - options.idleTimeout).time_since_epoch().count();
+    std::vector<std::shared_ptr<Session>> expired;
+    {
+      std::lock_guard<std::mutex> sessionsLock(sessionsMutex);
+      for (auto it = sessions.begin(); it != sessions.end();) {
+        if (it->second->lastUsed.load() < cutoff) {
+          expired.push_back(std::move(it->second));
+          it = sessions.erase(it);
+        } else {
+          ++it;
+        }
+      }
+    }
+    metrics.sessionsExpired += expired.size();
+    // Requests still running keep their session alive; it dies with the last of them.
+    expired.clear();
+  }
+}
+
+llvm::Error ExecutorServer::Impl::health(httplib::Response &res) {
+  json features = json::array();
+  llvm::StringMap<bool> hostFeatures = llvm::sys::getHostCPUFeatures();
+  std::vector<std::string> enabled;
+  for (const auto &f : hostFeatures)
+    if (f.second)
+      enabled.push_back(f.first().str());
+  std::sort(enabled.begin(), enabled.end());
+  for (std::string &f : enabled)
+    features.push_back(std::move(f));
+  size_t sessionCount, objectCount;
+  {
+    std::lock_guard<std::mutex> lock(sessionsMutex);
+    sessionCount = sessions.size();
+  }
+  {
+    std::lock_guard<std::mutex> lock(objectsMutex);
+    objectCount = objects.size();
+  }
+  sendJson(res, 200,
+           {{"status", "ok"},
+            {"version", COURIER_VERSION},
+            {"protocol", "v1"},
+            {"triple", llvm::sys::getProcessTriple()},
+            {"cpu", llvm::sys::getHostCPUName().str()},
+            {"features", features},
+            {"sessions", sessionCount},
+            {"objects", objectCount}});
+  return llvm::Error::success();
+}
+
+llvm::Error ExecutorServer::Impl::putObject(const httplib::Request &req, httplib::Response &res,
+                                            const httplib::ContentReader &reader) {
+  std::string sha = req.matches[1];
+  auto bytes = std::make_shared<std::string>();
+  if (req.has_header("Content-Length"))
+    bytes->reserve(contentLength(req));
+  if (!reader([&](const char *data, size_t size) {
+        bytes->append(data, size);
+        return true;
+      }))
+    return readFailure(res);
+  std::string actual = wire::sha256Hex(*bytes);
+  if (actual != sha)
+    return makeWireError("hash_mismatch", "object body hashes to " + actual + ", not " + sha);
+  bool stored = false;
+  {
+    std::lock_guard<std::mutex> lock(objectsMutex);
+    if (!objects.count(sha)) {
+      objectBytes += bytes->size();
+      objects.emplace(sha, ObjectBlob{sha, std::move(bytes)});
+      stored = true;
+    }
+  }
+  if (stored)
+    metrics.objectUploads++;
+  sendJson(res, stored ? 201 : 200, {{"sha256", sha}, {"stored", stored}});
+  return llvm::Error::success();
+}
+
+llvm::Error ExecutorServer::Impl::launch(const httplib::Request &req, httplib::Response &res,
+                                         const httplib::ContentReader &reader) {
+  llvm::Expected<std::shared_ptr<Session>> session = findSession(req);
+  if (!session) {
+    drain(reader);
+    return session.takeError();
+  }
+  Session &s = **session;
+  wire::LaunchRequest request;
+  std::vector<MallocBuffer> buffers;
+  wire::FrameReader frame(
+      [&](llvm::StringRef line) -> llvm::Expected<std::vector<wire::Destination>> {
+        llvm::Expected<wire::LaunchRequest> decoded = wire::decodeLaunchRequest(line);
+        if (!decoded)
+          return decoded.takeError();
+        request = std::move(*decoded);
+        if (llvm::Error error = attach(s, request.object))
+          return std::move(error);
+        uint64_t total = 0;
+        for (const wire::TensorHeader &t : request.inputs)
+          total += t.bytes;
+        if (total > options.maxBodyBytes)
+          return makeWireError("payload_too_large", "launch inputs exceed the executor's limit");
+        std::vector<wire::Destination> destinations;
+        for (const wire::TensorHeader &t : request.inputs) {
+          char *data = static_cast<char *>(std::malloc(std::max<uint64_t>(t.bytes, 1)));
+          if (!data)
+            return makeWireError("payload_too_large", "cannot allocate " + llvm::Twine(t.bytes) +
+                                                          " bytes for a launch input");
+          buffers.emplace_back(data);
+          destinations.push_back({data, t.bytes});
+        }
+        return destinations;
+      });
+  // After a framing error keep reading (and discarding) so the connection stays usable.
+  llvm::Error frameError = llvm::Error::success();
+  bool failed = false;
+  if (!reader([&](const char *data, size_t size) {
+        if (!failed) {
+          frameError = frame.feed(data, size);
+          failed = static_cast<bool>(frameError);
+        }
+        return true;
+      })) {
+    llvm::consumeError(std::move(frameError));
+    return readFailure(res);
+  }
+  if (failed)
+    return frameError;
+  if (llvm::Error error = frame.finish())
+    return error;
+
+  std::vector<TensorView> inputs;
+  for (size_t i = 0; i < request.inputs.size(); ++i) {
+    const wire::TensorHeader &t = request.inputs[i];
+    inputs.push_back(
+        TensorView{buffers[i].get(), t.elemSize, t.sizes, wire::packedStrides(t.sizes)});
+  }
+  auto started = Clock::now();
+  llvm::Expected<std::vector<OwnedTensor>> results =
+      s.host->launch(request.object, request.entry, inputs, request.results);
+  metrics.launchSeconds.observe(std::chrono::duration<double>(Clock::now() - started).count());
+  metrics.launches++;
+  if (!results) {
+    metrics.launchFailures++;
+    return classifyHostError(results.takeError(), "unknown_entry", "launch_failed",
+                             "launching '" + request.entry + "'");
+  }
+  if (results->size() != request.results.size()) {
+    metrics.launchFailures++;
+    return makeWireError("launch_failed",
+                         llvm::formatv("'{0}' returned {1} results, expected {2}", request.entry,
+                                       results->size(), request.results.size()));
+  }
+  buffers.clear(); // Inputs are no longer needed while the reply streams.
+
+  // The reply streams straight from the kernel's result buffers, freed once sent.
+  struct Reply {
+    std::vector<OwnedTensor> tensors;
+    std::unique_ptr<wire::FrameWriter> writer;
+  };
+  auto reply = std::make_shared<Reply>();
+  reply->tensors = std::move(*results);
+  std::vector<TensorView> views;
+  for (const OwnedTensor &t : reply->tensors)
+    views.push_back(TensorView{t.data, t.elemSize, t.sizes, t.strides});
+  wire::LaunchReply header{wire::describePacked(views)};
+  reply->writer =
+      std::make_unique<wire::FrameWriter>(wire::encodeLaunchReply(header), std::move(views));
+  res.status = 200;
+  res.set_content_provider(reply->writer->size(), wire::kFrameContentType,
+                           [reply](size_t offset, size_t, httplib::DataSink &sink) {
+                             return reply->writer->writeNext(offset,
+                                                             [&](const char *data, size_t size) {
+                                                               return sink.write(data, size);
+                                                             });
+                           });
+  return llvm::Error::success();
+}
+
+llvm::Error ExecutorServer::Impl::launchAsync(const httplib::Request &req, httplib::Response &res) {
+  llvm::Expected<std::shared_ptr<Session>> session = findSession(req);
+  if (!session)
+    return session.takeError();
+  json body = json::parse(req.body, nullptr, /*allow_exceptions=*/false);
+  if (!body.is_object() || !body.contains("object") || !body["object"].is_string() ||
+      !body.contains("entry") || !body["entry"].is_string())
+    return makeWireError("bad_request", "expected {\"object\": sha256, \"entry\": name}");
+  std::string object = body["object"], entry = body["entry"];
+  if (!wire::isSha256(object))
+    return makeWireError("bad_request", "'object' must be a lowercase hex SHA-256");
+  if (llvm::Error error = attach(**session, object))
+    return error;
+  std::shared_ptr<Session> keep = *session;
+  Metrics *m = &metrics;
+  std::shared_future<std::string> done =
+      std::async(std::launch::async, [keep, object, entry, m]() -> std::string {
+        auto started = Clock::now();
+        llvm::Expected<std::vector<OwnedTensor>> results =
+            keep->host->launch(object, entry, {}, {});
+        m->launchSeconds.observe(std::chrono::duration<double>(Clock::now() - started).count());
+        m->launches++;
+        if (results)
+          return "";
+        m->launchFailures++;
+        auto [code, message] =
+            describe(classifyHostError(results.takeError(), "unknown_entry", "launch_failed",
+                                       "launching '" + entry + "'"),
+                     "launch_failed");
+        return code + "\n" + message;
+      }).share();
+  uint64_t id;
+  {
+    std::lock_guard<std::mutex> lock(keep->launchesMutex);
+    id = keep->nextLaunch++;
+    keep->launches.emplace(id, std::move(done));
+  }
+  sendJson(res, 202, {{"launch", id}});
+  return llvm::Error::success();
+}
+
+llvm::Error ExecutorServer::Impl::await(const httplib::Request &req, httplib::Response &res) {
+  llvm::Expected<std::shared_ptr<Session>> session = findSession(req);
+  if (!session)
+    return session.takeError();
+  uint64_t id = 0;
+  if (llvm::StringRef(req.matches[2].str()).getAsInteger(10, id))
+    return makeWireError("bad_request", "launch id must be a number");
+  std::shared_future<std::string> done;
+  {
+    std::lock_guard<std::mutex> lock((*session)->launchesMutex);
+    auto it = (*session)->launches.find(id);
+    if (it == (*session)->launches.end())
+      return makeWireError("unknown_launch", "no pending launch " + llvm::Twine(id) +
+                                                 " in session '" + (*session)->id + "'");
+    done = std::move(it->second);
+    (*session)->launches.erase(it);
+  }
+  const std::string &outcome = done.get();
+  (*session)->touch();
+  if (!outcome.empty()) {
+    auto [code, message] = llvm::StringRef(outcome).split('\n');
+    return makeWireError(code, message);
+  }
+  sendJson(res, 200, {{"launch", id}});
+  return llvm::Error::success();
+}
+
+llvm::Error ExecutorServer::Impl::call(const httplib::Request &req, httplib::Response &res,
+                                       const httplib::ContentReader &reader) {
+  llvm::Expected<std::shared_ptr<Session>> session = findSession(req);
+  if (!session) {
+    drain(reader);
+    return session.takeError();
+  }
+  std::string symbol = req.matches[2];
+  uint64_t outputSize = 0;
+  bool badSize =
+      llvm::StringRef(req.get_header_value(wire::kOutputSizeHeader)).getAsInteger(10, outputSize);
+  if (!badSize && outputSize > options.maxBodyBytes) {
+    drain(reader);
+    return makeWireError("payload_too_large", "requested output exceeds the executor's limit");
+  }
+  std::string input;
+  if (req.has_header("Content-Length"))
+    input.reserve(contentLength(req));
+  if (!reader([&](const char *data, size_t size) {
+        input.append(data, size);
+        return true;
+      }))
+    return readFailure(res);
+  if (badSize)
+    return makeWireError("bad_request", "header " + llvm::Twine(wire::kOutputSizeHeader) +
+                                            " must give the reply size in bytes");
+  metrics.calls++;
+  llvm::Expected<std::string> output = (*session)->host->call(symbol, input, outputSize);
+  if (!output) {
+    metrics.callFailures++;
+    return classifyHostError(output.takeError(), "unknown_symbol", "call_failed",
+                             "calling '" + symbol + "'");
+  }
+  if (output->size() != outputSize) {
+    metrics.callFailures++;
+    return makeWireError("call_failed",
+                         llvm::formatv("'{0}' produced {1} bytes, the caller expects {2}", symbol,
+                                       output->size(), outputSize));
+  }
+  auto bytes = std::make_shared<std::string>(std::move(*output));
+  res.status = 200;
+  res.set_content_provider(bytes->size(), wire::kBytesContentType,
+                           [bytes](size_t offset, size_t length, httplib::DataSink &sink) {
+                             return sink.write(bytes->data() + offset, length);
+                           });
+  return llvm::Error::success();
+}
+
+std::string ExecutorServer::Impl::renderMetrics() {
+  std::string out;
+  auto counter = [&](const char *name, const char *help, uint64_t value) {
+    out += llvm::formatv("# HELP {0} {1}\n# TYPE {0} counter\n{0} {2}\n", name, help, value).str();
+  };
+  auto gauge = [&](const char *name, const char *help, uint64_t value) {
+    out += llvm::formatv("# HELP {0} {1}\n# TYPE {0} gauge\n{0} {2}\n", name, help, value).str();
+  };
+  out += "# HELP courier_requests_total HTTP requests served, by status.\n"
+         "# TYPE courier_requests_total counter\n";
+  for (size_t status = 0; status < metrics.requestsByStatus.size(); ++status)
+    if (uint64_t n = metrics.requestsByStatus[status].load())
+      out += llvm::formatv("courier_requests_total{{status=\"{0}\"} {1}\n", status, n).str();
+  counter("courier_launches_total", "Kernel launches run.", metrics.launches);
+  counter("courier_launch_failures_total", "Kernel launches that failed.", metrics.launchFailures);
+  counter("courier_calls_total", "Calls run.", metrics.calls);
+  counter("courier_call_failures_total", "Calls that failed.", metrics.callFailures);
+  counter("courier_received_bytes_total", "Request body bytes received.", metrics.bytesIn);
+  counter("courier_sent_bytes_total", "Response body bytes sent.", metrics.bytesOut);
+  counter("courier_object_uploads_total", "Objects stored from an upload.", metrics.objectUploads);
+  counter("courier_sessions_opened_total", "Sessions created.", metrics.sessionsOpened);
+  counter("courier_sessions_expired_total", "Sessions closed for being idle.",
+          metrics.sessionsExpired);
+  {
+    std::lock_guard<std::mutex> lock(sessionsMutex);
+    gauge("courier_sessions", "Open sessions.", sessions.size());
+  }
+  {
+    std::lock_guard<std::mutex> lock(objectsMutex);
+    gauge("courier_objects", "Objects held.", objects.size());
+    gauge("courier_object_bytes", "Bytes of objects held.", objectBytes);
+  }
+  metrics.requestSeconds.render(out, "courier_request_duration_seconds",
+                                "Time from request line to response written.");
+  metrics.launchSeconds.render(out, "courier_launch_duration_seconds",
+                               "Time spent in kernel entries.");
+  return out;
+}
+
+void ExecutorServer::Impl::installRoutes() {
+  const std::string session = R"(/v1/sessions/([A-Za-z0-9_-]{1,64}))";
+  const std::string sha = R"(([0-9a-f]{64}))";
+
+  server.set_pre_routing_handler([this](const httplib::Request &req, httplib::Response &res) {
+    requestStart = Clock::now();
+    if (authorized(req))
+      return httplib::Server::HandlerResponse::Unhandled;
+    sendError(res, "unauthorized", "missing or wrong bearer token");
+    res.set_header("WWW-Authenticate", "Bearer");
+    // The body was not read; closing keeps its bytes from being parsed as a next request.
+    res.set_header("Connection", "close");
+    return httplib::Server::HandlerResponse::Handled;
+  });
+
+  // Statuses httplib produces itself (no route, body over the limit, unparsable request)
+  // get the same JSON error shape as ours.
+  server.set_error_handler(
+      httplib::Server::HandlerWithResponse([](const httplib::Request &req, httplib::Response &res) {
+        if (!res.body.empty() || res.content_length_ > 0)
+          return httplib::Server::HandlerResponse::Unhandled;
+        if (res.status == 404)
+          sendError(res, "not_found", "no route for " + req.method + " " + req.path);
+        else if (res.status == 413)
+          sendError(res, "payload_too_large", "request body exceeds the executor's limit");
+        else if (res.status < 500)
+          sendError(res, "bad_request", "malformed HTTP request");
+        else
+          sendError(res, "internal", "internal error");
+        return httplib::Server::HandlerResponse::Handled;
+      }));
+  server.set_exception_handler(
+      [](const httplib::Request &req, httplib::Response &res, std::exception_ptr) {
+        sendError(res, "internal", "internal error while serving " + req.method + " " + req.path);
+      });
+
+  server.set_logger([this](const httplib::Request &req, const httplib::Response &res) {
+    double seconds = std::chrono::duration<double>(Clock::now() - requestStart).count();
+    uint64_t in = req.body.empty() ? contentLength(req) : req.body.size();
+    uint64_t out = res.content_length_ ? res.content_length_ : res.body.size();
+    metrics.requestSeconds.observe(seconds);
+    metrics.bytesIn += in;
+    metrics.bytesOut += out;
+    if (res.status >= 0 && static_cast<size_t>(res.status) < metrics.requestsByStatus.size())
+      metrics.requestsByStatus[static_cast<size_t>(res.status)]++;
+    if (options.logRequests)
+      std::fprintf(stderr, "%s %s %d in=%llu out=%llu %.3fms\n", req.method.c_str(),
+                   req.path.c_str(), res.status, static_cast<unsigned long long>(in),
+                   static_cast<unsigned long long>(out), seconds * 1e3);
+  });
+
+  server.Get("/v1/health", wrap([this](const httplib::Request &, httplib::Response &res) {
+               return health(res);
+             }));
+  server.Get("/metrics", wrap([this](const httplib::Request &, httplib::Response &res) {
+               res.set_content(renderMetrics(), "text/plain; version=0.0.4");
+               return llvm::Error::success();
+             }));
+
+  // GET (and HEAD, which httplib routes to GET) answers "do you have this object?".
+  server.Get("/v1/objects/" + sha,
+             wrap([this](const httplib::Request &req, httplib::Response &res) -> llvm::Error {
+               std::optional<ObjectBlob> blob = findObject(req.matches[1].str());
+               if (!blob)
+                 return makeWireError("unknown_object", "object " + req.matches[1].str() +
+                                                            " is not on this executor");
+               sendJson(res, 200, {{"sha256", blob->sha256}, {"size", blob->bytes->size()}});
+               return llvm::Error::success();
+             }));
+  server.Put("/v1/objects/" + sha, wrap([this](const httplib::Request &req, httplib::Response &res,
+                                               const httplib::ContentReader &reader) {
+               return putObject(req, res, reader);
+             }));
+
+  server.Post("/v1/sessions",
+              wrap([this](const httplib::Request &, httplib::Response &res) -> llvm::Error {
+                bool created = false;
+                llvm::Expected<std::shared_ptr<Session>> s = createSession(randomId(), created);
+                if (!s)
+                  return s.takeError();
+                res.set_header(wire::kSessionHeader, (*s)->id);
+                sendJson(res, 201, {{"session", (*s)->id}});
+                return llvm::Error::success();
+              }));
+  // A client re-creates a lost session under its old id, so a balancer hashing on the id
+  // keeps sending it to the same place.
+  server.Put(
+      session, wrap([this](const httplib::Request &req, httplib::Response &res) -> llvm::Error {
+        bool created = false;
+        llvm::Expected<std::shared_ptr<Session>> s = createSession(req.matches[1].str(), created);
+        if (!s)
+          return s.takeError();
+        res.set_header(wire::kSessionHeader, (*s)->id);
+        sendJson(res, created ? 201 : 200, {{"session", (*s)->id}});
+        return llvm::Error::success();
+      }));
+  server.Get(session,
+             wrap([this](const httplib::Request &req, httplib::Response &res) -> llvm::Error {
+               llvm::Expected<std::shared_ptr<Session>> s = findSession(req);
+               if (!s)
+                 return s.takeError();
+               sendJson(res, 200, {{"session", (*s)->id}});
+               return llvm::Error::success();
+             }));
+  server.Delete(
+      session, wrap([this](const httplib::Request &req, httplib::Response &res) -> llvm::Error {
+        std::shared_ptr<Session> closed;
+        {
+          std::lock_guard<std::mutex> lock(sessionsMutex);
+          auto it = sessions.find(req.matches[1].str());
+          if (it == sessions.end())
+            return makeWireError("unknown_session",
+                                 "no session '" + req.matches[1].str() + "' on this executor");
+          closed = std::move(it->second);
+          sessions.erase(it);
+        }
+        res.status = 204;
+        return llvm::Error::success();
+      }));
+  server.Post(session + "/objects/" + sha,
+              wrap([this](const httplib::Request &req, httplib::Response &res) -> llvm::Error {
+                llvm::Expected<std::shared_ptr<Session>> s = findSession(req);
+                if (!s)
+                  return s.takeError();
+                if (llvm::Error error = attach(**s, req.matches[2].str()))
+                  return error;
+                sendJson(res, 200, {{"session", (*s)->id}, {"sha256", req.matches[2].str()}});
+                return llvm::Error::success();
+              }));
+  server.Post(session + "/launch", wrap([this](const httplib::Request &req, httplib::Response &res,
+                                               const httplib::ContentReader &reader) {
+                return launch(req, res, reader);
+              }));
+  server.Post(session + "/launch_async",
+              wrap([this](const httplib::Request &req, httplib::Response &res) {
+                return launchAsync(req, res);
+              }));
+  server.Post(session + R"(/launches/(\d{1,19})/await)",
+              wrap([this](const httplib::Request &req, httplib::Response &res) {
+                return await(req, res);
+              }));
+  server.Post(
+      session + R"(/call/([A-Za-z_.$][A-Za-z0-9_.$]{0,255}))",
+      wrap([this](const httplib::Request &req, httplib::Response &res,
+                  const httplib::ContentReader &reader) { return call(req, res, reader); }));
+}
+
+ExecutorServer::ExecutorServer(std::unique_ptr<Impl> impl) : impl(std::move(impl)) {}
+
+ExecutorServer::~ExecutorServer() {
+  stop();
+  if (impl->reaper.joinable())
+    impl->reaper.join();
+}
+
+llvm::Expected<std::unique_ptr<ExecutorServer>>
+ExecutorServer::create(ExecutorServerOptions options) {
+  if (!isLoopbackHost(options.host) && options.token.empty())
+    return llvm::createStringError(
+        "refusing to listen on '" + options.host +
+        "' without a token: shipped objects are native code, so a non-loopback executor "
+        "needs --token-file");
+  auto impl = std::make_unique<Impl>();
+  impl->options = std::move(options);
+  const ExecutorServerOptions &opts = impl->options;
+  llvm::Expected<std::shared_ptr<PluginSet>> plugins = PluginSet::load(opts.plugins);
+  if (!plugins)
+    return plugins.takeError();
+  impl->plugins = std::move(*plugins);
+
+  httplib::Server &server = impl->server;
+  unsigned threads = std::max(1u, opts.threads);
+  server.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  server.set_tcp_nodelay(true);
+  server.set_keep_alive_max_count(1000000);
+  server.set_keep_alive_timeout(30);
+  server.set_payload_max_length(static_cast<size_t>(opts.maxBodyBytes));
+  impl->installRoutes();
+
+  if (opts.port == 0) {
+    impl->boundPort = server.bind_to_any_port(opts.host);
+  } else if (server.bind_to_port(opts.host, opts.port)) {
+    impl->boundPort = opts.port;
+  } else {
+    impl->boundPort = -1;
+  }
+  if (impl->boundPort <= 0)
+    return llvm::createStringError("cannot listen on " + opts.host + ":" +
+                                   std::to_string(opts.port) + ": " + std::strerror(errno));
+  impl->reaper = std::thread([raw = impl.get()] { raw->reapIdleSessions(); });
+  return std::unique_ptr<ExecutorServer>(new ExecutorServer(std::move(impl)));
+}
+
+std::string ExecutorServer::address() const {
+  const std::string &host = impl->options.host;
+  bool v6 = host.find(':') != std::string::npos;
+  return (v6 ? "[" + host + "]" : host) + ":" + std::to_string(impl->boundPort);
+}
+
+int ExecutorServer::port() const { return impl->boundPort; }
+
+llvm::Error ExecutorServer::run() {
+  {
+    std::lock_guard<std::mutex> lock(impl->stopMutex);
+    if (impl->stopping)
+      return llvm::Error::success();
+  }
+  impl->runEntered = true;
+  bool served = impl->server.listen_after_bind();
+  impl->runExited = true;
+  std::lock_guard<std::mutex> lock(impl->stopMutex);
+  if (!served && !impl->stopping)
+    return llvm::createStringError("executor on " + address() + " stopped serving");
+  return llvm::Error::success();
+}
+
+void ExecutorServer::stop() {
+  {
+    std::lock_guard<std::mutex> lock(impl->stopMutex);
+    impl->stopping = true;
+  }
+  impl->stopSignal.notify_all();
+  // httplib's stop() does nothing until the accept loop runs; wait out that short window
+  // when run() has been entered but is not listening yet.
+  while (impl->runEntered && !impl->runExited && !impl->server.is_running())
+    std::this_thread::yield();
+  impl->server.stop();
+}
+
+} // namespace courier::transport

@@ -1,0 +1,153 @@
+// The byte-level contract between the HTTP client and courier-executor: names of routes and
+// headers, error codes, and the launch frame (one line of JSON, '\n', raw tensor bytes).
+// Shared by HttpBackend.cpp and HttpServer.cpp; see docs/protocol.md for the prose version.
+#ifndef COURIER_TRANSPORT_WIRE_H
+#define COURIER_TRANSPORT_WIRE_H
+
+#include "transport/Backend.h"
+
+#include "llvm/ADT/StringRef.h"
+#include "llvm/Support/Error.h"
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace courier::transport::wire {
+
+inline constexpr const char *kFrameContentType = "application/x-courier-frame";
+inline constexpr const char *kJsonContentType = "application/json";
+inline constexpr const char *kBytesContentType = "application/octet-stream";
+/// Carries the session id on every session-scoped request so a load balancer can hash on it.
+inline constexpr const char *kSessionHeader = "X-Courier-Session";
+/// Number of reply bytes a `call` expects; the server checks the symbol produced exactly that.
+inline constexpr const char *kOutputSizeHeader = "X-Courier-Output-Size";
+/// Upper bound on a frame's JSON line; a longer one is a malformed frame.
+inline constexpr size_t kMaxFrameHeaderBytes = 1 << 20;
+
+/// Every error code the executor sends, with its HTTP status. The table in
+/// docs/protocol.md lists the same pairs; tests/transport checks the two agree.
+struct ErrorCodeInfo {
+  const char *code;
+  int status;
+};
+inline constexpr ErrorCodeInfo kErrorCodes[] = {
+    {"bad_request", 400},    {"bad_frame", 400},          {"hash_mismatch", 400},
+    {"unauthorized", 401},   {"unknown_session", 404},    {"unknown_object", 404},
+    {"unknown_entry", 404},  {"unknown_symbol", 404},     {"unknown_launch", 404},
+    {"not_found", 404},      {"method_not_allowed", 405}, {"payload_too_large", 413},
+    {"invalid_object", 422}, {"launch_failed", 422},      {"call_failed", 422},
+    {"internal", 500},
+};
+/// HTTP status for `code`, 500 for a code not in the table.
+int statusForCode(llvm::StringRef code);
+
+/// The JSON error body: {"error":{"code":...,"message":...}}.
+std::string errorBody(llvm::StringRef code, llvm::StringRef message);
+
+/// An error reported by an executor (or by the transport), keeping the wire code so the
+/// client can react to `unknown_object` and `unknown_session`.
+class WireError : public llvm::ErrorInfo<WireError> {
+public:
+  static char ID;
+  WireError(std::string code, std::string message)
+      : code(std::move(code)), message(std::move(message)) {}
+  void log(llvm::raw_ostream &os) const override;
+  std::error_code convertToErrorCode() const override { return llvm::inconvertibleErrorCode(); }
+
+  std::string code;
+  std::string message;
+};
+llvm::Error makeWireError(llvm::StringRef code, const llvm::Twine &message);
+
+/// One tensor in a frame: packed row-major (strides are implied), `bytes` long, starting
+/// `offset` bytes after the frame's newline. Offsets are consecutive, in order.
+struct TensorHeader {
+  int64_t elemSize = 0;
+  std::vector<int64_t> sizes;
+  uint64_t offset = 0;
+  uint64_t bytes = 0;
+};
+
+struct LaunchRequest {
+  std::string object; ///< SHA-256 of the object holding `entry`.
+  std::string entry;
+  std::vector<TensorHeader> inputs;
+  std::vector<ResultSpec> results;
+};
+
+struct LaunchReply {
+  std::vector<TensorHeader> results;
+};
+
+/// Describes `tensors` packed back to back, filling in offsets and byte counts.
+std::vector<TensorHeader> describePacked(llvm::ArrayRef<TensorView> tensors);
+
+std::string encodeLaunchRequest(const LaunchRequest &request);
+std::string encodeLaunchReply(const LaunchReply &reply);
+/// Parse and validate a frame's JSON line; errors are `bad_frame`.
+llvm::Expected<LaunchRequest> decodeLaunchRequest(llvm::StringRef line);
+llvm::Expected<LaunchReply> decodeLaunchReply(llvm::StringRef line);
+
+/// True for a lowercase hex SHA-256.
+bool isSha256(llvm::StringRef text);
+/// True for a session id a client may choose: 1-64 of [A-Za-z0-9_-].
+bool isSessionId(llvm::StringRef text);
+/// Lowercase hex SHA-256 of `bytes`.
+std::string sha256Hex(llvm::StringRef bytes);
+
+/// Produces a frame (header line, newline, tensors packed) in pieces for a streaming body,
+/// reading the tensors in place and gathering non-contiguous strides through a small buffer.
+/// The tensors must outlive the writer.
+class FrameWriter {
+public:
+  FrameWriter(std::string headerLine, std::vector<TensorView> tensors);
+
+  uint64_t size() const { return totalBytes; }
+  /// Writes the next piece, which starts at `offset` (the bytes written so far); `sink`
+  /// returns false when the peer is gone. Returns false if writing failed.
+  bool writeNext(uint64_t offset, const std::function<bool(const char *, size_t)> &sink);
+
+private:
+  std::string header; ///< Includes the trailing newline.
+  std::vector<TensorView> tensors;
+  std::vector<uint64_t> starts; ///< Frame offset of each tensor's first byte.
+  std::vector<char> scratch;
+  uint64_t totalBytes = 0;
+};
+
+/// Where one tensor's packed bytes go when a frame is received.
+struct Destination {
+  char *data;
+  uint64_t bytes;
+};
+
+/// Consumes a frame arriving in arbitrary pieces: collects the header line, asks `onHeader`
+/// where the tensors go, then copies the payload straight into those buffers.
+class FrameReader {
+public:
+  using HeaderHandler = std::function<llvm::Expected<std::vector<Destination>>(llvm::StringRef)>;
+  explicit FrameReader(HeaderHandler onHeader) : onHeader(std::move(onHeader)) {}
+
+  llvm::Error feed(const char *data, size_t size);
+  /// Checks the frame was complete.
+  llvm::Error finish() const;
+
+private:
+  HeaderHandler onHeader;
+  std::string header;
+  bool inPayload = false;
+  std::vector<Destination> destinations;
+  size_t current = 0;  ///< Index of the destination being filled.
+  uint64_t filled = 0; ///< Bytes written into destinations[current].
+};
+
+/// Row-major strides (in elements) of a packed tensor of `sizes`.
+std::vector<int64_t> packedStrides(llvm::ArrayRef<int64_t> sizes);
+/// Number of bytes a packed tensor needs, or an error if the shape is negative or overflows.
+llvm::Expected<uint64_t> packedBytes(int64_t elemSize, llvm::ArrayRef<int64_t> sizes);
+
+} // namespace courier::transport::wire
+
+#endif // COURIER_TRANSPORT_WIRE_H
