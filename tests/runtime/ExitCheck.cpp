@@ -1,0 +1,31 @@
+// Leaves sessions, objects and an unawaited async launch open and returns from main: the
+// runtime must close everything at exit without hanging or crashing.
+#include "runtime/ExecutorABI.h"
+
+#include "tests/kernels/KernelPaths.h"
+
+#include <cstdio>
+#include <cstdlib>
+
+int main() {
+  int64_t session = __catalyst__executor__open("local");
+  if (session == 0 ||
+      __catalyst__executor__send_binary(session, COURIER_KERNEL_SCALE, "object") != 0)
+    return 1;
+  double x[2] = {1, 2};
+  struct {
+    void *allocated, *aligned;
+    int64_t offset, size, stride;
+  } in{x, x, 0, 2, 1}, out{nullptr, nullptr, 0, 2, 0};
+  void *ins[] = {&in}, *outs[] = {&out};
+  int64_t ranks[] = {1}, sizes[] = {8};
+  if (__catalyst__executor__launch(session, "_catalyst_pyface_scale", COURIER_KERNEL_SCALE, 1, ins,
+                                   ranks, sizes, 1, outs, ranks, sizes) != 0)
+    return 1;
+  std::free(out.allocated);
+  if (__catalyst__executor__launch_async(session, "_catalyst_pyface_noop", COURIER_KERNEL_SHAPES) ==
+      0)
+    return 1;
+  std::puts("leaving with the session open");
+  return 0;
+}

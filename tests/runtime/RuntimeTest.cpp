@@ -1,0 +1,482 @@
+// The C ABI end to end through the in-process executor: sessions, marshalling, failures,
+// scopes, threads and leaks.
+#include "runtime/Runtime.h"
+
+#include "tests/runtime/TestSupport.h"
+
+#include "llvm/ADT/SmallString.h"
+#include "llvm/Support/FileSystem.h"
+
+#include <malloc.h>
+
+#include <cstring>
+#include <set>
+#include <thread>
+
+using namespace courier;
+using namespace courier::runtime;
+
+namespace {
+
+template <int Rank> struct Descriptor {
+  void *allocated = nullptr;
+  void *aligned = nullptr;
+  int64_t offset = 0;
+  int64_t sizes[Rank] = {};
+  int64_t strides[Rank] = {};
+};
+
+struct Descriptor0 {
+  void *allocated = nullptr;
+  void *aligned = nullptr;
+  int64_t offset = 0;
+};
+
+template <int Rank, typename T>
+Descriptor<Rank> describe(T *data, std::array<int64_t, Rank> sizes,
+                          std::array<int64_t, Rank> strides, int64_t offset = 0) {
+  Descriptor<Rank> d;
+  d.allocated = d.aligned = data;
+  d.offset = offset;
+  for (int k = 0; k < Rank; ++k) {
+    d.sizes[k] = sizes[k];
+    d.strides[k] = strides[k];
+  }
+  return d;
+}
+
+/// Takes the calling thread's error as text ("" when there is none).
+std::string takeMessage() { return test::messageOf(takeError()); }
+
+/// A session on "local" that is closed at the end of the test, so tests stay independent
+/// when they share one process.
+struct LocalSession {
+  LocalSession() {
+    clearError();
+    handle = __catalyst__executor__open("local");
+    REQUIRE(handle != 0);
+  }
+  ~LocalSession() { __catalyst__executor__close(handle); }
+  int64_t handle;
+};
+
+/// Runs scale on `x` through the ABI and returns the doubled values.
+std::vector<double> scale(int64_t session, std::vector<double> &x) {
+  auto in = describe<1>(x.data(), {int64_t(x.size())}, {1});
+  Descriptor<1> out;
+  out.sizes[0] = -1;
+  void *ins[] = {&in};
+  void *outs[] = {&out};
+  int64_t ranks[] = {1}, sizes[] = {8};
+  int32_t status =
+      __catalyst__executor__launch(session, "_catalyst_pyface_scale", COURIER_KERNEL_SCALE, 1, ins,
+                                   ranks, sizes, 1, outs, ranks, sizes);
+  if (status != 0)
+    FAIL(takeMessage());
+  auto *data = static_cast<double *>(out.aligned) + out.offset;
+  std::vector<double> result(data, data + out.sizes[0]);
+  std::free(out.allocated);
+  return result;
+}
+
+} // namespace
+
+TEST_CASE("a second open of the same address returns the same session", "[runtime]") {
+  LocalSession session;
+  CHECK(__catalyst__executor__open("local") == session.handle);
+  CHECK(takeMessage() == "");
+}
+
+TEST_CASE("a malformed address fails to open with a message naming it", "[runtime]") {
+  clearError();
+  CHECK(__catalyst__executor__open("no-port-here") == 0);
+  CHECK_THAT(takeMessage(),
+             Catch::Contains("open 'no-port-here'") && Catch::Contains("bad executor address"));
+  CHECK(takeMessage() == "");
+}
+
+TEST_CASE("a launch through the C ABI returns the kernel's numbers", "[runtime]") {
+  LocalSession session;
+  REQUIRE(__catalyst__executor__send_binary(session.handle, COURIER_KERNEL_SCALE, "object") == 0);
+  std::vector<double> x{1, 2, 3, 4};
+  CHECK(scale(session.handle, x) == std::vector<double>{2, 4, 6, 8});
+}
+
+TEST_CASE("a launch of an object never sent ships it implicitly", "[runtime]") {
+  LocalSession session;
+  std::vector<double> x{0.5};
+  CHECK(scale(session.handle, x) == std::vector<double>{1});
+}
+
+TEST_CASE("the C ABI marshals ranks 0 to 3, offsets, strides and several results", "[runtime]") {
+  LocalSession session;
+  const char *shapes = COURIER_KERNEL_SHAPES;
+
+  SECTION("rank 0") {
+    double x = 4;
+    Descriptor0 in{&x, &x, 0}, out;
+    void *ins[] = {&in}, *outs[] = {&out};
+    int64_t ranks[] = {0}, sizes[] = {8};
+    REQUIRE(__catalyst__executor__launch(session.handle, "_catalyst_pyface_square0", shapes, 1, ins,
+                                         ranks, sizes, 1, outs, ranks, sizes) == 0);
+    CHECK(*static_cast<double *>(out.aligned) == 16);
+    std::free(out.allocated);
+  }
+  SECTION("rank 2 with a column-major input") {
+    std::vector<float> m{1, 2, 3, 4, 5, 6};
+    auto in = describe<2>(m.data(), {2, 3}, {1, 2});
+    Descriptor<2> out;
+    out.sizes[0] = 3;
+    out.sizes[1] = 2;
+    void *ins[] = {&in}, *outs[] = {&out};
+    int64_t ranks[] = {2}, sizes[] = {4};
+    REQUIRE(__catalyst__executor__launch(session.handle, "_catalyst_pyface_transpose2", shapes, 1,
+                                         ins, ranks, sizes, 1, outs, ranks, sizes) == 0);
+    auto *data = static_cast<float *>(out.aligned);
+    CHECK(std::vector<float>(data, data + 6) == std::vector<float>{1, 2, 3, 4, 5, 6});
+    CHECK(out.strides[0] == 2);
+    std::free(out.allocated);
+  }
+  SECTION("rank 3 with an offset and a stride") {
+    std::vector<int64_t> cube(17);
+    for (int64_t i = 0; i < 17; ++i)
+      cube[i] = i - 1;
+    // Skips the first element through the offset, then takes every other element.
+    auto in = describe<3>(cube.data(), {2, 2, 2}, {8, 4, 2}, 1);
+    Descriptor<3> out;
+    for (int64_t &size : out.sizes)
+      size = 2;
+    void *ins[] = {&in}, *outs[] = {&out};
+    int64_t ranks[] = {3}, sizes[] = {8};
+    REQUIRE(__catalyst__executor__launch(session.handle, "_catalyst_pyface_negate3", shapes, 1, ins,
+                                         ranks, sizes, 1, outs, ranks, sizes) == 0);
+    auto *data = static_cast<int64_t *>(out.aligned);
+    CHECK(std::vector<int64_t>(data, data + 8) ==
+          std::vector<int64_t>{0, -2, -4, -6, -8, -10, -12, -14});
+    std::free(out.allocated);
+  }
+  SECTION("two results of different ranks") {
+    std::vector<double> x{1, 2, 3};
+    auto in = describe<1>(x.data(), {3}, {1});
+    Descriptor0 sum;
+    Descriptor<1> prefix;
+    prefix.sizes[0] = -1;
+    void *ins[] = {&in}, *outs[] = {&sum, &prefix};
+    int64_t inRanks[] = {1}, inSizes[] = {8}, outRanks[] = {0, 1}, outSizes[] = {8, 8};
+    REQUIRE(__catalyst__executor__launch(session.handle, "_catalyst_pyface_stats", shapes, 1, ins,
+                                         inRanks, inSizes, 2, outs, outRanks, outSizes) == 0);
+    CHECK(*static_cast<double *>(sum.aligned) == 6);
+    auto *data = static_cast<double *>(prefix.aligned);
+    CHECK(std::vector<double>(data, data + 3) == std::vector<double>{1, 3, 6});
+    std::free(sum.allocated);
+    std::free(prefix.allocated);
+  }
+  SECTION("a strided result arrives contiguous") {
+    Descriptor<2> out;
+    out.sizes[0] = 2;
+    out.sizes[1] = 3;
+    void *outs[] = {&out};
+    int64_t ranks[] = {2}, sizes[] = {8};
+    REQUIRE(__catalyst__executor__launch(session.handle, "_catalyst_pyface_column_major", shapes, 0,
+                                         nullptr, nullptr, nullptr, 1, outs, ranks, sizes) == 0);
+    CHECK(out.strides[0] == 3);
+    CHECK(out.strides[1] == 1);
+    auto *data = static_cast<double *>(out.aligned);
+    CHECK(std::vector<double>(data, data + 6) == std::vector<double>{0, 1, 2, 10, 11, 12});
+    std::free(out.allocated);
+  }
+  SECTION("an integer add with a bare entry name") {
+    std::vector<int32_t> a{1, 2}, b{40, 50};
+    auto da = describe<1>(a.data(), {2}, {1}), db = describe<1>(b.data(), {2}, {1});
+    Descriptor<1> out;
+    out.sizes[0] = 2;
+    void *ins[] = {&da, &db}, *outs[] = {&out};
+    int64_t inRanks[] = {1, 1}, inSizes[] = {4, 4}, outRanks[] = {1}, outSizes[] = {4};
+    REQUIRE(__catalyst__executor__launch(session.handle, "add", COURIER_KERNEL_ADD, 2, ins, inRanks,
+                                         inSizes, 1, outs, outRanks, outSizes) == 0);
+    auto *data = static_cast<int32_t *>(out.aligned);
+    CHECK(std::vector<int32_t>(data, data + 2) == std::vector<int32_t>{41, 52});
+    std::free(out.allocated);
+  }
+}
+
+TEST_CASE("two objects with the same entry name run their own code in one session", "[runtime]") {
+  LocalSession session;
+  REQUIRE(__catalyst__executor__send_binary(session.handle, COURIER_KERNEL_SCALE, "object") == 0);
+  REQUIRE(__catalyst__executor__send_binary(session.handle, COURIER_KERNEL_SCALE3, "object") == 0);
+  double x = 1;
+  for (auto [path, expected] :
+       {std::pair{COURIER_KERNEL_SCALE, 2.0}, std::pair{COURIER_KERNEL_SCALE3, 3.0}}) {
+    auto in = describe<1>(&x, {1}, {1});
+    Descriptor<1> out;
+    out.sizes[0] = 1;
+    void *ins[] = {&in}, *outs[] = {&out};
+    int64_t ranks[] = {1}, sizes[] = {8};
+    REQUIRE(__catalyst__executor__launch(session.handle, "_catalyst_pyface_scale", path, 1, ins,
+                                         ranks, sizes, 1, outs, ranks, sizes) == 0);
+    CHECK(*static_cast<double *>(out.aligned) == expected);
+    std::free(out.allocated);
+  }
+}
+
+TEST_CASE("a failed launch reports why and leaves zero-filled results", "[runtime]") {
+  LocalSession session;
+  std::vector<double> x{1, 2, 3, 4};
+  auto in = describe<1>(x.data(), {4}, {1});
+  void *ins[] = {&in};
+  int64_t ranks[] = {1}, sizes[] = {8};
+
+  SECTION("unknown entry") {
+    Descriptor<1> out;
+    out.sizes[0] = 3;
+    void *outs[] = {&out};
+    CHECK(__catalyst__executor__launch(session.handle, "_catalyst_pyface_x", COURIER_KERNEL_SCALE,
+                                       1, ins, ranks, sizes, 1, outs, ranks, sizes) != 0);
+    CHECK_THAT(takeMessage(), Catch::Contains("unknown entry '_catalyst_pyface_x' in object") &&
+                                  Catch::Contains("'local'"));
+    REQUIRE(out.allocated != nullptr);
+    CHECK(out.sizes[0] == 3);
+    CHECK(out.strides[0] == 1);
+    auto *data = static_cast<double *>(out.aligned);
+    CHECK(std::vector<double>(data, data + 3) == std::vector<double>{0, 0, 0});
+    std::free(out.allocated);
+  }
+  SECTION("a result shape the caller does not expect") {
+    Descriptor<1> out;
+    out.sizes[0] = 5;
+    void *outs[] = {&out};
+    CHECK(__catalyst__executor__launch(session.handle, "_catalyst_pyface_scale",
+                                       COURIER_KERNEL_SCALE, 1, ins, ranks, sizes, 1, outs, ranks,
+                                       sizes) != 0);
+    CHECK_THAT(takeMessage(), Catch::Contains("shape [4]") && Catch::Contains("expected [5]"));
+    CHECK(out.sizes[0] == 5);
+    CHECK(static_cast<double *>(out.aligned)[4] == 0);
+    std::free(out.allocated);
+  }
+  SECTION("bad objects of every kind") {
+    llvm::SmallString<128> garbagePath;
+    REQUIRE_FALSE(llvm::sys::fs::createTemporaryFile("courier-garbage", "o", garbagePath));
+    std::string garbage(garbagePath.str());
+    {
+      std::ofstream file(garbage);
+      file << "not an object";
+    }
+    for (auto [path, reason] :
+         {std::pair{COURIER_KERNEL_SCALE_AARCH64, "is for aarch64"},
+          std::pair{COURIER_KERNEL_SCALE_TRUNCATED, "not a valid object file"},
+          std::pair{garbage.c_str(), "not a valid object file"},
+          std::pair{"/nonexistent/kernel.o", "No such file"},
+          std::pair{COURIER_KERNEL_UNRESOLVED, "courier_missing_function"}}) {
+      INFO(path);
+      Descriptor<1> out;
+      out.sizes[0] = -1;
+      void *outs[] = {&out};
+      CHECK(__catalyst__executor__send_binary(session.handle, path, "object") != 0);
+      CHECK_THAT(takeMessage(), Catch::Contains(path) && Catch::Contains(reason));
+      CHECK(__catalyst__executor__launch(session.handle, "_catalyst_pyface_scale", path, 1, ins,
+                                         ranks, sizes, 1, outs, ranks, sizes) != 0);
+      CHECK_THAT(takeMessage(), Catch::Contains(reason));
+      CHECK(out.sizes[0] == 0);
+      std::free(out.allocated);
+    }
+    std::remove(garbage.c_str());
+  }
+  SECTION("an unknown session handle") {
+    Descriptor<1> out;
+    out.sizes[0] = 4;
+    void *outs[] = {&out};
+    CHECK(__catalyst__executor__launch(987654, "_catalyst_pyface_scale", COURIER_KERNEL_SCALE, 1,
+                                       ins, ranks, sizes, 1, outs, ranks, sizes) != 0);
+    CHECK_THAT(takeMessage(), Catch::Contains("unknown session handle 987654"));
+    std::free(out.allocated);
+  }
+  SECTION("an unsupported binary format") {
+    CHECK(__catalyst__executor__send_binary(session.handle, COURIER_KERNEL_SCALE, "wasm") != 0);
+    CHECK_THAT(takeMessage(), Catch::Contains("format 'wasm' is not supported"));
+  }
+
+  // The session still serves.
+  CHECK(scale(session.handle, x) == std::vector<double>{2, 4, 6, 8});
+}
+
+TEST_CASE("only the first error since the last clear is kept", "[runtime]") {
+  clearError();
+  CHECK(__catalyst__executor__close(424242) != 0);
+  CHECK(__catalyst__executor__close(434343) != 0);
+  CHECK_THAT(takeMessage(), Catch::Contains("424242") && !Catch::Contains("434343"));
+  CHECK(__catalyst__executor__close(444444) != 0);
+  clearError();
+  CHECK(takeMessage() == "");
+}
+
+TEST_CASE("an async launch is awaited once through its token", "[runtime]") {
+  LocalSession session;
+  int64_t token = __catalyst__executor__launch_async(session.handle, "_catalyst_pyface_noop",
+                                                     COURIER_KERNEL_SHAPES);
+  REQUIRE(token != 0);
+  CHECK(__catalyst__executor__await(token) == 0);
+  CHECK(__catalyst__executor__await(token) != 0);
+  CHECK_THAT(takeMessage(), Catch::Contains("unknown token"));
+
+  int64_t failing = __catalyst__executor__launch_async(session.handle, "_catalyst_pyface_nothing",
+                                                       COURIER_KERNEL_SHAPES);
+  REQUIRE(failing != 0);
+  CHECK(__catalyst__executor__await(failing) != 0);
+  CHECK_THAT(takeMessage(),
+             Catch::Contains("_catalyst_pyface_nothing") && Catch::Contains("'local'"));
+}
+
+TEST_CASE("call_wrapper returns the callee's bytes or a zeroed buffer", "[runtime]") {
+  ScopeOptions options;
+  options.addressOverride = "local";
+  options.backend.plugins = {COURIER_TEST_PLUGIN};
+  ModuleScope scope(options);
+  int64_t session;
+  {
+    ModuleScope::Entered entered(scope);
+    session = __catalyst__executor__open("192.0.2.1:7000");
+  }
+  REQUIRE(session != 0);
+
+  double values[3] = {1, 2, 3.5};
+  void *out = nullptr;
+  int64_t outSize = 8;
+  REQUIRE(__catalyst__executor__call_wrapper(session, "courier_test_sum", values, 24, &out,
+                                             &outSize) == 0);
+  CHECK(outSize == 8);
+  CHECK(*static_cast<double *>(out) == 6.5);
+  __catalyst__executor__free_result(out);
+
+  outSize = 12;
+  CHECK(__catalyst__executor__call_wrapper(session, "courier_test_sum", values, 24, &out,
+                                           &outSize) != 0);
+  CHECK_THAT(takeMessage(),
+             Catch::Contains("call 'courier_test_sum' on 'local'") && Catch::Contains("code 22"));
+  REQUIRE(out != nullptr);
+  CHECK(outSize == 12);
+  CHECK(std::vector<char>(static_cast<char *>(out), static_cast<char *>(out) + 12) ==
+        std::vector<char>(12, 0));
+  __catalyst__executor__free_result(out);
+
+  outSize = 4;
+  CHECK(__catalyst__executor__call_wrapper(session, "courier_unknown", values, 24, &out,
+                                           &outSize) != 0);
+  CHECK_THAT(takeMessage(), Catch::Contains("unknown symbol 'courier_unknown'"));
+  __catalyst__executor__free_result(out);
+  __catalyst__executor__free_result(nullptr);
+
+  // The failures did not disturb the session.
+  outSize = 8;
+  REQUIRE(__catalyst__executor__call_wrapper(session, "courier_test_sum", values, 16, &out,
+                                             &outSize) == 0);
+  CHECK(*static_cast<double *>(out) == 3);
+  __catalyst__executor__free_result(out);
+}
+
+TEST_CASE("a scope's sessions close when the last scope that opened them goes", "[runtime]") {
+  ScopeOptions options;
+  options.addressOverride = "local";
+  auto first = std::make_unique<ModuleScope>(options);
+  auto second = std::make_unique<ModuleScope>(options);
+  int64_t a, b;
+  {
+    ModuleScope::Entered entered(*first);
+    a = __catalyst__executor__open("198.51.100.7:9000");
+  }
+  {
+    ModuleScope::Entered entered(*second);
+    b = __catalyst__executor__open("local");
+    // A nested scope takes over for as long as it is entered.
+    ModuleScope inner(ScopeOptions{});
+    { ModuleScope::Entered nested(inner); }
+  }
+  REQUIRE(a != 0);
+  CHECK(a == b);
+  std::vector<double> x{1};
+  first.reset();
+  CHECK(scale(a, x) == std::vector<double>{2});
+  second.reset();
+  CHECK(__catalyst__executor__close(a) != 0);
+  CHECK_THAT(takeMessage(), Catch::Contains("unknown session handle"));
+}
+
+TEST_CASE("a session opened outside any scope outlives the scopes that share it", "[runtime]") {
+  LocalSession session;
+  {
+    ModuleScope scope(ScopeOptions{});
+    ModuleScope::Entered entered(scope);
+    CHECK(__catalyst__executor__open("local") == session.handle);
+  }
+  std::vector<double> x{2};
+  CHECK(scale(session.handle, x) == std::vector<double>{4});
+}
+
+TEST_CASE("eight threads launching on one session all get their own results", "[runtime]") {
+  LocalSession session;
+  REQUIRE(__catalyst__executor__send_binary(session.handle, COURIER_KERNEL_SCALE, "object") == 0);
+  std::vector<int> wrong(8, 0);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t)
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 1000; ++i) {
+        double x[3] = {double(t), double(i), double(t * 1000 + i)};
+        Descriptor<1> in, out;
+        in.allocated = in.aligned = x;
+        in.sizes[0] = 3;
+        in.strides[0] = 1;
+        out.sizes[0] = 3;
+        void *ins[] = {&in}, *outs[] = {&out};
+        int64_t ranks[] = {1}, sizes[] = {8};
+        if (__catalyst__executor__launch(session.handle, "_catalyst_pyface_scale",
+                                         COURIER_KERNEL_SCALE, 1, ins, ranks, sizes, 1, outs, ranks,
+                                         sizes) != 0) {
+          ++wrong[t];
+          continue;
+        }
+        auto *y = static_cast<double *>(out.aligned);
+        if (y[0] != 2.0 * t || y[1] != 2.0 * i || y[2] != 2.0 * (t * 1000 + i))
+          ++wrong[t];
+        std::free(out.allocated);
+      }
+    });
+  for (auto &thread : threads)
+    thread.join();
+  CHECK(wrong == std::vector<int>(8, 0));
+}
+
+TEST_CASE("a hundred thousand launches do not leak", "[runtime][leak]") {
+  LocalSession session;
+  double x[4] = {1, 2, 3, 4};
+  auto in = describe<1>(x, {4}, {1});
+  void *ins[] = {&in};
+  int64_t ranks[] = {1}, sizes[] = {8};
+  auto launchMany = [&](int count) {
+    int failures = 0;
+    for (int i = 0; i < count; ++i) {
+      Descriptor<1> out;
+      out.sizes[0] = 4;
+      void *outs[] = {&out};
+      failures += __catalyst__executor__launch(session.handle, "_catalyst_pyface_scale",
+                                               COURIER_KERNEL_SCALE, 1, ins, ranks, sizes, 1, outs,
+                                               ranks, sizes) != 0;
+      std::free(out.allocated);
+    }
+    return failures;
+  };
+  REQUIRE(launchMany(1000) == 0);
+  size_t before = mallinfo2().uordblks;
+  REQUIRE(launchMany(100000) == 0);
+  size_t after = mallinfo2().uordblks;
+  // A leak of even one 32-byte result per launch would be 3 MB.
+  CHECK(after < before + 256 * 1024);
+}
+
+TEST_CASE("the ABI symbol table lists every entry point once", "[runtime]") {
+  std::set<std::string> names;
+  for (const AbiSymbol &symbol : abiSymbols()) {
+    CHECK(symbol.address != nullptr);
+    names.insert(symbol.name);
+  }
+  CHECK(names.size() == 8);
+  CHECK(names.count("__catalyst__executor__call_wrapper") == 1);
+}
