@@ -82,8 +82,8 @@ def Catalyst_RuntimeCallOp : Catalyst_Op<"runtime_call", [
                        OptionalAttr<StrAttr>:$dispatch);
   let results = (outs Variadic<AnyType>:$result, Variadic<AnyRankedTensor>:$outs);
   let assemblyFormat = [{
-    `fn` `(` $callee `)` `(` $inputs `)` attr-dict `:` `(` type($inputs) `)` `->`
-    `(` type($result) `)` (`outs` `(` type($outs)^ `)`)?
+    `fn` `(` $callee `)` `(` $inputs `)` attr-dict `:` functional-type($inputs, $result)
+    (`outs` `(` type($outs)^ `)`)?
   }];
   let hasVerifier = 1;
 }

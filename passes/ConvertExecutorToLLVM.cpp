@@ -339,10 +339,16 @@ struct ConvertExecutorToLLVM : impl::ConvertExecutorToLLVMBase<ConvertExecutorTo
     std::deque<std::string> entries;
     SetVector<StringRef> texts;
     bool any = false;
-    module.walk([&](Operation *op) {
+    WalkResult walk = module.walk([&](Operation *op) {
       if (!isa<executor::ExecutorDialect>(op->getDialect()))
-        return;
+        return WalkResult::advance();
       any = true;
+      for (Type type : llvm::concat<const Type>(op->getOperandTypes(), op->getResultTypes()))
+        if (isa<TensorType>(type)) {
+          op->emitOpError("has tensor operands or results; run one-shot bufferize before "
+                          "convert-executor-to-llvm");
+          return WalkResult::interrupt();
+        }
       if (auto open = dyn_cast<executor::OpenOp>(op))
         texts.insert(open.getAddress());
       if (auto send = dyn_cast<executor::SendBinaryOp>(op)) {
@@ -359,7 +365,10 @@ struct ConvertExecutorToLLVM : impl::ConvertExecutorToLLVMBase<ConvertExecutorTo
       }
       if (auto call = dyn_cast<executor::CallOp>(op))
         texts.insert(call.getCallee());
+      return WalkResult::advance();
     });
+    if (walk.wasInterrupted())
+      return signalPassFailure();
     if (!any)
       return;
 

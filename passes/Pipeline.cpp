@@ -17,6 +17,8 @@ namespace courier {
 namespace {
 
 void addOneShotBufferize(OpPassManager &pm) {
+  // Elementwise arith/math on tensors has no bufferization of its own; linalg does.
+  pm.addNestedPass<func::FuncOp>(createConvertElementwiseToLinalgPass());
   bufferization::OneShotBufferizePassOptions options;
   options.bufferizeFunctionBoundaries = true;
   options.functionBoundaryTypeConversion = bufferization::LayoutMapOption::IdentityLayoutMap;
@@ -27,6 +29,7 @@ void addOneShotBufferize(OpPassManager &pm) {
 /// types still in place (convert-executor-to-llvm).
 void addLowerToLLVM(OpPassManager &pm, bool withExecutor) {
   bufferization::buildBufferDeallocationPipeline(pm);
+  pm.addPass(createConvertBufferizationToMemRefPass());
   pm.addNestedPass<func::FuncOp>(createConvertLinalgToLoopsPass());
   pm.addPass(memref::createExpandStridedMetadataPass());
   pm.addPass(createLowerAffinePass());

@@ -1,0 +1,162 @@
+// RUN: courier-opt %s -split-input-file -verify-diagnostics
+
+// An empty address cannot name an executor.
+func.func @open_empty() {
+  // expected-error @+1 {{needs a non-empty address}}
+  %s = executor.open("") : !executor.session
+  return
+}
+
+// -----
+
+// num_input_args may not exceed the operand count.
+func.func @call_too_many_inputs(%s: !executor.session, %in: memref<8xi8>) {
+  // expected-error @+1 {{num_input_args (2) must be between 0 and the operand count (1)}}
+  executor.call %s("sym") (%in) {num_input_args = 2 : i32} : !executor.session, (memref<8xi8>) -> ()
+  return
+}
+
+// -----
+
+// Tensor results and output buffers are two forms of the same thing, not to be mixed.
+func.func @call_both_forms(%s: !executor.session, %in: tensor<8xi8>, %out: tensor<4xf32>) {
+  // expected-error @+1 {{has both results and output buffers}}
+  %o = executor.call %s("sym") (%in, %out) {num_input_args = 1 : i32} : !executor.session, (tensor<8xi8>, tensor<4xf32>) -> tensor<4xf32>
+  return
+}
+
+// -----
+
+// The wire layout is packed: dynamic shapes cannot be sized.
+func.func @call_dynamic(%s: !executor.session, %in: memref<?xi8>) {
+  // expected-error @+1 {{needs statically shaped operands and results}}
+  executor.call %s("sym") (%in) {num_input_args = 1 : i32} : !executor.session, (memref<?xi8>) -> ()
+  return
+}
+
+// -----
+
+// Launch operands are tensors or memrefs.
+func.func @launch_scalar(%s: !executor.session, %x: f32) {
+  // expected-error @+1 {{operand #1 must be variadic of ranked tensor or memref}}
+  %r = executor.launch %s("k", "/o.o") (%x) : !executor.session, (f32) -> memref<4xf32>
+  return
+}
+
+// -----
+
+// Launch is either before or after bufferization.
+func.func @launch_mixed(%s: !executor.session, %x: tensor<4xf32>) {
+  // expected-error @+1 {{mixes tensor and memref operands or results}}
+  %r = executor.launch %s("k", "/o.o") (%x) : !executor.session, (tensor<4xf32>) -> memref<4xf32>
+  return
+}
+
+// -----
+
+// A launch needs the object it comes from.
+func.func @launch_no_object(%s: !executor.session, %x: memref<4xf32>) {
+  // expected-error @+1 {{needs a non-empty object path}}
+  %r = executor.launch %s("k", "") (%x) : !executor.session, (memref<4xf32>) -> memref<4xf32>
+  return
+}
+
+// -----
+
+// launch_kernel names a function in a nested module.
+module {
+  func.func @main(%x: tensor<4xf64>) -> tensor<4xf64> {
+    // expected-error @+1 {{no function 'missing' in module 'dev'}}
+    %y = catalyst.launch_kernel @dev::@missing(%x) : (tensor<4xf64>) -> tensor<4xf64>
+    return %y : tensor<4xf64>
+  }
+  module @dev attributes {catalyst.target = {}} {
+    func.func public @scale(%x: tensor<4xf64>) -> tensor<4xf64> {
+      return %x : tensor<4xf64>
+    }
+  }
+}
+
+// -----
+
+module {
+  func.func @main(%x: tensor<4xf64>) -> tensor<4xf64> {
+    // expected-error @+1 {{takes 1 arguments and returns 1 results, but the launch passes 2 and expects 1}}
+    %y = catalyst.launch_kernel @dev::@scale(%x, %x) : (tensor<4xf64>, tensor<4xf64>) -> tensor<4xf64>
+    return %y : tensor<4xf64>
+  }
+  module @dev attributes {catalyst.target = {}} {
+    func.func public @scale(%x: tensor<4xf64>) -> tensor<4xf64> {
+      return %x : tensor<4xf64>
+    }
+  }
+}
+
+// -----
+
+// catalyst.target must be a dictionary.
+// expected-error @+1 {{'catalyst.target' must be a dictionary}}
+module @dev attributes {catalyst.target = "x86_64"} {
+}
+
+// -----
+
+// expected-error @+1 {{'catalyst.dispatch' field 'address' must be a string}}
+module @dev attributes {catalyst.dispatch = {address = 7000}} {
+}
+
+// -----
+
+func.func @f() attributes {catalyst.object_file = "/w/k.o"} {
+  // expected-error @-1 {{'catalyst.object_file' is only valid on a builtin.module}}
+  return
+}
+
+// -----
+
+// c_params kinds are C scalar kinds, ptr or str.
+func.func @bad_kind(%x: f64) {
+  // expected-error @+1 {{c_params[0] has unknown kind 'double'}}
+  catalyst.runtime_call fn("f") (%x) {c_params = ["double"]} : (f64) -> ()
+  return
+}
+
+// -----
+
+func.func @kind_mismatch(%x: f32) {
+  // expected-error @+1 {{operand 0 of type 'f32' does not match its C parameter kind 'f64'}}
+  catalyst.runtime_call fn("f") (%x) {c_params = ["f64"]} : (f32) -> ()
+  return
+}
+
+// -----
+
+func.func @missing_string() {
+  // expected-error @+1 {{c_params declares 1 str parameters but c_strings has 0 entries}}
+  catalyst.runtime_call fn("f") () {c_params = ["str"]} : () -> ()
+  return
+}
+
+// -----
+
+func.func @operand_count(%x: f64) {
+  // expected-error @+1 {{c_params declares 0 scalar or ptr parameters but the op has 1 operands}}
+  catalyst.runtime_call fn("f") (%x) {c_params = []} : (f64) -> ()
+  return
+}
+
+// -----
+
+func.func @void_with_result() {
+  // expected-error @+1 {{c_result is void but the op declares a result}}
+  %r = catalyst.runtime_call fn("f") () {c_params = []} : () -> f64
+  return
+}
+
+// -----
+
+func.func @result_mismatch() {
+  // expected-error @+1 {{c_result 'i32' needs exactly one result of that type}}
+  %r = catalyst.runtime_call fn("f") () {c_params = [], c_result = "i32"} : () -> f64
+  return
+}

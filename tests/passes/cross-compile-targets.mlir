@@ -1,0 +1,59 @@
+// RUN: rm -rf %t && split-file %s %t
+// RUN: courier-opt %t/host.mlir -cross-compile-targets=workspace=%t/ws | FileCheck %s --check-prefix=HOST
+// RUN: llvm-readelf -h %t/ws/*.o | FileCheck %s --check-prefix=HOST-ELF
+// RUN: llvm-nm %t/ws/*.o | FileCheck %s --check-prefix=SYMS
+// Compiling the same module again writes the same file name.
+// RUN: courier-opt %t/host.mlir -cross-compile-targets=workspace=%t/ws | grep -o 'object_file = "[^"]*"' > %t/first
+// RUN: courier-opt %t/host.mlir -cross-compile-targets=workspace=%t/ws | grep -o 'object_file = "[^"]*"' > %t/second
+// RUN: diff %t/first %t/second
+// RUN: ls %t/ws | count 1
+// RUN: courier-opt %t/arm.mlir -cross-compile-targets=workspace=%t/arm-ws | FileCheck %s --check-prefix=ARM
+// RUN: llvm-readelf -h %t/arm-ws/*.o | FileCheck %s --check-prefix=ARM-ELF
+
+//--- host.mlir
+// A target without a triple is compiled for the host; the host module keeps the original.
+// HOST-LABEL: module @app
+// HOST: catalyst.launch_kernel @dev::@scale
+// HOST: module @dev attributes {catalyst.object_file = "{{.*}}/ws/{{[0-9a-f]+}}.o", catalyst.target = {}}
+// HOST: func.func public @scale(%{{.*}}: tensor<4xf64>) -> tensor<4xf64>
+// HOST: module @plain {
+module @app {
+  func.func public @main(%x: tensor<4xf64>) -> tensor<4xf64> {
+    %y = catalyst.launch_kernel @dev::@scale(%x) : (tensor<4xf64>) -> tensor<4xf64>
+    return %y : tensor<4xf64>
+  }
+  module @dev attributes {catalyst.target = {}} {
+    func.func public @scale(%x: tensor<4xf64>) -> tensor<4xf64> {
+      %c = arith.constant dense<2.0> : tensor<4xf64>
+      %r = arith.mulf %x, %c : tensor<4xf64>
+      return %r : tensor<4xf64>
+    }
+    func.func public @pair(%x: tensor<2x3xi32>, %y: tensor<2x3xi32>) -> (tensor<2x3xi32>, tensor<2x3xi32>) {
+      %s = arith.addi %x, %y : tensor<2x3xi32>
+      return %s, %x : tensor<2x3xi32>, tensor<2x3xi32>
+    }
+    func.func private @helper() { return }
+  }
+  // A module without catalyst.target is not compiled.
+  module @plain {}
+}
+// HOST-ELF: Type: REL (Relocatable file)
+// HOST-ELF: Machine: Advanced Micro Devices X86-64
+// One entry per public function, none for private ones.
+// SYMS-NOT: _catalyst_pyface_helper
+// SYMS-DAG: T _catalyst_pyface_pair
+// SYMS-DAG: T _catalyst_pyface_scale
+// SYMS-NOT: _catalyst_pyface_helper
+
+//--- arm.mlir
+// ARM: module @dev attributes {catalyst.object_file = "{{.*}}/arm-ws/{{[0-9a-f]+}}.o", catalyst.target = {triple = "aarch64-unknown-linux-gnu"}}
+module {
+  module @dev attributes {catalyst.target = {triple = "aarch64-unknown-linux-gnu"}} {
+    func.func public @scale(%x: tensor<4xf32>) -> tensor<4xf32> {
+      %r = arith.addf %x, %x : tensor<4xf32>
+      return %r : tensor<4xf32>
+    }
+  }
+}
+// ARM-ELF: Type: REL (Relocatable file)
+// ARM-ELF: Machine: AArch64
