@@ -97,7 +97,7 @@ const StringSet<> &allowedProcessSymbols() {
 }
 
 /// Checks that `bytes` is an intact ELF relocatable object for this machine and collects
-/// the names of the global symbols it defines with default or protected visibility.
+/// the names of the global functions it defines with default or protected visibility.
 Error validateObject(StringRef sha256, StringRef bytes, std::vector<std::string> &exports) {
   auto parsed = object::ObjectFile::createObjectFile(MemoryBufferRef(bytes, sha256));
   if (!parsed)
@@ -135,8 +135,15 @@ Error validateObject(StringRef sha256, StringRef bytes, std::vector<std::string>
     if (!(*flags & object::SymbolRef::SF_Global) || (*flags & object::SymbolRef::SF_Undefined) ||
         (*flags & object::SymbolRef::SF_FormatSpecific) || name->empty())
       continue;
+    auto type = symbol.getType();
+    if (!type)
+      return makeError(formatv("object {0} is damaged: symbol '{1}': {2}", sha256, *name,
+                               toString(type.takeError())));
+    // Only functions are ever called through an entry or `call`; handing out a data
+    // symbol's address as code would crash.
     uint8_t visibility = symbol.getOther() & 0x3;
-    if (visibility == ELF::STV_DEFAULT || visibility == ELF::STV_PROTECTED)
+    if (*type == object::SymbolRef::ST_Function &&
+        (visibility == ELF::STV_DEFAULT || visibility == ELF::STV_PROTECTED))
       exports.push_back(name->str());
   }
   return Error::success();
@@ -180,7 +187,7 @@ SmallVector<int64_t, 4> rowMajorStrides(ArrayRef<int64_t> sizes) {
 
 struct LoadedObject {
   orc::JITDylib *dylib = nullptr;
-  /// Every exported symbol, resolved at load time so launches never enter ORC.
+  /// Every exported function, resolved at load time so launches never enter ORC.
   StringMap<void *> symbols;
 };
 

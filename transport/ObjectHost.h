@@ -30,18 +30,26 @@ public:
   static llvm::Expected<std::unique_ptr<ObjectHost>> create(std::shared_ptr<PluginSet> plugins);
   ~ObjectHost();
 
-  /// Loads an object (validated: ELF relocatable for this machine's architecture). Loading
-  /// the same hash twice is a no-op.
+  /// Loads an object (validated: an intact ELF relocatable object for this machine's
+  /// architecture) and links it at once, so a missing symbol is reported here. Kernels may
+  /// call the C allocator and memory functions, libm and compiler-rt helpers, nothing else
+  /// from the process. Loading the same hash twice is a no-op.
   llvm::Error addObject(const ObjectBlob &object);
   bool hasObject(llvm::StringRef sha256) const;
 
   /// Runs `entry` of the object `sha256`. Inputs are read in place; results are buffers the
-  /// kernel allocated, handed over to the caller.
+  /// kernel allocated, handed over to the caller. A result whose buffer the kernel does not
+  /// own (an input it returned, a constant global, a buffer returned twice) is copied.
   llvm::Expected<std::vector<OwnedTensor>> launch(llvm::StringRef sha256, llvm::StringRef entry,
                                                   llvm::ArrayRef<TensorView> inputs,
                                                   llvm::ArrayRef<ResultSpec> results);
 
-  /// Calls `symbol` with the flat wire layout (see docs/protocol.md for its C signature).
+  /// Calls `symbol`, found in the plugins first, then in loaded objects in load order. Its C
+  /// signature is
+  ///   int32_t symbol(const void *in, uint64_t in_size, void *out, uint64_t out_size);
+  /// `in` holds the packed inputs; `out` is a zero-filled buffer of exactly `out_size` bytes
+  /// for the packed outputs, returned on success. A non-zero return is an error carrying
+  /// that code (a callee rejects sizes it does not expect this way).
   llvm::Expected<std::string> call(llvm::StringRef symbol, llvm::StringRef input,
                                    uint64_t outputSize);
 
