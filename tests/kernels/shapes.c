@@ -136,3 +136,31 @@ void _catalyst_pyface_exp(void *results, void *args) {
 
 /* No arguments, no results: the shape of an async launch. */
 void _catalyst_pyface_noop(void *results, void *args) {}
+
+/* Returns one buffer as both of its results; the host must not free it twice. */
+void _catalyst_pyface_twice(void *results, void *args) {
+  struct {
+    desc1 a;
+    desc1 b;
+  } *out = results;
+  double *dst = allocate(2 * (i64)sizeof(double));
+  dst[0] = 1;
+  dst[1] = 2;
+  out->a.allocated = dst;
+  out->a.aligned = dst;
+  out->a.offset = 0;
+  out->a.sizes[0] = 2;
+  out->a.strides[0] = 1;
+  out->b = out->a;
+}
+
+/* Returns a descriptor with a negative size, which the host must reject. */
+void _catalyst_pyface_negative(void *results, void *args) {
+  desc1 *out = results;
+  double *dst = allocate(sizeof(double));
+  out->allocated = dst;
+  out->aligned = dst;
+  out->offset = 0;
+  out->sizes[0] = -3;
+  out->strides[0] = 1;
+}

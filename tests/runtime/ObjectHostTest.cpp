@@ -115,6 +115,25 @@ TEST_CASE("results the kernel does not own are handed over as private copies", "
   CHECK(elements<int32_t>(constant[0]) == std::vector<int32_t>{7, 11, 13, 17});
 }
 
+TEST_CASE("a buffer returned as two results is handed over once and copied once", "[objecthost]") {
+  auto host = makeHost();
+  auto shapes = kernel(COURIER_KERNEL_SHAPES);
+  REQUIRE_OK(host->addObject(shapes));
+  auto out = launch(*host, shapes, "_catalyst_pyface_twice", {}, {{1, 8}, {1, 8}});
+  REQUIRE(out.size() == 2);
+  CHECK(out[0].allocated != out[1].allocated);
+  CHECK(elements<double>(out[0]) == std::vector<double>{1, 2});
+  CHECK(elements<double>(out[1]) == std::vector<double>{1, 2});
+}
+
+TEST_CASE("a result descriptor with a negative size is an error", "[objecthost]") {
+  auto host = makeHost();
+  auto shapes = kernel(COURIER_KERNEL_SHAPES);
+  REQUIRE_OK(host->addObject(shapes));
+  CHECK_THAT(failure(host->launch(shapes.sha256, "_catalyst_pyface_negative", {}, {{1, 8}})),
+             Catch::Contains("'_catalyst_pyface_negative'") && Catch::Contains("negative size -3"));
+}
+
 TEST_CASE("kernels reach libm through the object host", "[objecthost]") {
   auto host = makeHost();
   auto shapes = kernel(COURIER_KERNEL_SHAPES);
