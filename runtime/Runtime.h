@@ -1,6 +1,17 @@
 // The runtime's C++ control surface for the engine: configuration, the per-thread error
 // that ABI calls record, and module scopes that decide when sessions close. The ABI that
 // lowered code calls is in runtime/ExecutorABI.h.
+//
+// How the ABI behaves beyond what its header fixes:
+// - Sessions are keyed by the address actually opened (after any scope override); the
+//   first open of an address creates its backend with the options in force then, and
+//   later opens share it whatever their options.
+// - `send_binary` re-reads the file every time (an edited object is shipped anew) and
+//   ships only bytes the session does not hold yet; `launch` names the object by the path
+//   last sent, sending it first if it never was.
+// - `launch` accepts a bare function name for `entry` and calls its `_catalyst_pyface_`
+//   entry. Results arrive contiguous (row-major), as identity-layout host code assumes.
+// - `close` ends the session for every holder of the handle, scopes included.
 #ifndef COURIER_RUNTIME_RUNTIME_H
 #define COURIER_RUNTIME_RUNTIME_H
 
