@@ -42,6 +42,14 @@ using CallFn = int32_t (*)(const void *in, uint64_t inSize, void *out, uint64_t 
 /// sentinel: the data lives in the object's constants and must never be freed.
 void *const kGlobalSentinel = reinterpret_cast<void *>(uintptr_t{0xdeadbeef});
 
+/// Fills the result area before a launch; no pointer, size, stride or offset a kernel
+/// writes has this value in practice.
+constexpr int64_t kUnwritten = 0x5a5a5a5a5a5a5a5a;
+
+/// Words after the expected result descriptors that catch a kernel writing more (up to
+/// 30 extra dimensions' worth, or a few extra descriptors).
+constexpr size_t kResultSlackWords = 64;
+
 /// Replies larger than this are refused rather than attempted: a bogus size from a caller
 /// must produce an error, not an allocation failure.
 constexpr uint64_t kMaxCallReply = uint64_t{1} << 32;
@@ -475,9 +483,29 @@ Expected<std::vector<OwnedTensor>> ObjectHost::launch(StringRef sha256, StringRe
     std::copy(input.strides.begin(), input.strides.end(), d + 3 + rank);
     pos += 3 + 2 * rank;
   }
-  SmallVector<int64_t, 32> outBuffer(std::max<size_t>(1, outWords), 0);
+  // The result area is pre-filled with a pattern and followed by slack, so a kernel whose
+  // results differ from what the caller expects (count or ranks) shows up as words it left
+  // unwritten or wrote past the end, instead of being read as garbage descriptors.
+  SmallVector<int64_t, 160> outBuffer(outWords + kResultSlackWords, kUnwritten);
 
   function(outBuffer.data(), arguments.data());
+
+  auto expectedRanks = [&] {
+    std::string text;
+    for (const ResultSpec &spec : results)
+      text += (text.empty() ? "" : ", ") + std::to_string(spec.rank);
+    return "[" + text + "]";
+  };
+  for (size_t w = outWords; w < outBuffer.size(); ++w)
+    if (outBuffer[w] != kUnwritten)
+      return makeError(formatv("entry '{0}' wrote more result descriptors than {1} result(s) "
+                               "of rank(s) {2}: its results do not match the caller's",
+                               entry, results.size(), expectedRanks()));
+  for (size_t w = 0; w < outWords; ++w)
+    if (outBuffer[w] == kUnwritten)
+      return makeError(formatv("entry '{0}' wrote fewer result descriptors than {1} result(s) "
+                               "of rank(s) {2}: its results do not match the caller's",
+                               entry, results.size(), expectedRanks()));
   return impl->adoptResults(entry, ArrayRef<int64_t>(outBuffer).take_front(outWords), inputs,
                             results);
 }

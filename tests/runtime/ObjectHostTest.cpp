@@ -134,6 +134,24 @@ TEST_CASE("a result descriptor with a negative size is an error", "[objecthost]"
              Catch::Contains("'_catalyst_pyface_negative'") && Catch::Contains("negative size -3"));
 }
 
+TEST_CASE("results that do not match the kernel's count or ranks are an error", "[objecthost]") {
+  auto host = makeHost();
+  auto shapes = kernel(COURIER_KERNEL_SHAPES);
+  REQUIRE_OK(host->addObject(shapes));
+  std::vector<double> x{1, 2, 3};
+  auto input = view(x, {3}, {1});
+  CHECK_THAT(failure(host->launch(shapes.sha256, "_catalyst_pyface_stats", {input}, {{0, 8}})),
+             Catch::Contains("'_catalyst_pyface_stats' wrote more") &&
+                 Catch::Contains("rank(s) [0]"));
+  CHECK_THAT(
+      failure(host->launch(shapes.sha256, "_catalyst_pyface_stats", {input}, {{1, 8}, {2, 8}})),
+      Catch::Contains("wrote fewer"));
+  CHECK_THAT(failure(host->launch(shapes.sha256, "_catalyst_pyface_exp", {input}, {{2, 8}})),
+             Catch::Contains("wrote fewer"));
+  auto out = launch(*host, shapes, "_catalyst_pyface_stats", {input}, {{0, 8}, {1, 8}});
+  CHECK(elements<double>(out[1]) == std::vector<double>{1, 3, 6});
+}
+
 TEST_CASE("kernels reach libm through the object host", "[objecthost]") {
   auto host = makeHost();
   auto shapes = kernel(COURIER_KERNEL_SHAPES);
