@@ -1,0 +1,157 @@
+// The C ABI end to end against a real courier-executor process over HTTP.
+#include "runtime/Runtime.h"
+
+#include "tests/kernels/KernelPaths.h"
+#include "tests/transport/ExecutorProcess.h"
+
+#include <catch2/catch.hpp>
+
+#include <cstdlib>
+#include <vector>
+
+using namespace courier;
+using namespace courier::runtime;
+
+namespace {
+
+struct Descriptor1 {
+  void *allocated = nullptr;
+  void *aligned = nullptr;
+  int64_t offset = 0;
+  int64_t sizes[1] = {};
+  int64_t strides[1] = {};
+};
+
+std::string takeMessage() {
+  llvm::Error error = takeError();
+  return error ? llvm::toString(std::move(error)) : std::string();
+}
+
+/// Launches `entry` on a 1-D f64 vector; returns the status and fills `result`.
+int32_t launchVector(int64_t session, const char *entry, const char *object, std::vector<double> x,
+                     std::vector<double> &result, int64_t expected = -1) {
+  Descriptor1 in, out;
+  in.allocated = in.aligned = x.data();
+  in.sizes[0] = int64_t(x.size());
+  in.strides[0] = 1;
+  out.sizes[0] = expected;
+  void *ins[] = {&in}, *outs[] = {&out};
+  int64_t ranks[] = {1}, sizes[] = {8};
+  int32_t status = __catalyst__executor__launch(session, entry, object, 1, ins, ranks, sizes, 1,
+                                                outs, ranks, sizes);
+  auto *data = static_cast<double *>(out.aligned);
+  result.assign(data, data + out.sizes[0]);
+  std::free(out.allocated);
+  return status;
+}
+
+} // namespace
+
+TEST_CASE("the C ABI launches and calls on a remote executor", "[runtime][http]") {
+  testing::ExecutorProcess executor({0, "", {"--plugin", COURIER_TEST_PLUGIN}});
+  clearError();
+  int64_t session = __catalyst__executor__open(executor.address().c_str());
+  REQUIRE(session != 0);
+  CHECK(__catalyst__executor__open(executor.address().c_str()) == session);
+  REQUIRE(__catalyst__executor__send_binary(session, COURIER_KERNEL_SCALE, "object") == 0);
+
+  std::vector<double> y;
+  REQUIRE(launchVector(session, "_catalyst_pyface_scale", COURIER_KERNEL_SCALE, {1, 2, 3}, y) == 0);
+  CHECK(y == std::vector<double>{2, 4, 6});
+  // Never sent: shipped on first use.
+  REQUIRE(launchVector(session, "_catalyst_pyface_scale", COURIER_KERNEL_SCALE3, {1}, y) == 0);
+  CHECK(y == std::vector<double>{3});
+
+  double values[2] = {0.5, 0.25};
+  void *out = nullptr;
+  int64_t outSize = 8;
+  REQUIRE(__catalyst__executor__call_wrapper(session, "courier_test_sum", values, 16, &out,
+                                             &outSize) == 0);
+  CHECK(*static_cast<double *>(out) == 0.75);
+  __catalyst__executor__free_result(out);
+
+  int64_t token =
+      __catalyst__executor__launch_async(session, "_catalyst_pyface_noop", COURIER_KERNEL_SHAPES);
+  REQUIRE(token != 0);
+  CHECK(__catalyst__executor__await(token) == 0);
+  CHECK(takeMessage() == "");
+  CHECK(__catalyst__executor__close(session) == 0);
+}
+
+TEST_CASE("remote failures carry the executor's message and the address", "[runtime][http]") {
+  testing::ExecutorProcess executor;
+  clearError();
+  int64_t session = __catalyst__executor__open(executor.address().c_str());
+  REQUIRE(session != 0);
+
+  std::vector<double> y;
+  CHECK(launchVector(session, "_catalyst_pyface_nope", COURIER_KERNEL_SCALE, {1, 2}, y, 2) != 0);
+  CHECK_THAT(takeMessage(), Catch::Contains(executor.address()) &&
+                                Catch::Contains("unknown entry '_catalyst_pyface_nope'"));
+  CHECK(y == std::vector<double>{0, 0});
+
+  CHECK(__catalyst__executor__send_binary(session, COURIER_KERNEL_SCALE_AARCH64, "object") != 0);
+  CHECK_THAT(takeMessage(),
+             Catch::Contains(executor.address()) && Catch::Contains("is for aarch64"));
+
+  void *out = nullptr;
+  int64_t outSize = 8;
+  CHECK(__catalyst__executor__call_wrapper(session, "courier_nothing", nullptr, 0, &out,
+                                           &outSize) != 0);
+  CHECK_THAT(takeMessage(), Catch::Contains("courier_nothing"));
+  __catalyst__executor__free_result(out);
+
+  REQUIRE(launchVector(session, "_catalyst_pyface_scale", COURIER_KERNEL_SCALE, {4}, y) == 0);
+  CHECK(y == std::vector<double>{8});
+  CHECK(__catalyst__executor__close(session) == 0);
+}
+
+TEST_CASE("a scope's address override sends its sessions to a remote executor", "[runtime][http]") {
+  testing::ExecutorProcess executor({0, "s3cret", {}});
+  ScopeOptions options;
+  options.addressOverride = executor.address();
+  options.backend.bearerToken = "s3cret";
+  ModuleScope scope(options);
+  int64_t session;
+  {
+    ModuleScope::Entered entered(scope);
+    session = __catalyst__executor__open("local");
+  }
+  REQUIRE(session != 0);
+  std::vector<double> y;
+  REQUIRE(launchVector(session, "scale", COURIER_KERNEL_SCALE, {5}, y) == 0);
+  CHECK(y == std::vector<double>{10});
+}
+
+TEST_CASE("an unreachable executor fails to open with its address", "[runtime][http]") {
+  std::string address;
+  {
+    testing::ExecutorProcess executor;
+    address = executor.address();
+  }
+  ScopeOptions options;
+  options.backend.connectTimeout = std::chrono::milliseconds(500);
+  ModuleScope scope(options);
+  ModuleScope::Entered entered(scope);
+  clearError();
+  CHECK(__catalyst__executor__open(address.c_str()) == 0);
+  CHECK_THAT(takeMessage(), Catch::Contains(address));
+}
+TEST_CASE("a launch after the executor restarts in place succeeds", "[runtime][http]") {
+  int port;
+  clearError();
+  int64_t session;
+  std::vector<double> y;
+  auto first = std::make_unique<testing::ExecutorProcess>();
+  port = first->port();
+  session = __catalyst__executor__open(first->address().c_str());
+  REQUIRE(session != 0);
+  REQUIRE(launchVector(session, "scale", COURIER_KERNEL_SCALE, {1}, y) == 0);
+  first->kill();
+  first.reset();
+  testing::ExecutorProcess second({port, "", {}});
+  int32_t status = launchVector(session, "scale", COURIER_KERNEL_SCALE, {2}, y);
+  INFO(takeMessage());
+  CHECK(status == 0);
+  CHECK(y == std::vector<double>{4});
+}
