@@ -7,10 +7,9 @@
 #include "mlir/Target/LLVMIR/Dialect/LLVMIR/LLVMToLLVMIRTranslation.h"
 #include "mlir/Target/LLVMIR/Export.h"
 #include "llvm/IR/LLVMContext.h"
-#include "llvm/IR/LegacyPassManager.h"
 #include "llvm/IR/Module.h"
 #include "llvm/MC/TargetRegistry.h"
-#include "llvm/Passes/PassBuilder.h"
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/SHA256.h"
@@ -69,16 +68,6 @@ void addPyfaceEntry(ModuleOp module, const Kernel &kernel) {
   }
   LLVM::CallOp::create(builder, loc, ciface, operands);
   LLVM::ReturnOp::create(builder, loc, ValueRange());
-}
-
-std::string toHex(ArrayRef<uint8_t> bytes) {
-  static const char digits[] = "0123456789abcdef";
-  std::string hex;
-  for (uint8_t byte : bytes) {
-    hex.push_back(digits[byte >> 4]);
-    hex.push_back(digits[byte & 15]);
-  }
-  return hex;
 }
 
 struct CrossCompileTargets : impl::CrossCompileTargetsBase<CrossCompileTargets> {
@@ -163,42 +152,18 @@ struct CrossCompileTargets : impl::CrossCompileTargetsBase<CrossCompileTargets> 
       return target.emitError("translating the target module to LLVM IR failed");
     module->setTargetTriple(triple);
     module->setDataLayout(machine->createDataLayout());
-    optimize(*module, *machine);
-
     SmallString<0> object;
-    {
-      llvm::raw_svector_ostream os(object);
-      llvm::legacy::PassManager codegen;
-      if (machine->addPassesToEmitFile(codegen, os, nullptr, llvm::CodeGenFileType::ObjectFile))
-        return target.emitError("'") << triple.str() << "' cannot emit object files";
-      codegen.run(*module);
-    }
+    if (llvm::Error error = emitObjectFile(*module, *machine, optLevel, object))
+      return target.emitError("emitting the object for '")
+             << triple.str() << "' failed: " << llvm::toString(std::move(error));
     return write(target, dir, object);
-  }
-
-  void optimize(llvm::Module &module, llvm::TargetMachine &machine) {
-    if (optLevel == 0)
-      return;
-    llvm::LoopAnalysisManager lam;
-    llvm::FunctionAnalysisManager fam;
-    llvm::CGSCCAnalysisManager cgam;
-    llvm::ModuleAnalysisManager mam;
-    llvm::PassBuilder builder(&machine);
-    builder.registerModuleAnalyses(mam);
-    builder.registerCGSCCAnalyses(cgam);
-    builder.registerFunctionAnalyses(fam);
-    builder.registerLoopAnalyses(lam);
-    builder.crossRegisterProxies(lam, fam, cgam, mam);
-    llvm::OptimizationLevel level = optLevel == 1   ? llvm::OptimizationLevel::O1
-                                    : optLevel == 2 ? llvm::OptimizationLevel::O2
-                                                    : llvm::OptimizationLevel::O3;
-    builder.buildPerModuleDefaultPipeline(level).run(module, mam);
   }
 
   /// Writes the object as <dir>/<sha256>.o, atomically: a concurrent writer of the same
   /// bytes, or a reader, never sees a torn file.
   FailureOr<std::string> write(ModuleOp target, StringRef dir, StringRef object) {
-    std::string hash = toHex(llvm::SHA256::hash(llvm::arrayRefFromStringRef(object)));
+    std::string hash = llvm::toHex(llvm::SHA256::hash(llvm::arrayRefFromStringRef(object)),
+                                   /*LowerCase=*/true);
     SmallString<256> path(dir);
     llvm::sys::path::append(path, hash + ".o");
     if (llvm::sys::fs::exists(path))

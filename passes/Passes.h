@@ -14,6 +14,11 @@
 
 #include <string>
 
+namespace llvm {
+class Module;
+class TargetMachine;
+} // namespace llvm
+
 namespace courier {
 
 #define GEN_PASS_DECL
@@ -40,6 +45,11 @@ void buildBufferizeAndLowerToLLVM(mlir::OpPassManager &pm);
 
 /// Registers the passes and the `courier-pipeline` pipeline with the global registry.
 void registerCourierPassesAndPipelines();
+
+/// Runs LLVM's default optimisation pipeline at `optLevel` (0 skips it) on `module`, whose
+/// triple and data layout are set for `machine`, and emits a relocatable object.
+llvm::Error emitObjectFile(llvm::Module &module, llvm::TargetMachine &machine, unsigned optLevel,
+                           llvm::SmallVectorImpl<char> &object);
 
 /// The directory cross-compile-targets writes to when given none.
 std::string defaultWorkspace();
