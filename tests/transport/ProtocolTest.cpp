@@ -1,0 +1,321 @@
+// The /v1 protocol spoken directly (no Backend): every kind of bad request gets its error
+// code and status, and the executor keeps serving the requests that follow.
+#include "tests/kernels/KernelPaths.h"
+#include "tests/transport/ExecutorProcess.h"
+#include "transport/HttpServer.h"
+#include "transport/Wire.h"
+
+#include "llvm/Support/MemoryBuffer.h"
+
+#include <catch2/catch.hpp>
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <thread>
+
+using namespace courier::transport;
+using courier::testing::ExecutorConfig;
+using courier::testing::ExecutorProcess;
+using json = nlohmann::json;
+
+namespace {
+
+std::string readFile(const char *path) {
+  auto buffer = llvm::MemoryBuffer::getFile(path);
+  REQUIRE(buffer);
+  return (*buffer)->getBuffer().str();
+}
+
+struct Peer {
+  explicit Peer(const ExecutorProcess &executor, std::string token = "")
+      : executor(executor), client("127.0.0.1", executor.port()), token(std::move(token)) {
+    client.set_keep_alive(true);
+    client.set_read_timeout(std::chrono::seconds(20));
+  }
+
+  httplib::Headers headers(httplib::Headers extra = {}) const {
+    if (!token.empty())
+      extra.emplace("Authorization", "Bearer " + token);
+    return extra;
+  }
+
+  httplib::Result post(const std::string &path, const std::string &body,
+                       const char *type = wire::kFrameContentType, httplib::Headers extra = {}) {
+    return client.Post(path.c_str(), headers(std::move(extra)), body, type);
+  }
+
+  std::string openSession() {
+    httplib::Result res = post("/v1/sessions", "", wire::kJsonContentType);
+    REQUIRE(res);
+    REQUIRE(res->status == 201);
+    return json::parse(res->body)["session"];
+  }
+
+  std::string putObject(const std::string &bytes) {
+    std::string sha = wire::sha256Hex(bytes);
+    httplib::Result res =
+        client.Put(("/v1/objects/" + sha).c_str(), headers(), bytes, wire::kBytesContentType);
+    REQUIRE(res);
+    REQUIRE((res->status == 201 || res->status == 200));
+    return sha;
+  }
+
+  /// The executor still answers a plain request.
+  bool healthy() {
+    httplib::Result res = client.Get("/v1/health", headers());
+    return res && res->status == 200;
+  }
+
+  const ExecutorProcess &executor;
+  httplib::Client client;
+  std::string token;
+};
+
+std::string codeOf(const httplib::Result &res) {
+  if (!res)
+    return "no reply: " + httplib::to_string(res.error());
+  json body = json::parse(res->body, nullptr, false);
+  if (!body.is_object() || !body.contains("error"))
+    return "not an error body: " + res->body;
+  return body["error"]["code"];
+}
+
+std::string frame(const json &header, const std::string &payload) {
+  return header.dump() + "\n" + payload;
+}
+
+json scaleHeader(const std::string &sha, int64_t n, const char *entry = "_catalyst_pyface_scale") {
+  return {{"object", sha},
+          {"entry", entry},
+          {"inputs", {{{"elemSize", 8}, {"sizes", {n}}, {"offset", 0}, {"bytes", 8 * n}}}},
+          {"results", {{{"rank", 1}, {"elemSize", 8}}}}};
+}
+
+std::string doubles(std::vector<double> values) {
+  return std::string(reinterpret_cast<const char *>(values.data()), values.size() * 8);
+}
+
+} // namespace
+
+TEST_CASE("a launch frame is a JSON line followed by raw bytes, both ways", "[protocol]") {
+  ExecutorProcess executor;
+  Peer peer(executor);
+  std::string session = peer.openSession();
+  std::string sha = peer.putObject(readFile(COURIER_KERNEL_SCALE));
+  httplib::Result res = peer.post("/v1/sessions/" + session + "/launch",
+                                  frame(scaleHeader(sha, 2), doubles({1.5, -2})),
+                                  wire::kFrameContentType, {{wire::kSessionHeader, session}});
+  REQUIRE(res);
+  REQUIRE(res->status == 200);
+  CHECK(res->get_header_value("Content-Type") == wire::kFrameContentType);
+  size_t newline = res->body.find('\n');
+  REQUIRE(newline != std::string::npos);
+  json header = json::parse(res->body.substr(0, newline));
+  CHECK(header == json::parse(R"({"results":[{"elemSize":8,"sizes":[2],"offset":0,"bytes":16}]})"));
+  CHECK(res->body.substr(newline + 1) == doubles({3, -4}));
+}
+
+TEST_CASE("bad requests get their error code and leave the executor serving", "[protocol]") {
+  ExecutorProcess executor;
+  Peer peer(executor);
+  std::string session = peer.openSession();
+  std::string sha = peer.putObject(readFile(COURIER_KERNEL_SCALE));
+  std::string launch = "/v1/sessions/" + session + "/launch";
+
+  struct Case {
+    const char *what;
+    std::function<httplib::Result()> send;
+    int status;
+    const char *code;
+  };
+  std::vector<Case> cases = {
+      {"a frame whose header is not JSON", [&] { return peer.post(launch, "not json\n1234"); }, 400,
+       "bad_frame"},
+      {"a frame without a newline", [&] { return peer.post(launch, "{\"object\":"); }, 400,
+       "bad_frame"},
+      {"a frame with fewer bytes than its header declares",
+       [&] {
+         return peer.post(launch, frame(scaleHeader(sha, 4), doubles({1, 2})));
+       },
+       400, "bad_frame"},
+      {"a frame with more bytes than its header declares",
+       [&] {
+         return peer.post(launch, frame(scaleHeader(sha, 1), doubles({1, 2})));
+       },
+       400, "bad_frame"},
+      {"a tensor whose byte count does not match its sizes",
+       [&] {
+         json h = scaleHeader(sha, 2);
+         h["inputs"][0]["bytes"] = 8;
+         return peer.post(launch, frame(h, doubles({1})));
+       },
+       400, "bad_frame"},
+      {"a negative dimension",
+       [&] {
+         json h = scaleHeader(sha, 2);
+         h["inputs"][0]["sizes"] = {-2};
+         return peer.post(launch, frame(h, ""));
+       },
+       400, "bad_frame"},
+      {"an unknown session",
+       [&] {
+         return peer.post("/v1/sessions/nosuch/launch", frame(scaleHeader(sha, 1), doubles({1})));
+       },
+       404, "unknown_session"},
+      {"a session header that disagrees with the path",
+       [&] {
+         return peer.post(launch, frame(scaleHeader(sha, 1), doubles({1})), wire::kFrameContentType,
+                          {{wire::kSessionHeader, "other"}});
+       },
+       400, "bad_request"},
+      {"an unknown object",
+       [&] { return peer.post(launch, frame(scaleHeader(std::string(64, 'a'), 1), doubles({1}))); },
+       404, "unknown_object"},
+      {"an unknown entry",
+       [&] {
+         return peer.post(launch,
+                          frame(scaleHeader(sha, 1, "_catalyst_pyface_nope"), doubles({1})));
+       },
+       404, "unknown_entry"},
+      {"an object whose bytes do not match its hash",
+       [&] {
+         return peer.client.Put(("/v1/objects/" + std::string(64, 'b')).c_str(), "abc",
+                                wire::kBytesContentType);
+       },
+       400, "hash_mismatch"},
+      {"an object that is not a loadable ELF file",
+       [&] {
+         std::string bad = peer.putObject("definitely not ELF");
+         return peer.post("/v1/sessions/" + session + "/objects/" + bad, "",
+                          wire::kJsonContentType);
+       },
+       422, "invalid_object"},
+      {"a call without an output size",
+       [&] {
+         return peer.post("/v1/sessions/" + session + "/call/courier_test_sum", doubles({1}),
+                          wire::kBytesContentType);
+       },
+       400, "bad_request"},
+      {"awaiting a launch that was never started",
+       [&] {
+         return peer.post("/v1/sessions/" + session + "/launches/42/await", "",
+                          wire::kJsonContentType);
+       },
+       404, "unknown_launch"},
+      {"closing an unknown session", [&] { return peer.client.Delete("/v1/sessions/nosuch"); }, 404,
+       "unknown_session"},
+      {"a path that is not a route", [&] { return peer.client.Get("/v2/anything"); }, 404,
+       "not_found"},
+  };
+  for (Case &c : cases) {
+    INFO(c.what);
+    httplib::Result res = c.send();
+    REQUIRE(res);
+    CHECK(res->status == c.status);
+    CHECK(codeOf(res) == c.code);
+    CHECK(res->get_header_value("Content-Type") == wire::kJsonContentType);
+    CHECK(peer.healthy());
+  }
+  // And a good launch still works on the same connection.
+  httplib::Result res = peer.post(launch, frame(scaleHeader(sha, 1), doubles({21})));
+  REQUIRE(res);
+  CHECK(res->status == 200);
+}
+
+TEST_CASE("a body over the executor's limit gets 413", "[protocol]") {
+  ExecutorProcess executor(ExecutorConfig{0, "", {"--max-body-mib", "1"}});
+  Peer peer(executor);
+  std::string session = peer.openSession();
+  std::string sha = peer.putObject(readFile(COURIER_KERNEL_SCALE));
+  int64_t n = (2 << 20) / 8;
+  httplib::Result res = peer.post("/v1/sessions/" + session + "/launch",
+                                  frame(scaleHeader(sha, n), std::string(8 * n, '\0')));
+  REQUIRE(res);
+  CHECK(res->status == 413);
+  CHECK(codeOf(res) == "payload_too_large");
+  Peer fresh(executor);
+  CHECK(fresh.healthy());
+}
+
+TEST_CASE("without the bearer token every route answers 401", "[protocol][security]") {
+  ExecutorProcess executor(ExecutorConfig{0, "tok-123", {}});
+  Peer anonymous(executor);
+  for (const char *path : {"/v1/health", "/metrics", "/v1/sessions/x"}) {
+    INFO(path);
+    httplib::Result res = anonymous.client.Get(path);
+    REQUIRE(res);
+    CHECK(res->status == 401);
+    CHECK(codeOf(res) == "unauthorized");
+  }
+  Peer wrong(executor, "tok-124");
+  httplib::Result res = wrong.post("/v1/sessions", "", wire::kJsonContentType);
+  REQUIRE(res);
+  CHECK(res->status == 401);
+  Peer right(executor, "tok-123");
+  CHECK(right.healthy());
+  CHECK(!right.openSession().empty());
+}
+
+TEST_CASE("an executor refuses to listen beyond loopback without a token", "[protocol][security]") {
+  ExecutorServerOptions options;
+  options.host = "0.0.0.0";
+  auto server = ExecutorServer::create(options);
+  REQUIRE(!server);
+  CHECK_THAT(llvm::toString(server.takeError()), Catch::Contains("without a token"));
+  CHECK(isLoopbackHost("127.0.0.1"));
+  CHECK(isLoopbackHost("127.8.9.10"));
+  CHECK(isLoopbackHost("::1"));
+  CHECK(isLoopbackHost("localhost"));
+  CHECK(!isLoopbackHost("0.0.0.0"));
+  CHECK(!isLoopbackHost("::"));
+  CHECK(!isLoopbackHost("10.0.0.1"));
+}
+
+TEST_CASE("idle sessions are closed after the idle timeout", "[protocol]") {
+  ExecutorProcess executor(ExecutorConfig{0, "", {"--idle-timeout", "1"}});
+  Peer peer(executor);
+  std::string session = peer.openSession();
+  CHECK(executor.metric("courier_sessions") == 1);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (executor.metric("courier_sessions") != 0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  CHECK(executor.metric("courier_sessions") == 0);
+  CHECK(executor.metric("courier_sessions_expired_total") == 1);
+  httplib::Result res = peer.client.Get(("/v1/sessions/" + session).c_str());
+  REQUIRE(res);
+  CHECK(codeOf(res) == "unknown_session");
+}
+
+TEST_CASE("the executor logs one line per request", "[protocol]") {
+  ExecutorProcess executor;
+  Peer peer(executor);
+  peer.openSession();
+  // The line is written once the response is out, so it may trail the reply a little.
+  std::regex line(R"((.|\n)*POST /v1/sessions 201 in=0 out=\d+ [0-9.]+ms\n(.|\n)*)");
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!std::regex_match(executor.log(), line) && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  CHECK_THAT(executor.log(),
+             Catch::Matches(R"((.|\n)*POST /v1/sessions 201 in=0 out=\d+ [0-9.]+ms\n(.|\n)*)"));
+}
+
+TEST_CASE("the error table in docs/protocol.md matches the wire table", "[protocol][docs]") {
+  std::ifstream doc(COURIER_PROTOCOL_DOC);
+  REQUIRE(doc);
+  std::stringstream text;
+  text << doc.rdbuf();
+  std::map<std::string, int> documented;
+  std::regex row(R"(\|\s*`([a-z_]+)`\s*\|\s*(\d{3})\s*\|)");
+  std::string all = text.str();
+  for (std::sregex_iterator it(all.begin(), all.end(), row), end; it != end; ++it)
+    documented[(*it)[1]] = std::stoi((*it)[2]);
+  std::map<std::string, int> actual;
+  for (const wire::ErrorCodeInfo &info : wire::kErrorCodes)
+    actual[info.code] = info.status;
+  actual["unavailable"] = 0; // Client-side only: documented with status "—".
+  actual.erase("unavailable");
+  CHECK(documented == actual);
+}
