@@ -3,7 +3,9 @@
 
 #include "tests/runtime/TestSupport.h"
 
+#include <atomic>
 #include <cmath>
+#include <thread>
 
 using namespace courier;
 using namespace courier::test;
@@ -258,4 +260,38 @@ TEST_CASE("call reaches plugin and object symbols and reports their failures", "
 TEST_CASE("a plugin that does not exist fails to load with its path", "[objecthost]") {
   auto set = transport::PluginSet::load({"/nonexistent/libnothing.so"});
   CHECK_THAT(failure(std::move(set)), Catch::Contains("/nonexistent/libnothing.so"));
+}
+
+TEST_CASE("threads shipping and launching on one host concurrently each get their results",
+          "[objecthost]") {
+  auto host = makeHost();
+  std::vector<std::pair<transport::ObjectBlob, double>> objects = {
+      {kernel(COURIER_KERNEL_SCALE), 2.0}, {kernel(COURIER_KERNEL_SCALE3), 3.0}};
+  std::atomic<int> wrong{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&, t] {
+      const auto &[object, factor] = objects[t % 2];
+      for (int i = 0; i < 200; ++i) {
+        if (llvm::Error error = host->addObject(object)) {
+          llvm::consumeError(std::move(error));
+          ++wrong;
+          continue;
+        }
+        std::vector<double> x{double(t), double(i)};
+        auto out =
+            host->launch(object.sha256, "_catalyst_pyface_scale", {view(x, {2}, {1})}, {{1, 8}});
+        if (!out) {
+          llvm::consumeError(out.takeError());
+          ++wrong;
+          continue;
+        }
+        auto *y = static_cast<const double *>((*out)[0].data);
+        if (y[0] != factor * t || y[1] != factor * i)
+          ++wrong;
+      }
+    });
+  for (auto &thread : threads)
+    thread.join();
+  CHECK(wrong == 0);
 }
