@@ -11,6 +11,9 @@ typedef __SIZE_TYPE__ size_t;
 void *malloc(size_t size);
 void free(void *ptr);
 double exp(double x);
+void *memcpy(void *dst, const void *src, size_t n);
+void *memset(void *dst, int c, size_t n);
+char *getenv(const char *name);
 
 #define DESCRIPTOR(rank)                                                                   \
   struct {                                                                                 \

@@ -164,3 +164,22 @@ void _catalyst_pyface_negative(void *results, void *args) {
   out->sizes[0] = -3;
   out->strides[0] = 1;
 }
+
+/* Pads a contiguous 1-D f64 tensor with a zero on each side through a scratch buffer,
+ * using memset, memcpy and free as lowered code does. */
+void _catalyst_pyface_pad(void *results, void *args) {
+  desc1 *in = ARG(desc1, args, 0);
+  desc1 *out = results;
+  i64 n = in->sizes[0];
+  double *scratch = allocate(n * (i64)sizeof(double));
+  memcpy(scratch, (const double *)in->aligned + in->offset, (size_t)n * sizeof(double));
+  double *dst = allocate((n + 2) * (i64)sizeof(double));
+  memset(dst, 0, (size_t)(n + 2) * sizeof(double));
+  memcpy(dst + 1, scratch, (size_t)n * sizeof(double));
+  free(scratch);
+  out->allocated = dst;
+  out->aligned = dst;
+  out->offset = 0;
+  out->sizes[0] = n + 2;
+  out->strides[0] = 1;
+}

@@ -165,6 +165,19 @@ TEST_CASE("kernels reach libm through the object host", "[objecthost]") {
   CHECK(values[1] == Approx(std::exp(1.0)));
 }
 
+TEST_CASE("kernels reach the C memory functions and nothing else of the process", "[objecthost]") {
+  auto host = makeHost();
+  auto shapes = kernel(COURIER_KERNEL_SHAPES);
+  REQUIRE_OK(host->addObject(shapes));
+  std::vector<double> x{4, 5};
+  auto out = launch(*host, shapes, "_catalyst_pyface_pad", {view(x, {2}, {1})}, {{1, 8}});
+  CHECK(elements<double>(out[0]) == std::vector<double>{0, 4, 5, 0});
+
+  auto forbidden = kernel(COURIER_KERNEL_FORBIDDEN);
+  CHECK_THAT(failure(host->addObject(forbidden)),
+             Catch::Contains("Symbols not found") && Catch::Contains("getenv"));
+}
+
 TEST_CASE("two objects exporting the same entry keep their own code", "[objecthost]") {
   auto host = makeHost();
   auto twice = kernel(COURIER_KERNEL_SCALE);
