@@ -387,11 +387,24 @@ Error launchImpl(int64_t handle, const char *entryArg, const char *object, int64
                  void **outDescs, const int64_t *outRanks, const int64_t *outElemSizes) {
   if (!entryArg || !object)
     return failure("launch: null entry or object path");
-  std::string entry = entryName(entryArg);
-  std::string where = formatv("launch '{0}' of '{1}'", entry, object).str();
+  std::string prefixed;
+  StringRef entry = entryArg;
+  if (!entry.starts_with(kEntryPrefix)) {
+    prefixed = entryName(entry);
+    entry = prefixed;
+  }
+  // The context of an error message is only formatted when there is an error: launches are
+  // meant to cost little more than the kernel call.
+  std::shared_ptr<Session> session;
+  auto where = [&] {
+    std::string text = formatv("launch '{0}' of '{1}'", entry, object).str();
+    if (session)
+      text += " on '" + session->address + "'";
+    return text;
+  };
   if (nIn < 0 || nOut < 0 || (nIn > 0 && (!inDescs || !inRanks || !inElemSizes)) ||
       (nOut > 0 && (!outDescs || !outRanks || !outElemSizes)))
-    return failure(where + ": malformed argument arrays");
+    return failure(where() + ": malformed argument arrays");
 
   // Views are reused per thread so a steady stream of launches allocates nothing here.
   thread_local std::vector<TensorView> views;
@@ -401,7 +414,7 @@ Error launchImpl(int64_t handle, const char *entryArg, const char *object, int64
     int64_t rank = inRanks[i];
     if (!d || rank < 0 || inElemSizes[i] <= 0)
       return failure(formatv("{0}: input {1} has no descriptor, rank {2} or element size {3}",
-                             where, i, rank, inElemSizes[i]));
+                             where(), i, rank, inElemSizes[i]));
     TensorView &view = views[i];
     view.data = reinterpret_cast<const char *>(d[1]) + d[2] * inElemSizes[i];
     view.elemSize = inElemSizes[i];
@@ -412,23 +425,22 @@ Error launchImpl(int64_t handle, const char *entryArg, const char *object, int64
   for (int64_t i = 0; i < nOut; ++i) {
     if (!outDescs[i] || outRanks[i] < 0 || outElemSizes[i] <= 0)
       return failure(formatv("{0}: result {1} has no descriptor, rank {2} or element size {3}",
-                             where, i, outRanks[i], outElemSizes[i]));
+                             where(), i, outRanks[i], outElemSizes[i]));
     specs.push_back(ResultSpec{outRanks[i], outElemSizes[i]});
   }
 
-  std::shared_ptr<Session> session = Registry::get().find(handle);
+  session = Registry::get().find(handle);
   if (!session)
-    return failure(where + ": " + unknownSession(handle));
-  where += " on '" + session->address + "'";
+    return failure(where() + ": " + unknownSession(handle));
   auto blob = objectFor(*session, object);
   if (!blob)
-    return failure(where + ": " + toString(blob.takeError()));
+    return failure(where() + ": " + toString(blob.takeError()));
   auto results = session->backend->launch(session->id, **blob, entry, views, specs);
   if (!results)
-    return failure(where + ": " + toString(results.takeError()));
+    return failure(where() + ": " + toString(results.takeError()));
 
   if (int64_t(results->size()) != nOut)
-    return failure(formatv("{0}: the executor returned {1} results, expected {2}", where,
+    return failure(formatv("{0}: the executor returned {1} results, expected {2}", where(),
                            results->size(), nOut));
   for (int64_t i = 0; i < nOut; ++i) {
     OwnedTensor &tensor = (*results)[i];
@@ -441,10 +453,10 @@ Error launchImpl(int64_t handle, const char *entryArg, const char *object, int64
     if (!matches)
       return failure(formatv("{0}: result {1} has shape {2} of {3}-byte elements, expected {4} "
                              "of {5}-byte elements",
-                             where, i, shape(tensor.sizes), tensor.elemSize, shape(expected),
+                             where(), i, shape(tensor.sizes), tensor.elemSize, shape(expected),
                              outElemSizes[i]));
     if (Error error = makeRowMajor(tensor))
-      return failure(where + ": " + toString(std::move(error)));
+      return failure(where() + ": " + toString(std::move(error)));
   }
   for (int64_t i = 0; i < nOut; ++i) {
     OwnedTensor &tensor = (*results)[i];

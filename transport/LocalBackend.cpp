@@ -99,10 +99,14 @@ public:
     if (!session)
       return session.takeError();
     ObjectHost &host = *(*session)->host;
-    if (!host.hasObject(object.sha256))
+    auto tensors = host.launch(object.sha256, entry, inputs, results);
+    // Loading on a miss rather than checking first keeps the common path to one lookup.
+    if (!tensors && !host.hasObject(object.sha256)) {
+      consumeError(tensors.takeError());
       if (Error error = host.addObject(object))
         return makeError(formatv("local: launching '{0}': {1}", entry, toString(std::move(error))));
-    auto tensors = host.launch(object.sha256, entry, inputs, results);
+      tensors = host.launch(object.sha256, entry, inputs, results);
+    }
     if (!tensors)
       return makeError(
           formatv("local: launching '{0}': {1}", entry, toString(tensors.takeError())));
