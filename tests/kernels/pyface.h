@@ -15,13 +15,13 @@ void *memcpy(void *dst, const void *src, size_t n);
 void *memset(void *dst, int c, size_t n);
 char *getenv(const char *name);
 
-#define DESCRIPTOR(rank)                                                                   \
-  struct {                                                                                 \
-    void *allocated;                                                                       \
-    void *aligned;                                                                         \
-    i64 offset;                                                                            \
-    i64 sizes[rank];                                                                       \
-    i64 strides[rank];                                                                     \
+#define DESCRIPTOR(rank)                                                                           \
+  struct {                                                                                         \
+    void *allocated;                                                                               \
+    void *aligned;                                                                                 \
+    i64 offset;                                                                                    \
+    i64 sizes[rank];                                                                               \
+    i64 strides[rank];                                                                             \
   }
 
 typedef struct {
