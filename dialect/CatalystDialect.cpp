@@ -53,8 +53,7 @@ LogicalResult LaunchKernelOp::verifySymbolUses(SymbolTableCollection &symbolTabl
     return emitOpError("callee must be @module::@function, got ") << callee;
   Operation *module = symbolTable.lookupNearestSymbolFrom(*this, callee.getRootReference());
   if (!module || !isa<ModuleOp>(module))
-    return emitOpError("'") << callee.getRootReference().getValue()
-                            << "' is not a nested module";
+    return emitOpError("'") << callee.getRootReference().getValue() << "' is not a nested module";
   Operation *fn = symbolTable.lookupSymbolIn(module, callee.getLeafReference());
   auto function = dyn_cast_or_null<FunctionOpInterface>(fn);
   if (!function)
@@ -62,10 +61,10 @@ LogicalResult LaunchKernelOp::verifySymbolUses(SymbolTableCollection &symbolTabl
                                         << callee.getRootReference().getValue() << "'";
   if (function.getNumArguments() != getInputs().size() ||
       function.getNumResults() != getNumResults())
-    return emitOpError("callee ")
-           << callee << " takes " << function.getNumArguments() << " arguments and returns "
-           << function.getNumResults() << " results, but the launch passes "
-           << getInputs().size() << " and expects " << getNumResults();
+    return emitOpError("callee ") << callee << " takes " << function.getNumArguments()
+                                  << " arguments and returns " << function.getNumResults()
+                                  << " results, but the launch passes " << getInputs().size()
+                                  << " and expects " << getNumResults();
   return success();
 }
 
@@ -124,13 +123,14 @@ LogicalResult RuntimeCallOp::verify() {
       continue;
     }
     if (!isScalarKind(kind))
-      return emitOpError("c_params[") << index << "] has unknown kind '" << kind
-                                      << "' (expected i8, i16, i32, i64, f16, f32, f64, ptr or str)";
+      return emitOpError("c_params[")
+             << index << "] has unknown kind '" << kind
+             << "' (expected i8, i16, i32, i64, f16, f32, f64, ptr or str)";
     if (scalarParams < getInputs().size() &&
         !matchesKind(kind, getInputs()[scalarParams].getType()))
-      return emitOpError("operand ") << scalarParams << " of type "
-                                     << getInputs()[scalarParams].getType()
-                                     << " does not match its C parameter kind '" << kind << "'";
+      return emitOpError("operand ")
+             << scalarParams << " of type " << getInputs()[scalarParams].getType()
+             << " does not match its C parameter kind '" << kind << "'";
     ++scalarParams;
   }
   if (scalarParams != getInputs().size())
@@ -138,14 +138,13 @@ LogicalResult RuntimeCallOp::verify() {
            << scalarParams << " scalar or ptr parameters but the op has " << getInputs().size()
            << " operands";
   if (stringParams != getCStrings().size())
-    return emitOpError("c_params declares ")
-           << stringParams << " str parameters but c_strings has " << getCStrings().size()
-           << " entries";
+    return emitOpError("c_params declares ") << stringParams << " str parameters but c_strings has "
+                                             << getCStrings().size() << " entries";
   for (Attribute attr : getCStrings())
     if (cast<StringAttr>(attr).size() >= kStringFieldWidth)
       return emitOpError("c_strings entry '")
-             << cast<StringAttr>(attr).getValue() << "' is longer than "
-             << kStringFieldWidth - 1 << " bytes";
+             << cast<StringAttr>(attr).getValue() << "' is longer than " << kStringFieldWidth - 1
+             << " bytes";
   StringRef resultKind = getCResult();
   if (resultKind == "void") {
     if (!getResult().empty())

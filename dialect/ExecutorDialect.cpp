@@ -120,8 +120,7 @@ LogicalResult CallOp::verify() {
   int32_t numInputs = getNumInputArgs();
   if (numInputs < 0 || static_cast<size_t>(numInputs) > getArgs().size())
     return emitOpError("num_input_args (")
-           << numInputs << ") must be between 0 and the operand count (" << getArgs().size()
-           << ")";
+           << numInputs << ") must be between 0 and the operand count (" << getArgs().size() << ")";
   if (failed(verifyOneLevel(*this, getArgs().getTypes(), getResultTypes())))
     return failure();
   if (!getResults().empty() && static_cast<size_t>(numInputs) != getArgs().size())

@@ -141,8 +141,7 @@ struct LaunchLowering : ExecutorPattern<executor::LaunchOp> {
   LogicalResult matchAndRewrite(executor::LaunchOp op, OpAdaptor adaptor,
                                 ConversionPatternRewriter &rewriter) const override {
     for (Type type : llvm::concat<const Type>(op.getInputs().getTypes(), op.getResultTypes()))
-      if (!isa<MemRefType>(type) ||
-          failed(elementBytes(cast<MemRefType>(type).getElementType())))
+      if (!isa<MemRefType>(type) || failed(elementBytes(cast<MemRefType>(type).getElementType())))
         return rewriter.notifyMatchFailure(
             op, "operands and results must be memrefs of integers, floats or index; run "
                 "one-shot bufferize first");
@@ -162,7 +161,8 @@ struct LaunchLowering : ExecutorPattern<executor::LaunchOp> {
       Type structType = getTypeConverter()->convertType(memref);
       auto desc = MemRefDescriptor::poison(rewriter, loc, structType);
       for (auto [dim, size] : llvm::enumerate(memref.getShape()))
-        desc.setSize(rewriter, loc, dim, i64(rewriter, loc, ShapedType::isDynamic(size) ? -1 : size));
+        desc.setSize(rewriter, loc, dim,
+                     i64(rewriter, loc, ShapedType::isDynamic(size) ? -1 : size));
       Value slot = entryAlloca(rewriter, op, structType);
       LLVM::StoreOp::create(rewriter, loc, desc, slot);
       resultSlots.push_back(slot);
@@ -172,13 +172,13 @@ struct LaunchLowering : ExecutorPattern<executor::LaunchOp> {
     DescriptorArrays out = arrays(rewriter, op, resultSlots, op.getResultTypes());
 
     std::string entry = ("_catalyst_pyface_" + op.getCallee()).str();
-    lowering.callRuntime(
-        rewriter, loc, "__catalyst__executor__launch",
-        {adaptor.getSession(), lowering.string(rewriter, loc, entry),
-         lowering.string(rewriter, loc, op.getObject()),
-         i64(rewriter, loc, static_cast<int64_t>(inputSlots.size())), in.descs, in.ranks,
-         in.elemSizes, i64(rewriter, loc, static_cast<int64_t>(resultSlots.size())), out.descs,
-         out.ranks, out.elemSizes});
+    lowering.callRuntime(rewriter, loc, "__catalyst__executor__launch",
+                         {adaptor.getSession(), lowering.string(rewriter, loc, entry),
+                          lowering.string(rewriter, loc, op.getObject()),
+                          i64(rewriter, loc, static_cast<int64_t>(inputSlots.size())), in.descs,
+                          in.ranks, in.elemSizes,
+                          i64(rewriter, loc, static_cast<int64_t>(resultSlots.size())), out.descs,
+                          out.ranks, out.elemSizes});
 
     SmallVector<Value> results;
     for (auto [slot, structType] : llvm::zip(resultSlots, resultStructs))
@@ -199,7 +199,8 @@ struct LaunchLowering : ExecutorPattern<executor::LaunchOp> {
     int64_t n = slots.size();
     auto ptrArray = LLVM::LLVMArrayType::get(ptr, n);
     auto i64Array = LLVM::LLVMArrayType::get(rewriter.getI64Type(), n);
-    DescriptorArrays result{entryAlloca(rewriter, op, ptrArray), entryAlloca(rewriter, op, i64Array),
+    DescriptorArrays result{entryAlloca(rewriter, op, ptrArray),
+                            entryAlloca(rewriter, op, i64Array),
                             entryAlloca(rewriter, op, i64Array)};
     for (auto [position, slot, type] : llvm::enumerate(slots, types)) {
       auto memref = cast<MemRefType>(type);
@@ -211,7 +212,8 @@ struct LaunchLowering : ExecutorPattern<executor::LaunchOp> {
       LLVM::StoreOp::create(rewriter, loc, slot, at(result.descs, ptrArray));
       LLVM::StoreOp::create(rewriter, loc, i64(rewriter, loc, memref.getRank()),
                             at(result.ranks, i64Array));
-      LLVM::StoreOp::create(rewriter, loc, i64(rewriter, loc, *elementBytes(memref.getElementType())),
+      LLVM::StoreOp::create(rewriter, loc,
+                            i64(rewriter, loc, *elementBytes(memref.getElementType())),
                             at(result.elemSizes, i64Array));
     }
     return result;
@@ -224,10 +226,10 @@ struct LaunchAsyncLowering : ExecutorPattern<executor::LaunchAsyncOp> {
                                 ConversionPatternRewriter &rewriter) const override {
     Location loc = op.getLoc();
     std::string entry = ("_catalyst_pyface_" + op.getCallee()).str();
-    rewriter.replaceOp(op, lowering.callRuntime(rewriter, loc, "__catalyst__executor__launch_async",
-                                                {adaptor.getSession(),
-                                                 lowering.string(rewriter, loc, entry),
-                                                 lowering.string(rewriter, loc, op.getObject())}));
+    rewriter.replaceOp(
+        op, lowering.callRuntime(rewriter, loc, "__catalyst__executor__launch_async",
+                                 {adaptor.getSession(), lowering.string(rewriter, loc, entry),
+                                  lowering.string(rewriter, loc, op.getObject())}));
     return success();
   }
 };
@@ -236,8 +238,7 @@ struct AwaitLowering : ExecutorPattern<executor::AwaitOp> {
   using ExecutorPattern::ExecutorPattern;
   LogicalResult matchAndRewrite(executor::AwaitOp op, OpAdaptor adaptor,
                                 ConversionPatternRewriter &rewriter) const override {
-    lowering.callRuntime(rewriter, op.getLoc(), "__catalyst__executor__await",
-                         adaptor.getToken());
+    lowering.callRuntime(rewriter, op.getLoc(), "__catalyst__executor__await", adaptor.getToken());
     rewriter.eraseOp(op);
     return success();
   }
@@ -280,18 +281,19 @@ struct CallLowering : ExecutorPattern<executor::CallOp> {
         if (failed(elem))
           return failure();
         int64_t bytes = memref.getNumElements() * *elem;
-        pieces.push_back({MemRefDescriptor(desc).bufferPtr(rewriter, loc, *getTypeConverter(), memref),
-                          total, bytes});
+        pieces.push_back(
+            {MemRefDescriptor(desc).bufferPtr(rewriter, loc, *getTypeConverter(), memref), total,
+             bytes});
         total += bytes;
       }
       return pieces;
     };
     unsigned numInputs = op.getNumInputArgs();
     int64_t inBytes = 0, outBytes = 0;
-    FailureOr<SmallVector<Piece>> inputs =
-        layout(op.getArgs().take_front(numInputs), adaptor.getArgs().take_front(numInputs), inBytes);
-    FailureOr<SmallVector<Piece>> outputs =
-        layout(op.getArgs().drop_front(numInputs), adaptor.getArgs().drop_front(numInputs), outBytes);
+    FailureOr<SmallVector<Piece>> inputs = layout(op.getArgs().take_front(numInputs),
+                                                  adaptor.getArgs().take_front(numInputs), inBytes);
+    FailureOr<SmallVector<Piece>> outputs = layout(
+        op.getArgs().drop_front(numInputs), adaptor.getArgs().drop_front(numInputs), outBytes);
     if (failed(inputs) || failed(outputs))
       return rewriter.notifyMatchFailure(op, "operands must be memrefs of integers or floats");
 
@@ -302,7 +304,8 @@ struct CallLowering : ExecutorPattern<executor::CallOp> {
     if (failed(mallocFn) || failed(freeFn))
       return rewriter.notifyMatchFailure(op, "malloc/free are declared with other signatures");
 
-    Value packed = LLVM::CallOp::create(rewriter, loc, *mallocFn, i64(rewriter, loc, std::max<int64_t>(inBytes, 1)))
+    Value packed = LLVM::CallOp::create(rewriter, loc, *mallocFn,
+                                        i64(rewriter, loc, std::max<int64_t>(inBytes, 1)))
                        .getResult();
     for (const Piece &piece : *inputs) {
       Value dst = LLVM::GEPOp::create(rewriter, loc, ptr, i8, packed,
@@ -387,7 +390,8 @@ struct ConvertExecutorToLLVM : impl::ConvertExecutorToLLVMBase<ConvertExecutorTo
         lowering.functions[fn.name] = existing;
         continue;
       }
-      lowering.functions[fn.name] = LLVM::LLVMFuncOp::create(builder, module.getLoc(), fn.name, type);
+      lowering.functions[fn.name] =
+          LLVM::LLVMFuncOp::create(builder, module.getLoc(), fn.name, type);
     }
     for (auto [index, text] : llvm::enumerate(texts)) {
       SmallString<32> bytes(text);
@@ -396,9 +400,9 @@ struct ConvertExecutorToLLVM : impl::ConvertExecutorToLLVMBase<ConvertExecutorTo
       std::string name = "__courier_str_" + std::to_string(index);
       for (unsigned suffix = 0; module.lookupSymbol(name); ++suffix)
         name = "__courier_str_" + std::to_string(index) + "_" + std::to_string(suffix);
-      lowering.strings[text] = LLVM::GlobalOp::create(
-          builder, module.getLoc(), type, /*isConstant=*/true, LLVM::Linkage::Internal, name,
-          builder.getStringAttr(bytes));
+      lowering.strings[text] =
+          LLVM::GlobalOp::create(builder, module.getLoc(), type, /*isConstant=*/true,
+                                 LLVM::Linkage::Internal, name, builder.getStringAttr(bytes));
     }
 
     LLVMTypeConverter converter(ctx);

@@ -6,10 +6,10 @@
 #include "mlir/Target/LLVMIR/Dialect/Builtin/BuiltinToLLVMIRTranslation.h"
 #include "mlir/Target/LLVMIR/Dialect/LLVMIR/LLVMToLLVMIRTranslation.h"
 #include "mlir/Target/LLVMIR/Export.h"
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/IR/LLVMContext.h"
 #include "llvm/IR/Module.h"
 #include "llvm/MC/TargetRegistry.h"
-#include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/SHA256.h"
@@ -119,9 +119,9 @@ struct CrossCompileTargets : impl::CrossCompileTargetsBase<CrossCompileTargets> 
 
     // Lower a detached copy, so the host keeps the original for later passes.
     OwningOpRef<ModuleOp> copy = cast<ModuleOp>(target->clone());
-    for (StringRef name : {catalyst::CatalystDialect::kTargetAttrName,
-                           catalyst::CatalystDialect::kDispatchAttrName,
-                           catalyst::CatalystDialect::kObjectFileAttrName})
+    for (StringRef name :
+         {catalyst::CatalystDialect::kTargetAttrName, catalyst::CatalystDialect::kDispatchAttrName,
+          catalyst::CatalystDialect::kObjectFileAttrName})
       (*copy)->removeAttr(name);
     SmallVector<Kernel> kernels;
     for (auto fn : copy->getOps<func::FuncOp>()) {

@@ -25,15 +25,14 @@ struct DispatchedModule {
 FailureOr<func::FuncOp> getOrCreateSetup(ModuleOp host) {
   if (Operation *existing = SymbolTable::lookupSymbolIn(host, kSetupName)) {
     auto setup = dyn_cast<func::FuncOp>(existing);
-    if (!setup || setup.isExternal() || setup.getNumArguments() != 0 ||
-        setup.getNumResults() != 0)
+    if (!setup || setup.isExternal() || setup.getNumArguments() != 0 || setup.getNumResults() != 0)
       return existing->emitError("'setup' must be a defined func.func taking and returning "
                                  "nothing, to hold the executor set-up");
     return setup;
   }
   OpBuilder builder = OpBuilder::atBlockEnd(host.getBody());
-  auto setup = func::FuncOp::create(builder, host.getLoc(), kSetupName,
-                                    builder.getFunctionType({}, {}));
+  auto setup =
+      func::FuncOp::create(builder, host.getLoc(), kSetupName, builder.getFunctionType({}, {}));
   OpBuilder body = OpBuilder::atBlockBegin(setup.addEntryBlock());
   func::ReturnOp::create(body, host.getLoc());
   return setup;
@@ -79,8 +78,7 @@ struct DispatchExecutorTargets : impl::DispatchExecutorTargetsBase<DispatchExecu
       const DispatchedModule &target = it->second;
       auto rewritten = executor::LaunchOp::create(
           builder, launch.getLoc(), launch.getResultTypes(), sessions.get(launch, target.address),
-          launch.getCallee().getLeafReference().getValue(), target.objectFile,
-          launch.getInputs());
+          launch.getCallee().getLeafReference().getValue(), target.objectFile, launch.getInputs());
       launch.replaceAllUsesWith(rewritten.getResults());
       launch.erase();
       return WalkResult::advance();

@@ -70,8 +70,8 @@ struct LowerRuntimeDispatch : impl::LowerRuntimeDispatchBase<LowerRuntimeDispatc
           return signalPassFailure();
         }
         if (programExecutors.size() > 1) {
-          InFlightDiagnostic diag = call.emitOpError(
-              "has an empty dispatch but the program's executor is ambiguous: ");
+          InFlightDiagnostic diag =
+              call.emitOpError("has an empty dispatch but the program's executor is ambiguous: ");
           llvm::interleaveComma(programExecutors, diag,
                                 [&](StringRef a) { diag << "'" << a << "'"; });
           return signalPassFailure();

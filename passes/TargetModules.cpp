@@ -15,7 +15,8 @@ SmallVector<ModuleOp> getTargetModules(ModuleOp host) {
 }
 
 std::string getDispatchAddress(ModuleOp target) {
-  auto dispatch = target->getAttrOfType<DictionaryAttr>(catalyst::CatalystDialect::kDispatchAttrName);
+  auto dispatch =
+      target->getAttrOfType<DictionaryAttr>(catalyst::CatalystDialect::kDispatchAttrName);
   if (dispatch)
     if (auto address = dispatch.getAs<StringAttr>("address"); address && !address.empty())
       return address.str();

@@ -36,7 +36,8 @@ template <typename R, typename... Args> struct Signature<R(Args...)> {
   }
 };
 
-#define COURIER_ABI_ENTRY(name) {#name, Signature<decltype(name)>::text()}
+#define COURIER_ABI_ENTRY(name)                                                                    \
+  { #name, Signature < decltype(name)> ::text() }
 
 const std::map<std::string, std::string> kHeader = {
     COURIER_ABI_ENTRY(__catalyst__executor__open),

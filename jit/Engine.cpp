@@ -1,0 +1,795 @@
+// The engine: parse, run the dispatch pipeline, emit and link the host object with ORC,
+// run setup(), and call entries through generated packed wrappers.
+#include "jit/Engine.h"
+
+#include "dialect/Dialects.h"
+#include "passes/Passes.h"
+#include "runtime/Runtime.h"
+
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/InitAllDialects.h"
+#include "mlir/InitAllExtensions.h"
+#include "mlir/InitAllPasses.h"
+#include "mlir/Parser/Parser.h"
+#include "mlir/Pass/PassInstrumentation.h"
+#include "mlir/Pass/PassRegistry.h"
+#include "mlir/Target/LLVMIR/Dialect/All.h"
+#include "mlir/Target/LLVMIR/Export.h"
+
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/ExecutionEngine/Orc/AbsoluteSymbols.h"
+#include "llvm/ExecutionEngine/Orc/ExecutionUtils.h"
+#include "llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h"
+#include "llvm/ExecutionEngine/Orc/LLJIT.h"
+#include "llvm/IR/IRBuilder.h"
+#include "llvm/IR/LLVMContext.h"
+#include "llvm/IR/Module.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Path.h"
+#include "llvm/Support/Process.h"
+#include "llvm/Support/SHA256.h"
+#include "llvm/Support/TargetSelect.h"
+#include "llvm/TargetParser/Host.h"
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <set>
+#include <unordered_map>
+
+namespace courier {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double msSince(Clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+}
+
+/// Bumped whenever the compiled form changes, so stale disk-cache entries are not used.
+constexpr llvm::StringLiteral kCacheFormat = "courier-host-v1";
+
+constexpr llvm::StringLiteral kPackedPrefix = "_courier_packed_";
+
+std::string sha256Hex(llvm::StringRef bytes) {
+  return llvm::toHex(llvm::SHA256::hash(llvm::arrayRefFromStringRef(bytes)), /*LowerCase=*/true);
+}
+
+std::string defaultCacheDir() {
+  llvm::SmallString<256> dir;
+  if (std::optional<std::string> xdg = llvm::sys::Process::GetEnv("XDG_CACHE_HOME");
+      xdg && !xdg->empty())
+    dir = *xdg;
+  else if (std::optional<std::string> home = llvm::sys::Process::GetEnv("HOME");
+           home && !home->empty())
+    llvm::sys::path::append(dir, *home, ".cache");
+  else
+    llvm::sys::path::system_temp_directory(/*ErasedOnReboot=*/true, dir);
+  llvm::sys::path::append(dir, "courier");
+  return std::string(dir);
+}
+
+/// Writes `bytes` to `path` through a temporary file and a rename, so concurrent writers
+/// and readers never see a torn file.
+llvm::Error writeAtomically(llvm::StringRef path, llvm::StringRef bytes) {
+  llvm::SmallString<256> temp;
+  int fd;
+  if (std::error_code ec = llvm::sys::fs::createUniqueFile(path + ".tmp-%%%%%%%%", fd, temp))
+    return llvm::createStringError(ec, "creating a temporary file beside '%s': %s",
+                                   path.str().c_str(), ec.message().c_str());
+  {
+    llvm::raw_fd_ostream os(fd, /*shouldClose=*/true);
+    os << bytes;
+    os.close();
+    if (os.has_error()) {
+      llvm::sys::fs::remove(temp);
+      return llvm::createStringError(os.error(), "writing '%s': %s", temp.c_str(),
+                                     os.error().message().c_str());
+    }
+  }
+  if (std::error_code ec = llvm::sys::fs::rename(temp, path)) {
+    llvm::sys::fs::remove(temp);
+    return llvm::createStringError(ec, "renaming to '%s': %s", path.str().c_str(),
+                                   ec.message().c_str());
+  }
+  return llvm::Error::success();
+}
+
+std::optional<DType> dtypeOf(mlir::Type type) {
+  if (type.isF16())
+    return DType::F16;
+  if (type.isF32())
+    return DType::F32;
+  if (type.isF64())
+    return DType::F64;
+  if (type.isIndex())
+    return DType::I64;
+  if (auto integer = mlir::dyn_cast<mlir::IntegerType>(type)) {
+    switch (integer.getWidth()) {
+    case 1:
+      return DType::I1;
+    case 8:
+      return DType::I8;
+    case 16:
+      return DType::I16;
+    case 32:
+      return DType::I32;
+    case 64:
+      return DType::I64;
+    }
+  }
+  return std::nullopt;
+}
+
+std::optional<TensorSpec> specOf(mlir::Type type) {
+  if (auto shaped = mlir::dyn_cast<mlir::ShapedType>(type)) {
+    if (!mlir::isa<mlir::RankedTensorType, mlir::MemRefType>(type))
+      return std::nullopt;
+    if (auto memref = mlir::dyn_cast<mlir::MemRefType>(type);
+        memref && !memref.getLayout().isIdentity())
+      return std::nullopt;
+    std::optional<DType> dtype = dtypeOf(shaped.getElementType());
+    if (!dtype)
+      return std::nullopt;
+    TensorSpec spec{*dtype, {}, false};
+    for (int64_t d : shaped.getShape())
+      spec.shape.push_back(mlir::ShapedType::isDynamic(d) ? -1 : d);
+    return spec;
+  }
+  std::optional<DType> dtype = dtypeOf(type);
+  if (!dtype)
+    return std::nullopt;
+  return TensorSpec{*dtype, {}, true};
+}
+
+bool isLifecycleFunction(llvm::StringRef name) { return name == "setup" || name == "teardown"; }
+
+/// The public functions of the host module that invoke can call, and marks them for a C
+/// interface with read-only tensor arguments (inputs belong to the caller).
+std::vector<EntrySignature> prepareEntries(mlir::ModuleOp module) {
+  std::vector<EntrySignature> entries;
+  for (auto fn : module.getOps<mlir::func::FuncOp>()) {
+    if (!fn.isPublic() || fn.isExternal() || isLifecycleFunction(fn.getName()))
+      continue;
+    EntrySignature signature{fn.getName().str(), {}, {}};
+    bool supported = true;
+    for (mlir::Type type : fn.getArgumentTypes()) {
+      std::optional<TensorSpec> spec = specOf(type);
+      supported &= spec.has_value();
+      if (spec)
+        signature.inputs.push_back(*spec);
+    }
+    for (mlir::Type type : fn.getResultTypes()) {
+      std::optional<TensorSpec> spec = specOf(type);
+      supported &= spec.has_value();
+      if (spec)
+        signature.outputs.push_back(*spec);
+    }
+    if (!supported)
+      continue;
+    fn->setAttr(mlir::LLVM::LLVMDialect::getEmitCWrapperAttrName(),
+                mlir::UnitAttr::get(module.getContext()));
+    for (unsigned i = 0; i < fn.getNumArguments(); ++i)
+      if (mlir::isa<mlir::TensorType>(fn.getArgumentTypes()[i]))
+        fn.setArgAttr(i, "bufferization.writable", mlir::BoolAttr::get(module.getContext(), false));
+    entries.push_back(std::move(signature));
+  }
+  return entries;
+}
+
+/// Adds `_courier_packed_<entry>(void **args)`: args[i] points to input i (a memref
+/// descriptor, or the scalar's value), args[n_in + j] to storage for result j.
+void addPackedWrapper(llvm::Module &module, const EntrySignature &entry) {
+  llvm::Function *ciface = module.getFunction("_mlir_ciface_" + entry.name);
+  llvm::Function *original = module.getFunction(entry.name);
+  if (!ciface || !original)
+    return;
+  llvm::LLVMContext &ctx = module.getContext();
+  auto *ptr = llvm::PointerType::getUnqual(ctx);
+  auto *type = llvm::FunctionType::get(llvm::Type::getVoidTy(ctx), {ptr}, false);
+  auto *wrapper = llvm::Function::Create(type, llvm::Function::ExternalLinkage,
+                                         kPackedPrefix + entry.name, module);
+  llvm::IRBuilder<> b(llvm::BasicBlock::Create(ctx, "entry", wrapper));
+  llvm::Value *args = wrapper->getArg(0);
+  size_t numInputs = entry.inputs.size();
+  auto slot = [&](size_t i) { return b.CreateLoad(ptr, b.CreateConstGEP1_64(ptr, args, i)); };
+
+  llvm::SmallVector<llvm::Value *> params;
+  llvm::Value *resultSlot = nullptr;
+  llvm::Type *resultType = original->getReturnType();
+  if (ciface->arg_size() == numInputs + 1) {
+    resultSlot = b.CreateAlloca(resultType);
+    params.push_back(resultSlot);
+  }
+  for (size_t i = 0; i < numInputs; ++i) {
+    llvm::Value *p = slot(i);
+    llvm::Type *paramType = ciface->getArg(params.size())->getType();
+    params.push_back(entry.inputs[i].isScalar ? b.CreateLoad(paramType, p) : p);
+  }
+  llvm::Value *returned = b.CreateCall(ciface, params);
+  if (resultSlot) {
+    llvm::Value *value = b.CreateLoad(resultType, resultSlot);
+    if (entry.outputs.size() == 1)
+      b.CreateStore(value, slot(numInputs));
+    else
+      for (size_t j = 0; j < entry.outputs.size(); ++j)
+        b.CreateStore(b.CreateExtractValue(value, j), slot(numInputs + j));
+  } else if (!returned->getType()->isVoidTy()) {
+    b.CreateStore(returned, slot(numInputs));
+  }
+  b.CreateRetVoid();
+}
+
+/// Collects diagnostics with their locations, and forwards them to the user's sink.
+class DiagnosticCollector {
+public:
+  DiagnosticCollector(mlir::MLIRContext &ctx, const std::function<void(const Diagnostic &)> &sink)
+      : ctx(ctx), sink(sink) {
+    id = ctx.getDiagEngine().registerHandler([this](mlir::Diagnostic &diag) {
+      record(diag);
+      for (mlir::Diagnostic &note : diag.getNotes())
+        record(note);
+      return mlir::success();
+    });
+  }
+  ~DiagnosticCollector() { ctx.getDiagEngine().eraseHandler(id); }
+
+  llvm::Error error(llvm::StringRef summary) {
+    return llvm::make_error<CompileError>(summary.str(), std::move(diagnostics));
+  }
+
+private:
+  void record(mlir::Diagnostic &diag) {
+    Diagnostic d;
+    diag.getLocation()->walk([&](mlir::Location loc) {
+      if (auto file = mlir::dyn_cast<mlir::FileLineColLoc>(loc)) {
+        d.file = file.getFilename().str();
+        d.line = file.getLine();
+        d.column = file.getColumn();
+        return mlir::WalkResult::interrupt();
+      }
+      return mlir::WalkResult::advance();
+    });
+    switch (diag.getSeverity()) {
+    case mlir::DiagnosticSeverity::Error:
+      d.severity = "error";
+      break;
+    case mlir::DiagnosticSeverity::Warning:
+      d.severity = "warning";
+      break;
+    case mlir::DiagnosticSeverity::Note:
+      d.severity = "note";
+      break;
+    case mlir::DiagnosticSeverity::Remark:
+      d.severity = "remark";
+      break;
+    }
+    d.message = diag.str();
+    if (sink)
+      sink(d);
+    diagnostics.push_back(std::move(d));
+  }
+
+  mlir::MLIRContext &ctx;
+  const std::function<void(const Diagnostic &)> &sink;
+  mlir::DiagnosticEngine::HandlerID id;
+  std::vector<Diagnostic> diagnostics;
+};
+
+/// Times the passes and notes the object files cross-compile-targets writes.
+class PipelineObserver : public mlir::PassInstrumentation {
+public:
+  PipelineObserver(PhaseTimes &times, std::vector<std::string> &objects)
+      : times(times), objects(objects) {}
+  void runBeforePass(mlir::Pass *, mlir::Operation *) override { start = Clock::now(); }
+  void runAfterPass(mlir::Pass *pass, mlir::Operation *op) override {
+    double ms = msSince(start);
+    if (pass->getArgument() != "cross-compile-targets") {
+      times.passes += ms;
+      return;
+    }
+    times.crossCompile += ms;
+    op->walk([&](mlir::ModuleOp nested) {
+      if (auto path = nested->getAttrOfType<mlir::StringAttr>(
+              catalyst::CatalystDialect::kObjectFileAttrName))
+        objects.push_back(path.str());
+    });
+  }
+  void runAfterPassFailed(mlir::Pass *pass, mlir::Operation *op) override {
+    times.passes += msSince(start);
+  }
+
+private:
+  PhaseTimes &times;
+  std::vector<std::string> &objects;
+  Clock::time_point start;
+};
+
+mlir::DialectRegistry makeRegistry() {
+  mlir::DialectRegistry registry;
+  mlir::registerAllDialects(registry);
+  mlir::registerAllExtensions(registry);
+  mlir::registerAllToLLVMIRTranslations(registry);
+  registerCourierDialects(registry);
+  return registry;
+}
+
+} // namespace
+
+//===- Module -------------------------------------------------------------------------===//
+
+struct Module::Impl {
+  std::string name;
+  std::vector<EntrySignature> entries;
+  std::unique_ptr<llvm::orc::LLJIT> jit;
+  struct Functions {
+    void (*packed)(void **) = nullptr;
+    void *ciface = nullptr;
+  };
+  llvm::StringMap<Functions> functions;
+  void (*teardown)() = nullptr;
+  std::unique_ptr<runtime::ModuleScope> scope;
+  PhaseTimes times;
+};
+
+Module::Module(std::unique_ptr<Impl> impl) : impl(std::move(impl)) {}
+
+Module::~Module() {
+  if (impl->teardown) {
+    runtime::ModuleScope::Entered entered(*impl->scope);
+    runtime::clearError();
+    impl->teardown();
+    llvm::consumeError(runtime::takeError());
+  }
+  // Sessions close before the code that used them is unmapped.
+  impl->scope.reset();
+  impl->jit.reset();
+}
+
+const std::string &Module::name() const { return impl->name; }
+const std::vector<EntrySignature> &Module::entries() const { return impl->entries; }
+const PhaseTimes &Module::compileTimes() const { return impl->times; }
+
+const EntrySignature *Module::findEntry(llvm::StringRef entry) const {
+  for (const EntrySignature &signature : impl->entries)
+    if (signature.name == entry)
+      return &signature;
+  return nullptr;
+}
+
+void *Module::rawEntry(llvm::StringRef entry) const {
+  auto it = impl->functions.find(entry);
+  return it == impl->functions.end() ? nullptr : it->second.ciface;
+}
+
+namespace {
+
+llvm::Error checkInput(const EntrySignature &entry, size_t index, const TensorSpec &spec,
+                       const Tensor &input) {
+  auto fail = [&](const llvm::Twine &what) {
+    return llvm::createStringError("input %zu of '%s' %s", index, entry.name.c_str(),
+                                   what.str().c_str());
+  };
+  if (input.dtype != spec.dtype)
+    return fail("must be " + dtypeName(spec.dtype) + ", got " + dtypeName(input.dtype));
+  if (spec.isScalar) {
+    if (!input.shape.empty())
+      return fail("is a scalar, got a tensor of rank " + llvm::Twine(input.shape.size()));
+  } else {
+    if (input.shape.size() != spec.shape.size())
+      return fail("must have rank " + llvm::Twine(spec.shape.size()) + ", got rank " +
+                  llvm::Twine(input.shape.size()));
+    for (size_t d = 0; d < spec.shape.size(); ++d) {
+      if (input.shape[d] < 0)
+        return fail("has a negative dimension");
+      if (spec.shape[d] >= 0 && spec.shape[d] != input.shape[d])
+        return fail("must have shape " + spec.str() + ", got dimension " + llvm::Twine(d) +
+                    " of size " + llvm::Twine(input.shape[d]));
+    }
+  }
+  if (input.bytes.size() != static_cast<size_t>(input.numElements()) * dtypeSize(input.dtype))
+    return fail("holds " + llvm::Twine(input.bytes.size()) + " bytes, its shape needs " +
+                llvm::Twine(input.numElements() * dtypeSize(input.dtype)));
+  return llvm::Error::success();
+}
+
+/// Storage for a ranked memref descriptor: {allocated, aligned, offset, sizes, strides}.
+struct Descriptor {
+  explicit Descriptor(size_t rank) : words(3 + 2 * rank, 0), rank(rank) {}
+  std::vector<int64_t> words;
+  size_t rank;
+
+  void *allocated() const { return reinterpret_cast<void *>(words[0]); }
+  const uint8_t *aligned() const { return reinterpret_cast<const uint8_t *>(words[1]); }
+  int64_t offset() const { return words[2]; }
+  int64_t size(size_t d) const { return words[3 + d]; }
+  int64_t stride(size_t d) const { return words[3 + rank + d]; }
+};
+
+/// Copies a strided result into a contiguous tensor.
+Tensor gather(const Descriptor &desc, DType dtype) {
+  Tensor t{dtype, {}, {}};
+  for (size_t d = 0; d < desc.rank; ++d)
+    t.shape.push_back(desc.size(d));
+  size_t elem = dtypeSize(dtype);
+  int64_t n = t.numElements();
+  t.bytes.resize(n * elem);
+  if (n == 0)
+    return t;
+  const uint8_t *base = desc.aligned() + desc.offset() * elem;
+  std::vector<int64_t> index(desc.rank, 0);
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t offset = 0;
+    for (size_t d = 0; d < desc.rank; ++d)
+      offset += index[d] * desc.stride(d);
+    std::memcpy(t.bytes.data() + i * elem, base + offset * elem, elem);
+    for (size_t d = desc.rank; d-- > 0;) {
+      if (++index[d] < desc.size(d))
+        break;
+      index[d] = 0;
+    }
+  }
+  return t;
+}
+
+} // namespace
+
+llvm::Expected<std::vector<Tensor>> Module::invoke(llvm::StringRef entry,
+                                                   llvm::ArrayRef<Tensor> inputs) const {
+  const EntrySignature *signature = findEntry(entry);
+  auto fns = impl->functions.find(entry);
+  if (!signature || fns == impl->functions.end()) {
+    std::string known;
+    for (const EntrySignature &e : impl->entries)
+      known += (known.empty() ? "" : ", ") + e.name;
+    return llvm::createStringError("module '%s' has no entry '%s' (entries: %s)",
+                                   impl->name.c_str(), entry.str().c_str(),
+                                   known.empty() ? "none" : known.c_str());
+  }
+  if (inputs.size() != signature->inputs.size())
+    return llvm::createStringError("entry '%s' takes %zu inputs, got %zu", signature->name.c_str(),
+                                   signature->inputs.size(), inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i)
+    if (llvm::Error error = checkInput(*signature, i, signature->inputs[i], inputs[i]))
+      return std::move(error);
+
+  size_t numInputs = inputs.size(), numOutputs = signature->outputs.size();
+  std::vector<void *> args(numInputs + numOutputs);
+  std::vector<Descriptor> inputDescs, outputDescs;
+  std::vector<int64_t> scalars(numInputs + numOutputs, 0);
+  inputDescs.reserve(numInputs);
+  outputDescs.reserve(numOutputs);
+  for (size_t i = 0; i < numInputs; ++i) {
+    const Tensor &input = inputs[i];
+    if (signature->inputs[i].isScalar) {
+      std::memcpy(&scalars[i], input.bytes.data(), input.bytes.size());
+      args[i] = &scalars[i];
+      continue;
+    }
+    Descriptor &desc = inputDescs.emplace_back(input.shape.size());
+    auto data = reinterpret_cast<int64_t>(input.bytes.data());
+    desc.words[0] = desc.words[1] = data;
+    int64_t stride = 1;
+    for (size_t d = input.shape.size(); d-- > 0;) {
+      desc.words[3 + d] = input.shape[d];
+      desc.words[3 + desc.rank + d] = stride;
+      stride *= input.shape[d];
+    }
+    args[i] = desc.words.data();
+  }
+  for (size_t j = 0; j < numOutputs; ++j) {
+    const TensorSpec &spec = signature->outputs[j];
+    args[numInputs + j] = spec.isScalar ? static_cast<void *>(&scalars[numInputs + j])
+                                        : outputDescs.emplace_back(spec.shape.size()).words.data();
+  }
+
+  // Kernel launches re-open their sessions; the scope applies the module's options to them.
+  runtime::ModuleScope::Entered entered(*impl->scope);
+  runtime::clearError();
+  fns->second.packed(args.data());
+  llvm::Error failure = runtime::takeError();
+
+  std::vector<Tensor> outputs;
+  std::set<void *> freed;
+  size_t next = 0;
+  for (size_t j = 0; j < numOutputs; ++j) {
+    const TensorSpec &spec = signature->outputs[j];
+    if (spec.isScalar) {
+      Tensor t{spec.dtype, {}, std::vector<uint8_t>(dtypeSize(spec.dtype))};
+      std::memcpy(t.bytes.data(), &scalars[numInputs + j], t.bytes.size());
+      outputs.push_back(std::move(t));
+      continue;
+    }
+    const Descriptor &desc = outputDescs[next++];
+    if (!failure)
+      outputs.push_back(gather(desc, spec.dtype));
+    // Two results may share one allocation; free it once.
+    if (desc.allocated() && freed.insert(desc.allocated()).second)
+      std::free(desc.allocated());
+  }
+  if (failure)
+    return llvm::createStringError("invoking '%s' of module '%s': %s", signature->name.c_str(),
+                                   impl->name.c_str(), llvm::toString(std::move(failure)).c_str());
+  return outputs;
+}
+
+//===- Engine -------------------------------------------------------------------------===//
+
+struct Engine::Impl {
+  EngineOptions options;
+  mlir::DialectRegistry registry = makeRegistry();
+  std::mutex mutex;
+  std::unordered_map<std::string, std::weak_ptr<Module>> memoryCache;
+
+  std::string cacheDir() const {
+    return options.cacheDir.empty() ? defaultCacheDir() : options.cacheDir;
+  }
+  std::string objectDir() const {
+    llvm::SmallString<256> dir(cacheDir());
+    llvm::sys::path::append(dir, "objects");
+    return std::string(dir);
+  }
+  std::string hostPath(llvm::StringRef key, llvm::StringRef extension) const {
+    llvm::SmallString<256> path(cacheDir());
+    llvm::sys::path::append(path, "host", key + extension);
+    return std::string(path);
+  }
+
+  std::string cacheKey(llvm::StringRef text, llvm::StringRef cpu) const {
+    std::string material;
+    llvm::raw_string_ostream os(material);
+    os << kCacheFormat << '\0' << llvm::sys::getProcessTriple() << '\0' << cpu << '\0'
+       << options.optLevel << '\0' << options.extraPipeline << '\0' << objectDir() << '\0' << text;
+    return sha256Hex(material);
+  }
+
+  llvm::Expected<std::shared_ptr<Module>> compile(llvm::StringRef text, llvm::StringRef name);
+  llvm::Expected<std::string> lower(mlir::ModuleOp module, llvm::orc::JITTargetMachineBuilder &jtmb,
+                                    const std::vector<EntrySignature> &entries, PhaseTimes &times,
+                                    std::vector<std::string> &objects,
+                                    DiagnosticCollector &diagnostics);
+  std::optional<std::string> loadFromDisk(llvm::StringRef key);
+  void storeToDisk(llvm::StringRef key, llvm::StringRef object,
+                   const std::vector<std::string> &targetObjects);
+  llvm::Expected<std::shared_ptr<Module>> link(std::string name, std::string object,
+                                               llvm::orc::JITTargetMachineBuilder jtmb,
+                                               std::vector<EntrySignature> entries,
+                                               PhaseTimes times);
+};
+
+Engine::Engine(EngineOptions options) : impl(std::make_unique<Impl>()) {
+  impl->options = std::move(options);
+  static std::once_flag once;
+  std::call_once(once, [] {
+    llvm::InitializeNativeTarget();
+    llvm::InitializeNativeTargetAsmPrinter();
+    llvm::InitializeNativeTargetAsmParser();
+  });
+}
+
+Engine::~Engine() = default;
+
+const EngineOptions &Engine::options() const { return impl->options; }
+
+llvm::Expected<std::shared_ptr<Module>> Engine::compile(llvm::StringRef text,
+                                                        llvm::StringRef name) {
+  return impl->compile(text, name);
+}
+
+llvm::Expected<std::shared_ptr<Module>> Engine::Impl::compile(llvm::StringRef text,
+                                                              llvm::StringRef name) {
+  llvm::Expected<llvm::orc::JITTargetMachineBuilder> jtmb =
+      llvm::orc::JITTargetMachineBuilder::detectHost();
+  if (!jtmb)
+    return llvm::createStringError("detecting the host for code generation: %s",
+                                   llvm::toString(jtmb.takeError()).c_str());
+  std::string key = cacheKey(text, jtmb->getCPU() + jtmb->getFeatures().getString());
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (std::shared_ptr<Module> cached = memoryCache[key].lock())
+      return cached;
+  }
+
+  PhaseTimes times;
+  auto start = Clock::now();
+  mlir::MLIRContext ctx(registry, mlir::MLIRContext::Threading::DISABLED);
+  ctx.printOpOnDiagnostic(false);
+  DiagnosticCollector diagnostics(ctx, options.diagnosticSink);
+  mlir::ParserConfig config(&ctx);
+  mlir::OwningOpRef<mlir::ModuleOp> module =
+      mlir::parseSourceString<mlir::ModuleOp>(text, config, name);
+  if (!module)
+    return diagnostics.error(("parsing '" + name + "' failed").str());
+  std::vector<EntrySignature> entries = prepareEntries(*module);
+  times.parse = msSince(start);
+
+  std::string object;
+  if (std::optional<std::string> cached = options.diskCache ? loadFromDisk(key) : std::nullopt) {
+    object = std::move(*cached);
+    times.cacheHit = true;
+  } else {
+    std::vector<std::string> targetObjects;
+    llvm::Expected<std::string> lowered =
+        lower(*module, *jtmb, entries, times, targetObjects, diagnostics);
+    if (!lowered)
+      return lowered.takeError();
+    object = std::move(*lowered);
+    if (options.diskCache)
+      storeToDisk(key, object, targetObjects);
+  }
+
+  llvm::Expected<std::shared_ptr<Module>> loaded =
+      link(name.str(), std::move(object), std::move(*jtmb), std::move(entries), times);
+  if (!loaded)
+    return loaded.takeError();
+  std::lock_guard<std::mutex> lock(mutex);
+  memoryCache[key] = *loaded;
+  return loaded;
+}
+
+llvm::Expected<std::string>
+Engine::Impl::lower(mlir::ModuleOp module, llvm::orc::JITTargetMachineBuilder &jtmb,
+                    const std::vector<EntrySignature> &entries, PhaseTimes &times,
+                    std::vector<std::string> &objects, DiagnosticCollector &diagnostics) {
+  mlir::MLIRContext &ctx = *module.getContext();
+  mlir::PassManager pm(&ctx, mlir::ModuleOp::getOperationName());
+  if (options.printIRAfterAll)
+    pm.enableIRPrinting(
+        /*shouldPrintBeforePass=*/nullptr,
+        /*shouldPrintAfterPass=*/[](mlir::Pass *, mlir::Operation *) { return true; },
+        /*printModuleScope=*/true, /*printAfterOnlyOnChange=*/false);
+  if (!options.extraPipeline.empty()) {
+    static std::once_flag registered;
+    std::call_once(registered, [] { mlir::registerAllPasses(); });
+    std::string parseError;
+    llvm::raw_string_ostream os(parseError);
+    if (mlir::failed(mlir::parsePassPipeline(options.extraPipeline, pm, os)))
+      return llvm::createStringError("invalid extra pass pipeline '%s': %s",
+                                     options.extraPipeline.c_str(), parseError.c_str());
+  }
+  buildCourierPipeline(pm, {objectDir(), options.optLevel});
+  pm.addInstrumentation(std::make_unique<PipelineObserver>(times, objects));
+  if (mlir::failed(pm.run(module)))
+    return diagnostics.error("lowering '" + module.getSymName().value_or("module").str() +
+                             "' failed");
+
+  auto start = Clock::now();
+  llvm::LLVMContext llvmContext;
+  std::unique_ptr<llvm::Module> llvmModule = mlir::translateModuleToLLVMIR(module, llvmContext);
+  if (!llvmModule)
+    return diagnostics.error("translating the host module to LLVM IR failed");
+  for (const EntrySignature &entry : entries)
+    addPackedWrapper(*llvmModule, entry);
+  llvm::Expected<std::unique_ptr<llvm::TargetMachine>> machine = jtmb.createTargetMachine();
+  if (!machine)
+    return machine.takeError();
+  llvmModule->setTargetTriple((*machine)->getTargetTriple());
+  llvmModule->setDataLayout((*machine)->createDataLayout());
+  llvm::SmallString<0> object;
+  if (llvm::Error error = emitObjectFile(*llvmModule, **machine, options.optLevel, object))
+    return std::move(error);
+  times.link += msSince(start);
+  return std::string(object);
+}
+
+std::optional<std::string> Engine::Impl::loadFromDisk(llvm::StringRef key) {
+  llvm::ErrorOr<std::unique_ptr<llvm::MemoryBuffer>> manifest =
+      llvm::MemoryBuffer::getFile(hostPath(key, ".manifest"));
+  if (!manifest)
+    return std::nullopt;
+  // "sha256 <hex>" for the host object, then "object <path>" per target object, each of
+  // which must still exist.
+  llvm::SmallVector<llvm::StringRef> lines;
+  (*manifest)->getBuffer().split(lines, '\n', -1, /*KeepEmpty=*/false);
+  std::string expectedHash;
+  for (llvm::StringRef line : lines) {
+    auto [kind, value] = line.split(' ');
+    if (kind == "sha256")
+      expectedHash = value.str();
+    else if (kind == "object" && !llvm::sys::fs::exists(value))
+      return std::nullopt;
+  }
+  llvm::ErrorOr<std::unique_ptr<llvm::MemoryBuffer>> object =
+      llvm::MemoryBuffer::getFile(hostPath(key, ".o"));
+  if (!object || sha256Hex((*object)->getBuffer()) != expectedHash)
+    return std::nullopt;
+  return (*object)->getBuffer().str();
+}
+
+void Engine::Impl::storeToDisk(llvm::StringRef key, llvm::StringRef object,
+                               const std::vector<std::string> &targetObjects) {
+  llvm::SmallString<256> dir(cacheDir());
+  llvm::sys::path::append(dir, "host");
+  if (llvm::sys::fs::create_directories(dir))
+    return; // The disk cache is an optimisation; an unwritable one is skipped.
+  std::string manifest = "sha256 " + sha256Hex(object) + "\n";
+  for (const std::string &path : targetObjects)
+    manifest += "object " + path + "\n";
+  // The object first: a manifest never names an object that is not complete.
+  if (llvm::Error error = writeAtomically(hostPath(key, ".o"), object)) {
+    llvm::consumeError(std::move(error));
+    return;
+  }
+  llvm::consumeError(writeAtomically(hostPath(key, ".manifest"), manifest));
+}
+
+llvm::Expected<std::shared_ptr<Module>> Engine::Impl::link(std::string name, std::string object,
+                                                           llvm::orc::JITTargetMachineBuilder jtmb,
+                                                           std::vector<EntrySignature> entries,
+                                                           PhaseTimes times) {
+  auto start = Clock::now();
+  auto impl = std::make_unique<Module::Impl>();
+  impl->name = std::move(name);
+  impl->entries = std::move(entries);
+
+  llvm::Expected<std::unique_ptr<llvm::orc::LLJIT>> jit =
+      llvm::orc::LLJITBuilder().setJITTargetMachineBuilder(std::move(jtmb)).create();
+  if (!jit)
+    return jit.takeError();
+  impl->jit = std::move(*jit);
+  llvm::orc::JITDylib &main = impl->jit->getMainJITDylib();
+  // The runtime ABI resolves to this process's implementation; everything else (libc,
+  // libm) to the process's libraries.
+  llvm::orc::SymbolMap runtimeSymbols;
+  for (const runtime::AbiSymbol &symbol : runtime::abiSymbols())
+    runtimeSymbols[impl->jit->mangleAndIntern(symbol.name)] = {
+        llvm::orc::ExecutorAddr::fromPtr(symbol.address), llvm::JITSymbolFlags::Exported};
+  if (llvm::Error error = main.define(llvm::orc::absoluteSymbols(std::move(runtimeSymbols))))
+    return std::move(error);
+  llvm::Expected<std::unique_ptr<llvm::orc::DynamicLibrarySearchGenerator>> process =
+      llvm::orc::DynamicLibrarySearchGenerator::GetForCurrentProcess(
+          impl->jit->getDataLayout().getGlobalPrefix());
+  if (!process)
+    return process.takeError();
+  main.addGenerator(std::move(*process));
+  if (llvm::Error error =
+          impl->jit->addObjectFile(llvm::MemoryBuffer::getMemBufferCopy(object, impl->name + ".o")))
+    return std::move(error);
+
+  for (const EntrySignature &entry : impl->entries) {
+    llvm::Expected<llvm::orc::ExecutorAddr> packed =
+        impl->jit->lookup((kPackedPrefix + entry.name).str());
+    if (!packed)
+      return packed.takeError();
+    llvm::Expected<llvm::orc::ExecutorAddr> ciface =
+        impl->jit->lookup("_mlir_ciface_" + entry.name);
+    if (!ciface)
+      return ciface.takeError();
+    impl->functions[entry.name] = {packed->toPtr<void (*)(void **)>(), ciface->toPtr<void *>()};
+  }
+  void (*setup)() = nullptr;
+  if (llvm::Expected<llvm::orc::ExecutorAddr> addr = impl->jit->lookup("setup"))
+    setup = addr->toPtr<void (*)()>();
+  else
+    llvm::consumeError(addr.takeError());
+  if (llvm::Expected<llvm::orc::ExecutorAddr> addr = impl->jit->lookup("teardown"))
+    impl->teardown = addr->toPtr<void (*)()>();
+  else
+    llvm::consumeError(addr.takeError());
+  times.link += msSince(start);
+
+  runtime::ScopeOptions scopeOptions;
+  scopeOptions.addressOverride = options.executorOverride;
+  scopeOptions.backend.connectTimeout = options.connectTimeout;
+  scopeOptions.backend.requestTimeout = options.requestTimeout;
+  scopeOptions.backend.bearerToken = options.authToken;
+  impl->scope = std::make_unique<runtime::ModuleScope>(scopeOptions);
+  if (setup) {
+    start = Clock::now();
+    runtime::ModuleScope::Entered entered(*impl->scope);
+    runtime::clearError();
+    setup();
+    if (llvm::Error error = runtime::takeError())
+      return llvm::createStringError("setup() of '%s' failed: %s", impl->name.c_str(),
+                                     llvm::toString(std::move(error)).c_str());
+    times.ship = msSince(start);
+  }
+  impl->times = times;
+  return std::shared_ptr<Module>(new Module(std::move(impl)));
+}
+
+} // namespace courier

@@ -1,0 +1,178 @@
+// The engine: MLIR text in, a compiled and linked module out, and typed invocation of its
+// entries. Dispatch to executors happens underneath, through the runtime.
+#ifndef COURIER_JIT_ENGINE_H
+#define COURIER_JIT_ENGINE_H
+
+#include "llvm/ADT/ArrayRef.h"
+#include "llvm/ADT/StringRef.h"
+#include "llvm/Support/Error.h"
+#include "llvm/Support/JSON.h"
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace courier {
+
+/// Element types an entry may take or return.
+enum class DType { F16, F32, F64, I1, I8, I16, I32, I64 };
+
+/// "f32", "i64", ...; the names used on the command line and in JSON.
+llvm::StringRef dtypeName(DType dtype);
+std::optional<DType> parseDType(llvm::StringRef name);
+/// Bytes per element in memory (i1 takes a byte).
+size_t dtypeSize(DType dtype);
+
+/// An owning, contiguous, row-major tensor. A scalar is a tensor of rank 0.
+struct Tensor {
+  DType dtype = DType::F32;
+  std::vector<int64_t> shape;
+  std::vector<uint8_t> bytes;
+
+  int64_t numElements() const;
+
+  /// A tensor holding `values` (converted to `dtype`) with `shape`.
+  static Tensor fromDoubles(DType dtype, std::vector<int64_t> shape, llvm::ArrayRef<double> values);
+  /// Element `i` (row-major) as a double.
+  double at(int64_t i) const;
+};
+
+struct TensorSpec;
+
+/// Reads a tensor for `spec` from JSON: a number or boolean for a scalar, nested arrays
+/// (the shape follows the nesting), or {"dtype", "shape", "data"} with flat or nested data.
+llvm::Expected<Tensor> tensorFromJSON(const llvm::json::Value &value, const TensorSpec &spec);
+
+/// {"dtype": "f32", "shape": [2, 2], "data": [...]} with flat, row-major data.
+llvm::json::Value tensorToJSON(const Tensor &tensor);
+
+/// The type of one argument or result of an entry.
+struct TensorSpec {
+  DType dtype = DType::F32;
+  std::vector<int64_t> shape; ///< -1 marks a dynamic dimension.
+  bool isScalar = false;      ///< Passed by value rather than as a buffer.
+
+  /// "tensor<4x?xf32>" or "f64".
+  std::string str() const;
+};
+
+/// A public function of a compiled module.
+struct EntrySignature {
+  std::string name;
+  std::vector<TensorSpec> inputs;
+  std::vector<TensorSpec> outputs;
+};
+
+/// One diagnostic from parsing or a pass.
+struct Diagnostic {
+  std::string file;
+  unsigned line = 0;
+  unsigned column = 0;
+  std::string severity; ///< "error", "warning", "note" or "remark".
+  std::string message;
+
+  /// "file:line:col: severity: message".
+  std::string str() const;
+};
+
+/// A compilation that failed: carries every diagnostic with its location.
+class CompileError : public llvm::ErrorInfo<CompileError> {
+public:
+  static char ID;
+  CompileError(std::string summary, std::vector<Diagnostic> diagnostics)
+      : summary(std::move(summary)), diagnostics(std::move(diagnostics)) {}
+  void log(llvm::raw_ostream &os) const override;
+  std::error_code convertToErrorCode() const override;
+
+  std::string summary;
+  std::vector<Diagnostic> diagnostics;
+};
+
+/// Time spent in each phase of the last compile and invoke, in milliseconds.
+struct PhaseTimes {
+  double parse = 0, passes = 0, crossCompile = 0, link = 0, ship = 0, run = 0;
+  bool cacheHit = false; ///< Served from the memory or disk cache: no pass ran.
+};
+
+struct EngineOptions {
+  unsigned optLevel = 2; ///< 0-3, for host code and target objects.
+  /// Holds target objects and the disk cache of compiled host code. Default:
+  /// $XDG_CACHE_HOME/courier or ~/.cache/courier.
+  std::string cacheDir;
+  bool diskCache = true;
+  /// When non-empty, every target goes to this executor ("local" or "host:port") instead
+  /// of the address in the IR.
+  std::string executorOverride;
+  std::chrono::milliseconds connectTimeout{2000};
+  std::chrono::milliseconds requestTimeout{60000};
+  std::string authToken; ///< Bearer token for HTTP executors.
+  /// A textual pass pipeline (mlir-opt syntax, e.g. "canonicalize,cse") run on the module
+  /// before the dispatch pipeline.
+  std::string extraPipeline;
+  /// Receives each diagnostic as it is emitted (as well as the error that ends a failed
+  /// compile).
+  std::function<void(const Diagnostic &)> diagnosticSink;
+  /// Prints the IR after every pass to stderr.
+  bool printIRAfterAll = false;
+};
+
+class Engine;
+
+/// A compiled, linked module. `setup()` ran when it was loaded; `teardown()` runs, and its
+/// sessions close, when the last reference goes. Thread-safe: any number of threads may
+/// invoke at once.
+class Module {
+public:
+  ~Module();
+  Module(const Module &) = delete;
+  Module &operator=(const Module &) = delete;
+
+  const std::string &name() const;
+  const std::vector<EntrySignature> &entries() const;
+  const EntrySignature *findEntry(llvm::StringRef entry) const;
+
+  /// Calls `entry` after checking each input's dtype, rank and shape against its signature.
+  /// Executor failures come back as errors carrying the executor's message.
+  llvm::Expected<std::vector<Tensor>> invoke(llvm::StringRef entry,
+                                             llvm::ArrayRef<Tensor> inputs) const;
+
+  /// The `_mlir_ciface_<entry>` function, for callers that pass memref descriptors
+  /// themselves (zero copy). Null if there is no such entry.
+  void *rawEntry(llvm::StringRef entry) const;
+
+  /// Compile-phase times of this module.
+  const PhaseTimes &compileTimes() const;
+
+  struct Impl;
+
+private:
+  friend class Engine;
+  explicit Module(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl;
+};
+
+/// Compiles MLIR text into modules. Thread-safe.
+class Engine {
+public:
+  explicit Engine(EngineOptions options = {});
+  ~Engine();
+
+  /// Parses, lowers, cross-compiles and links `text`; `name` names the buffer in
+  /// diagnostics. The same text and options return the cached module while it is alive
+  /// (memory), or reuse the compiled objects in the cache dir (disk).
+  llvm::Expected<std::shared_ptr<Module>> compile(llvm::StringRef text, llvm::StringRef name);
+
+  const EngineOptions &options() const;
+
+private:
+  struct Impl;
+  std::unique_ptr<Impl> impl;
+};
+
+} // namespace courier
+
+#endif // COURIER_JIT_ENGINE_H

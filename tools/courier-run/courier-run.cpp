@@ -1,0 +1,142 @@
+// courier-run: compile an MLIR file with the engine, call one entry with JSON arguments and
+// print its results as JSON, one object per result.
+#include "jit/Engine.h"
+
+#include "llvm/Support/CommandLine.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/InitLLVM.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <chrono>
+
+using namespace courier;
+namespace cl = llvm::cl;
+
+namespace {
+
+cl::OptionCategory category("courier-run options");
+cl::opt<std::string> inputFile(cl::Positional, cl::desc("<file.mlir>"), cl::Required,
+                               cl::cat(category));
+cl::opt<std::string> entryName("entry", cl::desc("Entry to call (default: main)"), cl::init("main"),
+                               cl::cat(category));
+cl::list<std::string> args("arg",
+                           cl::desc("An input as JSON: a number, nested arrays, or "
+                                    "{\"dtype\",\"shape\",\"data\"}; once per input, in order"),
+                           cl::cat(category));
+cl::opt<std::string> executor("executor",
+                              cl::desc("Send every target to this executor (\"local\" or "
+                                       "host:port) instead of the IR's addresses"),
+                              cl::cat(category));
+cl::opt<unsigned> optLevel("O", cl::Prefix, cl::desc("Optimisation level, -O0 to -O3"), cl::init(2),
+                           cl::cat(category));
+cl::opt<bool> printIR("print-ir-after-all", cl::desc("Print the IR after every pass to stderr"),
+                      cl::cat(category));
+cl::opt<bool> showTime("time", cl::desc("Print the time of each phase to stderr"),
+                       cl::cat(category));
+cl::opt<std::string> cacheDir("cache-dir",
+                              cl::desc("Cache and object directory (default: "
+                                       "$XDG_CACHE_HOME/courier)"),
+                              cl::cat(category));
+cl::opt<bool> noCache("no-disk-cache", cl::desc("Neither read nor write the disk cache"),
+                      cl::cat(category));
+cl::opt<std::string> tokenFile("token-file",
+                               cl::desc("File holding the bearer token for HTTP executors"),
+                               cl::cat(category));
+cl::opt<unsigned> timeoutMs("timeout-ms", cl::desc("Per-request executor timeout"), cl::init(60000),
+                            cl::cat(category));
+
+int fail(const llvm::Twine &message) {
+  llvm::errs() << "courier-run: error: " << message << "\n";
+  return 1;
+}
+
+/// One line, whatever the error: the first error diagnostic stands for a failed compile.
+std::string oneLine(llvm::Error error) {
+  std::string text;
+  llvm::handleAllErrors(
+      std::move(error),
+      [&](const CompileError &compile) {
+        text = compile.summary;
+        size_t errors = 0;
+        for (const Diagnostic &d : compile.diagnostics)
+          if (d.severity == "error" && errors++ == 0)
+            text = d.str();
+        if (errors > 1)
+          text += llvm::formatv(" (and {0} more errors)", errors - 1).str();
+      },
+      [&](const llvm::ErrorInfoBase &other) { text = other.message(); });
+  for (char &c : text)
+    if (c == '\n')
+      c = ' ';
+  return text;
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  llvm::InitLLVM init(argc, argv);
+  cl::HideUnrelatedOptions(category);
+  cl::ParseCommandLineOptions(argc, argv, "Compile an MLIR program and run one of its entries\n");
+
+  llvm::ErrorOr<std::unique_ptr<llvm::MemoryBuffer>> file = llvm::MemoryBuffer::getFile(inputFile);
+  if (!file)
+    return fail("cannot read '" + inputFile + "': " + file.getError().message());
+
+  if (optLevel > 3)
+    return fail(llvm::formatv("-O{0}: the optimisation level is 0 to 3", optLevel.getValue()));
+  EngineOptions options;
+  options.optLevel = optLevel;
+  options.cacheDir = cacheDir;
+  options.diskCache = !noCache;
+  options.executorOverride = executor;
+  options.printIRAfterAll = printIR;
+  options.requestTimeout = std::chrono::milliseconds(timeoutMs);
+  if (!tokenFile.empty()) {
+    llvm::ErrorOr<std::unique_ptr<llvm::MemoryBuffer>> token =
+        llvm::MemoryBuffer::getFile(tokenFile);
+    if (!token)
+      return fail("cannot read token file '" + tokenFile + "': " + token.getError().message());
+    options.authToken = (*token)->getBuffer().trim().str();
+  }
+  Engine engine(options);
+
+  llvm::Expected<std::shared_ptr<Module>> module = engine.compile((*file)->getBuffer(), inputFile);
+  if (!module)
+    return fail(oneLine(module.takeError()));
+  const EntrySignature *entry = (*module)->findEntry(entryName);
+  if (!entry)
+    return fail("'" + inputFile + "' has no entry '" + entryName + "'");
+  if (args.size() != entry->inputs.size())
+    return fail(llvm::formatv("entry '{0}' takes {1} inputs, {2} --arg given", entryName,
+                              entry->inputs.size(), args.size()));
+
+  std::vector<Tensor> inputs;
+  for (size_t i = 0; i < args.size(); ++i) {
+    llvm::Expected<llvm::json::Value> json = llvm::json::parse(args[i]);
+    if (!json)
+      return fail(llvm::formatv("--arg {0} is not JSON: {1}", i, llvm::toString(json.takeError())));
+    llvm::Expected<Tensor> tensor = tensorFromJSON(*json, entry->inputs[i]);
+    if (!tensor)
+      return fail(llvm::formatv("--arg {0}: {1}", i, llvm::toString(tensor.takeError())));
+    inputs.push_back(std::move(*tensor));
+  }
+
+  auto start = std::chrono::steady_clock::now();
+  llvm::Expected<std::vector<Tensor>> outputs = (*module)->invoke(entryName, inputs);
+  double runMs =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  if (!outputs)
+    return fail(oneLine(outputs.takeError()));
+  for (const Tensor &output : *outputs)
+    llvm::outs() << tensorToJSON(output) << "\n";
+
+  if (showTime) {
+    const PhaseTimes &t = (*module)->compileTimes();
+    llvm::errs() << llvm::formatv("parse {0:f2} ms, passes {1:f2} ms, cross-compile {2:f2} ms, "
+                                  "link {3:f2} ms, ship {4:f2} ms, run {5:f2} ms{6}\n",
+                                  t.parse, t.passes, t.crossCompile, t.link, t.ship, runMs,
+                                  t.cacheHit ? " (cache hit)" : "");
+  }
+  return 0;
+}
