@@ -173,6 +173,54 @@ private:
   std::unique_ptr<Impl> impl;
 };
 
+/// A named module that can be replaced while it serves calls (hot reload). A new version
+/// is compiled and linked beside the current one and swapped in atomically only if that
+/// succeeds; calls already running finish on the version they started on, and a version
+/// is unloaded (teardown, sessions closed) when its last call ends. Thread-safe.
+class ReloadableModule {
+public:
+  ReloadableModule(Engine &engine, std::string name);
+  ~ReloadableModule();
+
+  /// Compiles `text` and makes it the current version. Returns the new version number
+  /// (1 for the first load). On failure the current version keeps serving.
+  llvm::Expected<uint64_t> reload(llvm::StringRef text);
+
+  /// The current version and its number; null and 0 before the first successful load.
+  std::shared_ptr<Module> current() const;
+  uint64_t version() const;
+  const std::string &name() const;
+
+  /// Invokes `entry` of the current version, which stays loaded until the call returns.
+  llvm::Expected<std::vector<Tensor>> invoke(llvm::StringRef entry,
+                                             llvm::ArrayRef<Tensor> inputs) const;
+
+private:
+  struct Impl;
+  std::unique_ptr<Impl> impl;
+};
+
+/// Watches files for changes with inotify and reports each changed file once per burst of
+/// writes (debounced), from a background thread. Editors that save by renaming a new file
+/// over the old one are handled: the watch is on the directory.
+class FileWatcher {
+public:
+  using Callback = std::function<void(const std::string &path)>;
+
+  /// Watches `path`: a file, or a directory whose files matching `extension` are watched
+  /// (".mlir"; empty for all).
+  static llvm::Expected<std::unique_ptr<FileWatcher>>
+  create(const std::string &path, llvm::StringRef extension, Callback onChange,
+         std::chrono::milliseconds debounce = std::chrono::milliseconds(50));
+  ~FileWatcher();
+
+  struct Impl;
+
+private:
+  explicit FileWatcher(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl;
+};
+
 } // namespace courier
 
 #endif // COURIER_JIT_ENGINE_H
