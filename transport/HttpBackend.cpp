@@ -446,7 +446,7 @@ HttpBackend::launchOnce(llvm::StringRef session, const ObjectBlob &object, llvm:
                                                "expected rank {3} and element size {4}",
                                                i, t.sizes.size(), t.elemSize, results[i].rank,
                                                results[i].elemSize));
-          void *data = std::malloc(std::max<uint64_t>(t.bytes, 1));
+          void *data = wire::allocateTensorBuffer(t.bytes);
           if (!data)
             return makeWireError("payload_too_large",
                                  "cannot allocate " + llvm::Twine(t.bytes) + " bytes for a result");

@@ -450,7 +450,7 @@ llvm::Error ExecutorServer::Impl::launch(const httplib::Request &req, httplib::R
           return makeWireError("payload_too_large", "launch inputs exceed the executor's limit");
         std::vector<wire::Destination> destinations;
         for (const wire::TensorHeader &t : request.inputs) {
-          char *data = static_cast<char *>(std::malloc(std::max<uint64_t>(t.bytes, 1)));
+          char *data = static_cast<char *>(wire::allocateTensorBuffer(t.bytes));
           if (!data)
             return makeWireError("payload_too_large", "cannot allocate " + llvm::Twine(t.bytes) +
                                                           " bytes for a launch input");

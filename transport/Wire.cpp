@@ -7,7 +7,10 @@
 #include <nlohmann/json.hpp>
 #include <openssl/sha.h>
 
+#include <sys/mman.h>
+
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
 using json = nlohmann::json;
@@ -33,6 +36,17 @@ std::string errorBody(llvm::StringRef code, llvm::StringRef message) {
   json body = {{"error", {{"code", code.str()}, {"message", message.str()}}}};
   // Replace rather than throw on invalid UTF-8: messages may quote arbitrary symbol names.
   return body.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+void *allocateTensorBuffer(uint64_t bytes) {
+  constexpr uint64_t kHugePage = uint64_t(2) << 20;
+  if (bytes < 2 * kHugePage)
+    return std::malloc(std::max<uint64_t>(bytes, 1));
+  uint64_t rounded = (bytes + kHugePage - 1) / kHugePage * kHugePage;
+  void *data = std::aligned_alloc(kHugePage, rounded);
+  if (data)
+    madvise(data, rounded, MADV_HUGEPAGE); // Advice only: without huge pages it still works.
+  return data;
 }
 
 bool isSha256(llvm::StringRef text) {

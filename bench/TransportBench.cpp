@@ -1,0 +1,372 @@
+// Transport benchmarks, each against its own floor measured in the same run: HTTP launch
+// latency vs a raw TCP ping-pong, 64 MiB launches vs raw sockets and bare cpp-httplib
+// streaming, and local launches vs a direct call. Prints figures and ratios (see
+// docs/performance.md).
+#include "tests/kernels/KernelPaths.h"
+#include "transport/Backend.h"
+#include "transport/HttpBackend.h"
+#include "transport/HttpServer.h"
+#include "transport/LocalBackend.h"
+
+#include "llvm/Support/MemoryBuffer.h"
+
+#include <httplib.h>
+
+#include <algorithm>
+#include <arpa/inet.h>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <string>
+#include <sys/socket.h>
+#include <thread>
+#include <unistd.h>
+#include <vector>
+
+using namespace courier::transport;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+[[noreturn]] void die(const std::string &message) {
+  std::fprintf(stderr, "courier-transport-bench: %s\n", message.c_str());
+  std::exit(1);
+}
+
+template <typename T> T check(llvm::Expected<T> value, const char *what) {
+  if (!value)
+    die(std::string(what) + ": " + llvm::toString(value.takeError()));
+  return std::move(*value);
+}
+
+void check(llvm::Error error, const char *what) {
+  if (error)
+    die(std::string(what) + ": " + llvm::toString(std::move(error)));
+}
+
+ObjectBlob loadObject(const char *path) {
+  auto buffer = llvm::MemoryBuffer::getFile(path);
+  if (!buffer)
+    die(std::string("reading ") + path);
+  return ObjectBlob::fromBytes((*buffer)->getBuffer().str());
+}
+
+struct Percentiles {
+  double p50, p99, mean;
+};
+
+/// Runs `once` `warmup` times untimed, then `n` times, and returns the per-call
+/// microseconds.
+Percentiles measure(int warmup, int n, const std::function<void()> &once) {
+  for (int i = 0; i < warmup; ++i)
+    once();
+  std::vector<double> us(n);
+  for (int i = 0; i < n; ++i) {
+    auto start = Clock::now();
+    once();
+    us[i] = std::chrono::duration<double, std::micro>(Clock::now() - start).count();
+  }
+  double total = 0;
+  for (double u : us)
+    total += u;
+  std::sort(us.begin(), us.end());
+  return {us[n / 2], us[std::min<size_t>(n - 1, n * 99 / 100)], total / n};
+}
+
+/// Median seconds of `reps` runs of `once` (after one warm-up run).
+double medianSeconds(int reps, const std::function<void()> &once) {
+  once();
+  std::vector<double> s;
+  for (int i = 0; i < reps; ++i) {
+    auto start = Clock::now();
+    once();
+    s.push_back(std::chrono::duration<double>(Clock::now() - start).count());
+  }
+  std::sort(s.begin(), s.end());
+  return s[s.size() / 2];
+}
+
+/// Reads an unlabelled value from an executor's /metrics.
+double metricValue(int port, const std::string &name) {
+  httplib::Client client("127.0.0.1", port);
+  httplib::Result res = client.Get("/metrics");
+  if (!res || res->status != 200)
+    die("reading /metrics");
+  size_t at = res->body.find("\n" + name + " ");
+  if (at == std::string::npos)
+    die("no metric " + name);
+  return std::stod(res->body.substr(at + name.size() + 2));
+}
+
+/// A connected loopback TCP pair with TCP_NODELAY, as a tuned raw socket would be.
+std::pair<int, int> loopbackPair() {
+  int listener = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  if (bind(listener, reinterpret_cast<sockaddr *>(&addr), len) != 0 || listen(listener, 1) != 0 ||
+      getsockname(listener, reinterpret_cast<sockaddr *>(&addr), &len) != 0)
+    die("cannot listen on loopback");
+  int client = socket(AF_INET, SOCK_STREAM, 0);
+  if (connect(client, reinterpret_cast<sockaddr *>(&addr), len) != 0)
+    die("cannot connect on loopback");
+  int server = accept(listener, nullptr, nullptr);
+  close(listener);
+  int one = 1;
+  setsockopt(client, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  setsockopt(server, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  return {client, server};
+}
+
+bool sendAll(int fd, const char *data, size_t size) {
+  while (size > 0) {
+    ssize_t n = send(fd, data, size, MSG_NOSIGNAL);
+    if (n <= 0)
+      return false;
+    data += n;
+    size -= static_cast<size_t>(n);
+  }
+  return true;
+}
+
+bool recvAll(int fd, char *data, size_t size) {
+  while (size > 0) {
+    ssize_t n = recv(fd, data, size, 0);
+    if (n <= 0)
+      return false;
+    data += n;
+    size -= static_cast<size_t>(n);
+  }
+  return true;
+}
+
+/// An in-process executor serving on a background thread.
+struct Executor {
+  Executor() {
+    ExecutorServerOptions options;
+    options.logRequests = false;
+    server = check(ExecutorServer::create(options), "starting the executor");
+    thread = std::thread([this] { check(server->run(), "serving"); });
+  }
+  ~Executor() {
+    server->stop();
+    thread.join();
+  }
+  std::unique_ptr<ExecutorServer> server;
+  std::thread thread;
+};
+
+void latency(int n) {
+  std::printf("== noop launch round trip (keep-alive) vs raw TCP 64-byte ping-pong, %d each\n", n);
+  Percentiles raw;
+  {
+    auto [client, server] = loopbackPair();
+    std::thread echo([fd = server] {
+      char buf[64];
+      while (recvAll(fd, buf, sizeof(buf)) && sendAll(fd, buf, sizeof(buf))) {
+      }
+    });
+    char buf[64] = {};
+    raw = measure(1000, n, [&, fd = client] {
+      sendAll(fd, buf, sizeof(buf));
+      recvAll(fd, buf, sizeof(buf));
+    });
+    shutdown(client, SHUT_RDWR);
+    echo.join();
+    close(client);
+    close(server);
+  }
+
+  Percentiles bare;
+  {
+    httplib::Server server;
+    server.set_tcp_nodelay(true);
+    server.set_keep_alive_max_count(1 << 30);
+    server.Post("/echo", [](const httplib::Request &req, httplib::Response &res) {
+      res.set_content(req.body, "application/octet-stream");
+    });
+    int port = server.bind_to_any_port("127.0.0.1");
+    std::thread serving([&] { server.listen_after_bind(); });
+    httplib::Client client("127.0.0.1", port);
+    client.set_tcp_nodelay(true);
+    client.set_keep_alive(true);
+    std::string body(64, 'x');
+    bare = measure(1000, n, [&] {
+      if (!client.Post("/echo", body, "application/octet-stream"))
+        die("bare httplib echo failed");
+    });
+    server.stop();
+    serving.join();
+  }
+
+  Percentiles courier;
+  {
+    Executor executor;
+    auto backend = check(createHttpBackend(executor.server->address(), {}), "connecting");
+    std::string session = check(backend->openSession(), "opening a session");
+    ObjectBlob shapes = loadObject(COURIER_KERNEL_SHAPES);
+    check(backend->shipObject(session, shapes), "shipping");
+    courier = measure(500, n, [&] {
+      check(backend->launch(session, shapes, "_catalyst_pyface_noop", {}, {}), "launching");
+    });
+  }
+  std::printf("  raw TCP ping-pong        p50 %7.1f us  p99 %7.1f us\n", raw.p50, raw.p99);
+  std::printf("  bare httplib 64 B echo   p50 %7.1f us  p99 %7.1f us\n", bare.p50, bare.p99);
+  std::printf("  courier noop launch      p50 %7.1f us  p99 %7.1f us\n", courier.p50, courier.p99);
+  std::printf("  ratio launch/raw p50 %.2fx (target <= 2.0x), p99 %.2fx; launch/bare-httplib "
+              "p50 %.2fx\n",
+              courier.p50 / raw.p50, courier.p99 / raw.p99, courier.p50 / bare.p50);
+}
+
+void bandwidth(int mib, int reps) {
+  const size_t bytes = size_t(mib) << 20;
+  std::printf("== %d MiB in + %d MiB out, median of %d\n", mib, mib, reps);
+  std::vector<char> input(bytes, 1), output(bytes);
+
+  double raw;
+  {
+    auto [client, server] = loopbackPair();
+    std::thread echo([fd = server, bytes] {
+      std::vector<char> buf(bytes);
+      while (recvAll(fd, buf.data(), bytes) && sendAll(fd, buf.data(), bytes)) {
+      }
+    });
+    raw = medianSeconds(reps, [&, fd = client] {
+      std::thread sender([&] { sendAll(fd, input.data(), bytes); });
+      recvAll(fd, output.data(), bytes);
+      sender.join();
+    });
+    shutdown(client, SHUT_RDWR);
+    echo.join();
+    close(client);
+    close(server);
+  }
+
+  double bare;
+  {
+    httplib::Server server;
+    server.set_tcp_nodelay(true);
+    server.set_payload_max_length(bytes * 2);
+    std::vector<char> received(bytes);
+    server.Post("/echo", [&](const httplib::Request &, httplib::Response &res,
+                             const httplib::ContentReader &reader) {
+      size_t at = 0;
+      reader([&](const char *data, size_t size) {
+        std::memcpy(received.data() + at, data, std::min(size, bytes - at));
+        at += size;
+        return true;
+      });
+      res.set_content_provider(bytes, "application/octet-stream",
+                               [&](size_t offset, size_t length, httplib::DataSink &sink) {
+                                 return sink.write(received.data() + offset, length);
+                               });
+    });
+    int port = server.bind_to_any_port("127.0.0.1");
+    std::thread serving([&] { server.listen_after_bind(); });
+    httplib::Client client("127.0.0.1", port);
+    client.set_tcp_nodelay(true);
+    client.set_keep_alive(true);
+    bare = medianSeconds(reps, [&] {
+      httplib::Request req;
+      req.method = "POST";
+      req.path = "/echo";
+      req.set_header("Content-Type", "application/octet-stream");
+      req.content_length_ = bytes;
+      req.content_provider_ = [&](size_t offset, size_t length, httplib::DataSink &sink) {
+        return sink.write(input.data() + offset, length);
+      };
+      size_t at = 0;
+      req.content_receiver = [&](const char *data, size_t size, uint64_t, uint64_t) {
+        std::memcpy(output.data() + at, data, std::min(size, bytes - at));
+        at += size;
+        return true;
+      };
+      httplib::Response res;
+      httplib::Error error;
+      if (!client.send(req, res, error) || res.status != 200 || at != bytes)
+        die("bare httplib transfer failed");
+    });
+    server.stop();
+    serving.join();
+  }
+
+  double courier, kernel;
+  {
+    Executor executor;
+    auto backend = check(createHttpBackend(executor.server->address(), {}), "connecting");
+    std::string session = check(backend->openSession(), "opening a session");
+    ObjectBlob scale = loadObject(COURIER_KERNEL_SCALE);
+    check(backend->shipObject(session, scale), "shipping");
+    int64_t n = static_cast<int64_t>(bytes / 8);
+    TensorView view{input.data(), 8, {n}, {1}};
+    courier = medianSeconds(reps, [&] {
+      auto r = check(backend->launch(session, scale, "_catalyst_pyface_scale", {view}, {{1, 8}}),
+                     "launching");
+      if (r[0].sizes[0] != n)
+        die("scale returned the wrong size");
+    });
+    // The executor's own account of time spent inside the kernel (allocating its result and
+    // computing), which the bare transfers do not do.
+    kernel = metricValue(executor.server->port(), "courier_launch_duration_seconds_sum") /
+             metricValue(executor.server->port(), "courier_launch_duration_seconds_count");
+  }
+  auto rate = [&](double s) { return 2.0 * double(bytes) / s / 1e9; };
+  std::printf("  raw loopback socket      %7.1f ms  %5.2f GB/s\n", raw * 1e3, rate(raw));
+  std::printf("  bare httplib streamed    %7.1f ms  %5.2f GB/s\n", bare * 1e3, rate(bare));
+  std::printf("  courier scale launch     %7.1f ms  %5.2f GB/s\n", courier * 1e3, rate(courier));
+  std::printf("    of which in the kernel %7.1f ms (mean, from the executor's metrics)\n",
+              kernel * 1e3);
+  std::printf("  launch throughput = %.0f%% of bare httplib (target >= 90%%), %.0f%% of raw\n",
+              100 * bare / courier, 100 * raw / courier);
+  std::printf("  transport alone (launch minus kernel time) = %.0f%% of bare httplib\n",
+              100 * bare / (courier - kernel));
+}
+
+void noopFunction(void *, void *) {}
+
+void local(int n) {
+  std::printf("== local backend noop launch vs direct call, %d each\n", n);
+  void (*volatile direct)(void *, void *) = noopFunction;
+  Percentiles call = measure(10000, n, [&] { direct(nullptr, nullptr); });
+  // Per-call timing is at the clock's resolution for a direct call: time a batch instead.
+  auto start = Clock::now();
+  for (int i = 0; i < n; ++i)
+    direct(nullptr, nullptr);
+  double directNs = std::chrono::duration<double, std::nano>(Clock::now() - start).count() / n;
+
+  auto backend = check(createLocalBackend({}), "creating the local backend");
+  std::string session = check(backend->openSession(), "opening a session");
+  ObjectBlob shapes = loadObject(COURIER_KERNEL_SHAPES);
+  check(backend->shipObject(session, shapes), "shipping");
+  Percentiles launch = measure(10000, n, [&] {
+    check(backend->launch(session, shapes, "_catalyst_pyface_noop", {}, {}), "launching");
+  });
+  start = Clock::now();
+  for (int i = 0; i < n; ++i)
+    check(backend->launch(session, shapes, "_catalyst_pyface_noop", {}, {}), "launching");
+  double launchNs = std::chrono::duration<double, std::nano>(Clock::now() - start).count() / n;
+  std::printf("  direct call              %8.1f ns/call (p50 of single timings %.3f us)\n",
+              directNs, call.p50);
+  std::printf("  local noop launch        %8.1f ns/call (p50 %.3f us, p99 %.3f us)\n", launchNs,
+              launch.p50, launch.p99);
+  std::printf("  overhead %.0f ns per launch\n", launchNs - directNs);
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  std::signal(SIGPIPE, SIG_IGN);
+  std::string which = argc > 1 ? argv[1] : "all";
+  if (which == "all" || which == "latency")
+    latency(20000);
+  if (which == "all" || which == "bandwidth")
+    bandwidth(64, 9);
+  if (which == "all" || which == "local")
+    local(1000000);
+  return 0;
+}
