@@ -5,5 +5,5 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 "$root/scripts/install-deps.sh"
 "$root/scripts/build.sh"
-"$root/build/bin/courier-opt" "$root/samples/02-local-kernel/app.mlir" \
-  --courier-pipeline="workspace=$root/build/objects"
+"$root/build/bin/courier-run" "$root/samples/02-local-kernel/app.mlir" --entry main \
+  --arg '[1, 2, 3, 4]' --time

@@ -9,6 +9,9 @@
 #include "llvm/Support/raw_ostream.h"
 
 #include <chrono>
+#include <csignal>
+#include <mutex>
+#include <pthread.h>
 
 using namespace courier;
 namespace cl = llvm::cl;
@@ -43,6 +46,11 @@ cl::opt<bool> noCache("no-disk-cache", cl::desc("Neither read nor write the disk
 cl::opt<std::string> tokenFile("token-file",
                                cl::desc("File holding the bearer token for HTTP executors"),
                                cl::cat(category));
+cl::opt<bool> watch("watch",
+                    cl::desc("Keep running: on every save of the file, reload it (the old "
+                             "version serves until the new one is ready) and call the entry "
+                             "again"),
+                    cl::cat(category));
 cl::opt<unsigned> timeoutMs("timeout-ms", cl::desc("Per-request executor timeout"), cl::init(60000),
                             cl::cat(category));
 
@@ -70,6 +78,43 @@ std::string oneLine(llvm::Error error) {
     if (c == '\n')
       c = ' ';
   return text;
+}
+
+/// Parses the --arg values for `entry`, calls it, prints its results; returns the exit code.
+int runOnce(const Module &module) {
+  const EntrySignature *entry = module.findEntry(entryName);
+  if (!entry)
+    return fail("'" + inputFile + "' has no entry '" + entryName + "'");
+  if (args.size() != entry->inputs.size())
+    return fail(llvm::formatv("entry '{0}' takes {1} inputs, {2} --arg given", entryName,
+                              entry->inputs.size(), args.size()));
+  std::vector<Tensor> inputs;
+  for (size_t i = 0; i < args.size(); ++i) {
+    llvm::Expected<llvm::json::Value> json = llvm::json::parse(args[i]);
+    if (!json)
+      return fail(llvm::formatv("--arg {0} is not JSON: {1}", i, llvm::toString(json.takeError())));
+    llvm::Expected<Tensor> tensor = tensorFromJSON(*json, entry->inputs[i]);
+    if (!tensor)
+      return fail(llvm::formatv("--arg {0}: {1}", i, llvm::toString(tensor.takeError())));
+    inputs.push_back(std::move(*tensor));
+  }
+  auto start = std::chrono::steady_clock::now();
+  llvm::Expected<std::vector<Tensor>> outputs = module.invoke(entryName, inputs);
+  double runMs =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  if (!outputs)
+    return fail(oneLine(outputs.takeError()));
+  for (const Tensor &output : *outputs)
+    llvm::outs() << tensorToJSON(output) << "\n";
+  llvm::outs().flush();
+  if (showTime) {
+    const PhaseTimes &t = module.compileTimes();
+    llvm::errs() << llvm::formatv("parse {0:f2} ms, passes {1:f2} ms, cross-compile {2:f2} ms, "
+                                  "link {3:f2} ms, ship {4:f2} ms, run {5:f2} ms{6}\n",
+                                  t.parse, t.passes, t.crossCompile, t.link, t.ship, runMs,
+                                  t.cacheHit ? " (cache hit)" : "");
+  }
+  return 0;
 }
 
 } // namespace
@@ -101,42 +146,50 @@ int main(int argc, char **argv) {
   }
   Engine engine(options);
 
-  llvm::Expected<std::shared_ptr<Module>> module = engine.compile((*file)->getBuffer(), inputFile);
-  if (!module)
-    return fail(oneLine(module.takeError()));
-  const EntrySignature *entry = (*module)->findEntry(entryName);
-  if (!entry)
-    return fail("'" + inputFile + "' has no entry '" + entryName + "'");
-  if (args.size() != entry->inputs.size())
-    return fail(llvm::formatv("entry '{0}' takes {1} inputs, {2} --arg given", entryName,
-                              entry->inputs.size(), args.size()));
+  ReloadableModule module(engine, inputFile);
+  if (llvm::Expected<uint64_t> loaded = module.reload((*file)->getBuffer()); !loaded)
+    return fail(oneLine(loaded.takeError()));
+  if (int status = runOnce(*module.current()))
+    if (!watch)
+      return status;
+  if (!watch)
+    return 0;
 
-  std::vector<Tensor> inputs;
-  for (size_t i = 0; i < args.size(); ++i) {
-    llvm::Expected<llvm::json::Value> json = llvm::json::parse(args[i]);
-    if (!json)
-      return fail(llvm::formatv("--arg {0} is not JSON: {1}", i, llvm::toString(json.takeError())));
-    llvm::Expected<Tensor> tensor = tensorFromJSON(*json, entry->inputs[i]);
-    if (!tensor)
-      return fail(llvm::formatv("--arg {0}: {1}", i, llvm::toString(tensor.takeError())));
-    inputs.push_back(std::move(*tensor));
-  }
-
-  auto start = std::chrono::steady_clock::now();
-  llvm::Expected<std::vector<Tensor>> outputs = (*module)->invoke(entryName, inputs);
-  double runMs =
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-  if (!outputs)
-    return fail(oneLine(outputs.takeError()));
-  for (const Tensor &output : *outputs)
-    llvm::outs() << tensorToJSON(output) << "\n";
-
-  if (showTime) {
-    const PhaseTimes &t = (*module)->compileTimes();
-    llvm::errs() << llvm::formatv("parse {0:f2} ms, passes {1:f2} ms, cross-compile {2:f2} ms, "
-                                  "link {3:f2} ms, ship {4:f2} ms, run {5:f2} ms{6}\n",
-                                  t.parse, t.passes, t.crossCompile, t.link, t.ship, runMs,
-                                  t.cacheHit ? " (cache hit)" : "");
-  }
+  // Each save reloads the file and runs the entry again; failures are reported and the
+  // previous version keeps serving.
+  std::mutex outputMutex;
+  llvm::Expected<std::unique_ptr<FileWatcher>> watcher =
+      FileWatcher::create(inputFile, "", [&](const std::string &) {
+        auto start = std::chrono::steady_clock::now();
+        llvm::ErrorOr<std::unique_ptr<llvm::MemoryBuffer>> text =
+            llvm::MemoryBuffer::getFile(inputFile);
+        llvm::Expected<uint64_t> version =
+            text ? module.reload((*text)->getBuffer())
+                 : llvm::Expected<uint64_t>(llvm::errorCodeToError(text.getError()));
+        double ms =
+            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+                .count();
+        std::lock_guard<std::mutex> lock(outputMutex);
+        if (!version) {
+          llvm::errs() << llvm::formatv("courier-run: reload of '{0}' failed after {1:f1} ms, "
+                                        "version {2} keeps serving: {3}\n",
+                                        inputFile, ms, module.version(),
+                                        oneLine(version.takeError()));
+          return;
+        }
+        llvm::errs() << llvm::formatv("courier-run: reloaded '{0}' as version {1} in {2:f1} ms\n",
+                                      inputFile, *version, ms);
+        runOnce(*module.current());
+      });
+  if (!watcher)
+    return fail(llvm::toString(watcher.takeError()));
+  llvm::errs() << "courier-run: watching '" << inputFile << "' (Ctrl-C to stop)\n";
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  int received;
+  sigwait(&signals, &received);
   return 0;
 }
