@@ -11,11 +11,13 @@
 #include "llvm/ADT/SmallVector.h"
 #include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/StringSet.h"
+#include "llvm/BinaryFormat/Dwarf.h"
 #include "llvm/BinaryFormat/ELF.h"
 #include "llvm/ExecutionEngine/Orc/ExecutionUtils.h"
 #include "llvm/ExecutionEngine/Orc/LLJIT.h"
 #include "llvm/Object/ELFObjectFile.h"
 #include "llvm/Object/ObjectFile.h"
+#include "llvm/Support/DataExtractor.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/TargetSelect.h"
@@ -104,6 +106,192 @@ const StringSet<> &allowedProcessSymbols() {
   return allowed;
 }
 
+/// Bytes a relocation of `type` patches: JITLink applies fixups without bounds checks in
+/// release builds, so an offset is checked against the width it will write.
+unsigned relocationWidth(uint16_t machine, uint32_t type) {
+  if (machine == ELF::EM_X86_64)
+    switch (type) {
+    case ELF::R_X86_64_64:
+    case ELF::R_X86_64_PC64:
+    case ELF::R_X86_64_GOTOFF64:
+    case ELF::R_X86_64_GOTPC64:
+    case ELF::R_X86_64_GOT64:
+    case ELF::R_X86_64_GOTPCREL64:
+    case ELF::R_X86_64_PLTOFF64:
+    case ELF::R_X86_64_SIZE64:
+    case ELF::R_X86_64_DTPMOD64:
+    case ELF::R_X86_64_DTPOFF64:
+    case ELF::R_X86_64_TPOFF64:
+      return 8;
+    default:
+      return 4;
+    }
+  if (machine == ELF::EM_AARCH64 && (type == ELF::R_AARCH64_ABS64 || type == ELF::R_AARCH64_PREL64))
+    return 8;
+  return 4;
+}
+
+/// Checks every relocation against the section it patches and the symbol table it names,
+/// which the linker itself trusts.
+template <class ELFT>
+Error checkRelocations(const object::ELFObjectFile<ELFT> &object, StringRef sha256) {
+  const object::ELFFile<ELFT> &file = object.getELFFile();
+  auto damaged = [&](const Twine &what) {
+    return makeError("object " + sha256 + " is damaged: " + what);
+  };
+  auto sections = file.sections();
+  if (!sections)
+    return damaged(toString(sections.takeError()));
+  uint16_t machine = file.getHeader().e_machine;
+  for (size_t index = 0; index < sections->size(); ++index) {
+    const auto &section = (*sections)[index];
+    bool rela = section.sh_type == ELF::SHT_RELA;
+    if (!rela && section.sh_type != ELF::SHT_REL)
+      continue;
+    if (section.sh_info == 0 || section.sh_info >= sections->size() ||
+        section.sh_link >= sections->size())
+      return damaged(formatv("relocation section {0} refers to section {1} and symbol table {2}",
+                             index, section.sh_info, section.sh_link));
+    const auto &target = (*sections)[section.sh_info];
+    const auto &symbols = (*sections)[section.sh_link];
+    uint64_t symbolCount = symbols.sh_entsize ? symbols.sh_size / symbols.sh_entsize : 0;
+    auto check = [&](uint64_t offset, uint32_t type, uint32_t symbol) -> Error {
+      unsigned width = relocationWidth(machine, type);
+      if (target.sh_type == ELF::SHT_NOBITS || offset > target.sh_size ||
+          target.sh_size - offset < width)
+        return damaged(formatv("relocation at offset {0:x} of section {1} lies outside it "
+                               "({2:x} bytes)",
+                               offset, section.sh_info, uint64_t(target.sh_size)));
+      if (symbol >= symbolCount)
+        return damaged(formatv("relocation at offset {0:x} of section {1} names symbol {2} of "
+                               "{3}",
+                               offset, section.sh_info, symbol, symbolCount));
+      return Error::success();
+    };
+    if (rela) {
+      auto entries = file.relas(section);
+      if (!entries)
+        return damaged(toString(entries.takeError()));
+      for (const auto &entry : *entries)
+        if (Error error = check(entry.r_offset, entry.getType(false), entry.getSymbol(false)))
+          return error;
+    } else {
+      auto entries = file.rels(section);
+      if (!entries)
+        return damaged(toString(entries.takeError()));
+      for (const auto &entry : *entries)
+        if (Error error = check(entry.r_offset, entry.getType(false), entry.getSymbol(false)))
+          return error;
+    }
+  }
+  return Error::success();
+}
+
+Error checkRelocations(const object::ELFObjectFileBase &object, StringRef sha256) {
+  if (auto *elf = dyn_cast<object::ELF64LEObjectFile>(&object))
+    return checkRelocations(*elf, sha256);
+  if (auto *elf = dyn_cast<object::ELF64BEObjectFile>(&object))
+    return checkRelocations(*elf, sha256);
+  if (auto *elf = dyn_cast<object::ELF32LEObjectFile>(&object))
+    return checkRelocations(*elf, sha256);
+  if (auto *elf = dyn_cast<object::ELF32BEObjectFile>(&object))
+    return checkRelocations(*elf, sha256);
+  return makeError("object " + sha256 + " has an unknown ELF class");
+}
+
+/// Whether JITLink's eh-frame parser handles pointer encoding `encoding` safely: it reads
+/// only 4- and 8-byte absolute or pc-relative values and treats anything else it does not
+/// reject as unreachable.
+bool isSafePointerEncoding(uint8_t encoding) {
+  switch (encoding & 0x0f) {
+  case dwarf::DW_EH_PE_absptr:
+  case dwarf::DW_EH_PE_udata4:
+  case dwarf::DW_EH_PE_udata8:
+  case dwarf::DW_EH_PE_sdata4:
+  case dwarf::DW_EH_PE_sdata8:
+    break;
+  default:
+    return false;
+  }
+  return (encoding & 0xf0) == dwarf::DW_EH_PE_absptr || (encoding & 0xf0) == dwarf::DW_EH_PE_pcrel;
+}
+
+/// Checks the CIEs of an .eh_frame section for what JITLink's parser would trip over
+/// instead of reporting: more than three augmentation fields overflow a fixed array, and
+/// unexpected pointer encodings reach unreachable code.
+Error checkEHFrame(StringRef contents, bool littleEndian, uint8_t pointerSize, StringRef sha256) {
+  DataExtractor data(contents, littleEndian, pointerSize);
+  uint64_t offset = 0;
+  while (offset < contents.size()) {
+    uint64_t start = offset;
+    auto damaged = [&](const Twine &what) {
+      return makeError(formatv("object {0} is damaged: .eh_frame record at {1:x}: {2}", sha256,
+                               start, what.str()));
+    };
+    DataExtractor::Cursor cursor(offset);
+    uint64_t length = data.getU32(cursor);
+    if (length == 0xffffffff)
+      length = data.getU64(cursor);
+    if (!cursor)
+      return damaged(toString(cursor.takeError()));
+    uint64_t body = cursor.tell();
+    if (length == 0)
+      break;
+    if (length > contents.size() - body)
+      return damaged("its length runs past the end of the section");
+    offset = body + length;
+    DataExtractor record(contents.take_front(offset), littleEndian, pointerSize);
+    if (record.getU32(cursor) != 0 || !cursor) {
+      consumeError(cursor.takeError());
+      continue; // An FDE: its fields are read with bounds checks, by its CIE's encodings.
+    }
+    record.getU8(cursor); // version; an unexpected one is reported by the linker
+    StringRef augmentation = record.getCStrRef(cursor);
+    if (!cursor)
+      return damaged(toString(cursor.takeError()));
+    unsigned fields = 0;
+    for (size_t i = 0; i < augmentation.size(); ++i) {
+      char c = augmentation[i];
+      if (c == 'L' || c == 'P' || c == 'R')
+        ++fields;
+      else if (c == 'e' && i + 1 < augmentation.size() && augmentation[i + 1] == 'h')
+        ++i;
+      else if (c != 'z')
+        return damaged("unsupported augmentation '" + augmentation + "'");
+    }
+    if (fields > 3)
+      return damaged("augmentation '" + augmentation + "' has too many fields");
+    if (augmentation.contains("eh"))
+      record.skip(cursor, pointerSize);
+    record.getULEB128(cursor); // code alignment
+    record.getSLEB128(cursor); // data alignment
+    record.getU8(cursor);      // return address register
+    if (augmentation.starts_with("z")) {
+      record.getULEB128(cursor);
+      for (char c : augmentation) {
+        if (c != 'L' && c != 'P' && c != 'R')
+          continue;
+        uint8_t encoding = record.getU8(cursor);
+        if (!cursor)
+          break;
+        bool omitted = encoding == dwarf::DW_EH_PE_omit && c != 'R';
+        if (!omitted && !isSafePointerEncoding(encoding))
+          return damaged(formatv("unsupported pointer encoding {0:x2}", encoding).str());
+        if (c == 'P' && !omitted) {
+          uint8_t format = encoding & 0x0f;
+          record.skip(cursor,
+                      format == dwarf::DW_EH_PE_absptr ? pointerSize
+                      : (format == dwarf::DW_EH_PE_udata4 || format == dwarf::DW_EH_PE_sdata4) ? 4
+                                                                                               : 8);
+        }
+      }
+    }
+    if (!cursor)
+      return damaged(toString(cursor.takeError()));
+  }
+  return Error::success();
+}
+
 /// Checks that `bytes` is an intact ELF relocatable object for this machine and collects
 /// the names of the global functions it defines with default or protected visibility.
 Error validateObject(StringRef sha256, StringRef bytes, std::vector<std::string> &exports) {
@@ -127,10 +315,21 @@ Error validateObject(StringRef sha256, StringRef bytes, std::vector<std::string>
   for (const object::SectionRef &section : elf->sections()) {
     if (section.isBSS())
       continue;
-    if (auto contents = section.getContents(); !contents)
+    auto contents = section.getContents();
+    if (!contents)
       return makeError(formatv("object {0} is damaged: section {1}: {2}", sha256,
                                section.getIndex(), toString(contents.takeError())));
+    auto name = section.getName();
+    if (!name)
+      return makeError(formatv("object {0} is damaged: section {1}: {2}", sha256,
+                               section.getIndex(), toString(name.takeError())));
+    if (*name == ".eh_frame")
+      if (Error error =
+              checkEHFrame(*contents, elf->isLittleEndian(), elf->getBytesInAddress(), sha256))
+        return error;
   }
+  if (Error error = checkRelocations(*elf, sha256))
+    return error;
   for (const object::ELFSymbolRef symbol : elf->symbols()) {
     auto name = symbol.getName();
     if (!name)

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <cmath>
+#include <random>
 #include <thread>
 
 using namespace courier;
@@ -230,6 +231,28 @@ TEST_CASE("bad objects are rejected with a message saying what is wrong", "[obje
   std::vector<double> x{1};
   auto out = launch(*host, scale, "_catalyst_pyface_scale", {view(x, {1}, {1})}, {{1, 8}});
   CHECK(elements<double>(out[0]) == std::vector<double>{2});
+}
+
+TEST_CASE("randomly damaged objects are loaded or rejected, never crash the host", "[objecthost]") {
+  // Seeds 42 and 109 once crashed the linker: a relocation outside .eh_frame and a CIE with
+  // too many augmentation fields.
+  auto host = makeHost();
+  std::string original = readFile(COURIER_KERNEL_SHAPES);
+  for (unsigned seed = 0; seed < 200; ++seed) {
+    std::mt19937 random(seed);
+    std::string bytes = original;
+    for (unsigned flips = 1 + random() % 4; flips > 0; --flips) {
+      char value = char(random());
+      bytes[random() % bytes.size()] = value;
+    }
+    auto damaged = transport::ObjectBlob::fromBytes(bytes);
+    if (llvm::Error error = host->addObject(damaged)) {
+      INFO("seed " << seed);
+      CHECK_THAT(llvm::toString(std::move(error)), Catch::Contains(damaged.sha256));
+    }
+  }
+  auto scale = kernel(COURIER_KERNEL_SCALE);
+  REQUIRE_OK(host->addObject(scale));
 }
 
 TEST_CASE("an unknown entry or object is an error naming it", "[objecthost]") {
