@@ -1,0 +1,404 @@
+// The engine end to end: MLIR text in, results out, on the in-process executor and on a
+// real courier-executor process.
+#include "jit/Engine.h"
+
+#include "tests/jit/TestSupport.h"
+#include "tests/transport/ExecutorProcess.h"
+
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Path.h"
+
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <mutex>
+#include <thread>
+#include <unistd.h>
+#include <vector>
+
+using namespace courier;
+using courier::testing::failed;
+using courier::testing::ok;
+
+namespace {
+
+std::string readSample(const std::string &relative) {
+  auto buffer = llvm::MemoryBuffer::getFile(std::string(COURIER_SOURCE_DIR) + "/" + relative);
+  REQUIRE(buffer);
+  return (*buffer)->getBuffer().str();
+}
+
+/// A fresh cache directory per test, removed afterwards.
+struct TempDir {
+  TempDir() {
+    llvm::SmallString<128> dir;
+    REQUIRE(!llvm::sys::fs::createUniqueDirectory("courier-engine-test", dir));
+    path = std::string(dir);
+  }
+  ~TempDir() { llvm::sys::fs::remove_directories(path); }
+  std::string path;
+};
+
+EngineOptions optionsIn(const TempDir &dir) {
+  EngineOptions options;
+  options.cacheDir = dir.path;
+  return options;
+}
+
+std::vector<double> values(const Tensor &t) {
+  std::vector<double> v;
+  for (int64_t i = 0; i < t.numElements(); ++i)
+    v.push_back(t.at(i));
+  return v;
+}
+
+std::string message(llvm::Error error) { return llvm::toString(std::move(error)); }
+
+std::vector<Diagnostic> diagnosticsOf(llvm::Error error) {
+  std::vector<Diagnostic> found;
+  llvm::handleAllErrors(
+      std::move(error), [&](const CompileError &e) { found = e.diagnostics; },
+      [](const llvm::ErrorInfoBase &e) { FAIL("not a compile error: " << e.message()); });
+  return found;
+}
+
+const char *kKernelModule = R"mlir(
+module @app {
+  func.func public @main(%x: tensor<4xf64>) -> tensor<4xf64> {
+    %y = catalyst.launch_kernel @dev::@scale(%x) : (tensor<4xf64>) -> tensor<4xf64>
+    return %y : tensor<4xf64>
+  }
+  module @dev attributes {catalyst.target = {}, catalyst.dispatch = {address = "ADDRESS"}} {
+    func.func public @scale(%x: tensor<4xf64>) -> tensor<4xf64> {
+      %r = arith.addf %x, %x : tensor<4xf64>
+      return %r : tensor<4xf64>
+    }
+  }
+}
+)mlir";
+
+std::string kernelModuleAt(const std::string &address) {
+  std::string text = kKernelModule;
+  text.replace(text.find("ADDRESS"), 7, address);
+  return text;
+}
+
+} // namespace
+
+// Called by JIT'd code in the setup/teardown test; resolved from this process.
+extern "C" void courier_test_record(int64_t event);
+static std::mutex recordedMutex;
+static std::vector<int64_t> recorded;
+extern "C" void courier_test_record(int64_t event) {
+  std::lock_guard<std::mutex> lock(recordedMutex);
+  recorded.push_back(event);
+}
+
+TEST_CASE("a host-only module computes its result", "[engine]") {
+  TempDir dir;
+  Engine engine(optionsIn(dir));
+  auto module = engine.compile(readSample("samples/01-host-only/app.mlir"), "host-only");
+  REQUIRE(ok(module));
+  auto out = (*module)->invoke("main", {Tensor::fromDoubles(DType::F32, {4}, {1, 2, 3, 4}),
+                                        Tensor::fromDoubles(DType::F32, {4}, {1, 1, 1, 1})});
+  REQUIRE(ok(out));
+  REQUIRE(out->size() == 1);
+  CHECK((*out)[0].dtype == DType::F32);
+  CHECK((*out)[0].shape == std::vector<int64_t>{4});
+  CHECK(values((*out)[0]) == std::vector<double>{4, 9, 16, 25});
+}
+
+TEST_CASE("a kernel dispatched to the in-process executor runs without a server", "[engine]") {
+  TempDir dir;
+  Engine engine(optionsIn(dir));
+  auto module = engine.compile(readSample("samples/02-local-kernel/app.mlir"), "local");
+  REQUIRE(ok(module));
+  auto out = (*module)->invoke("main", {Tensor::fromDoubles(DType::F64, {4}, {1, 2, 3, 4})});
+  REQUIRE(ok(out));
+  CHECK(values((*out)[0]) == std::vector<double>{3, 5, 7, 9});
+  CHECK((*module)->rawEntry("main") != nullptr);
+}
+
+TEST_CASE("scalars and tensors of every element type go in and out", "[engine]") {
+  TempDir dir;
+  Engine engine(optionsIn(dir));
+  const char *text = R"mlir(
+    func.func public @ints(%a: tensor<2xi8>, %b: tensor<2xi16>, %c: tensor<2xi32>, %d: i64,
+                           %e: tensor<2xi1>) -> (tensor<2xi8>, tensor<2xi16>, tensor<2xi32>, i64, tensor<2xi1>) {
+      %a2 = arith.addi %a, %a : tensor<2xi8>
+      %b2 = arith.addi %b, %b : tensor<2xi16>
+      %c2 = arith.addi %c, %c : tensor<2xi32>
+      %d2 = arith.addi %d, %d : i64
+      %t = arith.constant dense<true> : tensor<2xi1>
+      %e2 = arith.xori %e, %t : tensor<2xi1>
+      return %a2, %b2, %c2, %d2, %e2 : tensor<2xi8>, tensor<2xi16>, tensor<2xi32>, i64, tensor<2xi1>
+    }
+    func.func public @floats(%a: tensor<2x2xf16>, %b: f32, %c: tensor<f64>) -> (tensor<2x2xf16>, f32, tensor<f64>) {
+      %a2 = arith.addf %a, %a : tensor<2x2xf16>
+      %b2 = arith.mulf %b, %b : f32
+      %c2 = arith.negf %c : tensor<f64>
+      return %a2, %b2, %c2 : tensor<2x2xf16>, f32, tensor<f64>
+    }
+    func.func public @dynamic(%x: tensor<?xf32>) -> tensor<?xf32> {
+      %r = arith.addf %x, %x : tensor<?xf32>
+      return %r : tensor<?xf32>
+    }
+  )mlir";
+  auto module = engine.compile(text, "types");
+  REQUIRE(ok(module));
+
+  auto ints = (*module)->invoke("ints", {Tensor::fromDoubles(DType::I8, {2}, {3, -4}),
+                                         Tensor::fromDoubles(DType::I16, {2}, {300, -5}),
+                                         Tensor::fromDoubles(DType::I32, {2}, {70000, 1}),
+                                         Tensor::fromDoubles(DType::I64, {}, {1ll << 40}),
+                                         Tensor::fromDoubles(DType::I1, {2}, {1, 0})});
+  REQUIRE(ok(ints));
+  CHECK(values((*ints)[0]) == std::vector<double>{6, -8});
+  CHECK(values((*ints)[1]) == std::vector<double>{600, -10});
+  CHECK(values((*ints)[2]) == std::vector<double>{140000, 2});
+  CHECK((*ints)[3].shape.empty());
+  CHECK(values((*ints)[3]) == std::vector<double>{double(1ll << 41)});
+  CHECK(values((*ints)[4]) == std::vector<double>{0, 1});
+
+  auto floats =
+      (*module)->invoke("floats", {Tensor::fromDoubles(DType::F16, {2, 2}, {0.5, 1, 2, 4}),
+                                   Tensor::fromDoubles(DType::F32, {}, {3}),
+                                   Tensor::fromDoubles(DType::F64, {}, {2.5})});
+  REQUIRE(ok(floats));
+  CHECK(values((*floats)[0]) == std::vector<double>{1, 2, 4, 8});
+  CHECK(values((*floats)[1]) == std::vector<double>{9});
+  CHECK((*floats)[2].shape.empty());
+  CHECK(values((*floats)[2]) == std::vector<double>{-2.5});
+
+  auto dynamic = (*module)->invoke("dynamic", {Tensor::fromDoubles(DType::F32, {3}, {1, 2, 3})});
+  REQUIRE(ok(dynamic));
+  CHECK((*dynamic)[0].shape == std::vector<int64_t>{3});
+  CHECK(values((*dynamic)[0]) == std::vector<double>{2, 4, 6});
+}
+
+TEST_CASE("a syntax error comes back with its file, line and column", "[engine][errors]") {
+  TempDir dir;
+  Engine engine(optionsIn(dir));
+  auto module = engine.compile("func.func @main() {\n  retrun\n}\n", "broken.mlir");
+  REQUIRE(failed(module));
+  std::vector<Diagnostic> diagnostics = diagnosticsOf(module.takeError());
+  REQUIRE(!diagnostics.empty());
+  CHECK(diagnostics[0].file == "broken.mlir");
+  CHECK(diagnostics[0].line == 2);
+  CHECK(diagnostics[0].column == 3);
+  CHECK(diagnostics[0].severity == "error");
+  CHECK_THAT(diagnostics[0].message, Catch::Contains("retrun"));
+}
+
+TEST_CASE("a pass failure comes back as diagnostics, not a crash", "[engine][errors]") {
+  TempDir dir;
+  std::vector<Diagnostic> streamed;
+  EngineOptions options = optionsIn(dir);
+  options.diagnosticSink = [&](const Diagnostic &d) { streamed.push_back(d); };
+  Engine engine(options);
+  std::string text = kernelModuleAt("local");
+  text.replace(text.find("catalyst.target = {}"), 20,
+               "catalyst.target = {triple = \"nonsense-triple\"}");
+  auto module = engine.compile(text, "bad-triple.mlir");
+  REQUIRE(failed(module));
+  std::vector<Diagnostic> diagnostics = diagnosticsOf(module.takeError());
+  REQUIRE(!diagnostics.empty());
+  CHECK_THAT(diagnostics[0].message, Catch::Contains("unknown target triple 'nonsense-triple'"));
+  CHECK(diagnostics[0].line == 7);
+  CHECK(streamed.size() == diagnostics.size());
+}
+
+TEST_CASE("invoke checks the entry, the input count, dtype, rank and shape", "[engine][errors]") {
+  TempDir dir;
+  Engine engine(optionsIn(dir));
+  auto module = engine.compile(readSample("samples/02-local-kernel/app.mlir"), "local");
+  REQUIRE(ok(module));
+  Module &m = **module;
+  CHECK_THAT(message(m.invoke("nope", {}).takeError()),
+             Catch::Contains("has no entry 'nope' (entries: main)"));
+  CHECK_THAT(message(m.invoke("main", {}).takeError()),
+             Catch::Contains("entry 'main' takes 1 inputs, got 0"));
+  CHECK_THAT(
+      message(m.invoke("main", {Tensor::fromDoubles(DType::F32, {4}, {1, 2, 3, 4})}).takeError()),
+      Catch::Contains("input 0 of 'main' must be f64, got f32"));
+  CHECK_THAT(
+      message(
+          m.invoke("main", {Tensor::fromDoubles(DType::F64, {2, 2}, {1, 2, 3, 4})}).takeError()),
+      Catch::Contains("must have rank 1, got rank 2"));
+  CHECK_THAT(
+      message(m.invoke("main", {Tensor::fromDoubles(DType::F64, {3}, {1, 2, 3})}).takeError()),
+      Catch::Contains("must have shape tensor<4xf64>, got dimension 0 of size 3"));
+  Tensor torn = Tensor::fromDoubles(DType::F64, {4}, {1, 2, 3, 4});
+  torn.bytes.resize(5);
+  CHECK_THAT(message(m.invoke("main", {torn}).takeError()), Catch::Contains("holds 5 bytes"));
+  // The module still works after every refusal.
+  auto out = m.invoke("main", {Tensor::fromDoubles(DType::F64, {4}, {0, 0, 0, 0})});
+  REQUIRE(ok(out));
+  CHECK(values((*out)[0]) == std::vector<double>{1, 1, 1, 1});
+}
+
+TEST_CASE("a module whose executor is down fails to load with the executor's address",
+          "[engine][errors]") {
+  TempDir dir;
+  EngineOptions options = optionsIn(dir);
+  options.connectTimeout = std::chrono::milliseconds(500);
+  Engine engine(options);
+  // Port 1 on loopback refuses connections.
+  auto module = engine.compile(kernelModuleAt("127.0.0.1:1"), "down");
+  REQUIRE(failed(module));
+  CHECK_THAT(message(module.takeError()), Catch::Contains("127.0.0.1:1"));
+}
+
+TEST_CASE("a kernel runs on a real executor, whose failure mid-run surfaces at invoke",
+          "[engine][executor]") {
+  TempDir dir;
+  EngineOptions options = optionsIn(dir);
+  options.requestTimeout = std::chrono::milliseconds(3000);
+  Engine engine(options);
+  auto executor = std::make_unique<testing::ExecutorProcess>();
+  auto module = engine.compile(kernelModuleAt(executor->address()), "remote");
+  REQUIRE(ok(module));
+  auto out = (*module)->invoke("main", {Tensor::fromDoubles(DType::F64, {4}, {1, 2, 3, 4})});
+  REQUIRE(ok(out));
+  CHECK(values((*out)[0]) == std::vector<double>{2, 4, 6, 8});
+  CHECK(executor->metric("courier_sessions") == 1);
+
+  executor->kill();
+  auto broken = (*module)->invoke("main", {Tensor::fromDoubles(DType::F64, {4}, {1, 2, 3, 4})});
+  REQUIRE(failed(broken));
+  CHECK_THAT(message(broken.takeError()), Catch::Contains(executor->address()));
+}
+
+TEST_CASE("the executor override sends a module's targets elsewhere", "[engine][executor]") {
+  TempDir dir;
+  testing::ExecutorProcess executor;
+  EngineOptions options = optionsIn(dir);
+  options.executorOverride = executor.address();
+  Engine engine(options);
+  // The IR names an address nobody listens on; the override wins.
+  auto module = engine.compile(kernelModuleAt("127.0.0.1:1"), "override");
+  REQUIRE(ok(module));
+  auto out = (*module)->invoke("main", {Tensor::fromDoubles(DType::F64, {4}, {1, 1, 1, 1})});
+  REQUIRE(ok(out));
+  CHECK(values((*out)[0]) == std::vector<double>{2, 2, 2, 2});
+  CHECK(executor.metric("courier_sessions") == 1);
+  module->reset();
+  // The last module using the session is gone: the session is closed.
+  CHECK(executor.metric("courier_sessions") == 0);
+}
+
+TEST_CASE("the same text and options hit the memory cache; a change recompiles",
+          "[engine][cache]") {
+  TempDir dir;
+  EngineOptions options = optionsIn(dir);
+  options.diskCache = false;
+  Engine engine(options);
+  std::string text = readSample("samples/01-host-only/app.mlir");
+  auto first = engine.compile(text, "a");
+  REQUIRE(ok(first));
+  CHECK(!(*first)->compileTimes().cacheHit);
+  auto second = engine.compile(text, "a");
+  REQUIRE(ok(second));
+  CHECK(second->get() == first->get());
+
+  auto changed = engine.compile(text + "\n// edited\n", "a");
+  REQUIRE(ok(changed));
+  CHECK(changed->get() != first->get());
+
+  EngineOptions other = options;
+  other.optLevel = 0;
+  Engine otherEngine(other);
+  auto differentOptions = otherEngine.compile(text, "a");
+  REQUIRE(ok(differentOptions));
+  CHECK(!(*differentOptions)->compileTimes().cacheHit);
+}
+
+TEST_CASE("a new engine reuses compiled objects from the disk cache", "[engine][cache]") {
+  TempDir dir;
+  std::string text = readSample("samples/02-local-kernel/app.mlir");
+  {
+    Engine engine(optionsIn(dir));
+    auto module = engine.compile(text, "disk");
+    REQUIRE(ok(module));
+    CHECK(!(*module)->compileTimes().cacheHit);
+  }
+  Engine engine(optionsIn(dir));
+  auto module = engine.compile(text, "disk");
+  REQUIRE(ok(module));
+  CHECK((*module)->compileTimes().cacheHit);
+  CHECK((*module)->compileTimes().passes == 0);
+  auto out = (*module)->invoke("main", {Tensor::fromDoubles(DType::F64, {4}, {1, 2, 3, 4})});
+  REQUIRE(ok(out));
+  CHECK(values((*out)[0]) == std::vector<double>{3, 5, 7, 9});
+
+  // A torn cache entry is detected and recompiled, never loaded.
+  llvm::SmallString<256> hostDir(dir.path);
+  llvm::sys::path::append(hostDir, "host");
+  std::error_code ec;
+  for (llvm::sys::fs::directory_iterator it(hostDir, ec), end; it != end && !ec; it.increment(ec))
+    if (llvm::StringRef(it->path()).ends_with(".o"))
+      REQUIRE(::truncate(it->path().c_str(), 100) == 0);
+  Engine fresh(optionsIn(dir));
+  auto recompiled = fresh.compile(text, "disk");
+  REQUIRE(ok(recompiled));
+  CHECK(!(*recompiled)->compileTimes().cacheHit);
+}
+
+TEST_CASE("several threads may invoke one module at once", "[engine][threads]") {
+  TempDir dir;
+  Engine engine(optionsIn(dir));
+  auto module = engine.compile(readSample("samples/02-local-kernel/app.mlir"), "threads");
+  REQUIRE(ok(module));
+  std::atomic<int> wrong{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t)
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 250; ++i) {
+        double x = t * 1000 + i;
+        auto out = (*module)->invoke("main", {Tensor::fromDoubles(DType::F64, {4}, {x, x, x, x})});
+        if (!out) {
+          llvm::consumeError(out.takeError());
+          ++wrong;
+        } else if (values((*out)[0]) != std::vector<double>(4, 2 * x + 1)) {
+          ++wrong;
+        }
+      }
+    });
+  for (std::thread &t : threads)
+    t.join();
+  CHECK(wrong == 0);
+}
+
+TEST_CASE("setup runs once after linking and teardown when the module goes", "[engine]") {
+  TempDir dir;
+  Engine engine(optionsIn(dir));
+  const char *text = R"mlir(
+    func.func private @courier_test_record(i64)
+    func.func @setup() {
+      %c = arith.constant 1 : i64
+      func.call @courier_test_record(%c) : (i64) -> ()
+      return
+    }
+    func.func @teardown() {
+      %c = arith.constant 3 : i64
+      func.call @courier_test_record(%c) : (i64) -> ()
+      return
+    }
+    func.func public @main() {
+      %c = arith.constant 2 : i64
+      func.call @courier_test_record(%c) : (i64) -> ()
+      return
+    }
+  )mlir";
+  recorded.clear();
+  {
+    auto module = engine.compile(text, "lifecycle");
+    REQUIRE(ok(module));
+    CHECK(recorded == std::vector<int64_t>{1});
+    REQUIRE(ok((*module)->invoke("main", {})));
+    REQUIRE(ok((*module)->invoke("main", {})));
+    CHECK(recorded == std::vector<int64_t>{1, 2, 2});
+  }
+  CHECK(recorded == std::vector<int64_t>{1, 2, 2, 3});
+}
