@@ -87,6 +87,23 @@ TEST_CASE("a second open of the same address returns the same session", "[runtim
   CHECK(takeMessage() == "");
 }
 
+TEST_CASE("threads opening one address at once share one session", "[runtime]") {
+  ScopeOptions options;
+  options.addressOverride = "local";
+  ModuleScope scope(options);
+  std::vector<int64_t> handles(8, 0);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t)
+    threads.emplace_back([&, t] {
+      ModuleScope::Entered entered(scope);
+      handles[t] = __catalyst__executor__open("203.0.113.5:7000");
+    });
+  for (auto &thread : threads)
+    thread.join();
+  CHECK(handles[0] != 0);
+  CHECK(std::set<int64_t>(handles.begin(), handles.end()).size() == 1);
+}
+
 TEST_CASE("a malformed address fails to open with a message naming it", "[runtime]") {
   clearError();
   CHECK(__catalyst__executor__open("no-port-here") == 0);
@@ -289,6 +306,21 @@ TEST_CASE("a failed launch reports why and leaves zero-filled results", "[runtim
                                        ins, ranks, sizes, 1, outs, ranks, sizes) != 0);
     CHECK_THAT(takeMessage(), Catch::Contains("unknown session handle 987654"));
     std::free(out.allocated);
+  }
+  SECTION("malformed argument arrays") {
+    Descriptor<1> out;
+    out.sizes[0] = 2;
+    void *outs[] = {&out};
+    CHECK(__catalyst__executor__launch(session.handle, "_catalyst_pyface_scale",
+                                       COURIER_KERNEL_SCALE, -1, ins, ranks, sizes, 1, outs, ranks,
+                                       sizes) != 0);
+    CHECK_THAT(takeMessage(), Catch::Contains("malformed argument arrays"));
+    CHECK(out.sizes[0] == 2);
+    CHECK(static_cast<double *>(out.aligned)[1] == 0);
+    std::free(out.allocated);
+    CHECK(__catalyst__executor__launch(session.handle, nullptr, COURIER_KERNEL_SCALE, 1, ins, ranks,
+                                       sizes, 0, nullptr, nullptr, nullptr) != 0);
+    CHECK_THAT(takeMessage(), Catch::Contains("null entry"));
   }
   SECTION("an unsupported binary format") {
     CHECK(__catalyst__executor__send_binary(session.handle, COURIER_KERNEL_SCALE, "wasm") != 0);
