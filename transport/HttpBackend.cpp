@@ -375,9 +375,16 @@ llvm::Expected<T> HttpBackend::withRecovery(llvm::StringRef session, const Objec
   } else {
     return toError(failure);
   }
-  if (object)
+  if (object) {
+    // Remember it, so that a later re-creation of the session brings it back too.
+    std::shared_ptr<SessionState> state = stateOf(session, /*create=*/true);
+    {
+      std::lock_guard<std::mutex> lock(state->mutex);
+      state->objects.emplace(object->sha256, *object);
+    }
     if (llvm::Error error = attachOrUpload(session, *object))
       return std::move(error);
+  }
   return attempt();
 }
 

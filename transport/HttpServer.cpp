@@ -18,11 +18,14 @@
 #include <openssl/sha.h>
 
 #include <arpa/inet.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 
 #include <array>
 #include <atomic>
 #include <condition_variable>
 #include <cstdio>
+#include <filesystem>
 #include <future>
 #include <map>
 #include <mutex>
@@ -161,6 +164,31 @@ llvm::Error classifyHostError(llvm::Error error, llvm::StringRef missingCode,
   return makeWireError(missing ? missingCode : failureCode, context + ": " + message);
 }
 
+/// Shuts down (without closing: the fds stay httplib's) every connected TCP socket of this
+/// process whose local port is `port`, i.e. the connections this server accepted.
+void shutdownAcceptedConnections(int port) {
+  std::error_code ec;
+  for (const auto &entry : std::filesystem::directory_iterator("/proc/self/fd", ec)) {
+    int fd = 0;
+    if (llvm::StringRef(entry.path().filename().string()).getAsInteger(10, fd))
+      continue;
+    struct stat info;
+    if (fstat(fd, &info) != 0 || !S_ISSOCK(info.st_mode))
+      continue;
+    sockaddr_storage local{}, peer{};
+    socklen_t localLength = sizeof(local), peerLength = sizeof(peer);
+    if (getsockname(fd, reinterpret_cast<sockaddr *>(&local), &localLength) != 0 ||
+        getpeername(fd, reinterpret_cast<sockaddr *>(&peer), &peerLength) != 0)
+      continue;
+    int localPort =
+        local.ss_family == AF_INET    ? ntohs(reinterpret_cast<sockaddr_in *>(&local)->sin_port)
+        : local.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6 *>(&local)->sin6_port)
+                                      : -1;
+    if (localPort == port)
+      shutdown(fd, SHUT_RDWR);
+  }
+}
+
 struct MallocDeleter {
   void operator()(char *p) const { std::free(p); }
 };
@@ -186,6 +214,8 @@ struct ExecutorServer::Impl {
   std::condition_variable stopSignal;
   bool stopping = false;
   std::atomic<bool> runEntered{false}, runExited{false};
+  /// Requests between routing and their response being written.
+  std::atomic<int64_t> inFlight{0};
   std::thread reaper;
 
   void installRoutes();
@@ -686,6 +716,7 @@ void ExecutorServer::Impl::installRoutes() {
 
   server.set_pre_routing_handler([this](const httplib::Request &req, httplib::Response &res) {
     requestStart = Clock::now();
+    inFlight++;
     if (authorized(req))
       return httplib::Server::HandlerResponse::Unhandled;
     sendError(res, "unauthorized", "missing or wrong bearer token");
@@ -717,6 +748,10 @@ void ExecutorServer::Impl::installRoutes() {
       });
 
   server.set_logger([this](const httplib::Request &req, const httplib::Response &res) {
+    if (--inFlight == 0) {
+      std::lock_guard<std::mutex> lock(stopMutex);
+      stopSignal.notify_all();
+    }
     double seconds = std::chrono::duration<double>(Clock::now() - requestStart).count();
     uint64_t in = req.body.empty() ? contentLength(req) : req.body.size();
     uint64_t out = res.content_length_ ? res.content_length_ : res.body.size();
@@ -907,6 +942,17 @@ void ExecutorServer::stop() {
   while (impl->runEntered && !impl->runExited && !impl->server.is_running())
     std::this_thread::yield();
   impl->server.stop();
+  if (!impl->runEntered)
+    return;
+  // httplib's stop() closes the listener, but a worker holding an idle keep-alive
+  // connection waits for the next request until the keep-alive timeout, and run() waits for
+  // every worker. Let requests in flight finish (bounded), then wake the idle connections by
+  // shutting their sockets down; httplib then closes them.
+  {
+    std::unique_lock<std::mutex> lock(impl->stopMutex);
+    impl->stopSignal.wait_for(lock, std::chrono::seconds(10), [&] { return impl->inFlight <= 0; });
+  }
+  shutdownAcceptedConnections(impl->boundPort);
 }
 
 } // namespace courier::transport

@@ -105,22 +105,30 @@ ExecutorProcess::ExecutorProcess(ExecutorConfig configIn) : config(std::move(con
 }
 
 ExecutorProcess::~ExecutorProcess() {
-  if (pid > 0) {
-    ::kill(pid, SIGTERM);
-    // A clean shutdown takes milliseconds; SIGKILL whatever is still there after 10 s.
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    int status;
-    while (waitpid(pid, &status, WNOHANG) == 0) {
-      if (std::chrono::steady_clock::now() > deadline) {
-        ::kill(pid, SIGKILL);
-        waitpid(pid, &status, 0);
-        break;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
-  }
+  stop(SIGTERM);
   std::error_code ignored;
   std::filesystem::remove_all(directory, ignored);
+}
+
+int ExecutorProcess::stop(int signal) {
+  if (pid <= 0)
+    return -1;
+  ::kill(pid, signal);
+  // A clean shutdown takes milliseconds; SIGKILL whatever is still there after 10 s.
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  int status = 0;
+  bool forced = false;
+  while (waitpid(pid, &status, WNOHANG) == 0) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      ::kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      forced = true;
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  pid = -1;
+  return !forced && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
 void ExecutorProcess::kill() {

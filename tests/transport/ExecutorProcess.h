@@ -27,6 +27,9 @@ public:
   int port() const { return boundPort; }
   /// SIGKILL, as a crash or an OOM kill would; the process is reaped before returning.
   void kill();
+  /// Sends `signal` (SIGTERM, SIGINT) and waits up to 10 s for the process to exit; returns
+  /// its exit code, or -1 if it had to be killed or died of a signal.
+  int stop(int signal);
   /// The current /metrics text.
   std::string metrics() const;
   /// The value of an unlabelled metric, or -1 if absent.

@@ -11,9 +11,11 @@
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
+#include <csignal>
 #include <fstream>
 #include <regex>
 #include <sstream>
+#include <sys/wait.h>
 #include <thread>
 
 using namespace courier::transport;
@@ -272,6 +274,30 @@ TEST_CASE("an executor refuses to listen beyond loopback without a token", "[pro
   CHECK(!isLoopbackHost("0.0.0.0"));
   CHECK(!isLoopbackHost("::"));
   CHECK(!isLoopbackHost("10.0.0.1"));
+}
+
+TEST_CASE("SIGTERM and SIGINT stop the executor cleanly, even with a connection open",
+          "[protocol]") {
+  for (int signal : {SIGTERM, SIGINT}) {
+    ExecutorProcess executor;
+    Peer peer(executor);
+    peer.openSession(); // Leaves a keep-alive connection open.
+    CHECK(executor.stop(signal) == 0);
+  }
+}
+
+TEST_CASE("courier-executor refuses a non-loopback address without a token", "[protocol]") {
+  std::string command = std::string(COURIER_EXECUTOR_PATH) + " --listen 0.0.0.0:0 2>&1";
+  FILE *pipe = popen(command.c_str(), "r");
+  REQUIRE(pipe);
+  std::string output;
+  char buffer[256];
+  while (size_t n = fread(buffer, 1, sizeof(buffer), pipe))
+    output.append(buffer, n);
+  int status = pclose(pipe);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) != 0);
+  CHECK_THAT(output, Catch::Contains("refusing to listen on '0.0.0.0' without a token"));
 }
 
 TEST_CASE("idle sessions are closed after the idle timeout", "[protocol]") {
