@@ -1,5 +1,6 @@
-// Leaves sessions, objects and an unawaited async launch open and returns from main: the
-// runtime must close everything at exit without hanging or crashing.
+// Leaves a session, its objects and an unawaited async launch open and returns from main:
+// the runtime must close everything at exit without hanging or crashing. The executor
+// address is the first argument, "local" by default.
 #include "runtime/ExecutorABI.h"
 
 #include "tests/kernels/KernelPaths.h"
@@ -7,8 +8,8 @@
 #include <cstdio>
 #include <cstdlib>
 
-int main() {
-  int64_t session = __catalyst__executor__open("local");
+int main(int argc, char **argv) {
+  int64_t session = __catalyst__executor__open(argc > 1 ? argv[1] : "local");
   if (session == 0 ||
       __catalyst__executor__send_binary(session, COURIER_KERNEL_SCALE, "object") != 0)
     return 1;

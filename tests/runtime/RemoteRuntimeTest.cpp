@@ -155,3 +155,12 @@ TEST_CASE("a launch after the executor restarts in place succeeds", "[runtime][h
   CHECK(status == 0);
   CHECK(y == std::vector<double>{4});
 }
+
+TEST_CASE("sessions left open at exit are closed on the executor", "[runtime][http]") {
+  testing::ExecutorProcess executor;
+  std::string command =
+      std::string(COURIER_EXIT_CHECK_PATH) + " " + executor.address() + " > /dev/null";
+  CHECK(std::system(command.c_str()) == 0);
+  CHECK(executor.metric("courier_sessions") == 0);
+  CHECK_THAT(executor.log(), Catch::Contains("DELETE /v1/sessions/"));
+}
