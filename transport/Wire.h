@@ -33,12 +33,11 @@ struct ErrorCodeInfo {
   int status;
 };
 inline constexpr ErrorCodeInfo kErrorCodes[] = {
-    {"bad_request", 400},    {"bad_frame", 400},          {"hash_mismatch", 400},
-    {"unauthorized", 401},   {"unknown_session", 404},    {"unknown_object", 404},
-    {"unknown_entry", 404},  {"unknown_symbol", 404},     {"unknown_launch", 404},
-    {"not_found", 404},      {"method_not_allowed", 405}, {"payload_too_large", 413},
-    {"invalid_object", 422}, {"launch_failed", 422},      {"call_failed", 422},
-    {"internal", 500},
+    {"bad_request", 400},   {"bad_frame", 400},         {"hash_mismatch", 400},
+    {"unauthorized", 401},  {"unknown_session", 404},   {"unknown_object", 404},
+    {"unknown_entry", 404}, {"unknown_symbol", 404},    {"unknown_launch", 404},
+    {"not_found", 404},     {"payload_too_large", 413}, {"invalid_object", 422},
+    {"launch_failed", 422}, {"call_failed", 422},       {"internal", 500},
 };
 /// HTTP status for `code`, 500 for a code not in the table.
 int statusForCode(llvm::StringRef code);
