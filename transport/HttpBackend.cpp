@@ -13,6 +13,7 @@
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
+#include <chrono>
 #include <cstdlib>
 #include <map>
 #include <mutex>
@@ -159,19 +160,32 @@ private:
   BackendOptions options;
 
   std::mutex poolMutex;
-  std::vector<std::unique_ptr<httplib::Client>> idle;
+  struct IdleClient {
+    std::unique_ptr<httplib::Client> client;
+    std::chrono::steady_clock::time_point since;
+  };
+  std::vector<IdleClient> idle; ///< Most recently used last.
 
   std::mutex sessionsMutex;
   std::map<std::string, std::shared_ptr<SessionState>, std::less<>> sessions;
 };
 
+/// The executor closes a keep-alive connection after 5 s without a request. Reusing one
+/// close to that moment races with the close and can lose the request, so connections idle
+/// for longer than this are dropped instead.
+constexpr std::chrono::seconds kMaxIdleTime{2};
+
 HttpBackend::Lease HttpBackend::acquire() {
+  std::vector<IdleClient> stale;
   {
     std::lock_guard<std::mutex> lock(poolMutex);
     if (!idle.empty()) {
-      std::unique_ptr<httplib::Client> client = std::move(idle.back());
-      idle.pop_back();
-      return Lease(*this, std::move(client));
+      if (std::chrono::steady_clock::now() - idle.back().since < kMaxIdleTime) {
+        std::unique_ptr<httplib::Client> client = std::move(idle.back().client);
+        idle.pop_back();
+        return Lease(*this, std::move(client));
+      }
+      stale.swap(idle); // The newest is too old, so all are; close them outside the lock.
     }
   }
   auto client = std::make_unique<httplib::Client>(host, port);
@@ -186,10 +200,10 @@ HttpBackend::Lease HttpBackend::acquire() {
 void HttpBackend::release(std::unique_ptr<httplib::Client> client) {
   // Keep enough idle connections for a handful of concurrent callers; more just hold
   // executor threads.
-  constexpr size_t kMaxIdle = 16;
+  constexpr size_t kMaxIdle = 8;
   std::lock_guard<std::mutex> lock(poolMutex);
   if (client && idle.size() < kMaxIdle)
-    idle.push_back(std::move(client));
+    idle.push_back({std::move(client), std::chrono::steady_clock::now()});
 }
 
 llvm::Expected<int> HttpBackend::send(httplib::Request &req, httplib::Response &res,

@@ -890,7 +890,9 @@ ExecutorServer::create(ExecutorServerOptions options) {
   server.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   server.set_tcp_nodelay(true);
   server.set_keep_alive_max_count(1000000);
-  server.set_keep_alive_timeout(30);
+  // Short, so idle connections do not hold worker threads for long; the client stops
+  // reusing a connection well before this (see HttpBackend.cpp).
+  server.set_keep_alive_timeout(5);
   server.set_payload_max_length(static_cast<size_t>(opts.maxBodyBytes));
   impl->installRoutes();
 
