@@ -29,6 +29,7 @@
 #include <future>
 #include <map>
 #include <mutex>
+#include <random>
 #include <thread>
 #include <unordered_map>
 
@@ -110,12 +111,18 @@ struct Session {
 // Set by the pre-routing handler and read by the logger; both run on the thread that
 // serves the request.
 thread_local Clock::time_point requestStart;
+// Whether the request being served was counted in flight (httplib logs requests it rejects
+// before routing, too).
+thread_local bool requestCounted = false;
 
 std::string randomId() {
   unsigned char bytes[16];
-  if (RAND_bytes(bytes, sizeof(bytes)) != 1)
-    for (unsigned char &b : bytes) // Session ids are names, not secrets: any spread will do.
-      b = static_cast<unsigned char>(Clock::now().time_since_epoch().count() * 131 + b);
+  if (RAND_bytes(bytes, sizeof(bytes)) != 1) {
+    // Session ids name sessions, they do not guard them (the token does): any source will do.
+    std::random_device device;
+    for (unsigned char &b : bytes)
+      b = static_cast<unsigned char>(device());
+  }
   return llvm::toHex(llvm::ArrayRef<uint8_t>(bytes, sizeof(bytes)), /*LowerCase=*/true);
 }
 
@@ -716,6 +723,7 @@ void ExecutorServer::Impl::installRoutes() {
 
   server.set_pre_routing_handler([this](const httplib::Request &req, httplib::Response &res) {
     requestStart = Clock::now();
+    requestCounted = true;
     inFlight++;
     if (authorized(req))
       return httplib::Server::HandlerResponse::Unhandled;
@@ -748,11 +756,13 @@ void ExecutorServer::Impl::installRoutes() {
       });
 
   server.set_logger([this](const httplib::Request &req, const httplib::Response &res) {
-    if (--inFlight == 0) {
+    bool counted = std::exchange(requestCounted, false);
+    if (counted && --inFlight == 0) {
       std::lock_guard<std::mutex> lock(stopMutex);
       stopSignal.notify_all();
     }
-    double seconds = std::chrono::duration<double>(Clock::now() - requestStart).count();
+    double seconds =
+        counted ? std::chrono::duration<double>(Clock::now() - requestStart).count() : 0.0;
     uint64_t in = req.body.empty() ? contentLength(req) : req.body.size();
     uint64_t out = res.content_length_ ? res.content_length_ : res.body.size();
     metrics.requestSeconds.observe(seconds);
