@@ -1,0 +1,480 @@
+// The module registry behind courier-serve: one ReloadableModule per name, one Engine per
+// distinct option set, compiles on detached workers so a request can stop waiting for one.
+#include "tools/courier-serve/ModuleStore.h"
+
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/SHA256.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <thread>
+
+namespace courier::serve {
+
+using Clock = std::chrono::steady_clock;
+
+char ServeError::ID = 0;
+
+void ServeError::log(llvm::raw_ostream &os) const {
+  os << message << " [" << code << "]";
+  for (const Diagnostic &d : diagnostics)
+    os << "\n" << d.str();
+}
+
+llvm::Error makeServeError(llvm::StringRef code, const llvm::Twine &message,
+                           std::vector<Diagnostic> diagnostics) {
+  return llvm::make_error<ServeError>(code.str(), message.str(), std::move(diagnostics));
+}
+
+int statusForCode(llvm::StringRef code) {
+  for (const ErrorCodeInfo &info : kErrorCodes)
+    if (code == info.code)
+      return info.status;
+  return 500;
+}
+
+bool isModuleName(llvm::StringRef name) {
+  if (name.empty() || name.size() > 64 || name.front() == '.' || name.front() == '-')
+    return false;
+  return llvm::all_of(name,
+                      [](char c) { return llvm::isAlnum(c) || c == '_' || c == '.' || c == '-'; });
+}
+
+std::string describeFailure(const ServeError &error) {
+  std::string text = error.message;
+  size_t errors = 0;
+  for (const Diagnostic &d : error.diagnostics)
+    if (d.severity == "error")
+      ++errors;
+  if (errors > 1)
+    text += " (and " + std::to_string(errors - 1) + " more errors)";
+  for (char &c : text)
+    if (c == '\n')
+      c = ' ';
+  return text;
+}
+
+namespace {
+
+std::string sha256Hex(llvm::StringRef text) {
+  auto digest = llvm::SHA256::hash(llvm::arrayRefFromStringRef(text));
+  return llvm::toHex(digest, /*LowerCase=*/true);
+}
+
+double msSince(Clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+}
+
+/// A failed compile as a ServeError: the summary and first error diagnostic for people, every
+/// diagnostic with its location for programs.
+llvm::Error compileFailure(llvm::Error error) {
+  std::string message;
+  std::vector<Diagnostic> diagnostics;
+  llvm::handleAllErrors(
+      std::move(error),
+      [&](const CompileError &e) {
+        message = e.summary;
+        diagnostics = e.diagnostics;
+        for (const Diagnostic &d : e.diagnostics)
+          if (d.severity == "error") {
+            message += ": " + d.str();
+            break;
+          }
+      },
+      [&](const llvm::ErrorInfoBase &e) { message = e.message(); });
+  return makeServeError("compile_failed", message, std::move(diagnostics));
+}
+
+} // namespace
+
+struct ModuleStore::Record {
+  std::string name;
+  /// One replacement at a time, so versions are handed out in the order they go live.
+  std::mutex reloading;
+
+  mutable std::mutex mutex; ///< Guards everything below.
+  ModuleOptions options;
+  std::unique_ptr<ReloadableModule> reloadable; ///< Compiles with the engine for `options`.
+  /// Versions the module had before `reloadable` was created (its options changed).
+  uint64_t versionBase = 0;
+  std::shared_ptr<Module> current;
+  uint64_t version = 0;
+  std::string origin, sha256;
+  double compileMs = 0;
+  std::chrono::system_clock::time_point loadedAt;
+  uint64_t reloads = 0, failedReloads = 0;
+  std::optional<ModuleInfo::LastError> lastError;
+  std::atomic<uint64_t> calls{0}, failedCalls{0};
+
+  void fail(llvm::StringRef code, llvm::StringRef message) {
+    std::lock_guard<std::mutex> lock(mutex);
+    lastError = ModuleInfo::LastError{code.str(), message.str(), std::chrono::system_clock::now()};
+  }
+
+  ModuleInfo snapshot() const {
+    std::lock_guard<std::mutex> lock(mutex);
+    ModuleInfo info;
+    info.name = name;
+    info.version = version;
+    if (current) {
+      info.entries = current->entries();
+      info.phases = current->compileTimes();
+    }
+    info.options = options;
+    info.origin = origin;
+    info.sha256 = sha256;
+    info.compileMs = compileMs;
+    info.loadedAt = loadedAt;
+    info.calls = calls.load();
+    info.failedCalls = failedCalls.load();
+    info.reloads = reloads;
+    info.failedReloads = failedReloads;
+    info.lastError = lastError;
+    return info;
+  }
+};
+
+/// A compile running on a worker; whoever finishes last (waiter or worker) drops it.
+struct ModuleStore::CompileJob {
+  std::mutex mutex;
+  std::condition_variable finished;
+  bool done = false;
+  bool abandoned = false; ///< The caller stopped waiting; the result is discarded.
+  std::shared_ptr<Module> module;
+  llvm::Error failure = llvm::Error::success();
+  double wallMs = 0;
+
+  ~CompileJob() { llvm::consumeError(std::move(failure)); }
+};
+
+ModuleStore::ModuleStore(StoreOptions options) : config(std::move(options)) {}
+
+ModuleStore::~ModuleStore() {
+  std::unique_lock<std::mutex> lock(workersMutex);
+  workersDone.wait(lock, [&] { return workers == 0; });
+}
+
+bool ModuleStore::waitForCompiles(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(workersMutex);
+  return workersDone.wait_for(lock, timeout, [&] { return workers == 0; });
+}
+
+Engine &ModuleStore::engineFor(const ModuleOptions &options) {
+  std::lock_guard<std::mutex> lock(enginesMutex);
+  std::unique_ptr<Engine> &engine = engines[{options.optLevel, options.executor}];
+  if (!engine) {
+    EngineOptions engineOptions;
+    engineOptions.optLevel = options.optLevel;
+    engineOptions.cacheDir = config.cacheDir;
+    engineOptions.executorOverride = options.executor;
+    engine = std::make_unique<Engine>(std::move(engineOptions));
+  }
+  return *engine;
+}
+
+llvm::Expected<std::shared_ptr<Module>>
+ModuleStore::compileWithDeadline(Engine &engine, llvm::StringRef name, llvm::StringRef text,
+                                 bool deadline, double &wallMs) {
+  auto job = std::make_shared<CompileJob>();
+  {
+    std::lock_guard<std::mutex> lock(workersMutex);
+    ++workers;
+  }
+  // The engine compiles synchronously and cannot be interrupted, so the compile runs on a
+  // thread of its own that may outlive this request.
+  std::thread([this, job, &engine, name = name.str(), text = text.str()] {
+    auto start = Clock::now();
+    llvm::Expected<std::shared_ptr<Module>> compiled = engine.compile(text, name);
+    double ms = msSince(start);
+    stats.compiles++;
+    stats.compileNanos += static_cast<uint64_t>(ms * 1e6);
+    std::shared_ptr<Module> discarded;
+    {
+      std::lock_guard<std::mutex> lock(job->mutex);
+      job->done = true;
+      job->wallMs = ms;
+      if (compiled)
+        job->module = std::move(*compiled);
+      else
+        job->failure = compiled.takeError();
+      if (job->abandoned) {
+        stats.discardedCompiles++;
+        discarded = std::move(job->module); // Unloaded below, outside the lock.
+      }
+    }
+    job->finished.notify_all();
+    discarded.reset();
+    std::lock_guard<std::mutex> lock(workersMutex);
+    --workers;
+    // Notified under the lock: the store may be destroyed as soon as it is released.
+    workersDone.notify_all();
+  }).detach();
+
+  std::unique_lock<std::mutex> lock(job->mutex);
+  if (deadline) {
+    if (!job->finished.wait_for(lock, config.compileTimeout, [&] { return job->done; })) {
+      job->abandoned = true;
+      stats.compileTimeouts++;
+      return makeServeError("compile_timeout",
+                            "compiling '" + name + "' took longer than " +
+                                llvm::Twine(config.compileTimeout.count()) +
+                                " ms; it goes on in the background and its result will be "
+                                "discarded");
+    }
+  } else {
+    job->finished.wait(lock, [&] { return job->done; });
+  }
+  wallMs = job->wallMs;
+  if (job->failure) {
+    stats.compileFailures++;
+    return compileFailure(std::move(job->failure));
+  }
+  return std::move(job->module);
+}
+
+std::shared_ptr<ModuleStore::Record> ModuleStore::find(llvm::StringRef name) const {
+  std::lock_guard<std::mutex> lock(modulesMutex);
+  auto it = modules.find(name.str());
+  return it == modules.end() ? nullptr : it->second;
+}
+
+llvm::Expected<LoadResult> ModuleStore::load(llvm::StringRef name, llvm::StringRef text,
+                                             std::optional<ModuleOptions> options, Mode mode,
+                                             llvm::StringRef origin, bool deadline) {
+  if (!isModuleName(name))
+    return makeServeError("bad_request", "module name '" + name +
+                                             "' must be 1-64 of [A-Za-z0-9_.-], not starting "
+                                             "with '.' or '-'");
+  if (options && options->executor.empty())
+    options->executor = config.defaultExecutor;
+  if (std::shared_ptr<Record> record = find(name)) {
+    if (mode == Mode::Create)
+      return makeServeError("module_exists", "module '" + name +
+                                                 "' already exists; PUT /v1/modules/" + name +
+                                                 " replaces it");
+    return replace(std::move(record), text, std::move(options), origin, deadline);
+  }
+  if (mode == Mode::Replace)
+    return makeServeError("unknown_module", "no module '" + name + "'");
+  ModuleOptions chosen = options.value_or(ModuleOptions{2, config.defaultExecutor});
+  return create(name, text, chosen, origin, deadline);
+}
+
+llvm::Expected<LoadResult> ModuleStore::create(llvm::StringRef name, llvm::StringRef text,
+                                               const ModuleOptions &options, llvm::StringRef origin,
+                                               bool deadline) {
+  {
+    std::lock_guard<std::mutex> lock(modulesMutex);
+    if (modules.count(name.str()) || creating.count(name.str()))
+      return makeServeError("module_exists", "module '" + name +
+                                                 "' already exists or is being created; PUT "
+                                                 "/v1/modules/" +
+                                                 name + " replaces it");
+    if (modules.size() + creating.size() >= config.maxModules)
+      return makeServeError("too_many_modules", "the server holds its maximum of " +
+                                                    llvm::Twine(config.maxModules) +
+                                                    " modules; DELETE one first");
+    creating.insert(name.str());
+  }
+  auto release = [&] {
+    std::lock_guard<std::mutex> lock(modulesMutex);
+    creating.erase(name.str());
+  };
+
+  Engine &engine = engineFor(options);
+  double wallMs = 0;
+  llvm::Expected<std::shared_ptr<Module>> compiled =
+      compileWithDeadline(engine, name, text, deadline, wallMs);
+  if (!compiled) {
+    release();
+    return compiled.takeError();
+  }
+  auto record = std::make_shared<Record>();
+  record->name = name.str();
+  record->options = options;
+  record->reloadable = std::make_unique<ReloadableModule>(engine, name.str());
+  // The engine's memory cache holds the module compiled above while `compiled` lives, so
+  // this only looks it up.
+  llvm::Expected<uint64_t> version = record->reloadable->reload(text);
+  if (!version) {
+    release();
+    return compileFailure(version.takeError());
+  }
+  record->current = record->reloadable->current();
+  record->version = *version;
+  record->origin = origin.str();
+  record->sha256 = sha256Hex(text);
+  record->compileMs = wallMs;
+  record->loadedAt = std::chrono::system_clock::now();
+  {
+    std::lock_guard<std::mutex> lock(modulesMutex);
+    creating.erase(name.str());
+    modules[name.str()] = record;
+  }
+  return LoadResult{record->snapshot(), true};
+}
+
+llvm::Expected<LoadResult> ModuleStore::replace(std::shared_ptr<Record> record,
+                                                llvm::StringRef text,
+                                                std::optional<ModuleOptions> options,
+                                                llvm::StringRef origin, bool deadline) {
+  std::lock_guard<std::mutex> reloading(record->reloading);
+  ModuleOptions previous;
+  {
+    std::lock_guard<std::mutex> lock(record->mutex);
+    previous = record->options;
+  }
+  ModuleOptions chosen = options.value_or(previous);
+  Engine &engine = engineFor(chosen);
+
+  double wallMs = 0;
+  llvm::Expected<std::shared_ptr<Module>> compiled =
+      compileWithDeadline(engine, record->name, text, deadline, wallMs);
+  if (!compiled) {
+    std::string code = "compile_failed", message;
+    llvm::Error error =
+        llvm::handleErrors(compiled.takeError(), [&](std::unique_ptr<ServeError> e) -> llvm::Error {
+          code = e->code;
+          message = describeFailure(*e);
+          return llvm::Error(std::move(e));
+        });
+    stats.reloadsFailed++;
+    {
+      std::lock_guard<std::mutex> lock(record->mutex);
+      record->failedReloads++;
+    }
+    record->fail(code, message);
+    return error;
+  }
+
+  // New options need a ReloadableModule bound to their engine; versions keep counting.
+  std::unique_ptr<ReloadableModule> fresh;
+  ReloadableModule *target = record->reloadable.get();
+  if (chosen != previous) {
+    fresh = std::make_unique<ReloadableModule>(engine, record->name);
+    target = fresh.get();
+  }
+  llvm::Expected<uint64_t> version = target->reload(text);
+  if (!version) {
+    stats.reloadsFailed++;
+    llvm::Error error = compileFailure(version.takeError());
+    return error;
+  }
+  std::shared_ptr<Module> retired;
+  {
+    std::lock_guard<std::mutex> lock(record->mutex);
+    if (fresh) {
+      record->versionBase = record->version;
+      record->reloadable = std::move(fresh);
+    }
+    retired = std::move(record->current);
+    record->current = target->current();
+    record->version = record->versionBase + *version;
+    record->options = chosen;
+    record->origin = origin.str();
+    record->sha256 = sha256Hex(text);
+    record->compileMs = wallMs;
+    record->loadedAt = std::chrono::system_clock::now();
+    record->reloads++;
+  }
+  stats.reloadsOk++;
+  // The old version unloads here, or when the last call still running on it returns.
+  retired.reset();
+  if (!find(record->name))
+    return makeServeError("unknown_module",
+                          "module '" + record->name + "' was deleted while it was being replaced");
+  return LoadResult{record->snapshot(), false};
+}
+
+llvm::Error ModuleStore::remove(llvm::StringRef name) {
+  std::shared_ptr<Record> removed;
+  {
+    std::lock_guard<std::mutex> lock(modulesMutex);
+    auto it = modules.find(name.str());
+    if (it == modules.end())
+      return makeServeError("unknown_module", "no module '" + name + "'");
+    removed = std::move(it->second);
+    modules.erase(it);
+  }
+  return llvm::Error::success();
+}
+
+llvm::Expected<Pinned> ModuleStore::pin(llvm::StringRef name) const {
+  std::shared_ptr<Record> record = find(name);
+  if (!record)
+    return makeServeError("unknown_module", "no module '" + name + "'");
+  std::lock_guard<std::mutex> lock(record->mutex);
+  return Pinned{record->name, record->current, record->version};
+}
+
+llvm::Expected<const EntrySignature *> ModuleStore::entry(const Pinned &pinned,
+                                                          llvm::StringRef entry) const {
+  if (const EntrySignature *signature = pinned.module->findEntry(entry))
+    return signature;
+  std::string known;
+  for (const EntrySignature &e : pinned.module->entries())
+    known += (known.empty() ? "" : ", ") + e.name;
+  return makeServeError("unknown_entry", "module '" + pinned.name + "' has no entry '" + entry +
+                                             "' (entries: " + (known.empty() ? "none" : known) +
+                                             ")");
+}
+
+void ModuleStore::recordCallFailure(const Pinned &pinned, llvm::StringRef code,
+                                    llvm::StringRef message) {
+  stats.invokes++;
+  stats.invokeFailures++;
+  if (std::shared_ptr<Record> record = find(pinned.name)) {
+    record->calls++;
+    record->failedCalls++;
+    record->fail(code, message);
+  }
+}
+
+llvm::Expected<std::vector<Tensor>> ModuleStore::invoke(const Pinned &pinned, llvm::StringRef entry,
+                                                        llvm::ArrayRef<Tensor> inputs) {
+  llvm::Expected<std::vector<Tensor>> outputs = pinned.module->invoke(entry, inputs);
+  if (outputs) {
+    stats.invokes++;
+    if (std::shared_ptr<Record> record = find(pinned.name))
+      record->calls++;
+    return outputs;
+  }
+  // The engine reports every invoke failure as text. Its own checks of the inputs come
+  // before the call; a failure during the call starts with "invoking '", and a transport
+  // failure keeps the executor client's "[unavailable]" code.
+  std::string message = llvm::toString(outputs.takeError());
+  llvm::StringRef text(message);
+  std::string code = "invalid_input";
+  if (text.starts_with("invoking '"))
+    code = text.contains("[unavailable]") ? "executor_unavailable" : "invoke_failed";
+  else if (text.contains("has no entry"))
+    code = "unknown_entry";
+  recordCallFailure(pinned, code, message);
+  return makeServeError(code, message);
+}
+
+std::vector<ModuleInfo> ModuleStore::list() const {
+  std::vector<std::shared_ptr<Record>> records;
+  {
+    std::lock_guard<std::mutex> lock(modulesMutex);
+    for (const auto &[name, record] : modules)
+      records.push_back(record);
+  }
+  std::vector<ModuleInfo> infos;
+  for (const std::shared_ptr<Record> &record : records)
+    infos.push_back(record->snapshot());
+  return infos;
+}
+
+llvm::Expected<ModuleInfo> ModuleStore::info(llvm::StringRef name) const {
+  std::shared_ptr<Record> record = find(name);
+  if (!record)
+    return makeServeError("unknown_module", "no module '" + name + "'");
+  return record->snapshot();
+}
+
+size_t ModuleStore::size() const {
+  std::lock_guard<std::mutex> lock(modulesMutex);
+  return modules.size();
+}
+
+} // namespace courier::serve

@@ -1,0 +1,200 @@
+// The modules courier-serve holds: named, hot-reloadable engine modules, compiled on worker
+// threads under a deadline and within the server's limits. No HTTP type appears here; the
+// REST layer (RestService.cpp) only translates requests into these calls.
+#ifndef COURIER_TOOLS_SERVE_MODULESTORE_H
+#define COURIER_TOOLS_SERVE_MODULESTORE_H
+
+#include "jit/Engine.h"
+
+#include "llvm/ADT/StringRef.h"
+#include "llvm/Support/Error.h"
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace courier::serve {
+
+/// Every error code courier-serve sends, with its HTTP status. docs/rest.md lists the same
+/// pairs; tests/serve checks that the two agree.
+struct ErrorCodeInfo {
+  const char *code;
+  int status;
+};
+inline constexpr ErrorCodeInfo kErrorCodes[] = {
+    {"bad_request", 400},    {"invalid_input", 400},     {"unauthorized", 401},
+    {"unknown_module", 404}, {"unknown_entry", 404},     {"not_found", 404},
+    {"module_exists", 409},  {"payload_too_large", 413}, {"compile_failed", 422},
+    {"invoke_failed", 422},  {"internal", 500},          {"executor_unavailable", 502},
+    {"not_ready", 503},      {"compile_timeout", 504},   {"too_many_modules", 507},
+};
+/// HTTP status for `code`; 500 for a code not in the table.
+int statusForCode(llvm::StringRef code);
+
+/// A refusal or failure with its REST error code; compile failures carry the diagnostics.
+class ServeError : public llvm::ErrorInfo<ServeError> {
+public:
+  static char ID;
+  ServeError(std::string code, std::string message, std::vector<Diagnostic> diagnostics = {})
+      : code(std::move(code)), message(std::move(message)), diagnostics(std::move(diagnostics)) {}
+  void log(llvm::raw_ostream &os) const override;
+  std::error_code convertToErrorCode() const override { return llvm::inconvertibleErrorCode(); }
+
+  std::string code;
+  std::string message;
+  std::vector<Diagnostic> diagnostics;
+};
+llvm::Error makeServeError(llvm::StringRef code, const llvm::Twine &message,
+                           std::vector<Diagnostic> diagnostics = {});
+
+/// True for a module name: 1-64 of [A-Za-z0-9_.-], not starting with '.' or '-'.
+bool isModuleName(llvm::StringRef name);
+
+struct StoreOptions {
+  std::string cacheDir;        ///< Engine cache and object dir; empty: the engine's default.
+  std::string defaultExecutor; ///< --executor: overrides the IR's addresses unless empty.
+  size_t maxModules = 64;      ///< Loaded plus being created.
+  std::chrono::milliseconds compileTimeout{60000};
+};
+
+/// What a client may choose per module. Each distinct set is compiled by its own Engine.
+struct ModuleOptions {
+  unsigned optLevel = 2;
+  std::string executor; ///< Empty: the server's --executor (or the IR's addresses).
+
+  bool operator==(const ModuleOptions &other) const {
+    return optLevel == other.optLevel && executor == other.executor;
+  }
+  bool operator!=(const ModuleOptions &other) const { return !(*this == other); }
+};
+
+/// A module's current version, kept loaded for as long as the caller holds it.
+struct Pinned {
+  std::string name;
+  std::shared_ptr<Module> module;
+  uint64_t version = 0;
+};
+
+/// A snapshot of one module, for listing.
+struct ModuleInfo {
+  std::string name;
+  uint64_t version = 0;
+  std::vector<EntrySignature> entries;
+  ModuleOptions options;
+  std::string origin;   ///< "api" or the watched file's path.
+  std::string sha256;   ///< Of the source now serving.
+  double compileMs = 0; ///< Wall time of the compile that produced the current version.
+  PhaseTimes phases;
+  std::chrono::system_clock::time_point loadedAt;
+  uint64_t calls = 0, failedCalls = 0, reloads = 0, failedReloads = 0;
+  struct LastError {
+    std::string code, message;
+    std::chrono::system_clock::time_point at;
+  };
+  std::optional<LastError> lastError;
+};
+
+/// Outcome of a create or replace.
+struct LoadResult {
+  ModuleInfo info;
+  bool created = false;
+};
+
+/// Counters the metrics endpoint reports.
+struct StoreCounters {
+  std::atomic<uint64_t> compiles{0}, compileFailures{0}, compileTimeouts{0};
+  std::atomic<uint64_t> discardedCompiles{0}; ///< Finished after their caller gave up.
+  std::atomic<uint64_t> reloadsOk{0}, reloadsFailed{0};
+  std::atomic<uint64_t> compileNanos{0};
+  std::atomic<uint64_t> invokes{0}, invokeFailures{0};
+};
+
+class ModuleStore {
+public:
+  explicit ModuleStore(StoreOptions options);
+  /// Waits for compiles still running in the background.
+  ~ModuleStore();
+  ModuleStore(const ModuleStore &) = delete;
+  ModuleStore &operator=(const ModuleStore &) = delete;
+
+  enum class Mode {
+    Create,  ///< module_exists if the name is taken.
+    Replace, ///< unknown_module if it is not.
+    Upsert,  ///< Either.
+  };
+  /// Compiles `text` as module `name` and makes it the current version. A replacement keeps
+  /// the old version serving until the new one is linked, and keeps it if compiling fails.
+  /// `options` of a replacement default to the module's current ones. With `deadline`, a
+  /// compile still running at the compile timeout is abandoned (compile_timeout): it finishes
+  /// in the background and its result is discarded.
+  llvm::Expected<LoadResult> load(llvm::StringRef name, llvm::StringRef text,
+                                  std::optional<ModuleOptions> options, Mode mode,
+                                  llvm::StringRef origin, bool deadline = true);
+  /// Removes `name`; calls already running finish on the version they hold.
+  llvm::Error remove(llvm::StringRef name);
+
+  llvm::Expected<Pinned> pin(llvm::StringRef name) const;
+  /// The signature of `entry` in the pinned version, or unknown_entry naming the ones it has.
+  llvm::Expected<const EntrySignature *> entry(const Pinned &pinned, llvm::StringRef entry) const;
+  /// Invokes `entry` of the pinned version. Failures keep the engine's message and are
+  /// classified: invalid_input (dtype, rank, shape, count), executor_unavailable (the
+  /// executor could not be reached) or invoke_failed (the executor or kernel failed).
+  llvm::Expected<std::vector<Tensor>> invoke(const Pinned &pinned, llvm::StringRef entry,
+                                             llvm::ArrayRef<Tensor> inputs);
+  /// Records a failure that happened before the engine was called (bad inputs).
+  void recordCallFailure(const Pinned &pinned, llvm::StringRef code, llvm::StringRef message);
+
+  std::vector<ModuleInfo> list() const;
+  llvm::Expected<ModuleInfo> info(llvm::StringRef name) const;
+  size_t size() const;
+  const StoreCounters &counters() const { return stats; }
+  const StoreOptions &options() const { return config; }
+
+  /// Waits until no compile runs in the background; false if `timeout` passed first.
+  bool waitForCompiles(std::chrono::milliseconds timeout);
+
+  struct Record;
+
+private:
+  struct CompileJob;
+  Engine &engineFor(const ModuleOptions &options);
+  llvm::Expected<std::shared_ptr<Module>> compileWithDeadline(Engine &engine, llvm::StringRef name,
+                                                              llvm::StringRef text, bool deadline,
+                                                              double &wallMs);
+  llvm::Expected<LoadResult> create(llvm::StringRef name, llvm::StringRef text,
+                                    const ModuleOptions &options, llvm::StringRef origin,
+                                    bool deadline);
+  llvm::Expected<LoadResult> replace(std::shared_ptr<Record> record, llvm::StringRef text,
+                                     std::optional<ModuleOptions> options, llvm::StringRef origin,
+                                     bool deadline);
+  std::shared_ptr<Record> find(llvm::StringRef name) const;
+
+  StoreOptions config;
+  StoreCounters stats;
+
+  std::mutex enginesMutex;
+  std::map<std::pair<unsigned, std::string>, std::unique_ptr<Engine>> engines;
+
+  mutable std::mutex modulesMutex;
+  std::map<std::string, std::shared_ptr<Record>> modules;
+  std::set<std::string> creating; ///< Names reserved by a create in progress.
+
+  std::mutex workersMutex;
+  std::condition_variable workersDone;
+  size_t workers = 0; ///< Compile threads still running.
+};
+
+/// One line for logs: the summary of a compile error and its first error diagnostic.
+std::string describeFailure(const ServeError &error);
+
+} // namespace courier::serve
+
+#endif // COURIER_TOOLS_SERVE_MODULESTORE_H

@@ -1,0 +1,58 @@
+// courier-serve's HTTP front: the /v1 REST API (docs/rest.md) over a ModuleStore. Only
+// RestService.cpp touches the HTTP library; no HTTP type appears here.
+#ifndef COURIER_TOOLS_SERVE_RESTSERVICE_H
+#define COURIER_TOOLS_SERVE_RESTSERVICE_H
+
+#include "tools/courier-serve/ModuleStore.h"
+
+#include "llvm/Support/Error.h"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace courier::serve {
+
+struct ServeOptions {
+  std::string host = "127.0.0.1";
+  int port = 8080; ///< 0 picks a free port; address() reports it.
+  /// When non-empty, every request must carry "Authorization: Bearer <token>". A server bound
+  /// beyond loopback refuses to start without one.
+  std::string token;
+  /// Worker threads; each keep-alive connection holds one while it is open.
+  unsigned threads = 32;
+  /// Largest request body accepted (MLIR sources, JSON tensors, raw-bytes frames).
+  uint64_t maxBodyBytes = uint64_t(256) << 20;
+  /// One line per request on stderr: method, path, status, bytes in/out, milliseconds.
+  bool logRequests = true;
+};
+
+/// The REST server. create() binds; run() serves until stop(). The store must outlive it.
+class RestService {
+public:
+  static llvm::Expected<std::unique_ptr<RestService>> create(ServeOptions options,
+                                                             ModuleStore &store);
+  ~RestService();
+
+  /// "host:port" actually bound.
+  std::string address() const;
+
+  /// /v1/ready answers 200 only while ready (after the watched files are loaded, before
+  /// shutdown); /v1/health answers whenever the process serves.
+  void setReady(bool ready);
+
+  /// Serves requests on the calling thread until stop() is called.
+  llvm::Error run();
+  /// Stops serving; safe from any thread, and before or during run().
+  void stop();
+
+  struct Impl;
+
+private:
+  explicit RestService(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl;
+};
+
+} // namespace courier::serve
+
+#endif // COURIER_TOOLS_SERVE_RESTSERVICE_H
