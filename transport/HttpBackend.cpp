@@ -17,6 +17,7 @@
 #include <cstdlib>
 #include <map>
 #include <mutex>
+#include <optional>
 
 using json = nlohmann::json;
 
@@ -448,6 +449,7 @@ HttpBackend::launchOnce(llvm::StringRef session, const ObjectBlob &object, llvm:
   // Results land in buffers sized from the reply's header line, owned by `tensors` at once
   // so that every exit path frees them.
   std::vector<OwnedTensor> tensors;
+  std::optional<uint64_t> replyLength; ///< From the reply's Content-Length, when it has one.
   wire::FrameReader reader(
       [&](llvm::StringRef line) -> llvm::Expected<std::vector<wire::Destination>> {
         llvm::Expected<wire::LaunchReply> reply = wire::decodeLaunchReply(line);
@@ -457,6 +459,16 @@ HttpBackend::launchOnce(llvm::StringRef session, const ObjectBlob &object, llvm:
           return makeWireError("bad_frame",
                                llvm::formatv("executor returned {0} results, expected {1}",
                                              reply->results.size(), results.size()));
+        uint64_t total = 0;
+        for (const wire::TensorHeader &t : reply->results) {
+          if (t.bytes > UINT64_MAX - total)
+            return makeWireError("bad_frame", "reply tensors overflow 64 bits");
+          total += t.bytes;
+        }
+        if (replyLength && *replyLength != line.size() + 1 + total)
+          return makeWireError("bad_frame", llvm::formatv("reply header declares {0} tensor bytes, "
+                                                          "the body holds {1}",
+                                                          total, *replyLength - line.size() - 1));
         std::vector<wire::Destination> destinations;
         for (size_t i = 0; i < results.size(); ++i) {
           wire::TensorHeader &t = reply->results[i];
@@ -483,6 +495,9 @@ HttpBackend::launchOnce(llvm::StringRef session, const ObjectBlob &object, llvm:
   llvm::Error frameError = llvm::Error::success();
   bool frameFailed = false;
   req.response_handler = [&](const httplib::Response &res) {
+    uint64_t length = 0;
+    if (!llvm::StringRef(res.get_header_value("Content-Length")).getAsInteger(10, length))
+      replyLength = length;
     isFrame =
         res.status == 200 &&
         llvm::StringRef(res.get_header_value("Content-Type")).starts_with(wire::kFrameContentType);

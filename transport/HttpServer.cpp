@@ -481,10 +481,18 @@ llvm::Error ExecutorServer::Impl::launch(const httplib::Request &req, httplib::R
         if (llvm::Error error = attach(s, request.object))
           return std::move(error);
         uint64_t total = 0;
-        for (const wire::TensorHeader &t : request.inputs)
+        for (const wire::TensorHeader &t : request.inputs) {
+          if (t.bytes > options.maxBodyBytes - total)
+            return makeWireError("payload_too_large", "launch inputs exceed the executor's limit");
           total += t.bytes;
-        if (total > options.maxBodyBytes)
-          return makeWireError("payload_too_large", "launch inputs exceed the executor's limit");
+        }
+        // Checked before allocating, so a header cannot make us reserve what the body
+        // does not bring.
+        if (req.has_header("Content-Length") && contentLength(req) != line.size() + 1 + total)
+          return makeWireError("bad_frame",
+                               llvm::formatv("the frame header declares {0} tensor bytes, the "
+                                             "body holds {1}",
+                                             total, contentLength(req) - line.size() - 1));
         std::vector<wire::Destination> destinations;
         for (const wire::TensorHeader &t : request.inputs) {
           char *data = static_cast<char *>(wire::allocateTensorBuffer(t.bytes));
