@@ -1,0 +1,48 @@
+// RUN: rm -rf %t
+// RUN: courier-run %s --arg '[1, 2, 3, 4]' --arg 0.5 --cache-dir %t --time 2> %t.first | FileCheck %s
+// RUN: FileCheck %s --check-prefix=COLD < %t.first
+// A second process finds the compiled module in the disk cache: no pass runs.
+// RUN: courier-run %s --arg '[1, 2, 3, 4]' --arg 0.5 --cache-dir %t --time 2> %t.second | FileCheck %s
+// RUN: FileCheck %s --check-prefix=WARM < %t.second
+// Inputs may also be tensor objects; an integer entry prints integers.
+// RUN: courier-run %s --entry count --arg '{"dtype": "i32", "shape": [2, 2], "data": [1, 2, 3, 4]}' --no-disk-cache | FileCheck %s --check-prefix=INT
+// Every failure is one line on stderr and a non-zero exit.
+// RUN: not courier-run %s --arg '[1, 2, 3]' --arg 0.5 --no-disk-cache 2>&1 | FileCheck %s --check-prefix=SHAPE
+// RUN: not courier-run %s --arg '[1, 2' --arg 0.5 --no-disk-cache 2>&1 | FileCheck %s --check-prefix=JSON
+// RUN: not courier-run %s --arg '[1, 2, 3, 4]' --no-disk-cache 2>&1 | FileCheck %s --check-prefix=COUNT
+// RUN: not courier-run %s --entry missing --no-disk-cache 2>&1 | FileCheck %s --check-prefix=ENTRY
+// RUN: not courier-run %s.nonexistent 2>&1 | FileCheck %s --check-prefix=FILE
+// RUN: not courier-run %s -O7 2>&1 | FileCheck %s --check-prefix=OPT
+// RUN: printf 'func.func @main() {\n  retrun\n}\n' > %t.bad.mlir
+// RUN: not courier-run %t.bad.mlir --no-disk-cache 2>&1 | FileCheck %s --check-prefix=SYNTAX
+
+// CHECK: {"data":[2.5,4.5,6.5,8.5],"dtype":"f64","shape":[4]}
+// COLD: parse {{.*}} ms, passes {{[1-9].*}} ms, cross-compile {{.*}} ms, link {{.*}} ms, ship {{.*}} ms, run {{.*}} ms{{$}}
+// WARM: passes 0.00 ms, cross-compile 0.00 ms, {{.*}} (cache hit)
+// INT: {"data":[2,4,6,8],"dtype":"i32","shape":[2,2]}
+// SHAPE: courier-run: error: input 0 of 'main' must have shape tensor<4xf64>, got dimension 0 of size 3
+// SHAPE-NOT: error
+// JSON: courier-run: error: --arg 0 is not JSON: {{.*}}
+// COUNT: courier-run: error: entry 'main' takes 2 inputs, 1 --arg given
+// ENTRY: courier-run: error: '{{.*}}courier-run.mlir' has no entry 'missing'
+// FILE: courier-run: error: cannot read '{{.*}}.nonexistent': {{.*}}
+// OPT: courier-run: error: -O7: the optimisation level is 0 to 3
+// SYNTAX: courier-run: error: {{.*}}.bad.mlir:2:3: error: custom op 'retrun' is unknown
+module @app {
+  func.func public @main(%x: tensor<4xf64>, %b: f64) -> tensor<4xf64> {
+    %y = catalyst.launch_kernel @dev::@twice(%x) : (tensor<4xf64>) -> tensor<4xf64>
+    %s = tensor.splat %b : tensor<4xf64>
+    %z = arith.addf %y, %s : tensor<4xf64>
+    return %z : tensor<4xf64>
+  }
+  func.func public @count(%x: tensor<2x2xi32>) -> tensor<2x2xi32> {
+    %r = arith.addi %x, %x : tensor<2x2xi32>
+    return %r : tensor<2x2xi32>
+  }
+  module @dev attributes {catalyst.target = {}} {
+    func.func public @twice(%x: tensor<4xf64>) -> tensor<4xf64> {
+      %r = arith.addf %x, %x : tensor<4xf64>
+      return %r : tensor<4xf64>
+    }
+  }
+}
