@@ -276,6 +276,55 @@ TEST_CASE("eight threads launch a thousand times each on one session", "[http][s
   CHECK(f.executor.metric("courier_launches_total") == 8000);
 }
 
+TEST_CASE("eight sessions launch concurrently, each with its own objects", "[http][stress]") {
+  Fixture f;
+  ObjectBlob times2 = loadObject(COURIER_KERNEL_SCALE);
+  ObjectBlob times3 = loadObject(COURIER_KERNEL_SCALE3);
+  std::atomic<int> wrong{0}, failed{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t)
+    threads.emplace_back([&, t] {
+      // Even sessions hold only the x2 object, odd ones only the x3 object.
+      const ObjectBlob &mine = t % 2 ? times3 : times2;
+      double factor = t % 2 ? 3 : 2;
+      auto session = f.backend->openSession();
+      if (!session || f.backend->shipObject(*session, mine)) {
+        if (!session)
+          llvm::consumeError(session.takeError());
+        failed++;
+        return;
+      }
+      for (int i = 0; i < 100; ++i) {
+        std::vector<double> x = {double(i)};
+        auto r = f.backend->launch(*session, mine, kScale, {view(x, {1})}, {{1, 8}});
+        if (!r) {
+          llvm::consumeError(r.takeError());
+          failed++;
+        } else if (valuesOf<double>((*r)[0]) != std::vector<double>{factor * i}) {
+          wrong++;
+        }
+      }
+      if (f.backend->closeSession(*session))
+        failed++;
+    });
+  for (std::thread &t : threads)
+    t.join();
+  CHECK(failed == 0);
+  CHECK(wrong == 0);
+  CHECK(f.executor.metric("courier_object_uploads_total") == 2);
+  CHECK(f.executor.metric("courier_sessions") == 1); // The fixture's own session.
+}
+
+TEST_CASE("objects shipped to one session are invisible to another", "[http]") {
+  Fixture f;
+  requireOk(f.backend->shipObject(f.session, loadObject(COURIER_KERNEL_ADD)));
+  std::string other = require(f.backend->openSession());
+  std::string four(4, '\0');
+  CHECK(require(f.backend->call(f.session, "courier_object_negate", four, 4)).size() == 4);
+  CHECK_THAT(errorOf(f.backend->call(other, "courier_object_negate", four, 4)),
+             Catch::Contains("[unknown_symbol]"));
+}
+
 TEST_CASE("an executor killed mid-run fails the caller within its timeout", "[http]") {
   Fixture f;
   BackendOptions options;
