@@ -149,7 +149,7 @@ namespace {
 /// Flattens nested arrays into `data`, recording the shape of the first path and checking
 /// every other path against it.
 llvm::Error flatten(const llvm::json::Value &value, size_t depth, std::vector<int64_t> &shape,
-                    std::vector<double> &data) {
+                    std::vector<const llvm::json::Value *> &data) {
   if (const llvm::json::Array *array = value.getAsArray()) {
     if (depth == shape.size())
       shape.push_back(static_cast<int64_t>(array->size()));
@@ -165,12 +165,8 @@ llvm::Error flatten(const llvm::json::Value &value, size_t depth, std::vector<in
     return llvm::createStringError("ragged nested array: a number at depth %zu, arrays at depth "
                                    "%zu elsewhere",
                                    depth, shape.size());
-  if (std::optional<bool> b = value.getAsBoolean()) {
-    data.push_back(*b ? 1 : 0);
-    return llvm::Error::success();
-  }
-  if (std::optional<double> number = value.getAsNumber()) {
-    data.push_back(*number);
+  if (value.getAsBoolean() || value.getAsNumber()) {
+    data.push_back(&value);
     return llvm::Error::success();
   }
   return llvm::createStringError("expected a number, got %s",
@@ -182,7 +178,7 @@ llvm::Error flatten(const llvm::json::Value &value, size_t depth, std::vector<in
 llvm::Expected<Tensor> tensorFromJSON(const llvm::json::Value &value, const TensorSpec &spec) {
   DType dtype = spec.dtype;
   std::vector<int64_t> shape;
-  std::vector<double> data;
+  std::vector<const llvm::json::Value *> data;
   if (const llvm::json::Object *object = value.getAsObject()) {
     if (std::optional<llvm::StringRef> name = object->getString("dtype")) {
       std::optional<DType> parsed = parseDType(*name);
@@ -221,7 +217,20 @@ llvm::Expected<Tensor> tensorFromJSON(const llvm::json::Value &value, const Tens
     shape.clear();
   else if (!spec.isScalar && shape.empty() && data.size() == 1 && !spec.shape.empty())
     shape.assign(spec.shape.size(), 1);
-  return Tensor::fromDoubles(dtype, std::move(shape), data);
+  // Integers are read as integers: a 64-bit value does not survive a trip through double.
+  std::vector<double> numbers;
+  for (const llvm::json::Value *v : data) {
+    if (std::optional<bool> b = v->getAsBoolean())
+      numbers.push_back(*b);
+    else
+      numbers.push_back(*v->getAsNumber());
+  }
+  Tensor tensor = Tensor::fromDoubles(dtype, std::move(shape), numbers);
+  if (dtype == DType::I64)
+    for (size_t i = 0; i < data.size(); ++i)
+      if (std::optional<int64_t> exact = data[i]->getAsInteger())
+        std::memcpy(tensor.bytes.data() + i * sizeof(int64_t), &*exact, sizeof(int64_t));
+  return tensor;
 }
 
 llvm::json::Value tensorToJSON(const Tensor &tensor) {
@@ -237,6 +246,12 @@ llvm::json::Value tensorToJSON(const Tensor &tensor) {
     case DType::I1:
       data.push_back(v != 0);
       break;
+    case DType::I64: {
+      int64_t exact;
+      std::memcpy(&exact, tensor.bytes.data() + i * sizeof(int64_t), sizeof(exact));
+      data.push_back(exact);
+      break;
+    }
     default:
       data.push_back(static_cast<int64_t>(v));
     }

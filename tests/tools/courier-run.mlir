@@ -6,6 +6,8 @@
 // RUN: FileCheck %s --check-prefix=WARM < %t.second
 // Inputs may also be tensor objects; an integer entry prints integers.
 // RUN: courier-run %s --entry count --arg '{"dtype": "i32", "shape": [2, 2], "data": [1, 2, 3, 4]}' --no-disk-cache | FileCheck %s --check-prefix=INT
+// 64-bit integers survive the trip through JSON exactly.
+// RUN: courier-run %s --entry next --arg '[9007199254740993, -9223372036854775807]' --no-disk-cache | FileCheck %s --check-prefix=I64
 // Every failure is one line on stderr and a non-zero exit.
 // RUN: not courier-run %s --arg '[1, 2, 3]' --arg 0.5 --no-disk-cache 2>&1 | FileCheck %s --check-prefix=SHAPE
 // RUN: not courier-run %s --arg '[1, 2' --arg 0.5 --no-disk-cache 2>&1 | FileCheck %s --check-prefix=JSON
@@ -20,6 +22,7 @@
 // COLD: parse {{.*}} ms, passes {{[1-9].*}} ms, cross-compile {{.*}} ms, link {{.*}} ms, ship {{.*}} ms, run {{.*}} ms{{$}}
 // WARM: passes 0.00 ms, cross-compile 0.00 ms, {{.*}} (cache hit)
 // INT: {"data":[2,4,6,8],"dtype":"i32","shape":[2,2]}
+// I64: {"data":[9007199254740994,-9223372036854775806],"dtype":"i64","shape":[2]}
 // SHAPE: courier-run: error: input 0 of 'main' must have shape tensor<4xf64>, got dimension 0 of size 3
 // SHAPE-NOT: error
 // JSON: courier-run: error: --arg 0 is not JSON: {{.*}}
@@ -38,6 +41,11 @@ module @app {
   func.func public @count(%x: tensor<2x2xi32>) -> tensor<2x2xi32> {
     %r = arith.addi %x, %x : tensor<2x2xi32>
     return %r : tensor<2x2xi32>
+  }
+  func.func public @next(%x: tensor<2xi64>) -> tensor<2xi64> {
+    %c = arith.constant dense<1> : tensor<2xi64>
+    %r = arith.addi %x, %c : tensor<2xi64>
+    return %r : tensor<2xi64>
   }
   module @dev attributes {catalyst.target = {}} {
     func.func public @twice(%x: tensor<4xf64>) -> tensor<4xf64> {
