@@ -223,6 +223,8 @@ struct ExecutorServer::Impl {
   std::atomic<bool> runEntered{false}, runExited{false};
   /// Requests between routing and their response being written.
   std::atomic<int64_t> inFlight{0};
+  /// Set while stop() waits for requests in flight.
+  std::atomic<bool> draining{false};
   std::thread reaper;
 
   void installRoutes();
@@ -765,7 +767,9 @@ void ExecutorServer::Impl::installRoutes() {
 
   server.set_logger([this](const httplib::Request &req, const httplib::Response &res) {
     bool counted = std::exchange(requestCounted, false);
-    if (counted && --inFlight == 0) {
+    // Only stop() waits for the count to reach zero; waking it on every request would cost
+    // each request a futex call and a context switch.
+    if (counted && --inFlight == 0 && draining) {
       std::lock_guard<std::mutex> lock(stopMutex);
       stopSignal.notify_all();
     }
@@ -968,6 +972,7 @@ void ExecutorServer::stop() {
   // connection waits for the next request until the keep-alive timeout, and run() waits for
   // every worker. Let requests in flight finish (bounded), then wake the idle connections by
   // shutting their sockets down; httplib then closes them.
+  impl->draining = true;
   {
     std::unique_lock<std::mutex> lock(impl->stopMutex);
     impl->stopSignal.wait_for(lock, std::chrono::seconds(10), [&] { return impl->inFlight <= 0; });
