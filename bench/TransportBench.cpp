@@ -3,9 +3,9 @@
 // streaming, and local launches vs a direct call. Prints figures and ratios (see
 // docs/performance.md).
 #include "tests/kernels/KernelPaths.h"
+#include "tests/transport/ExecutorProcess.h"
 #include "transport/Backend.h"
 #include "transport/HttpBackend.h"
-#include "transport/HttpServer.h"
 #include "transport/LocalBackend.h"
 
 #include "llvm/Support/MemoryBuffer.h"
@@ -28,6 +28,7 @@
 #include <vector>
 
 using namespace courier::transport;
+using courier::testing::ExecutorProcess;
 using Clock = std::chrono::steady_clock;
 
 namespace {
@@ -90,18 +91,6 @@ double medianSeconds(int reps, const std::function<void()> &once) {
   return s[s.size() / 2];
 }
 
-/// Reads an unlabelled value from an executor's /metrics.
-double metricValue(int port, const std::string &name) {
-  httplib::Client client("127.0.0.1", port);
-  httplib::Result res = client.Get("/metrics");
-  if (!res || res->status != 200)
-    die("reading /metrics");
-  size_t at = res->body.find("\n" + name + " ");
-  if (at == std::string::npos)
-    die("no metric " + name);
-  return std::stod(res->body.substr(at + name.size() + 2));
-}
-
 /// A connected loopback TCP pair with TCP_NODELAY, as a tuned raw socket would be.
 std::pair<int, int> loopbackPair() {
   int listener = socket(AF_INET, SOCK_STREAM, 0);
@@ -145,21 +134,10 @@ bool recvAll(int fd, char *data, size_t size) {
   return true;
 }
 
-/// An in-process executor serving on a background thread.
-struct Executor {
-  Executor() {
-    ExecutorServerOptions options;
-    options.logRequests = false;
-    server = check(ExecutorServer::create(options), "starting the executor");
-    thread = std::thread([this] { check(server->run(), "serving"); });
-  }
-  ~Executor() {
-    server->stop();
-    thread.join();
-  }
-  std::unique_ptr<ExecutorServer> server;
-  std::thread thread;
-};
+/// A courier-executor process, as deployed, on a free loopback port.
+ExecutorProcess startExecutor() {
+  return ExecutorProcess(courier::testing::ExecutorConfig{0, "", {"--quiet"}});
+}
 
 void latency(int n) {
   std::printf("== noop launch round trip (keep-alive) vs raw TCP 64-byte ping-pong, %d each\n", n);
@@ -207,8 +185,8 @@ void latency(int n) {
 
   Percentiles courier;
   {
-    Executor executor;
-    auto backend = check(createHttpBackend(executor.server->address(), {}), "connecting");
+    ExecutorProcess executor = startExecutor();
+    auto backend = check(createHttpBackend(executor.address(), {}), "connecting");
     std::string session = check(backend->openSession(), "opening a session");
     ObjectBlob shapes = loadObject(COURIER_KERNEL_SHAPES);
     check(backend->shipObject(session, shapes), "shipping");
@@ -299,8 +277,8 @@ void bandwidth(int mib, int reps) {
 
   double courier, kernel;
   {
-    Executor executor;
-    auto backend = check(createHttpBackend(executor.server->address(), {}), "connecting");
+    ExecutorProcess executor = startExecutor();
+    auto backend = check(createHttpBackend(executor.address(), {}), "connecting");
     std::string session = check(backend->openSession(), "opening a session");
     ObjectBlob scale = loadObject(COURIER_KERNEL_SCALE);
     check(backend->shipObject(session, scale), "shipping");
@@ -314,8 +292,8 @@ void bandwidth(int mib, int reps) {
     });
     // The executor's own account of time spent inside the kernel (allocating its result and
     // computing), which the bare transfers do not do.
-    kernel = metricValue(executor.server->port(), "courier_launch_duration_seconds_sum") /
-             metricValue(executor.server->port(), "courier_launch_duration_seconds_count");
+    kernel = executor.metric("courier_launch_duration_seconds_sum") /
+             executor.metric("courier_launch_duration_seconds_count");
   }
   auto rate = [&](double s) { return 2.0 * double(bytes) / s / 1e9; };
   std::printf("  raw loopback socket      %7.1f ms  %5.2f GB/s\n", raw * 1e3, rate(raw));

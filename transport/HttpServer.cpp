@@ -55,6 +55,13 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+/// A double in Prometheus text: shortest form that keeps 9 significant digits.
+std::string number(double value) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.9g", value);
+  return text;
+}
+
 /// Prometheus histogram with fixed buckets in seconds.
 class Histogram {
 public:
@@ -71,11 +78,11 @@ public:
     uint64_t cumulative = 0;
     for (size_t i = 0; i <= kBounds.size(); ++i) {
       cumulative += counts[i].load(std::memory_order_relaxed);
-      std::string le = i < kBounds.size() ? llvm::formatv("{0}", kBounds[i]).str() : "+Inf";
+      std::string le = i < kBounds.size() ? number(kBounds[i]) : "+Inf";
       out += llvm::formatv("{0}_bucket{{le=\"{1}\"} {2}\n", name, le, cumulative).str();
     }
     out += llvm::formatv("{0}_sum {1}\n{0}_count {2}\n", name,
-                         static_cast<double>(sumNanos.load()) / 1e9, cumulative)
+                         number(static_cast<double>(sumNanos.load()) / 1e9), cumulative)
                .str();
   }
 

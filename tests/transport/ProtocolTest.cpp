@@ -315,6 +315,27 @@ TEST_CASE("idle sessions are closed after the idle timeout", "[protocol]") {
   CHECK(codeOf(res) == "unknown_session");
 }
 
+TEST_CASE("metrics are valid Prometheus text with exact histogram bounds", "[protocol]") {
+  ExecutorProcess executor;
+  Peer peer(executor);
+  REQUIRE(peer.healthy());
+  std::string text = executor.metrics();
+  CHECK_THAT(text, Catch::Contains("courier_request_duration_seconds_bucket{le=\"0.0001\"} "));
+  CHECK_THAT(text, Catch::Contains("courier_request_duration_seconds_bucket{le=\"+Inf\"} "));
+  CHECK_THAT(text, Catch::Contains("courier_requests_total{status=\"200\"} "));
+  CHECK(executor.metric("courier_request_duration_seconds_sum") > 0);
+  CHECK(executor.metric("courier_request_duration_seconds_count") >= 1);
+  // Every sample line is "name[{labels}] value".
+  std::istringstream lines(text);
+  std::string line;
+  std::regex sample(R"([a-z_]+(\{[a-z]+="[^"]*"\})? [0-9.e+-]+)");
+  while (std::getline(lines, line))
+    if (!line.empty() && line[0] != '#') {
+      INFO(line);
+      CHECK(std::regex_match(line, sample));
+    }
+}
+
 TEST_CASE("the executor logs one line per request", "[protocol]") {
   ExecutorProcess executor;
   Peer peer(executor);

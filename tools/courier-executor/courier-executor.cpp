@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <pthread.h>
 #include <thread>
+#include <unistd.h>
 
 using namespace llvm;
 using courier::transport::ExecutorServer;
@@ -106,7 +107,26 @@ static Expected<ExecutorServerOptions> parseArguments(int argc, char **argv) {
   return options;
 }
 
+/// Kernels malloc their results, and glibc serves a large malloc with a fresh mmap whose
+/// every 4 KiB page faults on first touch: for a 64 MiB result that is a third of a launch
+/// (docs/performance.md). glibc backs such mappings with transparent huge pages when the
+/// glibc.malloc.hugetlb tunable is set, and tunables are read only at start-up, so the
+/// executor re-executes itself once with it unless the caller chose a value.
+static void enableHugePageMalloc(char **argv) {
+  const char *tunables = std::getenv("GLIBC_TUNABLES");
+  if (tunables && StringRef(tunables).contains("glibc.malloc.hugetlb"))
+    return;
+  std::string value = "glibc.malloc.hugetlb=1";
+  if (tunables && *tunables)
+    value = std::string(tunables) + ":" + value;
+  if (setenv("GLIBC_TUNABLES", value.c_str(), 1) != 0)
+    return;
+  execv("/proc/self/exe", argv);
+  // Still here: run without the tunable rather than not at all.
+}
+
 int main(int argc, char **argv) {
+  enableHugePageMalloc(argv);
   ExitOnError exitOnError("courier-executor: ");
   ExecutorServerOptions options = exitOnError(parseArguments(argc, argv));
 
