@@ -777,6 +777,7 @@ llvm::Expected<std::shared_ptr<Module>> Engine::Impl::link(std::string name, std
   scopeOptions.backend.connectTimeout = options.connectTimeout;
   scopeOptions.backend.requestTimeout = options.requestTimeout;
   scopeOptions.backend.bearerToken = options.authToken;
+  scopeOptions.backend.plugins = options.plugins;
   impl->scope = std::make_unique<runtime::ModuleScope>(scopeOptions);
   if (setup) {
     start = Clock::now();

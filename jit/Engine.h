@@ -110,6 +110,9 @@ struct EngineOptions {
   std::chrono::milliseconds connectTimeout{2000};
   std::chrono::milliseconds requestTimeout{60000};
   std::string authToken; ///< Bearer token for HTTP executors.
+  /// Shared libraries the in-process executor loads for dispatched library calls
+  /// (`catalyst.runtime_call` on "local").
+  std::vector<std::string> plugins;
   /// A textual pass pipeline (mlir-opt syntax, e.g. "canonicalize,cse") run on the module
   /// before the dispatch pipeline.
   std::string extraPipeline;

@@ -46,6 +46,10 @@ cl::opt<bool> noCache("no-disk-cache", cl::desc("Neither read nor write the disk
 cl::opt<std::string> tokenFile("token-file",
                                cl::desc("File holding the bearer token for HTTP executors"),
                                cl::cat(category));
+cl::list<std::string> plugins("plugin",
+                              cl::desc("Shared library the in-process executor loads for "
+                                       "dispatched library calls (repeatable)"),
+                              cl::cat(category));
 cl::opt<bool> watch("watch",
                     cl::desc("Keep running: on every save of the file, reload it (the old "
                              "version serves until the new one is ready) and call the entry "
@@ -136,6 +140,7 @@ int main(int argc, char **argv) {
   options.diskCache = !noCache;
   options.executorOverride = executor;
   options.printIRAfterAll = printIR;
+  options.plugins.assign(plugins.begin(), plugins.end());
   options.requestTimeout = std::chrono::milliseconds(timeoutMs);
   if (!tokenFile.empty()) {
     llvm::ErrorOr<std::unique_ptr<llvm::MemoryBuffer>> token =
