@@ -54,35 +54,32 @@ struct ReadsOperandsModel : BufferizableOpInterface::ExternalModel<ConcreteModel
   bool bufferizesToAllocation(Operation *, Value) const { return true; }
 };
 
-struct LaunchKernelModel : ReadsOperandsModel<LaunchKernelModel, catalyst::LaunchKernelOp> {
+/// A kernel launch: the same op on the operands' buffers, returning fresh identity-layout
+/// buffers. `rebuild` creates it from the op, its new result types and the buffers.
+template <typename LaunchOp>
+struct LaunchModel : ReadsOperandsModel<LaunchModel<LaunchOp>, LaunchOp> {
   LogicalResult bufferize(Operation *op, RewriterBase &rewriter,
                           const BufferizationOptions &options, BufferizationState &state) const {
-    auto launch = cast<catalyst::LaunchKernelOp>(op);
+    auto launch = cast<LaunchOp>(op);
     FailureOr<SmallVector<Value>> inputs =
         getOperandBuffers(rewriter, launch.getInputs(), options, state);
     if (failed(inputs))
       return failure();
-    auto newOp = catalyst::LaunchKernelOp::create(rewriter, op->getLoc(),
-                                                  identityBufferTypes(op->getResultTypes()),
-                                                  launch.getCallee(), *inputs);
+    Operation *newOp =
+        rebuild(rewriter, launch, identityBufferTypes(op->getResultTypes()), *inputs);
     replaceOpWithBufferizedValues(rewriter, op, newOp->getResults());
     return success();
   }
-};
 
-struct LaunchModel : ReadsOperandsModel<LaunchModel, executor::LaunchOp> {
-  LogicalResult bufferize(Operation *op, RewriterBase &rewriter,
-                          const BufferizationOptions &options, BufferizationState &state) const {
-    auto launch = cast<executor::LaunchOp>(op);
-    FailureOr<SmallVector<Value>> inputs =
-        getOperandBuffers(rewriter, launch.getInputs(), options, state);
-    if (failed(inputs))
-      return failure();
-    auto newOp = executor::LaunchOp::create(
-        rewriter, op->getLoc(), identityBufferTypes(op->getResultTypes()), launch.getSession(),
-        launch.getCallee(), launch.getObject(), *inputs);
-    replaceOpWithBufferizedValues(rewriter, op, newOp->getResults());
-    return success();
+  static Operation *rebuild(RewriterBase &rewriter, catalyst::LaunchKernelOp launch,
+                            TypeRange types, ValueRange inputs) {
+    return catalyst::LaunchKernelOp::create(rewriter, launch.getLoc(), types, launch.getCallee(),
+                                            inputs);
+  }
+  static Operation *rebuild(RewriterBase &rewriter, executor::LaunchOp launch, TypeRange types,
+                            ValueRange inputs) {
+    return executor::LaunchOp::create(rewriter, launch.getLoc(), types, launch.getSession(),
+                                      launch.getCallee(), launch.getObject(), inputs);
   }
 };
 
@@ -130,11 +127,11 @@ struct CallModel : ReadsOperandsModel<CallModel, executor::CallOp> {
 void registerCourierDialects(DialectRegistry &registry) {
   registry.insert<executor::ExecutorDialect, catalyst::CatalystDialect>();
   registry.addExtension(+[](MLIRContext *ctx, executor::ExecutorDialect *) {
-    executor::LaunchOp::attachInterface<LaunchModel>(*ctx);
+    executor::LaunchOp::attachInterface<LaunchModel<executor::LaunchOp>>(*ctx);
     executor::CallOp::attachInterface<CallModel>(*ctx);
   });
   registry.addExtension(+[](MLIRContext *ctx, catalyst::CatalystDialect *) {
-    catalyst::LaunchKernelOp::attachInterface<LaunchKernelModel>(*ctx);
+    catalyst::LaunchKernelOp::attachInterface<LaunchModel<catalyst::LaunchKernelOp>>(*ctx);
   });
 }
 
