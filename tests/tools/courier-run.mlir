@@ -15,6 +15,8 @@
 // RUN: not courier-run %s --entry missing --no-disk-cache 2>&1 | FileCheck %s --check-prefix=ENTRY
 // RUN: not courier-run %s.nonexistent 2>&1 | FileCheck %s --check-prefix=FILE
 // RUN: not courier-run %s -O7 2>&1 | FileCheck %s --check-prefix=OPT
+// RUN: courier-run %s --entry count --arg '[[1, 2], [3, 4]]' --extra-pipeline 'func.func(canonicalize),cse' --no-disk-cache | FileCheck %s --check-prefix=INT
+// RUN: not courier-run %s --extra-pipeline 'no-such-pass' --no-disk-cache 2>&1 | FileCheck %s --check-prefix=PIPELINE
 // RUN: printf 'func.func @main() {\n  retrun\n}\n' > %t.bad.mlir
 // RUN: not courier-run %t.bad.mlir --no-disk-cache 2>&1 | FileCheck %s --check-prefix=SYNTAX
 
@@ -30,6 +32,7 @@
 // ENTRY: courier-run: error: '{{.*}}courier-run.mlir' has no entry 'missing'
 // FILE: courier-run: error: cannot read '{{.*}}.nonexistent': {{.*}}
 // OPT: courier-run: error: -O7: the optimisation level is 0 to 3
+// PIPELINE: courier-run: error: invalid extra pass pipeline 'no-such-pass': {{.*}}does not refer to a registered pass
 // SYNTAX: courier-run: error: {{.*}}.bad.mlir:2:3: error: custom op 'retrun' is unknown
 module @app {
   func.func public @main(%x: tensor<4xf64>, %b: f64) -> tensor<4xf64> {

@@ -46,6 +46,10 @@ cl::opt<bool> noCache("no-disk-cache", cl::desc("Neither read nor write the disk
 cl::opt<std::string> tokenFile("token-file",
                                cl::desc("File holding the bearer token for HTTP executors"),
                                cl::cat(category));
+cl::opt<std::string> extraPipeline("extra-pipeline",
+                                   cl::desc("Passes to run before the dispatch pipeline, in "
+                                            "mlir-opt syntax (e.g. \"canonicalize,cse\")"),
+                                   cl::cat(category));
 cl::list<std::string> plugins("plugin",
                               cl::desc("Shared library the in-process executor loads for "
                                        "dispatched library calls (repeatable)"),
@@ -141,6 +145,7 @@ int main(int argc, char **argv) {
   options.executorOverride = executor;
   options.printIRAfterAll = printIR;
   options.plugins.assign(plugins.begin(), plugins.end());
+  options.extraPipeline = extraPipeline;
   options.requestTimeout = std::chrono::milliseconds(timeoutMs);
   if (!tokenFile.empty()) {
     llvm::ErrorOr<std::unique_ptr<llvm::MemoryBuffer>> token =
