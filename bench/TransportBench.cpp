@@ -60,35 +60,24 @@ struct Percentiles {
   double p50, p99, mean;
 };
 
-/// Runs `once` `warmup` times untimed, then `n` times, and returns the per-call
-/// microseconds.
-Percentiles measure(int warmup, int n, const std::function<void()> &once) {
+/// Runs `once` `warmup` times untimed, then `n` times, appending each call's microseconds.
+void measure(int warmup, int n, const std::function<void()> &once, std::vector<double> &us) {
   for (int i = 0; i < warmup; ++i)
     once();
-  std::vector<double> us(n);
   for (int i = 0; i < n; ++i) {
     auto start = Clock::now();
     once();
-    us[i] = std::chrono::duration<double, std::micro>(Clock::now() - start).count();
+    us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - start).count());
   }
+}
+
+Percentiles percentiles(std::vector<double> us) {
   double total = 0;
   for (double u : us)
     total += u;
   std::sort(us.begin(), us.end());
-  return {us[n / 2], us[std::min<size_t>(n - 1, n * 99 / 100)], total / n};
-}
-
-/// Median seconds of `reps` runs of `once` (after one warm-up run).
-double medianSeconds(int reps, const std::function<void()> &once) {
-  once();
-  std::vector<double> s;
-  for (int i = 0; i < reps; ++i) {
-    auto start = Clock::now();
-    once();
-    s.push_back(std::chrono::duration<double>(Clock::now() - start).count());
-  }
-  std::sort(s.begin(), s.end());
-  return s[s.size() / 2];
+  size_t n = us.size();
+  return {us[n / 2], us[std::min(n - 1, n * 99 / 100)], total / double(n)};
 }
 
 /// A connected loopback TCP pair with TCP_NODELAY, as a tuned raw socket would be.
@@ -140,60 +129,69 @@ ExecutorProcess startExecutor() {
 }
 
 void latency(int n) {
-  std::printf("== noop launch round trip (keep-alive) vs raw TCP 64-byte ping-pong, %d each\n", n);
-  Percentiles raw;
-  {
-    auto [client, server] = loopbackPair();
-    std::thread echo([fd = server] {
-      char buf[64];
-      while (recvAll(fd, buf, sizeof(buf)) && sendAll(fd, buf, sizeof(buf))) {
-      }
-    });
-    char buf[64] = {};
-    raw = measure(1000, n, [&, fd = client] {
-      sendAll(fd, buf, sizeof(buf));
-      recvAll(fd, buf, sizeof(buf));
-    });
-    shutdown(client, SHUT_RDWR);
-    echo.join();
-    close(client);
-    close(server);
+  std::printf("== noop launch round trip (keep-alive) vs raw TCP 64-byte ping-pong, %d each, "
+              "interleaved in blocks of %d\n",
+              n, std::min(n, 1000));
+  auto [rawClient, rawServer] = loopbackPair();
+  std::thread echo([fd = rawServer] {
+    char buf[64];
+    while (recvAll(fd, buf, sizeof(buf)) && sendAll(fd, buf, sizeof(buf))) {
+    }
+  });
+  char buf[64] = {};
+  auto rawOnce = [&, fd = rawClient] {
+    sendAll(fd, buf, sizeof(buf));
+    recvAll(fd, buf, sizeof(buf));
+  };
+
+  httplib::Server server;
+  server.set_tcp_nodelay(true);
+  server.set_keep_alive_max_count(1 << 30);
+  server.Post("/echo", [](const httplib::Request &req, httplib::Response &res) {
+    res.set_content(req.body, "application/octet-stream");
+  });
+  int port = server.bind_to_any_port("127.0.0.1");
+  std::thread serving([&] { server.listen_after_bind(); });
+  httplib::Client client("127.0.0.1", port);
+  client.set_tcp_nodelay(true);
+  client.set_keep_alive(true);
+  std::string body(64, 'x');
+  auto bareOnce = [&] {
+    if (!client.Post("/echo", body, "application/octet-stream"))
+      die("bare httplib echo failed");
+  };
+
+  ExecutorProcess executor = startExecutor();
+  auto backend = check(createHttpBackend(executor.address(), {}), "connecting");
+  std::string session = check(backend->openSession(), "opening a session");
+  ObjectBlob shapes = loadObject(COURIER_KERNEL_SHAPES);
+  check(backend->shipObject(session, shapes), "shipping");
+  auto courierOnce = [&] {
+    check(backend->launch(session, shapes, "_catalyst_pyface_noop", {}, {}), "launching");
+  };
+
+  // Blocks alternate the three paths, so load from elsewhere on the machine falls on all
+  // of them alike.
+  std::vector<double> raws, bares, couriers;
+  int block = std::min(n, 1000);
+  measure(block, 0, rawOnce, raws);
+  measure(block, 0, bareOnce, bares);
+  measure(block, 0, courierOnce, couriers);
+  for (int done = 0; done < n; done += block) {
+    measure(0, block, rawOnce, raws);
+    measure(0, block, bareOnce, bares);
+    measure(0, block, courierOnce, couriers);
   }
 
-  Percentiles bare;
-  {
-    httplib::Server server;
-    server.set_tcp_nodelay(true);
-    server.set_keep_alive_max_count(1 << 30);
-    server.Post("/echo", [](const httplib::Request &req, httplib::Response &res) {
-      res.set_content(req.body, "application/octet-stream");
-    });
-    int port = server.bind_to_any_port("127.0.0.1");
-    std::thread serving([&] { server.listen_after_bind(); });
-    httplib::Client client("127.0.0.1", port);
-    client.set_tcp_nodelay(true);
-    client.set_keep_alive(true);
-    std::string body(64, 'x');
-    bare = measure(1000, n, [&] {
-      if (!client.Post("/echo", body, "application/octet-stream"))
-        die("bare httplib echo failed");
-    });
-    client.stop(); // Close the keep-alive connection, or the server waits it out.
-    server.stop();
-    serving.join();
-  }
+  shutdown(rawClient, SHUT_RDWR);
+  echo.join();
+  close(rawClient);
+  close(rawServer);
+  client.stop(); // Close the keep-alive connection, or the server waits it out.
+  server.stop();
+  serving.join();
 
-  Percentiles courier;
-  {
-    ExecutorProcess executor = startExecutor();
-    auto backend = check(createHttpBackend(executor.address(), {}), "connecting");
-    std::string session = check(backend->openSession(), "opening a session");
-    ObjectBlob shapes = loadObject(COURIER_KERNEL_SHAPES);
-    check(backend->shipObject(session, shapes), "shipping");
-    courier = measure(500, n, [&] {
-      check(backend->launch(session, shapes, "_catalyst_pyface_noop", {}, {}), "launching");
-    });
-  }
+  Percentiles raw = percentiles(raws), bare = percentiles(bares), courier = percentiles(couriers);
   std::printf("  raw TCP ping-pong        p50 %7.1f us  p99 %7.1f us\n", raw.p50, raw.p99);
   std::printf("  bare httplib 64 B echo   p50 %7.1f us  p99 %7.1f us\n", bare.p50, bare.p99);
   std::printf("  courier noop launch      p50 %7.1f us  p99 %7.1f us\n", courier.p50, courier.p99);
@@ -204,97 +202,116 @@ void latency(int n) {
 
 void bandwidth(int mib, int reps) {
   const size_t bytes = size_t(mib) << 20;
-  std::printf("== %d MiB in + %d MiB out, median of %d\n", mib, mib, reps);
+  std::printf("== %d MiB in + %d MiB out, median of %d interleaved rounds\n", mib, mib, reps);
   std::vector<char> input(bytes, 1), output(bytes);
 
-  double raw;
-  {
-    auto [client, server] = loopbackPair();
-    std::thread echo([fd = server, bytes] {
-      std::vector<char> buf(bytes);
-      while (recvAll(fd, buf.data(), bytes) && sendAll(fd, buf.data(), bytes)) {
-      }
-    });
-    raw = medianSeconds(reps, [&, fd = client] {
-      std::thread sender([&] { sendAll(fd, input.data(), bytes); });
-      recvAll(fd, output.data(), bytes);
-      sender.join();
-    });
-    shutdown(client, SHUT_RDWR);
-    echo.join();
-    close(client);
-    close(server);
-  }
+  // Raw: the client thread sends while the main thread receives the echo.
+  auto [rawClient, rawServer] = loopbackPair();
+  std::thread echo([fd = rawServer, bytes] {
+    std::vector<char> buf(bytes);
+    while (recvAll(fd, buf.data(), bytes) && sendAll(fd, buf.data(), bytes)) {
+    }
+  });
+  auto rawOnce = [&, fd = rawClient] {
+    std::thread sender([&] { sendAll(fd, input.data(), bytes); });
+    recvAll(fd, output.data(), bytes);
+    sender.join();
+  };
 
-  double bare;
-  {
-    httplib::Server server;
-    server.set_tcp_nodelay(true);
-    server.set_payload_max_length(bytes * 2);
-    std::vector<char> received(bytes);
-    server.Post("/echo", [&](const httplib::Request &, httplib::Response &res,
-                             const httplib::ContentReader &reader) {
-      size_t at = 0;
-      reader([&](const char *data, size_t size) {
-        std::memcpy(received.data() + at, data, std::min(size, bytes - at));
-        at += size;
-        return true;
-      });
-      res.set_content_provider(bytes, "application/octet-stream",
-                               [&](size_t offset, size_t length, httplib::DataSink &sink) {
-                                 return sink.write(received.data() + offset, length);
-                               });
+  // Bare cpp-httplib: content provider -> content reader into a pre-sized buffer, and back.
+  httplib::Server server;
+  server.set_tcp_nodelay(true);
+  server.set_payload_max_length(bytes * 2);
+  std::vector<char> received(bytes);
+  server.Post("/echo", [&](const httplib::Request &, httplib::Response &res,
+                           const httplib::ContentReader &reader) {
+    size_t at = 0;
+    reader([&](const char *data, size_t size) {
+      std::memcpy(received.data() + at, data, std::min(size, bytes - at));
+      at += size;
+      return true;
     });
-    int port = server.bind_to_any_port("127.0.0.1");
-    std::thread serving([&] { server.listen_after_bind(); });
-    httplib::Client client("127.0.0.1", port);
-    client.set_tcp_nodelay(true);
-    client.set_keep_alive(true);
-    bare = medianSeconds(reps, [&] {
-      httplib::Request req;
-      req.method = "POST";
-      req.path = "/echo";
-      req.set_header("Content-Type", "application/octet-stream");
-      req.content_length_ = bytes;
-      req.content_provider_ = [&](size_t offset, size_t length, httplib::DataSink &sink) {
-        return sink.write(input.data() + offset, length);
-      };
-      size_t at = 0;
-      req.content_receiver = [&](const char *data, size_t size, uint64_t, uint64_t) {
-        std::memcpy(output.data() + at, data, std::min(size, bytes - at));
-        at += size;
-        return true;
-      };
-      httplib::Response res;
-      httplib::Error error;
-      if (!client.send(req, res, error) || res.status != 200 || at != bytes)
-        die("bare httplib transfer failed");
-    });
-    client.stop(); // Close the keep-alive connection, or the server waits it out.
-    server.stop();
-    serving.join();
-  }
+    res.set_content_provider(bytes, "application/octet-stream",
+                             [&](size_t offset, size_t length, httplib::DataSink &sink) {
+                               return sink.write(received.data() + offset, length);
+                             });
+  });
+  int port = server.bind_to_any_port("127.0.0.1");
+  std::thread serving([&] { server.listen_after_bind(); });
+  httplib::Client client("127.0.0.1", port);
+  client.set_tcp_nodelay(true);
+  client.set_keep_alive(true);
+  auto bareOnce = [&] {
+    httplib::Request req;
+    req.method = "POST";
+    req.path = "/echo";
+    req.set_header("Content-Type", "application/octet-stream");
+    req.content_length_ = bytes;
+    req.content_provider_ = [&](size_t offset, size_t length, httplib::DataSink &sink) {
+      return sink.write(input.data() + offset, length);
+    };
+    size_t at = 0;
+    req.content_receiver = [&](const char *data, size_t size, uint64_t, uint64_t) {
+      std::memcpy(output.data() + at, data, std::min(size, bytes - at));
+      at += size;
+      return true;
+    };
+    httplib::Response res;
+    httplib::Error error;
+    if (!client.send(req, res, error) || res.status != 200 || at != bytes)
+      die("bare httplib transfer failed");
+  };
 
-  double courier, kernel;
-  {
-    ExecutorProcess executor = startExecutor();
-    auto backend = check(createHttpBackend(executor.address(), {}), "connecting");
-    std::string session = check(backend->openSession(), "opening a session");
-    ObjectBlob scale = loadObject(COURIER_KERNEL_SCALE);
-    check(backend->shipObject(session, scale), "shipping");
-    int64_t n = static_cast<int64_t>(bytes / 8);
-    TensorView view{input.data(), 8, {n}, {1}};
-    courier = medianSeconds(reps, [&] {
-      auto r = check(backend->launch(session, scale, "_catalyst_pyface_scale", {view}, {{1, 8}}),
-                     "launching");
-      if (r[0].sizes[0] != n)
-        die("scale returned the wrong size");
-    });
-    // The executor's own account of time spent inside the kernel (allocating its result and
-    // computing), which the bare transfers do not do.
-    kernel = executor.metric("courier_launch_duration_seconds_sum") /
-             executor.metric("courier_launch_duration_seconds_count");
+  // Courier: a launch of `scale` on a courier-executor process.
+  ExecutorProcess executor = startExecutor();
+  auto backend = check(createHttpBackend(executor.address(), {}), "connecting");
+  std::string session = check(backend->openSession(), "opening a session");
+  ObjectBlob scale = loadObject(COURIER_KERNEL_SCALE);
+  check(backend->shipObject(session, scale), "shipping");
+  int64_t n = static_cast<int64_t>(bytes / 8);
+  TensorView view{input.data(), 8, {n}, {1}};
+  auto courierOnce = [&] {
+    auto r = check(backend->launch(session, scale, "_catalyst_pyface_scale", {view}, {{1, 8}}),
+                   "launching");
+    if (r[0].sizes[0] != n)
+      die("scale returned the wrong size");
+  };
+
+  // Rounds alternate the three paths, so load from elsewhere on the machine falls on all
+  // of them alike.
+  rawOnce();
+  bareOnce();
+  courierOnce();
+  double kernelBefore = executor.metric("courier_launch_duration_seconds_sum");
+  std::vector<double> raws, bares, couriers;
+  auto time = [](const std::function<void()> &once) {
+    auto start = Clock::now();
+    once();
+    return std::chrono::duration<double>(Clock::now() - start).count();
+  };
+  for (int i = 0; i < reps; ++i) {
+    raws.push_back(time(rawOnce));
+    bares.push_back(time(bareOnce));
+    couriers.push_back(time(courierOnce));
   }
+  // The executor's own account of time spent inside the kernel (allocating its result and
+  // computing), which the bare transfers do not do.
+  double kernel =
+      (executor.metric("courier_launch_duration_seconds_sum") - kernelBefore) / double(reps);
+
+  shutdown(rawClient, SHUT_RDWR);
+  echo.join();
+  close(rawClient);
+  close(rawServer);
+  client.stop(); // Close the keep-alive connection, or the server waits it out.
+  server.stop();
+  serving.join();
+
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  double raw = median(raws), bare = median(bares), courier = median(couriers);
   auto rate = [&](double s) { return 2.0 * double(bytes) / s / 1e9; };
   std::printf("  raw loopback socket      %7.1f ms  %5.2f GB/s\n", raw * 1e3, rate(raw));
   std::printf("  bare httplib streamed    %7.1f ms  %5.2f GB/s\n", bare * 1e3, rate(bare));
@@ -312,7 +329,10 @@ void noopFunction(void *, void *) {}
 void local(int n) {
   std::printf("== local backend noop launch vs direct call, %d each\n", n);
   void (*volatile direct)(void *, void *) = noopFunction;
-  Percentiles call = measure(10000, n, [&] { direct(nullptr, nullptr); });
+  std::vector<double> callTimes;
+  measure(
+      10000, n, [&] { direct(nullptr, nullptr); }, callTimes);
+  Percentiles call = percentiles(std::move(callTimes));
   // Per-call timing is at the clock's resolution for a direct call: time a batch instead.
   auto start = Clock::now();
   for (int i = 0; i < n; ++i)
@@ -323,9 +343,14 @@ void local(int n) {
   std::string session = check(backend->openSession(), "opening a session");
   ObjectBlob shapes = loadObject(COURIER_KERNEL_SHAPES);
   check(backend->shipObject(session, shapes), "shipping");
-  Percentiles launch = measure(10000, n, [&] {
-    check(backend->launch(session, shapes, "_catalyst_pyface_noop", {}, {}), "launching");
-  });
+  std::vector<double> launchTimes;
+  measure(
+      10000, n,
+      [&] {
+        check(backend->launch(session, shapes, "_catalyst_pyface_noop", {}, {}), "launching");
+      },
+      launchTimes);
+  Percentiles launch = percentiles(std::move(launchTimes));
   start = Clock::now();
   for (int i = 0; i < n; ++i)
     check(backend->launch(session, shapes, "_catalyst_pyface_noop", {}, {}), "launching");
