@@ -343,6 +343,20 @@ struct ConvertExecutorToLLVM : impl::ConvertExecutorToLLVMBase<ConvertExecutorTo
     SetVector<StringRef> texts;
     bool any = false;
     WalkResult walk = module.walk([&](Operation *op) {
+      // Catalyst ops that reach this point have no lowering; say what would give them one.
+      if (auto call = dyn_cast<catalyst::RuntimeCallOp>(op)) {
+        call.emitOpError("without a dispatch attribute (an in-process library call) is not "
+                         "supported; add dispatch = \"local\" to run it on the in-process "
+                         "executor, whose plugins provide the symbol");
+        return WalkResult::interrupt();
+      }
+      if (auto launch = dyn_cast<catalyst::LaunchKernelOp>(op)) {
+        launch.emitOpError("targets module '")
+            << launch.getCallee().getRootReference().getValue()
+            << "', which is not a dispatched target module; give it a catalyst.target "
+               "attribute so it is compiled and shipped";
+        return WalkResult::interrupt();
+      }
       if (!isa<executor::ExecutorDialect>(op->getDialect()))
         return WalkResult::advance();
       any = true;

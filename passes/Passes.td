@@ -99,7 +99,9 @@ def ConvertExecutorToLLVM : Pass<"convert-executor-to-llvm", "::mlir::ModuleOp">
       `__catalyst__executor__free_result`
     - `executor.close` -> `__catalyst__executor__close(session)`
 
-    Sessions and tokens are `i64` handles. Ops must be bufferized first.
+    Sessions and tokens are `i64` handles. Ops must be bufferized first. A
+    `catalyst.runtime_call` without `dispatch` or a `catalyst.launch_kernel` into a module
+    that was not dispatched has no lowering and is reported here.
   }];
   let dependentDialects = ["::mlir::LLVM::LLVMDialect"];
 }

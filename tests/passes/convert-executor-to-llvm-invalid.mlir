@@ -16,3 +16,26 @@ func.func @f() {
   %s = executor.open("h:7000") : !executor.session
   return
 }
+
+// -----
+
+// A library call that was not dispatched has no lowering.
+func.func @local_library_call(%x: f64) -> f64 {
+  // expected-error @+1 {{without a dispatch attribute (an in-process library call) is not supported; add dispatch = "local"}}
+  %r = catalyst.runtime_call fn("cos") (%x) {c_params = ["f64"], c_result = "f64"} : (f64) -> f64
+  return %r : f64
+}
+
+// -----
+
+// A launch into a module that is not a target module cannot run anywhere.
+module {
+  func.func @main(%x: memref<4xf64>) -> memref<4xf64> {
+    // expected-error @+1 {{targets module 'plain', which is not a dispatched target module; give it a catalyst.target attribute}}
+    %y = catalyst.launch_kernel @plain::@f(%x) : (memref<4xf64>) -> memref<4xf64>
+    return %y : memref<4xf64>
+  }
+  module @plain {
+    func.func public @f(%x: memref<4xf64>) -> memref<4xf64> { return %x : memref<4xf64> }
+  }
+}
