@@ -148,29 +148,34 @@ std::optional<TensorSpec> specOf(mlir::Type type) {
 
 bool isLifecycleFunction(llvm::StringRef name) { return name == "setup" || name == "teardown"; }
 
-/// The public functions of the host module that invoke can call, and marks them for a C
-/// interface with read-only tensor arguments (inputs belong to the caller).
-std::vector<EntrySignature> prepareEntries(mlir::ModuleOp module) {
+/// The public functions of the host module that invoke can call, marked for a C interface
+/// with read-only tensor arguments (inputs belong to the caller). Public functions invoke
+/// cannot call are listed in `unsupported` with the reason.
+std::vector<EntrySignature> prepareEntries(mlir::ModuleOp module,
+                                           llvm::StringMap<std::string> &unsupported) {
   std::vector<EntrySignature> entries;
   for (auto fn : module.getOps<mlir::func::FuncOp>()) {
     if (!fn.isPublic() || fn.isExternal() || isLifecycleFunction(fn.getName()))
       continue;
     EntrySignature signature{fn.getName().str(), {}, {}};
-    bool supported = true;
-    for (mlir::Type type : fn.getArgumentTypes()) {
-      std::optional<TensorSpec> spec = specOf(type);
-      supported &= spec.has_value();
-      if (spec)
-        signature.inputs.push_back(*spec);
-    }
-    for (mlir::Type type : fn.getResultTypes()) {
-      std::optional<TensorSpec> spec = specOf(type);
-      supported &= spec.has_value();
-      if (spec)
-        signature.outputs.push_back(*spec);
-    }
-    if (!supported)
+    std::string reason;
+    auto collect = [&](mlir::TypeRange types, llvm::StringRef what,
+                       std::vector<TensorSpec> &specs) {
+      for (auto [index, type] : llvm::enumerate(types)) {
+        if (std::optional<TensorSpec> spec = specOf(type)) {
+          specs.push_back(*spec);
+        } else if (reason.empty()) {
+          llvm::raw_string_ostream os(reason);
+          os << what << " " << index << " has type '" << type << "'";
+        }
+      }
+    };
+    collect(fn.getArgumentTypes(), "argument", signature.inputs);
+    collect(fn.getResultTypes(), "result", signature.outputs);
+    if (!reason.empty()) {
+      unsupported[fn.getName()] = reason;
       continue;
+    }
     fn->setAttr(mlir::LLVM::LLVMDialect::getEmitCWrapperAttrName(),
                 mlir::UnitAttr::get(module.getContext()));
     for (unsigned i = 0; i < fn.getNumArguments(); ++i)
@@ -325,6 +330,8 @@ mlir::DialectRegistry makeRegistry() {
 struct Module::Impl {
   std::string name;
   std::vector<EntrySignature> entries;
+  /// Public functions invoke cannot call, with the reason.
+  llvm::StringMap<std::string> unsupported;
   std::unique_ptr<llvm::orc::LLJIT> jit;
   struct Functions {
     void (*packed)(void **) = nullptr;
@@ -442,6 +449,11 @@ llvm::Expected<std::vector<Tensor>> Module::invoke(llvm::StringRef entry,
                                                    llvm::ArrayRef<Tensor> inputs) const {
   const EntrySignature *signature = findEntry(entry);
   auto fns = impl->functions.find(entry);
+  if (auto it = impl->unsupported.find(entry); it != impl->unsupported.end())
+    return llvm::createStringError(
+        "entry '%s' of module '%s' cannot be invoked: %s; invoke passes ranked tensors, "
+        "identity-layout memrefs and scalars of f16, f32, f64, i1, i8, i16, i32, i64 and index",
+        entry.str().c_str(), impl->name.c_str(), it->second.c_str());
   if (!signature || fns == impl->functions.end()) {
     std::string known;
     for (const EntrySignature &e : impl->entries)
@@ -558,6 +570,7 @@ struct Engine::Impl {
   llvm::Expected<std::shared_ptr<Module>> link(std::string name, std::string object,
                                                llvm::orc::JITTargetMachineBuilder jtmb,
                                                std::vector<EntrySignature> entries,
+                                               llvm::StringMap<std::string> unsupported,
                                                PhaseTimes times);
 };
 
@@ -604,7 +617,8 @@ llvm::Expected<std::shared_ptr<Module>> Engine::Impl::compile(llvm::StringRef te
       mlir::parseSourceString<mlir::ModuleOp>(text, config, name);
   if (!module)
     return diagnostics.error(("parsing '" + name + "' failed").str());
-  std::vector<EntrySignature> entries = prepareEntries(*module);
+  llvm::StringMap<std::string> unsupported;
+  std::vector<EntrySignature> entries = prepareEntries(*module, unsupported);
   times.parse = msSince(start);
 
   std::string object;
@@ -623,7 +637,8 @@ llvm::Expected<std::shared_ptr<Module>> Engine::Impl::compile(llvm::StringRef te
   }
 
   llvm::Expected<std::shared_ptr<Module>> loaded =
-      link(name.str(), std::move(object), std::move(*jtmb), std::move(entries), times);
+      link(name.str(), std::move(object), std::move(*jtmb), std::move(entries),
+           std::move(unsupported), times);
   if (!loaded)
     return loaded.takeError();
   std::lock_guard<std::mutex> lock(mutex);
@@ -720,11 +735,13 @@ void Engine::Impl::storeToDisk(llvm::StringRef key, llvm::StringRef object,
 llvm::Expected<std::shared_ptr<Module>> Engine::Impl::link(std::string name, std::string object,
                                                            llvm::orc::JITTargetMachineBuilder jtmb,
                                                            std::vector<EntrySignature> entries,
+                                                           llvm::StringMap<std::string> unsupported,
                                                            PhaseTimes times) {
   auto start = Clock::now();
   auto impl = std::make_unique<Module::Impl>();
   impl->name = std::move(name);
   impl->entries = std::move(entries);
+  impl->unsupported = std::move(unsupported);
 
   llvm::Expected<std::unique_ptr<llvm::orc::LLJIT>> jit =
       llvm::orc::LLJITBuilder().setJITTargetMachineBuilder(std::move(jtmb)).create();

@@ -177,6 +177,21 @@ TEST_CASE("scalars and tensors of every element type go in and out", "[engine]")
   CHECK(values((*dynamic)[0]) == std::vector<double>{2, 4, 6});
 }
 
+TEST_CASE("a public function invoke cannot call is named with the reason", "[engine][errors]") {
+  TempDir dir;
+  Engine engine(optionsIn(dir));
+  auto module = engine.compile(R"mlir(
+    func.func public @cplx(%x: complex<f32>) -> complex<f32> { return %x : complex<f32> }
+    func.func public @ok(%x: f32) -> f32 { return %x : f32 }
+  )mlir",
+                               "complex");
+  REQUIRE(ok(module));
+  CHECK((*module)->entries().size() == 1);
+  CHECK_THAT(message((*module)->invoke("cplx", {}).takeError()),
+             Catch::Contains("entry 'cplx' of module 'complex' cannot be invoked: argument 0 has "
+                             "type 'complex<f32>'"));
+}
+
 TEST_CASE("a syntax error comes back with its file, line and column", "[engine][errors]") {
   TempDir dir;
   Engine engine(optionsIn(dir));

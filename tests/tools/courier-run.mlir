@@ -29,7 +29,7 @@
 // SHAPE-NOT: error
 // JSON: courier-run: error: --arg 0 is not JSON: {{.*}}
 // COUNT: courier-run: error: entry 'main' takes 2 inputs, 1 --arg given
-// ENTRY: courier-run: error: '{{.*}}courier-run.mlir' has no entry 'missing'
+// ENTRY: courier-run: error: module '{{.*}}courier-run.mlir' has no entry 'missing' (entries: main, count, next)
 // FILE: courier-run: error: cannot read '{{.*}}.nonexistent': {{.*}}
 // OPT: courier-run: error: -O7: the optimisation level is 0 to 3
 // PIPELINE: courier-run: error: invalid extra pass pipeline 'no-such-pass': {{.*}}does not refer to a registered pass

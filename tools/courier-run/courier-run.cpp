@@ -91,8 +91,8 @@ std::string oneLine(llvm::Error error) {
 /// Parses the --arg values for `entry`, calls it, prints its results; returns the exit code.
 int runOnce(const Module &module) {
   const EntrySignature *entry = module.findEntry(entryName);
-  if (!entry)
-    return fail("'" + inputFile + "' has no entry '" + entryName + "'");
+  if (!entry) // invoke explains why: no such function, or one it cannot call.
+    return fail(oneLine(module.invoke(entryName, {}).takeError()));
   if (args.size() != entry->inputs.size())
     return fail(llvm::formatv("entry '{0}' takes {1} inputs, {2} --arg given", entryName,
                               entry->inputs.size(), args.size()));
