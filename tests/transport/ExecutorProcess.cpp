@@ -131,6 +131,11 @@ int ExecutorProcess::stop(int signal) {
   return !forced && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
+void ExecutorProcess::signal(int signal) {
+  if (pid > 0)
+    ::kill(pid, signal);
+}
+
 void ExecutorProcess::kill() {
   if (pid <= 0)
     return;

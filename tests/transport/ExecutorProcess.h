@@ -30,6 +30,8 @@ public:
   /// Sends `signal` (SIGTERM, SIGINT) and waits up to 10 s for the process to exit; returns
   /// its exit code, or -1 if it had to be killed or died of a signal.
   int stop(int signal);
+  /// Sends `signal` without waiting (SIGSTOP, SIGCONT to freeze and thaw it).
+  void signal(int signal);
   /// The current /metrics text.
   std::string metrics() const;
   /// The value of an unlabelled metric, or -1 if absent.

@@ -13,6 +13,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <csignal>
 #include <cstring>
 #include <mutex>
 #include <numeric>
@@ -367,6 +368,30 @@ TEST_CASE("an executor killed mid-run fails the caller within its timeout", "[ht
   std::string refused =
       errorOf(backend->launch(session, scale, kScale, {view(big, {4})}, {{1, 8}}));
   CHECK_THAT(refused, Catch::Contains("cannot connect"));
+}
+
+TEST_CASE("a frozen executor fails the caller after the request timeout", "[http]") {
+  Fixture f;
+  BackendOptions options;
+  options.requestTimeout = std::chrono::seconds(1);
+  std::unique_ptr<Backend> backend = connect(f.executor, options);
+  std::string session = require(backend->openSession());
+  ObjectBlob scale = loadObject(COURIER_KERNEL_SCALE);
+  std::vector<double> x = {1};
+  require(backend->launch(session, scale, kScale, {view(x, {1})}, {{1, 8}}));
+
+  f.executor.signal(SIGSTOP);
+  auto started = std::chrono::steady_clock::now();
+  std::string error = errorOf(backend->launch(session, scale, kScale, {view(x, {1})}, {{1, 8}}));
+  auto waited = std::chrono::steady_clock::now() - started;
+  f.executor.signal(SIGCONT);
+  CHECK_THAT(error, Catch::Contains("launching '_catalyst_pyface_scale' on " +
+                                    f.executor.address() + ": connection lost or no reply"));
+  CHECK(waited >= std::chrono::milliseconds(900));
+  CHECK(waited < std::chrono::seconds(5));
+  // Thawed, it serves again.
+  auto r = require(backend->launch(session, scale, kScale, {view(x, {1})}, {{1, 8}}));
+  CHECK(valuesOf<double>(r[0]) == std::vector<double>{2});
 }
 
 TEST_CASE("after an executor restarts, the next launch re-creates the session and re-ships",
