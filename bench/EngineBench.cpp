@@ -58,7 +58,8 @@ void writeFile(const std::string &path, llvm::StringRef text) {
 }
 
 /// Runs a command to completion (output discarded) and returns its wall time in ms.
-double timeCommand(llvm::ArrayRef<llvm::StringRef> argv, std::optional<llvm::StringRef> stdinFile = {}) {
+double timeCommand(llvm::ArrayRef<llvm::StringRef> argv,
+                   std::optional<llvm::StringRef> stdinFile = {}) {
   std::optional<llvm::StringRef> redirects[] = {stdinFile ? stdinFile : llvm::StringRef(""),
                                                 llvm::StringRef(""), llvm::StringRef("")};
   auto start = Clock::now();
@@ -96,18 +97,20 @@ void coldCompile(const Paths &paths) {
                      "/usr/lib/llvm-22/lib/libmlir_runner_utils.so";
   std::vector<double> courier, runner;
   for (int i = 0; i < 11; ++i) {
-    courier.push_back(timeCommand({courierRun, sample, "--arg", "[1,2,3,4]", "--arg",
-                                   "[1,1,1,1]", "--no-disk-cache"}));
+    courier.push_back(timeCommand(
+        {courierRun, sample, "--arg", "[1,2,3,4]", "--arg", "[1,1,1,1]", "--no-disk-cache"}));
     // mlir-runner takes LLVM-dialect input: the lowering is part of its compile.
     double opt = timeCommand({mlirOpt, runnerInput, pipeline, "-o", lowered});
-    double run = timeCommand({mlirRunner, lowered, "-e", "driver", "-entry-point-result=void", libs});
+    double run =
+        timeCommand({mlirRunner, lowered, "-e", "driver", "-entry-point-result=void", libs});
     runner.push_back(opt + run);
   }
   double c = median(courier), r = median(runner);
-  llvm::outs() << llvm::formatv("courier-run (parse, passes, link, run)   {0,8:f2} ms\n"
-                                "mlir-opt + mlir-runner                   {1,8:f2} ms\n"
-                                "ratio courier / mlir-runner              {2,8:f2}  (target <= 1.0)\n\n",
-                                c, r, c / r);
+  llvm::outs() << llvm::formatv(
+      "courier-run (parse, passes, link, run)   {0,8:f2} ms\n"
+      "mlir-opt + mlir-runner                   {1,8:f2} ms\n"
+      "ratio courier / mlir-runner              {2,8:f2}  (target <= 1.0)\n\n",
+      c, r, c / r);
 }
 
 void caches(const Paths &paths) {
@@ -160,7 +163,8 @@ void invokeOverhead(const Paths &paths) {
   EngineOptions options;
   options.cacheDir = paths.temp + "/cache";
   Engine engine(options);
-  auto dispatched = engine.compile(readFile(paths.source + "/samples/02-local-kernel/app.mlir"), "app");
+  auto dispatched =
+      engine.compile(readFile(paths.source + "/samples/02-local-kernel/app.mlir"), "app");
   // The same kernel as a host-only function, called through its C interface.
   auto direct = engine.compile(R"mlir(
     func.func public @scale(%x: tensor<4xf64>) -> tensor<4xf64> {
@@ -256,7 +260,8 @@ void reload(const Paths &paths) {
   }
   llvm::outs() << llvm::formatv("save -> first call answered by the new version: median "
                                 "{0:f1} ms, max {1:f1} ms  (target <= 500 ms; debounce 50 ms)\n",
-                                median(latencies), *std::max_element(latencies.begin(), latencies.end()));
+                                median(latencies),
+                                *std::max_element(latencies.begin(), latencies.end()));
 
   // 100 reloads while 4 threads call continuously.
   std::atomic<bool> stop{false};

@@ -41,8 +41,7 @@ int32_t __catalyst__executor__launch(int64_t session, const char *entry, const c
 
 /// Starts `entry` (no arguments, no results) without waiting. Returns a token for
 /// __catalyst__executor__await, or 0 on failure.
-int64_t __catalyst__executor__launch_async(int64_t session, const char *entry,
-                                           const char *object);
+int64_t __catalyst__executor__launch_async(int64_t session, const char *entry, const char *object);
 
 /// Waits for the launch behind `token` to finish. Returns 0 on success. A token is awaited
 /// at most once.

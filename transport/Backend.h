@@ -80,7 +80,7 @@ struct Health {
 struct BackendOptions {
   std::chrono::milliseconds connectTimeout{2000};
   std::chrono::milliseconds requestTimeout{60000};
-  std::string bearerToken; ///< Sent as "Authorization: Bearer <token>" when non-empty.
+  std::string bearerToken;          ///< Sent as "Authorization: Bearer <token>" when non-empty.
   std::vector<std::string> plugins; ///< Shared libraries the local executor loads for `call`.
 };
 
