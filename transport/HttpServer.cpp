@@ -33,7 +33,8 @@
 #include <thread>
 #include <unordered_map>
 
-using json = nlohmann::json;
+// Ordered, so replies list their keys in the order docs/protocol.md shows them.
+using json = nlohmann::ordered_json;
 
 namespace courier::transport {
 

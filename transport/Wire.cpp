@@ -14,6 +14,9 @@
 #include <cstring>
 
 using json = nlohmann::json;
+// Encoders keep keys in the documented order, so a frame's first line reads like
+// docs/protocol.md; decoders do not care about order.
+using ordered = nlohmann::ordered_json;
 
 namespace courier::transport::wire {
 
@@ -33,9 +36,9 @@ int statusForCode(llvm::StringRef code) {
 }
 
 std::string errorBody(llvm::StringRef code, llvm::StringRef message) {
-  json body = {{"error", {{"code", code.str()}, {"message", message.str()}}}};
+  ordered body = {{"error", {{"code", code.str()}, {"message", message.str()}}}};
   // Replace rather than throw on invalid UTF-8: messages may quote arbitrary symbol names.
-  return body.dump(-1, ' ', false, json::error_handler_t::replace);
+  return body.dump(-1, ' ', false, ordered::error_handler_t::replace);
 }
 
 void *allocateTensorBuffer(uint64_t bytes) {
@@ -105,8 +108,8 @@ std::vector<TensorHeader> describePacked(llvm::ArrayRef<TensorView> tensors) {
   return headers;
 }
 
-static json tensorsToJson(const std::vector<TensorHeader> &tensors) {
-  json list = json::array();
+static ordered tensorsToJson(const std::vector<TensorHeader> &tensors) {
+  ordered list = ordered::array();
   for (const TensorHeader &t : tensors)
     list.push_back(
         {{"elemSize", t.elemSize}, {"sizes", t.sizes}, {"offset", t.offset}, {"bytes", t.bytes}});
@@ -114,18 +117,18 @@ static json tensorsToJson(const std::vector<TensorHeader> &tensors) {
 }
 
 std::string encodeLaunchRequest(const LaunchRequest &request) {
-  json results = json::array();
+  ordered results = ordered::array();
   for (const ResultSpec &r : request.results)
     results.push_back({{"rank", r.rank}, {"elemSize", r.elemSize}});
-  json header = {{"object", request.object},
-                 {"entry", request.entry},
-                 {"inputs", tensorsToJson(request.inputs)},
-                 {"results", results}};
-  return header.dump(-1, ' ', false, json::error_handler_t::replace);
+  ordered header = {{"object", request.object},
+                    {"entry", request.entry},
+                    {"inputs", tensorsToJson(request.inputs)},
+                    {"results", results}};
+  return header.dump(-1, ' ', false, ordered::error_handler_t::replace);
 }
 
 std::string encodeLaunchReply(const LaunchReply &reply) {
-  json header = {{"results", tensorsToJson(reply.results)}};
+  ordered header = {{"results", tensorsToJson(reply.results)}};
   return header.dump();
 }
 
