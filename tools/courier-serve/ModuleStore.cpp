@@ -81,7 +81,11 @@ llvm::Error compileFailure(llvm::Error error) {
           }
       },
       [&](const llvm::ErrorInfoBase &e) { message = e.message(); });
-  return makeServeError("compile_failed", message, std::move(diagnostics));
+  // Loading runs the module's setup, which opens its executor sessions: an executor that
+  // cannot be reached is not the source's fault.
+  llvm::StringRef code = llvm::StringRef(message).contains("[unavailable]") ? "executor_unavailable"
+                                                                            : "compile_failed";
+  return makeServeError(code, message, std::move(diagnostics));
 }
 
 } // namespace

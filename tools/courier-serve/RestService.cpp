@@ -124,7 +124,8 @@ std::string dump(const json::Value &value) {
 
 void sendJson(httplib::Response &res, int status, json::Value body) {
   res.status = status;
-  res.set_content(dump(body), wire::kJsonContentType);
+  // The newline keeps consecutive curl outputs on lines of their own.
+  res.set_content(dump(body) + "\n", wire::kJsonContentType);
 }
 
 json::Value diagnosticJson(const Diagnostic &d) {

@@ -1,0 +1,786 @@
+// courier-serve against real processes: every endpoint, every refusal, concurrent clients,
+// reloads under load, and watch mode.
+#include "tests/serve/ServeProcess.h"
+#include "tests/transport/ExecutorProcess.h"
+#include "tools/courier-serve/ModuleStore.h"
+
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iomanip>
+#include <map>
+#include <regex>
+#include <sstream>
+#include <sys/wait.h>
+#include <thread>
+
+using json = nlohmann::json;
+using courier::testing::ExecutorProcess;
+using courier::testing::ServeConfig;
+using courier::testing::ServeProcess;
+
+namespace {
+
+/// A program whose kernel, dispatched to the in-process executor, computes x * factor + offset.
+std::string kernelModule(double factor, double offset) {
+  std::ostringstream text;
+  text << std::fixed << std::setprecision(1);
+  text << "module @app {\n"
+          "  func.func public @main(%x: tensor<4xf64>) -> tensor<4xf64> {\n"
+          "    %y = catalyst.launch_kernel @dev::@affine(%x) : (tensor<4xf64>) -> tensor<4xf64>\n"
+          "    return %y : tensor<4xf64>\n"
+          "  }\n"
+          "  module @dev attributes {catalyst.target = {}, catalyst.dispatch = {address = "
+          "\"local\"}} {\n"
+          "    func.func public @affine(%x: tensor<4xf64>) -> tensor<4xf64> {\n"
+          "      %f = arith.constant dense<"
+       << factor
+       << "> : tensor<4xf64>\n"
+          "      %o = arith.constant dense<"
+       << offset
+       << "> : tensor<4xf64>\n"
+          "      %m = arith.mulf %x, %f : tensor<4xf64>\n"
+          "      %r = arith.addf %m, %o : tensor<4xf64>\n"
+          "      return %r : tensor<4xf64>\n"
+          "    }\n"
+          "  }\n"
+          "}\n";
+  return text.str();
+}
+
+const std::string kVersionA = kernelModule(2.0, 1.0);  // [1,2,3,4] -> [3,5,7,9]
+const std::string kVersionB = kernelModule(10.0, 0.0); // [1,2,3,4] -> [10,20,30,40]
+const std::vector<double> kResultA = {3, 5, 7, 9};
+const std::vector<double> kResultB = {10, 20, 30, 40};
+
+/// Host-only: the error is on line 3, column 10 (`%bad` uses an undefined value).
+const std::string kBroken = "module {\n"
+                            "  func.func public @main(%x: tensor<4xf64>) -> tensor<4xf64> {\n"
+                            "    return %bad : tensor<4xf64>\n"
+                            "  }\n"
+                            "}\n";
+
+const std::string kHostOnly = "module {\n"
+                              "  func.func public @twice(%x: tensor<?xf32>) -> tensor<?xf32> {\n"
+                              "    %y = arith.addf %x, %x : tensor<?xf32>\n"
+                              "    return %y : tensor<?xf32>\n"
+                              "  }\n"
+                              "}\n";
+
+struct Reply {
+  int status = 0;
+  json body;
+  std::string raw;
+  httplib::Headers headers;
+};
+
+Reply toReply(const httplib::Result &res) {
+  REQUIRE(res);
+  Reply reply{res->status, json(), res->body, res->headers};
+  reply.body = json::parse(res->body, nullptr, /*allow_exceptions=*/false);
+  return reply;
+}
+
+Reply post(httplib::Client &http, const std::string &path, const std::string &body,
+           const std::string &type = "application/json") {
+  return toReply(http.Post(path.c_str(), body, type.c_str()));
+}
+
+Reply put(httplib::Client &http, const std::string &path, const std::string &body,
+          const std::string &type = "application/json") {
+  return toReply(http.Put(path.c_str(), body, type.c_str()));
+}
+
+Reply get(httplib::Client &http, const std::string &path) {
+  return toReply(http.Get(path.c_str()));
+}
+
+std::string createBody(const std::string &name, const std::string &mlir,
+                       json options = json::object()) {
+  json body = {{"name", name}, {"mlir", mlir}};
+  if (!options.empty())
+    body["options"] = options;
+  return body.dump();
+}
+
+const std::string kInvokeBody = R"({"inputs": [[1, 2, 3, 4]]})";
+
+std::vector<double> outputData(const Reply &reply) {
+  return reply.body.at("outputs").at(0).at("data").get<std::vector<double>>();
+}
+
+std::string errorCode(const Reply &reply) {
+  if (!reply.body.is_object() || !reply.body.contains("error"))
+    return "<no JSON error in: " + reply.raw + ">";
+  return reply.body["error"].value("code", "<no code>");
+}
+
+void requireCreated(httplib::Client &http, const std::string &name, const std::string &mlir) {
+  Reply created = post(http, "/v1/modules", createBody(name, mlir));
+  INFO(created.raw);
+  REQUIRE(created.status == 201);
+}
+
+/// A raw-bytes frame: one line of JSON, a newline, the f64 values packed.
+std::string frame(const json &header, const std::vector<double> &values) {
+  std::string body = header.dump() + "\n";
+  body.append(reinterpret_cast<const char *>(values.data()), values.size() * sizeof(double));
+  return body;
+}
+
+} // namespace
+
+TEST_CASE("a fresh server is healthy, ready, and exposes metrics", "[serve]") {
+  ServeProcess serve;
+  auto http = serve.client();
+  Reply health = get(*http, "/v1/health");
+  CHECK(health.status == 200);
+  CHECK(health.body["status"] == "ok");
+  CHECK(health.body["modules"] == 0);
+  // Without --watch there is nothing to load, so readiness follows shortly after start.
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  Reply ready = get(*http, "/v1/ready");
+  while (ready.status != 200 && std::chrono::steady_clock::now() < deadline)
+    ready = get(*http, "/v1/ready");
+  CHECK(ready.status == 200);
+
+  httplib::Result metrics = http->Get("/metrics");
+  REQUIRE(metrics);
+  CHECK(metrics->status == 200);
+  CHECK(metrics->body.find("courier_serve_modules 0") != std::string::npos);
+  CHECK(metrics->body.find("courier_serve_request_duration_seconds_bucket{le=\"0.0001\"}") !=
+        std::string::npos);
+  CHECK(serve.metric("courier_serve_requests_total{route=\"GET /v1/health\",status=\"200\"}") >= 1);
+}
+
+TEST_CASE("a module is created, listed, described, invoked and deleted", "[serve]") {
+  ServeProcess serve;
+  auto http = serve.client();
+  Reply created = post(*http, "/v1/modules", createBody("scale", kVersionA, {{"optLevel", 1}}));
+  INFO(created.raw);
+  REQUIRE(created.status == 201);
+  CHECK(created.body["name"] == "scale");
+  CHECK(created.body["version"] == 1);
+  CHECK(created.body["options"]["optLevel"] == 1);
+  REQUIRE(created.body["entries"].size() == 1);
+  const json &entry = created.body["entries"][0];
+  CHECK(entry["name"] == "main");
+  CHECK(entry["inputs"][0] == json({{"dtype", "f64"}, {"shape", {4}}, {"type", "tensor<4xf64>"}}));
+  CHECK(entry["outputs"][0]["type"] == "tensor<4xf64>");
+
+  Reply listed = get(*http, "/v1/modules");
+  REQUIRE(listed.status == 200);
+  REQUIRE(listed.body["modules"].size() == 1);
+  CHECK(listed.body["modules"][0]["name"] == "scale");
+
+  Reply invoked = post(*http, "/v1/modules/scale/invoke/main", kInvokeBody);
+  INFO(invoked.raw);
+  REQUIRE(invoked.status == 200);
+  CHECK(outputData(invoked) == kResultA);
+  CHECK(invoked.body["version"] == 1);
+  CHECK(invoked.body["outputs"][0]["dtype"] == "f64");
+
+  // The explicit tensor form works as well as nested arrays.
+  Reply explicitForm =
+      post(*http, "/v1/modules/scale/invoke/main",
+           R"({"inputs": [{"dtype": "f64", "shape": [4], "data": [0, 0, 0, 0]}]})");
+  REQUIRE(explicitForm.status == 200);
+  CHECK(outputData(explicitForm) == std::vector<double>{1, 1, 1, 1});
+
+  Reply described = get(*http, "/v1/modules/scale");
+  REQUIRE(described.status == 200);
+  CHECK(described.body["calls"] == 2);
+  CHECK(described.body["failedCalls"] == 0);
+  CHECK(described.body["compileMs"].get<double>() > 0);
+  CHECK(described.body["origin"] == "api");
+  CHECK(described.body["lastError"].is_null());
+  CHECK(described.body["sha256"].get<std::string>().size() == 64);
+
+  httplib::Result deleted = http->Delete("/v1/modules/scale");
+  REQUIRE(deleted);
+  CHECK(deleted->status == 204);
+  CHECK(get(*http, "/v1/modules/scale").status == 404);
+  CHECK(get(*http, "/v1/modules").body["modules"].empty());
+  Reply gone = post(*http, "/v1/modules/scale/invoke/main", kInvokeBody);
+  CHECK(gone.status == 404);
+  CHECK(errorCode(gone) == "unknown_module");
+  CHECK(serve.metric("courier_serve_invokes_total") == 2);
+}
+
+TEST_CASE("a compile error is 422 with each diagnostic's file, line and column", "[serve]") {
+  ServeProcess serve;
+  auto http = serve.client();
+  Reply failed = post(*http, "/v1/modules", createBody("broken", kBroken));
+  INFO(failed.raw);
+  REQUIRE(failed.status == 422);
+  CHECK(errorCode(failed) == "compile_failed");
+  const json &diagnostics = failed.body["error"]["diagnostics"];
+  REQUIRE(diagnostics.is_array());
+  REQUIRE(!diagnostics.empty());
+  const json &first = diagnostics[0];
+  CHECK(first["file"] == "broken");
+  CHECK(first["line"] == 3);
+  CHECK(first["column"] == 12);
+  CHECK(first["severity"] == "error");
+  CHECK(first["message"].get<std::string>().find("undeclared") != std::string::npos);
+  CHECK(failed.body["error"]["message"].get<std::string>().find("broken:3:12") !=
+        std::string::npos);
+  // Nothing was created.
+  CHECK(get(*http, "/v1/modules/broken").status == 404);
+  CHECK(serve.metric("courier_serve_compile_failures_total") == 1);
+}
+
+TEST_CASE("a second POST of a name is 409; PUT replaces the module and bumps its version",
+          "[serve]") {
+  ServeProcess serve;
+  auto http = serve.client();
+  requireCreated(*http, "scale", kVersionA);
+  Reply duplicate = post(*http, "/v1/modules", createBody("scale", kVersionB));
+  CHECK(duplicate.status == 409);
+  CHECK(errorCode(duplicate) == "module_exists");
+  CHECK(outputData(post(*http, "/v1/modules/scale/invoke/main", kInvokeBody)) == kResultA);
+
+  Reply replaced = put(*http, "/v1/modules/scale", json({{"mlir", kVersionB}}).dump());
+  INFO(replaced.raw);
+  REQUIRE(replaced.status == 200);
+  CHECK(replaced.body["version"] == 2);
+  CHECK(replaced.body["reloads"] == 1);
+  Reply invoked = post(*http, "/v1/modules/scale/invoke/main", kInvokeBody);
+  CHECK(outputData(invoked) == kResultB);
+  CHECK(invoked.body["version"] == 2);
+
+  // Plain MLIR text replaces too; new options get a new engine and versions keep counting.
+  Reply text = put(*http, "/v1/modules/scale", kVersionA, "text/plain");
+  REQUIRE(text.status == 200);
+  CHECK(text.body["version"] == 3);
+  Reply optioned = put(*http, "/v1/modules/scale",
+                       json({{"mlir", kVersionB}, {"options", {{"optLevel", 0}}}}).dump());
+  REQUIRE(optioned.status == 200);
+  CHECK(optioned.body["version"] == 4);
+  CHECK(optioned.body["options"]["optLevel"] == 0);
+  CHECK(outputData(post(*http, "/v1/modules/scale/invoke/main", kInvokeBody)) == kResultB);
+
+  // PUT of a new name creates it.
+  Reply fresh = put(*http, "/v1/modules/other", json({{"mlir", kHostOnly}}).dump());
+  CHECK(fresh.status == 201);
+  CHECK(fresh.body["version"] == 1);
+  CHECK(serve.metric("courier_serve_reloads_total{outcome=\"ok\"}") == 3);
+}
+
+TEST_CASE("a failed reload is 422 with diagnostics and the old version keeps serving", "[serve]") {
+  ServeProcess serve;
+  auto http = serve.client();
+  requireCreated(*http, "scale", kVersionA);
+  Reply failed = put(*http, "/v1/modules/scale", json({{"mlir", kBroken}}).dump());
+  INFO(failed.raw);
+  REQUIRE(failed.status == 422);
+  CHECK(errorCode(failed) == "compile_failed");
+  CHECK(failed.body["error"]["diagnostics"][0]["line"] == 3);
+  Reply invoked = post(*http, "/v1/modules/scale/invoke/main", kInvokeBody);
+  REQUIRE(invoked.status == 200);
+  CHECK(outputData(invoked) == kResultA);
+  CHECK(invoked.body["version"] == 1);
+  Reply described = get(*http, "/v1/modules/scale");
+  CHECK(described.body["version"] == 1);
+  CHECK(described.body["failedReloads"] == 1);
+  CHECK(described.body["lastError"]["code"] == "compile_failed");
+  CHECK(serve.metric("courier_serve_reloads_total{outcome=\"failed\"}") == 1);
+}
+
+TEST_CASE("malformed requests are 400 and unknown names 404, each with a JSON error", "[serve]") {
+  ServeProcess serve;
+  auto http = serve.client();
+  requireCreated(*http, "scale", kVersionA);
+  requireCreated(*http, "twice", kHostOnly);
+
+  struct Case {
+    const char *what;
+    std::function<Reply()> send;
+    int status;
+    const char *code;
+    const char *mentions;
+  };
+  std::vector<Case> cases = {
+      {"body that is not JSON", [&] { return post(*http, "/v1/modules", "{not json"); }, 400,
+       "bad_request", "not JSON"},
+      {"body that is a JSON array", [&] { return post(*http, "/v1/modules", "[1]"); }, 400,
+       "bad_request", "object"},
+      {"create without mlir", [&] { return post(*http, "/v1/modules", R"({"name": "x"})"); }, 400,
+       "bad_request", "mlir"},
+      {"create without name",
+       [&] { return post(*http, "/v1/modules", R"({"mlir": "module {}"})"); }, 400, "bad_request",
+       "name"},
+      {"a name with a slash",
+       [&] { return post(*http, "/v1/modules", createBody("a/b", kHostOnly)); }, 400, "bad_request",
+       "module name"},
+      {"an unknown option",
+       [&] {
+         return post(*http, "/v1/modules", createBody("x", kHostOnly, {{"opt", 1}}));
+       },
+       400, "bad_request", "unknown option 'opt'"},
+      {"an optLevel out of range",
+       [&] {
+         return post(*http, "/v1/modules", createBody("x", kHostOnly, {{"optLevel", 7}}));
+       },
+       400, "bad_request", "optLevel"},
+      {"an executor that is no address",
+       [&] {
+         return post(*http, "/v1/modules", createBody("x", kHostOnly, {{"executor", "nowhere"}}));
+       },
+       400, "bad_request", "executor"},
+      {"PUT whose body names another module",
+       [&] {
+         return put(*http, "/v1/modules/scale", json({{"name", "y"}, {"mlir", kVersionA}}).dump());
+       },
+       400, "bad_request", "the body names module 'y'"},
+      {"invoke with a body that is not JSON",
+       [&] { return post(*http, "/v1/modules/scale/invoke/main", "[[1,2"); }, 400, "bad_request",
+       "not JSON"},
+      {"invoke without inputs",
+       [&] { return post(*http, "/v1/modules/scale/invoke/main", R"({"in": []})"); }, 400,
+       "bad_request", "inputs"},
+      {"invoke with too many inputs",
+       [&] { return post(*http, "/v1/modules/scale/invoke/main", R"({"inputs": [[1], [2]]})"); },
+       400, "invalid_input", "takes 1 inputs, got 2"},
+      {"invoke with the wrong dtype",
+       [&] {
+         return post(*http, "/v1/modules/scale/invoke/main",
+                     R"({"inputs": [{"dtype": "i32", "data": [1, 2, 3, 4]}]})");
+       },
+       400, "invalid_input", "must be f64, got i32"},
+      {"invoke with the wrong shape",
+       [&] { return post(*http, "/v1/modules/scale/invoke/main", R"({"inputs": [[1, 2, 3]]})"); },
+       400, "invalid_input", "got dimension 0 of size 3"},
+      {"invoke with the wrong rank",
+       [&] {
+         return post(*http, "/v1/modules/scale/invoke/main", R"({"inputs": [[[1, 2], [3, 4]]]})");
+       },
+       400, "invalid_input", "must have rank 1, got rank 2"},
+      {"invoke with a ragged array",
+       [&] {
+         return post(*http, "/v1/modules/twice/invoke/twice", R"({"inputs": [[[1, 2], [3]]]})");
+       },
+       400, "invalid_input", "ragged"},
+      {"invoke with an unknown dtype",
+       [&] {
+         return post(*http, "/v1/modules/scale/invoke/main",
+                     R"({"inputs": [{"dtype": "q8", "data": [1, 2, 3, 4]}]})");
+       },
+       400, "invalid_input", "unknown dtype 'q8'"},
+      {"an unknown module", [&] { return get(*http, "/v1/modules/nothing"); }, 404,
+       "unknown_module", "nothing"},
+      {"invoke of an unknown module",
+       [&] { return post(*http, "/v1/modules/nothing/invoke/main", kInvokeBody); }, 404,
+       "unknown_module", "nothing"},
+      {"invoke of an unknown entry",
+       [&] { return post(*http, "/v1/modules/scale/invoke/nope", kInvokeBody); }, 404,
+       "unknown_entry", "entries: main"},
+      {"PUT of an unknown module that does not compile",
+       [&] {
+         return put(*http, "/v1/modules/fresh", json({{"mlir", kBroken}}).dump());
+       },
+       422, "compile_failed", "fresh:3:12"},
+      {"DELETE of an unknown module", [&] { return toReply(http->Delete("/v1/modules/nothing")); },
+       404, "unknown_module", "nothing"},
+      {"an unknown route", [&] { return get(*http, "/v2/modules"); }, 404, "not_found", "no route"},
+  };
+  for (const Case &c : cases) {
+    INFO(c.what);
+    Reply reply = c.send();
+    INFO(reply.raw);
+    CHECK(reply.status == c.status);
+    CHECK(errorCode(reply) == c.code);
+    CHECK(reply.body["error"]["message"].get<std::string>().find(c.mentions) != std::string::npos);
+  }
+  // Nothing above disturbed the modules.
+  CHECK(outputData(post(*http, "/v1/modules/scale/invoke/main", kInvokeBody)) == kResultA);
+  Reply described = get(*http, "/v1/modules/scale");
+  CHECK(described.body["failedCalls"].get<int>() >= 6);
+  CHECK(described.body["lastError"]["code"] == "invalid_input");
+}
+
+TEST_CASE("raw-bytes frames carry inputs and outputs beside a JSON header", "[serve]") {
+  ServeProcess serve;
+  auto http = serve.client();
+  requireCreated(*http, "scale", kVersionA);
+  requireCreated(*http, "twice", kHostOnly);
+  const std::string type = "application/x-courier-frame";
+
+  httplib::Result res = http->Post(
+      "/v1/modules/scale/invoke/main",
+      frame({{"inputs", {{{"dtype", "f64"}, {"shape", {4}}}}}}, {1, 2, 3, 4}), type.c_str());
+  REQUIRE(res);
+  INFO(res->body);
+  REQUIRE(res->status == 200);
+  CHECK(res->get_header_value("Content-Type") == type);
+  size_t newline = res->body.find('\n');
+  REQUIRE(newline != std::string::npos);
+  json header = json::parse(res->body.substr(0, newline));
+  CHECK(header["version"] == 1);
+  CHECK(header["outputs"][0] ==
+        json({{"dtype", "f64"}, {"shape", {4}}, {"offset", 0}, {"bytes", 32}}));
+  REQUIRE(res->body.size() == newline + 1 + 32);
+  std::vector<double> values(4);
+  std::memcpy(values.data(), res->body.data() + newline + 1, 32);
+  CHECK(values == kResultA);
+
+  // A dynamic shape takes its size from the header.
+  std::vector<float> floats(1000, 1.5f);
+  std::string body = json({{"inputs", {{{"dtype", "f32"}, {"shape", {1000}}}}}}).dump() + "\n";
+  body.append(reinterpret_cast<const char *>(floats.data()), floats.size() * sizeof(float));
+  res = http->Post("/v1/modules/twice/invoke/twice", body, type.c_str());
+  REQUIRE(res);
+  REQUIRE(res->status == 200);
+  newline = res->body.find('\n');
+  REQUIRE(res->body.size() == newline + 1 + 4000);
+  float last;
+  std::memcpy(&last, res->body.data() + res->body.size() - 4, 4);
+  CHECK(last == 3.0f);
+
+  struct Bad {
+    const char *what;
+    std::string body;
+    int status;
+    const char *mentions;
+  };
+  std::vector<Bad> bads = {
+      {"a header that is not JSON", "{oops\n", 400, "not JSON"},
+      {"no newline after the header", R"({"inputs": []})", 400, "newline"},
+      {"fewer bytes than declared",
+       json({{"inputs", {{{"dtype", "f64"}, {"shape", {4}}}}}}).dump() + "\n" + std::string(8, 0),
+       400, "declares 32 bytes"},
+      {"more bytes than declared",
+       json({{"inputs", {{{"dtype", "f64"}, {"shape", {4}}}}}}).dump() + "\n" + std::string(40, 0),
+       400, "declares 32 bytes"},
+      {"a huge shape in a small body",
+       json({{"inputs", {{{"dtype", "f64"}, {"shape", {1 << 20, 1 << 20}}}}}}).dump() + "\n", 413,
+       "limit"},
+      {"a shape that overflows",
+       json({{"inputs", {{{"dtype", "f64"}, {"shape", {1 << 30, 1 << 30, 1 << 30}}}}}}).dump() +
+           "\n",
+       413, "overflows"},
+      {"a wrong shape", frame({{"inputs", {{{"dtype", "f64"}, {"shape", {2}}}}}}, {1, 2}), 400,
+       "got dimension 0 of size 2"},
+      {"an input without dtype", frame({{"inputs", {{{"shape", {4}}}}}}, {1, 2, 3, 4}), 400,
+       "dtype"},
+  };
+  for (const Bad &bad : bads) {
+    INFO(bad.what);
+    Reply reply = toReply(http->Post("/v1/modules/scale/invoke/main", bad.body, type.c_str()));
+    INFO(reply.raw);
+    CHECK(reply.status == bad.status);
+    CHECK(reply.body["error"]["message"].get<std::string>().find(bad.mentions) !=
+          std::string::npos);
+  }
+  // The connection is still in step after the refusals.
+  res = http->Post("/v1/modules/scale/invoke/main",
+                   frame({{"inputs", {{{"dtype", "f64"}, {"shape", {4}}}}}}, {0, 0, 0, 0}),
+                   type.c_str());
+  REQUIRE(res);
+  CHECK(res->status == 200);
+}
+
+TEST_CASE("a body over --max-body-bytes is 413, with or without Content-Length", "[serve]") {
+  ServeProcess serve({"", {"--max-body-bytes", "4096"}});
+  auto http = serve.client();
+  Reply tooLarge =
+      post(*http, "/v1/modules", createBody("big", kHostOnly + std::string(5000, ' ')));
+  CHECK(tooLarge.status == 413);
+  CHECK(errorCode(tooLarge) == "payload_too_large");
+
+  // A chunked body has no Content-Length for httplib to check; the server counts it.
+  std::string chunk(1024, ' ');
+  int sent = 0;
+  httplib::Result res = serve.client()->Post(
+      "/v1/modules",
+      [&](size_t, httplib::DataSink &sink) {
+        if (sent++ < 8)
+          sink.write(chunk.data(), chunk.size());
+        else
+          sink.done();
+        return true;
+      },
+      "application/json");
+  REQUIRE(res);
+  CHECK(res->status == 413);
+  CHECK(res->body.find("payload_too_large") != std::string::npos);
+
+  // Small requests still pass.
+  requireCreated(*http, "small", kHostOnly);
+}
+
+TEST_CASE("the module limit refuses one more with 507 until a module is deleted", "[serve]") {
+  ServeProcess serve({"", {"--max-modules", "2"}});
+  auto http = serve.client();
+  requireCreated(*http, "one", kHostOnly);
+  requireCreated(*http, "two", kVersionA);
+  Reply third = post(*http, "/v1/modules", createBody("three", kVersionB));
+  CHECK(third.status == 507);
+  CHECK(errorCode(third) == "too_many_modules");
+  CHECK(third.body["error"]["message"].get<std::string>().find("maximum of 2") !=
+        std::string::npos);
+  // Replacing an existing module is not a new one.
+  CHECK(put(*http, "/v1/modules/two", json({{"mlir", kVersionB}}).dump()).status == 200);
+  CHECK(put(*http, "/v1/modules/three", json({{"mlir", kVersionB}}).dump()).status == 507);
+  REQUIRE(http->Delete("/v1/modules/one")->status == 204);
+  requireCreated(*http, "three", kVersionB);
+}
+
+TEST_CASE("a compile over --compile-timeout-ms is 504 and its result is discarded", "[serve]") {
+  // No real compile (parse, passes, cross-compile, link) finishes in a millisecond.
+  ServeProcess serve({"", {"--compile-timeout-ms", "1"}});
+  auto http = serve.client();
+  Reply slow = post(*http, "/v1/modules", createBody("slow", kVersionA));
+  INFO(slow.raw);
+  CHECK(slow.status == 504);
+  CHECK(errorCode(slow) == "compile_timeout");
+  CHECK(slow.body["error"]["message"].get<std::string>().find("discarded") != std::string::npos);
+  CHECK(get(*http, "/v1/modules/slow").status == 404);
+  // The compile finishes in the background and is dropped, not installed.
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (serve.metric("courier_serve_compiles_discarded_total") < 1 &&
+         std::chrono::steady_clock::now() < deadline)
+    std::this_thread::yield();
+  CHECK(serve.metric("courier_serve_compiles_discarded_total") == 1);
+  CHECK(serve.metric("courier_serve_compile_timeouts_total") == 1);
+  CHECK(get(*http, "/v1/modules/slow").status == 404);
+  CHECK(get(*http, "/v1/modules").body["modules"].empty());
+}
+
+TEST_CASE("with a token every request needs it; without, non-loopback is refused", "[serve]") {
+  ServeProcess serve({"s3cret", {}});
+  httplib::Client anonymous("127.0.0.1", serve.port());
+  for (const char *path : {"/v1/health", "/v1/ready", "/metrics", "/v1/modules"}) {
+    INFO(path);
+    Reply reply = toReply(anonymous.Get(path));
+    CHECK(reply.status == 401);
+    CHECK(errorCode(reply) == "unauthorized");
+  }
+  Reply create =
+      toReply(anonymous.Post("/v1/modules", createBody("x", kHostOnly), "application/json"));
+  CHECK(create.status == 401);
+  httplib::Client wrong("127.0.0.1", serve.port());
+  wrong.set_bearer_token_auth("s3cre");
+  CHECK(toReply(wrong.Get("/v1/modules")).status == 401);
+
+  auto http = serve.client();
+  requireCreated(*http, "twice", kHostOnly);
+  Reply invoked = post(*http, "/v1/modules/twice/invoke/twice", R"({"inputs": [[1, 2]]})");
+  CHECK(invoked.status == 200);
+  CHECK(outputData(invoked) == std::vector<double>{2, 4});
+
+  auto [status, log] = courier::testing::runServeToExit({"--listen", "0.0.0.0:0"});
+  CHECK(status != 0);
+  CHECK(log.find("without a token") != std::string::npos);
+}
+
+TEST_CASE("an executor that cannot be reached is 502 with the executor client's message",
+          "[serve]") {
+  ServeProcess serve;
+  auto http = serve.client();
+  // Loading runs the module's setup, which opens its executor sessions. Port 1 on loopback
+  // refuses connections at once.
+  Reply refused =
+      post(*http, "/v1/modules", createBody("nowhere", kVersionA, {{"executor", "127.0.0.1:1"}}));
+  INFO(refused.raw);
+  CHECK(refused.status == 502);
+  CHECK(errorCode(refused) == "executor_unavailable");
+  CHECK(refused.body["error"]["message"].get<std::string>().find("127.0.0.1:1") !=
+        std::string::npos);
+
+  // An executor that goes away after the module loaded fails the call, not the server.
+  auto executor = std::make_unique<ExecutorProcess>();
+  Reply created = post(*http, "/v1/modules",
+                       createBody("remote", kVersionA, {{"executor", executor->address()}}));
+  INFO(created.raw);
+  REQUIRE(created.status == 201);
+  CHECK(created.body["options"]["executor"] == executor->address());
+  Reply invoked = post(*http, "/v1/modules/remote/invoke/main", kInvokeBody);
+  REQUIRE(invoked.status == 200);
+  CHECK(outputData(invoked) == kResultA);
+  std::string address = executor->address();
+  executor->kill();
+  Reply failed = post(*http, "/v1/modules/remote/invoke/main", kInvokeBody);
+  INFO(failed.raw);
+  CHECK(failed.status == 502);
+  CHECK(errorCode(failed) == "executor_unavailable");
+  CHECK(failed.body["error"]["message"].get<std::string>().find(address) != std::string::npos);
+  CHECK(get(*http, "/v1/health").status == 200);
+  CHECK(get(*http, "/v1/modules/remote").body["lastError"]["code"] == "executor_unavailable");
+}
+
+TEST_CASE("eight clients invoke at once and every call succeeds", "[serve]") {
+  ServeProcess serve;
+  requireCreated(*serve.client(), "scale", kVersionA);
+  constexpr int kThreads = 8, kCalls = 50;
+  std::atomic<int> failures{0}, wrong{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t)
+    threads.emplace_back([&, t] {
+      auto http = serve.client();
+      for (int i = 0; i < kCalls; ++i) {
+        double x = t * 100 + i;
+        json body = {{"inputs", {{x, x + 1, x + 2, x + 3}}}};
+        httplib::Result res =
+            http->Post("/v1/modules/scale/invoke/main", body.dump(), "application/json");
+        if (!res || res->status != 200) {
+          failures++;
+          continue;
+        }
+        auto data = json::parse(res->body)["outputs"][0]["data"].get<std::vector<double>>();
+        if (data != std::vector<double>{2 * x + 1, 2 * x + 3, 2 * x + 5, 2 * x + 7})
+          wrong++;
+      }
+    });
+  for (std::thread &thread : threads)
+    thread.join();
+  CHECK(failures == 0);
+  CHECK(wrong == 0);
+  CHECK(get(*serve.client(), "/v1/modules/scale").body["calls"] == kThreads * kCalls);
+}
+
+TEST_CASE("reloads under load drop no call and never mix versions", "[serve]") {
+  ServeProcess serve;
+  requireCreated(*serve.client(), "scale", kVersionA);
+  constexpr int kThreads = 8, kReloads = 10;
+  std::atomic<bool> done{false};
+  std::atomic<int> failures{0}, mixed{0}, fromA{0}, fromB{0};
+  std::mutex failureMutex;
+  std::string firstFailure;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t)
+    threads.emplace_back([&] {
+      auto http = serve.client();
+      while (!done) {
+        httplib::Result res =
+            http->Post("/v1/modules/scale/invoke/main", kInvokeBody, "application/json");
+        if (!res || res->status != 200) {
+          std::lock_guard<std::mutex> lock(failureMutex);
+          if (firstFailure.empty())
+            firstFailure = res ? res->body : httplib::to_string(res.error());
+          failures++;
+          continue;
+        }
+        json body = json::parse(res->body);
+        auto data = body["outputs"][0]["data"].get<std::vector<double>>();
+        int version = body["version"];
+        // Odd versions are A, even ones B: the reply's version must match its data.
+        if (data == kResultA && version % 2 == 1)
+          fromA++;
+        else if (data == kResultB && version % 2 == 0)
+          fromB++;
+        else
+          mixed++;
+      }
+    });
+  auto http = serve.client();
+  for (int i = 0; i < kReloads; ++i) {
+    const std::string &next = i % 2 == 0 ? kVersionB : kVersionA;
+    Reply replaced = put(*http, "/v1/modules/scale", json({{"mlir", next}}).dump());
+    INFO(replaced.raw);
+    REQUIRE(replaced.status == 200);
+    CHECK(replaced.body["version"] == i + 2);
+    // Let some calls land on each version before the next swap.
+    int seen = fromA + fromB;
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (fromA + fromB < seen + 20 && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::yield();
+  }
+  done = true;
+  for (std::thread &thread : threads)
+    thread.join();
+  INFO(firstFailure);
+  CHECK(failures == 0);
+  CHECK(mixed == 0);
+  CHECK(fromA > 0);
+  CHECK(fromB > 0);
+  CHECK(serve.metric("courier_serve_reloads_total{outcome=\"ok\"}") == kReloads);
+}
+
+TEST_CASE("watch mode loads a directory and reloads a module when its file changes", "[serve]") {
+  char pattern[] = "/tmp/courier-serve-watch-XXXXXX";
+  REQUIRE(mkdtemp(pattern));
+  std::string dir = pattern;
+  std::ofstream(dir + "/scale.mlir") << kVersionA;
+  std::ofstream(dir + "/twice.mlir") << kHostOnly;
+  std::ofstream(dir + "/notes.txt") << "not a module";
+  ServeProcess serve({"", {"--watch", dir}});
+  auto http = serve.client();
+
+  auto waitFor = [&](const std::function<bool()> &condition) {
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (!condition()) {
+      if (std::chrono::steady_clock::now() > deadline)
+        return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return true;
+  };
+  auto version = [&] {
+    Reply reply = get(*http, "/v1/modules/scale");
+    return reply.status == 200 ? reply.body["version"].get<int>() : 0;
+  };
+  REQUIRE(waitFor([&] { return get(*http, "/v1/ready").status == 200; }));
+  CHECK(version() == 1);
+  CHECK(get(*http, "/v1/modules").body["modules"].size() == 2);
+  CHECK(get(*http, "/v1/modules/scale").body["origin"] == dir + "/scale.mlir");
+  CHECK(outputData(post(*http, "/v1/modules/scale/invoke/main", kInvokeBody)) == kResultA);
+
+  // An edit in place.
+  std::ofstream(dir + "/scale.mlir") << kVersionB;
+  REQUIRE(waitFor([&] { return version() == 2; }));
+  CHECK(outputData(post(*http, "/v1/modules/scale/invoke/main", kInvokeBody)) == kResultB);
+  CHECK(serve.log().find("watch: reloaded 'scale'") != std::string::npos);
+
+  // A broken edit keeps version 2 serving and says so in the log.
+  std::ofstream(dir + "/scale.mlir") << kBroken;
+  REQUIRE(waitFor([&] { return serve.log().find("watch: loading 'scale'") != std::string::npos; }));
+  std::string log = serve.log();
+  CHECK(log.find("version 2 keeps serving") != std::string::npos);
+  CHECK(log.find(":3:12: error") != std::string::npos);
+  CHECK(version() == 2);
+  CHECK(outputData(post(*http, "/v1/modules/scale/invoke/main", kInvokeBody)) == kResultB);
+
+  // Saving by renaming a new file over the old one, as editors do.
+  std::ofstream(dir + "/scale.mlir.tmp") << kVersionA;
+  REQUIRE(std::rename((dir + "/scale.mlir.tmp").c_str(), (dir + "/scale.mlir").c_str()) == 0);
+  REQUIRE(waitFor([&] { return version() == 3; }));
+  CHECK(outputData(post(*http, "/v1/modules/scale/invoke/main", kInvokeBody)) == kResultA);
+
+  // A new file becomes a new module.
+  std::ofstream(dir + "/added.mlir") << kVersionB;
+  REQUIRE(waitFor([&] { return get(*http, "/v1/modules/added").status == 200; }));
+  CHECK(outputData(post(*http, "/v1/modules/added/invoke/main", kInvokeBody)) == kResultB);
+
+  std::error_code ignored;
+  std::filesystem::remove_all(dir, ignored);
+}
+
+TEST_CASE("SIGTERM stops the server cleanly", "[serve]") {
+  ServeProcess serve;
+  requireCreated(*serve.client(), "scale", kVersionA);
+  int status = serve.terminate();
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+}
+
+TEST_CASE("docs/rest.md lists the server's error codes with their statuses", "[serve]") {
+  std::ifstream in(COURIER_REST_DOC);
+  std::stringstream text;
+  text << in.rdbuf();
+  std::string doc = text.str();
+  std::map<std::string, int> documented;
+  std::regex row(R"(\|\s*`([a-z_]+)`\s*\|\s*(\d{3})\s*\|)");
+  for (auto it = std::sregex_iterator(doc.begin(), doc.end(), row); it != std::sregex_iterator();
+       ++it)
+    documented[(*it)[1]] = std::stoi((*it)[2]);
+  std::map<std::string, int> served;
+  for (const courier::serve::ErrorCodeInfo &info : courier::serve::kErrorCodes)
+    served[info.code] = info.status;
+  CHECK(documented == served);
+}
