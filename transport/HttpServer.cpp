@@ -110,7 +110,8 @@ struct Session {
   std::atomic<int64_t> lastUsed{0}; ///< Clock ticks; read by the idle reaper.
   std::mutex launchesMutex;
   uint64_t nextLaunch = 1;
-  /// Resolves to an empty string on success, the failure message otherwise.
+  /// Resolves to an empty string on success, the failure message otherwise. Declared after
+  /// `host` so that it is destroyed first: that waits for launches still running on it.
   std::map<uint64_t, std::shared_future<std::string>> launches;
 
   void touch() { lastUsed.store(Clock::now().time_since_epoch().count()); }
@@ -593,13 +594,16 @@ llvm::Error ExecutorServer::Impl::launchAsync(const httplib::Request &req, httpl
     return makeWireError("bad_request", "'object' must be a lowercase hex SHA-256");
   if (llvm::Error error = attach(**session, object))
     return error;
-  std::shared_ptr<Session> keep = *session;
+  Session &s = **session;
   Metrics *m = &metrics;
+  // The task borrows the host: the session owns the task's future, and destroying that
+  // future waits for the task (std::async), before `host` is destroyed. Capturing the
+  // session itself would make a cycle that keeps an unawaited session alive forever.
+  ObjectHost *host = s.host.get();
   std::shared_future<std::string> done =
-      std::async(std::launch::async, [keep, object, entry, m]() -> std::string {
+      std::async(std::launch::async, [host, object, entry, m]() -> std::string {
         auto started = Clock::now();
-        llvm::Expected<std::vector<OwnedTensor>> results =
-            keep->host->launch(object, entry, {}, {});
+        llvm::Expected<std::vector<OwnedTensor>> results = host->launch(object, entry, {}, {});
         m->launchSeconds.observe(std::chrono::duration<double>(Clock::now() - started).count());
         m->launches++;
         if (results)
@@ -613,9 +617,9 @@ llvm::Error ExecutorServer::Impl::launchAsync(const httplib::Request &req, httpl
       }).share();
   uint64_t id;
   {
-    std::lock_guard<std::mutex> lock(keep->launchesMutex);
-    id = keep->nextLaunch++;
-    keep->launches.emplace(id, std::move(done));
+    std::lock_guard<std::mutex> lock(s.launchesMutex);
+    id = s.nextLaunch++;
+    s.launches.emplace(id, std::move(done));
   }
   sendJson(res, 202, {{"launch", id}});
   return llvm::Error::success();

@@ -242,6 +242,17 @@ TEST_CASE("an async launch is awaited once", "[http]") {
   CHECK_THAT(errorOf(f.backend->await(f.session, bad)), Catch::Contains("[unknown_entry]"));
 }
 
+TEST_CASE("a session closes cleanly with async launches never awaited", "[http]") {
+  Fixture f;
+  ObjectBlob shapes = loadObject(COURIER_KERNEL_SHAPES);
+  requireOk(f.backend->shipObject(f.session, shapes));
+  for (int i = 0; i < 4; ++i)
+    require(f.backend->launchAsync(f.session, shapes, "_catalyst_pyface_noop"));
+  requireOk(f.backend->closeSession(f.session));
+  CHECK(f.executor.metric("courier_sessions") == 0);
+  CHECK(f.executor.metric("courier_launches_total") == 4);
+}
+
 TEST_CASE("eight threads launch a thousand times each on one session", "[http][stress]") {
   Fixture f;
   ObjectBlob scale = loadObject(COURIER_KERNEL_SCALE);
