@@ -2,6 +2,7 @@
 // SIGTERM. Prints "listening on HOST:PORT" once bound, so callers can pass port 0.
 #include "transport/HttpServer.h"
 
+#include "llvm/ADT/STLExtras.h"
 #include "llvm/Support/Error.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/raw_ostream.h"
@@ -46,6 +47,10 @@ static Expected<ExecutorServerOptions> parseArguments(int argc, char **argv) {
     }
     // Accept both "--flag value" and "--flag=value".
     StringRef name = arg.split('=').first;
+    if (!llvm::is_contained({"--listen", "--plugin", "--token-file", "--idle-timeout", "--threads",
+                             "--max-body-mib"},
+                            name))
+      return createStringError("unknown option '" + arg + "'\n" + kUsage);
     std::string value;
     if (arg.contains('=')) {
       value = arg.split('=').second.str();
@@ -74,8 +79,6 @@ static Expected<ExecutorServerOptions> parseArguments(int argc, char **argv) {
     } else if (name == "--max-body-mib") {
       if (Error e = number(maxBodyMiB))
         return std::move(e);
-    } else {
-      return createStringError("unknown option '" + arg + "'\n" + kUsage);
     }
   }
 
