@@ -670,6 +670,19 @@ llvm::Error RestService::Impl::invokeFrame(const Pinned &pinned, const EntrySign
                                          {"outputs", std::move(described)}});
   reply->writer = std::make_unique<wire::FrameWriter>(std::move(header), std::move(views));
   res.status = 200;
+  // A small reply goes out in one piece: a streamed one costs extra writes per request.
+  constexpr uint64_t kStreamAbove = 64 << 10;
+  if (reply->writer->size() <= kStreamAbove) {
+    std::string body;
+    body.reserve(reply->writer->size());
+    while (body.size() < reply->writer->size())
+      reply->writer->writeNext(body.size(), [&](const char *data, size_t size) {
+        body.append(data, size);
+        return true;
+      });
+    res.set_content(std::move(body), wire::kFrameContentType);
+    return llvm::Error::success();
+  }
   res.set_content_provider(reply->writer->size(), wire::kFrameContentType,
                            [reply](size_t offset, size_t, httplib::DataSink &sink) {
                              return reply->writer->writeNext(offset,
