@@ -6,7 +6,14 @@
 
 namespace courier::transport {
 
-/// Creates a client for the executor at `address` ("host:port").
+/// Creates a client for the executor at `address` ("host:port", "[v6]:port"). The client
+/// is thread-safe: it keeps a small pool of keep-alive connections, so several threads may
+/// launch on one session at once. It remembers what each session shipped, so when the
+/// executor restarted (and answers `unknown_session` or `unknown_object`) it re-creates the
+/// session under the same id, re-ships, and retries the request once. Errors name the
+/// operation and the address and carry the executor's error code, e.g. "launching
+/// '_catalyst_pyface_scale' on 127.0.0.1:7000: ... [unknown_entry]". Protocol:
+/// docs/protocol.md.
 llvm::Expected<std::unique_ptr<Backend>> createHttpBackend(llvm::StringRef address,
                                                            const BackendOptions &options);
 
