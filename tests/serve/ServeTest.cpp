@@ -600,6 +600,10 @@ TEST_CASE("an executor that cannot be reached is 502 with the executor client's 
   INFO(created.raw);
   REQUIRE(created.status == 201);
   CHECK(created.body["options"]["executor"] == executor->address());
+  // The same source under another name is a module of its own, and its errors say so.
+  CHECK(
+      post(*http, "/v1/modules", createBody("twin", kVersionA, {{"executor", executor->address()}}))
+          .status == 201);
   Reply invoked = post(*http, "/v1/modules/remote/invoke/main", kInvokeBody);
   REQUIRE(invoked.status == 200);
   CHECK(outputData(invoked) == kResultA);
@@ -612,6 +616,10 @@ TEST_CASE("an executor that cannot be reached is 502 with the executor client's 
   CHECK(failed.body["error"]["message"].get<std::string>().find(address) != std::string::npos);
   CHECK(get(*http, "/v1/health").status == 200);
   CHECK(get(*http, "/v1/modules/remote").body["lastError"]["code"] == "executor_unavailable");
+  Reply twin = post(*http, "/v1/modules/twin/invoke/main", kInvokeBody);
+  CHECK(twin.status == 502);
+  CHECK(twin.body["error"]["message"].get<std::string>().find("of module 'twin'") !=
+        std::string::npos);
 }
 
 TEST_CASE("eight clients invoke at once and every call succeeds", "[serve]") {

@@ -64,6 +64,14 @@ double msSince(Clock::time_point start) {
   return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
 }
 
+/// The text the engine compiles for module `name`. The engine's caches key on the text
+/// alone and hand back the Module first compiled from it, named after its first caller, so
+/// two REST modules with the same source would share one whose errors name the other. A
+/// trailing comment makes the text each module's own without moving any diagnostic.
+std::string ownSource(llvm::StringRef text, llvm::StringRef name) {
+  return (text + "\n// courier-serve module " + name + "\n").str();
+}
+
 /// A failed compile as a ServeError: the summary and first error diagnostic for people, every
 /// diagnostic with its location for programs.
 llvm::Error compileFailure(llvm::Error error) {
@@ -287,7 +295,7 @@ llvm::Expected<LoadResult> ModuleStore::create(llvm::StringRef name, llvm::Strin
   Engine &engine = engineFor(options);
   double wallMs = 0;
   llvm::Expected<std::shared_ptr<Module>> compiled =
-      compileWithDeadline(engine, name, text, deadline, wallMs);
+      compileWithDeadline(engine, name, ownSource(text, name), deadline, wallMs);
   if (!compiled) {
     release();
     return compiled.takeError();
@@ -298,7 +306,7 @@ llvm::Expected<LoadResult> ModuleStore::create(llvm::StringRef name, llvm::Strin
   record->reloadable = std::make_unique<ReloadableModule>(engine, name.str());
   // The engine's memory cache holds the module compiled above while `compiled` lives, so
   // this only looks it up.
-  llvm::Expected<uint64_t> version = record->reloadable->reload(text);
+  llvm::Expected<uint64_t> version = record->reloadable->reload(ownSource(text, name));
   if (!version) {
     release();
     return compileFailure(version.takeError());
@@ -332,7 +340,7 @@ llvm::Expected<LoadResult> ModuleStore::replace(std::shared_ptr<Record> record,
 
   double wallMs = 0;
   llvm::Expected<std::shared_ptr<Module>> compiled =
-      compileWithDeadline(engine, record->name, text, deadline, wallMs);
+      compileWithDeadline(engine, record->name, ownSource(text, record->name), deadline, wallMs);
   if (!compiled) {
     std::string code = "compile_failed", message;
     llvm::Error error =
@@ -357,7 +365,7 @@ llvm::Expected<LoadResult> ModuleStore::replace(std::shared_ptr<Record> record,
     fresh = std::make_unique<ReloadableModule>(engine, record->name);
     target = fresh.get();
   }
-  llvm::Expected<uint64_t> version = target->reload(text);
+  llvm::Expected<uint64_t> version = target->reload(ownSource(text, record->name));
   if (!version) {
     stats.reloadsFailed++;
     llvm::Error error = compileFailure(version.takeError());
