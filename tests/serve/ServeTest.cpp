@@ -769,12 +769,18 @@ TEST_CASE("watch mode loads a directory and reloads a module when its file chang
   std::filesystem::remove_all(dir, ignored);
 }
 
-TEST_CASE("SIGTERM stops the server cleanly", "[serve]") {
+TEST_CASE("SIGTERM stops the server cleanly and promptly, idle connections or not", "[serve]") {
   ServeProcess serve;
-  requireCreated(*serve.client(), "scale", kVersionA);
+  // An idle keep-alive connection would otherwise hold the server for its 5 s keep-alive.
+  auto http = serve.client();
+  requireCreated(*http, "scale", kVersionA);
+  auto started = std::chrono::steady_clock::now();
   int status = serve.terminate();
+  double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   CHECK(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 0);
+  CHECK(seconds < 3);
 }
 
 TEST_CASE("docs/rest.md lists the server's error codes with their statuses", "[serve]") {

@@ -16,13 +16,20 @@
 #include <openssl/crypto.h>
 #include <openssl/sha.h>
 
+#include <arpa/inet.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+
 #include <array>
 #include <atomic>
 #include <cerrno>
+#include <condition_variable>
 #include <cstring>
 #include <ctime>
+#include <filesystem>
 #include <mutex>
 #include <thread>
+#include <utility>
 
 namespace courier::serve {
 
@@ -109,6 +116,33 @@ struct Metrics {
 // thread that serves the request.
 thread_local Clock::time_point requestStart;
 thread_local Route currentRoute = NoRoute;
+thread_local bool requestCounted = false;
+
+/// Shuts down (without closing: the fds stay httplib's) every connected TCP socket of this
+/// process whose local port is `port`, i.e. the connections this server accepted. The same
+/// remedy as the executor's (transport/HttpServer.cpp) for the same httplib limitation.
+void shutdownAcceptedConnections(int port) {
+  std::error_code ec;
+  for (const auto &entry : std::filesystem::directory_iterator("/proc/self/fd", ec)) {
+    int fd = 0;
+    if (llvm::StringRef(entry.path().filename().string()).getAsInteger(10, fd))
+      continue;
+    struct stat info;
+    if (fstat(fd, &info) != 0 || !S_ISSOCK(info.st_mode))
+      continue;
+    sockaddr_storage local{}, peer{};
+    socklen_t localLength = sizeof(local), peerLength = sizeof(peer);
+    if (getsockname(fd, reinterpret_cast<sockaddr *>(&local), &localLength) != 0 ||
+        getpeername(fd, reinterpret_cast<sockaddr *>(&peer), &peerLength) != 0)
+      continue;
+    int localPort =
+        local.ss_family == AF_INET    ? ntohs(reinterpret_cast<sockaddr_in *>(&local)->sin_port)
+        : local.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6 *>(&local)->sin6_port)
+                                      : -1;
+    if (localPort == port)
+      shutdown(fd, SHUT_RDWR);
+  }
+}
 
 /// llvm::json wants valid UTF-8; messages may quote arbitrary source text.
 std::string utf8(llvm::StringRef text) {
@@ -355,8 +389,11 @@ struct RestService::Impl {
   std::atomic<bool> ready{false};
 
   std::mutex stopMutex;
+  std::condition_variable stopSignal;
   bool stopping = false;
-  std::atomic<bool> runEntered{false}, runExited{false};
+  std::atomic<bool> runEntered{false}, runExited{false}, draining{false};
+  /// Requests between routing and their response being written.
+  std::atomic<int64_t> inFlight{0};
 
   Impl(ServeOptions options, ModuleStore &store) : options(std::move(options)), store(store) {}
 
@@ -751,6 +788,8 @@ void RestService::Impl::installRoutes() {
   server.set_pre_routing_handler([this](const httplib::Request &req, httplib::Response &res) {
     requestStart = Clock::now();
     currentRoute = NoRoute;
+    requestCounted = true;
+    inFlight++;
     if (authorized(req))
       return httplib::Server::HandlerResponse::Unhandled;
     sendError(res, "unauthorized", "missing or wrong bearer token");
@@ -784,6 +823,11 @@ void RestService::Impl::installRoutes() {
       });
 
   server.set_logger([this](const httplib::Request &req, const httplib::Response &res) {
+    // Only stop() waits for the count to reach zero, so only a draining server is woken.
+    if (std::exchange(requestCounted, false) && --inFlight == 0 && draining) {
+      std::lock_guard<std::mutex> lock(stopMutex);
+      stopSignal.notify_all();
+    }
     double seconds = std::chrono::duration<double>(Clock::now() - requestStart).count();
     uint64_t in = req.body.empty() ? contentLength(req) : req.body.size();
     uint64_t out = res.content_length_ ? res.content_length_ : res.body.size();
@@ -930,6 +974,18 @@ void RestService::stop() {
   while (impl->runEntered && !impl->runExited && !impl->server.is_running())
     std::this_thread::yield();
   impl->server.stop();
+  if (!impl->runEntered)
+    return;
+  // httplib's stop() closes the listener, but a worker holding an idle keep-alive connection
+  // waits for the next request until the keep-alive timeout, and run() waits for every
+  // worker. Let requests in flight finish (bounded), then wake the idle connections by
+  // shutting their sockets down; httplib then closes them.
+  impl->draining = true;
+  {
+    std::unique_lock<std::mutex> lock(impl->stopMutex);
+    impl->stopSignal.wait_for(lock, std::chrono::seconds(10), [&] { return impl->inFlight <= 0; });
+  }
+  shutdownAcceptedConnections(impl->boundPort);
 }
 
 } // namespace courier::serve
