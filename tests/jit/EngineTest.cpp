@@ -385,6 +385,38 @@ TEST_CASE("several threads may invoke one module at once", "[engine][threads]") 
   CHECK(wrong == 0);
 }
 
+TEST_CASE("several threads may compile different modules at once", "[engine][threads]") {
+  TempDir dir;
+  Engine engine(optionsIn(dir));
+  std::atomic<int> wrong{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&, t] {
+      // Each thread's kernel adds its own constant, so every module is different.
+      std::string text = kernelModuleAt("local");
+      text.replace(text.find("arith.addf %x, %x"), 17,
+                   "arith.addf %x, %x : tensor<4xf64>\n      %k = arith.constant dense<" +
+                       std::to_string(t) + ".0> : tensor<4xf64>\n      %r2 = arith.addf %r, %k");
+      text.replace(text.find("return %r : tensor<4xf64>\n    }\n  }\n}"), 25,
+                   "return %r2 : tensor<4xf64>");
+      auto module = engine.compile(text, "thread" + std::to_string(t));
+      if (!module) {
+        UNSCOPED_INFO(llvm::toString(module.takeError()));
+        ++wrong;
+        return;
+      }
+      auto out = (*module)->invoke("main", {Tensor::fromDoubles(DType::F64, {4}, {1, 1, 1, 1})});
+      if (!out || values((*out)[0]) != std::vector<double>(4, 2 + t)) {
+        if (!out)
+          UNSCOPED_INFO(llvm::toString(out.takeError()));
+        ++wrong;
+      }
+    });
+  for (std::thread &t : threads)
+    t.join();
+  CHECK(wrong == 0);
+}
+
 TEST_CASE("setup runs once after linking and teardown when the module goes", "[engine]") {
   TempDir dir;
   Engine engine(optionsIn(dir));
