@@ -712,11 +712,15 @@ llvm::Error RestService::Impl::invokeFrame(const Pinned &pinned, const EntrySign
   if (reply->writer->size() <= kStreamAbove) {
     std::string body;
     body.reserve(reply->writer->size());
-    while (body.size() < reply->writer->size())
+    bool progressed = true;
+    while (body.size() < reply->writer->size() && progressed) {
+      size_t before = body.size();
       reply->writer->writeNext(body.size(), [&](const char *data, size_t size) {
         body.append(data, size);
         return true;
       });
+      progressed = body.size() > before;
+    }
     res.set_content(std::move(body), wire::kFrameContentType);
     return llvm::Error::success();
   }
