@@ -18,6 +18,7 @@
 #include <sstream>
 #include <sys/wait.h>
 #include <thread>
+#include <unistd.h>
 
 using json = nlohmann::json;
 using courier::testing::ExecutorProcess;
@@ -620,6 +621,37 @@ TEST_CASE("an executor that cannot be reached is 502 with the executor client's 
   CHECK(twin.status == 502);
   CHECK(twin.body["error"]["message"].get<std::string>().find("of module 'twin'") !=
         std::string::npos);
+}
+
+TEST_CASE("an executor that refuses the server is 422; --executor-token-file gets it in",
+          "[serve]") {
+  courier::testing::ExecutorConfig config;
+  config.token = "executor-secret";
+  ExecutorProcess executor(config);
+  json options = {{"executor", executor.address()}};
+
+  ServeProcess without;
+  Reply refused = post(*without.client(), "/v1/modules", createBody("remote", kVersionA, options));
+  INFO(refused.raw);
+  CHECK(refused.status == 422);
+  CHECK(errorCode(refused) == "executor_failed");
+  CHECK(refused.body["error"]["message"].get<std::string>().find("unauthorized") !=
+        std::string::npos);
+
+  char path[] = "/tmp/courier-serve-executor-token-XXXXXX";
+  int fd = mkstemp(path);
+  REQUIRE(fd >= 0);
+  close(fd);
+  std::ofstream(path) << config.token << "\n";
+  ServeProcess with({"", {"--executor-token-file", path}});
+  auto http = with.client();
+  Reply created = post(*http, "/v1/modules", createBody("remote", kVersionA, options));
+  INFO(created.raw);
+  CHECK(created.status == 201);
+  Reply invoked = post(*http, "/v1/modules/remote/invoke/main", kInvokeBody);
+  CHECK(invoked.status == 200);
+  CHECK(outputData(invoked) == kResultA);
+  std::remove(path);
 }
 
 TEST_CASE("eight clients invoke at once and every call succeeds", "[serve]") {

@@ -90,9 +90,11 @@ llvm::Error compileFailure(llvm::Error error) {
       },
       [&](const llvm::ErrorInfoBase &e) { message = e.message(); });
   // Loading runs the module's setup, which opens its executor sessions: an executor that
-  // cannot be reached is not the source's fault.
-  llvm::StringRef code = llvm::StringRef(message).contains("[unavailable]") ? "executor_unavailable"
-                                                                            : "compile_failed";
+  // cannot be reached, or refuses, is not the source's fault.
+  llvm::StringRef text(message);
+  llvm::StringRef code = text.contains("[unavailable]")    ? "executor_unavailable"
+                         : text.starts_with("setup() of ") ? "executor_failed"
+                                                           : "compile_failed";
   return makeServeError(code, message, std::move(diagnostics));
 }
 
@@ -178,6 +180,7 @@ Engine &ModuleStore::engineFor(const ModuleOptions &options) {
     engineOptions.optLevel = options.optLevel;
     engineOptions.cacheDir = config.cacheDir;
     engineOptions.executorOverride = options.executor;
+    engineOptions.authToken = config.executorToken;
     engine = std::make_unique<Engine>(std::move(engineOptions));
   }
   return *engine;
@@ -457,7 +460,7 @@ llvm::Expected<std::vector<Tensor>> ModuleStore::invoke(const Pinned &pinned, ll
   llvm::StringRef text(message);
   std::string code = "invalid_input";
   if (text.starts_with("invoking '"))
-    code = text.contains("[unavailable]") ? "executor_unavailable" : "invoke_failed";
+    code = text.contains("[unavailable]") ? "executor_unavailable" : "executor_failed";
   else if (text.contains("has no entry"))
     code = "unknown_entry";
   recordCallFailure(pinned, code, message);

@@ -30,11 +30,11 @@ struct ErrorCodeInfo {
   int status;
 };
 inline constexpr ErrorCodeInfo kErrorCodes[] = {
-    {"bad_request", 400},    {"invalid_input", 400},     {"unauthorized", 401},
-    {"unknown_module", 404}, {"unknown_entry", 404},     {"not_found", 404},
-    {"module_exists", 409},  {"payload_too_large", 413}, {"compile_failed", 422},
-    {"invoke_failed", 422},  {"internal", 500},          {"executor_unavailable", 502},
-    {"not_ready", 503},      {"compile_timeout", 504},   {"too_many_modules", 507},
+    {"bad_request", 400},     {"invalid_input", 400},     {"unauthorized", 401},
+    {"unknown_module", 404},  {"unknown_entry", 404},     {"not_found", 404},
+    {"module_exists", 409},   {"payload_too_large", 413}, {"compile_failed", 422},
+    {"executor_failed", 422}, {"internal", 500},          {"executor_unavailable", 502},
+    {"not_ready", 503},       {"compile_timeout", 504},   {"too_many_modules", 507},
 };
 /// HTTP status for `code`; 500 for a code not in the table.
 int statusForCode(llvm::StringRef code);
@@ -61,6 +61,7 @@ bool isModuleName(llvm::StringRef name);
 struct StoreOptions {
   std::string cacheDir;        ///< Engine cache and object dir; empty: the engine's default.
   std::string defaultExecutor; ///< --executor: overrides the IR's addresses unless empty.
+  std::string executorToken;   ///< Bearer token for HTTP executors.
   size_t maxModules = 64;      ///< Loaded plus being created.
   std::chrono::milliseconds compileTimeout{60000};
 };
@@ -146,7 +147,7 @@ public:
   llvm::Expected<const EntrySignature *> entry(const Pinned &pinned, llvm::StringRef entry) const;
   /// Invokes `entry` of the pinned version. Failures keep the engine's message and are
   /// classified: invalid_input (dtype, rank, shape, count), executor_unavailable (the
-  /// executor could not be reached) or invoke_failed (the executor or kernel failed).
+  /// executor could not be reached) or executor_failed (the executor or kernel failed).
   llvm::Expected<std::vector<Tensor>> invoke(const Pinned &pinned, llvm::StringRef entry,
                                              llvm::ArrayRef<Tensor> inputs);
   /// Records a failure that happened before the engine was called (bad inputs).

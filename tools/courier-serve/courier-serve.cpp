@@ -24,12 +24,14 @@ using namespace courier::serve;
 
 static const char *const kUsage =
     "usage: courier-serve [--listen HOST:PORT] [--token-file FILE] [--executor ADDR|local]\n"
-    "                     [--watch DIR] [--cache-dir DIR] [--max-body-bytes N]\n"
-    "                     [--max-modules N] [--compile-timeout-ms N] [--threads N] [--quiet]\n"
+    "                     [--executor-token-file FILE] [--watch DIR] [--cache-dir DIR]\n"
+    "                     [--max-body-bytes N] [--max-modules N] [--compile-timeout-ms N]\n"
+    "                     [--threads N] [--quiet]\n"
     "  --listen              address to bind (default 127.0.0.1:8080; port 0 picks a free one)\n"
     "  --token-file          file holding the bearer token every request must carry\n"
     "  --executor            send every target module to this executor instead of the IR's\n"
     "                        addresses (a module's options.executor overrides it)\n"
+    "  --executor-token-file file holding the bearer token for HTTP executors\n"
     "  --watch               load DIR/*.mlir as modules named by their stems; reload on change\n"
     "  --cache-dir           engine cache and object directory (default $XDG_CACHE_HOME/courier)\n"
     "  --max-body-bytes      largest request body accepted (default 268435456)\n"
@@ -48,9 +50,20 @@ struct Arguments {
 
 // LLVM's cl registers an option named "threads" in the shared library, so the few flags here
 // are parsed by hand.
+/// The trimmed, non-empty contents of a token file.
+Expected<std::string> readToken(StringRef flag, const std::string &path) {
+  auto file = MemoryBuffer::getFile(path);
+  if (!file)
+    return createStringError("reading " + flag + " '" + path + "': " + file.getError().message());
+  std::string token = (*file)->getBuffer().trim().str();
+  if (token.empty())
+    return createStringError(flag + " '" + path + "' is empty");
+  return token;
+}
+
 Expected<Arguments> parseArguments(int argc, char **argv) {
   Arguments args;
-  std::string listen = "127.0.0.1:8080", tokenFile;
+  std::string listen = "127.0.0.1:8080", tokenFile, executorTokenFile;
   uint64_t maxBody = args.serve.maxBodyBytes, maxModules = 64, timeoutMs = 60000, threads = 32;
   for (int i = 1; i < argc; ++i) {
     StringRef arg = argv[i];
@@ -84,6 +97,8 @@ Expected<Arguments> parseArguments(int argc, char **argv) {
       tokenFile = value;
     else if (name == "--executor")
       args.store.defaultExecutor = value;
+    else if (name == "--executor-token-file")
+      executorTokenFile = value;
     else if (name == "--watch")
       args.watchDir = value;
     else if (name == "--cache-dir")
@@ -114,13 +129,16 @@ Expected<Arguments> parseArguments(int argc, char **argv) {
   args.serve.host = host.str();
   args.serve.port = static_cast<int>(port);
   if (!tokenFile.empty()) {
-    auto file = MemoryBuffer::getFile(tokenFile);
-    if (!file)
-      return createStringError("reading --token-file '" + tokenFile +
-                               "': " + file.getError().message());
-    args.serve.token = (*file)->getBuffer().trim().str();
-    if (args.serve.token.empty())
-      return createStringError("--token-file '" + tokenFile + "' is empty");
+    Expected<std::string> token = readToken("--token-file", tokenFile);
+    if (!token)
+      return token.takeError();
+    args.serve.token = std::move(*token);
+  }
+  if (!executorTokenFile.empty()) {
+    Expected<std::string> token = readToken("--executor-token-file", executorTokenFile);
+    if (!token)
+      return token.takeError();
+    args.store.executorToken = std::move(*token);
   }
   if (threads == 0 || threads > 4096)
     return createStringError("--threads must be between 1 and 4096");
