@@ -389,6 +389,19 @@ TEST_CASE("malformed requests are 400 and unknown names 404, each with a JSON er
       {"DELETE of an unknown module", [&] { return toReply(http->Delete("/v1/modules/nothing")); },
        404, "unknown_module", "nothing"},
       {"an unknown route", [&] { return get(*http, "/v2/modules"); }, 404, "not_found", "no route"},
+      // Either would overflow the stack of a recursive parser and take the server down.
+      {"JSON nested a hundred thousand deep",
+       [&] { return post(*http, "/v1/modules", std::string(100000, '[')); }, 400, "bad_request",
+       "nests deeper than 256 levels"},
+      {"MLIR nested ten thousand deep",
+       [&] {
+         std::string deep;
+         for (int i = 0; i < 10000; ++i)
+           deep += "module {";
+         deep += std::string(10000, '}');
+         return put(*http, "/v1/modules/deep", deep, "text/plain");
+       },
+       422, "compile_failed", "nests deeper than 1024 levels"},
   };
   for (const Case &c : cases) {
     INFO(c.what);

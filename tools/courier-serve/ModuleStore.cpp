@@ -6,7 +6,8 @@
 #include "llvm/Support/SHA256.h"
 #include "llvm/Support/raw_ostream.h"
 
-#include <thread>
+#include <functional>
+#include <pthread.h>
 
 namespace courier::serve {
 
@@ -60,6 +61,32 @@ std::string sha256Hex(llvm::StringRef text) {
   return llvm::toHex(digest, /*LowerCase=*/true);
 }
 
+/// Runs `work` on a detached thread with a large stack: MLIR's parser and passes recurse
+/// with the IR's nesting. Only the pages touched are ever committed.
+void runDetached(std::function<void()> work) {
+  constexpr size_t kStackBytes = size_t(256) << 20;
+  auto *task = new std::function<void()>(std::move(work));
+  pthread_attr_t attributes;
+  pthread_attr_init(&attributes);
+  pthread_attr_setdetachstate(&attributes, PTHREAD_CREATE_DETACHED);
+  pthread_attr_setstacksize(&attributes, kStackBytes);
+  pthread_t thread;
+  int failed = pthread_create(
+      &thread, &attributes,
+      [](void *raw) -> void * {
+        std::unique_ptr<std::function<void()>> owned(static_cast<std::function<void()> *>(raw));
+        (*owned)();
+        return nullptr;
+      },
+      task);
+  pthread_attr_destroy(&attributes);
+  if (failed) {
+    // Without a thread of its own the compile still runs, on the caller's stack.
+    std::unique_ptr<std::function<void()>> owned(task);
+    (*owned)();
+  }
+}
+
 double msSince(Clock::time_point start) {
   return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
 }
@@ -70,6 +97,35 @@ double msSince(Clock::time_point start) {
 /// trailing comment makes the text each module's own without moving any diagnostic.
 std::string ownSource(llvm::StringRef text, llvm::StringRef name) {
   return (text + "\n// courier-serve module " + name + "\n").str();
+}
+
+/// MLIR's parser recurses once per nesting level and a few thousand levels overflow a
+/// thread's stack, taking the whole server down; no real program nests this deep.
+constexpr size_t kMaxSourceDepth = 1024;
+
+/// The deepest nesting of (), [], {} and <> in MLIR text, strings and comments skipped;
+/// the '>' of "->" and ">=" closes nothing.
+size_t nestingDepth(llvm::StringRef text) {
+  size_t depth = 0, deepest = 0;
+  for (size_t i = 0; i < text.size(); ++i) {
+    char c = text[i];
+    char next = i + 1 < text.size() ? text[i + 1] : '\0';
+    if (c == '"') {
+      for (++i; i < text.size() && text[i] != '"'; ++i)
+        if (text[i] == '\\')
+          ++i;
+    } else if (c == '/' && next == '/') {
+      while (i < text.size() && text[i] != '\n')
+        ++i;
+    } else if (c == '(' || c == '[' || c == '{' || (c == '<' && next != '=')) {
+      deepest = std::max(deepest, ++depth);
+    } else if ((c == ')' || c == ']' || c == '}' ||
+                (c == '>' && next != '=' && (i == 0 || text[i - 1] != '-'))) &&
+               depth > 0) {
+      --depth;
+    }
+  }
+  return deepest;
 }
 
 /// A failed compile as a ServeError: the summary and first error diagnostic for people, every
@@ -196,7 +252,7 @@ ModuleStore::compileWithDeadline(Engine &engine, llvm::StringRef name, llvm::Str
   }
   // The engine compiles synchronously and cannot be interrupted, so the compile runs on a
   // thread of its own that may outlive this request.
-  std::thread([this, job, &engine, name = name.str(), text = text.str()] {
+  runDetached([this, job, &engine, name = name.str(), text = text.str()] {
     auto start = Clock::now();
     llvm::Expected<std::shared_ptr<Module>> compiled = engine.compile(text, name);
     double ms = msSince(start);
@@ -222,7 +278,7 @@ ModuleStore::compileWithDeadline(Engine &engine, llvm::StringRef name, llvm::Str
     --workers;
     // Notified under the lock: the store may be destroyed as soon as it is released.
     workersDone.notify_all();
-  }).detach();
+  });
 
   std::unique_lock<std::mutex> lock(job->mutex);
   if (deadline) {
@@ -259,6 +315,10 @@ llvm::Expected<LoadResult> ModuleStore::load(llvm::StringRef name, llvm::StringR
     return makeServeError("bad_request", "module name '" + name +
                                              "' must be 1-64 of [A-Za-z0-9_.-], not starting "
                                              "with '.' or '-'");
+  if (nestingDepth(text) > kMaxSourceDepth)
+    return makeServeError("compile_failed", "module '" + name + "' nests deeper than " +
+                                                llvm::Twine(kMaxSourceDepth) +
+                                                " levels; refused before parsing");
   if (options && options->executor.empty())
     options->executor = config.defaultExecutor;
   if (std::shared_ptr<Record> record = find(name)) {
