@@ -298,6 +298,13 @@ TEST_CASE("malformed requests are 400 and unknown names 404, each with a JSON er
   auto http = serve.client();
   requireCreated(*http, "scale", kVersionA);
   requireCreated(*http, "twice", kHostOnly);
+  requireCreated(*http, "matrix",
+                 "module {\n"
+                 "  func.func public @twice(%x: tensor<?x?xf32>) -> tensor<?x?xf32> {\n"
+                 "    %y = arith.addf %x, %x : tensor<?x?xf32>\n"
+                 "    return %y : tensor<?x?xf32>\n"
+                 "  }\n"
+                 "}\n");
 
   struct Case {
     const char *what;
@@ -367,6 +374,13 @@ TEST_CASE("malformed requests are 400 and unknown names 404, each with a JSON er
          return post(*http, "/v1/modules/twice/invoke/twice", R"({"inputs": [[[1, 2], [3]]]})");
        },
        400, "invalid_input", "ragged"},
+      {"invoke with a shape whose element count overflows to the data's size",
+       [&] {
+         return post(*http, "/v1/modules/matrix/invoke/twice",
+                     R"({"inputs": [{"dtype": "f32", "shape": [4294967296, 4294967296],
+                                     "data": []}]})");
+       },
+       400, "invalid_input", "does not describe its 0 bytes"},
       {"invoke with an unknown dtype",
        [&] {
          return post(*http, "/v1/modules/scale/invoke/main",

@@ -506,6 +506,28 @@ void ModuleStore::recordCallFailure(const Pinned &pinned, llvm::StringRef code,
 
 llvm::Expected<std::vector<Tensor>> ModuleStore::invoke(const Pinned &pinned, llvm::StringRef entry,
                                                         llvm::ArrayRef<Tensor> inputs) {
+  // The engine multiplies a shape's sizes without an overflow check, so a shape whose
+  // element count wraps around to the size of its data would reach the kernel as a huge
+  // tensor over a small buffer. Checked here, exactly, before the engine sees it.
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    uint64_t elements = 1;
+    bool overflow = false;
+    for (int64_t size : inputs[i].shape) {
+      if (size < 0 || (size != 0 && elements > UINT64_MAX / static_cast<uint64_t>(size)))
+        overflow = true;
+      else
+        elements *= static_cast<uint64_t>(size);
+    }
+    size_t elemSize = dtypeSize(inputs[i].dtype);
+    if (overflow || elements > UINT64_MAX / elemSize ||
+        elements * elemSize != inputs[i].bytes.size()) {
+      std::string message = "input " + std::to_string(i) + " of '" + entry.str() +
+                            "': its shape does not describe its " +
+                            std::to_string(inputs[i].bytes.size()) + " bytes of data";
+      recordCallFailure(pinned, "invalid_input", message);
+      return makeServeError("invalid_input", message);
+    }
+  }
   llvm::Expected<std::vector<Tensor>> outputs = pinned.module->invoke(entry, inputs);
   if (outputs) {
     stats.invokes++;
