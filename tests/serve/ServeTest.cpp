@@ -513,6 +513,42 @@ TEST_CASE("raw-bytes frames carry inputs and outputs beside a JSON header", "[se
   CHECK(res->status == 200);
 }
 
+TEST_CASE("scalars and several outputs travel as JSON and as frames", "[serve]") {
+  ServeProcess serve;
+  auto http = serve.client();
+  requireCreated(*http, "axpy",
+                 "module {\n"
+                 "  func.func public @axpy(%a: f64, %x: tensor<4xf64>) -> (f64, tensor<4xf64>) {\n"
+                 "    %t = tensor.splat %a : tensor<4xf64>\n"
+                 "    %y = arith.mulf %t, %x : tensor<4xf64>\n"
+                 "    %b = arith.addf %a, %a : f64\n"
+                 "    return %b, %y : f64, tensor<4xf64>\n"
+                 "  }\n"
+                 "}\n");
+  Reply reply = post(*http, "/v1/modules/axpy/invoke/axpy", R"({"inputs": [2.5, [1, 2, 3, 4]]})");
+  INFO(reply.raw);
+  REQUIRE(reply.status == 200);
+  CHECK(reply.body["outputs"][0] ==
+        json({{"dtype", "f64"}, {"shape", json::array()}, {"data", {5}}}));
+  CHECK(reply.body["outputs"][1]["data"] == json({2.5, 5, 7.5, 10}));
+
+  json header = {
+      {"inputs",
+       {{{"dtype", "f64"}, {"shape", json::array()}}, {{"dtype", "f64"}, {"shape", {4}}}}}};
+  httplib::Result res = http->Post("/v1/modules/axpy/invoke/axpy", frame(header, {2.5, 1, 2, 3, 4}),
+                                   "application/x-courier-frame");
+  REQUIRE(res);
+  REQUIRE(res->status == 200);
+  size_t newline = res->body.find('\n');
+  json replyHeader = json::parse(res->body.substr(0, newline));
+  CHECK(replyHeader["outputs"][0]["bytes"] == 8);
+  CHECK(replyHeader["outputs"][1]["offset"] == 8);
+  REQUIRE(res->body.size() == newline + 1 + 40);
+  std::vector<double> values(5);
+  std::memcpy(values.data(), res->body.data() + newline + 1, 40);
+  CHECK(values == std::vector<double>{5, 2.5, 5, 7.5, 10});
+}
+
 TEST_CASE("a body over --max-body-bytes is 413, with or without Content-Length", "[serve]") {
   ServeProcess serve({"", {"--max-body-bytes", "4096"}});
   auto http = serve.client();
@@ -578,6 +614,41 @@ TEST_CASE("a compile over --compile-timeout-ms is 504 and its result is discarde
   CHECK(serve.metric("courier_serve_compile_timeouts_total") == 1);
   CHECK(get(*http, "/v1/modules/slow").status == 404);
   CHECK(get(*http, "/v1/modules").body["modules"].empty());
+}
+
+TEST_CASE("a replacement over --compile-timeout-ms is 504 and the old version keeps serving",
+          "[serve]") {
+  // Watched files compile without the deadline, so the module exists to be replaced.
+  char pattern[] = "/tmp/courier-serve-watch-XXXXXX";
+  REQUIRE(mkdtemp(pattern));
+  std::string dir = pattern;
+  std::ofstream(dir + "/scale.mlir") << kVersionA;
+  ServeProcess serve({"", {"--compile-timeout-ms", "1", "--watch", dir}});
+  auto http = serve.client();
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (get(*http, "/v1/ready").status != 200 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  REQUIRE(get(*http, "/v1/modules/scale").status == 200);
+
+  Reply slow = put(*http, "/v1/modules/scale", json({{"mlir", kVersionB}}).dump());
+  INFO(slow.raw);
+  CHECK(slow.status == 504);
+  CHECK(errorCode(slow) == "compile_timeout");
+  Reply invoked = post(*http, "/v1/modules/scale/invoke/main", kInvokeBody);
+  CHECK(outputData(invoked) == kResultA);
+  CHECK(invoked.body["version"] == 1);
+  while (serve.metric("courier_serve_compiles_discarded_total") < 1 &&
+         std::chrono::steady_clock::now() < deadline)
+    std::this_thread::yield();
+  // Finished in the background, the compile was dropped rather than swapped in.
+  CHECK(serve.metric("courier_serve_compiles_discarded_total") == 1);
+  Reply described = get(*http, "/v1/modules/scale");
+  CHECK(described.body["version"] == 1);
+  CHECK(described.body["failedReloads"] == 1);
+  CHECK(described.body["lastError"]["code"] == "compile_timeout");
+  CHECK(outputData(post(*http, "/v1/modules/scale/invoke/main", kInvokeBody)) == kResultA);
+  std::error_code ignored;
+  std::filesystem::remove_all(dir, ignored);
 }
 
 TEST_CASE("with a token every request needs it; without, non-loopback is refused", "[serve]") {
