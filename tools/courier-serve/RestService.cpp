@@ -7,7 +7,6 @@
 #include "transport/HttpServer.h"
 #include "transport/Wire.h"
 
-#include "llvm/Support/ConvertUTF.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/raw_ostream.h"
