@@ -16,6 +16,7 @@
 #include <map>
 #include <regex>
 #include <sstream>
+#include <stdexcept>
 #include <sys/wait.h>
 #include <thread>
 #include <unistd.h>
@@ -72,6 +73,21 @@ const std::string kHostOnly = "module {\n"
                               "    return %y : tensor<?xf32>\n"
                               "  }\n"
                               "}\n";
+
+/// A scratch directory removed when the test ends, passed or not.
+struct TempDir {
+  TempDir() {
+    char pattern[] = "/tmp/courier-serve-watch-XXXXXX";
+    if (!mkdtemp(pattern))
+      throw std::runtime_error("cannot create a temporary directory");
+    path = pattern;
+  }
+  ~TempDir() {
+    std::error_code ignored;
+    std::filesystem::remove_all(path, ignored);
+  }
+  std::string path;
+};
 
 struct Reply {
   int status = 0;
@@ -619,9 +635,8 @@ TEST_CASE("a compile over --compile-timeout-ms is 504 and its result is discarde
 TEST_CASE("a replacement over --compile-timeout-ms is 504 and the old version keeps serving",
           "[serve]") {
   // Watched files compile without the deadline, so the module exists to be replaced.
-  char pattern[] = "/tmp/courier-serve-watch-XXXXXX";
-  REQUIRE(mkdtemp(pattern));
-  std::string dir = pattern;
+  TempDir scratch;
+  const std::string &dir = scratch.path;
   std::ofstream(dir + "/scale.mlir") << kVersionA;
   ServeProcess serve({"", {"--compile-timeout-ms", "1", "--watch", dir}});
   auto http = serve.client();
@@ -647,8 +662,6 @@ TEST_CASE("a replacement over --compile-timeout-ms is 504 and the old version ke
   CHECK(described.body["failedReloads"] == 1);
   CHECK(described.body["lastError"]["code"] == "compile_timeout");
   CHECK(outputData(post(*http, "/v1/modules/scale/invoke/main", kInvokeBody)) == kResultA);
-  std::error_code ignored;
-  std::filesystem::remove_all(dir, ignored);
 }
 
 TEST_CASE("with a token every request needs it; without, non-loopback is refused", "[serve]") {
@@ -841,9 +854,8 @@ TEST_CASE("reloads under load drop no call and never mix versions", "[serve]") {
 }
 
 TEST_CASE("watch mode loads a directory and reloads a module when its file changes", "[serve]") {
-  char pattern[] = "/tmp/courier-serve-watch-XXXXXX";
-  REQUIRE(mkdtemp(pattern));
-  std::string dir = pattern;
+  TempDir scratch;
+  const std::string &dir = scratch.path;
   std::ofstream(dir + "/scale.mlir") << kVersionA;
   std::ofstream(dir + "/twice.mlir") << kHostOnly;
   std::ofstream(dir + "/notes.txt") << "not a module";
@@ -894,9 +906,6 @@ TEST_CASE("watch mode loads a directory and reloads a module when its file chang
   std::ofstream(dir + "/added.mlir") << kVersionB;
   REQUIRE(waitFor([&] { return get(*http, "/v1/modules/added").status == 200; }));
   CHECK(outputData(post(*http, "/v1/modules/added/invoke/main", kInvokeBody)) == kResultB);
-
-  std::error_code ignored;
-  std::filesystem::remove_all(dir, ignored);
 }
 
 TEST_CASE("SIGTERM stops the server cleanly and promptly, idle connections or not", "[serve]") {
