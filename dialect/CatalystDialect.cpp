@@ -65,6 +65,31 @@ LogicalResult LaunchKernelOp::verifySymbolUses(SymbolTableCollection &symbolTabl
                                   << " arguments and returns " << function.getNumResults()
                                   << " results, but the launch passes " << getInputs().size()
                                   << " and expects " << getNumResults();
+  if (!cast<SymbolOpInterface>(fn).isPublic())
+    return emitOpError("callee ") << callee << " is not public; only public functions get a "
+                                  << "kernel entry";
+  // The kernel is compiled for its own signature: a launch that disagrees would make it
+  // read or write past its buffers on the executor.
+  auto check = [&](StringRef what, unsigned index, Type passed, Type declared) -> LogicalResult {
+    auto p = dyn_cast<ShapedType>(passed), d = dyn_cast<ShapedType>(declared);
+    bool compatible = p && d && p.hasRank() && d.hasRank() &&
+                      p.getElementType() == d.getElementType() && p.getRank() == d.getRank();
+    for (int64_t dim = 0; compatible && dim < p.getRank(); ++dim)
+      compatible =
+          p.isDynamicDim(dim) || d.isDynamicDim(dim) || p.getDimSize(dim) == d.getDimSize(dim);
+    if (compatible)
+      return success();
+    return emitOpError() << what << " " << index << " has type " << passed << " but " << callee
+                         << " declares " << declared;
+  };
+  for (auto [index, types] :
+       llvm::enumerate(llvm::zip(getInputs().getTypes(), function.getArgumentTypes())))
+    if (failed(check("operand", index, std::get<0>(types), std::get<1>(types))))
+      return failure();
+  for (auto [index, types] :
+       llvm::enumerate(llvm::zip(getResultTypes(), function.getResultTypes())))
+    if (failed(check("result", index, std::get<0>(types), std::get<1>(types))))
+      return failure();
   return success();
 }
 

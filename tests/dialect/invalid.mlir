@@ -160,3 +160,57 @@ func.func @result_mismatch() {
   %r = catalyst.runtime_call fn("f") () {c_params = [], c_result = "i32"} : () -> f64
   return
 }
+
+// -----
+
+// A launch must agree with the kernel's signature, or the kernel overruns its buffers.
+module {
+  func.func @main(%x: tensor<8xf64>) -> tensor<8xf64> {
+    // expected-error @+1 {{operand 0 has type 'tensor<8xf64>' but @dev::@k declares 'tensor<4xf64>'}}
+    %y = catalyst.launch_kernel @dev::@k(%x) : (tensor<8xf64>) -> tensor<8xf64>
+    return %y : tensor<8xf64>
+  }
+  module @dev attributes {catalyst.target = {}} {
+    func.func public @k(%x: tensor<4xf64>) -> tensor<4xf64> { return %x : tensor<4xf64> }
+  }
+}
+
+// -----
+
+module {
+  func.func @main(%x: tensor<4xf64>) -> tensor<4xf32> {
+    // expected-error @+1 {{result 0 has type 'tensor<4xf32>' but @dev::@k declares 'tensor<4xf64>'}}
+    %y = catalyst.launch_kernel @dev::@k(%x) : (tensor<4xf64>) -> tensor<4xf32>
+    return %y : tensor<4xf32>
+  }
+  module @dev attributes {catalyst.target = {}} {
+    func.func public @k(%x: tensor<4xf64>) -> tensor<4xf64> { return %x : tensor<4xf64> }
+  }
+}
+
+// -----
+
+// Only public functions get a kernel entry.
+module {
+  func.func @main(%x: tensor<4xf64>) -> tensor<4xf64> {
+    // expected-error @+1 {{callee @dev::@k is not public}}
+    %y = catalyst.launch_kernel @dev::@k(%x) : (tensor<4xf64>) -> tensor<4xf64>
+    return %y : tensor<4xf64>
+  }
+  module @dev attributes {catalyst.target = {}} {
+    func.func private @k(%x: tensor<4xf64>) -> tensor<4xf64> { return %x : tensor<4xf64> }
+  }
+}
+
+// -----
+
+// A bufferized host may launch a tensor-level kernel, and dynamic sizes match any.
+module {
+  func.func @main(%x: memref<?xf64>) -> memref<4xf64> {
+    %y = catalyst.launch_kernel @dev::@k(%x) : (memref<?xf64>) -> memref<4xf64>
+    return %y : memref<4xf64>
+  }
+  module @dev attributes {catalyst.target = {}} {
+    func.func public @k(%x: tensor<?xf64>) -> tensor<?xf64> { return %x : tensor<?xf64> }
+  }
+}
