@@ -398,9 +398,13 @@ llvm::Error checkInput(const EntrySignature &entry, size_t index, const TensorSp
                     " of size " + llvm::Twine(input.shape[d]));
     }
   }
-  if (input.bytes.size() != static_cast<size_t>(input.numElements()) * dtypeSize(input.dtype))
+  std::optional<int64_t> count = checkedElementCount(input.shape, dtypeSize(input.dtype));
+  if (!count)
+    return fail("has a shape whose size overflows");
+  size_t needed = static_cast<size_t>(*count) * dtypeSize(input.dtype);
+  if (input.bytes.size() != needed)
     return fail("holds " + llvm::Twine(input.bytes.size()) + " bytes, its shape needs " +
-                llvm::Twine(input.numElements() * dtypeSize(input.dtype)));
+                llvm::Twine(needed));
   return llvm::Error::success();
 }
 

@@ -27,12 +27,17 @@ std::optional<DType> parseDType(llvm::StringRef name);
 /// Bytes per element in memory (i1 takes a byte).
 size_t dtypeSize(DType dtype);
 
+/// The number of elements of `shape`, or nullopt if a dimension is negative or the count of
+/// bytes (`elemSize` each) does not fit in 63 bits.
+std::optional<int64_t> checkedElementCount(llvm::ArrayRef<int64_t> shape, size_t elemSize = 1);
+
 /// An owning, contiguous, row-major tensor. A scalar is a tensor of rank 0.
 struct Tensor {
   DType dtype = DType::F32;
   std::vector<int64_t> shape;
   std::vector<uint8_t> bytes;
 
+  /// The product of the shape; see checkedElementCount for untrusted shapes.
   int64_t numElements() const;
 
   /// A tensor holding `values` (converted to `dtype`) with `shape`.
@@ -46,6 +51,10 @@ struct TensorSpec;
 /// Reads a tensor for `spec` from JSON: a number or boolean for a scalar, nested arrays
 /// (the shape follows the nesting), or {"dtype", "shape", "data"} with flat or nested data.
 llvm::Expected<Tensor> tensorFromJSON(const llvm::json::Value &value, const TensorSpec &spec);
+
+/// llvm::json::parse, refusing input nested deeper than `maxDepth` arrays and objects, so
+/// hostile input cannot exhaust the parser's stack.
+llvm::Expected<llvm::json::Value> parseJSON(llvm::StringRef text, unsigned maxDepth = 128);
 
 /// {"dtype": "f32", "shape": [2, 2], "data": [...]} with flat, row-major data.
 llvm::json::Value tensorToJSON(const Tensor &tensor);

@@ -3,6 +3,7 @@
 
 #include "llvm/ADT/APFloat.h"
 #include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/MathExtras.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <cstring>
@@ -37,6 +38,16 @@ std::optional<DType> parseDType(llvm::StringRef name) {
     if (info.name == name)
       return info.dtype;
   return std::nullopt;
+}
+
+std::optional<int64_t> checkedElementCount(llvm::ArrayRef<int64_t> shape, size_t elemSize) {
+  int64_t count = 1, bytes = 0;
+  for (int64_t d : shape)
+    if (d < 0 || llvm::MulOverflow(count, d, count))
+      return std::nullopt;
+  if (llvm::MulOverflow(count, static_cast<int64_t>(elemSize), bytes))
+    return std::nullopt;
+  return count;
 }
 
 int64_t Tensor::numElements() const {
@@ -146,39 +157,106 @@ namespace courier {
 
 namespace {
 
-/// Flattens nested arrays into `data`, recording the shape of the first path and checking
-/// every other path against it.
-llvm::Error flatten(const llvm::json::Value &value, size_t depth, std::vector<int64_t> &shape,
-                    std::vector<const llvm::json::Value *> &data) {
-  if (const llvm::json::Array *array = value.getAsArray()) {
-    if (depth == shape.size())
-      shape.push_back(static_cast<int64_t>(array->size()));
-    else if (depth > shape.size() || shape[depth] != static_cast<int64_t>(array->size()))
-      return llvm::createStringError("ragged nested array: dimension %zu has sizes %lld and %zu",
-                                     depth, static_cast<long long>(shape[depth]), array->size());
-    for (const llvm::json::Value &element : *array)
-      if (llvm::Error error = flatten(element, depth + 1, shape, data))
-        return error;
+/// Flattens nested arrays into their leaves, inferring the shape from the first path and
+/// checking every other path against it.
+struct Flattener {
+  std::vector<int64_t> shape;
+  std::vector<const llvm::json::Value *> leaves;
+  std::optional<size_t> leafDepth;
+
+  llvm::Error visit(const llvm::json::Value &value, size_t depth) {
+    if (const llvm::json::Array *array = value.getAsArray()) {
+      auto size = static_cast<int64_t>(array->size());
+      if (leafDepth && depth >= *leafDepth)
+        return llvm::createStringError("ragged nested array: numbers at depth %zu, an array at "
+                                       "depth %zu",
+                                       *leafDepth, depth);
+      if (depth == shape.size())
+        shape.push_back(size);
+      else if (shape[depth] != size)
+        return llvm::createStringError("ragged nested array: dimension %zu has sizes %lld and "
+                                       "%lld",
+                                       depth, static_cast<long long>(shape[depth]),
+                                       static_cast<long long>(size));
+      for (const llvm::json::Value &element : *array)
+        if (llvm::Error error = visit(element, depth + 1))
+          return error;
+      return llvm::Error::success();
+    }
+    if (!value.getAsBoolean() && !value.getAsNumber())
+      return llvm::createStringError("expected a number, got %s",
+                                     llvm::formatv("{0}", value).str().c_str());
+    if (!leafDepth)
+      leafDepth = depth;
+    if (depth != *leafDepth || depth != shape.size())
+      return llvm::createStringError("ragged nested array: numbers at depths %zu and %zu",
+                                     *leafDepth, depth);
+    leaves.push_back(&value);
     return llvm::Error::success();
   }
-  if (depth != shape.size())
-    return llvm::createStringError("ragged nested array: a number at depth %zu, arrays at depth "
-                                   "%zu elsewhere",
-                                   depth, shape.size());
-  if (value.getAsBoolean() || value.getAsNumber()) {
-    data.push_back(&value);
+};
+
+/// Checks that `value` fits `dtype` exactly: integers must be whole and in range.
+llvm::Error checkRange(const llvm::json::Value &value, DType dtype, size_t index) {
+  if (dtype == DType::F16 || dtype == DType::F32 || dtype == DType::F64)
     return llvm::Error::success();
+  if (value.getAsBoolean())
+    return llvm::Error::success();
+  int64_t lo, hi;
+  switch (dtype) {
+  case DType::I1:
+    lo = 0, hi = 1;
+    break;
+  case DType::I8:
+    lo = INT8_MIN, hi = INT8_MAX;
+    break;
+  case DType::I16:
+    lo = INT16_MIN, hi = INT16_MAX;
+    break;
+  case DType::I32:
+    lo = INT32_MIN, hi = INT32_MAX;
+    break;
+  default:
+    lo = INT64_MIN, hi = INT64_MAX;
   }
-  return llvm::createStringError("expected a number, got %s",
-                                 llvm::formatv("{0}", value).str().c_str());
+  std::optional<int64_t> exact = value.getAsInteger();
+  if (!exact || *exact < lo || *exact > hi)
+    return llvm::createStringError("element %zu (%s) is not a whole number %s can hold", index,
+                                   llvm::formatv("{0}", value).str().c_str(),
+                                   dtypeName(dtype).str().c_str());
+  return llvm::Error::success();
 }
 
 } // namespace
 
+llvm::Expected<llvm::json::Value> parseJSON(llvm::StringRef text, unsigned maxDepth) {
+  unsigned depth = 0;
+  bool inString = false, escaped = false;
+  for (char c : text) {
+    if (inString) {
+      if (escaped)
+        escaped = false;
+      else if (c == '\\')
+        escaped = true;
+      else if (c == '"')
+        inString = false;
+    } else if (c == '"') {
+      inString = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > maxDepth)
+        return llvm::createStringError("JSON nested deeper than %u levels", maxDepth);
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+  return llvm::json::parse(text);
+}
+
 llvm::Expected<Tensor> tensorFromJSON(const llvm::json::Value &value, const TensorSpec &spec) {
   DType dtype = spec.dtype;
-  std::vector<int64_t> shape;
-  std::vector<const llvm::json::Value *> data;
+  Flattener flat;
+  std::vector<int64_t> &shape = flat.shape;
+  std::vector<const llvm::json::Value *> &data = flat.leaves;
   if (const llvm::json::Object *object = value.getAsObject()) {
     if (std::optional<llvm::StringRef> name = object->getString("dtype")) {
       std::optional<DType> parsed = parseDType(*name);
@@ -191,26 +269,30 @@ llvm::Expected<Tensor> tensorFromJSON(const llvm::json::Value &value, const Tens
     const llvm::json::Value *payload = object->get("data");
     if (!payload)
       return llvm::createStringError("a tensor object needs \"data\"");
-    if (llvm::Error error = flatten(*payload, 0, shape, data))
+    if (llvm::Error error = flat.visit(*payload, 0))
       return std::move(error);
     if (const llvm::json::Array *declared = object->getArray("shape")) {
       std::vector<int64_t> explicitShape;
-      int64_t count = 1;
       for (const llvm::json::Value &d : *declared) {
         std::optional<int64_t> size = d.getAsInteger();
         if (!size || *size < 0)
           return llvm::createStringError("\"shape\" must hold non-negative integers");
         explicitShape.push_back(*size);
-        count *= *size;
       }
-      if (count != static_cast<int64_t>(data.size()))
+      std::optional<int64_t> count = checkedElementCount(explicitShape, dtypeSize(dtype));
+      if (!count)
+        return llvm::createStringError("\"shape\" is too large");
+      if (*count != static_cast<int64_t>(data.size()))
         return llvm::createStringError("\"shape\" holds %lld elements but \"data\" has %zu",
-                                       static_cast<long long>(count), data.size());
+                                       static_cast<long long>(*count), data.size());
       shape = std::move(explicitShape);
     }
-  } else if (llvm::Error error = flatten(value, 0, shape, data)) {
+  } else if (llvm::Error error = flat.visit(value, 0)) {
     return std::move(error);
   }
+  for (size_t i = 0; i < data.size(); ++i)
+    if (llvm::Error error = checkRange(*data[i], dtype, i))
+      return std::move(error);
   // A lone value for a one-element tensor, or a one-element list for a scalar, are what
   // people type; accept both.
   if (spec.isScalar && data.size() == 1)

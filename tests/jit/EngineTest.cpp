@@ -120,6 +120,21 @@ TEST_CASE("a kernel dispatched to the in-process executor runs without a server"
   CHECK((*module)->rawEntry("main") != nullptr);
 }
 
+TEST_CASE("a shape whose size overflows is refused before any call", "[engine][errors]") {
+  TempDir dir;
+  Engine engine(optionsIn(dir));
+  auto module = engine.compile(R"mlir(
+    func.func public @neg(%x: tensor<?x?xf32>) -> tensor<?x?xf32> {
+      %r = arith.negf %x : tensor<?x?xf32>
+      return %r : tensor<?x?xf32>
+    })mlir",
+                               "dynamic");
+  REQUIRE(ok(module));
+  Tensor wrapped{DType::F32, {4294967296, 4294967296}, {}};
+  CHECK_THAT(message((*module)->invoke("neg", {wrapped}).takeError()),
+             Catch::Contains("has a shape whose size overflows"));
+}
+
 TEST_CASE("scalars and tensors of every element type go in and out", "[engine]") {
   TempDir dir;
   Engine engine(optionsIn(dir));
@@ -244,6 +259,9 @@ TEST_CASE("invoke checks the entry, the input count, dtype, rank and shape", "[e
   CHECK_THAT(
       message(m.invoke("main", {Tensor::fromDoubles(DType::F64, {3}, {1, 2, 3})}).takeError()),
       Catch::Contains("must have shape tensor<4xf64>, got dimension 0 of size 3"));
+  Tensor huge{DType::F64, {4611686018427387904}, {}};
+  CHECK_THAT(message(m.invoke("main", {huge}).takeError()),
+             Catch::Contains("must have shape tensor<4xf64>"));
   Tensor torn = Tensor::fromDoubles(DType::F64, {4}, {1, 2, 3, 4});
   torn.bytes.resize(5);
   CHECK_THAT(message(m.invoke("main", {torn}).takeError()), Catch::Contains("holds 5 bytes"));

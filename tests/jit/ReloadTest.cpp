@@ -1,5 +1,5 @@
 // Hot reload: versions swapped under load, failed reloads, re-shipping only changed
-// objects, and the file watcher.
+// objects and releasing replaced ones, and the file watcher.
 #include "jit/Engine.h"
 
 #include "tests/jit/TestSupport.h"
@@ -163,6 +163,31 @@ TEST_CASE("a reload re-ships changed target objects and only those", "[reload][e
   out = module.invoke("main", {input(1)});
   REQUIRE(ok(out));
   CHECK((*out)[0].at(0) == 5);
+}
+
+TEST_CASE("reloads that each change the kernel keep the executor's objects bounded",
+          "[reload][executor]") {
+  TempDir dir;
+  testing::ExecutorProcess executor({0, "", {"--object-grace", "0.2"}});
+  EngineOptions options;
+  options.cacheDir = dir.path;
+  Engine engine(options);
+  ReloadableModule module(engine, "app");
+  const int reloads = 8;
+  for (int r = 0; r <= reloads; ++r) {
+    INFO("version " << r + 1);
+    REQUIRE(ok(module.reload(program(2 + r, 0, executor.address()))));
+    auto out = module.invoke("main", {input(1)});
+    REQUIRE(ok(out));
+    CHECK((*out)[0].at(0) == 2 + r);
+    // The previous version unloaded within reload(), releasing its kernel in the session;
+    // the executor drops the unheld bytes after the grace period.
+    CHECK(executor.metric("courier_attached_objects") == 1);
+    CHECK(executor.awaitMetricAtMost("courier_objects", 1) == 1);
+  }
+  CHECK(executor.metric("courier_object_uploads_total") == reloads + 1);
+  CHECK(executor.metric("courier_objects_dropped_total") == reloads);
+  CHECK(executor.metric("courier_sessions") == 1);
 }
 
 TEST_CASE("the file watcher reports a saved file, including a save by rename", "[reload][watch]") {

@@ -98,7 +98,7 @@ int runOnce(const Module &module) {
                               entry->inputs.size(), args.size()));
   std::vector<Tensor> inputs;
   for (size_t i = 0; i < args.size(); ++i) {
-    llvm::Expected<llvm::json::Value> json = llvm::json::parse(args[i]);
+    llvm::Expected<llvm::json::Value> json = parseJSON(args[i]);
     if (!json)
       return fail(llvm::formatv("--arg {0} is not JSON: {1}", i, llvm::toString(json.takeError())));
     llvm::Expected<Tensor> tensor = tensorFromJSON(*json, entry->inputs[i]);
