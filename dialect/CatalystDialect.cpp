@@ -35,7 +35,12 @@ LogicalResult CatalystDialect::verifyOperationAttribute(Operation *op, NamedAttr
     auto dict = dyn_cast<DictionaryAttr>(attr.getValue());
     if (!dict)
       return op->emitError() << "'" << name << "' must be a dictionary";
-    return requireStringField(dict, name == kTargetAttrName ? "triple" : "address");
+    if (name == kDispatchAttrName)
+      return requireStringField(dict, "address");
+    for (StringRef field : {"triple", "cpu", "features"})
+      if (failed(requireStringField(dict, field)))
+        return failure();
+    return success();
   }
   if (name == kObjectFileAttrName) {
     if (!isa<ModuleOp>(op))

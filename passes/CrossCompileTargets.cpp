@@ -9,6 +9,7 @@
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/IR/LLVMContext.h"
 #include "llvm/IR/Module.h"
+#include "llvm/MC/MCSubtargetInfo.h"
 #include "llvm/MC/TargetRegistry.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Path.h"
@@ -111,6 +112,23 @@ struct CrossCompileTargets : impl::CrossCompileTargetsBase<CrossCompileTargets> 
     const llvm::Target *backend = llvm::TargetRegistry::lookupTarget(triple, lookupError);
     if (!backend)
       return target.emitError("unknown target triple '") << triple.str() << "': " << lookupError;
+    // An unknown CPU or feature makes LLVM abort deep in code generation; refuse it here.
+    std::unique_ptr<llvm::MCSubtargetInfo> subtarget(
+        backend->createMCSubtargetInfo(triple, "", ""));
+    if (!subtarget || !subtarget->isCPUStringValid(cpu))
+      return target.emitError("unknown CPU '") << cpu << "' for '" << triple.str() << "'";
+    for (StringRef feature : llvm::split(features, ',')) {
+      feature = feature.trim();
+      if (feature.empty())
+        continue;
+      StringRef name = feature.drop_front();
+      if ((!feature.starts_with("+") && !feature.starts_with("-")) ||
+          llvm::none_of(subtarget->getAllProcessorFeatures(),
+                        [&](const llvm::SubtargetFeatureKV &kv) { return name == kv.Key; }))
+        return target.emitError("unknown feature '")
+               << feature << "' for '" << triple.str()
+               << "' (features are +name or -name, comma-separated)";
+    }
     std::unique_ptr<llvm::TargetMachine> machine(backend->createTargetMachine(
         triple, cpu, features, llvm::TargetOptions(), llvm::Reloc::PIC_, std::nullopt,
         optLevel >= 2 ? llvm::CodeGenOptLevel::Default : llvm::CodeGenOptLevel::None));

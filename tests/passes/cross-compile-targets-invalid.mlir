@@ -30,3 +30,35 @@ module {
     func.func private @f() { return }
   }
 }
+
+// -----
+
+// An unknown CPU would make LLVM abort during code generation: it is refused up front.
+module {
+  // expected-error @+1 {{unknown CPU 'nonsense' for 'x86_64-unknown-linux-gnu'}}
+  module @dev attributes {catalyst.target = {triple = "x86_64-unknown-linux-gnu", cpu = "nonsense"}} {
+    func.func public @f(%x: tensor<4xf32>) -> tensor<4xf32> { return %x : tensor<4xf32> }
+  }
+}
+
+// -----
+
+module {
+  // expected-error @+1 {{unknown feature 'avx2' for 'x86_64-unknown-linux-gnu' (features are +name or -name, comma-separated)}}
+  module @dev attributes {catalyst.target = {triple = "x86_64-unknown-linux-gnu", features = "+sse4.2,avx2"}} {
+    func.func public @f(%x: tensor<4xf32>) -> tensor<4xf32> { return %x : tensor<4xf32> }
+  }
+}
+
+// -----
+
+// A target whose code generator rejects the code reports it instead of exiting.
+module {
+  // expected-error @+1 {{emitting the object for 'bpf' failed}}
+  module @dev attributes {catalyst.target = {triple = "bpf"}} {
+    func.func public @f(%x: tensor<4xf64>) -> tensor<4xf64> {
+      %r = arith.addf %x, %x : tensor<4xf64>
+      return %r : tensor<4xf64>
+    }
+  }
+}

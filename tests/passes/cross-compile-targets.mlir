@@ -46,9 +46,9 @@ module @app {
 // SYMS-NOT: _catalyst_pyface_helper
 
 //--- arm.mlir
-// ARM: module @dev attributes {catalyst.object_file = "{{.*}}/arm-ws/{{[0-9a-f]+}}.o", catalyst.target = {triple = "aarch64-unknown-linux-gnu"}}
+// ARM: module @dev attributes {catalyst.object_file = "{{.*}}/arm-ws/{{[0-9a-f]+}}.o", catalyst.target = {cpu = "cortex-a72", features = "+neon", triple = "aarch64-unknown-linux-gnu"}}
 module {
-  module @dev attributes {catalyst.target = {triple = "aarch64-unknown-linux-gnu"}} {
+  module @dev attributes {catalyst.target = {triple = "aarch64-unknown-linux-gnu", cpu = "cortex-a72", features = "+neon"}} {
     func.func public @scale(%x: tensor<4xf32>) -> tensor<4xf32> {
       %r = arith.addf %x, %x : tensor<4xf32>
       return %r : tensor<4xf32>
