@@ -392,10 +392,25 @@ SmallVector<int64_t, 4> rowMajorStrides(ArrayRef<int64_t> sizes) {
   return strides;
 }
 
+/// Held by the host while the object is loaded and by each launch or call running its code,
+/// so removing the object never unmaps code that is still executing.
 struct LoadedObject {
   orc::JITDylib *dylib = nullptr;
   /// Every exported function, resolved at load time so launches never enter ORC.
   StringMap<void *> symbols;
+  /// Set when the object is removed while still running: the last holder unloads it.
+  orc::ExecutionSession *unloadFrom = nullptr;
+
+  LoadedObject() = default;
+  LoadedObject(const LoadedObject &) = delete;
+  LoadedObject &operator=(const LoadedObject &) = delete;
+  ~LoadedObject() {
+    if (!unloadFrom)
+      return;
+    // Nobody is left to return a failure to; the host's error reporter gets it.
+    if (Error error = unloadFrom->removeJITDylib(*dylib))
+      unloadFrom->reportError(std::move(error));
+  }
 };
 
 } // namespace
@@ -431,8 +446,8 @@ struct ObjectHost::Impl {
   std::mutex loadMutex;
   /// Guards `objects`, `loadOrder`.
   mutable std::shared_mutex mutex;
-  StringMap<std::unique_ptr<LoadedObject>> objects;
-  std::vector<LoadedObject *> loadOrder;
+  StringMap<std::shared_ptr<LoadedObject>> objects;
+  std::vector<std::shared_ptr<LoadedObject>> loadOrder;
   /// Link failures ORC reports out of band, collected while a load is in progress.
   std::mutex reportMutex;
   std::string reported;
@@ -537,12 +552,12 @@ Error ObjectHost::Impl::link(const ObjectBlob &object, ArrayRef<std::string> exp
   if (!resolved)
     return discard(resolved.takeError());
 
-  auto loaded = std::make_unique<LoadedObject>();
+  auto loaded = std::make_shared<LoadedObject>();
   loaded->dylib = &*dylib;
   for (const auto &[name, definition] : *resolved)
     loaded->symbols[*name] = definition.getAddress().toPtr<void *>();
   std::unique_lock<std::shared_mutex> lock(mutex);
-  loadOrder.push_back(loaded.get());
+  loadOrder.push_back(loaded);
   objects[object.sha256] = std::move(loaded);
   return Error::success();
 }
@@ -557,6 +572,30 @@ Error ObjectHost::addObject(const ObjectBlob &object) {
   if (Error error = validateObject(object.sha256, *object.bytes, exports))
     return error;
   return impl->link(object, exports);
+}
+
+Error ObjectHost::removeObject(StringRef sha256) {
+  std::shared_ptr<LoadedObject> loaded;
+  {
+    std::unique_lock<std::shared_mutex> lock(impl->mutex);
+    auto found = impl->objects.find(sha256);
+    if (found == impl->objects.end())
+      return Error::success();
+    loaded = std::move(found->second);
+    impl->objects.erase(found);
+    llvm::erase(impl->loadOrder, loaded);
+  }
+  // Out of the table, the object gains no new holders: if others remain they are launches
+  // or calls still running its code, and the last of them unloads it.
+  orc::ExecutionSession &session = impl->jit->getExecutionSession();
+  if (loaded.use_count() > 1) {
+    loaded->unloadFrom = &session;
+    return Error::success();
+  }
+  if (Error error = session.removeJITDylib(*loaded->dylib))
+    return makeError(
+        formatv("unloading object {0}: {1}", sha256, toString(std::move(error))).str());
+  return Error::success();
 }
 
 Expected<std::vector<OwnedTensor>> ObjectHost::Impl::adoptResults(StringRef entry,
@@ -636,6 +675,8 @@ Expected<std::vector<OwnedTensor>> ObjectHost::launch(StringRef sha256, StringRe
                                                       ArrayRef<TensorView> inputs,
                                                       ArrayRef<ResultSpec> results) {
   EntryFn function = nullptr;
+  // Keeps the object's code loaded until the launch returns, even if it is removed meanwhile.
+  std::shared_ptr<LoadedObject> running;
   {
     std::shared_lock<std::shared_mutex> lock(impl->mutex);
     auto object = impl->objects.find(sha256);
@@ -645,6 +686,7 @@ Expected<std::vector<OwnedTensor>> ObjectHost::launch(StringRef sha256, StringRe
     if (symbol == object->second->symbols.end())
       return makeError(formatv("unknown entry '{0}' in object {1}", entry, sha256));
     function = reinterpret_cast<EntryFn>(symbol->second);
+    running = object->second;
   }
 
   size_t inWords = 0;
@@ -711,12 +753,15 @@ Expected<std::vector<OwnedTensor>> ObjectHost::launch(StringRef sha256, StringRe
 
 Expected<std::string> ObjectHost::call(StringRef symbol, StringRef input, uint64_t outputSize) {
   void *address = impl->plugins ? impl->plugins->lookup(symbol) : nullptr;
+  // As in launch: the callee's object stays loaded until the call returns.
+  std::shared_ptr<LoadedObject> running;
   if (!address) {
     std::shared_lock<std::shared_mutex> lock(impl->mutex);
-    for (LoadedObject *object : impl->loadOrder) {
+    for (const std::shared_ptr<LoadedObject> &object : impl->loadOrder) {
       auto found = object->symbols.find(symbol);
       if (found != object->symbols.end()) {
         address = found->second;
+        running = object;
         break;
       }
     }

@@ -24,7 +24,7 @@ private:
 };
 
 /// One session's loaded objects: one JITDylib per object, so two objects may export the
-/// same entry name. Thread-safe.
+/// same entry name and each can be unloaded on its own. Thread-safe.
 class ObjectHost {
 public:
   static llvm::Expected<std::unique_ptr<ObjectHost>> create(std::shared_ptr<PluginSet> plugins);
@@ -36,6 +36,13 @@ public:
   /// from the process. Loading the same hash twice is a no-op.
   llvm::Error addObject(const ObjectBlob &object);
   bool hasObject(llvm::StringRef sha256) const;
+
+  /// Unloads the object `sha256` (its JITDylib, and with it its code memory); a later
+  /// launch of it fails as for an object never loaded. Launches and calls of the object
+  /// already running keep its code until they return, so removal is safe at any time;
+  /// the last of them unloads it. Launches of other objects are not disturbed. Removing
+  /// an object that is not loaded is a no-op.
+  llvm::Error removeObject(llvm::StringRef sha256);
 
   /// Runs `entry` of the object `sha256`. Inputs are read in place; results are buffers the
   /// kernel allocated, handed over to the caller. A result whose buffer the kernel does not
