@@ -102,6 +102,13 @@ public:
   /// Makes `object` loadable in `session`; uploads its bytes only if the executor lacks them.
   virtual llvm::Error shipObject(llvm::StringRef session, const ObjectBlob &object) = 0;
 
+  /// Ends `session`'s hold on the object `sha256`: its code is unloaded once launches of it
+  /// already running end, and a remote executor drops its bytes once no session holds it.
+  /// A later launch naming the object ships it again, as after an executor restart.
+  /// Releasing an object the session does not hold is not an error: a release may race
+  /// with a restart.
+  virtual llvm::Error releaseObject(llvm::StringRef session, llvm::StringRef sha256) = 0;
+
   /// Runs `entry` of `object` with `inputs` and returns one tensor per `results` entry.
   /// If the executor no longer knows the object (it restarted), ships it again and retries
   /// once.

@@ -99,6 +99,7 @@ public:
   llvm::Expected<std::string> openSession() override;
   llvm::Error closeSession(llvm::StringRef session) override;
   llvm::Error shipObject(llvm::StringRef session, const ObjectBlob &object) override;
+  llvm::Error releaseObject(llvm::StringRef session, llvm::StringRef sha256) override;
   llvm::Expected<std::vector<OwnedTensor>> launch(llvm::StringRef session, const ObjectBlob &object,
                                                   llvm::StringRef entry,
                                                   llvm::ArrayRef<TensorView> inputs,
@@ -345,15 +346,18 @@ llvm::Error HttpBackend::attachOrUpload(llvm::StringRef session, const ObjectBlo
   std::string operation = "shipping object " + object.sha256.substr(0, 12);
   std::string path = sessionPath(session) + "/objects/" + object.sha256;
   // Attaching first makes shipping an object the executor already holds one small request.
-  llvm::Expected<json> attached = exchange("POST", path, "", operation, session);
-  if (attached)
-    return llvm::Error::success();
-  Failure failure = toFailure(attached.takeError());
-  if (failure.code != "unknown_object")
-    return toError(failure);
-  if (llvm::Error error = upload(object))
-    return error;
-  return exchange("POST", path, "", operation, session).takeError();
+  // The executor may drop an object no session holds once its grace period passes, so an
+  // upload followed by a stall can find it gone again; one more upload settles that.
+  for (int attempt = 0;; ++attempt) {
+    llvm::Expected<json> attached = exchange("POST", path, "", operation, session);
+    if (attached)
+      return llvm::Error::success();
+    Failure failure = toFailure(attached.takeError());
+    if (failure.code != "unknown_object" || attempt == 2)
+      return toError(failure);
+    if (llvm::Error error = upload(object))
+      return error;
+  }
 }
 
 llvm::Error HttpBackend::reopen(llvm::StringRef session) {
@@ -416,6 +420,24 @@ llvm::Error HttpBackend::shipObject(llvm::StringRef session, const ObjectBlob &o
   if (failure.code != "unknown_session")
     return toError(failure);
   return reopen(session);
+}
+
+llvm::Error HttpBackend::releaseObject(llvm::StringRef session, llvm::StringRef sha256) {
+  // Forgotten first, so a session re-created after a restart does not bring it back.
+  if (std::shared_ptr<SessionState> state = stateOf(session, /*create=*/false)) {
+    std::lock_guard<std::mutex> lock(state->mutex);
+    state->objects.erase(sha256.str());
+  }
+  std::string operation = "releasing object " + sha256.take_front(12).str();
+  llvm::Expected<json> reply =
+      exchange("DELETE", sessionPath(session) + "/objects/" + sha256.str(), "", operation, session);
+  if (reply)
+    return llvm::Error::success();
+  Failure failure = toFailure(reply.takeError());
+  // An executor that lost the session (it restarted) holds nothing for it any more.
+  if (failure.code == "unknown_session")
+    return llvm::Error::success();
+  return toError(failure);
 }
 
 llvm::Expected<std::vector<OwnedTensor>>

@@ -30,6 +30,7 @@
 #include <map>
 #include <mutex>
 #include <random>
+#include <set>
 #include <thread>
 #include <unordered_map>
 
@@ -98,7 +99,7 @@ struct Metrics {
   std::array<std::atomic<uint64_t>, 600> requestsByStatus{};
   std::atomic<uint64_t> launches{0}, launchFailures{0}, calls{0}, callFailures{0};
   std::atomic<uint64_t> bytesIn{0}, bytesOut{0};
-  std::atomic<uint64_t> objectUploads{0}, sessionsOpened{0}, sessionsExpired{0};
+  std::atomic<uint64_t> objectUploads{0}, objectsDropped{0}, sessionsOpened{0}, sessionsExpired{0};
   Histogram requestSeconds, launchSeconds;
 };
 
@@ -108,6 +109,13 @@ struct Session {
   std::string id;
   std::unique_ptr<ObjectHost> host;
   std::atomic<int64_t> lastUsed{0}; ///< Clock ticks; read by the idle reaper.
+  /// Serializes attaching and detaching, so `attached` matches what `host` has loaded and
+  /// each attached object holds exactly one reference in the store.
+  std::mutex attachMutex;
+  std::set<std::string> attached;
+  /// Set when the session leaves the table; its holds are released then, so an attach
+  /// racing with the close must not take a new one.
+  bool closed = false;
   std::mutex launchesMutex;
   uint64_t nextLaunch = 1;
   /// Resolves to an empty string on success, the failure message otherwise. Declared after
@@ -222,9 +230,17 @@ struct ExecutorServer::Impl {
   std::mutex sessionsMutex;
   std::unordered_map<std::string, std::shared_ptr<Session>> sessions;
 
+  /// The object store, shared by sessions. An object stays while a session holds it
+  /// (has it attached) and for `objectGrace` after the last hold ends or its last upload.
+  struct StoredObject {
+    ObjectBlob blob;
+    uint64_t holders = 0;
+    Clock::time_point unheldSince;
+  };
   std::mutex objectsMutex;
-  std::unordered_map<std::string, ObjectBlob> objects; ///< By SHA-256; shared by sessions.
+  std::unordered_map<std::string, StoredObject> objects; ///< By SHA-256.
   uint64_t objectBytes = 0;
+  uint64_t attachments = 0; ///< Sum of `holders`.
 
   std::mutex stopMutex;
   std::condition_variable stopSignal;
@@ -243,6 +259,12 @@ struct ExecutorServer::Impl {
   llvm::Expected<std::shared_ptr<Session>> createSession(std::string id, bool &created);
   std::optional<ObjectBlob> findObject(llvm::StringRef sha);
   llvm::Error attach(Session &session, llvm::StringRef sha);
+  /// Unloads `sha` from the session and ends its hold; false if the session did not hold it.
+  bool detach(Session &session, llvm::StringRef sha);
+  /// Ends every hold of a session that has left the table.
+  void releaseHolds(Session &session);
+  void dropHold(llvm::StringRef sha);
+  void dropUnheldObjects();
   void reapIdleSessions();
 
   llvm::Error health(httplib::Response &res);
@@ -373,23 +395,85 @@ std::optional<ObjectBlob> ExecutorServer::Impl::findObject(llvm::StringRef sha) 
   auto it = objects.find(sha.str());
   if (it == objects.end())
     return std::nullopt;
-  return it->second;
+  return it->second.blob;
 }
 
 llvm::Error ExecutorServer::Impl::attach(Session &session, llvm::StringRef sha) {
+  // Every launch passes here: an object already loaded costs one shared lock.
   if (session.host->hasObject(sha))
     return llvm::Error::success();
-  std::optional<ObjectBlob> blob = findObject(sha);
-  if (!blob)
-    return makeWireError("unknown_object", "object " + sha + " is not on this executor");
-  if (llvm::Error error = session.host->addObject(*blob))
+  std::lock_guard<std::mutex> attaching(session.attachMutex);
+  if (session.closed)
+    return makeWireError("unknown_session", "session '" + session.id + "' was closed");
+  if (session.attached.count(sha.str()))
+    return llvm::Error::success();
+  std::optional<ObjectBlob> blob;
+  {
+    // The hold is taken before loading, so the store cannot drop the bytes meanwhile.
+    std::lock_guard<std::mutex> lock(objectsMutex);
+    auto it = objects.find(sha.str());
+    if (it == objects.end())
+      return makeWireError("unknown_object", "object " + sha + " is not on this executor");
+    it->second.holders++;
+    attachments++;
+    blob = it->second.blob;
+  }
+  if (llvm::Error error = session.host->addObject(*blob)) {
+    dropHold(sha);
     return makeWireError("invalid_object",
                          "loading object " + sha + ": " + llvm::toString(std::move(error)));
+  }
+  session.attached.insert(sha.str());
   return llvm::Error::success();
 }
 
+bool ExecutorServer::Impl::detach(Session &session, llvm::StringRef sha) {
+  std::lock_guard<std::mutex> attaching(session.attachMutex);
+  if (!session.attached.erase(sha.str()))
+    return false;
+  // Launches of the object still running keep its code until they return (ObjectHost), and
+  // unloading cannot fail in a way the client could act on.
+  llvm::consumeError(session.host->removeObject(sha));
+  dropHold(sha);
+  return true;
+}
+
+void ExecutorServer::Impl::releaseHolds(Session &session) {
+  std::lock_guard<std::mutex> attaching(session.attachMutex);
+  session.closed = true;
+  for (const std::string &sha : session.attached)
+    dropHold(sha);
+  session.attached.clear();
+}
+
+void ExecutorServer::Impl::dropHold(llvm::StringRef sha) {
+  std::lock_guard<std::mutex> lock(objectsMutex);
+  auto it = objects.find(sha.str());
+  if (it == objects.end() || it->second.holders == 0)
+    return;
+  attachments--;
+  if (--it->second.holders == 0)
+    it->second.unheldSince = Clock::now();
+}
+
+void ExecutorServer::Impl::dropUnheldObjects() {
+  Clock::time_point cutoff = Clock::now() - options.objectGrace;
+  std::lock_guard<std::mutex> lock(objectsMutex);
+  for (auto it = objects.begin(); it != objects.end();) {
+    if (it->second.holders == 0 && it->second.unheldSince <= cutoff) {
+      objectBytes -= it->second.blob.bytes->size();
+      metrics.objectsDropped++;
+      it = objects.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
 void ExecutorServer::Impl::reapIdleSessions() {
-  auto interval = std::chrono::duration_cast<Clock::duration>(options.idleTimeout) / 4;
+  auto interval = std::min(std::chrono::duration_cast<Clock::duration>(options.idleTimeout),
+                           std::chrono::duration_cast<Clock::duration>(options.objectGrace)) /
+                  4;
   interval =
       std::clamp<Clock::duration>(interval, std::chrono::milliseconds(50), std::chrono::seconds(5));
   std::unique_lock<std::mutex> lock(stopMutex);
@@ -408,8 +492,11 @@ void ExecutorServer::Impl::reapIdleSessions() {
       }
     }
     metrics.sessionsExpired += expired.size();
+    for (const std::shared_ptr<Session> &session : expired)
+      releaseHolds(*session);
     // Requests still running keep their session alive; it dies with the last of them.
     expired.clear();
+    dropUnheldObjects();
   }
 }
 
@@ -461,10 +548,14 @@ llvm::Error ExecutorServer::Impl::putObject(const httplib::Request &req, httplib
   bool stored = false;
   {
     std::lock_guard<std::mutex> lock(objectsMutex);
-    if (!objects.count(sha)) {
+    auto it = objects.find(sha);
+    if (it == objects.end()) {
       objectBytes += bytes->size();
-      objects.emplace(sha, ObjectBlob{sha, std::move(bytes)});
+      objects.emplace(sha, StoredObject{ObjectBlob{sha, std::move(bytes)}, 0, Clock::now()});
       stored = true;
+    } else if (it->second.holders == 0) {
+      // An upload announces an attach to come: the grace period starts again.
+      it->second.unheldSince = Clock::now();
     }
   }
   if (stored)
@@ -720,6 +811,9 @@ std::string ExecutorServer::Impl::renderMetrics() {
   counter("courier_received_bytes_total", "Request body bytes received.", metrics.bytesIn);
   counter("courier_sent_bytes_total", "Response body bytes sent.", metrics.bytesOut);
   counter("courier_object_uploads_total", "Objects stored from an upload.", metrics.objectUploads);
+  counter("courier_objects_dropped_total",
+          "Objects dropped from the store after no session held them for the grace period.",
+          metrics.objectsDropped);
   counter("courier_sessions_opened_total", "Sessions created.", metrics.sessionsOpened);
   counter("courier_sessions_expired_total", "Sessions closed for being idle.",
           metrics.sessionsExpired);
@@ -731,6 +825,8 @@ std::string ExecutorServer::Impl::renderMetrics() {
     std::lock_guard<std::mutex> lock(objectsMutex);
     gauge("courier_objects", "Objects held.", objects.size());
     gauge("courier_object_bytes", "Bytes of objects held.", objectBytes);
+    gauge("courier_attached_objects", "Objects loaded in sessions, once per session holding one.",
+          attachments);
   }
   metrics.requestSeconds.render(out, "courier_request_duration_seconds",
                                 "Time from request line to response written.");
@@ -865,6 +961,7 @@ void ExecutorServer::Impl::installRoutes() {
           closed = std::move(it->second);
           sessions.erase(it);
         }
+        releaseHolds(*closed);
         res.status = 204;
         return llvm::Error::success();
       }));
@@ -878,6 +975,19 @@ void ExecutorServer::Impl::installRoutes() {
                 sendJson(res, 200, {{"session", (*s)->id}, {"sha256", req.matches[2].str()}});
                 return llvm::Error::success();
               }));
+  // Releasing an object the session does not hold is no error ("detached": false): a
+  // release may race with a restart that lost the session's objects.
+  server.Delete(
+      session + "/objects/" + sha,
+      wrap([this](const httplib::Request &req, httplib::Response &res) -> llvm::Error {
+        llvm::Expected<std::shared_ptr<Session>> s = findSession(req);
+        if (!s)
+          return s.takeError();
+        bool detached = detach(**s, req.matches[2].str());
+        sendJson(res, 200,
+                 {{"session", (*s)->id}, {"sha256", req.matches[2].str()}, {"detached", detached}});
+        return llvm::Error::success();
+      }));
   server.Post(session + "/launch", wrap([this](const httplib::Request &req, httplib::Response &res,
                                                const httplib::ContentReader &reader) {
                 return launch(req, res, reader);

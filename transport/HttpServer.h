@@ -23,6 +23,9 @@ struct ExecutorServerOptions {
   std::string token;
   /// Sessions unused for this long are closed.
   std::chrono::seconds idleTimeout{600};
+  /// An object no session holds is dropped from the store after this long, so a client
+  /// between its upload and its attach, or re-attaching soon after a release, finds it.
+  std::chrono::milliseconds objectGrace{60000};
   /// Worker threads; each keep-alive connection holds one while it is open.
   unsigned threads = 32;
   /// Largest request body accepted (objects, launch frames, call inputs).

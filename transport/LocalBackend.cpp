@@ -92,6 +92,15 @@ public:
     return Error::success();
   }
 
+  Error releaseObject(StringRef id, StringRef sha256) override {
+    auto session = find(id, "releasing an object");
+    if (!session)
+      return session.takeError();
+    if (Error error = (*session)->host->removeObject(sha256))
+      return makeError("local: releasing an object: " + toString(std::move(error)));
+    return Error::success();
+  }
+
   Expected<std::vector<OwnedTensor>> launch(StringRef id, const ObjectBlob &object, StringRef entry,
                                             ArrayRef<TensorView> inputs,
                                             ArrayRef<ResultSpec> results) override {

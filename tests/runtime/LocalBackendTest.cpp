@@ -1,5 +1,5 @@
 // The local backend and the backend factory: sessions over the object host, implicit
-// shipping, async launches and plugin calls.
+// shipping, releasing objects, async launches and plugin calls.
 #include "transport/Backend.h"
 
 #include "tests/runtime/TestSupport.h"
@@ -84,6 +84,34 @@ TEST_CASE("local sessions are independent", "[backend]") {
              Catch::Contains("local") && Catch::Contains(first));
   REQUIRE_OK(backend->shipObject(second, scale));
   CHECK_THAT(failure(backend->closeSession(first)), Catch::Contains(first));
+}
+
+TEST_CASE("a released local object leaves only its session; releasing it again is no error",
+          "[backend]") {
+  auto backend = local();
+  std::string first = open(*backend);
+  std::string second = open(*backend);
+  auto add = kernel(COURIER_KERNEL_ADD);
+  REQUIRE_OK(backend->shipObject(first, add));
+  REQUIRE_OK(backend->shipObject(second, add));
+  std::vector<int32_t> ints{3, -4};
+  llvm::StringRef input(reinterpret_cast<const char *>(ints.data()), 8);
+
+  REQUIRE_OK(backend->releaseObject(first, add.sha256));
+  CHECK_THAT(failure(backend->call(first, "courier_object_negate", input, 8)),
+             Catch::Contains("unknown symbol 'courier_object_negate'"));
+  CHECK(bool(backend->call(second, "courier_object_negate", input, 8)));
+  REQUIRE_OK(backend->releaseObject(first, add.sha256));
+  REQUIRE_OK(backend->releaseObject(first, std::string(64, '0')));
+
+  // A launch after the release ships the object again, as after an executor restart.
+  auto scale = kernel(COURIER_KERNEL_SCALE);
+  REQUIRE_OK(backend->shipObject(first, scale));
+  REQUIRE_OK(backend->releaseObject(first, scale.sha256));
+  std::vector<double> x{1};
+  auto out = backend->launch(first, scale, "_catalyst_pyface_scale", {view(x, {1}, {1})}, {{1, 8}});
+  REQUIRE(bool(out));
+  CHECK(elements<double>((*out)[0]) == std::vector<double>{2});
 }
 
 TEST_CASE("an async local launch is awaited once", "[backend]") {

@@ -160,6 +160,16 @@ double ExecutorProcess::metric(const std::string &name) const {
   return -1;
 }
 
+double ExecutorProcess::awaitMetricAtMost(const std::string &name, double bound) const {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  double value = metric(name);
+  while (value > bound && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    value = metric(name);
+  }
+  return value;
+}
+
 std::string ExecutorProcess::log() const {
   std::ifstream in(directory + "/executor.log");
   std::stringstream text;

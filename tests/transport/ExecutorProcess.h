@@ -36,6 +36,9 @@ public:
   std::string metrics() const;
   /// The value of an unlabelled metric, or -1 if absent.
   double metric(const std::string &name) const;
+  /// Polls metric `name` until it is at most `bound` or 10 s pass; returns its last value.
+  /// For what the executor does on its own time, such as dropping unheld objects.
+  double awaitMetricAtMost(const std::string &name, double bound) const;
   /// The executor's stderr so far (one line per request).
   std::string log() const;
 

@@ -1,5 +1,6 @@
-// The HTTP backend against a real courier-executor process: shipping, launching with every
-// rank and layout, call, async launch, concurrency, executor crashes and restarts.
+// The HTTP backend against a real courier-executor process: shipping and releasing objects,
+// launching with every rank and layout, call, async launch, concurrency, executor crashes
+// and restarts.
 #include "transport/HttpBackend.h"
 #include "tests/kernels/KernelPaths.h"
 #include "tests/transport/ExecutorProcess.h"
@@ -178,6 +179,57 @@ TEST_CASE("an object shipped twice, even by two sessions, is uploaded once", "[h
   CHECK(f.executor.metric("courier_object_uploads_total") == 1);
   CHECK(f.executor.metric("courier_objects") == 1);
   CHECK(f.executor.metric("courier_sessions") == 2);
+}
+
+TEST_CASE("a released object leaves its session, then the executor once nobody holds it",
+          "[http]") {
+  ExecutorProcess executor(
+      ExecutorConfig{0, "", {"--plugin", COURIER_TEST_PLUGIN, "--object-grace", "0.2"}});
+  std::unique_ptr<Backend> backend = connect(executor);
+  std::string first = require(backend->openSession());
+  std::string second = require(backend->openSession());
+  ObjectBlob scale = loadObject(COURIER_KERNEL_SCALE);
+  requireOk(backend->shipObject(first, scale));
+  requireOk(backend->shipObject(second, scale));
+  CHECK(executor.metric("courier_attached_objects") == 2);
+
+  // Another session still holds it: the bytes stay past the grace period.
+  requireOk(backend->releaseObject(first, scale.sha256));
+  CHECK(executor.metric("courier_attached_objects") == 1);
+  std::vector<double> x = {1, 2};
+  auto kept = require(backend->launch(second, scale, kScale, {view(x, {2})}, {{1, 8}}));
+  CHECK(valuesOf<double>(kept[0]) == std::vector<double>{2, 4});
+
+  // Releasing twice, an object never shipped, or on a session the executor lost is no error.
+  requireOk(backend->releaseObject(first, scale.sha256));
+  requireOk(backend->releaseObject(first, std::string(64, 'a')));
+  requireOk(backend->releaseObject("lost-session", scale.sha256));
+
+  requireOk(backend->releaseObject(second, scale.sha256));
+  CHECK(executor.metric("courier_attached_objects") == 0);
+  CHECK(executor.awaitMetricAtMost("courier_objects", 0) == 0);
+  CHECK(executor.metric("courier_objects_dropped_total") == 1);
+  CHECK(executor.metric("courier_object_uploads_total") == 1);
+
+  // Both sessions keep working: a launch uploads the object again.
+  auto again = require(backend->launch(first, scale, kScale, {view(x, {2})}, {{1, 8}}));
+  CHECK(valuesOf<double>(again[0]) == std::vector<double>{2, 4});
+  CHECK(executor.metric("courier_object_uploads_total") == 2);
+  CHECK(executor.metric("courier_attached_objects") == 1);
+  CHECK(executor.metric("courier_sessions") == 2);
+}
+
+TEST_CASE("closing a session ends its holds, and unheld objects are dropped", "[http]") {
+  ExecutorProcess executor(ExecutorConfig{0, "", {"--object-grace", "0.2"}});
+  std::unique_ptr<Backend> backend = connect(executor);
+  std::string session = require(backend->openSession());
+  requireOk(backend->shipObject(session, loadObject(COURIER_KERNEL_SCALE)));
+  requireOk(backend->shipObject(session, loadObject(COURIER_KERNEL_SCALE3)));
+  CHECK(executor.metric("courier_attached_objects") == 2);
+  requireOk(backend->closeSession(session));
+  CHECK(executor.metric("courier_attached_objects") == 0);
+  CHECK(executor.awaitMetricAtMost("courier_objects", 0) == 0);
+  CHECK(executor.metric("courier_object_bytes") == 0);
 }
 
 TEST_CASE("two objects exporting the same entry name stay apart", "[http]") {

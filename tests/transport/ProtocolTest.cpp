@@ -209,6 +209,9 @@ TEST_CASE("bad requests get their error code and leave the executor serving", "[
        404, "unknown_launch"},
       {"closing an unknown session", [&] { return peer.client.Delete("/v1/sessions/nosuch"); }, 404,
        "unknown_session"},
+      {"detaching an object from an unknown session",
+       [&] { return peer.client.Delete(("/v1/sessions/nosuch/objects/" + sha).c_str()); }, 404,
+       "unknown_session"},
       {"a path that is not a route", [&] { return peer.client.Get("/v2/anything"); }, 404,
        "not_found"},
   };
@@ -225,6 +228,44 @@ TEST_CASE("bad requests get their error code and leave the executor serving", "[
   httplib::Result res = peer.post(launch, frame(scaleHeader(sha, 1), doubles({21})));
   REQUIRE(res);
   CHECK(res->status == 200);
+}
+
+TEST_CASE("a detached object leaves the session but stays stored for the grace period",
+          "[protocol]") {
+  ExecutorProcess executor;
+  Peer peer(executor);
+  std::string session = peer.openSession();
+  std::string sha = peer.putObject(readFile(COURIER_KERNEL_SCALE));
+  std::string object = "/v1/sessions/" + session + "/objects/" + sha;
+  httplib::Result res = peer.post(object, "", wire::kJsonContentType);
+  REQUIRE(res);
+  REQUIRE(res->status == 200);
+  CHECK(executor.metric("courier_attached_objects") == 1);
+
+  res = peer.client.Delete(object.c_str());
+  REQUIRE(res);
+  CHECK(res->status == 200);
+  CHECK(json::parse(res->body) == json{{"session", session}, {"sha256", sha}, {"detached", true}});
+  res = peer.client.Delete(object.c_str());
+  REQUIRE(res);
+  CHECK(res->status == 200);
+  CHECK(json::parse(res->body)["detached"] == false);
+  CHECK(executor.metric("courier_attached_objects") == 0);
+  CHECK(executor.metric("courier_objects") == 1);
+
+  // A launch within the grace period attaches it from the store again, without an upload.
+  res = peer.post("/v1/sessions/" + session + "/launch", frame(scaleHeader(sha, 1), doubles({4})));
+  REQUIRE(res);
+  CHECK(res->status == 200);
+  CHECK(executor.metric("courier_attached_objects") == 1);
+  CHECK(executor.metric("courier_object_uploads_total") == 1);
+
+  // An attach that fails to load takes no hold.
+  std::string bad = peer.putObject("definitely not ELF");
+  res = peer.post("/v1/sessions/" + session + "/objects/" + bad, "", wire::kJsonContentType);
+  REQUIRE(res);
+  CHECK(res->status == 422);
+  CHECK(executor.metric("courier_attached_objects") == 1);
 }
 
 TEST_CASE("a body over the executor's limit gets 413", "[protocol]") {

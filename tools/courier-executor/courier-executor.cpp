@@ -20,11 +20,13 @@ using courier::transport::ExecutorServerOptions;
 
 static const char *const kUsage =
     "usage: courier-executor [--listen HOST:PORT] [--plugin LIB.so]... [--token-file FILE]\n"
-    "                        [--idle-timeout SECONDS] [--threads N] [--max-body-mib N] [--quiet]\n"
+    "                        [--idle-timeout SECONDS] [--object-grace SECONDS] [--threads N]\n"
+    "                        [--max-body-mib N] [--quiet]\n"
     "  --listen        address to bind (default 127.0.0.1:7000; port 0 picks a free one)\n"
     "  --plugin        shared library whose symbols `call` can reach (repeatable)\n"
     "  --token-file    file holding the bearer token every request must carry\n"
     "  --idle-timeout  close sessions unused for this long (default 600)\n"
+    "  --object-grace  drop objects no session holds after this long (default 60; fractions ok)\n"
     "  --threads       worker threads; each open connection holds one (default 32)\n"
     "  --max-body-mib  largest request body accepted (default 4096)\n"
     "  --quiet         do not log one line per request to stderr\n";
@@ -35,6 +37,7 @@ static Expected<ExecutorServerOptions> parseArguments(int argc, char **argv) {
   ExecutorServerOptions options;
   std::string listen = "127.0.0.1:7000", tokenFile;
   uint64_t maxBodyMiB = 4096, idleSeconds = 600, threads = 32;
+  double graceSeconds = 60;
   for (int i = 1; i < argc; ++i) {
     StringRef arg = argv[i];
     if (arg == "--help" || arg == "-h") {
@@ -47,8 +50,8 @@ static Expected<ExecutorServerOptions> parseArguments(int argc, char **argv) {
     }
     // Accept both "--flag value" and "--flag=value".
     StringRef name = arg.split('=').first;
-    if (!llvm::is_contained({"--listen", "--plugin", "--token-file", "--idle-timeout", "--threads",
-                             "--max-body-mib"},
+    if (!llvm::is_contained({"--listen", "--plugin", "--token-file", "--idle-timeout",
+                             "--object-grace", "--threads", "--max-body-mib"},
                             name))
       return createStringError("unknown option '" + arg + "'\n" + kUsage);
     std::string value;
@@ -73,6 +76,9 @@ static Expected<ExecutorServerOptions> parseArguments(int argc, char **argv) {
     } else if (name == "--idle-timeout") {
       if (Error e = number(idleSeconds))
         return std::move(e);
+    } else if (name == "--object-grace") {
+      if (StringRef(value).getAsDouble(graceSeconds) || !(graceSeconds >= 0) || graceSeconds > 1e6)
+        return createStringError("--object-grace expects seconds, got '" + value + "'");
     } else if (name == "--threads") {
       if (Error e = number(threads))
         return std::move(e);
@@ -105,6 +111,7 @@ static Expected<ExecutorServerOptions> parseArguments(int argc, char **argv) {
   if (threads == 0 || threads > 4096)
     return createStringError("--threads must be between 1 and 4096");
   options.idleTimeout = std::chrono::seconds(idleSeconds);
+  options.objectGrace = std::chrono::milliseconds(static_cast<int64_t>(graceSeconds * 1000));
   options.threads = static_cast<unsigned>(threads);
   options.maxBodyBytes = maxBodyMiB << 20;
   return options;
