@@ -4,11 +4,11 @@
 
 #include "llvm/ADT/SmallVector.h"
 #include "llvm/ADT/StringMap.h"
-#include "llvm/ADT/StringSet.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/MemoryBuffer.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
@@ -29,8 +29,14 @@ namespace courier::runtime {
 
 struct ModuleScope::State {
   ScopeOptions options;
+  /// Names the scope in the object holds of sessions; never reused.
+  uint64_t id = 0;
   /// Handles this scope opened; guarded by the registry's mutex.
   std::vector<int64_t> sessions;
+  /// Guards `objects`; taken after a session's `objectsMutex` when both are held.
+  std::mutex objectsMutex;
+  /// (session handle, SHA-256) of every object this scope holds.
+  std::vector<std::pair<int64_t, std::string>> objects;
 };
 
 namespace {
@@ -59,16 +65,28 @@ template <typename T, typename Body> T guarded(T failed, const char *operation, 
   return failed;
 }
 
+/// Who keeps an object loaded in a session: scopes that shipped (or launched) it, or
+/// nobody in particular when it was shipped with no scope active, in which case it stays
+/// until the session closes.
+struct ObjectHolds {
+  bool pinned = false;
+  SmallVector<uint64_t, 2> scopes;
+};
+
 struct Session {
   int64_t handle = 0;
   std::string address;
   std::unique_ptr<Backend> backend;
   std::string id;
 
-  /// Guards `byPath` and `shipped`.
+  /// Guards `byPath` and `holds`.
   std::shared_mutex objectsMutex;
   StringMap<std::shared_ptr<const ObjectBlob>> byPath;
-  StringSet<> shipped;
+  /// Objects the session holds on the executor, by SHA-256.
+  StringMap<ObjectHolds> holds;
+  /// Serializes shipping an object not yet held with releasing one, so a release never
+  /// overtakes a ship of the same object on its way to the executor.
+  std::mutex shipMutex;
 
   /// Ownership, guarded by the registry's mutex: opened outside any scope (lives until
   /// close or exit), and how many live scopes opened it.
@@ -150,6 +168,7 @@ public:
   }
 
   void releaseScope(ModuleScope::State &scope) {
+    releaseObjects(scope);
     std::vector<std::shared_ptr<Session>> closing;
     {
       std::unique_lock<std::shared_mutex> lock(mutex);
@@ -168,6 +187,43 @@ public:
     }
     for (auto &session : closing)
       shutDown(*session);
+  }
+
+  /// Ends the scope's holds; objects no other scope holds (and not pinned) are released on
+  /// the executor. Runs before the scope's sessions close, so each release is explicit.
+  void releaseObjects(ModuleScope::State &scope) {
+    std::vector<std::pair<int64_t, std::string>> objects;
+    {
+      std::lock_guard<std::mutex> lock(scope.objectsMutex);
+      objects.swap(scope.objects);
+    }
+    for (const auto &[handle, sha] : objects) {
+      std::shared_ptr<Session> session = find(handle);
+      if (!session)
+        continue; // Closed already; the executor dropped everything it held.
+      std::lock_guard<std::mutex> shipping(session->shipMutex);
+      {
+        std::unique_lock<std::shared_mutex> lock(session->objectsMutex);
+        auto held = session->holds.find(sha);
+        if (held == session->holds.end())
+          continue;
+        llvm::erase(held->second.scopes, scope.id);
+        if (!held->second.scopes.empty() || held->second.pinned)
+          continue;
+        session->holds.erase(held);
+        // A later launch naming one of these paths reads and ships the file again.
+        for (auto path = session->byPath.begin(); path != session->byPath.end();) {
+          auto current = path++;
+          if (current->second->sha256 == sha)
+            session->byPath.erase(current);
+        }
+      }
+      try {
+        consumeError(session->backend->releaseObject(session->id, sha));
+      } catch (...) {
+        // As for closing: nobody is left to report to, and the session's close frees it.
+      }
+    }
   }
 
   int64_t addToken(std::shared_ptr<Session> session, uint64_t launchId) {
@@ -247,8 +303,27 @@ bool isObjectFormat(const char *format) {
   return name.empty() || name == "object" || name == "obj" || name == "o" || name == "elf";
 }
 
-/// Reads and ships the object at `path` unless the session already holds those bytes, and
-/// remembers the path so launches can name the object by it.
+bool isHolder(const ObjectHolds &holds, const ModuleScope::State *scope) {
+  return scope ? llvm::is_contained(holds.scopes, scope->id) : holds.pinned;
+}
+
+/// Records that the active scope (or, with none, the session itself) holds `sha`. Called
+/// with the session's `objectsMutex` held exclusively.
+void addHolder(Session &session, ObjectHolds &holds, StringRef sha, ModuleScope::State *scope) {
+  if (isHolder(holds, scope))
+    return;
+  if (!scope) {
+    holds.pinned = true;
+    return;
+  }
+  holds.scopes.push_back(scope->id);
+  std::lock_guard<std::mutex> lock(scope->objectsMutex);
+  scope->objects.emplace_back(session.handle, sha.str());
+}
+
+/// Reads and ships the object at `path` unless the session already holds those bytes,
+/// counts the active scope among its holders, and remembers the path so launches can name
+/// the object by it.
 Expected<std::shared_ptr<const ObjectBlob>> sendObject(Session &session, StringRef path) {
   auto buffer = MemoryBuffer::getFile(path, /*IsText=*/false, /*RequiresNullTerminator=*/false);
   if (!buffer)
@@ -256,28 +331,58 @@ Expected<std::shared_ptr<const ObjectBlob>> sendObject(Session &session, StringR
                              "reading '" + path + "': " + buffer.getError().message());
   auto blob =
       std::make_shared<const ObjectBlob>(ObjectBlob::fromBytes((*buffer)->getBuffer().str()));
-  bool shipped;
-  {
-    std::shared_lock<std::shared_mutex> lock(session.objectsMutex);
-    shipped = session.shipped.contains(blob->sha256);
-  }
-  // Shipping runs unlocked: a slow upload must not stall launches of other objects, and a
-  // duplicate ship of the same bytes is harmless.
-  if (!shipped)
-    if (Error error = session.backend->shipObject(session.id, *blob))
-      return std::move(error);
+  ModuleScope::State *scope = activeState;
+  // Held already: one more holder needs no shipping, and a release cannot be under way,
+  // since a release first removes the entry under this lock.
+  auto addIfHeld = [&] {
+    std::unique_lock<std::shared_mutex> lock(session.objectsMutex);
+    auto held = session.holds.find(blob->sha256);
+    if (held == session.holds.end())
+      return false;
+    addHolder(session, held->second, blob->sha256, scope);
+    session.byPath[path] = blob;
+    return true;
+  };
+  if (addIfHeld())
+    return blob;
+  // Shipping holds only the ship lock: a slow upload must not stall launches.
+  std::lock_guard<std::mutex> shipping(session.shipMutex);
+  if (addIfHeld())
+    return blob;
+  if (Error error = session.backend->shipObject(session.id, *blob))
+    return std::move(error);
   std::unique_lock<std::shared_mutex> lock(session.objectsMutex);
-  session.shipped.insert(blob->sha256);
+  addHolder(session, session.holds[blob->sha256], blob->sha256, scope);
   session.byPath[path] = blob;
   return blob;
 }
 
+/// The object a launch names by `path`: the one last sent from there, shipped first if it
+/// never was (or was released since). A launch from a scope that does not hold the object
+/// yet makes it a holder, so the object stays while that scope's module may launch it.
 Expected<std::shared_ptr<const ObjectBlob>> objectFor(Session &session, StringRef path) {
+  ModuleScope::State *scope = activeState;
   {
     std::shared_lock<std::shared_mutex> lock(session.objectsMutex);
     auto found = session.byPath.find(path);
-    if (found != session.byPath.end())
-      return found->second;
+    if (found != session.byPath.end()) {
+      auto held = session.holds.find(found->second->sha256);
+      // With no scope active the launch only borrows the object, whoever holds it.
+      if (held != session.holds.end() && (!scope || isHolder(held->second, scope)))
+        return found->second;
+    }
+  }
+  {
+    std::unique_lock<std::shared_mutex> lock(session.objectsMutex);
+    auto found = session.byPath.find(path);
+    if (found != session.byPath.end()) {
+      auto held = session.holds.find(found->second->sha256);
+      if (held != session.holds.end()) {
+        if (scope)
+          addHolder(session, held->second, found->second->sha256, scope);
+        return found->second;
+      }
+    }
   }
   return sendObject(session, path);
 }
@@ -496,7 +601,9 @@ Expected<std::string> callImpl(int64_t handle, const char *sym, const void *args
 } // namespace
 
 ModuleScope::ModuleScope(ScopeOptions options) : state(std::make_shared<State>()) {
+  static std::atomic<uint64_t> nextId{1};
   state->options = std::move(options);
+  state->id = nextId++;
 }
 
 ModuleScope::~ModuleScope() {

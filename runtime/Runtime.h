@@ -12,6 +12,12 @@
 // - `launch` accepts a bare function name for `entry` and calls its `_catalyst_pyface_`
 //   entry. Results arrive contiguous (row-major), as identity-layout host code assumes.
 // - `close` ends the session for every holder of the handle, scopes included.
+// - Objects are held per session and counted per scope: the scope active during the
+//   `send_binary` (or the implicit send of a `launch`, or a launch of an object it does not
+//   hold yet) holds it. When a scope is destroyed, each object no other scope holds is
+//   released on the executor (Backend::releaseObject), before the scope's sessions close;
+//   a later launch naming its path reads and ships it again. Objects shipped with no scope
+//   active stay until their session closes.
 #ifndef COURIER_RUNTIME_RUNTIME_H
 #define COURIER_RUNTIME_RUNTIME_H
 
@@ -34,9 +40,10 @@ struct ScopeOptions {
   transport::BackendOptions backend;
 };
 
-/// Sessions opened on a thread while a scope is entered there are attributed to the scope;
-/// a session is closed when the last scope that opened it is destroyed. The engine keeps
-/// one scope per loaded module and enters it around setup().
+/// Sessions opened and objects shipped on a thread while a scope is entered there are
+/// attributed to the scope; an object is released when the last scope holding it is
+/// destroyed, and a session closed when the last scope that opened it is. The engine keeps
+/// one scope per loaded module and enters it around setup() and each invoke.
 class ModuleScope {
 public:
   explicit ModuleScope(ScopeOptions options);

@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 
 #include <cstdlib>
+#include <memory>
 #include <vector>
 
 using namespace courier;
@@ -121,6 +122,43 @@ TEST_CASE("a scope's address override sends its sessions to a remote executor", 
   std::vector<double> y;
   REQUIRE(launchVector(session, "scale", COURIER_KERNEL_SCALE, {5}, y) == 0);
   CHECK(y == std::vector<double>{10});
+}
+
+TEST_CASE("an object two scopes shipped is released on the executor when the second goes",
+          "[runtime][http]") {
+  testing::ExecutorProcess executor({0, "", {"--object-grace", "0.2"}});
+  clearError();
+  // Opened outside any scope, so the session outlives both and only the object goes.
+  int64_t session = __catalyst__executor__open(executor.address().c_str());
+  REQUIRE(session != 0);
+  auto first = std::make_unique<ModuleScope>(ScopeOptions{});
+  auto second = std::make_unique<ModuleScope>(ScopeOptions{});
+  for (ModuleScope *scope : {first.get(), second.get()}) {
+    ModuleScope::Entered entered(*scope);
+    REQUIRE(__catalyst__executor__send_binary(session, COURIER_KERNEL_SCALE, "object") == 0);
+  }
+  CHECK(executor.metric("courier_object_uploads_total") == 1);
+  CHECK(executor.metric("courier_attached_objects") == 1);
+
+  first.reset();
+  CHECK(executor.metric("courier_attached_objects") == 1);
+  CHECK(executor.metric("courier_objects") == 1);
+
+  second.reset();
+  CHECK(executor.metric("courier_attached_objects") == 0);
+  // Unheld, the bytes go after the grace period; the session stays.
+  CHECK(executor.awaitMetricAtMost("courier_objects", 0) == 0);
+  CHECK(executor.metric("courier_object_bytes") == 0);
+  CHECK(executor.metric("courier_sessions") == 1);
+
+  // The executor keeps serving the session: a launch ships the object anew.
+  std::vector<double> y;
+  REQUIRE(launchVector(session, "scale", COURIER_KERNEL_SCALE, {3}, y) == 0);
+  CHECK(y == std::vector<double>{6});
+  CHECK(executor.metric("courier_object_uploads_total") == 2);
+  CHECK(executor.metric("courier_attached_objects") == 1);
+  CHECK(takeMessage() == "");
+  CHECK(__catalyst__executor__close(session) == 0);
 }
 
 TEST_CASE("an unreachable executor fails to open with its address", "[runtime][http]") {

@@ -443,6 +443,82 @@ TEST_CASE("a session opened outside any scope outlives the scopes that share it"
   CHECK(scale(session.handle, x) == std::vector<double>{4});
 }
 
+namespace {
+/// Calls `courier_object_negate`, which only the add kernel's object exports: whether the
+/// session still holds that object. A failure's message is left to takeMessage().
+bool negates(int64_t session) {
+  int32_t values[2] = {3, -4};
+  void *out = nullptr;
+  int64_t outSize = 8;
+  int32_t status = __catalyst__executor__call_wrapper(session, "courier_object_negate", values, 8,
+                                                      &out, &outSize);
+  bool negated = status == 0 && static_cast<int32_t *>(out)[0] == -3;
+  __catalyst__executor__free_result(out);
+  return negated;
+}
+} // namespace
+
+TEST_CASE("an object two scopes shipped stays until the second scope goes", "[runtime]") {
+  LocalSession session;
+  auto first = std::make_unique<ModuleScope>(ScopeOptions{});
+  auto second = std::make_unique<ModuleScope>(ScopeOptions{});
+  for (ModuleScope *scope : {first.get(), second.get()}) {
+    ModuleScope::Entered entered(*scope);
+    REQUIRE(__catalyst__executor__send_binary(session.handle, COURIER_KERNEL_ADD, "object") == 0);
+  }
+  REQUIRE(negates(session.handle));
+  first.reset();
+  CHECK(negates(session.handle));
+  second.reset();
+  CHECK_FALSE(negates(session.handle));
+  CHECK_THAT(takeMessage(), Catch::Contains("unknown symbol 'courier_object_negate'"));
+
+  // The session itself stays open, and the object can be shipped to it again.
+  std::vector<double> x{1};
+  CHECK(scale(session.handle, x) == std::vector<double>{2});
+  REQUIRE(__catalyst__executor__send_binary(session.handle, COURIER_KERNEL_ADD, "object") == 0);
+  CHECK(negates(session.handle));
+}
+
+TEST_CASE("an object shipped with no scope active outlives the scopes that shipped it too",
+          "[runtime]") {
+  LocalSession session;
+  REQUIRE(__catalyst__executor__send_binary(session.handle, COURIER_KERNEL_ADD, "object") == 0);
+  {
+    ModuleScope scope(ScopeOptions{});
+    ModuleScope::Entered entered(scope);
+    REQUIRE(__catalyst__executor__send_binary(session.handle, COURIER_KERNEL_ADD, "object") == 0);
+  }
+  CHECK(negates(session.handle));
+}
+
+TEST_CASE("a scope that launches an object another scope shipped keeps it loaded", "[runtime]") {
+  LocalSession session;
+  auto shipper = std::make_unique<ModuleScope>(ScopeOptions{});
+  ModuleScope launcher(ScopeOptions{});
+  {
+    ModuleScope::Entered entered(*shipper);
+    REQUIRE(__catalyst__executor__send_binary(session.handle, COURIER_KERNEL_ADD, "object") == 0);
+  }
+  {
+    // The add kernel's entry is launched by path, as lowered code names objects.
+    ModuleScope::Entered entered(launcher);
+    int32_t a[2] = {1, 2}, b[2] = {10, 20};
+    auto da = describe<1>(a, {2}, {1});
+    auto db = describe<1>(b, {2}, {1});
+    Descriptor<1> out;
+    out.sizes[0] = 2;
+    void *ins[] = {&da, &db}, *outs[] = {&out};
+    int64_t ranks[] = {1, 1}, sizes[] = {4, 4};
+    REQUIRE(__catalyst__executor__launch(session.handle, "add", COURIER_KERNEL_ADD, 2, ins, ranks,
+                                         sizes, 1, outs, ranks, sizes) == 0);
+    CHECK(static_cast<int32_t *>(out.aligned)[1] == 22);
+    std::free(out.allocated);
+  }
+  shipper.reset();
+  CHECK(negates(session.handle));
+}
+
 TEST_CASE("eight threads launching on one session all get their own results", "[runtime]") {
   LocalSession session;
   REQUIRE(__catalyst__executor__send_binary(session.handle, COURIER_KERNEL_SCALE, "object") == 0);
