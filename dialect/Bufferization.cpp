@@ -31,6 +31,27 @@ FailureOr<SmallVector<Value>> getOperandBuffers(RewriterBase &rewriter, ValueRan
   return buffers;
 }
 
+/// Replaces buffers that are strided views with contiguous copies: kernels are compiled for
+/// identity layouts, and the call wire layout is packed.
+LogicalResult makeContiguous(RewriterBase &rewriter, Operation *op,
+                             const BufferizationOptions &options, MutableArrayRef<Value> buffers) {
+  for (Value &buffer : buffers) {
+    auto type = dyn_cast<MemRefType>(buffer.getType());
+    if (!type || type.getLayout().isIdentity())
+      continue;
+    auto contiguous = MemRefType::get(type.getShape(), type.getElementType());
+    SmallVector<Value> dynamicSizes;
+    for (int64_t dim = 0; dim < type.getRank(); ++dim)
+      if (type.isDynamicDim(dim))
+        dynamicSizes.push_back(memref::DimOp::create(rewriter, op->getLoc(), buffer, dim));
+    FailureOr<Value> copy = options.createAlloc(rewriter, op->getLoc(), contiguous, dynamicSizes);
+    if (failed(copy) || failed(options.createMemCpy(rewriter, op->getLoc(), buffer, *copy)))
+      return op->emitError("could not copy a strided input into a contiguous buffer");
+    buffer = *copy;
+  }
+  return success();
+}
+
 SmallVector<Type> identityBufferTypes(TypeRange types) {
   return llvm::map_to_vector(types, [](Type type) -> Type {
     if (auto tensor = dyn_cast<TensorType>(type))
@@ -63,7 +84,7 @@ struct LaunchModel : ReadsOperandsModel<LaunchModel<LaunchOp>, LaunchOp> {
     auto launch = cast<LaunchOp>(op);
     FailureOr<SmallVector<Value>> inputs =
         getOperandBuffers(rewriter, launch.getInputs(), options, state);
-    if (failed(inputs))
+    if (failed(inputs) || failed(makeContiguous(rewriter, op, options, *inputs)))
       return failure();
     Operation *newOp =
         rebuild(rewriter, launch, identityBufferTypes(op->getResultTypes()), *inputs);
@@ -94,18 +115,8 @@ struct CallModel : ReadsOperandsModel<CallModel, executor::CallOp> {
         getOperandBuffers(rewriter, call.getArgs(), options, state);
     if (failed(args))
       return failure();
-    // The wire layout is packed, so inputs that are views with a strided layout are copied
-    // into contiguous buffers first.
-    for (Value &arg : *args) {
-      auto type = cast<MemRefType>(arg.getType());
-      if (type.getLayout().isIdentity())
-        continue;
-      auto contiguous = MemRefType::get(type.getShape(), type.getElementType());
-      FailureOr<Value> copy = options.createAlloc(rewriter, loc, contiguous, {});
-      if (failed(copy) || failed(options.createMemCpy(rewriter, loc, arg, *copy)))
-        return op->emitError("could not copy a strided input into a contiguous buffer");
-      arg = *copy;
-    }
+    if (failed(makeContiguous(rewriter, op, options, *args)))
+      return failure();
     SmallVector<Value> outputs;
     for (Type type : identityBufferTypes(op->getResultTypes())) {
       FailureOr<Value> buffer = options.createAlloc(rewriter, loc, cast<MemRefType>(type), {});

@@ -110,9 +110,10 @@ LogicalResult LaunchOp::verify() {
     return emitOpError("needs a non-empty callee");
   if (getObject().empty())
     return emitOpError("needs a non-empty object path");
-  for (Type type : getResultTypes())
+  // Kernels are compiled for identity layouts: a strided view would be read as if packed.
+  for (Type type : llvm::concat<const Type>(getInputs().getTypes(), getResultTypes()))
     if (auto memref = dyn_cast<MemRefType>(type); memref && !memref.getLayout().isIdentity())
-      return emitOpError("result buffers must have the identity layout, got ") << type;
+      return emitOpError("needs identity-layout (contiguous) buffers, got ") << type;
   return verifyOneLevel(*this, getInputs().getTypes(), getResultTypes());
 }
 

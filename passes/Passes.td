@@ -106,4 +106,22 @@ def ConvertExecutorToLLVM : Pass<"convert-executor-to-llvm", "::mlir::ModuleOp">
   let dependentDialects = ["::mlir::LLVM::LLVMDialect"];
 }
 
+def ExpandStridedCopies : Pass<"courier-expand-strided-copies", "::mlir::ModuleOp"> {
+  let summary = "Turn copies of strided buffers into loops";
+  let description = [{
+    `memref.copy` between buffers that are not both contiguous lowers to a call of
+    `memrefCopy` from MLIR's C runner utilities, which neither the engine's JIT nor an
+    executor provides. This pass rewrites such copies into `linalg.copy`, which
+    `convert-linalg-to-loops` turns into plain loops. Copies between contiguous buffers stay
+    (they lower to `memcpy`).
+
+    ```mlir
+    memref.copy %view, %buffer : memref<4xf64, strided<[4], offset: 1>> to memref<4xf64>
+    // becomes
+    linalg.copy ins(%view : memref<4xf64, strided<[4], offset: 1>>) outs(%buffer : memref<4xf64>)
+    ```
+  }];
+  let dependentDialects = ["::mlir::linalg::LinalgDialect"];
+}
+
 #endif // COURIER_PASSES_TD

@@ -25,11 +25,12 @@ void addOneShotBufferize(OpPassManager &pm) {
   pm.addPass(bufferization::createOneShotBufferizePass(options));
 }
 
-/// Bufferized IR -> LLVM dialect. `beforeMemRefToLLVM` adds conversions that need memref
-/// types still in place (convert-executor-to-llvm).
+/// Bufferized IR -> LLVM dialect; `withExecutor` adds convert-executor-to-llvm where memref
+/// types are still in place.
 void addLowerToLLVM(OpPassManager &pm, bool withExecutor) {
   bufferization::buildBufferDeallocationPipeline(pm);
   pm.addPass(createConvertBufferizationToMemRefPass());
+  pm.addPass(createExpandStridedCopies());
   pm.addNestedPass<func::FuncOp>(createConvertLinalgToLoopsPass());
   pm.addPass(memref::createExpandStridedMetadataPass());
   pm.addPass(createLowerAffinePass());

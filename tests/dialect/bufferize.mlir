@@ -45,3 +45,23 @@ module {
     func.func public @k(%x: tensor<2x2xf64>) -> tensor<2x2xf64> { return %x : tensor<2x2xf64> }
   }
 }
+
+// -----
+
+// A strided view passed to a kernel is copied into a contiguous buffer first: kernels are
+// compiled for identity layouts.
+module {
+  // CHECK-LABEL: func @launch_strided
+  // CHECK: %[[V:.*]] = memref.subview
+  // CHECK: %[[C:.*]] = memref.alloc() {{.*}} : memref<4xf64>
+  // CHECK: memref.copy %[[V]], %[[C]]
+  // CHECK: catalyst.launch_kernel @dev::@k(%[[C]]) : (memref<4xf64>) -> memref<4xf64>
+  func.func @launch_strided(%x: tensor<8xf64>) -> tensor<4xf64> {
+    %v = tensor.extract_slice %x[0] [4] [2] : tensor<8xf64> to tensor<4xf64>
+    %y = catalyst.launch_kernel @dev::@k(%v) : (tensor<4xf64>) -> tensor<4xf64>
+    return %y : tensor<4xf64>
+  }
+  module @dev attributes {catalyst.target = {}} {
+    func.func public @k(%x: tensor<4xf64>) -> tensor<4xf64> { return %x : tensor<4xf64> }
+  }
+}

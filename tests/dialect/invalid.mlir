@@ -214,3 +214,13 @@ module {
     func.func public @k(%x: tensor<?xf64>) -> tensor<?xf64> { return %x : tensor<?xf64> }
   }
 }
+
+// -----
+
+// Kernels are compiled for contiguous buffers; a strided view must be copied first (one-shot
+// bufferize does).
+func.func @launch_strided(%s: !executor.session, %x: memref<4xf32, strided<[2]>>) {
+  // expected-error @+1 {{needs identity-layout (contiguous) buffers, got 'memref<4xf32, strided<[2]>>'}}
+  %r = executor.launch %s("k", "/o.o") (%x) : !executor.session, (memref<4xf32, strided<[2]>>) -> memref<4xf32>
+  return
+}
