@@ -345,9 +345,13 @@ struct ConvertExecutorToLLVM : impl::ConvertExecutorToLLVMBase<ConvertExecutorTo
     WalkResult walk = module.walk([&](Operation *op) {
       // Catalyst ops that reach this point have no lowering; say what would give them one.
       if (auto call = dyn_cast<catalyst::RuntimeCallOp>(op)) {
-        call.emitOpError("without a dispatch attribute (an in-process library call) is not "
-                         "supported; add dispatch = \"local\" to run it on the in-process "
-                         "executor, whose plugins provide the symbol");
+        if (call.getDispatch())
+          call.emitOpError("is dispatched but was not lowered: lower-runtime-dispatch handles "
+                           "calls in functions of the host module only");
+        else
+          call.emitOpError("without a dispatch attribute (an in-process library call) is not "
+                           "supported; add dispatch = \"local\" to run it on the in-process "
+                           "executor, whose plugins provide the symbol");
         return WalkResult::interrupt();
       }
       if (auto launch = dyn_cast<catalyst::LaunchKernelOp>(op)) {
@@ -360,6 +364,12 @@ struct ConvertExecutorToLLVM : impl::ConvertExecutorToLLVMBase<ConvertExecutorTo
       if (!isa<executor::ExecutorDialect>(op->getDialect()))
         return WalkResult::advance();
       any = true;
+      // Runtime declarations and strings live in this module; stack slots need a function.
+      if (op->getParentOfType<ModuleOp>() != module ||
+          !op->getParentOfType<FunctionOpInterface>()) {
+        op->emitOpError("must be inside a function of the module being converted");
+        return WalkResult::interrupt();
+      }
       for (Type type : llvm::concat<const Type>(op->getOperandTypes(), op->getResultTypes()))
         if (isa<TensorType>(type)) {
           op->emitOpError("has tensor operands or results; run one-shot bufferize before "

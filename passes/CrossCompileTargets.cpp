@@ -40,7 +40,7 @@ void initializeAllTargets() {
   });
 }
 
-/// A public kernel function and how many results its C interface returns.
+/// A public kernel function, and whether its C interface returns results through a pointer.
 struct Kernel {
   std::string name;
   bool hasResults;
@@ -141,6 +141,15 @@ struct CrossCompileTargets : impl::CrossCompileTargetsBase<CrossCompileTargets> 
          {catalyst::CatalystDialect::kTargetAttrName, catalyst::CatalystDialect::kDispatchAttrName,
           catalyst::CatalystDialect::kObjectFileAttrName})
       (*copy)->removeAttr(name);
+    // Kernels run on their own: they cannot reach further executors themselves.
+    WalkResult nested = copy->walk([](Operation *op) {
+      if (!isa<catalyst::CatalystDialect, executor::ExecutorDialect>(op->getDialect()))
+        return WalkResult::advance();
+      op->emitOpError("is not supported inside a target module");
+      return WalkResult::interrupt();
+    });
+    if (nested.wasInterrupted())
+      return failure();
     SmallVector<Kernel> kernels;
     for (auto fn : copy->getOps<func::FuncOp>()) {
       if (!fn.isPublic() || fn.isExternal())

@@ -47,8 +47,12 @@ struct DispatchExecutorTargets : impl::DispatchExecutorTargetsBase<DispatchExecu
       auto object =
           target->getAttrOfType<StringAttr>(catalyst::CatalystDialect::kObjectFileAttrName);
       if (!object) {
-        target.emitError("target module has no catalyst.object_file; run "
-                         "cross-compile-targets before dispatch-executor-targets");
+        if (target->hasAttr(catalyst::CatalystDialect::kTargetAttrName))
+          target.emitError("target module has no catalyst.object_file; run "
+                           "cross-compile-targets before dispatch-executor-targets");
+        else
+          target.emitError("dispatched module has neither catalyst.target (to compile it) nor "
+                           "catalyst.object_file (a prebuilt object to ship)");
         return signalPassFailure();
       }
       if (!target.getSymName()) {
@@ -74,6 +78,10 @@ struct DispatchExecutorTargets : impl::DispatchExecutorTargetsBase<DispatchExecu
       // Launches inside a target module belong to that module's own compilation.
       if (launch->getParentOfType<ModuleOp>() != host)
         return WalkResult::advance();
+      if (!launch->getParentOfType<FunctionOpInterface>()) {
+        launch.emitOpError("must be inside a function to be dispatched");
+        return WalkResult::interrupt();
+      }
       OpBuilder builder(launch);
       const DispatchedModule &target = it->second;
       auto rewritten = executor::LaunchOp::create(

@@ -39,3 +39,22 @@ module {
     func.func public @f(%x: memref<4xf64>) -> memref<4xf64> { return %x : memref<4xf64> }
   }
 }
+
+// -----
+
+// Runtime calls need a function to live in.
+// expected-error @+1 {{'executor.open' op must be inside a function of the module being converted}}
+%s = executor.open("local") : !executor.session
+
+// -----
+
+// A dispatched call outside the host's functions was never lowered; say why.
+module {
+  module @lib {
+    func.func @f() {
+      // expected-error @+1 {{is dispatched but was not lowered: lower-runtime-dispatch handles calls in functions of the host module only}}
+      catalyst.runtime_call fn("g") () {c_params = [], dispatch = "local"} : () -> ()
+      return
+    }
+  }
+}

@@ -62,3 +62,16 @@ module {
     }
   }
 }
+
+// -----
+
+// A kernel cannot dispatch further work itself.
+module {
+  module @dev attributes {catalyst.target = {}} {
+    func.func public @f(%x: tensor<4xf32>) -> tensor<4xf32> {
+      // expected-error @+1 {{'catalyst.runtime_call' op is not supported inside a target module}}
+      catalyst.runtime_call fn("g") () {c_params = [], dispatch = "local"} : () -> ()
+      return %x : tensor<4xf32>
+    }
+  }
+}
