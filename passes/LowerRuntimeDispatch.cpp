@@ -55,8 +55,10 @@ struct LowerRuntimeDispatch : impl::LowerRuntimeDispatchBase<LowerRuntimeDispatc
 
     llvm::SetVector<StringRef> programExecutors;
     SmallVector<std::string> addresses;
+    // As the seed says: the executors named by catalyst.dispatch attributes.
     for (ModuleOp target : getTargetModules(host))
-      addresses.push_back(getDispatchAddress(target));
+      if (target->hasAttr(catalyst::CatalystDialect::kDispatchAttrName))
+        addresses.push_back(getDispatchAddress(target));
     for (const std::string &address : addresses)
       programExecutors.insert(address);
 
@@ -66,7 +68,7 @@ struct LowerRuntimeDispatch : impl::LowerRuntimeDispatchBase<LowerRuntimeDispatc
       if (address.empty()) {
         if (programExecutors.empty()) {
           call.emitOpError("has an empty dispatch but the program has no executor: no nested "
-                           "module carries catalyst.dispatch or catalyst.target");
+                           "module carries catalyst.dispatch");
           return signalPassFailure();
         }
         if (programExecutors.size() > 1) {

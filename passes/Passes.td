@@ -70,8 +70,8 @@ def LowerRuntimeDispatch : Pass<"lower-runtime-dispatch", "::mlir::ModuleOp"> {
       declared result is read back from its one-element tensor.
 
     An empty `dispatch` binds to the program's single executor, taken from the
-    `catalyst.dispatch` attributes of the nested target modules (a target module without
-    one counts as `local`); no executor, or more than one, is an error. The session is
+    `catalyst.dispatch` attributes of the nested target modules; no executor, or more than
+    one, is an error. The session is
     opened at the top of the calling function. The pass runs before bufferization, so
     one-shot bufferize turns the `executor.call` into its destination-passing form.
   }];

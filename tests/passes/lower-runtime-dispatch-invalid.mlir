@@ -1,10 +1,14 @@
 // RUN: courier-opt %s -split-input-file -lower-runtime-dispatch -verify-diagnostics
 
-// An empty dispatch needs exactly one executor in the program: here there is none.
-func.func @no_executor() {
-  // expected-error @+1 {{has an empty dispatch but the program has no executor}}
-  catalyst.runtime_call fn("f") () {c_params = [], dispatch = ""} : () -> ()
-  return
+// An empty dispatch needs exactly one executor in the program: here there is none (a
+// target module without catalyst.dispatch names none).
+module {
+  func.func @no_executor() {
+    // expected-error @+1 {{has an empty dispatch but the program has no executor: no nested module carries catalyst.dispatch}}
+    catalyst.runtime_call fn("f") () {c_params = [], dispatch = ""} : () -> ()
+    return
+  }
+  module @k attributes {catalyst.target = {}} {}
 }
 
 // -----

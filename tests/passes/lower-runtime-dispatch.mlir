@@ -43,7 +43,7 @@ module {
 
 // -----
 
-// A target module without catalyst.dispatch runs on the in-process executor.
+// A dispatch address of "local" is the in-process executor.
 module {
   // CHECK-LABEL: func @local_default
   func.func @local_default() -> i32 {
@@ -52,7 +52,9 @@ module {
     %r = catalyst.runtime_call fn("answer") () {c_params = [], c_result = "i32", dispatch = ""} : () -> (i32)
     return %r : i32
   }
-  module @k attributes {catalyst.target = {}} {}
+  module @k attributes {catalyst.target = {}, catalyst.dispatch = {address = "local"}} {}
+  // A target module without catalyst.dispatch names no executor and does not count.
+  module @other attributes {catalyst.target = {}} {}
 }
 
 // -----

@@ -16,7 +16,7 @@ module @app {
         : (f64) -> (f64) outs(tensor<4xf32>)
     return %n, %o : f64, tensor<4xf32>
   }
-  module @dev attributes {catalyst.target = {}} {
+  module @dev attributes {catalyst.target = {}, catalyst.dispatch = {address = "local"}} {
     func.func public @unused(%x: tensor<1xf32>) -> tensor<1xf32> { return %x : tensor<1xf32> }
   }
 }
