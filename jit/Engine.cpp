@@ -621,6 +621,18 @@ llvm::Expected<std::shared_ptr<Module>> Engine::Impl::compile(llvm::StringRef te
       mlir::parseSourceString<mlir::ModuleOp>(text, config, name);
   if (!module)
     return diagnostics.error(("parsing '" + name + "' failed").str());
+  // The engine calls setup() and teardown() as void(void).
+  for (llvm::StringRef lifecycle : {"setup", "teardown"}) {
+    mlir::Operation *symbol = module->lookupSymbol(lifecycle);
+    auto fn = llvm::dyn_cast_or_null<mlir::func::FuncOp>(symbol);
+    if (symbol && (!fn || fn.getNumArguments() != 0 || fn.getNumResults() != 0)) {
+      symbol->emitError() << "'" << lifecycle
+                          << "' must be a func.func taking and returning nothing: the engine "
+                             "calls it when the module is "
+                          << (lifecycle == "setup" ? "loaded" : "unloaded");
+      return diagnostics.error(("compiling '" + name + "' failed").str());
+    }
+  }
   llvm::StringMap<std::string> unsupported;
   std::vector<EntrySignature> entries = prepareEntries(*module, unsupported);
   times.parse = msSince(start);

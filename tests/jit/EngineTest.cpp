@@ -207,6 +207,22 @@ TEST_CASE("a public function invoke cannot call is named with the reason", "[eng
                              "type 'complex<f32>'"));
 }
 
+TEST_CASE("setup and teardown must take and return nothing", "[engine][errors]") {
+  TempDir dir;
+  Engine engine(optionsIn(dir));
+  auto module = engine.compile(R"mlir(
+    func.func @teardown(%x: memref<4xf64>) { return }
+    func.func public @main() { return }
+  )mlir",
+                               "lifecycle.mlir");
+  REQUIRE(failed(module));
+  std::vector<Diagnostic> diagnostics = diagnosticsOf(module.takeError());
+  REQUIRE(!diagnostics.empty());
+  CHECK(diagnostics[0].line == 2);
+  CHECK_THAT(diagnostics[0].message,
+             Catch::Contains("'teardown' must be a func.func taking and returning nothing"));
+}
+
 TEST_CASE("a syntax error comes back with its file, line and column", "[engine][errors]") {
   TempDir dir;
   Engine engine(optionsIn(dir));
