@@ -5,6 +5,7 @@
 #include "mlir/IR/BuiltinTypes.h"
 #include "mlir/IR/DialectImplementation.h"
 #include "llvm/ADT/TypeSwitch.h"
+#include "llvm/Support/MathExtras.h"
 
 using namespace mlir;
 using namespace courier::executor;
@@ -127,12 +128,19 @@ LogicalResult CallOp::verify() {
   if (!getResults().empty() && static_cast<size_t>(numInputs) != getArgs().size())
     return emitOpError("has both results and output buffers; after bufferization outputs are "
                        "operands after num_input_args, before it they are results");
-  for (Value value : llvm::concat<Value>(getArgs(), getResults())) {
+  // The packed layouts must be addressable with 64-bit byte offsets.
+  int64_t inputBytes = 0, outputBytes = 0;
+  for (auto [index, value] : llvm::enumerate(llvm::concat<Value>(getArgs(), getResults()))) {
     auto shaped = cast<ShapedType>(value.getType());
     if (!shaped.hasStaticShape())
       return emitOpError("needs statically shaped operands and results, got ") << shaped;
     if (!shaped.getElementType().isIntOrFloat())
       return emitOpError("needs integer or float elements, got ") << shaped;
+    int64_t bytes = 0, &total = index < static_cast<size_t>(numInputs) ? inputBytes : outputBytes;
+    int64_t elementBytes = (shaped.getElementTypeBitWidth() + 7) / 8;
+    if (llvm::MulOverflow(shaped.getNumElements(), elementBytes, bytes) ||
+        llvm::AddOverflow(total, bytes, total))
+      return emitOpError("packs more bytes than a 64-bit size holds");
     if (auto memref = dyn_cast<MemRefType>(shaped); memref && !memref.getLayout().isIdentity())
       return emitOpError("needs contiguous (identity layout) buffers, got ") << shaped;
   }

@@ -304,12 +304,18 @@ struct CallLowering : ExecutorPattern<executor::CallOp> {
     if (failed(mallocFn) || failed(freeFn))
       return rewriter.notifyMatchFailure(op, "malloc/free are declared with other signatures");
 
-    Value packed = LLVM::CallOp::create(rewriter, loc, *mallocFn,
-                                        i64(rewriter, loc, std::max<int64_t>(inBytes, 1)))
-                       .getResult();
+    // Byte offsets are 64-bit values: packed layouts may exceed what a constant GEP index
+    // (32 bits) holds.
+    auto at = [&](Value base, int64_t offset) {
+      return LLVM::GEPOp::create(rewriter, loc, ptr, i8, base,
+                                 ArrayRef<LLVM::GEPArg>{i64(rewriter, loc, offset)});
+    };
+    Value packed = inputs->empty()
+                       ? LLVM::ZeroOp::create(rewriter, loc, ptr).getResult()
+                       : LLVM::CallOp::create(rewriter, loc, *mallocFn, i64(rewriter, loc, inBytes))
+                             .getResult();
     for (const Piece &piece : *inputs) {
-      Value dst = LLVM::GEPOp::create(rewriter, loc, ptr, i8, packed,
-                                      ArrayRef<LLVM::GEPArg>{static_cast<int32_t>(piece.offset)});
+      Value dst = at(packed, piece.offset);
       LLVM::MemcpyOp::create(rewriter, loc, dst, piece.data, i64(rewriter, loc, piece.bytes),
                              /*isVolatile=*/false);
     }
@@ -321,13 +327,13 @@ struct CallLowering : ExecutorPattern<executor::CallOp> {
                           packed, i64(rewriter, loc, inBytes), replySlot, sizeSlot});
     Value reply = LLVM::LoadOp::create(rewriter, loc, ptr, replySlot);
     for (const Piece &piece : *outputs) {
-      Value src = LLVM::GEPOp::create(rewriter, loc, ptr, i8, reply,
-                                      ArrayRef<LLVM::GEPArg>{static_cast<int32_t>(piece.offset)});
+      Value src = at(reply, piece.offset);
       LLVM::MemcpyOp::create(rewriter, loc, piece.data, src, i64(rewriter, loc, piece.bytes),
                              /*isVolatile=*/false);
     }
     lowering.callRuntime(rewriter, loc, "__catalyst__executor__free_result", reply);
-    LLVM::CallOp::create(rewriter, loc, *freeFn, packed);
+    if (!inputs->empty())
+      LLVM::CallOp::create(rewriter, loc, *freeFn, packed);
     rewriter.eraseOp(op);
     return success();
   }

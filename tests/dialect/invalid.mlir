@@ -224,3 +224,12 @@ func.func @launch_strided(%s: !executor.session, %x: memref<4xf32, strided<[2]>>
   %r = executor.launch %s("k", "/o.o") (%x) : !executor.session, (memref<4xf32, strided<[2]>>) -> memref<4xf32>
   return
 }
+
+// -----
+
+// A packed layout larger than 64-bit sizes can address is refused.
+func.func @call_too_large(%s: !executor.session, %in: memref<4611686018427387904xi64>) {
+  // expected-error @+1 {{packs more bytes than a 64-bit size holds}}
+  executor.call %s("sym") (%in) {num_input_args = 1 : i32} : !executor.session, (memref<4611686018427387904xi64>) -> ()
+  return
+}

@@ -71,6 +71,36 @@ func.func @in_loop(%s: !executor.session, %x: memref<4xf32>, %n: index) {
 
 // -----
 
+// A call without inputs packs nothing: no allocation, a null input pointer.
+// CHECK-LABEL: func @no_inputs
+// CHECK-NOT: @malloc
+// CHECK: %[[NULL:.*]] = llvm.mlir.zero : !llvm.ptr
+// CHECK: llvm.call @__catalyst__executor__call_wrapper(%{{.*}}, %{{.*}}, %[[NULL]], %{{.*}}, %{{.*}}, %{{.*}})
+// CHECK-NOT: @free
+func.func @no_inputs(%s: !executor.session, %out: memref<2xf32>) {
+  executor.call %s("sym") (%out) {num_input_args = 0 : i32} : !executor.session, (memref<2xf32>) -> ()
+  return
+}
+
+// -----
+
+// Launches without inputs or results pass null arrays; rank-0 and multiple results get one
+// descriptor slot each.
+// CHECK-LABEL: func @shapes
+// CHECK: %[[NULL_IN:.*]] = llvm.mlir.zero : !llvm.ptr
+// CHECK: %[[NULL_OUT:.*]] = llvm.mlir.zero : !llvm.ptr
+// CHECK: llvm.call @__catalyst__executor__launch(%{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %[[NULL_IN]], %[[NULL_IN]], %[[NULL_IN]], %{{.*}}, %[[NULL_OUT]], %[[NULL_OUT]], %[[NULL_OUT]])
+// CHECK: llvm.call @__catalyst__executor__launch(
+// CHECK: llvm.load %{{.*}} : !llvm.ptr -> !llvm.struct<(ptr, ptr, i64)>
+// CHECK: llvm.load %{{.*}} : !llvm.ptr -> !llvm.struct<(ptr, ptr, i64, array<2 x i64>, array<2 x i64>)>
+func.func @shapes(%s: !executor.session, %x: memref<f32>) -> (memref<f32>, memref<2x2xi1>) {
+  executor.launch %s("noop", "/w/k.o") () : !executor.session, () -> ()
+  %a, %b = executor.launch %s("pair", "/w/k.o") (%x) : !executor.session, (memref<f32>) -> (memref<f32>, memref<2x2xi1>)
+  return %a, %b : memref<f32>, memref<2x2xi1>
+}
+
+// -----
+
 // Without executor ops nothing is declared.
 // CHECK-LABEL: func @plain
 // CHECK-NOT: __catalyst__executor__

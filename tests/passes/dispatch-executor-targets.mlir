@@ -73,3 +73,18 @@ module @nothing_to_dispatch {
   func.func @f() { return }
   module @plain {}
 }
+
+// -----
+
+// Session teardown is the runtime's: no executor.close is emitted.
+// CHECK-LABEL: module @no_close
+// CHECK-NOT: executor.close
+module @no_close {
+  func.func @f(%x: memref<4xf64>) -> memref<4xf64> {
+    %y = catalyst.launch_kernel @dev::@k(%x) : (memref<4xf64>) -> memref<4xf64>
+    return %y : memref<4xf64>
+  }
+  module @dev attributes {catalyst.target = {}, catalyst.object_file = "/w/k.o"} {
+    func.func public @k(%x: memref<4xf64>) -> memref<4xf64> { return %x : memref<4xf64> }
+  }
+}
