@@ -26,6 +26,7 @@
 #include "llvm/IR/LLVMContext.h"
 #include "llvm/IR/Module.h"
 #include "llvm/Support/FileSystem.h"
+#include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/Process.h"
@@ -144,6 +145,47 @@ std::optional<TensorSpec> specOf(mlir::Type type) {
   if (!dtype)
     return std::nullopt;
   return TensorSpec{*dtype, {}, true};
+}
+
+/// MLIR's parser recurses once per nesting level; text nested deeper than this would
+/// exhaust a thread's stack before any diagnostic. Real programs stay far below it.
+constexpr unsigned kMaxNesting = 512;
+
+/// The first place where `text` nests regions, lists or parentheses deeper than
+/// kMaxNesting, outside strings and comments.
+std::optional<Diagnostic> checkNesting(llvm::StringRef text, llvm::StringRef name) {
+  unsigned depth = 0, line = 1, column = 0;
+  bool inString = false, escaped = false, inComment = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    char c = text[i];
+    ++column;
+    if (c == '\n') {
+      ++line, column = 0, inComment = false;
+      continue;
+    }
+    if (inComment)
+      continue;
+    if (inString) {
+      if (escaped)
+        escaped = false;
+      else if (c == '\\')
+        escaped = true;
+      else if (c == '"')
+        inString = false;
+      continue;
+    }
+    if (c == '"')
+      inString = true;
+    else if (c == '/' && i + 1 < text.size() && text[i + 1] == '/')
+      inComment = true;
+    else if (c == '{' || c == '[' || c == '(') {
+      if (++depth > kMaxNesting)
+        return Diagnostic{name.str(), line, column, "error",
+                          llvm::formatv("nested deeper than {0} levels", kMaxNesting).str()};
+    } else if ((c == '}' || c == ']' || c == ')') && depth > 0)
+      --depth;
+  }
+  return std::nullopt;
 }
 
 bool isLifecycleFunction(llvm::StringRef name) { return name == "setup" || name == "teardown"; }
@@ -432,6 +474,13 @@ Tensor gather(const Descriptor &desc, DType dtype) {
   if (n == 0)
     return t;
   const uint8_t *base = desc.aligned() + desc.offset() * elem;
+  bool contiguous = true;
+  for (int64_t d = desc.rank, stride = 1; d-- > 0; stride *= desc.size(d))
+    contiguous &= desc.size(d) == 1 || desc.stride(d) == stride;
+  if (contiguous) {
+    std::memcpy(t.bytes.data(), base, t.bytes.size());
+    return t;
+  }
   std::vector<int64_t> index(desc.rank, 0);
   for (int64_t i = 0; i < n; ++i) {
     int64_t offset = 0;
@@ -605,12 +654,23 @@ llvm::Expected<std::shared_ptr<Module>> Engine::Impl::compile(llvm::StringRef te
     return llvm::createStringError("detecting the host for code generation: %s",
                                    llvm::toString(jtmb.takeError()).c_str());
   std::string key = cacheKey(text, jtmb->getCPU() + jtmb->getFeatures().getString());
+  // A loaded module carries its name (in errors, in setup's diagnostics): the memory cache
+  // keys on it too. The disk cache does not need to: the name changes no code.
+  std::string memoryKey = key + '\0' + name.str();
   {
     std::lock_guard<std::mutex> lock(mutex);
-    if (std::shared_ptr<Module> cached = memoryCache[key].lock())
-      return cached;
+    auto it = memoryCache.find(memoryKey);
+    if (it != memoryCache.end())
+      if (std::shared_ptr<Module> cached = it->second.lock())
+        return cached;
   }
 
+  if (std::optional<Diagnostic> tooDeep = checkNesting(text, name)) {
+    if (options.diagnosticSink)
+      options.diagnosticSink(*tooDeep);
+    return llvm::make_error<CompileError>(("parsing '" + name + "' failed").str(),
+                                          std::vector<Diagnostic>{*tooDeep});
+  }
   PhaseTimes times;
   auto start = Clock::now();
   mlir::MLIRContext ctx(registry, mlir::MLIRContext::Threading::DISABLED);
@@ -658,7 +718,10 @@ llvm::Expected<std::shared_ptr<Module>> Engine::Impl::compile(llvm::StringRef te
   if (!loaded)
     return loaded.takeError();
   std::lock_guard<std::mutex> lock(mutex);
-  memoryCache[key] = *loaded;
+  // Entries of unloaded modules are dropped here, so the map tracks live modules only.
+  for (auto it = memoryCache.begin(); it != memoryCache.end();)
+    it = it->second.expired() ? memoryCache.erase(it) : std::next(it);
+  memoryCache[memoryKey] = *loaded;
   return loaded;
 }
 

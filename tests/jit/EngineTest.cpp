@@ -223,6 +223,27 @@ TEST_CASE("setup and teardown must take and return nothing", "[engine][errors]")
              Catch::Contains("'teardown' must be a func.func taking and returning nothing"));
 }
 
+TEST_CASE("text nested too deep for the parser is refused with its position", "[engine][errors]") {
+  TempDir dir;
+  Engine engine(optionsIn(dir));
+  std::string deep;
+  for (int i = 0; i < 5000; ++i)
+    deep += "module {";
+  deep += std::string(5000, '}');
+  auto module = engine.compile(deep, "deep.mlir");
+  REQUIRE(failed(module));
+  std::vector<Diagnostic> diagnostics = diagnosticsOf(module.takeError());
+  REQUIRE(diagnostics.size() == 1);
+  CHECK(diagnostics[0].line == 1);
+  CHECK_THAT(diagnostics[0].message, Catch::Contains("nested deeper than 512 levels"));
+  // Braces in strings and comments do not count.
+  std::string quoted = "// " + std::string(1000, '{') +
+                       "\nfunc.func public @main() attributes "
+                       "{note = \"" +
+                       std::string(1000, '[') + "\"} { return }\n";
+  CHECK(ok(engine.compile(quoted, "quoted.mlir")));
+}
+
 TEST_CASE("a syntax error comes back with its file, line and column", "[engine][errors]") {
   TempDir dir;
   Engine engine(optionsIn(dir));
