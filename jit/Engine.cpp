@@ -188,6 +188,20 @@ std::optional<Diagnostic> checkNesting(llvm::StringRef text, llvm::StringRef nam
   return std::nullopt;
 }
 
+llvm::Error engineError(EngineError::Kind kind, std::string message) {
+  return llvm::make_error<EngineError>(kind, std::move(message));
+}
+
+/// An executor failure recorded by the runtime. The transport marks failures to reach an
+/// executor with the wire code "unavailable" (see transport/Wire.h).
+llvm::Error executorError(llvm::Twine context, llvm::Error cause) {
+  std::string text = llvm::toString(std::move(cause));
+  auto kind = llvm::StringRef(text).contains("[unavailable]")
+                  ? EngineError::Kind::ExecutorUnavailable
+                  : EngineError::Kind::ExecutorFailed;
+  return engineError(kind, (context + ": " + text).str());
+}
+
 bool isLifecycleFunction(llvm::StringRef name) { return name == "setup" || name == "teardown"; }
 
 /// The public functions of the host module that invoke can call, marked for a C interface
@@ -420,8 +434,8 @@ namespace {
 llvm::Error checkInput(const EntrySignature &entry, size_t index, const TensorSpec &spec,
                        const Tensor &input) {
   auto fail = [&](const llvm::Twine &what) {
-    return llvm::createStringError("input %zu of '%s' %s", index, entry.name.c_str(),
-                                   what.str().c_str());
+    return engineError(EngineError::Kind::InvalidInput,
+                       llvm::formatv("input {0} of '{1}' {2}", index, entry.name, what.str()));
   };
   if (input.dtype != spec.dtype)
     return fail("must be " + dtypeName(spec.dtype) + ", got " + dtypeName(input.dtype));
@@ -503,21 +517,24 @@ llvm::Expected<std::vector<Tensor>> Module::invoke(llvm::StringRef entry,
   const EntrySignature *signature = findEntry(entry);
   auto fns = impl->functions.find(entry);
   if (auto it = impl->unsupported.find(entry); it != impl->unsupported.end())
-    return llvm::createStringError(
-        "entry '%s' of module '%s' cannot be invoked: %s; invoke passes ranked tensors, "
-        "identity-layout memrefs and scalars of f16, f32, f64, i1, i8, i16, i32, i64 and index",
-        entry.str().c_str(), impl->name.c_str(), it->second.c_str());
+    return engineError(
+        EngineError::Kind::UnknownEntry,
+        llvm::formatv("entry '{0}' of module '{1}' cannot be invoked: {2}; invoke passes ranked "
+                      "tensors, identity-layout memrefs and scalars of f16, f32, f64, i1, i8, "
+                      "i16, i32, i64 and index",
+                      entry, impl->name, it->second));
   if (!signature || fns == impl->functions.end()) {
     std::string known;
     for (const EntrySignature &e : impl->entries)
       known += (known.empty() ? "" : ", ") + e.name;
-    return llvm::createStringError("module '%s' has no entry '%s' (entries: %s)",
-                                   impl->name.c_str(), entry.str().c_str(),
-                                   known.empty() ? "none" : known.c_str());
+    return engineError(EngineError::Kind::UnknownEntry,
+                       llvm::formatv("module '{0}' has no entry '{1}' (entries: {2})", impl->name,
+                                     entry, known.empty() ? "none" : known));
   }
   if (inputs.size() != signature->inputs.size())
-    return llvm::createStringError("entry '%s' takes %zu inputs, got %zu", signature->name.c_str(),
-                                   signature->inputs.size(), inputs.size());
+    return engineError(EngineError::Kind::InvalidInput,
+                       llvm::formatv("entry '{0}' takes {1} inputs, got {2}", signature->name,
+                                     signature->inputs.size(), inputs.size()));
   for (size_t i = 0; i < inputs.size(); ++i)
     if (llvm::Error error = checkInput(*signature, i, signature->inputs[i], inputs[i]))
       return std::move(error);
@@ -577,8 +594,8 @@ llvm::Expected<std::vector<Tensor>> Module::invoke(llvm::StringRef entry,
       std::free(desc.allocated());
   }
   if (failure)
-    return llvm::createStringError("invoking '%s' of module '%s': %s", signature->name.c_str(),
-                                   impl->name.c_str(), llvm::toString(std::move(failure)).c_str());
+    return executorError("invoking '" + signature->name + "' of module '" + impl->name + "'",
+                         std::move(failure));
   return outputs;
 }
 
@@ -881,8 +898,7 @@ llvm::Expected<std::shared_ptr<Module>> Engine::Impl::link(std::string name, std
     runtime::clearError();
     setup();
     if (llvm::Error error = runtime::takeError())
-      return llvm::createStringError("setup() of '%s' failed: %s", impl->name.c_str(),
-                                     llvm::toString(std::move(error)).c_str());
+      return executorError("setup() of '" + impl->name + "' failed", std::move(error));
     times.ship = msSince(start);
   }
   impl->times = times;

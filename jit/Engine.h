@@ -101,6 +101,25 @@ public:
   std::vector<Diagnostic> diagnostics;
 };
 
+/// A failure to load or invoke a compiled module, classified so that callers (a REST
+/// front end, say) can answer each kind differently.
+class EngineError : public llvm::ErrorInfo<EngineError> {
+public:
+  enum class Kind {
+    InvalidInput,       ///< The caller's inputs do not fit the entry's signature.
+    UnknownEntry,       ///< No such entry, or one invoke cannot call.
+    ExecutorFailed,     ///< An executor reported a failure (or refused a request).
+    ExecutorUnavailable ///< An executor could not be reached or did not answer in time.
+  };
+  static char ID;
+  EngineError(Kind kind, std::string message) : kind(kind), message(std::move(message)) {}
+  void log(llvm::raw_ostream &os) const override;
+  std::error_code convertToErrorCode() const override;
+
+  Kind kind;
+  std::string message;
+};
+
 /// Time spent in each phase of the last compile and invoke, in milliseconds.
 struct PhaseTimes {
   double parse = 0, passes = 0, crossCompile = 0, link = 0, ship = 0, run = 0;

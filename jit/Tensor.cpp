@@ -141,6 +141,12 @@ std::string Diagnostic::str() const {
   return text;
 }
 
+char EngineError::ID = 0;
+
+void EngineError::log(llvm::raw_ostream &os) const { os << message; }
+
+std::error_code EngineError::convertToErrorCode() const { return llvm::inconvertibleErrorCode(); }
+
 char CompileError::ID = 0;
 
 void CompileError::log(llvm::raw_ostream &os) const {

@@ -396,7 +396,7 @@ TEST_CASE("malformed requests are 400 and unknown names 404, each with a JSON er
                      R"({"inputs": [{"dtype": "f32", "shape": [4294967296, 4294967296],
                                      "data": []}]})");
        },
-       400, "invalid_input", "does not describe its 0 bytes"},
+       400, "invalid_input", "\"shape\" is too large"},
       {"invoke with an unknown dtype",
        [&] {
          return post(*http, "/v1/modules/scale/invoke/main",
@@ -422,7 +422,7 @@ TEST_CASE("malformed requests are 400 and unknown names 404, each with a JSON er
       // Either would overflow the stack of a recursive parser and take the server down.
       {"JSON nested a hundred thousand deep",
        [&] { return post(*http, "/v1/modules", std::string(100000, '[')); }, 400, "bad_request",
-       "nests deeper than 256 levels"},
+       "nested deeper than 128 levels"},
       {"MLIR nested ten thousand deep",
        [&] {
          std::string deep;
@@ -431,7 +431,7 @@ TEST_CASE("malformed requests are 400 and unknown names 404, each with a JSON er
          deep += std::string(10000, '}');
          return put(*http, "/v1/modules/deep", deep, "text/plain");
        },
-       422, "compile_failed", "nests deeper than 1024 levels"},
+       422, "compile_failed", "nested deeper than 512 levels"},
   };
   for (const Case &c : cases) {
     INFO(c.what);

@@ -91,47 +91,11 @@ double msSince(Clock::time_point start) {
   return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
 }
 
-/// The text the engine compiles for module `name`. The engine's caches key on the text
-/// alone and hand back the Module first compiled from it, named after its first caller, so
-/// two REST modules with the same source would share one whose errors name the other. A
-/// trailing comment makes the text each module's own without moving any diagnostic.
-std::string ownSource(llvm::StringRef text, llvm::StringRef name) {
-  return (text + "\n// courier-serve module " + name + "\n").str();
-}
-
-/// MLIR's parser recurses once per nesting level and a few thousand levels overflow a
-/// thread's stack, taking the whole server down; no real program nests this deep.
-constexpr size_t kMaxSourceDepth = 1024;
-
-/// The deepest nesting of (), [], {} and <> in MLIR text, strings and comments skipped;
-/// the '>' of "->" and ">=" closes nothing.
-size_t nestingDepth(llvm::StringRef text) {
-  size_t depth = 0, deepest = 0;
-  for (size_t i = 0; i < text.size(); ++i) {
-    char c = text[i];
-    char next = i + 1 < text.size() ? text[i + 1] : '\0';
-    if (c == '"') {
-      for (++i; i < text.size() && text[i] != '"'; ++i)
-        if (text[i] == '\\')
-          ++i;
-    } else if (c == '/' && next == '/') {
-      while (i < text.size() && text[i] != '\n')
-        ++i;
-    } else if (c == '(' || c == '[' || c == '{' || (c == '<' && next != '=')) {
-      deepest = std::max(deepest, ++depth);
-    } else if ((c == ')' || c == ']' || c == '}' ||
-                (c == '>' && next != '=' && (i == 0 || text[i - 1] != '-'))) &&
-               depth > 0) {
-      --depth;
-    }
-  }
-  return deepest;
-}
-
 /// A failed compile as a ServeError: the summary and first error diagnostic for people, every
 /// diagnostic with its location for programs.
 llvm::Error compileFailure(llvm::Error error) {
   std::string message;
+  llvm::StringRef code = "compile_failed";
   std::vector<Diagnostic> diagnostics;
   llvm::handleAllErrors(
       std::move(error),
@@ -144,13 +108,14 @@ llvm::Error compileFailure(llvm::Error error) {
             break;
           }
       },
+      // Loading runs the module's setup, which opens its executor sessions: an executor
+      // that cannot be reached, or refuses, is not the source's fault.
+      [&](const EngineError &e) {
+        message = e.message;
+        code = e.kind == EngineError::Kind::ExecutorUnavailable ? "executor_unavailable"
+                                                                : "executor_failed";
+      },
       [&](const llvm::ErrorInfoBase &e) { message = e.message(); });
-  // Loading runs the module's setup, which opens its executor sessions: an executor that
-  // cannot be reached, or refuses, is not the source's fault.
-  llvm::StringRef text(message);
-  llvm::StringRef code = text.contains("[unavailable]")    ? "executor_unavailable"
-                         : text.starts_with("setup() of ") ? "executor_failed"
-                                                           : "compile_failed";
   return makeServeError(code, message, std::move(diagnostics));
 }
 
@@ -315,10 +280,6 @@ llvm::Expected<LoadResult> ModuleStore::load(llvm::StringRef name, llvm::StringR
     return makeServeError("bad_request", "module name '" + name +
                                              "' must be 1-64 of [A-Za-z0-9_.-], not starting "
                                              "with '.' or '-'");
-  if (nestingDepth(text) > kMaxSourceDepth)
-    return makeServeError("compile_failed", "module '" + name + "' nests deeper than " +
-                                                llvm::Twine(kMaxSourceDepth) +
-                                                " levels; refused before parsing");
   if (options && options->executor.empty())
     options->executor = config.defaultExecutor;
   if (std::shared_ptr<Record> record = find(name)) {
@@ -358,7 +319,7 @@ llvm::Expected<LoadResult> ModuleStore::create(llvm::StringRef name, llvm::Strin
   Engine &engine = engineFor(options);
   double wallMs = 0;
   llvm::Expected<std::shared_ptr<Module>> compiled =
-      compileWithDeadline(engine, name, ownSource(text, name), deadline, wallMs);
+      compileWithDeadline(engine, name, text, deadline, wallMs);
   if (!compiled) {
     release();
     return compiled.takeError();
@@ -369,7 +330,7 @@ llvm::Expected<LoadResult> ModuleStore::create(llvm::StringRef name, llvm::Strin
   record->reloadable = std::make_unique<ReloadableModule>(engine, name.str());
   // The engine's memory cache holds the module compiled above while `compiled` lives, so
   // this only looks it up.
-  llvm::Expected<uint64_t> version = record->reloadable->reload(ownSource(text, name));
+  llvm::Expected<uint64_t> version = record->reloadable->reload(text);
   if (!version) {
     release();
     return compileFailure(version.takeError());
@@ -403,7 +364,7 @@ llvm::Expected<LoadResult> ModuleStore::replace(std::shared_ptr<Record> record,
 
   double wallMs = 0;
   llvm::Expected<std::shared_ptr<Module>> compiled =
-      compileWithDeadline(engine, record->name, ownSource(text, record->name), deadline, wallMs);
+      compileWithDeadline(engine, record->name, text, deadline, wallMs);
   if (!compiled) {
     std::string code = "compile_failed", message;
     llvm::Error error =
@@ -428,7 +389,7 @@ llvm::Expected<LoadResult> ModuleStore::replace(std::shared_ptr<Record> record,
     fresh = std::make_unique<ReloadableModule>(engine, record->name);
     target = fresh.get();
   }
-  llvm::Expected<uint64_t> version = target->reload(ownSource(text, record->name));
+  llvm::Expected<uint64_t> version = target->reload(text);
   if (!version) {
     stats.reloadsFailed++;
     llvm::Error error = compileFailure(version.takeError());
@@ -506,28 +467,6 @@ void ModuleStore::recordCallFailure(const Pinned &pinned, llvm::StringRef code,
 
 llvm::Expected<std::vector<Tensor>> ModuleStore::invoke(const Pinned &pinned, llvm::StringRef entry,
                                                         llvm::ArrayRef<Tensor> inputs) {
-  // The engine multiplies a shape's sizes without an overflow check, so a shape whose
-  // element count wraps around to the size of its data would reach the kernel as a huge
-  // tensor over a small buffer. Checked here, exactly, before the engine sees it.
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    uint64_t elements = 1;
-    bool overflow = false;
-    for (int64_t size : inputs[i].shape) {
-      if (size < 0 || (size != 0 && elements > UINT64_MAX / static_cast<uint64_t>(size)))
-        overflow = true;
-      else
-        elements *= static_cast<uint64_t>(size);
-    }
-    size_t elemSize = dtypeSize(inputs[i].dtype);
-    if (overflow || elements > UINT64_MAX / elemSize ||
-        elements * elemSize != inputs[i].bytes.size()) {
-      std::string message = "input " + std::to_string(i) + " of '" + entry.str() +
-                            "': its shape does not describe its " +
-                            std::to_string(inputs[i].bytes.size()) + " bytes of data";
-      recordCallFailure(pinned, "invalid_input", message);
-      return makeServeError("invalid_input", message);
-    }
-  }
   llvm::Expected<std::vector<Tensor>> outputs = pinned.module->invoke(entry, inputs);
   if (outputs) {
     stats.invokes++;
@@ -535,16 +474,27 @@ llvm::Expected<std::vector<Tensor>> ModuleStore::invoke(const Pinned &pinned, ll
       record->calls++;
     return outputs;
   }
-  // The engine reports every invoke failure as text. Its own checks of the inputs come
-  // before the call; a failure during the call starts with "invoking '", and a transport
-  // failure keeps the executor client's "[unavailable]" code.
-  std::string message = llvm::toString(outputs.takeError());
-  llvm::StringRef text(message);
-  std::string code = "invalid_input";
-  if (text.starts_with("invoking '"))
-    code = text.contains("[unavailable]") ? "executor_unavailable" : "executor_failed";
-  else if (text.contains("has no entry"))
-    code = "unknown_entry";
+  std::string message, code = "executor_failed";
+  llvm::handleAllErrors(
+      outputs.takeError(),
+      [&](const EngineError &e) {
+        message = e.message;
+        switch (e.kind) {
+        case EngineError::Kind::InvalidInput:
+          code = "invalid_input";
+          break;
+        case EngineError::Kind::UnknownEntry:
+          code = "unknown_entry";
+          break;
+        case EngineError::Kind::ExecutorFailed:
+          code = "executor_failed";
+          break;
+        case EngineError::Kind::ExecutorUnavailable:
+          code = "executor_unavailable";
+          break;
+        }
+      },
+      [&](const llvm::ErrorInfoBase &e) { message = e.message(); });
   recordCallFailure(pinned, code, message);
   return makeServeError(code, message);
 }

@@ -262,38 +262,9 @@ llvm::Expected<std::string> readBody(const httplib::Request &req, httplib::Respo
   return body;
 }
 
-/// llvm::json parses recursively, so a body of a million '[' would overflow the stack of the
-/// thread serving it. Tensors nest one level per dimension; nothing legitimate comes close.
-constexpr size_t kMaxJsonDepth = 256;
-
-bool nestsTooDeep(llvm::StringRef text) {
-  size_t depth = 0;
-  bool inString = false, escaped = false;
-  for (char c : text) {
-    if (inString) {
-      if (escaped)
-        escaped = false;
-      else if (c == '\\')
-        escaped = true;
-      else if (c == '"')
-        inString = false;
-    } else if (c == '"') {
-      inString = true;
-    } else if (c == '[' || c == '{') {
-      if (++depth > kMaxJsonDepth)
-        return true;
-    } else if ((c == ']' || c == '}') && depth > 0) {
-      --depth;
-    }
-  }
-  return false;
-}
-
 llvm::Expected<json::Object> parseObject(llvm::StringRef body, llvm::StringRef what) {
-  if (nestsTooDeep(body))
-    return makeServeError("bad_request",
-                          what + " nests deeper than " + llvm::Twine(kMaxJsonDepth) + " levels");
-  llvm::Expected<json::Value> parsed = json::parse(body);
+  // Bounded nesting: llvm::json parses recursively, on the stack of the thread serving.
+  llvm::Expected<json::Value> parsed = parseJSON(body);
   if (!parsed)
     return makeServeError("bad_request",
                           what + " is not JSON: " + llvm::toString(parsed.takeError()));
