@@ -5,6 +5,7 @@
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinTypes.h"
 #include "mlir/Interfaces/FunctionInterfaces.h"
+#include "llvm/ADT/StringSwitch.h"
 
 using namespace mlir;
 using namespace courier::catalyst;
@@ -119,28 +120,27 @@ void RuntimeCallOp::getEffects(
   effects.emplace_back(MemoryEffects::Write::get());
 }
 
-/// Whether `type` is what a C parameter of kind `kind` is passed as.
+namespace courier::catalyst {
+
+Type cKindWireType(MLIRContext *ctx, StringRef kind) {
+  return llvm::StringSwitch<Type>(kind)
+      .Case("i8", IntegerType::get(ctx, 8))
+      .Case("i16", IntegerType::get(ctx, 16))
+      .Case("i32", IntegerType::get(ctx, 32))
+      .Cases({"i64", "ptr"}, IntegerType::get(ctx, 64))
+      .Case("f16", Float16Type::get(ctx))
+      .Case("f32", Float32Type::get(ctx))
+      .Case("f64", Float64Type::get(ctx))
+      .Default(Type());
+}
+
+} // namespace courier::catalyst
+
+/// Whether `type` is what a C parameter of kind `kind` is passed as (a `ptr` may also be an
+/// index).
 static bool matchesKind(StringRef kind, Type type) {
-  if (kind == "ptr")
-    return type.isIndex() || type.isInteger(64);
-  if (kind == "f16")
-    return type.isF16();
-  if (kind == "f32")
-    return type.isF32();
-  if (kind == "f64")
-    return type.isF64();
-  unsigned width;
-  if (kind.consume_front("i") && !kind.getAsInteger(10, width))
-    return type.isInteger(width);
-  return false;
+  return type == cKindWireType(type.getContext(), kind) || (kind == "ptr" && type.isIndex());
 }
-
-static bool isScalarKind(StringRef kind) {
-  return llvm::is_contained({"i8", "i16", "i32", "i64", "f16", "f32", "f64", "ptr"}, kind);
-}
-
-/// Strings travel NUL-padded in a fixed-width field; see lower-runtime-dispatch.
-static constexpr size_t kStringFieldWidth = 256;
 
 LogicalResult RuntimeCallOp::verify() {
   if (getCallee().empty())
@@ -152,7 +152,7 @@ LogicalResult RuntimeCallOp::verify() {
       ++stringParams;
       continue;
     }
-    if (!isScalarKind(kind))
+    if (!cKindWireType(getContext(), kind))
       return emitOpError("c_params[")
              << index << "] has unknown kind '" << kind
              << "' (expected i8, i16, i32, i64, f16, f32, f64, ptr or str)";
@@ -180,13 +180,15 @@ LogicalResult RuntimeCallOp::verify() {
     if (!getResult().empty())
       return emitOpError("c_result is void but the op declares a result");
   } else {
-    if (!isScalarKind(resultKind))
+    if (!cKindWireType(getContext(), resultKind))
       return emitOpError("c_result has unknown kind '") << resultKind << "'";
     if (getResult().size() != 1 || !matchesKind(resultKind, getResult()[0].getType()))
       return emitOpError("c_result '") << resultKind << "' needs exactly one result of that type";
   }
   for (Type type : getOuts().getTypes())
-    if (!cast<ShapedType>(type).hasStaticShape())
-      return emitOpError("out buffers need static shapes, got ") << type;
+    if (!cast<ShapedType>(type).hasStaticShape() ||
+        !cast<ShapedType>(type).getElementType().isIntOrFloat())
+      return emitOpError("out buffers need static shapes and integer or float elements, got ")
+             << type;
   return success();
 }

@@ -25,6 +25,22 @@
 
 namespace courier {
 
+namespace catalyst {
+/// The fixed width, in bytes, of the NUL-padded field a `str` parameter travels in.
+inline constexpr int64_t kStringFieldWidth = 256;
+
+/// The type a C parameter kind of `catalyst.runtime_call` travels as on the wire (`ptr` is
+/// 64 bits); null for `str` and unknown kinds.
+mlir::Type cKindWireType(mlir::MLIRContext *ctx, llvm::StringRef kind);
+} // namespace catalyst
+
+namespace executor {
+/// Kernel entries are `<kEntryPrefix><function>` (see cross-compile-targets).
+inline constexpr llvm::StringLiteral kEntryPrefix = "_catalyst_pyface_";
+
+inline std::string entrySymbol(llvm::StringRef function) { return (kEntryPrefix + function).str(); }
+} // namespace executor
+
 /// Registers the `executor` and `catalyst` dialects and the external models that let
 /// one-shot bufferize handle `executor.call`, `executor.launch` and
 /// `catalyst.launch_kernel`.

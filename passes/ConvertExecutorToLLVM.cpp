@@ -171,7 +171,7 @@ struct LaunchLowering : ExecutorPattern<executor::LaunchOp> {
     DescriptorArrays in = arrays(rewriter, op, inputSlots, op.getInputs().getTypes());
     DescriptorArrays out = arrays(rewriter, op, resultSlots, op.getResultTypes());
 
-    std::string entry = ("_catalyst_pyface_" + op.getCallee()).str();
+    std::string entry = executor::entrySymbol(op.getCallee());
     lowering.callRuntime(rewriter, loc, "__catalyst__executor__launch",
                          {adaptor.getSession(), lowering.string(rewriter, loc, entry),
                           lowering.string(rewriter, loc, op.getObject()),
@@ -225,7 +225,7 @@ struct LaunchAsyncLowering : ExecutorPattern<executor::LaunchAsyncOp> {
   LogicalResult matchAndRewrite(executor::LaunchAsyncOp op, OpAdaptor adaptor,
                                 ConversionPatternRewriter &rewriter) const override {
     Location loc = op.getLoc();
-    std::string entry = ("_catalyst_pyface_" + op.getCallee()).str();
+    std::string entry = executor::entrySymbol(op.getCallee());
     rewriter.replaceOp(
         op, lowering.callRuntime(rewriter, loc, "__catalyst__executor__launch_async",
                                  {adaptor.getSession(), lowering.string(rewriter, loc, entry),
@@ -388,13 +388,10 @@ struct ConvertExecutorToLLVM : impl::ConvertExecutorToLLVMBase<ConvertExecutorTo
         texts.insert(send.getPath());
         texts.insert(send.getFormat());
       }
-      if (auto launch = dyn_cast<executor::LaunchOp>(op)) {
-        texts.insert(entries.emplace_back(("_catalyst_pyface_" + launch.getCallee()).str()));
-        texts.insert(launch.getObject());
-      }
-      if (auto launch = dyn_cast<executor::LaunchAsyncOp>(op)) {
-        texts.insert(entries.emplace_back(("_catalyst_pyface_" + launch.getCallee()).str()));
-        texts.insert(launch.getObject());
+      if (isa<executor::LaunchOp, executor::LaunchAsyncOp>(op)) {
+        texts.insert(entries.emplace_back(
+            executor::entrySymbol(op->getAttrOfType<StringAttr>("callee").getValue())));
+        texts.insert(op->getAttrOfType<StringAttr>("object").getValue());
       }
       if (auto call = dyn_cast<executor::CallOp>(op))
         texts.insert(call.getCallee());

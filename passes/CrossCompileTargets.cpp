@@ -55,7 +55,7 @@ void addPyfaceEntry(ModuleOp module, const Kernel &kernel) {
   OpBuilder builder = OpBuilder::atBlockEnd(module.getBody());
   Location loc = ciface.getLoc();
   auto type = LLVM::LLVMFunctionType::get(LLVM::LLVMVoidType::get(ctx), {ptr, ptr});
-  auto entry = LLVM::LLVMFuncOp::create(builder, loc, "_catalyst_pyface_" + kernel.name, type);
+  auto entry = LLVM::LLVMFuncOp::create(builder, loc, executor::entrySymbol(kernel.name), type);
   Block *body = entry.addEntryBlock(builder);
   builder.setInsertionPointToStart(body);
   SmallVector<Value> operands;

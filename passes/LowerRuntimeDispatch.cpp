@@ -16,28 +16,11 @@ using namespace mlir;
 namespace courier {
 namespace {
 
-constexpr int64_t kStringFieldWidth = 256;
-
-/// The element type a C kind travels as.
-Type wireElementType(MLIRContext *ctx, StringRef kind) {
-  if (kind == "ptr")
-    return IntegerType::get(ctx, 64);
-  if (kind == "f16")
-    return Float16Type::get(ctx);
-  if (kind == "f32")
-    return Float32Type::get(ctx);
-  if (kind == "f64")
-    return Float64Type::get(ctx);
-  unsigned width = 0;
-  (void)kind.drop_front().getAsInteger(10, width);
-  return IntegerType::get(ctx, width);
-}
-
 /// A NUL-padded fixed-width constant holding `text`.
 Value stringField(OpBuilder &builder, Location loc, StringRef text) {
-  SmallVector<int8_t> bytes(kStringFieldWidth, 0);
+  SmallVector<int8_t> bytes(catalyst::kStringFieldWidth, 0);
   llvm::copy(text, bytes.begin());
-  auto type = RankedTensorType::get({kStringFieldWidth}, builder.getI8Type());
+  auto type = RankedTensorType::get({catalyst::kStringFieldWidth}, builder.getI8Type());
   return arith::ConstantOp::create(builder, loc, DenseElementsAttr::get(type, ArrayRef(bytes)));
 }
 
@@ -101,14 +84,15 @@ struct LowerRuntimeDispatch : impl::LowerRuntimeDispatchBase<LowerRuntimeDispatc
       Value value = *operand++;
       if (value.getType().isIndex())
         value = arith::IndexCastOp::create(builder, loc, builder.getI64Type(), value);
-      auto type = RankedTensorType::get({1}, wireElementType(ctx, kind));
+      auto type = RankedTensorType::get({1}, catalyst::cKindWireType(ctx, kind));
       inputs.push_back(tensor::FromElementsOp::create(builder, loc, type, value));
     }
 
     SmallVector<Type> resultTypes;
     bool hasResult = call.getCResult() != "void";
     if (hasResult)
-      resultTypes.push_back(RankedTensorType::get({1}, wireElementType(ctx, call.getCResult())));
+      resultTypes.push_back(
+          RankedTensorType::get({1}, catalyst::cKindWireType(ctx, call.getCResult())));
     llvm::append_range(resultTypes, call.getOuts().getTypes());
 
     auto executorCall =

@@ -233,3 +233,12 @@ func.func @call_too_large(%s: !executor.session, %in: memref<4611686018427387904
   executor.call %s("sym") (%in) {num_input_args = 1 : i32} : !executor.session, (memref<4611686018427387904xi64>) -> ()
   return
 }
+
+// -----
+
+// Out buffers travel packed: their elements must be integers or floats.
+func.func @index_outs() {
+  // expected-error @+1 {{out buffers need static shapes and integer or float elements, got 'tensor<2xindex>'}}
+  %o = catalyst.runtime_call fn("f") () {c_params = []} : () -> () outs(tensor<2xindex>)
+  return
+}
