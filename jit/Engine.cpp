@@ -77,27 +77,10 @@ std::string defaultCacheDir() {
 /// Writes `bytes` to `path` through a temporary file and a rename, so concurrent writers
 /// and readers never see a torn file.
 llvm::Error writeAtomically(llvm::StringRef path, llvm::StringRef bytes) {
-  llvm::SmallString<256> temp;
-  int fd;
-  if (std::error_code ec = llvm::sys::fs::createUniqueFile(path + ".tmp-%%%%%%%%", fd, temp))
-    return llvm::createStringError(ec, "creating a temporary file beside '%s': %s",
-                                   path.str().c_str(), ec.message().c_str());
-  {
-    llvm::raw_fd_ostream os(fd, /*shouldClose=*/true);
+  return llvm::writeToOutput(path, [&](llvm::raw_ostream &os) {
     os << bytes;
-    os.close();
-    if (os.has_error()) {
-      llvm::sys::fs::remove(temp);
-      return llvm::createStringError(os.error(), "writing '%s': %s", temp.c_str(),
-                                     os.error().message().c_str());
-    }
-  }
-  if (std::error_code ec = llvm::sys::fs::rename(temp, path)) {
-    llvm::sys::fs::remove(temp);
-    return llvm::createStringError(ec, "renaming to '%s': %s", path.str().c_str(),
-                                   ec.message().c_str());
-  }
-  return llvm::Error::success();
+    return llvm::Error::success();
+  });
 }
 
 std::optional<DType> dtypeOf(mlir::Type type) {

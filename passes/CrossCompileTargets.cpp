@@ -197,23 +197,12 @@ struct CrossCompileTargets : impl::CrossCompileTargetsBase<CrossCompileTargets> 
       return std::string(path);
     if (std::error_code ec = llvm::sys::fs::create_directories(dir))
       return target.emitError("cannot create workspace '") << dir << "': " << ec.message();
-    SmallString<256> temp;
-    int fd;
-    if (std::error_code ec = llvm::sys::fs::createUniqueFile(path + ".tmp-%%%%%%%%", fd, temp))
-      return target.emitError("cannot write to workspace '") << dir << "': " << ec.message();
-    {
-      llvm::raw_fd_ostream os(fd, /*shouldClose=*/true);
-      os << object;
-      os.close();
-      if (os.has_error()) {
-        llvm::sys::fs::remove(temp);
-        return target.emitError("writing '") << temp << "' failed: " << os.error().message();
-      }
-    }
-    if (std::error_code ec = llvm::sys::fs::rename(temp, path)) {
-      llvm::sys::fs::remove(temp);
-      return target.emitError("cannot move the object to '") << path << "': " << ec.message();
-    }
+    // writeToOutput writes a temporary file and renames it into place.
+    if (llvm::Error error = llvm::writeToOutput(path, [&](llvm::raw_ostream &os) {
+          os << object;
+          return llvm::Error::success();
+        }))
+      return target.emitError("writing '") << path << "' failed: " << toString(std::move(error));
     return std::string(path);
   }
 };
