@@ -167,7 +167,9 @@ public:
   const EntrySignature *findEntry(llvm::StringRef entry) const;
 
   /// Calls `entry` after checking each input's dtype, rank and shape against its signature.
-  /// Executor failures come back as errors carrying the executor's message.
+  /// Failures come back as EngineError, executor failures with the executor's message.
+  /// Tensor arguments are read-only to the compiled code; an entry written at the memref
+  /// level receives the caller's bytes directly and must not write its arguments.
   llvm::Expected<std::vector<Tensor>> invoke(llvm::StringRef entry,
                                              llvm::ArrayRef<Tensor> inputs) const;
 

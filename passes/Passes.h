@@ -39,8 +39,9 @@ struct PipelineOptions {
 /// standard lowering to LLVM.
 void buildCourierPipeline(mlir::OpPassManager &pm, const PipelineOptions &options);
 
-/// Bufferized (or tensor-level) module without executor ops -> LLVM dialect, with a C
-/// interface on public functions. Used for target modules and by the host pipeline.
+/// Bufferize (one-shot, identity layouts at function boundaries), free buffers and lower to
+/// the LLVM dialect: the pipeline cross-compile-targets runs on each target module. The host
+/// pipeline shares its steps but adds the dispatch passes between them.
 void buildBufferizeAndLowerToLLVM(mlir::OpPassManager &pm);
 
 /// Registers the passes and the `courier-pipeline` pipeline with the global registry.
