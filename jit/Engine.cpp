@@ -131,41 +131,17 @@ std::optional<TensorSpec> specOf(mlir::Type type) {
 /// exhaust a thread's stack before any diagnostic. Real programs stay far below it.
 constexpr unsigned kMaxNesting = 512;
 
-/// The first place where `text` nests regions, lists or parentheses deeper than
-/// kMaxNesting, outside strings and comments.
+/// A diagnostic at the first place where `text` nests regions, lists or parentheses deeper
+/// than kMaxNesting, outside strings and comments.
 std::optional<Diagnostic> checkNesting(llvm::StringRef text, llvm::StringRef name) {
-  unsigned depth = 0, line = 1, column = 0;
-  bool inString = false, escaped = false, inComment = false;
-  for (size_t i = 0; i < text.size(); ++i) {
-    char c = text[i];
-    ++column;
-    if (c == '\n') {
-      ++line, column = 0, inComment = false;
-      continue;
-    }
-    if (inComment)
-      continue;
-    if (inString) {
-      if (escaped)
-        escaped = false;
-      else if (c == '\\')
-        escaped = true;
-      else if (c == '"')
-        inString = false;
-      continue;
-    }
-    if (c == '"')
-      inString = true;
-    else if (c == '/' && i + 1 < text.size() && text[i + 1] == '/')
-      inComment = true;
-    else if (c == '{' || c == '[' || c == '(') {
-      if (++depth > kMaxNesting)
-        return Diagnostic{name.str(), line, column, "error",
-                          llvm::formatv("nested deeper than {0} levels", kMaxNesting).str()};
-    } else if ((c == '}' || c == ']' || c == ')') && depth > 0)
-      --depth;
-  }
-  return std::nullopt;
+  size_t at = findExcessNesting(text, kMaxNesting, "{[(", "}])", /*lineComments=*/true);
+  if (at == llvm::StringRef::npos)
+    return std::nullopt;
+  llvm::StringRef before = text.take_front(at);
+  auto line = static_cast<unsigned>(before.count('\n') + 1);
+  auto column = static_cast<unsigned>(at - (before.rfind('\n') + 1) + 1);
+  return Diagnostic{name.str(), line, column, "error",
+                    llvm::formatv("nested deeper than {0} levels", kMaxNesting).str()};
 }
 
 bool isLifecycleFunction(llvm::StringRef name) { return name == "setup" || name == "teardown"; }
