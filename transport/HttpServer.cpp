@@ -1,8 +1,9 @@
-// The executor's HTTP server: the only file that touches cpp-httplib's server side. Every
-// route goes through one wrapper that turns an llvm::Error (or a stray exception) into
-// {"error":{"code","message"}} with the status of its code, so handlers never throw.
+// The executor's HTTP server: the /v1 routes over HttpService, which holds the one wrapper
+// that turns an llvm::Error (or a stray exception) into {"error":{"code","message"}} with
+// the status of its code, so handlers never throw.
 #include "transport/HttpServer.h"
 
+#include "transport/HttpService.h"
 #include "transport/ObjectHost.h"
 #include "transport/Wire.h"
 
@@ -13,19 +14,10 @@
 
 #include <httplib.h>
 #include <nlohmann/json.hpp>
-#include <openssl/crypto.h>
 #include <openssl/rand.h>
-#include <openssl/sha.h>
-
-#include <arpa/inet.h>
-#include <sys/socket.h>
-#include <sys/stat.h>
 
 #include <array>
 #include <atomic>
-#include <condition_variable>
-#include <cstdio>
-#include <filesystem>
 #include <future>
 #include <map>
 #include <mutex>
@@ -41,59 +33,9 @@ namespace courier::transport {
 
 using wire::makeWireError;
 
-bool isLoopbackHost(const std::string &host) {
-  if (host == "localhost")
-    return true;
-  in_addr v4;
-  if (inet_pton(AF_INET, host.c_str(), &v4) == 1)
-    return (ntohl(v4.s_addr) >> 24) == 127;
-  in6_addr v6;
-  if (inet_pton(AF_INET6, host.c_str(), &v6) == 1)
-    return IN6_IS_ADDR_LOOPBACK(&v6);
-  return false;
-}
-
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-/// A double in Prometheus text: shortest form that keeps 9 significant digits.
-std::string number(double value) {
-  char text[32];
-  std::snprintf(text, sizeof(text), "%.9g", value);
-  return text;
-}
-
-/// Prometheus histogram with fixed buckets in seconds.
-class Histogram {
-public:
-  void observe(double seconds) {
-    size_t i = 0;
-    while (i < kBounds.size() && seconds > kBounds[i])
-      ++i;
-    counts[i].fetch_add(1, std::memory_order_relaxed);
-    sumNanos.fetch_add(static_cast<uint64_t>(seconds * 1e9), std::memory_order_relaxed);
-  }
-
-  void render(std::string &out, const char *name, const char *help) const {
-    out += llvm::formatv("# HELP {0} {1}\n# TYPE {0} histogram\n", name, help).str();
-    uint64_t cumulative = 0;
-    for (size_t i = 0; i <= kBounds.size(); ++i) {
-      cumulative += counts[i].load(std::memory_order_relaxed);
-      std::string le = i < kBounds.size() ? number(kBounds[i]) : "+Inf";
-      out += llvm::formatv("{0}_bucket{{le=\"{1}\"} {2}\n", name, le, cumulative).str();
-    }
-    out += llvm::formatv("{0}_sum {1}\n{0}_count {2}\n", name,
-                         number(static_cast<double>(sumNanos.load()) / 1e9), cumulative)
-               .str();
-  }
-
-private:
-  static constexpr std::array<double, 14> kBounds = {
-      0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 5, 30};
-  std::array<std::atomic<uint64_t>, kBounds.size() + 1> counts{};
-  std::atomic<uint64_t> sumNanos{0};
-};
 
 struct Metrics {
   std::array<std::atomic<uint64_t>, 600> requestsByStatus{};
@@ -124,13 +66,6 @@ struct Session {
 
   void touch() { lastUsed.store(Clock::now().time_since_epoch().count()); }
 };
-
-// Set by the pre-routing handler and read by the logger; both run on the thread that
-// serves the request.
-thread_local Clock::time_point requestStart;
-// Whether the request being served was counted in flight (httplib logs requests it rejects
-// before routing, too).
-thread_local bool requestCounted = false;
 
 std::string randomId() {
   unsigned char bytes[16];
@@ -188,31 +123,6 @@ llvm::Error classifyHostError(llvm::Error error, llvm::StringRef missingCode,
   return makeWireError(missing ? missingCode : failureCode, context + ": " + message);
 }
 
-/// Shuts down (without closing: the fds stay httplib's) every connected TCP socket of this
-/// process whose local port is `port`, i.e. the connections this server accepted.
-void shutdownAcceptedConnections(int port) {
-  std::error_code ec;
-  for (const auto &entry : std::filesystem::directory_iterator("/proc/self/fd", ec)) {
-    int fd = 0;
-    if (llvm::StringRef(entry.path().filename().string()).getAsInteger(10, fd))
-      continue;
-    struct stat info;
-    if (fstat(fd, &info) != 0 || !S_ISSOCK(info.st_mode))
-      continue;
-    sockaddr_storage local{}, peer{};
-    socklen_t localLength = sizeof(local), peerLength = sizeof(peer);
-    if (getsockname(fd, reinterpret_cast<sockaddr *>(&local), &localLength) != 0 ||
-        getpeername(fd, reinterpret_cast<sockaddr *>(&peer), &peerLength) != 0)
-      continue;
-    int localPort =
-        local.ss_family == AF_INET    ? ntohs(reinterpret_cast<sockaddr_in *>(&local)->sin_port)
-        : local.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6 *>(&local)->sin6_port)
-                                      : -1;
-    if (localPort == port)
-      shutdown(fd, SHUT_RDWR);
-  }
-}
-
 struct MallocDeleter {
   void operator()(char *p) const { std::free(p); }
 };
@@ -220,11 +130,18 @@ using MallocBuffer = std::unique_ptr<char, MallocDeleter>;
 
 } // namespace
 
+void reportFailure(httplib::Response &res, llvm::Error error) {
+  auto [code, message] = describe(std::move(error), "internal");
+  sendError(res, code, message);
+}
+
 struct ExecutorServer::Impl {
+  explicit Impl(ExecutorServerOptions optionsIn)
+      : options(std::move(optionsIn)), service(serviceOptions()) {}
+
   ExecutorServerOptions options;
-  httplib::Server server;
+  HttpService service;
   std::shared_ptr<PluginSet> plugins;
-  int boundPort = 0;
   Metrics metrics;
 
   std::mutex sessionsMutex;
@@ -242,18 +159,10 @@ struct ExecutorServer::Impl {
   uint64_t objectBytes = 0;
   uint64_t attachments = 0; ///< Sum of `holders`.
 
-  std::mutex stopMutex;
-  std::condition_variable stopSignal;
-  bool stopping = false;
-  std::atomic<bool> runEntered{false}, runExited{false};
-  /// Requests between routing and their response being written.
-  std::atomic<int64_t> inFlight{0};
-  /// Set while stop() waits for requests in flight.
-  std::atomic<bool> draining{false};
   std::thread reaper;
 
+  HttpServiceOptions serviceOptions();
   void installRoutes();
-  bool authorized(const httplib::Request &req) const;
 
   llvm::Expected<std::shared_ptr<Session>> findSession(const httplib::Request &req);
   llvm::Expected<std::shared_ptr<Session>> createSession(std::string id, bool &created);
@@ -280,39 +189,6 @@ struct ExecutorServer::Impl {
 };
 
 namespace {
-using Route = std::function<llvm::Error(const httplib::Request &, httplib::Response &)>;
-using ReaderRoute = std::function<llvm::Error(const httplib::Request &, httplib::Response &,
-                                              const httplib::ContentReader &)>;
-
-void reportFailure(httplib::Response &res, llvm::Error error) {
-  auto [code, message] = describe(std::move(error), "internal");
-  sendError(res, code, message);
-}
-
-/// The one place failures become responses; nothing thrown below escapes into httplib.
-httplib::Server::Handler wrap(Route route) {
-  return [route = std::move(route)](const httplib::Request &req, httplib::Response &res) {
-    try {
-      if (llvm::Error error = route(req, res))
-        reportFailure(res, std::move(error));
-    } catch (...) {
-      sendError(res, "internal", "internal error while serving " + req.method + " " + req.path);
-    }
-  };
-}
-
-httplib::Server::HandlerWithContentReader wrap(ReaderRoute route) {
-  return [route = std::move(route)](const httplib::Request &req, httplib::Response &res,
-                                    const httplib::ContentReader &reader) {
-    try {
-      if (llvm::Error error = route(req, res, reader))
-        reportFailure(res, std::move(error));
-    } catch (...) {
-      sendError(res, "internal", "internal error while serving " + req.method + " " + req.path);
-    }
-  };
-}
-
 /// Reads and discards the rest of a body, so a rejected request leaves the keep-alive
 /// connection in step. Returns false when the body could not be read.
 bool drain(const httplib::ContentReader &reader) {
@@ -325,25 +201,23 @@ llvm::Error readFailure(const httplib::Response &res) {
     return makeWireError("payload_too_large", "request body exceeds the executor's limit");
   return makeWireError("bad_frame", "request body could not be read");
 }
-
-uint64_t contentLength(const httplib::Request &req) {
-  uint64_t length = 0;
-  if (llvm::StringRef(req.get_header_value("Content-Length")).getAsInteger(10, length))
-    return 0;
-  return length;
-}
 } // namespace
 
-bool ExecutorServer::Impl::authorized(const httplib::Request &req) const {
-  if (options.token.empty())
-    return true;
-  std::string expected = "Bearer " + options.token;
-  std::string given = req.get_header_value("Authorization");
-  // Compare digests so neither the content nor the length of the token leaks through timing.
-  unsigned char a[SHA256_DIGEST_LENGTH], b[SHA256_DIGEST_LENGTH];
-  SHA256(reinterpret_cast<const unsigned char *>(expected.data()), expected.size(), a);
-  SHA256(reinterpret_cast<const unsigned char *>(given.data()), given.size(), b);
-  return CRYPTO_memcmp(a, b, sizeof(a)) == 0;
+HttpServiceOptions ExecutorServer::Impl::serviceOptions() {
+  HttpServiceOptions service;
+  service.listen = options;
+  service.name = "executor";
+  service.payloadTooLargeMessage = "request body exceeds the executor's limit";
+  service.sendError = sendError;
+  service.reportFailure = reportFailure;
+  service.onServed = [this](const ServedRequest &served) {
+    metrics.requestSeconds.observe(served.seconds);
+    metrics.bytesIn += served.bytesIn;
+    metrics.bytesOut += served.bytesOut;
+    if (served.status >= 0 && static_cast<size_t>(served.status) < metrics.requestsByStatus.size())
+      metrics.requestsByStatus[static_cast<size_t>(served.status)]++;
+  };
+  return service;
 }
 
 llvm::Expected<std::shared_ptr<Session>>
@@ -476,8 +350,7 @@ void ExecutorServer::Impl::reapIdleSessions() {
                   4;
   interval =
       std::clamp<Clock::duration>(interval, std::chrono::milliseconds(50), std::chrono::seconds(5));
-  std::unique_lock<std::mutex> lock(stopMutex);
-  while (!stopSignal.wait_for(lock, interval, [&] { return stopping; })) {
+  while (!service.waitForStop(interval)) {
     int64_t cutoff = (Clock::now() - options.idleTimeout).time_since_epoch().count();
     std::vector<std::shared_ptr<Session>> expired;
     {
@@ -839,88 +712,33 @@ void ExecutorServer::Impl::installRoutes() {
   const std::string session = R"(/v1/sessions/([A-Za-z0-9_-]{1,64}))";
   const std::string sha = R"(([0-9a-f]{64}))";
 
-  server.set_pre_routing_handler([this](const httplib::Request &req, httplib::Response &res) {
-    requestStart = Clock::now();
-    requestCounted = true;
-    inFlight++;
-    if (authorized(req))
-      return httplib::Server::HandlerResponse::Unhandled;
-    sendError(res, "unauthorized", "missing or wrong bearer token");
-    res.set_header("WWW-Authenticate", "Bearer");
-    // The body was not read; closing keeps its bytes from being parsed as a next request.
-    res.set_header("Connection", "close");
-    return httplib::Server::HandlerResponse::Handled;
-  });
-
-  // Statuses httplib produces itself (no route, body over the limit, unparsable request)
-  // get the same JSON error shape as ours.
-  server.set_error_handler(
-      httplib::Server::HandlerWithResponse([](const httplib::Request &req, httplib::Response &res) {
-        if (!res.body.empty() || res.content_length_ > 0)
-          return httplib::Server::HandlerResponse::Unhandled;
-        if (res.status == 404)
-          sendError(res, "not_found", "no route for " + req.method + " " + req.path);
-        else if (res.status == 413)
-          sendError(res, "payload_too_large", "request body exceeds the executor's limit");
-        else if (res.status < 500)
-          sendError(res, "bad_request", "malformed HTTP request");
-        else
-          sendError(res, "internal", "internal error");
-        return httplib::Server::HandlerResponse::Handled;
-      }));
-  server.set_exception_handler(
-      [](const httplib::Request &req, httplib::Response &res, std::exception_ptr) {
-        sendError(res, "internal", "internal error while serving " + req.method + " " + req.path);
-      });
-
-  server.set_logger([this](const httplib::Request &req, const httplib::Response &res) {
-    bool counted = std::exchange(requestCounted, false);
-    // Only stop() waits for the count to reach zero; waking it on every request would cost
-    // each request a futex call and a context switch.
-    if (counted && --inFlight == 0 && draining) {
-      std::lock_guard<std::mutex> lock(stopMutex);
-      stopSignal.notify_all();
-    }
-    double seconds =
-        counted ? std::chrono::duration<double>(Clock::now() - requestStart).count() : 0.0;
-    uint64_t in = req.body.empty() ? contentLength(req) : req.body.size();
-    uint64_t out = res.content_length_ ? res.content_length_ : res.body.size();
-    metrics.requestSeconds.observe(seconds);
-    metrics.bytesIn += in;
-    metrics.bytesOut += out;
-    if (res.status >= 0 && static_cast<size_t>(res.status) < metrics.requestsByStatus.size())
-      metrics.requestsByStatus[static_cast<size_t>(res.status)]++;
-    if (options.logRequests)
-      std::fprintf(stderr, "%s %s %d in=%llu out=%llu %.3fms\n", req.method.c_str(),
-                   req.path.c_str(), res.status, static_cast<unsigned long long>(in),
-                   static_cast<unsigned long long>(out), seconds * 1e3);
-  });
-
-  server.Get("/v1/health", wrap([this](const httplib::Request &, httplib::Response &res) {
-               return health(res);
-             }));
-  server.Get("/metrics", wrap([this](const httplib::Request &, httplib::Response &res) {
-               res.set_content(renderMetrics(), "text/plain; version=0.0.4");
-               return llvm::Error::success();
-             }));
+  httplib::Server &server = service.server();
+  server.Get("/v1/health", service.wrap([this](const httplib::Request &, httplib::Response &res) {
+    return health(res);
+  }));
+  server.Get("/metrics", service.wrap([this](const httplib::Request &, httplib::Response &res) {
+    res.set_content(renderMetrics(), "text/plain; version=0.0.4");
+    return llvm::Error::success();
+  }));
 
   // GET (and HEAD, which httplib routes to GET) answers "do you have this object?".
-  server.Get("/v1/objects/" + sha,
-             wrap([this](const httplib::Request &req, httplib::Response &res) -> llvm::Error {
-               std::optional<ObjectBlob> blob = findObject(req.matches[1].str());
-               if (!blob)
-                 return makeWireError("unknown_object", "object " + req.matches[1].str() +
-                                                            " is not on this executor");
-               sendJson(res, 200, {{"sha256", blob->sha256}, {"size", blob->bytes->size()}});
-               return llvm::Error::success();
-             }));
-  server.Put("/v1/objects/" + sha, wrap([this](const httplib::Request &req, httplib::Response &res,
-                                               const httplib::ContentReader &reader) {
+  server.Get("/v1/objects/" + sha, service.wrap([this](const httplib::Request &req,
+                                                       httplib::Response &res) -> llvm::Error {
+    std::optional<ObjectBlob> blob = findObject(req.matches[1].str());
+    if (!blob)
+      return makeWireError("unknown_object",
+                           "object " + req.matches[1].str() + " is not on this executor");
+    sendJson(res, 200, {{"sha256", blob->sha256}, {"size", blob->bytes->size()}});
+    return llvm::Error::success();
+  }));
+  server.Put("/v1/objects/" + sha,
+             service.wrap([this](const httplib::Request &req, httplib::Response &res,
+                                 const httplib::ContentReader &reader) {
                return putObject(req, res, reader);
              }));
 
   server.Post("/v1/sessions",
-              wrap([this](const httplib::Request &, httplib::Response &res) -> llvm::Error {
+              service.wrap([this](const httplib::Request &, httplib::Response &res) -> llvm::Error {
                 bool created = false;
                 llvm::Expected<std::shared_ptr<Session>> s = createSession(randomId(), created);
                 if (!s)
@@ -931,55 +749,56 @@ void ExecutorServer::Impl::installRoutes() {
               }));
   // A client re-creates a lost session under its old id, so a balancer hashing on the id
   // keeps sending it to the same place.
-  server.Put(
-      session, wrap([this](const httplib::Request &req, httplib::Response &res) -> llvm::Error {
-        bool created = false;
-        llvm::Expected<std::shared_ptr<Session>> s = createSession(req.matches[1].str(), created);
+  server.Put(session, service.wrap([this](const httplib::Request &req,
+                                          httplib::Response &res) -> llvm::Error {
+    bool created = false;
+    llvm::Expected<std::shared_ptr<Session>> s = createSession(req.matches[1].str(), created);
+    if (!s)
+      return s.takeError();
+    res.set_header(wire::kSessionHeader, (*s)->id);
+    sendJson(res, created ? 201 : 200, {{"session", (*s)->id}});
+    return llvm::Error::success();
+  }));
+  server.Get(session, service.wrap([this](const httplib::Request &req,
+                                          httplib::Response &res) -> llvm::Error {
+    llvm::Expected<std::shared_ptr<Session>> s = findSession(req);
+    if (!s)
+      return s.takeError();
+    sendJson(res, 200, {{"session", (*s)->id}});
+    return llvm::Error::success();
+  }));
+  server.Delete(session, service.wrap([this](const httplib::Request &req,
+                                             httplib::Response &res) -> llvm::Error {
+    std::shared_ptr<Session> closed;
+    {
+      std::lock_guard<std::mutex> lock(sessionsMutex);
+      auto it = sessions.find(req.matches[1].str());
+      if (it == sessions.end())
+        return makeWireError("unknown_session",
+                             "no session '" + req.matches[1].str() + "' on this executor");
+      closed = std::move(it->second);
+      sessions.erase(it);
+    }
+    releaseHolds(*closed);
+    res.status = 204;
+    return llvm::Error::success();
+  }));
+  server.Post(
+      session + "/objects/" + sha,
+      service.wrap([this](const httplib::Request &req, httplib::Response &res) -> llvm::Error {
+        llvm::Expected<std::shared_ptr<Session>> s = findSession(req);
         if (!s)
           return s.takeError();
-        res.set_header(wire::kSessionHeader, (*s)->id);
-        sendJson(res, created ? 201 : 200, {{"session", (*s)->id}});
+        if (llvm::Error error = attach(**s, req.matches[2].str()))
+          return error;
+        sendJson(res, 200, {{"session", (*s)->id}, {"sha256", req.matches[2].str()}});
         return llvm::Error::success();
       }));
-  server.Get(session,
-             wrap([this](const httplib::Request &req, httplib::Response &res) -> llvm::Error {
-               llvm::Expected<std::shared_ptr<Session>> s = findSession(req);
-               if (!s)
-                 return s.takeError();
-               sendJson(res, 200, {{"session", (*s)->id}});
-               return llvm::Error::success();
-             }));
-  server.Delete(
-      session, wrap([this](const httplib::Request &req, httplib::Response &res) -> llvm::Error {
-        std::shared_ptr<Session> closed;
-        {
-          std::lock_guard<std::mutex> lock(sessionsMutex);
-          auto it = sessions.find(req.matches[1].str());
-          if (it == sessions.end())
-            return makeWireError("unknown_session",
-                                 "no session '" + req.matches[1].str() + "' on this executor");
-          closed = std::move(it->second);
-          sessions.erase(it);
-        }
-        releaseHolds(*closed);
-        res.status = 204;
-        return llvm::Error::success();
-      }));
-  server.Post(session + "/objects/" + sha,
-              wrap([this](const httplib::Request &req, httplib::Response &res) -> llvm::Error {
-                llvm::Expected<std::shared_ptr<Session>> s = findSession(req);
-                if (!s)
-                  return s.takeError();
-                if (llvm::Error error = attach(**s, req.matches[2].str()))
-                  return error;
-                sendJson(res, 200, {{"session", (*s)->id}, {"sha256", req.matches[2].str()}});
-                return llvm::Error::success();
-              }));
   // Releasing an object the session does not hold is no error ("detached": false): a
   // release may race with a restart that lost the session's objects.
   server.Delete(
       session + "/objects/" + sha,
-      wrap([this](const httplib::Request &req, httplib::Response &res) -> llvm::Error {
+      service.wrap([this](const httplib::Request &req, httplib::Response &res) -> llvm::Error {
         llvm::Expected<std::shared_ptr<Session>> s = findSession(req);
         if (!s)
           return s.takeError();
@@ -988,22 +807,23 @@ void ExecutorServer::Impl::installRoutes() {
                  {{"session", (*s)->id}, {"sha256", req.matches[2].str()}, {"detached", detached}});
         return llvm::Error::success();
       }));
-  server.Post(session + "/launch", wrap([this](const httplib::Request &req, httplib::Response &res,
-                                               const httplib::ContentReader &reader) {
+  server.Post(session + "/launch",
+              service.wrap([this](const httplib::Request &req, httplib::Response &res,
+                                  const httplib::ContentReader &reader) {
                 return launch(req, res, reader);
               }));
   server.Post(session + "/launch_async",
-              wrap([this](const httplib::Request &req, httplib::Response &res) {
+              service.wrap([this](const httplib::Request &req, httplib::Response &res) {
                 return launchAsync(req, res);
               }));
   server.Post(session + R"(/launches/(\d{1,19})/await)",
-              wrap([this](const httplib::Request &req, httplib::Response &res) {
+              service.wrap([this](const httplib::Request &req, httplib::Response &res) {
                 return await(req, res);
               }));
-  server.Post(
-      session + R"(/call/([A-Za-z_.$][A-Za-z0-9_.$]{0,255}))",
-      wrap([this](const httplib::Request &req, httplib::Response &res,
-                  const httplib::ContentReader &reader) { return call(req, res, reader); }));
+  server.Post(session + R"(/call/([A-Za-z_.$][A-Za-z0-9_.$]{0,255}))",
+              service.wrap(
+                  [this](const httplib::Request &req, httplib::Response &res,
+                         const httplib::ContentReader &reader) { return call(req, res, reader); }));
 }
 
 ExecutorServer::ExecutorServer(std::unique_ptr<Impl> impl) : impl(std::move(impl)) {}
@@ -1016,90 +836,28 @@ ExecutorServer::~ExecutorServer() {
 
 llvm::Expected<std::unique_ptr<ExecutorServer>>
 ExecutorServer::create(ExecutorServerOptions options) {
-  if (!isLoopbackHost(options.host) && options.token.empty())
-    return llvm::createStringError(
-        "refusing to listen on '" + options.host +
-        "' without a token: shipped objects are native code, so a non-loopback executor "
-        "needs --token-file");
-  auto impl = std::make_unique<Impl>();
-  impl->options = std::move(options);
-  const ExecutorServerOptions &opts = impl->options;
-  llvm::Expected<std::shared_ptr<PluginSet>> plugins = PluginSet::load(opts.plugins);
+  if (llvm::Error error = requireTokenBeyondLoopback(
+          options.host, options.token,
+          "shipped objects are native code, so a non-loopback executor needs --token-file"))
+    return std::move(error);
+  llvm::Expected<std::shared_ptr<PluginSet>> plugins = PluginSet::load(options.plugins);
   if (!plugins)
     return plugins.takeError();
+  auto impl = std::make_unique<Impl>(std::move(options));
   impl->plugins = std::move(*plugins);
-
-  httplib::Server &server = impl->server;
-  unsigned threads = std::max(1u, opts.threads);
-  server.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-  server.set_tcp_nodelay(true);
-  server.set_keep_alive_max_count(1000000);
-  // Short, so idle connections do not hold worker threads for long; the client stops
-  // reusing a connection well before this (see HttpBackend.cpp).
-  server.set_keep_alive_timeout(5);
-  server.set_payload_max_length(static_cast<size_t>(opts.maxBodyBytes));
   impl->installRoutes();
-
-  if (opts.port == 0) {
-    impl->boundPort = server.bind_to_any_port(opts.host);
-  } else if (server.bind_to_port(opts.host, opts.port)) {
-    impl->boundPort = opts.port;
-  } else {
-    impl->boundPort = -1;
-  }
-  if (impl->boundPort <= 0)
-    return llvm::createStringError("cannot listen on " + opts.host + ":" +
-                                   std::to_string(opts.port) + ": " + std::strerror(errno));
+  if (llvm::Error error = impl->service.bind())
+    return std::move(error);
   impl->reaper = std::thread([raw = impl.get()] { raw->reapIdleSessions(); });
   return std::unique_ptr<ExecutorServer>(new ExecutorServer(std::move(impl)));
 }
 
-std::string ExecutorServer::address() const {
-  const std::string &host = impl->options.host;
-  bool v6 = host.find(':') != std::string::npos;
-  return (v6 ? "[" + host + "]" : host) + ":" + std::to_string(impl->boundPort);
-}
+std::string ExecutorServer::address() const { return impl->service.address(); }
 
-int ExecutorServer::port() const { return impl->boundPort; }
+int ExecutorServer::port() const { return impl->service.port(); }
 
-llvm::Error ExecutorServer::run() {
-  {
-    std::lock_guard<std::mutex> lock(impl->stopMutex);
-    if (impl->stopping)
-      return llvm::Error::success();
-  }
-  impl->runEntered = true;
-  bool served = impl->server.listen_after_bind();
-  impl->runExited = true;
-  std::lock_guard<std::mutex> lock(impl->stopMutex);
-  if (!served && !impl->stopping)
-    return llvm::createStringError("executor on " + address() + " stopped serving");
-  return llvm::Error::success();
-}
+llvm::Error ExecutorServer::run() { return impl->service.run(); }
 
-void ExecutorServer::stop() {
-  {
-    std::lock_guard<std::mutex> lock(impl->stopMutex);
-    impl->stopping = true;
-  }
-  impl->stopSignal.notify_all();
-  // httplib's stop() does nothing until the accept loop runs; wait out that short window
-  // when run() has been entered but is not listening yet.
-  while (impl->runEntered && !impl->runExited && !impl->server.is_running())
-    std::this_thread::yield();
-  impl->server.stop();
-  if (!impl->runEntered)
-    return;
-  // httplib's stop() closes the listener, but a worker holding an idle keep-alive
-  // connection waits for the next request until the keep-alive timeout, and run() waits for
-  // every worker. Let requests in flight finish (bounded), then wake the idle connections by
-  // shutting their sockets down; httplib then closes them.
-  impl->draining = true;
-  {
-    std::unique_lock<std::mutex> lock(impl->stopMutex);
-    impl->stopSignal.wait_for(lock, std::chrono::seconds(10), [&] { return impl->inFlight <= 0; });
-  }
-  shutdownAcceptedConnections(impl->boundPort);
-}
+void ExecutorServer::stop() { impl->service.stop(); }
 
 } // namespace courier::transport

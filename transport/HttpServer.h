@@ -14,24 +14,29 @@
 
 namespace courier::transport {
 
-struct ExecutorServerOptions {
+/// Where and how an HTTP server listens; the executor and courier-serve share these.
+struct HttpListenOptions {
   std::string host = "127.0.0.1";
   int port = 0; ///< 0 picks a free port; address() reports it.
-  std::vector<std::string> plugins;
   /// When non-empty, every request must carry "Authorization: Bearer <token>". A server
   /// bound beyond loopback refuses to start without one.
   std::string token;
+  /// Worker threads; each keep-alive connection holds one while it is open.
+  unsigned threads = 32;
+  /// Largest request body accepted.
+  uint64_t maxBodyBytes = uint64_t(4) << 30;
+  /// One line per request on stderr: method, path, status, bytes in/out, milliseconds.
+  bool logRequests = true;
+};
+
+/// The executor's listener (bodies are objects, launch frames and call inputs) and sessions.
+struct ExecutorServerOptions : HttpListenOptions {
+  std::vector<std::string> plugins;
   /// Sessions unused for this long are closed.
   std::chrono::seconds idleTimeout{600};
   /// An object no session holds is dropped from the store after this long, so a client
   /// between its upload and its attach, or re-attaching soon after a release, finds it.
   std::chrono::milliseconds objectGrace{60000};
-  /// Worker threads; each keep-alive connection holds one while it is open.
-  unsigned threads = 32;
-  /// Largest request body accepted (objects, launch frames, call inputs).
-  uint64_t maxBodyBytes = uint64_t(4) << 30;
-  /// One line per request on stderr: method, path, status, bytes in/out, milliseconds.
-  bool logRequests = true;
 };
 
 /// An executor listening on a bound socket. Create binds; run() serves until stop().

@@ -1,10 +1,10 @@
 // courier-serve's HTTP layer: the only file of the tool that touches cpp-httplib. Handlers
 // translate a request into ModuleStore calls and the answer back; every route goes through
-// one wrapper that turns an llvm::Error (or a stray exception) into
+// HttpService's wrapper, which turns an llvm::Error (or a stray exception) into
 // {"error":{"code","message"}} with the status of its code, so handlers never throw.
 #include "tools/courier-serve/RestService.h"
 
-#include "transport/HttpServer.h"
+#include "transport/HttpService.h"
 #include "transport/Wire.h"
 
 #include "llvm/Support/FormatVariadic.h"
@@ -12,22 +12,10 @@
 #include "llvm/Support/raw_ostream.h"
 
 #include <httplib.h>
-#include <openssl/crypto.h>
-#include <openssl/sha.h>
-
-#include <arpa/inet.h>
-#include <sys/socket.h>
-#include <sys/stat.h>
 
 #include <array>
 #include <atomic>
-#include <cerrno>
-#include <condition_variable>
-#include <cstring>
 #include <ctime>
-#include <filesystem>
-#include <mutex>
-#include <thread>
 #include <utility>
 
 namespace courier::serve {
@@ -35,46 +23,13 @@ namespace courier::serve {
 namespace json = llvm::json;
 namespace wire = courier::transport::wire;
 using Clock = std::chrono::steady_clock;
+using transport::contentLength;
+using transport::Histogram;
+using transport::HttpService;
+using transport::HttpServiceOptions;
+using transport::ServedRequest;
 
 namespace {
-
-/// A double as Prometheus expects it; formatv would round to two decimals.
-std::string number(double value) {
-  char text[32];
-  std::snprintf(text, sizeof(text), "%.9g", value);
-  return text;
-}
-
-/// Prometheus histogram with fixed buckets in seconds.
-class Histogram {
-public:
-  void observe(double seconds) {
-    size_t i = 0;
-    while (i < kBounds.size() && seconds > kBounds[i])
-      ++i;
-    counts[i].fetch_add(1, std::memory_order_relaxed);
-    sumNanos.fetch_add(static_cast<uint64_t>(seconds * 1e9), std::memory_order_relaxed);
-  }
-
-  void render(std::string &out, const char *name, const char *help) const {
-    out += llvm::formatv("# HELP {0} {1}\n# TYPE {0} histogram\n", name, help).str();
-    uint64_t cumulative = 0;
-    for (size_t i = 0; i <= kBounds.size(); ++i) {
-      cumulative += counts[i].load(std::memory_order_relaxed);
-      std::string le = i < kBounds.size() ? number(kBounds[i]) : "+Inf";
-      out += llvm::formatv("{0}_bucket{{le=\"{1}\"} {2}\n", name, le, cumulative).str();
-    }
-    out += llvm::formatv("{0}_sum {1}\n{0}_count {2}\n", name,
-                         number(static_cast<double>(sumNanos.load()) / 1e9), cumulative)
-               .str();
-  }
-
-private:
-  static constexpr std::array<double, 14> kBounds = {
-      0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 5, 30};
-  std::array<std::atomic<uint64_t>, kBounds.size() + 1> counts{};
-  std::atomic<uint64_t> sumNanos{0};
-};
 
 /// The route templates requests are counted under, so labels stay few.
 constexpr const char *kRoutes[] = {
@@ -110,38 +65,6 @@ struct Metrics {
   std::atomic<uint64_t> bytesIn{0}, bytesOut{0};
   Histogram requestSeconds, invokeSeconds, compileSeconds;
 };
-
-// Set by the pre-routing handler and the route wrapper, read by the logger; all run on the
-// thread that serves the request.
-thread_local Clock::time_point requestStart;
-thread_local Route currentRoute = NoRoute;
-thread_local bool requestCounted = false;
-
-/// Shuts down (without closing: the fds stay httplib's) every connected TCP socket of this
-/// process whose local port is `port`, i.e. the connections this server accepted. The same
-/// remedy as the executor's (transport/HttpServer.cpp) for the same httplib limitation.
-void shutdownAcceptedConnections(int port) {
-  std::error_code ec;
-  for (const auto &entry : std::filesystem::directory_iterator("/proc/self/fd", ec)) {
-    int fd = 0;
-    if (llvm::StringRef(entry.path().filename().string()).getAsInteger(10, fd))
-      continue;
-    struct stat info;
-    if (fstat(fd, &info) != 0 || !S_ISSOCK(info.st_mode))
-      continue;
-    sockaddr_storage local{}, peer{};
-    socklen_t localLength = sizeof(local), peerLength = sizeof(peer);
-    if (getsockname(fd, reinterpret_cast<sockaddr *>(&local), &localLength) != 0 ||
-        getpeername(fd, reinterpret_cast<sockaddr *>(&peer), &peerLength) != 0)
-      continue;
-    int localPort =
-        local.ss_family == AF_INET    ? ntohs(reinterpret_cast<sockaddr_in *>(&local)->sin_port)
-        : local.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6 *>(&local)->sin6_port)
-                                      : -1;
-    if (localPort == port)
-      shutdown(fd, SHUT_RDWR);
-  }
-}
 
 /// llvm::json wants valid UTF-8; messages may quote arbitrary source text.
 std::string utf8(llvm::StringRef text) {
@@ -186,44 +109,6 @@ void reportFailure(httplib::Response &res, llvm::Error error) {
       std::move(error),
       [&](const ServeError &e) { sendError(res, e.code, e.message, e.diagnostics); },
       [&](const llvm::ErrorInfoBase &e) { sendError(res, "internal", e.message()); });
-}
-
-using Handler = std::function<llvm::Error(const httplib::Request &, httplib::Response &)>;
-using ReaderHandler = std::function<llvm::Error(const httplib::Request &, httplib::Response &,
-                                                const httplib::ContentReader &)>;
-
-/// The one place failures become responses; nothing thrown below escapes into httplib.
-httplib::Server::Handler wrap(Route route, Handler handler) {
-  return
-      [route, handler = std::move(handler)](const httplib::Request &req, httplib::Response &res) {
-        currentRoute = route;
-        try {
-          if (llvm::Error error = handler(req, res))
-            reportFailure(res, std::move(error));
-        } catch (...) {
-          sendError(res, "internal", "internal error while serving " + req.method + " " + req.path);
-        }
-      };
-}
-
-httplib::Server::HandlerWithContentReader wrap(Route route, ReaderHandler handler) {
-  return [route, handler = std::move(handler)](const httplib::Request &req, httplib::Response &res,
-                                               const httplib::ContentReader &reader) {
-    currentRoute = route;
-    try {
-      if (llvm::Error error = handler(req, res, reader))
-        reportFailure(res, std::move(error));
-    } catch (...) {
-      sendError(res, "internal", "internal error while serving " + req.method + " " + req.path);
-    }
-  };
-}
-
-uint64_t contentLength(const httplib::Request &req) {
-  uint64_t length = 0;
-  if (llvm::StringRef(req.get_header_value("Content-Length")).getAsInteger(10, length))
-    return 0;
-  return length;
 }
 
 /// Reads and discards the rest of a body, so a refused request leaves the keep-alive
@@ -383,22 +268,15 @@ llvm::Error frameError(llvm::Error error) {
 struct RestService::Impl {
   ServeOptions options;
   ModuleStore &store;
-  httplib::Server server;
-  int boundPort = 0;
+  HttpService service;
   Metrics metrics;
   std::atomic<bool> ready{false};
 
-  std::mutex stopMutex;
-  std::condition_variable stopSignal;
-  bool stopping = false;
-  std::atomic<bool> runEntered{false}, runExited{false}, draining{false};
-  /// Requests between routing and their response being written.
-  std::atomic<int64_t> inFlight{0};
+  Impl(ServeOptions optionsIn, ModuleStore &store)
+      : options(std::move(optionsIn)), store(store), service(serviceOptions()) {}
 
-  Impl(ServeOptions options, ModuleStore &store) : options(std::move(options)), store(store) {}
-
+  HttpServiceOptions serviceOptions();
   void installRoutes();
-  bool authorized(const httplib::Request &req) const;
   std::string renderMetrics();
 
   llvm::Error createModule(const httplib::Request &req, httplib::Response &res,
@@ -417,16 +295,24 @@ struct RestService::Impl {
                                            llvm::ArrayRef<Tensor> inputs, bool &called);
 };
 
-bool RestService::Impl::authorized(const httplib::Request &req) const {
-  if (options.token.empty())
-    return true;
-  std::string expected = "Bearer " + options.token;
-  std::string given = req.get_header_value("Authorization");
-  // Compare digests so neither the content nor the length of the token leaks through timing.
-  unsigned char a[SHA256_DIGEST_LENGTH], b[SHA256_DIGEST_LENGTH];
-  SHA256(reinterpret_cast<const unsigned char *>(expected.data()), expected.size(), a);
-  SHA256(reinterpret_cast<const unsigned char *>(given.data()), given.size(), b);
-  return CRYPTO_memcmp(a, b, sizeof(a)) == 0;
+HttpServiceOptions RestService::Impl::serviceOptions() {
+  HttpServiceOptions service;
+  service.listen = options;
+  service.name = "courier-serve";
+  service.payloadTooLargeMessage = "request body exceeds the server's limit of " +
+                                   std::to_string(options.maxBodyBytes) + " bytes";
+  service.sendError = [](httplib::Response &res, llvm::StringRef code, llvm::StringRef message) {
+    sendError(res, code, message);
+  };
+  service.reportFailure = reportFailure;
+  service.onServed = [this](const ServedRequest &served) {
+    metrics.requestSeconds.observe(served.seconds);
+    metrics.bytesIn += served.bytesIn;
+    metrics.bytesOut += served.bytesOut;
+    if (served.status >= 0 && static_cast<size_t>(served.status) < kMaxStatus)
+      metrics.requests[served.route][static_cast<size_t>(served.status)]++;
+  };
+  return service;
 }
 
 llvm::Error RestService::Impl::createModule(const httplib::Request &req, httplib::Response &res,
@@ -759,11 +645,12 @@ std::string RestService::Impl::renderMetrics() {
   counter("courier_serve_compiles_discarded_total",
           "Compiles that finished after their request gave up; their result was dropped.",
           c.discardedCompiles);
-  out += llvm::formatv("# HELP courier_serve_compile_seconds_total Time spent compiling.\n"
-                       "# TYPE courier_serve_compile_seconds_total counter\n"
-                       "courier_serve_compile_seconds_total {0}\n",
-                       number(static_cast<double>(c.compileNanos.load()) / 1e9))
-             .str();
+  out +=
+      llvm::formatv("# HELP courier_serve_compile_seconds_total Time spent compiling.\n"
+                    "# TYPE courier_serve_compile_seconds_total counter\n"
+                    "courier_serve_compile_seconds_total {0}\n",
+                    transport::prometheusNumber(static_cast<double>(c.compileNanos.load()) / 1e9))
+          .str();
   out += llvm::formatv("# HELP courier_serve_reloads_total Module replacements, by outcome.\n"
                        "# TYPE courier_serve_reloads_total counter\n"
                        "courier_serve_reloads_total{{outcome=\"ok\"} {0}\n"
@@ -789,87 +676,33 @@ void RestService::Impl::installRoutes() {
   const std::string module = R"(/v1/modules/([A-Za-z0-9_][A-Za-z0-9_.-]{0,63}))";
   const std::string entry = R"(([A-Za-z_.$][A-Za-z0-9_.$-]{0,255}))";
 
-  server.set_pre_routing_handler([this](const httplib::Request &req, httplib::Response &res) {
-    requestStart = Clock::now();
-    currentRoute = NoRoute;
-    requestCounted = true;
-    inFlight++;
-    if (authorized(req))
-      return httplib::Server::HandlerResponse::Unhandled;
-    sendError(res, "unauthorized", "missing or wrong bearer token");
-    res.set_header("WWW-Authenticate", "Bearer");
-    // The body was not read; closing keeps its bytes from being parsed as a next request.
-    res.set_header("Connection", "close");
-    return httplib::Server::HandlerResponse::Handled;
-  });
-
-  // Statuses httplib produces itself (no route, body over the limit, unparsable request) get
-  // the same JSON error shape as ours.
-  server.set_error_handler(httplib::Server::HandlerWithResponse(
-      [this](const httplib::Request &req, httplib::Response &res) {
-        if (!res.body.empty() || res.content_length_ > 0)
-          return httplib::Server::HandlerResponse::Unhandled;
-        if (res.status == 404)
-          sendError(res, "not_found", "no route for " + req.method + " " + req.path);
-        else if (res.status == 413)
-          sendError(res, "payload_too_large",
-                    "request body exceeds the server's limit of " +
-                        std::to_string(options.maxBodyBytes) + " bytes");
-        else if (res.status < 500)
-          sendError(res, "bad_request", "malformed HTTP request");
-        else
-          sendError(res, "internal", "internal error");
-        return httplib::Server::HandlerResponse::Handled;
-      }));
-  server.set_exception_handler(
-      [](const httplib::Request &req, httplib::Response &res, std::exception_ptr) {
-        sendError(res, "internal", "internal error while serving " + req.method + " " + req.path);
-      });
-
-  server.set_logger([this](const httplib::Request &req, const httplib::Response &res) {
-    // Only stop() waits for the count to reach zero, so only a draining server is woken.
-    if (std::exchange(requestCounted, false) && --inFlight == 0 && draining) {
-      std::lock_guard<std::mutex> lock(stopMutex);
-      stopSignal.notify_all();
-    }
-    double seconds = std::chrono::duration<double>(Clock::now() - requestStart).count();
-    uint64_t in = req.body.empty() ? contentLength(req) : req.body.size();
-    uint64_t out = res.content_length_ ? res.content_length_ : res.body.size();
-    metrics.requestSeconds.observe(seconds);
-    metrics.bytesIn += in;
-    metrics.bytesOut += out;
-    if (res.status >= 0 && static_cast<size_t>(res.status) < kMaxStatus)
-      metrics.requests[currentRoute][static_cast<size_t>(res.status)]++;
-    if (options.logRequests)
-      std::fprintf(stderr, "%s %s %d in=%llu out=%llu %.3fms\n", req.method.c_str(),
-                   req.path.c_str(), res.status, static_cast<unsigned long long>(in),
-                   static_cast<unsigned long long>(out), seconds * 1e3);
-  });
-
-  server.Get("/v1/health", wrap(Health, [this](const httplib::Request &, httplib::Response &res) {
+  httplib::Server &server = service.server();
+  server.Get("/v1/health",
+             service.wrap(Health, [this](const httplib::Request &, httplib::Response &res) {
                sendJson(res, 200,
                         json::Object{{"status", "ok"},
                                      {"version", COURIER_VERSION},
                                      {"modules", static_cast<int64_t>(store.size())}});
                return llvm::Error::success();
              }));
-  server.Get("/v1/ready",
-             wrap(Ready, [this](const httplib::Request &, httplib::Response &res) -> llvm::Error {
-               if (!ready)
-                 return makeServeError("not_ready", "loading watched modules or shutting down");
-               sendJson(res, 200,
-                        json::Object{{"status", "ready"},
-                                     {"modules", static_cast<int64_t>(store.size())}});
-               return llvm::Error::success();
-             }));
+  server.Get(
+      "/v1/ready",
+      service.wrap(Ready, [this](const httplib::Request &, httplib::Response &res) -> llvm::Error {
+        if (!ready)
+          return makeServeError("not_ready", "loading watched modules or shutting down");
+        sendJson(
+            res, 200,
+            json::Object{{"status", "ready"}, {"modules", static_cast<int64_t>(store.size())}});
+        return llvm::Error::success();
+      }));
   server.Get("/metrics",
-             wrap(MetricsRoute, [this](const httplib::Request &, httplib::Response &res) {
+             service.wrap(MetricsRoute, [this](const httplib::Request &, httplib::Response &res) {
                res.set_content(renderMetrics(), "text/plain; version=0.0.4");
                return llvm::Error::success();
              }));
 
   server.Get("/v1/modules",
-             wrap(ListModules, [this](const httplib::Request &, httplib::Response &res) {
+             service.wrap(ListModules, [this](const httplib::Request &, httplib::Response &res) {
                json::Array list;
                for (const ModuleInfo &info : store.list())
                  list.push_back(infoJson(info));
@@ -877,34 +710,36 @@ void RestService::Impl::installRoutes() {
                return llvm::Error::success();
              }));
   server.Post("/v1/modules",
-              wrap(CreateModule, [this](const httplib::Request &req, httplib::Response &res,
-                                        const httplib::ContentReader &reader) {
+              service.wrap(CreateModule, [this](const httplib::Request &req, httplib::Response &res,
+                                                const httplib::ContentReader &reader) {
                 return createModule(req, res, reader);
               }));
   server.Get(
       module,
-      wrap(GetModule, [this](const httplib::Request &req, httplib::Response &res) -> llvm::Error {
-        llvm::Expected<ModuleInfo> info = store.info(req.matches[1].str());
-        if (!info)
-          return info.takeError();
-        sendJson(res, 200, infoJson(*info));
-        return llvm::Error::success();
-      }));
-  server.Put(module, wrap(PutModule, [this](const httplib::Request &req, httplib::Response &res,
+      service.wrap(GetModule,
+                   [this](const httplib::Request &req, httplib::Response &res) -> llvm::Error {
+                     llvm::Expected<ModuleInfo> info = store.info(req.matches[1].str());
+                     if (!info)
+                       return info.takeError();
+                     sendJson(res, 200, infoJson(*info));
+                     return llvm::Error::success();
+                   }));
+  server.Put(module,
+             service.wrap(PutModule, [this](const httplib::Request &req, httplib::Response &res,
                                             const httplib::ContentReader &reader) {
                return putModule(req, res, reader);
              }));
-  server.Delete(module,
-                wrap(DeleteModule,
-                     [this](const httplib::Request &req, httplib::Response &res) -> llvm::Error {
-                       if (llvm::Error error = store.remove(req.matches[1].str()))
-                         return error;
-                       res.status = 204;
-                       return llvm::Error::success();
-                     }));
+  server.Delete(module, service.wrap(DeleteModule,
+                                     [this](const httplib::Request &req,
+                                            httplib::Response &res) -> llvm::Error {
+                                       if (llvm::Error error = store.remove(req.matches[1].str()))
+                                         return error;
+                                       res.status = 204;
+                                       return llvm::Error::success();
+                                     }));
   server.Post(module + "/invoke/" + entry,
-              wrap(Invoke, [this](const httplib::Request &req, httplib::Response &res,
-                                  const httplib::ContentReader &reader) {
+              service.wrap(Invoke, [this](const httplib::Request &req, httplib::Response &res,
+                                          const httplib::ContentReader &reader) {
                 return invoke(req, res, reader);
               }));
 }
@@ -915,81 +750,26 @@ RestService::~RestService() { stop(); }
 
 llvm::Expected<std::unique_ptr<RestService>> RestService::create(ServeOptions options,
                                                                  ModuleStore &store) {
-  if (!transport::isLoopbackHost(options.host) && options.token.empty())
-    return llvm::createStringError(
-        "refusing to listen on '" + options.host +
-        "' without a token: submitted modules run native code, so a non-loopback server "
-        "needs --token-file");
+  if (llvm::Error error = transport::requireTokenBeyondLoopback(
+          options.host, options.token,
+          "submitted modules run native code, so a non-loopback server needs --token-file"))
+    return std::move(error);
   auto impl = std::make_unique<Impl>(std::move(options), store);
-  const ServeOptions &opts = impl->options;
-  httplib::Server &server = impl->server;
-  unsigned threads = std::max(1u, opts.threads);
-  server.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-  server.set_tcp_nodelay(true);
-  server.set_keep_alive_max_count(1000000);
-  server.set_keep_alive_timeout(5);
-  server.set_payload_max_length(static_cast<size_t>(opts.maxBodyBytes));
   impl->installRoutes();
-
-  if (opts.port == 0) {
-    impl->boundPort = server.bind_to_any_port(opts.host);
-  } else if (server.bind_to_port(opts.host, opts.port)) {
-    impl->boundPort = opts.port;
-  } else {
-    impl->boundPort = -1;
-  }
-  if (impl->boundPort <= 0)
-    return llvm::createStringError("cannot listen on " + opts.host + ":" +
-                                   std::to_string(opts.port) + ": " + std::strerror(errno));
+  if (llvm::Error error = impl->service.bind())
+    return std::move(error);
   return std::unique_ptr<RestService>(new RestService(std::move(impl)));
 }
 
-std::string RestService::address() const {
-  const std::string &host = impl->options.host;
-  bool v6 = host.find(':') != std::string::npos;
-  return (v6 ? "[" + host + "]" : host) + ":" + std::to_string(impl->boundPort);
-}
+std::string RestService::address() const { return impl->service.address(); }
 
 void RestService::setReady(bool ready) { impl->ready = ready; }
 
-llvm::Error RestService::run() {
-  {
-    std::lock_guard<std::mutex> lock(impl->stopMutex);
-    if (impl->stopping)
-      return llvm::Error::success();
-  }
-  impl->runEntered = true;
-  bool served = impl->server.listen_after_bind();
-  impl->runExited = true;
-  std::lock_guard<std::mutex> lock(impl->stopMutex);
-  if (!served && !impl->stopping)
-    return llvm::createStringError("courier-serve on " + address() + " stopped serving");
-  return llvm::Error::success();
-}
+llvm::Error RestService::run() { return impl->service.run(); }
 
 void RestService::stop() {
-  {
-    std::lock_guard<std::mutex> lock(impl->stopMutex);
-    impl->stopping = true;
-  }
   impl->ready = false;
-  // httplib's stop() does nothing until the accept loop runs; wait out that short window
-  // when run() has been entered but is not listening yet.
-  while (impl->runEntered && !impl->runExited && !impl->server.is_running())
-    std::this_thread::yield();
-  impl->server.stop();
-  if (!impl->runEntered)
-    return;
-  // httplib's stop() closes the listener, but a worker holding an idle keep-alive connection
-  // waits for the next request until the keep-alive timeout, and run() waits for every
-  // worker. Let requests in flight finish (bounded), then wake the idle connections by
-  // shutting their sockets down; httplib then closes them.
-  impl->draining = true;
-  {
-    std::unique_lock<std::mutex> lock(impl->stopMutex);
-    impl->stopSignal.wait_for(lock, std::chrono::seconds(10), [&] { return impl->inFlight <= 0; });
-  }
-  shutdownAcceptedConnections(impl->boundPort);
+  impl->service.stop();
 }
 
 } // namespace courier::serve

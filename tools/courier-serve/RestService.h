@@ -4,6 +4,7 @@
 #define COURIER_TOOLS_SERVE_RESTSERVICE_H
 
 #include "tools/courier-serve/ModuleStore.h"
+#include "transport/HttpServer.h"
 
 #include "llvm/Support/Error.h"
 
@@ -13,18 +14,12 @@
 
 namespace courier::serve {
 
-struct ServeOptions {
-  std::string host = "127.0.0.1";
-  int port = 8080; ///< 0 picks a free port; address() reports it.
-  /// When non-empty, every request must carry "Authorization: Bearer <token>". A server bound
-  /// beyond loopback refuses to start without one.
-  std::string token;
-  /// Worker threads; each keep-alive connection holds one while it is open.
-  unsigned threads = 32;
-  /// Largest request body accepted (MLIR sources, JSON tensors, raw-bytes frames).
-  uint64_t maxBodyBytes = uint64_t(256) << 20;
-  /// One line per request on stderr: method, path, status, bytes in/out, milliseconds.
-  bool logRequests = true;
+/// The REST listener: bodies are MLIR sources, JSON tensors and raw-bytes frames.
+struct ServeOptions : transport::HttpListenOptions {
+  ServeOptions() {
+    port = 8080;
+    maxBodyBytes = uint64_t(256) << 20;
+  }
 };
 
 /// The REST server. create() binds; run() serves until stop(). The store must outlive it.

@@ -1,0 +1,290 @@
+// The HTTP server plumbing shared by the executor and courier-serve (see HttpService.h).
+#include "transport/HttpService.h"
+
+#include "llvm/Support/FormatVariadic.h"
+
+#include <openssl/crypto.h>
+#include <openssl/sha.h>
+
+#include <arpa/inet.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <thread>
+#include <utility>
+
+namespace courier::transport {
+
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+// Set by the pre-routing handler and the route wrapper, read by the logger; all run on the
+// thread that serves the request.
+thread_local Clock::time_point requestStart;
+thread_local size_t currentRoute = 0;
+// Whether the request being served was counted in flight (httplib logs requests it rejects
+// before routing, too).
+thread_local bool requestCounted = false;
+
+/// Shuts down (without closing: the fds stay httplib's) every connected TCP socket of this
+/// process whose local port is `port`, i.e. the connections this server accepted.
+void shutdownAcceptedConnections(int port) {
+  std::error_code ec;
+  for (const auto &entry : std::filesystem::directory_iterator("/proc/self/fd", ec)) {
+    int fd = 0;
+    if (llvm::StringRef(entry.path().filename().string()).getAsInteger(10, fd))
+      continue;
+    struct stat info;
+    if (fstat(fd, &info) != 0 || !S_ISSOCK(info.st_mode))
+      continue;
+    sockaddr_storage local{}, peer{};
+    socklen_t localLength = sizeof(local), peerLength = sizeof(peer);
+    if (getsockname(fd, reinterpret_cast<sockaddr *>(&local), &localLength) != 0 ||
+        getpeername(fd, reinterpret_cast<sockaddr *>(&peer), &peerLength) != 0)
+      continue;
+    int localPort =
+        local.ss_family == AF_INET    ? ntohs(reinterpret_cast<sockaddr_in *>(&local)->sin_port)
+        : local.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6 *>(&local)->sin6_port)
+                                      : -1;
+    if (localPort == port)
+      shutdown(fd, SHUT_RDWR);
+  }
+}
+
+} // namespace
+
+bool isLoopbackHost(const std::string &host) {
+  if (host == "localhost")
+    return true;
+  in_addr v4;
+  if (inet_pton(AF_INET, host.c_str(), &v4) == 1)
+    return (ntohl(v4.s_addr) >> 24) == 127;
+  in6_addr v6;
+  if (inet_pton(AF_INET6, host.c_str(), &v6) == 1)
+    return IN6_IS_ADDR_LOOPBACK(&v6);
+  return false;
+}
+
+llvm::Error requireTokenBeyondLoopback(const std::string &host, const std::string &token,
+                                       llvm::StringRef because) {
+  if (isLoopbackHost(host) || !token.empty())
+    return llvm::Error::success();
+  return llvm::createStringError("refusing to listen on '" + host +
+                                 "' without a token: " + because.str());
+}
+
+std::string prometheusNumber(double value) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.9g", value);
+  return text;
+}
+
+void Histogram::observe(double seconds) {
+  size_t i = 0;
+  while (i < kBounds.size() && seconds > kBounds[i])
+    ++i;
+  counts[i].fetch_add(1, std::memory_order_relaxed);
+  sumNanos.fetch_add(static_cast<uint64_t>(seconds * 1e9), std::memory_order_relaxed);
+}
+
+void Histogram::render(std::string &out, const char *name, const char *help) const {
+  out += llvm::formatv("# HELP {0} {1}\n# TYPE {0} histogram\n", name, help).str();
+  uint64_t cumulative = 0;
+  for (size_t i = 0; i <= kBounds.size(); ++i) {
+    cumulative += counts[i].load(std::memory_order_relaxed);
+    std::string le = i < kBounds.size() ? prometheusNumber(kBounds[i]) : "+Inf";
+    out += llvm::formatv("{0}_bucket{{le=\"{1}\"} {2}\n", name, le, cumulative).str();
+  }
+  out += llvm::formatv("{0}_sum {1}\n{0}_count {2}\n", name,
+                       prometheusNumber(static_cast<double>(sumNanos.load()) / 1e9), cumulative)
+             .str();
+}
+
+uint64_t contentLength(const httplib::Request &req) {
+  uint64_t length = 0;
+  if (llvm::StringRef(req.get_header_value("Content-Length")).getAsInteger(10, length))
+    return 0;
+  return length;
+}
+
+HttpService::HttpService(HttpServiceOptions options) : opts(std::move(options)) {
+  unsigned threads = std::max(1u, opts.listen.threads);
+  http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  http.set_tcp_nodelay(true);
+  http.set_keep_alive_max_count(1000000);
+  // Short, so idle connections do not hold worker threads for long; the executor's client
+  // stops reusing a connection well before this (see HttpBackend.cpp).
+  http.set_keep_alive_timeout(5);
+  http.set_payload_max_length(static_cast<size_t>(opts.listen.maxBodyBytes));
+  installHandlers();
+}
+
+bool HttpService::authorized(const httplib::Request &req) const {
+  if (opts.listen.token.empty())
+    return true;
+  std::string expected = "Bearer " + opts.listen.token;
+  std::string given = req.get_header_value("Authorization");
+  // Compare digests so neither the content nor the length of the token leaks through timing.
+  unsigned char a[SHA256_DIGEST_LENGTH], b[SHA256_DIGEST_LENGTH];
+  SHA256(reinterpret_cast<const unsigned char *>(expected.data()), expected.size(), a);
+  SHA256(reinterpret_cast<const unsigned char *>(given.data()), given.size(), b);
+  return CRYPTO_memcmp(a, b, sizeof(a)) == 0;
+}
+
+httplib::Server::Handler HttpService::wrap(size_t route, Handler handler) {
+  return [this, route, handler = std::move(handler)](const httplib::Request &req,
+                                                     httplib::Response &res) {
+    currentRoute = route;
+    try {
+      if (llvm::Error error = handler(req, res))
+        opts.reportFailure(res, std::move(error));
+    } catch (...) {
+      opts.sendError(res, "internal",
+                     "internal error while serving " + req.method + " " + req.path);
+    }
+  };
+}
+
+httplib::Server::HandlerWithContentReader HttpService::wrap(size_t route, ReaderHandler handler) {
+  return [this, route, handler = std::move(handler)](const httplib::Request &req,
+                                                     httplib::Response &res,
+                                                     const httplib::ContentReader &reader) {
+    currentRoute = route;
+    try {
+      if (llvm::Error error = handler(req, res, reader))
+        opts.reportFailure(res, std::move(error));
+    } catch (...) {
+      opts.sendError(res, "internal",
+                     "internal error while serving " + req.method + " " + req.path);
+    }
+  };
+}
+
+void HttpService::installHandlers() {
+  http.set_pre_routing_handler([this](const httplib::Request &req, httplib::Response &res) {
+    requestStart = Clock::now();
+    currentRoute = 0;
+    requestCounted = true;
+    inFlight++;
+    if (authorized(req))
+      return httplib::Server::HandlerResponse::Unhandled;
+    opts.sendError(res, "unauthorized", "missing or wrong bearer token");
+    res.set_header("WWW-Authenticate", "Bearer");
+    // The body was not read; closing keeps its bytes from being parsed as a next request.
+    res.set_header("Connection", "close");
+    return httplib::Server::HandlerResponse::Handled;
+  });
+
+  // Statuses httplib produces itself (no route, body over the limit, unparsable request)
+  // get the same JSON error shape as ours.
+  http.set_error_handler(httplib::Server::HandlerWithResponse(
+      [this](const httplib::Request &req, httplib::Response &res) {
+        if (!res.body.empty() || res.content_length_ > 0)
+          return httplib::Server::HandlerResponse::Unhandled;
+        if (res.status == 404)
+          opts.sendError(res, "not_found", "no route for " + req.method + " " + req.path);
+        else if (res.status == 413)
+          opts.sendError(res, "payload_too_large", opts.payloadTooLargeMessage);
+        else if (res.status < 500)
+          opts.sendError(res, "bad_request", "malformed HTTP request");
+        else
+          opts.sendError(res, "internal", "internal error");
+        return httplib::Server::HandlerResponse::Handled;
+      }));
+  http.set_exception_handler([this](const httplib::Request &req, httplib::Response &res,
+                                    std::exception_ptr) {
+    opts.sendError(res, "internal", "internal error while serving " + req.method + " " + req.path);
+  });
+
+  http.set_logger([this](const httplib::Request &req, const httplib::Response &res) {
+    bool counted = std::exchange(requestCounted, false);
+    // Only stop() waits for the count to reach zero; waking it on every request would cost
+    // each request a futex call and a context switch.
+    if (counted && --inFlight == 0 && draining) {
+      std::lock_guard<std::mutex> lock(stopMutex);
+      stopSignal.notify_all();
+    }
+    double seconds =
+        counted ? std::chrono::duration<double>(Clock::now() - requestStart).count() : 0.0;
+    uint64_t in = req.body.empty() ? contentLength(req) : req.body.size();
+    uint64_t out = res.content_length_ ? res.content_length_ : res.body.size();
+    if (opts.onServed)
+      opts.onServed(ServedRequest{req, res.status, in, out, seconds, counted ? currentRoute : 0});
+    if (opts.listen.logRequests)
+      std::fprintf(stderr, "%s %s %d in=%llu out=%llu %.3fms\n", req.method.c_str(),
+                   req.path.c_str(), res.status, static_cast<unsigned long long>(in),
+                   static_cast<unsigned long long>(out), seconds * 1e3);
+  });
+}
+
+llvm::Error HttpService::bind() {
+  if (opts.listen.port == 0) {
+    boundPort = http.bind_to_any_port(opts.listen.host);
+  } else if (http.bind_to_port(opts.listen.host, opts.listen.port)) {
+    boundPort = opts.listen.port;
+  } else {
+    boundPort = -1;
+  }
+  if (boundPort <= 0)
+    return llvm::createStringError("cannot listen on " + opts.listen.host + ":" +
+                                   std::to_string(opts.listen.port) + ": " + std::strerror(errno));
+  return llvm::Error::success();
+}
+
+std::string HttpService::address() const {
+  bool v6 = opts.listen.host.find(':') != std::string::npos;
+  return (v6 ? "[" + opts.listen.host + "]" : opts.listen.host) + ":" + std::to_string(boundPort);
+}
+
+llvm::Error HttpService::run() {
+  {
+    std::lock_guard<std::mutex> lock(stopMutex);
+    if (stopping)
+      return llvm::Error::success();
+  }
+  runEntered = true;
+  bool served = http.listen_after_bind();
+  runExited = true;
+  std::lock_guard<std::mutex> lock(stopMutex);
+  if (!served && !stopping)
+    return llvm::createStringError(opts.name + " on " + address() + " stopped serving");
+  return llvm::Error::success();
+}
+
+void HttpService::stop() {
+  {
+    std::lock_guard<std::mutex> lock(stopMutex);
+    stopping = true;
+  }
+  stopSignal.notify_all();
+  // httplib's stop() does nothing until the accept loop runs; wait out that short window
+  // when run() has been entered but is not listening yet.
+  while (runEntered && !runExited && !http.is_running())
+    std::this_thread::yield();
+  http.stop();
+  if (!runEntered)
+    return;
+  // httplib's stop() closes the listener, but a worker holding an idle keep-alive
+  // connection waits for the next request until the keep-alive timeout, and run() waits for
+  // every worker. Let requests in flight finish (bounded), then wake the idle connections by
+  // shutting their sockets down; httplib then closes them.
+  draining = true;
+  {
+    std::unique_lock<std::mutex> lock(stopMutex);
+    stopSignal.wait_for(lock, std::chrono::seconds(10), [&] { return inFlight <= 0; });
+  }
+  shutdownAcceptedConnections(boundPort);
+}
+
+bool HttpService::waitForStop(Clock::duration timeout) {
+  std::unique_lock<std::mutex> lock(stopMutex);
+  return stopSignal.wait_for(lock, timeout, [&] { return stopping; });
+}
+
+} // namespace courier::transport

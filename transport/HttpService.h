@@ -1,0 +1,131 @@
+// The server plumbing the executor (HttpServer.cpp) and courier-serve (RestService.cpp)
+// share, so the two agree on auth, error shape, logging and shutdown. Internal: only those
+// two files include it, and they are the only ones that touch cpp-httplib's server side.
+#ifndef COURIER_TRANSPORT_HTTPSERVICE_H
+#define COURIER_TRANSPORT_HTTPSERVICE_H
+
+#include "transport/HttpServer.h"
+
+#include "llvm/ADT/StringRef.h"
+#include "llvm/Support/Error.h"
+
+#include <httplib.h>
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <string>
+
+namespace courier::transport {
+
+/// A double in Prometheus text: shortest form that keeps 9 significant digits (formatv
+/// would round to two decimals).
+std::string prometheusNumber(double value);
+
+/// Prometheus histogram with fixed buckets in seconds.
+class Histogram {
+public:
+  void observe(double seconds);
+  void render(std::string &out, const char *name, const char *help) const;
+
+private:
+  static constexpr std::array<double, 14> kBounds = {
+      0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 5, 30};
+  std::array<std::atomic<uint64_t>, kBounds.size() + 1> counts{};
+  std::atomic<uint64_t> sumNanos{0};
+};
+
+/// The declared Content-Length of a request, 0 when absent or malformed.
+uint64_t contentLength(const httplib::Request &req);
+
+/// Refuses to serve beyond loopback without a token; `because` says why it matters here.
+llvm::Error requireTokenBeyondLoopback(const std::string &host, const std::string &token,
+                                       llvm::StringRef because);
+
+/// A request as the logger saw it, for a server's own metrics.
+struct ServedRequest {
+  const httplib::Request &request;
+  int status;
+  uint64_t bytesIn, bytesOut;
+  double seconds;
+  /// The tag its route was wrapped with (0 when none, or when no route ran).
+  size_t route;
+};
+
+struct HttpServiceOptions {
+  HttpListenOptions listen;
+  /// Names the server in run()'s error ("executor", "courier-serve").
+  std::string name;
+  /// The message of httplib's own 413 (a Content-Length over maxBodyBytes).
+  std::string payloadTooLargeMessage;
+  /// Writes {"error":{"code","message"}} in the server's own JSON, with the status of `code`.
+  std::function<void(httplib::Response &, llvm::StringRef code, llvm::StringRef message)> sendError;
+  /// Turns a handler's failure into an error response (the server's error types may carry
+  /// more than a code and a message).
+  std::function<void(httplib::Response &, llvm::Error)> reportFailure;
+  /// Called for every request the logger sees, before its log line.
+  std::function<void(const ServedRequest &)> onServed;
+};
+
+/// One httplib server set up the way both servers want it: a thread pool, TCP_NODELAY,
+/// short keep-alive, a body limit, the bearer-token check before routing, httplib's own
+/// statuses in our error shape, one log line per request, and a stop() that does not wait
+/// out idle keep-alive connections. The owner adds its routes through wrap(), then bind()s.
+class HttpService {
+public:
+  using Handler = std::function<llvm::Error(const httplib::Request &, httplib::Response &)>;
+  using ReaderHandler = std::function<llvm::Error(const httplib::Request &, httplib::Response &,
+                                                  const httplib::ContentReader &)>;
+
+  explicit HttpService(HttpServiceOptions options);
+
+  const HttpServiceOptions &options() const { return opts; }
+  httplib::Server &server() { return http; }
+
+  /// The one place failures become responses; nothing thrown below escapes into httplib.
+  /// `route` tags the request for onServed.
+  httplib::Server::Handler wrap(Handler handler) { return wrap(0, std::move(handler)); }
+  httplib::Server::HandlerWithContentReader wrap(ReaderHandler handler) {
+    return wrap(0, std::move(handler));
+  }
+  httplib::Server::Handler wrap(size_t route, Handler handler);
+  httplib::Server::HandlerWithContentReader wrap(size_t route, ReaderHandler handler);
+
+  /// Binds the listener.
+  llvm::Error bind();
+  /// "host:port" actually bound.
+  std::string address() const;
+  int port() const { return boundPort; }
+
+  /// Serves requests on the calling thread until stop() is called.
+  llvm::Error run();
+  /// Stops serving; safe from any thread, and before or during run().
+  void stop();
+  /// Waits up to `timeout` for stop(); true once it has been called.
+  bool waitForStop(std::chrono::steady_clock::duration timeout);
+
+private:
+  bool authorized(const httplib::Request &req) const;
+  void installHandlers();
+
+  HttpServiceOptions opts;
+  httplib::Server http;
+  int boundPort = 0;
+
+  std::mutex stopMutex;
+  std::condition_variable stopSignal;
+  bool stopping = false;
+  std::atomic<bool> runEntered{false}, runExited{false};
+  /// Requests between routing and their response being written.
+  std::atomic<int64_t> inFlight{0};
+  /// Set while stop() waits for requests in flight.
+  std::atomic<bool> draining{false};
+};
+
+} // namespace courier::transport
+
+#endif // COURIER_TRANSPORT_HTTPSERVICE_H
