@@ -3,11 +3,10 @@
 #ifndef COURIER_TESTS_SERVE_SERVEPROCESS_H
 #define COURIER_TESTS_SERVE_SERVEPROCESS_H
 
-#include <httplib.h>
+#include "tests/support/ServerProcess.h"
 
-#include <memory>
 #include <string>
-#include <sys/types.h>
+#include <utility>
 #include <vector>
 
 namespace courier::testing {
@@ -17,32 +16,12 @@ struct ServeConfig {
   std::vector<std::string> extraArgs;
 };
 
-class ServeProcess {
+class ServeProcess : public ServerProcess {
 public:
   explicit ServeProcess(ServeConfig config = {});
-  ~ServeProcess();
-  ServeProcess(const ServeProcess &) = delete;
-  ServeProcess &operator=(const ServeProcess &) = delete;
 
-  const std::string &address() const { return addressText; }
-  int port() const { return boundPort; }
-  /// A scratch directory that lives as long as the process (also its --cache-dir's parent).
-  const std::string &directory() const { return dir; }
-  /// A keep-alive client that sends the bearer token, if there is one.
-  std::unique_ptr<httplib::Client> client() const;
-  /// The value of a metric line `name` (labels included, e.g. `x{a="b"}`), or -1 if absent.
-  double metric(const std::string &name) const;
-  /// The server's stderr so far (one line per request, watch outcomes).
-  std::string log() const;
   /// SIGTERM, then the exit status once it is reaped.
   int terminate();
-
-private:
-  ServeConfig config;
-  std::string dir;
-  std::string addressText;
-  int boundPort = 0;
-  pid_t pid = -1;
 };
 
 /// Runs courier-serve with `args` and returns its exit status and stderr, for start-up

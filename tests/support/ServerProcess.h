@@ -1,0 +1,73 @@
+// RAII fixture: a real server process (courier-executor, courier-serve) on a loopback port
+// with its own scratch directory, ready once its health endpoint answers, stopped (or killed)
+// when it goes away.
+#ifndef COURIER_TESTS_SUPPORT_SERVERPROCESS_H
+#define COURIER_TESTS_SUPPORT_SERVERPROCESS_H
+
+#include <httplib.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <sys/types.h>
+#include <utility>
+#include <vector>
+
+namespace courier::testing {
+
+struct ServerSpec {
+  std::string program; ///< The executable; it prints "listening on HOST:PORT" once bound.
+  std::string name;    ///< For messages and the scratch directory's name.
+  int port = 0;        ///< 0 lets the server pick; pass an old port to restart in its place.
+  std::string token;   ///< Written to a --token-file when non-empty.
+  /// Arguments after --listen and --token-file. "{dir}" in one stands for the scratch
+  /// directory, which exists before the process starts.
+  std::vector<std::string> args;
+};
+
+class ServerProcess {
+public:
+  explicit ServerProcess(ServerSpec spec);
+  ~ServerProcess();
+  ServerProcess(const ServerProcess &) = delete;
+  ServerProcess &operator=(const ServerProcess &) = delete;
+
+  const std::string &address() const { return addressText; }
+  int port() const { return boundPort; }
+  /// A scratch directory that lives as long as the fixture.
+  const std::string &directory() const { return dir; }
+  /// A keep-alive client that sends the bearer token, if there is one.
+  std::unique_ptr<httplib::Client> client() const;
+  /// The current /metrics text.
+  std::string metrics() const;
+  /// The value of a metric line `name` (labels included, e.g. `x{a="b"}`), or -1 if absent.
+  double metric(const std::string &name) const;
+  /// Polls metric `name` until it is at most `bound` or 10 s pass; returns its last value.
+  /// For what the server does on its own time, such as dropping unheld objects.
+  double awaitMetricAtMost(const std::string &name, double bound) const;
+  /// The server's stderr so far (one line per request, and whatever else it logs).
+  std::string log() const;
+  /// Sends `signal` and waits up to `patience` for the process to exit, then SIGKILLs it;
+  /// returns the wait status once it is reaped (-1 when it was not running).
+  int terminate(int signal, std::chrono::seconds patience);
+  /// SIGKILL, as a crash or an OOM kill would; the process is reaped before returning.
+  void kill();
+  /// Sends `signal` without waiting (SIGSTOP, SIGCONT to freeze and thaw it).
+  void signal(int signal);
+
+private:
+  ServerSpec spec;
+  std::string dir;
+  std::string addressText;
+  int boundPort = 0;
+  pid_t pid = -1;
+};
+
+/// Runs `program` with `args` and returns its exit status and stderr, for start-up refusals
+/// (the process is expected to exit on its own).
+std::pair<int, std::string> runServerToExit(const std::string &program,
+                                            const std::vector<std::string> &args);
+
+} // namespace courier::testing
+
+#endif // COURIER_TESTS_SUPPORT_SERVERPROCESS_H
