@@ -1,17 +1,12 @@
 // courier-executor: serves the /v1 executor protocol (docs/protocol.md) until SIGINT or
 // SIGTERM. Prints "listening on HOST:PORT" once bound, so callers can pass port 0.
 #include "transport/HttpServer.h"
+#include "transport/ServerMain.h"
 
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/Support/Error.h"
-#include "llvm/Support/MemoryBuffer.h"
-#include "llvm/Support/raw_ostream.h"
 
-#include <csignal>
-#include <cstdio>
 #include <cstdlib>
-#include <pthread.h>
-#include <thread>
 #include <unistd.h>
 
 using namespace llvm;
@@ -31,42 +26,25 @@ static const char *const kUsage =
     "  --max-body-mib  largest request body accepted (default 4096)\n"
     "  --quiet         do not log one line per request to stderr\n";
 
-// LLVM's cl registers an option named "threads" in the shared library, so the few flags
-// here are parsed by hand.
 static Expected<ExecutorServerOptions> parseArguments(int argc, char **argv) {
   ExecutorServerOptions options;
   std::string listen = "127.0.0.1:7000", tokenFile;
   uint64_t maxBodyMiB = 4096, idleSeconds = 600, threads = 32;
   double graceSeconds = 60;
-  for (int i = 1; i < argc; ++i) {
-    StringRef arg = argv[i];
-    if (arg == "--help" || arg == "-h") {
-      std::fputs(kUsage, stdout);
-      std::exit(0);
-    }
-    if (arg == "--quiet") {
+  courier::transport::ArgumentReader args(argc, argv, kUsage);
+  while (args.next()) {
+    if (args.arg() == "--quiet") {
       options.logRequests = false;
       continue;
     }
-    // Accept both "--flag value" and "--flag=value".
-    StringRef name = arg.split('=').first;
+    StringRef name = args.name();
     if (!llvm::is_contained({"--listen", "--plugin", "--token-file", "--idle-timeout",
                              "--object-grace", "--threads", "--max-body-mib"},
                             name))
-      return createStringError("unknown option '" + arg + "'\n" + kUsage);
-    std::string value;
-    if (arg.contains('=')) {
-      value = arg.split('=').second.str();
-    } else if (i + 1 < argc) {
-      value = argv[++i];
-    } else {
-      return createStringError("missing value after " + arg + "\n" + kUsage);
-    }
-    auto number = [&](uint64_t &out) -> Error {
-      if (StringRef(value).getAsInteger(10, out))
-        return createStringError(name + " expects a number, got '" + value + "'");
-      return Error::success();
-    };
+      return args.unknown();
+    if (Error e = args.readValue())
+      return std::move(e);
+    const std::string &value = args.value();
     if (name == "--listen") {
       listen = value;
     } else if (name == "--plugin") {
@@ -74,42 +52,30 @@ static Expected<ExecutorServerOptions> parseArguments(int argc, char **argv) {
     } else if (name == "--token-file") {
       tokenFile = value;
     } else if (name == "--idle-timeout") {
-      if (Error e = number(idleSeconds))
+      if (Error e = args.number(idleSeconds))
         return std::move(e);
     } else if (name == "--object-grace") {
       if (StringRef(value).getAsDouble(graceSeconds) || !(graceSeconds >= 0) || graceSeconds > 1e6)
         return createStringError("--object-grace expects seconds, got '" + value + "'");
     } else if (name == "--threads") {
-      if (Error e = number(threads))
+      if (Error e = args.number(threads))
         return std::move(e);
     } else if (name == "--max-body-mib") {
-      if (Error e = number(maxBodyMiB))
+      if (Error e = args.number(maxBodyMiB))
         return std::move(e);
     }
   }
 
-  StringRef address = listen;
-  size_t colon = address.rfind(':');
-  unsigned port = 0;
-  if (colon == StringRef::npos || address.drop_front(colon + 1).getAsInteger(10, port) ||
-      port > 65535)
-    return createStringError("--listen expects HOST:PORT, got '" + address + "'");
-  StringRef host = address.take_front(colon);
-  if (host.starts_with("[") && host.ends_with("]"))
-    host = host.drop_front().drop_back();
-  options.host = host.str();
-  options.port = static_cast<int>(port);
+  if (Error e = courier::transport::parseListenAddress(listen, options))
+    return std::move(e);
   if (!tokenFile.empty()) {
-    auto file = MemoryBuffer::getFile(tokenFile);
-    if (!file)
-      return createStringError("reading --token-file '" + tokenFile +
-                               "': " + file.getError().message());
-    options.token = (*file)->getBuffer().trim().str();
-    if (options.token.empty())
-      return createStringError("--token-file '" + tokenFile + "' is empty");
+    Expected<std::string> token = courier::transport::readTokenFile("--token-file", tokenFile);
+    if (!token)
+      return token.takeError();
+    options.token = std::move(*token);
   }
-  if (threads == 0 || threads > 4096)
-    return createStringError("--threads must be between 1 and 4096");
+  if (Error e = courier::transport::checkThreadCount(threads))
+    return std::move(e);
   options.idleTimeout = std::chrono::seconds(idleSeconds);
   options.objectGrace = std::chrono::milliseconds(static_cast<int64_t>(graceSeconds * 1000));
   options.threads = static_cast<unsigned>(threads);
@@ -140,27 +106,14 @@ int main(int argc, char **argv) {
   ExitOnError exitOnError("courier-executor: ");
   ExecutorServerOptions options = exitOnError(parseArguments(argc, argv));
 
-  // Block the stop signals before any thread starts, so only the waiter below sees them.
-  sigset_t stopSignals;
-  sigemptyset(&stopSignals);
-  sigaddset(&stopSignals, SIGINT);
-  sigaddset(&stopSignals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &stopSignals, nullptr);
-  std::signal(SIGPIPE, SIG_IGN);
-
+  // Before any thread starts, so only the waiter sees the stop signals.
+  courier::transport::StopSignals stopSignals;
   std::unique_ptr<ExecutorServer> server = exitOnError(ExecutorServer::create(std::move(options)));
-  std::printf("listening on %s\n", server->address().c_str());
-  std::fflush(stdout);
+  courier::transport::announceListening(server->address());
 
-  std::thread waiter([&] {
-    int signal = 0;
-    sigwait(&stopSignals, &signal);
-    server->stop();
-  });
+  stopSignals.whenReceived([&] { server->stop(); });
   Error served = server->run();
-  // run() may also end on its own; wake the waiter so it can be joined.
-  pthread_kill(waiter.native_handle(), SIGTERM);
-  waiter.join();
+  stopSignals.stopWaiting();
   exitOnError(std::move(served));
   return 0;
 }

@@ -3,6 +3,7 @@
 // *.mlir of a directory as a module named by its stem and reloads it when the file changes.
 #include "tools/courier-serve/ModuleStore.h"
 #include "tools/courier-serve/RestService.h"
+#include "transport/ServerMain.h"
 
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/Support/Error.h"
@@ -11,11 +12,9 @@
 #include "llvm/Support/Path.h"
 
 #include <atomic>
-#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
-#include <pthread.h>
 #include <thread>
 
 using namespace llvm;
@@ -48,48 +47,20 @@ struct Arguments {
   std::string watchDir;
 };
 
-// LLVM's cl registers an option named "threads" in the shared library, so the few flags here
-// are parsed by hand.
-/// The trimmed, non-empty contents of a token file.
-Expected<std::string> readToken(StringRef flag, const std::string &path) {
-  auto file = MemoryBuffer::getFile(path);
-  if (!file)
-    return createStringError("reading " + flag + " '" + path + "': " + file.getError().message());
-  std::string token = (*file)->getBuffer().trim().str();
-  if (token.empty())
-    return createStringError(flag + " '" + path + "' is empty");
-  return token;
-}
-
 Expected<Arguments> parseArguments(int argc, char **argv) {
   Arguments args;
   std::string listen = "127.0.0.1:8080", tokenFile, executorTokenFile;
   uint64_t maxBody = args.serve.maxBodyBytes, maxModules = 64, timeoutMs = 60000, threads = 32;
-  for (int i = 1; i < argc; ++i) {
-    StringRef arg = argv[i];
-    if (arg == "--help" || arg == "-h") {
-      std::fputs(kUsage, stdout);
-      std::exit(0);
-    }
-    if (arg == "--quiet") {
+  transport::ArgumentReader flags(argc, argv, kUsage);
+  while (flags.next()) {
+    if (flags.arg() == "--quiet") {
       args.serve.logRequests = false;
       continue;
     }
-    // Accept both "--flag value" and "--flag=value".
-    StringRef name = arg.split('=').first;
-    std::string value;
-    if (arg.contains('=')) {
-      value = arg.split('=').second.str();
-    } else if (i + 1 < argc) {
-      value = argv[++i];
-    } else {
-      return createStringError("missing value after " + arg + "\n" + kUsage);
-    }
-    auto number = [&](uint64_t &out) -> Error {
-      if (StringRef(value).getAsInteger(10, out))
-        return createStringError(name + " expects a number, got '" + value + "'");
-      return Error::success();
-    };
+    if (Error error = flags.readValue())
+      return std::move(error);
+    StringRef name = flags.name();
+    const std::string &value = flags.value();
     Error error = Error::success();
     if (name == "--listen")
       listen = value;
@@ -104,44 +75,36 @@ Expected<Arguments> parseArguments(int argc, char **argv) {
     else if (name == "--cache-dir")
       args.store.cacheDir = value;
     else if (name == "--max-body-bytes")
-      error = number(maxBody);
+      error = flags.number(maxBody);
     else if (name == "--max-modules")
-      error = number(maxModules);
+      error = flags.number(maxModules);
     else if (name == "--compile-timeout-ms")
-      error = number(timeoutMs);
+      error = flags.number(timeoutMs);
     else if (name == "--threads")
-      error = number(threads);
+      error = flags.number(threads);
     else
-      return createStringError("unknown option '" + arg + "'\n" + kUsage);
+      return flags.unknown();
     if (error)
       return std::move(error);
   }
 
-  StringRef address = listen;
-  size_t colon = address.rfind(':');
-  unsigned port = 0;
-  if (colon == StringRef::npos || address.drop_front(colon + 1).getAsInteger(10, port) ||
-      port > 65535)
-    return createStringError("--listen expects HOST:PORT, got '" + address + "'");
-  StringRef host = address.take_front(colon);
-  if (host.starts_with("[") && host.ends_with("]"))
-    host = host.drop_front().drop_back();
-  args.serve.host = host.str();
-  args.serve.port = static_cast<int>(port);
+  if (Error error = transport::parseListenAddress(listen, args.serve))
+    return std::move(error);
   if (!tokenFile.empty()) {
-    Expected<std::string> token = readToken("--token-file", tokenFile);
+    Expected<std::string> token = transport::readTokenFile("--token-file", tokenFile);
     if (!token)
       return token.takeError();
     args.serve.token = std::move(*token);
   }
   if (!executorTokenFile.empty()) {
-    Expected<std::string> token = readToken("--executor-token-file", executorTokenFile);
+    Expected<std::string> token =
+        transport::readTokenFile("--executor-token-file", executorTokenFile);
     if (!token)
       return token.takeError();
     args.store.executorToken = std::move(*token);
   }
-  if (threads == 0 || threads > 4096)
-    return createStringError("--threads must be between 1 and 4096");
+  if (Error error = transport::checkThreadCount(threads))
+    return std::move(error);
   if (maxModules == 0)
     return createStringError("--max-modules must be at least 1");
   if (maxBody == 0)
@@ -222,13 +185,8 @@ int main(int argc, char **argv) {
   ExitOnError exitOnError("courier-serve: ");
   Arguments args = exitOnError(parseArguments(argc, argv));
 
-  // Block the stop signals before any thread starts, so only the waiter below sees them.
-  sigset_t stopSignals;
-  sigemptyset(&stopSignals);
-  sigaddset(&stopSignals, SIGINT);
-  sigaddset(&stopSignals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &stopSignals, nullptr);
-  std::signal(SIGPIPE, SIG_IGN);
+  // Before any thread starts, so only the waiter sees the stop signals.
+  transport::StopSignals stopSignals;
 
   auto store = std::make_unique<ModuleStore>(args.store);
   std::unique_ptr<RestService> service = exitOnError(RestService::create(args.serve, *store));
@@ -240,8 +198,7 @@ int main(int argc, char **argv) {
     watcher = exitOnError(FileWatcher::create(
         args.watchDir, ".mlir", [&loader](const std::string &path) { loader.load(path); }));
 
-  std::printf("listening on %s\n", service->address().c_str());
-  std::fflush(stdout);
+  transport::announceListening(service->address());
 
   std::atomic<bool> stopping{false};
   std::thread initialLoad([&] {
@@ -255,16 +212,12 @@ int main(int argc, char **argv) {
       service->setReady(true);
   });
 
-  std::thread waiter([&] {
-    int signal = 0;
-    sigwait(&stopSignals, &signal);
+  stopSignals.whenReceived([&] {
     stopping = true;
     service->stop();
   });
   Error served = service->run();
-  // run() may also end on its own; wake the waiter so it can be joined.
-  pthread_kill(waiter.native_handle(), SIGTERM);
-  waiter.join();
+  stopSignals.stopWaiting();
   stopping = true;
   initialLoad.join();
   watcher.reset();

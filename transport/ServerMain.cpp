@@ -1,0 +1,108 @@
+// Command line and signal handling shared by courier-executor and courier-serve.
+#include "transport/ServerMain.h"
+
+#include "llvm/Support/MemoryBuffer.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <pthread.h>
+
+namespace courier::transport {
+
+ArgumentReader::ArgumentReader(int argc, char **argv, const char *usage)
+    : argc(argc), argv(argv), usage(usage) {}
+
+bool ArgumentReader::next() {
+  if (++index >= argc)
+    return false;
+  current = argv[index];
+  currentValue.clear();
+  if (current == "--help" || current == "-h") {
+    std::fputs(usage, stdout);
+    std::exit(0);
+  }
+  return true;
+}
+
+llvm::Error ArgumentReader::readValue() {
+  if (current.contains('=')) {
+    currentValue = current.split('=').second.str();
+  } else if (index + 1 < argc) {
+    currentValue = argv[++index];
+  } else {
+    return llvm::createStringError("missing value after " + current + "\n" + usage);
+  }
+  return llvm::Error::success();
+}
+
+llvm::Error ArgumentReader::number(uint64_t &out) const {
+  if (llvm::StringRef(currentValue).getAsInteger(10, out))
+    return llvm::createStringError(name() + " expects a number, got '" + currentValue + "'");
+  return llvm::Error::success();
+}
+
+llvm::Error ArgumentReader::unknown() const {
+  return llvm::createStringError("unknown option '" + current + "'\n" + usage);
+}
+
+llvm::Error parseListenAddress(llvm::StringRef address, HttpListenOptions &options) {
+  size_t colon = address.rfind(':');
+  unsigned port = 0;
+  if (colon == llvm::StringRef::npos || address.drop_front(colon + 1).getAsInteger(10, port) ||
+      port > 65535)
+    return llvm::createStringError("--listen expects HOST:PORT, got '" + address + "'");
+  llvm::StringRef host = address.take_front(colon);
+  if (host.starts_with("[") && host.ends_with("]"))
+    host = host.drop_front().drop_back();
+  options.host = host.str();
+  options.port = static_cast<int>(port);
+  return llvm::Error::success();
+}
+
+llvm::Expected<std::string> readTokenFile(llvm::StringRef flag, const std::string &path) {
+  auto file = llvm::MemoryBuffer::getFile(path);
+  if (!file)
+    return llvm::createStringError("reading " + flag + " '" + path +
+                                   "': " + file.getError().message());
+  std::string token = (*file)->getBuffer().trim().str();
+  if (token.empty())
+    return llvm::createStringError(flag + " '" + path + "' is empty");
+  return token;
+}
+
+llvm::Error checkThreadCount(uint64_t threads) {
+  if (threads == 0 || threads > 4096)
+    return llvm::createStringError("--threads must be between 1 and 4096");
+  return llvm::Error::success();
+}
+
+void announceListening(const std::string &address) {
+  std::printf("listening on %s\n", address.c_str());
+  std::fflush(stdout);
+}
+
+StopSignals::StopSignals() {
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  std::signal(SIGPIPE, SIG_IGN);
+}
+
+void StopSignals::whenReceived(std::function<void()> onStop) {
+  waiter = std::thread([this, onStop = std::move(onStop)] {
+    int signal = 0;
+    sigwait(&signals, &signal);
+    onStop();
+  });
+}
+
+void StopSignals::stopWaiting() {
+  if (!waiter.joinable())
+    return;
+  // Serving may also end on its own; wake the waiter so it can be joined.
+  pthread_kill(waiter.native_handle(), SIGTERM);
+  waiter.join();
+}
+
+} // namespace courier::transport

@@ -1,0 +1,81 @@
+// The pieces of a server's main() that courier-executor and courier-serve share: reading the
+// command line, --listen and --token-file, and stopping on SIGINT or SIGTERM. No HTTP type
+// appears here, so a tool can use it without the HTTP library's headers.
+#ifndef COURIER_TRANSPORT_SERVERMAIN_H
+#define COURIER_TRANSPORT_SERVERMAIN_H
+
+#include "transport/HttpServer.h"
+
+#include "llvm/ADT/StringRef.h"
+#include "llvm/Support/Error.h"
+
+#include <csignal>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <thread>
+
+namespace courier::transport {
+
+/// Walks a server's command line by hand (LLVM's cl registers an option named "threads" in
+/// the shared library). --help or -h prints `usage` and exits; any other argument is a
+/// switch or a flag whose value follows after '=' or as the next argument.
+class ArgumentReader {
+public:
+  ArgumentReader(int argc, char **argv, const char *usage);
+
+  /// Moves to the next argument; false past the last one.
+  bool next();
+  /// The argument as given.
+  llvm::StringRef arg() const { return current; }
+  /// The flag's name: the argument up to any '='.
+  llvm::StringRef name() const { return current.split('=').first; }
+  /// Takes the flag's value, from after its '=' or from the next argument.
+  llvm::Error readValue();
+  const std::string &value() const { return currentValue; }
+  /// The value as a whole number.
+  llvm::Error number(uint64_t &out) const;
+  llvm::Error unknown() const;
+
+private:
+  int argc;
+  char **argv;
+  const char *usage;
+  int index = 0;
+  llvm::StringRef current;
+  std::string currentValue;
+};
+
+/// Parses --listen's HOST:PORT (an IPv6 host in brackets) into `options`.
+llvm::Error parseListenAddress(llvm::StringRef address, HttpListenOptions &options);
+
+/// The trimmed, non-empty contents of the token file given to `flag`.
+llvm::Expected<std::string> readTokenFile(llvm::StringRef flag, const std::string &path);
+
+/// --threads within the range a server accepts.
+llvm::Error checkThreadCount(uint64_t threads);
+
+/// Prints "listening on HOST:PORT" on stdout, the line callers wait for before connecting.
+void announceListening(const std::string &address);
+
+/// SIGINT and SIGTERM, delivered to one waiter thread: construct before any thread starts
+/// (the signals are blocked from then on, and SIGPIPE ignored), start the waiter with
+/// whenReceived(), and call stopWaiting() once serving ends, by a signal or on its own.
+class StopSignals {
+public:
+  StopSignals();
+  ~StopSignals() { stopWaiting(); }
+  StopSignals(const StopSignals &) = delete;
+  StopSignals &operator=(const StopSignals &) = delete;
+
+  void whenReceived(std::function<void()> onStop);
+  void stopWaiting();
+
+private:
+  sigset_t signals;
+  std::thread waiter;
+};
+
+} // namespace courier::transport
+
+#endif // COURIER_TRANSPORT_SERVERMAIN_H
