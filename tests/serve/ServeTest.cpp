@@ -885,7 +885,8 @@ TEST_CASE("watch mode loads a directory and reloads a module when its file chang
   std::ofstream(dir + "/scale.mlir") << kVersionB;
   REQUIRE(waitFor([&] { return version() == 2; }));
   CHECK(outputData(post(*http, "/v1/modules/scale/invoke/main", kInvokeBody)) == kResultB);
-  CHECK(serve.log().find("watch: reloaded 'scale'") != std::string::npos);
+  // The log line follows the swap, so it may trail the new version.
+  CHECK(waitFor([&] { return serve.log().find("watch: reloaded 'scale'") != std::string::npos; }));
 
   // A broken edit keeps version 2 serving and says so in the log.
   std::ofstream(dir + "/scale.mlir") << kBroken;
