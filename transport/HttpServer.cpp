@@ -40,9 +40,8 @@ using Clock = std::chrono::steady_clock;
 struct Metrics {
   std::array<std::atomic<uint64_t>, 600> requestsByStatus{};
   std::atomic<uint64_t> launches{0}, launchFailures{0}, calls{0}, callFailures{0};
-  std::atomic<uint64_t> bytesIn{0}, bytesOut{0};
   std::atomic<uint64_t> objectUploads{0}, objectsDropped{0}, sessionsOpened{0}, sessionsExpired{0};
-  Histogram requestSeconds, launchSeconds;
+  Histogram launchSeconds;
 };
 
 /// A session: its own ObjectHost, so objects shipped by one client never resolve another's
@@ -211,9 +210,6 @@ HttpServiceOptions ExecutorServer::Impl::serviceOptions() {
   service.sendError = sendError;
   service.reportFailure = reportFailure;
   service.onServed = [this](const ServedRequest &served) {
-    metrics.requestSeconds.observe(served.seconds);
-    metrics.bytesIn += served.bytesIn;
-    metrics.bytesOut += served.bytesOut;
     if (served.status >= 0 && static_cast<size_t>(served.status) < metrics.requestsByStatus.size())
       metrics.requestsByStatus[static_cast<size_t>(served.status)]++;
   };
@@ -535,13 +531,7 @@ llvm::Error ExecutorServer::Impl::launch(const httplib::Request &req, httplib::R
   reply->writer =
       std::make_unique<wire::FrameWriter>(wire::encodeLaunchReply(header), std::move(views));
   res.status = 200;
-  res.set_content_provider(reply->writer->size(), wire::kFrameContentType,
-                           [reply](size_t offset, size_t, httplib::DataSink &sink) {
-                             return reply->writer->writeNext(offset,
-                                                             [&](const char *data, size_t size) {
-                                                               return sink.write(data, size);
-                                                             });
-                           });
+  streamFrame(res, std::shared_ptr<wire::FrameWriter>(reply, reply->writer.get()));
   return llvm::Error::success();
 }
 
@@ -666,43 +656,44 @@ llvm::Error ExecutorServer::Impl::call(const httplib::Request &req, httplib::Res
 
 std::string ExecutorServer::Impl::renderMetrics() {
   std::string out;
-  auto counter = [&](const char *name, const char *help, uint64_t value) {
-    out += llvm::formatv("# HELP {0} {1}\n# TYPE {0} counter\n{0} {2}\n", name, help, value).str();
-  };
-  auto gauge = [&](const char *name, const char *help, uint64_t value) {
-    out += llvm::formatv("# HELP {0} {1}\n# TYPE {0} gauge\n{0} {2}\n", name, help, value).str();
-  };
   out += "# HELP courier_requests_total HTTP requests served, by status.\n"
          "# TYPE courier_requests_total counter\n";
   for (size_t status = 0; status < metrics.requestsByStatus.size(); ++status)
     if (uint64_t n = metrics.requestsByStatus[status].load())
       out += llvm::formatv("courier_requests_total{{status=\"{0}\"} {1}\n", status, n).str();
-  counter("courier_launches_total", "Kernel launches run.", metrics.launches);
-  counter("courier_launch_failures_total", "Kernel launches that failed.", metrics.launchFailures);
-  counter("courier_calls_total", "Calls run.", metrics.calls);
-  counter("courier_call_failures_total", "Calls that failed.", metrics.callFailures);
-  counter("courier_received_bytes_total", "Request body bytes received.", metrics.bytesIn);
-  counter("courier_sent_bytes_total", "Response body bytes sent.", metrics.bytesOut);
-  counter("courier_object_uploads_total", "Objects stored from an upload.", metrics.objectUploads);
-  counter("courier_objects_dropped_total",
-          "Objects dropped from the store after no session held them for the grace period.",
-          metrics.objectsDropped);
-  counter("courier_sessions_opened_total", "Sessions created.", metrics.sessionsOpened);
-  counter("courier_sessions_expired_total", "Sessions closed for being idle.",
-          metrics.sessionsExpired);
+  appendPrometheusCounter(out, "courier_launches_total", "Kernel launches run.", metrics.launches);
+  appendPrometheusCounter(out, "courier_launch_failures_total", "Kernel launches that failed.",
+                          metrics.launchFailures);
+  appendPrometheusCounter(out, "courier_calls_total", "Calls run.", metrics.calls);
+  appendPrometheusCounter(out, "courier_call_failures_total", "Calls that failed.",
+                          metrics.callFailures);
+  appendPrometheusCounter(out, "courier_received_bytes_total", "Request body bytes received.",
+                          service.requestStats().bytesIn);
+  appendPrometheusCounter(out, "courier_sent_bytes_total", "Response body bytes sent.",
+                          service.requestStats().bytesOut);
+  appendPrometheusCounter(out, "courier_object_uploads_total", "Objects stored from an upload.",
+                          metrics.objectUploads);
+  appendPrometheusCounter(
+      out, "courier_objects_dropped_total",
+      "Objects dropped from the store after no session held them for the grace period.",
+      metrics.objectsDropped);
+  appendPrometheusCounter(out, "courier_sessions_opened_total", "Sessions created.",
+                          metrics.sessionsOpened);
+  appendPrometheusCounter(out, "courier_sessions_expired_total", "Sessions closed for being idle.",
+                          metrics.sessionsExpired);
   {
     std::lock_guard<std::mutex> lock(sessionsMutex);
-    gauge("courier_sessions", "Open sessions.", sessions.size());
+    appendPrometheusGauge(out, "courier_sessions", "Open sessions.", sessions.size());
   }
   {
     std::lock_guard<std::mutex> lock(objectsMutex);
-    gauge("courier_objects", "Objects held.", objects.size());
-    gauge("courier_object_bytes", "Bytes of objects held.", objectBytes);
-    gauge("courier_attached_objects", "Objects loaded in sessions, once per session holding one.",
-          attachments);
+    appendPrometheusGauge(out, "courier_objects", "Objects held.", objects.size());
+    appendPrometheusGauge(out, "courier_object_bytes", "Bytes of objects held.", objectBytes);
+    appendPrometheusGauge(out, "courier_attached_objects",
+                          "Objects loaded in sessions, once per session holding one.", attachments);
   }
-  metrics.requestSeconds.render(out, "courier_request_duration_seconds",
-                                "Time from request line to response written.");
+  service.requestStats().seconds.render(out, "courier_request_duration_seconds",
+                                        "Time from request line to response written.");
   metrics.launchSeconds.render(out, "courier_launch_duration_seconds",
                                "Time spent in kernel entries.");
   return out;

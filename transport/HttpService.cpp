@@ -106,6 +106,23 @@ void Histogram::render(std::string &out, const char *name, const char *help) con
              .str();
 }
 
+void appendPrometheusCounter(std::string &out, const char *name, const char *help, uint64_t value) {
+  out += llvm::formatv("# HELP {0} {1}\n# TYPE {0} counter\n{0} {2}\n", name, help, value).str();
+}
+
+void appendPrometheusGauge(std::string &out, const char *name, const char *help, uint64_t value) {
+  out += llvm::formatv("# HELP {0} {1}\n# TYPE {0} gauge\n{0} {2}\n", name, help, value).str();
+}
+
+void streamFrame(httplib::Response &res, std::shared_ptr<wire::FrameWriter> writer) {
+  res.set_content_provider(writer->size(), wire::kFrameContentType,
+                           [writer](size_t offset, size_t, httplib::DataSink &sink) {
+                             return writer->writeNext(offset, [&](const char *data, size_t size) {
+                               return sink.write(data, size);
+                             });
+                           });
+}
+
 uint64_t contentLength(const httplib::Request &req) {
   uint64_t length = 0;
   if (llvm::StringRef(req.get_header_value("Content-Length")).getAsInteger(10, length))
@@ -214,6 +231,9 @@ void HttpService::installHandlers() {
         counted ? std::chrono::duration<double>(Clock::now() - requestStart).count() : 0.0;
     uint64_t in = req.body.empty() ? contentLength(req) : req.body.size();
     uint64_t out = res.content_length_ ? res.content_length_ : res.body.size();
+    stats.seconds.observe(seconds);
+    stats.bytesIn += in;
+    stats.bytesOut += out;
     if (opts.onServed)
       opts.onServed(ServedRequest{req, res.status, in, out, seconds, counted ? currentRoute : 0});
     if (opts.listen.logRequests)

@@ -5,6 +5,7 @@
 #define COURIER_TRANSPORT_HTTPSERVICE_H
 
 #include "transport/HttpServer.h"
+#include "transport/Wire.h"
 
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/Error.h"
@@ -17,6 +18,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <string>
 
@@ -39,14 +41,29 @@ private:
   std::atomic<uint64_t> sumNanos{0};
 };
 
+/// Appends one counter, or one gauge, with its HELP and TYPE lines in Prometheus text.
+void appendPrometheusCounter(std::string &out, const char *name, const char *help, uint64_t value);
+void appendPrometheusGauge(std::string &out, const char *name, const char *help, uint64_t value);
+
+/// What every server counts about the requests it serves; each renders them under its own
+/// metric names.
+struct RequestStats {
+  Histogram seconds; ///< From request line to response written.
+  std::atomic<uint64_t> bytesIn{0}, bytesOut{0};
+};
+
 /// The declared Content-Length of a request, 0 when absent or malformed.
 uint64_t contentLength(const httplib::Request &req);
+
+/// Streams a frame as the response body, piece by piece as the socket takes it. `writer`
+/// keeps whatever it reads from (result tensors) alive until the response is sent.
+void streamFrame(httplib::Response &res, std::shared_ptr<wire::FrameWriter> writer);
 
 /// Refuses to serve beyond loopback without a token; `because` says why it matters here.
 llvm::Error requireTokenBeyondLoopback(const std::string &host, const std::string &token,
                                        llvm::StringRef because);
 
-/// A request as the logger saw it, for a server's own metrics.
+/// A request as the logger saw it, for a server's own metrics beyond RequestStats.
 struct ServedRequest {
   const httplib::Request &request;
   int status;
@@ -67,7 +84,8 @@ struct HttpServiceOptions {
   /// Turns a handler's failure into an error response (the server's error types may carry
   /// more than a code and a message).
   std::function<void(httplib::Response &, llvm::Error)> reportFailure;
-  /// Called for every request the logger sees, before its log line.
+  /// Called for every request the logger sees, after RequestStats counts it and before its
+  /// log line.
   std::function<void(const ServedRequest &)> onServed;
 };
 
@@ -85,6 +103,7 @@ public:
 
   const HttpServiceOptions &options() const { return opts; }
   httplib::Server &server() { return http; }
+  const RequestStats &requestStats() const { return stats; }
 
   /// The one place failures become responses; nothing thrown below escapes into httplib.
   /// `route` tags the request for onServed.
@@ -115,6 +134,7 @@ private:
   HttpServiceOptions opts;
   httplib::Server http;
   int boundPort = 0;
+  RequestStats stats;
 
   std::mutex stopMutex;
   std::condition_variable stopSignal;

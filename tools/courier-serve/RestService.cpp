@@ -23,11 +23,13 @@ namespace courier::serve {
 namespace json = llvm::json;
 namespace wire = courier::transport::wire;
 using Clock = std::chrono::steady_clock;
+using transport::appendPrometheusCounter;
 using transport::contentLength;
 using transport::Histogram;
 using transport::HttpService;
 using transport::HttpServiceOptions;
 using transport::ServedRequest;
+using transport::streamFrame;
 
 namespace {
 
@@ -62,8 +64,7 @@ constexpr size_t kMaxStatus = 600;
 struct Metrics {
   /// [route][status]
   std::array<std::array<std::atomic<uint64_t>, kMaxStatus>, kNumRoutes> requests{};
-  std::atomic<uint64_t> bytesIn{0}, bytesOut{0};
-  Histogram requestSeconds, invokeSeconds, compileSeconds;
+  Histogram invokeSeconds, compileSeconds;
 };
 
 /// llvm::json wants valid UTF-8; messages may quote arbitrary source text.
@@ -306,9 +307,6 @@ HttpServiceOptions RestService::Impl::serviceOptions() {
   };
   service.reportFailure = reportFailure;
   service.onServed = [this](const ServedRequest &served) {
-    metrics.requestSeconds.observe(served.seconds);
-    metrics.bytesIn += served.bytesIn;
-    metrics.bytesOut += served.bytesOut;
     if (served.status >= 0 && static_cast<size_t>(served.status) < kMaxStatus)
       metrics.requests[served.route][static_cast<size_t>(served.status)]++;
   };
@@ -610,21 +608,12 @@ llvm::Error RestService::Impl::invokeFrame(const Pinned &pinned, const EntrySign
     res.set_content(std::move(body), wire::kFrameContentType);
     return llvm::Error::success();
   }
-  res.set_content_provider(reply->writer->size(), wire::kFrameContentType,
-                           [reply](size_t offset, size_t, httplib::DataSink &sink) {
-                             return reply->writer->writeNext(offset,
-                                                             [&](const char *data, size_t size) {
-                                                               return sink.write(data, size);
-                                                             });
-                           });
+  streamFrame(res, std::shared_ptr<wire::FrameWriter>(reply, reply->writer.get()));
   return llvm::Error::success();
 }
 
 std::string RestService::Impl::renderMetrics() {
   std::string out;
-  auto counter = [&](const char *name, const char *help, uint64_t value) {
-    out += llvm::formatv("# HELP {0} {1}\n# TYPE {0} counter\n{0} {2}\n", name, help, value).str();
-  };
   out += "# HELP courier_serve_requests_total HTTP requests served, by route and status.\n"
          "# TYPE courier_serve_requests_total counter\n";
   for (size_t route = 0; route < kNumRoutes; ++route)
@@ -634,17 +623,20 @@ std::string RestService::Impl::renderMetrics() {
                              kRoutes[route], status, n)
                    .str();
   const StoreCounters &c = store.counters();
-  counter("courier_serve_invokes_total", "Entry invocations.", c.invokes);
-  counter("courier_serve_invoke_failures_total", "Invocations that failed (inputs or executor).",
-          c.invokeFailures);
-  counter("courier_serve_compiles_total", "Compiles finished (the engine's cache hits included).",
-          c.compiles);
-  counter("courier_serve_compile_failures_total", "Compiles that failed.", c.compileFailures);
-  counter("courier_serve_compile_timeouts_total",
-          "Compiles a request stopped waiting for (compile_timeout).", c.compileTimeouts);
-  counter("courier_serve_compiles_discarded_total",
-          "Compiles that finished after their request gave up; their result was dropped.",
-          c.discardedCompiles);
+  appendPrometheusCounter(out, "courier_serve_invokes_total", "Entry invocations.", c.invokes);
+  appendPrometheusCounter(out, "courier_serve_invoke_failures_total",
+                          "Invocations that failed (inputs or executor).", c.invokeFailures);
+  appendPrometheusCounter(out, "courier_serve_compiles_total",
+                          "Compiles finished (the engine's cache hits included).", c.compiles);
+  appendPrometheusCounter(out, "courier_serve_compile_failures_total", "Compiles that failed.",
+                          c.compileFailures);
+  appendPrometheusCounter(out, "courier_serve_compile_timeouts_total",
+                          "Compiles a request stopped waiting for (compile_timeout).",
+                          c.compileTimeouts);
+  appendPrometheusCounter(
+      out, "courier_serve_compiles_discarded_total",
+      "Compiles that finished after their request gave up; their result was dropped.",
+      c.discardedCompiles);
   out +=
       llvm::formatv("# HELP courier_serve_compile_seconds_total Time spent compiling.\n"
                     "# TYPE courier_serve_compile_seconds_total counter\n"
@@ -661,10 +653,12 @@ std::string RestService::Impl::renderMetrics() {
                        "# TYPE courier_serve_modules gauge\ncourier_serve_modules {0}\n",
                        store.size())
              .str();
-  counter("courier_serve_received_bytes_total", "Request body bytes received.", metrics.bytesIn);
-  counter("courier_serve_sent_bytes_total", "Response body bytes sent.", metrics.bytesOut);
-  metrics.requestSeconds.render(out, "courier_serve_request_duration_seconds",
-                                "Time from request line to response written.");
+  appendPrometheusCounter(out, "courier_serve_received_bytes_total", "Request body bytes received.",
+                          service.requestStats().bytesIn);
+  appendPrometheusCounter(out, "courier_serve_sent_bytes_total", "Response body bytes sent.",
+                          service.requestStats().bytesOut);
+  service.requestStats().seconds.render(out, "courier_serve_request_duration_seconds",
+                                        "Time from request line to response written.");
   metrics.invokeSeconds.render(out, "courier_serve_invoke_duration_seconds",
                                "Time spent in the engine's invoke.");
   metrics.compileSeconds.render(out, "courier_serve_compile_request_duration_seconds",
