@@ -12,8 +12,9 @@ from doc_examples import run_sh_blocks, start_server, stop_servers  # noqa: E402
 
 
 def start_serve(serve, workdir, name, args):
+    # A cache per server: a compile another server left on disk would beat SA's 1 ms limit.
     return start_server([serve, "--listen", "127.0.0.1:0", "--cache-dir",
-                         os.path.join(workdir, "cache")] + args,
+                         os.path.join(workdir, "cache-" + name)] + args,
                         os.path.join(workdir, name + ".log"), f"courier-serve {name}")
 
 
