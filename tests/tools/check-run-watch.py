@@ -1,0 +1,73 @@
+#!/usr/bin/env python3
+"""courier-run --watch: a saved edit is reloaded and run again, a broken edit is reported
+while the old version keeps serving, and Ctrl-C ends the run cleanly."""
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import queue
+
+
+def lines(stream, out):
+    for line in iter(stream.readline, ""):
+        out.put(line.rstrip("\n"))
+
+
+def expect(q, predicate, what, timeout=30):
+    try:
+        while True:
+            line = q.get(timeout=timeout)
+            if predicate(line):
+                return line
+    except queue.Empty:
+        raise SystemExit(f"timed out waiting for {what}")
+
+
+def save(path, text):
+    # As editors do: write a new file and rename it over the old one.
+    with open(path + ".tmp", "w") as f:
+        f.write(text)
+    os.replace(path + ".tmp", path)
+
+
+def main():
+    courier_run, sample = sys.argv[1:3]
+    work = tempfile.mkdtemp(prefix="courier-run-watch-")
+    try:
+        app = os.path.join(work, "app.mlir")
+        original = open(sample).read()
+        shutil.copy(sample, app)
+        proc = subprocess.Popen(
+            [courier_run, app, "--arg", "[1, 2, 3, 4]", "--watch", "--cache-dir",
+             os.path.join(work, "cache")],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        out, err = queue.Queue(), queue.Queue()
+        threading.Thread(target=lines, args=(proc.stdout, out), daemon=True).start()
+        threading.Thread(target=lines, args=(proc.stderr, err), daemon=True).start()
+
+        expect(out, lambda l: l == '{"data":[3,5,7,9],"dtype":"f64","shape":[4]}', "first run")
+        expect(err, lambda l: "watching" in l, "the watch to start")
+
+        save(app, original.replace("dense<1.0>", "dense<100.0>"))
+        expect(err, lambda l: "reloaded" in l and "as version 2" in l, "the reload line")
+        expect(out, lambda l: l == '{"data":[102,104,106,108],"dtype":"f64","shape":[4]}',
+               "the new version's result")
+
+        save(app, original.replace("arith.addf %d", "arith.bogus %d"))
+        expect(err, lambda l: "failed" in l and "version 2 keeps serving" in l
+               and "arith.bogus" in l, "the failed reload line")
+
+        proc.send_signal(signal.SIGINT)
+        code = proc.wait(timeout=30)
+        if code != 0:
+            raise SystemExit(f"courier-run --watch exited with {code} on SIGINT")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    print("courier-run --watch: reload, failed reload and exit all as expected")
+
+
+if __name__ == "__main__":
+    main()
