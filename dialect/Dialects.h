@@ -10,6 +10,8 @@
 #include "mlir/IR/SymbolTable.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
 
+#include "runtime/ExecutorABI.h"
+
 #include "dialect/ExecutorDialect.h.inc"
 
 #define GET_TYPEDEF_CLASSES
@@ -35,10 +37,16 @@ mlir::Type cKindWireType(mlir::MLIRContext *ctx, llvm::StringRef kind);
 } // namespace catalyst
 
 namespace executor {
-/// Kernel entries are `<kEntryPrefix><function>` (see cross-compile-targets).
-inline constexpr llvm::StringLiteral kEntryPrefix = "_catalyst_pyface_";
+/// The names and layout of kernel entries and their signature tables; the ABI header holds
+/// the one definition.
+inline constexpr llvm::StringLiteral kEntryPrefix = COURIER_ENTRY_PREFIX;
+inline constexpr llvm::StringLiteral kSignaturePrefix = COURIER_SIGNATURE_PREFIX;
+inline constexpr int64_t kSignatureVersion = COURIER_SIGNATURE_VERSION;
 
 inline std::string entrySymbol(llvm::StringRef function) { return (kEntryPrefix + function).str(); }
+inline std::string signatureSymbol(llvm::StringRef function) {
+  return (kSignaturePrefix + function).str();
+}
 } // namespace executor
 
 /// Registers the `executor` and `catalyst` dialects and the external models that let

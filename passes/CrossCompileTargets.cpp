@@ -44,7 +44,36 @@ void initializeAllTargets() {
 struct Kernel {
   std::string name;
   bool hasResults;
+  /// The signature table: version, input count, result count, then (rank, element bytes)
+  /// for each input and each result.
+  SmallVector<int64_t> signature;
 };
+
+/// Describes `fn`'s buffers for executors, which check launches against it (a launch that
+/// disagrees would read or write past the kernel's buffers).
+SmallVector<int64_t> signatureOf(func::FuncOp fn) {
+  SmallVector<int64_t> table = {executor::kSignatureVersion,
+                                static_cast<int64_t>(fn.getNumArguments()),
+                                static_cast<int64_t>(fn.getNumResults())};
+  for (Type type : llvm::concat<const Type>(fn.getArgumentTypes(), fn.getResultTypes())) {
+    auto shaped = cast<ShapedType>(type);
+    Type element = shaped.getElementType();
+    table.push_back(shaped.getRank());
+    table.push_back(element.isIndex() ? 8 : (element.getIntOrFloatBitWidth() + 7) / 8);
+  }
+  return table;
+}
+
+/// Adds the constant `_catalyst_signature_<fn>` holding `kernel.signature`.
+void addSignatureTable(ModuleOp module, const Kernel &kernel) {
+  OpBuilder builder = OpBuilder::atBlockEnd(module.getBody());
+  auto type = LLVM::LLVMArrayType::get(builder.getI64Type(), kernel.signature.size());
+  auto values = DenseElementsAttr::get(
+      RankedTensorType::get({static_cast<int64_t>(kernel.signature.size())}, builder.getI64Type()),
+      ArrayRef<int64_t>(kernel.signature));
+  LLVM::GlobalOp::create(builder, module.getLoc(), type, /*isConstant=*/true,
+                         LLVM::Linkage::External, executor::signatureSymbol(kernel.name), values);
+}
 
 /// Adds `_catalyst_pyface_<fn>(results, args)` forwarding to `_mlir_ciface_<fn>`: `args`
 /// is an array of pointers to the input descriptors.
@@ -160,7 +189,12 @@ struct CrossCompileTargets : impl::CrossCompileTargetsBase<CrossCompileTargets> 
                  << fn.getName() << "' takes or returns " << type
                  << "; kernel arguments and results must be ranked tensors or memrefs";
       fn->setAttr(LLVM::LLVMDialect::getEmitCWrapperAttrName(), UnitAttr::get(&getContext()));
-      kernels.push_back({fn.getName().str(), fn.getNumResults() > 0});
+      for (Type type : llvm::concat<const Type>(fn.getArgumentTypes(), fn.getResultTypes()))
+        if (Type element = cast<ShapedType>(type).getElementType();
+            !element.isIntOrFloat() && !element.isIndex())
+          return fn.emitError("kernel '") << fn.getName() << "' has elements of type " << element
+                                          << "; kernels take integers, floats and index";
+      kernels.push_back({fn.getName().str(), fn.getNumResults() > 0, signatureOf(fn)});
     }
     if (kernels.empty())
       return target.emitError("target module has no public function to launch");
@@ -169,8 +203,10 @@ struct CrossCompileTargets : impl::CrossCompileTargetsBase<CrossCompileTargets> 
     buildBufferizeAndLowerToLLVM(pm);
     if (failed(pm.run(*copy)))
       return target.emitError("lowering the target module to LLVM failed");
-    for (const Kernel &kernel : kernels)
+    for (const Kernel &kernel : kernels) {
       addPyfaceEntry(*copy, kernel);
+      addSignatureTable(*copy, kernel);
+    }
 
     llvm::LLVMContext llvmContext;
     std::unique_ptr<llvm::Module> module =

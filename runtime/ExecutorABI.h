@@ -11,6 +11,16 @@
 
 #include <stdint.h>
 
+/// Kernel entries in shipped objects are `void <prefix><fn>(void *results, void *args)`.
+#define COURIER_ENTRY_PREFIX "_catalyst_pyface_"
+
+/// Each entry has a constant int64 table `<prefix><fn>`: {COURIER_SIGNATURE_VERSION,
+/// inputs, results, then (rank, element bytes) per input and per result}. Executors check
+/// launches against it: a launch that disagrees would read or write past the kernel's
+/// buffers.
+#define COURIER_SIGNATURE_PREFIX "_catalyst_signature_"
+#define COURIER_SIGNATURE_VERSION 1
+
 #ifdef __cplusplus
 extern "C" {
 #endif

@@ -645,12 +645,10 @@ llvm::Error ExecutorServer::Impl::call(const httplib::Request &req, httplib::Res
                          llvm::formatv("'{0}' produced {1} bytes, the caller expects {2}", symbol,
                                        output->size(), outputSize));
   }
-  auto bytes = std::make_shared<std::string>(std::move(*output));
   res.status = 200;
-  res.set_content_provider(bytes->size(), wire::kBytesContentType,
-                           [bytes](size_t offset, size_t length, httplib::DataSink &sink) {
-                             return sink.write(bytes->data() + offset, length);
-                           });
+  // The reply is already in memory: moved in whole. (A content provider of length 0 is
+  // httplib's "length unknown" and would stream forever.)
+  res.set_content(std::move(*output), wire::kBytesContentType);
   return llvm::Error::success();
 }
 

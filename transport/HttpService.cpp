@@ -7,6 +7,7 @@
 #include <openssl/sha.h>
 
 #include <arpa/inet.h>
+#include <cassert>
 #include <sys/socket.h>
 #include <sys/stat.h>
 
@@ -115,6 +116,9 @@ void appendPrometheusGauge(std::string &out, const char *name, const char *help,
 }
 
 void streamFrame(httplib::Response &res, std::shared_ptr<wire::FrameWriter> writer) {
+  // Never empty (a frame has its header line): a provider of length 0 would be httplib's
+  // "length unknown" and never end.
+  assert(writer->size() > 0);
   res.set_content_provider(writer->size(), wire::kFrameContentType,
                            [writer](size_t offset, size_t, httplib::DataSink &sink) {
                              return writer->writeNext(offset, [&](const char *data, size_t size) {

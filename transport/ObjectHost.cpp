@@ -8,6 +8,8 @@
 // code reported to the caller (e.g. when a size does not match what the callee expects).
 #include "transport/ObjectHost.h"
 
+#include "runtime/ExecutorABI.h"
+
 #include "llvm/ADT/SmallVector.h"
 #include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/StringSet.h"
@@ -55,6 +57,11 @@ constexpr size_t kResultSlackWords = 64;
 /// Replies larger than this are refused rather than attempted: a bogus size from a caller
 /// must produce an error, not an allocation failure.
 constexpr uint64_t kMaxCallReply = uint64_t{1} << 32;
+
+/// Bounds on what a launch may declare: MLIR ranks are small, and the descriptor area is
+/// sized from these numbers before the kernel runs.
+constexpr size_t kMaxRank = 64;
+constexpr int64_t kMaxTensors = 4096;
 
 Error makeError(const Twine &message) {
   return createStringError(inconvertibleErrorCode(), message);
@@ -294,7 +301,8 @@ Error checkEHFrame(StringRef contents, bool littleEndian, uint8_t pointerSize, S
 
 /// Checks that `bytes` is an intact ELF relocatable object for this machine and collects
 /// the names of the global functions it defines with default or protected visibility.
-Error validateObject(StringRef sha256, StringRef bytes, std::vector<std::string> &exports) {
+Error validateObject(StringRef sha256, StringRef bytes, std::vector<std::string> &exports,
+                     std::vector<std::pair<std::string, uint64_t>> &signatureTables) {
   auto parsed = object::ObjectFile::createObjectFile(MemoryBufferRef(bytes, sha256));
   if (!parsed)
     return makeError(formatv("object {0} is not a valid object file: {1}", sha256,
@@ -352,6 +360,8 @@ Error validateObject(StringRef sha256, StringRef bytes, std::vector<std::string>
     if (*type == object::SymbolRef::ST_Function &&
         (visibility == ELF::STV_DEFAULT || visibility == ELF::STV_PROTECTED))
       exports.push_back(name->str());
+    if (*type == object::SymbolRef::ST_Data && name->starts_with(COURIER_SIGNATURE_PREFIX))
+      signatureTables.emplace_back(name->str(), symbol.getSize());
   }
   return Error::success();
 }
@@ -398,6 +408,8 @@ struct LoadedObject {
   orc::JITDylib *dylib = nullptr;
   /// Every exported function, resolved at load time so launches never enter ORC.
   StringMap<void *> symbols;
+  /// Entry name -> its signature table (see runtime/ExecutorABI.h), when the object has one.
+  StringMap<std::vector<int64_t>> signatures;
   /// Set when the object is removed while still running: the last holder unloads it.
   orc::ExecutionSession *unloadFrom = nullptr;
 
@@ -414,31 +426,6 @@ struct LoadedObject {
 };
 
 } // namespace
-
-Expected<std::shared_ptr<PluginSet>> PluginSet::load(ArrayRef<std::string> paths) {
-  auto set = std::make_shared<PluginSet>();
-  for (const std::string &path : paths) {
-    void *handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (!handle) {
-      const char *reason = dlerror();
-      for (void *opened : set->handles)
-        dlclose(opened);
-      return makeError(formatv("loading plugin '{0}': {1}", path, reason ? reason : "unknown"));
-    }
-    set->handles.push_back(handle);
-  }
-  // Plugins stay loaded for the life of the process: object hosts cache their symbols and
-  // unloading code that another session may be running is never safe.
-  return set;
-}
-
-void *PluginSet::lookup(StringRef symbol) const {
-  std::string name = symbol.str();
-  for (void *handle : handles)
-    if (void *address = dlsym(handle, name.c_str()))
-      return address;
-  return nullptr;
-}
 
 struct ObjectHost::Impl {
   std::shared_ptr<PluginSet> plugins;
@@ -461,7 +448,8 @@ struct ObjectHost::Impl {
     return std::exchange(reported, std::string());
   }
 
-  Error link(const ObjectBlob &object, ArrayRef<std::string> exports);
+  Error link(const ObjectBlob &object, ArrayRef<std::string> exports,
+             ArrayRef<std::pair<std::string, uint64_t>> signatureTables);
   Expected<std::vector<OwnedTensor>> adoptResults(StringRef entry, ArrayRef<int64_t> words,
                                                   ArrayRef<TensorView> inputs,
                                                   ArrayRef<ResultSpec> results);
@@ -516,7 +504,8 @@ bool ObjectHost::hasObject(StringRef sha256) const {
   return impl->objects.count(sha256) != 0;
 }
 
-Error ObjectHost::Impl::link(const ObjectBlob &object, ArrayRef<std::string> exports) {
+Error ObjectHost::Impl::link(const ObjectBlob &object, ArrayRef<std::string> exports,
+                             ArrayRef<std::pair<std::string, uint64_t>> signatureTables) {
   orc::ExecutionSession &session = jit->getExecutionSession();
   auto dylib = jit->createJITDylib(
       formatv("object-{0}-{1}", StringRef(object.sha256).take_front(16), dylibCounter++).str());
@@ -548,14 +537,30 @@ Error ObjectHost::Impl::link(const ObjectBlob &object, ArrayRef<std::string> exp
   orc::SymbolLookupSet lookupSet;
   for (const std::string &name : exports)
     lookupSet.add(session.intern(name));
+  for (const auto &table : signatureTables)
+    lookupSet.add(session.intern(table.first));
   auto resolved = session.lookup(orc::makeJITDylibSearchOrder({&*dylib}), std::move(lookupSet));
   if (!resolved)
     return discard(resolved.takeError());
 
   auto loaded = std::make_shared<LoadedObject>();
   loaded->dylib = &*dylib;
-  for (const auto &[name, definition] : *resolved)
-    loaded->symbols[*name] = definition.getAddress().toPtr<void *>();
+  for (const std::string &name : exports)
+    loaded->symbols[name] = (*resolved)[session.intern(name)].getAddress().toPtr<void *>();
+  for (const auto &[name, size] : signatureTables) {
+    // {version, inputs, results, (rank, element bytes) per input and result}.
+    const auto *words = (*resolved)[session.intern(name)].getAddress().toPtr<const int64_t *>();
+    size_t count = size / sizeof(int64_t);
+    bool wellFormed = size % sizeof(int64_t) == 0 && count >= 3 &&
+                      words[0] == COURIER_SIGNATURE_VERSION && words[1] >= 0 && words[2] >= 0 &&
+                      words[1] <= kMaxTensors && words[2] <= kMaxTensors &&
+                      count == static_cast<size_t>(3 + 2 * (words[1] + words[2]));
+    if (!wellFormed)
+      return discard(makeError(formatv("signature table '{0}' is malformed", name)));
+    std::string entry =
+        COURIER_ENTRY_PREFIX + StringRef(name).drop_front(strlen(COURIER_SIGNATURE_PREFIX)).str();
+    loaded->signatures[entry].assign(words, words + count);
+  }
   std::unique_lock<std::shared_mutex> lock(mutex);
   loadOrder.push_back(loaded);
   objects[object.sha256] = std::move(loaded);
@@ -569,9 +574,10 @@ Error ObjectHost::addObject(const ObjectBlob &object) {
   if (hasObject(object.sha256))
     return Error::success();
   std::vector<std::string> exports;
-  if (Error error = validateObject(object.sha256, *object.bytes, exports))
+  std::vector<std::pair<std::string, uint64_t>> signatureTables;
+  if (Error error = validateObject(object.sha256, *object.bytes, exports, signatureTables))
     return error;
-  return impl->link(object, exports);
+  return impl->link(object, exports, signatureTables);
 }
 
 Error ObjectHost::removeObject(StringRef sha256) {
@@ -671,6 +677,54 @@ Expected<std::vector<OwnedTensor>> ObjectHost::Impl::adoptResults(StringRef entr
   return std::move(tensors);
 }
 
+namespace {
+
+/// Checks a launch against the entry's signature table. Objects without one (written by
+/// hand) still get plausible element sizes and bounded ranks, so sizes a caller declares
+/// never make the host read far past a kernel's buffers.
+Error checkSignature(const LoadedObject &object, StringRef entry, ArrayRef<TensorView> inputs,
+                     ArrayRef<ResultSpec> results) {
+  auto plausible = [](int64_t elemSize) {
+    return elemSize == 1 || elemSize == 2 || elemSize == 4 || elemSize == 8 || elemSize == 16;
+  };
+  for (size_t i = 0; i < inputs.size(); ++i)
+    if (inputs[i].sizes.size() > kMaxRank || !plausible(inputs[i].elemSize))
+      return makeError(formatv("input {0} of '{1}' has rank {2} and element size {3} (ranks "
+                               "go up to {4}; element sizes are 1, 2, 4, 8 or 16)",
+                               i, entry, inputs[i].sizes.size(), inputs[i].elemSize, kMaxRank));
+  for (size_t i = 0; i < results.size(); ++i)
+    if (results[i].rank < 0 || results[i].rank > static_cast<int64_t>(kMaxRank) ||
+        !plausible(results[i].elemSize))
+      return makeError(formatv("result {0} of '{1}' has rank {2} and element size {3} (ranks "
+                               "go up to {4}; element sizes are 1, 2, 4, 8 or 16)",
+                               i, entry, results[i].rank, results[i].elemSize, kMaxRank));
+  auto table = object.signatures.find(entry);
+  if (table == object.signatures.end())
+    return Error::success();
+  ArrayRef<int64_t> words = table->second;
+  auto describe = [&](size_t first, size_t count) {
+    std::string text;
+    for (size_t k = 0; k < count; ++k)
+      text += formatv("{0}(rank {1}, {2}-byte elements)", k ? ", " : "", words[first + 2 * k],
+                      words[first + 2 * k + 1]);
+    return "[" + text + "]";
+  };
+  auto numInputs = static_cast<size_t>(words[1]), numResults = static_cast<size_t>(words[2]);
+  bool matches = inputs.size() == numInputs && results.size() == numResults;
+  for (size_t i = 0; matches && i < numInputs; ++i)
+    matches = static_cast<int64_t>(inputs[i].sizes.size()) == words[3 + 2 * i] &&
+              inputs[i].elemSize == words[4 + 2 * i];
+  for (size_t i = 0; matches && i < numResults; ++i)
+    matches = results[i].rank == words[3 + 2 * (numInputs + i)] &&
+              results[i].elemSize == words[4 + 2 * (numInputs + i)];
+  if (matches)
+    return Error::success();
+  return makeError(formatv("'{0}' takes {1} and returns {2}; the launch does not match", entry,
+                           describe(3, numInputs), describe(3 + 2 * numInputs, numResults)));
+}
+
+} // namespace
+
 Expected<std::vector<OwnedTensor>> ObjectHost::launch(StringRef sha256, StringRef entry,
                                                       ArrayRef<TensorView> inputs,
                                                       ArrayRef<ResultSpec> results) {
@@ -688,6 +742,8 @@ Expected<std::vector<OwnedTensor>> ObjectHost::launch(StringRef sha256, StringRe
     function = reinterpret_cast<EntryFn>(symbol->second);
     running = object->second;
   }
+  if (Error error = checkSignature(*running, entry, inputs, results))
+    return std::move(error);
 
   size_t inWords = 0;
   for (size_t i = 0; i < inputs.size(); ++i) {

@@ -21,3 +21,8 @@ int32_t courier_test_sum(const void *in, uint64_t in_size, void *out, uint64_t o
 int32_t courier_test_fail(const void *in, uint64_t in_size, void *out, uint64_t out_size) {
   return 7;
 }
+
+/* Takes nothing and returns nothing: a call whose reply is empty. */
+int32_t courier_test_nothing(const void *in, uint64_t in_size, void *out, uint64_t out_size) {
+  return in_size == 0 && out_size == 0 ? 0 : 22;
+}

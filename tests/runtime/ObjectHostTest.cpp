@@ -294,6 +294,54 @@ TEST_CASE("call reaches plugin and object symbols and reports their failures", "
   CHECK(back[1] == 4);
 }
 
+TEST_CASE("call reaches what a plugin defines, never what it depends on", "[objecthost]") {
+  auto host = makeHost({COURIER_TEST_PLUGIN});
+  // The plugin links libc; system() and abort() are reachable through it with dlsym.
+  for (const char *symbol : {"system", "abort", "getpid"})
+    CHECK_THAT(failure(host->call(symbol, "", 0)),
+               Catch::Contains(std::string("unknown symbol '") + symbol + "'"));
+  auto nothing = host->call("courier_test_nothing", "", 0);
+  REQUIRE(bool(nothing));
+  CHECK(nothing->empty());
+}
+
+TEST_CASE("a launch that disagrees with the entry's signature table is refused", "[objecthost]") {
+  auto host = makeHost();
+  auto scale = kernel(COURIER_KERNEL_SCALE);
+  REQUIRE_OK(host->addObject(scale));
+  std::vector<double> x{1, 2, 3, 4};
+  std::vector<float> narrow{1, 2, 3, 4};
+  std::vector<double> square{1, 2, 3, 4};
+  auto refused = [&](llvm::ArrayRef<transport::TensorView> inputs,
+                     llvm::ArrayRef<ResultSpec> results) {
+    return failure(host->launch(scale.sha256, "_catalyst_pyface_scale", inputs, results));
+  };
+  auto expected = Catch::Contains("'_catalyst_pyface_scale' takes [(rank 1, 8-byte elements)] "
+                                  "and returns [(rank 1, 8-byte elements)]");
+  CHECK_THAT(refused({view(narrow, {4}, {1})}, {{1, 8}}), expected);
+  CHECK_THAT(refused({view(x, {4}, {1})}, {{1, 4}}), expected);
+  CHECK_THAT(refused({view(square, {2, 2}, {2, 1})}, {{1, 8}}), expected);
+  CHECK_THAT(refused({view(x, {4}, {1}), view(x, {4}, {1})}, {{1, 8}}), expected);
+  CHECK_THAT(refused({view(x, {4}, {1})}, {}), expected);
+  // The matching launch still works.
+  auto out = launch(*host, scale, "_catalyst_pyface_scale", {view(x, {4}, {1})}, {{1, 8}});
+  CHECK(elements<double>(out[0]) == std::vector<double>{2, 4, 6, 8});
+}
+
+TEST_CASE("declared ranks and element sizes are bounded without a signature table",
+          "[objecthost]") {
+  auto host = makeHost();
+  auto shapes = kernel(COURIER_KERNEL_SHAPES);
+  REQUIRE_OK(host->addObject(shapes));
+  auto refused = [&](llvm::ArrayRef<ResultSpec> results) {
+    return failure(host->launch(shapes.sha256, "_catalyst_pyface_noop", {}, results));
+  };
+  CHECK_THAT(refused({{int64_t{1} << 31, 8}}), Catch::Contains("has rank 2147483648"));
+  CHECK_THAT(refused({{(int64_t{1} << 62), 8}}), Catch::Contains("ranks go up to 64"));
+  CHECK_THAT(refused({{2, int64_t{1} << 24}}), Catch::Contains("element size 16777216"));
+  CHECK_THAT(refused({{1, 64}}), Catch::Contains("element sizes are 1, 2, 4, 8 or 16"));
+}
+
 TEST_CASE("a plugin that does not exist fails to load with its path", "[objecthost]") {
   auto set = transport::PluginSet::load({"/nonexistent/libnothing.so"});
   CHECK_THAT(failure(std::move(set)), Catch::Contains("/nonexistent/libnothing.so"));

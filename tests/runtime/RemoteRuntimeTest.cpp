@@ -73,6 +73,14 @@ TEST_CASE("the C ABI launches and calls on a remote executor", "[runtime][http]"
   CHECK(*static_cast<double *>(out) == 0.75);
   __catalyst__executor__free_result(out);
 
+  // An empty reply ends like any other (a zero-length stream would never end).
+  out = nullptr;
+  outSize = 0;
+  REQUIRE(__catalyst__executor__call_wrapper(session, "courier_test_nothing", nullptr, 0, &out,
+                                             &outSize) == 0);
+  CHECK(outSize == 0);
+  __catalyst__executor__free_result(out);
+
   int64_t token =
       __catalyst__executor__launch_async(session, "_catalyst_pyface_noop", COURIER_KERNEL_SHAPES);
   REQUIRE(token != 0);
