@@ -27,6 +27,9 @@ using courier::testing::ExecutorProcess;
 namespace {
 
 const char *const kScale = "_catalyst_pyface_scale";
+/// An --object-grace short enough to wait out, long enough that an upload and the attach
+/// that follows it do not straddle it even on a loaded machine.
+const char *const kShortGrace = "2";
 
 ObjectBlob loadObject(const char *path) {
   auto buffer = llvm::MemoryBuffer::getFile(path);
@@ -184,7 +187,7 @@ TEST_CASE("an object shipped twice, even by two sessions, is uploaded once", "[h
 TEST_CASE("a released object leaves its session, then the executor once nobody holds it",
           "[http]") {
   ExecutorProcess executor(
-      ExecutorConfig{0, "", {"--plugin", COURIER_TEST_PLUGIN, "--object-grace", "0.2"}});
+      ExecutorConfig{0, "", {"--plugin", COURIER_TEST_PLUGIN, "--object-grace", kShortGrace}});
   std::unique_ptr<Backend> backend = connect(executor);
   std::string first = require(backend->openSession());
   std::string second = require(backend->openSession());
@@ -214,13 +217,15 @@ TEST_CASE("a released object leaves its session, then the executor once nobody h
   // Both sessions keep working: a launch uploads the object again.
   auto again = require(backend->launch(first, scale, kScale, {view(x, {2})}, {{1, 8}}));
   CHECK(valuesOf<double>(again[0]) == std::vector<double>{2, 4});
-  CHECK(executor.metric("courier_object_uploads_total") == 2);
+  // More than two if a stall outlasted the grace period between upload and attach: the
+  // client then uploads once more, which is what it should do.
+  CHECK(executor.metric("courier_object_uploads_total") >= 2);
   CHECK(executor.metric("courier_attached_objects") == 1);
   CHECK(executor.metric("courier_sessions") == 2);
 }
 
 TEST_CASE("closing a session ends its holds, and unheld objects are dropped", "[http]") {
-  ExecutorProcess executor(ExecutorConfig{0, "", {"--object-grace", "0.2"}});
+  ExecutorProcess executor(ExecutorConfig{0, "", {"--object-grace", kShortGrace}});
   std::unique_ptr<Backend> backend = connect(executor);
   std::string session = require(backend->openSession());
   requireOk(backend->shipObject(session, loadObject(COURIER_KERNEL_SCALE)));
@@ -423,7 +428,9 @@ TEST_CASE("an executor killed mid-run fails the caller within its timeout", "[ht
   auto killedAt = std::chrono::steady_clock::now();
   f.executor.kill();
   caller.join();
-  CHECK(failedAt - killedAt < std::chrono::seconds(3));
+  // A killed peer resets the connection, so this fails at once; the bound only has to tell
+  // "failed" from "hung", with room for a loaded machine.
+  CHECK(failedAt - killedAt < std::chrono::seconds(30));
   CHECK_THAT(error,
              Catch::Contains("launching '_catalyst_pyface_scale' on " + f.executor.address()));
 
@@ -450,8 +457,10 @@ TEST_CASE("a frozen executor fails the caller after the request timeout", "[http
   f.executor.signal(SIGCONT);
   CHECK_THAT(error, Catch::Contains("launching '_catalyst_pyface_scale' on " +
                                     f.executor.address() + ": connection lost or no reply"));
+  // The lower bound proves the timeout was waited for; the upper one only that the caller
+  // did not hang, with room for a loaded machine.
   CHECK(waited >= std::chrono::milliseconds(900));
-  CHECK(waited < std::chrono::seconds(5));
+  CHECK(waited < std::chrono::seconds(30));
   // Thawed, it serves again.
   auto r = require(backend->launch(session, scale, kScale, {view(x, {1})}, {{1, 8}}));
   CHECK(valuesOf<double>(r[0]) == std::vector<double>{2});
