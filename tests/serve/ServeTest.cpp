@@ -529,6 +529,42 @@ TEST_CASE("raw-bytes frames carry inputs and outputs beside a JSON header", "[se
   CHECK(res->status == 200);
 }
 
+TEST_CASE("a frame input's bytes or offset of the wrong type is 400 naming the field", "[serve]") {
+  ServeProcess serve;
+  auto http = serve.client();
+  requireCreated(*http, "scale", kVersionA);
+  const std::string tensor(32, 0);
+  auto send = [&](const std::string &input) {
+    return toReply(
+        http->Post("/v1/modules/scale/invoke/main",
+                   R"({"inputs": [{"dtype": "f64", "shape": [4], )" + input + "}]}\n" + tensor,
+                   "application/x-courier-frame"));
+  };
+  struct Bad {
+    const char *field;
+    const char *input;
+  };
+  for (Bad bad : {Bad{"bytes", R"("bytes": 32.5)"}, Bad{"bytes", R"("bytes": "32")"},
+                  Bad{"bytes", R"("bytes": -32)"}, Bad{"bytes", R"("bytes": 1e30)"},
+                  Bad{"offset", R"("offset": 0.5)"}, Bad{"offset", R"("offset": null)"},
+                  Bad{"offset", R"("offset": 18446744073709551616)"}}) {
+    INFO(bad.input);
+    Reply reply = send(bad.input);
+    INFO(reply.raw);
+    CHECK(reply.status == 400);
+    CHECK(reply.body["error"]["code"] == "bad_request");
+    CHECK(reply.body["error"]["message"] ==
+          "frame input 0: \"" + std::string(bad.field) + "\" must be a non-negative integer");
+  }
+  // Right values of either JSON spelling pass; a wrong one is still checked.
+  CHECK(send(R"("bytes": 32, "offset": 0)").status == 200);
+  CHECK(send(R"("bytes": 32.0, "offset": 0.0)").status == 200);
+  Reply mismatch = send(R"("bytes": 18446744073709551615)");
+  CHECK(mismatch.status == 400);
+  CHECK(mismatch.body["error"]["message"] ==
+        "frame input 0 declares 18446744073709551615 bytes, its shape needs 32");
+}
+
 TEST_CASE("scalars and several outputs travel as JSON and as frames", "[serve]") {
   ServeProcess serve;
   auto http = serve.client();

@@ -256,6 +256,23 @@ json::Value infoJson(const ModuleInfo &info) {
   };
 }
 
+/// A frame input's optional `bytes` or `offset`. A key that is present but not a
+/// non-negative integer (a fraction, a string, a number beyond uint64) is refused rather
+/// than taken as absent: skipping it would let the client believe its check was made.
+llvm::Expected<std::optional<uint64_t>> optionalCount(const json::Object &item, llvm::StringRef key,
+                                                      size_t input) {
+  const json::Value *value = item.get(key);
+  if (!value)
+    return std::nullopt;
+  if (std::optional<uint64_t> count = value->getAsUINT64())
+    return count;
+  // 32.0 is a JSON spelling of 32, as "shape" accepts it.
+  if (std::optional<int64_t> whole = value->getAsInteger(); whole && *whole >= 0)
+    return static_cast<uint64_t>(*whole);
+  return makeServeError("bad_request", "frame input " + llvm::Twine(input) + ": \"" + key +
+                                           "\" must be a non-negative integer");
+}
+
 /// Frame errors from the shared reader keep their message; their code becomes ours.
 llvm::Error frameError(llvm::Error error) {
   return llvm::handleErrors(std::move(error), [](const wire::WireError &e) {
@@ -503,16 +520,19 @@ llvm::Error RestService::Impl::invokeFrame(const Pinned &pinned, const EntrySign
           wire::packedBytes(static_cast<int64_t>(dtypeSize(*dtype)), tensor.shape);
       if (!bytes)
         return frameError(bytes.takeError());
-      if (std::optional<int64_t> declared = item->getInteger("bytes"))
-        if (static_cast<uint64_t>(*declared) != *bytes)
-          return makeServeError("bad_request", "frame input " + llvm::Twine(i) + " declares " +
-                                                   llvm::Twine(*declared) +
-                                                   " bytes, its shape needs " +
-                                                   llvm::Twine(*bytes));
-      if (std::optional<int64_t> offset = item->getInteger("offset"))
-        if (static_cast<uint64_t>(*offset) != total)
-          return makeServeError("bad_request", "frame input " + llvm::Twine(i) +
-                                                   " must start at offset " + llvm::Twine(total));
+      llvm::Expected<std::optional<uint64_t>> declared = optionalCount(*item, "bytes", i);
+      if (!declared)
+        return declared.takeError();
+      if (*declared && **declared != *bytes)
+        return makeServeError("bad_request", "frame input " + llvm::Twine(i) + " declares " +
+                                                 llvm::Twine(**declared) +
+                                                 " bytes, its shape needs " + llvm::Twine(*bytes));
+      llvm::Expected<std::optional<uint64_t>> offset = optionalCount(*item, "offset", i);
+      if (!offset)
+        return offset.takeError();
+      if (*offset && **offset != total)
+        return makeServeError("bad_request", "frame input " + llvm::Twine(i) +
+                                                 " must start at offset " + llvm::Twine(total));
       total += *bytes;
       if (total > options.maxBodyBytes)
         return makeServeError("payload_too_large", "frame inputs exceed the server's limit of " +
