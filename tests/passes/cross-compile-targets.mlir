@@ -43,6 +43,9 @@ module @app {
 // SYMS-NOT: _catalyst_pyface_helper
 // SYMS-DAG: T _catalyst_pyface_pair
 // SYMS-DAG: T _catalyst_pyface_scale
+// Each entry has a signature table executors check launches against.
+// SYMS-DAG: R _catalyst_signature_pair
+// SYMS-DAG: R _catalyst_signature_scale
 // SYMS-NOT: _catalyst_pyface_helper
 
 //--- arm.mlir
