@@ -278,6 +278,23 @@ llvm::Expected<Tensor> tensorFromJSON(const llvm::json::Value &value, const Tens
   std::vector<int64_t> &shape = flat.shape;
   std::vector<const llvm::json::Value *> &data = flat.leaves;
   if (const llvm::json::Object *object = value.getAsObject()) {
+    // A field of the wrong type is an error, not a default: a typo must not pass silently.
+    for (const auto &[key, field] : *object) {
+      bool typed = key == "dtype"   ? field.getAsString().has_value()
+                   : key == "shape" ? field.getAsArray() != nullptr
+                   : key == "data"  ? true
+                                    : false;
+      if (!typed)
+        return llvm::createStringError(
+            key == "dtype" || key == "shape"
+                ? llvm::formatv("\"{0}\" must be a {1}", key.str(),
+                                key == "dtype" ? "string" : "list of sizes")
+                      .str()
+                : llvm::formatv("unknown tensor field \"{0}\" (fields are dtype, shape and "
+                                "data)",
+                                key.str())
+                      .str());
+    }
     if (std::optional<llvm::StringRef> name = object->getString("dtype")) {
       std::optional<DType> parsed = parseDType(*name);
       if (!parsed)

@@ -56,6 +56,15 @@ TEST_CASE("nested arrays give the shape, objects may state it", "[tensor]") {
   CHECK(empty->bytes.empty());
 }
 
+TEST_CASE("tensor fields of the wrong type or unknown names are refused", "[tensor]") {
+  CHECK_THAT(errorOf(read(R"({"dtype": 5, "data": [1]})", tensorOf(DType::F32, {1}))),
+             Catch::Contains("\"dtype\" must be a string"));
+  CHECK_THAT(errorOf(read(R"({"shape": "x", "data": [1, 2, 3, 4]})", tensorOf(DType::F32, {4}))),
+             Catch::Contains("\"shape\" must be a list of sizes"));
+  CHECK_THAT(errorOf(read(R"({"dtpye": "f32", "data": [1]})", tensorOf(DType::F32, {1}))),
+             Catch::Contains("unknown tensor field \"dtpye\""));
+}
+
 TEST_CASE("a lone number fills a scalar or a one-element tensor", "[tensor]") {
   auto scalar = read("2.5", scalarOf(DType::F64));
   REQUIRE(ok(scalar));
