@@ -194,6 +194,14 @@ bool drain(const httplib::ContentReader &reader) {
   return reader([](const char *, size_t) { return true; });
 }
 
+/// What to reserve for a body before it arrives. The Content-Length is only a claim: taken
+/// whole, a request that never sends its body could make the executor reserve up to
+/// --max-body-mib per connection. Past 1 MiB the buffer grows as the bytes actually come.
+size_t initialReserve(const httplib::Request &req) {
+  constexpr uint64_t kMaxInitialReserve = 1 << 20;
+  return static_cast<size_t>(std::min(contentLength(req), kMaxInitialReserve));
+}
+
 /// A read failure is the body being too large (httplib set 413) or cut short.
 llvm::Error readFailure(const httplib::Response &res) {
   if (res.status == 413)
@@ -404,8 +412,7 @@ llvm::Error ExecutorServer::Impl::putObject(const httplib::Request &req, httplib
                                             const httplib::ContentReader &reader) {
   std::string sha = req.matches[1];
   auto bytes = std::make_shared<std::string>();
-  if (req.has_header("Content-Length"))
-    bytes->reserve(contentLength(req));
+  bytes->reserve(initialReserve(req));
   if (!reader([&](const char *data, size_t size) {
         bytes->append(data, size);
         return true;
@@ -622,8 +629,7 @@ llvm::Error ExecutorServer::Impl::call(const httplib::Request &req, httplib::Res
     return makeWireError("payload_too_large", "requested output exceeds the executor's limit");
   }
   std::string input;
-  if (req.has_header("Content-Length"))
-    input.reserve(contentLength(req));
+  input.reserve(initialReserve(req));
   if (!reader([&](const char *data, size_t size) {
         input.append(data, size);
         return true;

@@ -11,12 +11,16 @@
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
+#include <arpa/inet.h>
 #include <csignal>
 #include <fstream>
+#include <netinet/in.h>
 #include <regex>
 #include <sstream>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <thread>
+#include <unistd.h>
 
 using namespace courier::transport;
 using courier::testing::ExecutorConfig;
@@ -94,6 +98,31 @@ json scaleHeader(const std::string &sha, int64_t n, const char *entry = "_cataly
           {"entry", entry},
           {"inputs", {{{"elemSize", 8}, {"sizes", {n}}, {"offset", 0}, {"bytes", 8 * n}}}},
           {"results", {{{"rank", 1}, {"elemSize", 8}}}}};
+}
+
+/// Sends `request` as is on a fresh connection, closes the sending side (so a body shorter
+/// than its Content-Length ends there) and returns whatever the executor answers before it
+/// closes the connection.
+std::string rawExchange(const ExecutorProcess &executor, const std::string &request) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(fd >= 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(static_cast<uint16_t>(executor.port()));
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  timeval timeout{20, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+  std::string reply;
+  if (::connect(fd, reinterpret_cast<sockaddr *>(&address), sizeof(address)) == 0 &&
+      ::send(fd, request.data(), request.size(), MSG_NOSIGNAL) ==
+          static_cast<ssize_t>(request.size())) {
+    ::shutdown(fd, SHUT_WR);
+    char buffer[4096];
+    for (ssize_t n; (n = ::recv(fd, buffer, sizeof(buffer), 0)) > 0;)
+      reply.append(buffer, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return reply;
 }
 
 std::string doubles(std::vector<double> values) {
@@ -281,6 +310,36 @@ TEST_CASE("a body over the executor's limit gets 413", "[protocol]") {
   CHECK(codeOf(res) == "payload_too_large");
   Peer fresh(executor);
   CHECK(fresh.healthy());
+}
+
+TEST_CASE("a body's claimed length is not reserved before its bytes arrive", "[protocol]") {
+  // A limit of 1 TiB lets a request claim a body no machine could reserve at once; taken at
+  // its word, the executor failed such a request (500) before reading any of it. Now it
+  // reads what comes and finds the body cut short (400). httplib sends no reply after a
+  // failed read, so the status is read from the metrics.
+  ExecutorProcess executor(
+      ExecutorConfig{0, "", {"--plugin", COURIER_TEST_PLUGIN, "--max-body-mib", "1048576"}});
+  Peer peer(executor);
+  std::string session = peer.openSession();
+  const std::string claimed = std::to_string((uint64_t(1) << 40) - 1);
+  int refused = 0;
+  for (const std::string &head :
+       {"PUT /v1/objects/" + std::string(64, 'a') + " HTTP/1.1\r\n",
+        "POST /v1/sessions/" + session + "/call/courier_test_sum HTTP/1.1\r\n" +
+            wire::kOutputSizeHeader + ": 8\r\n"}) {
+    INFO(head);
+    rawExchange(executor, head + "Host: x\r\nContent-Length: " + claimed +
+                              "\r\nConnection: close\r\n\r\nonly a few bytes");
+    ++refused;
+    // The count trails the closed connection.
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (executor.metric("courier_requests_total{status=\"400\"}") < refused &&
+           std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    CHECK(executor.metric("courier_requests_total{status=\"400\"}") == refused);
+    CHECK(executor.metric("courier_requests_total{status=\"500\"}") == -1);
+    CHECK(peer.healthy());
+  }
 }
 
 TEST_CASE("without the bearer token every route answers 401", "[protocol][security]") {
