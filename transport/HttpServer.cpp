@@ -465,12 +465,20 @@ llvm::Error ExecutorServer::Impl::launch(const httplib::Request &req, httplib::R
           total += t.bytes;
         }
         // Checked before allocating, so a header cannot make us reserve what the body
-        // does not bring.
-        if (req.has_header("Content-Length") && contentLength(req) != line.size() + 1 + total)
+        // does not bring. A chunked body may come with a Content-Length its header line
+        // alone exceeds: say so rather than subtract past zero.
+        uint64_t length = contentLength(req);
+        if (req.has_header("Content-Length") && length != line.size() + 1 + total) {
+          if (length < line.size() + 1)
+            return makeWireError("bad_frame",
+                                 llvm::formatv("the Content-Length of {0} bytes is shorter than "
+                                               "the frame's header line ({1} bytes)",
+                                               length, line.size() + 1));
           return makeWireError("bad_frame",
                                llvm::formatv("the frame header declares {0} tensor bytes, the "
                                              "body holds {1}",
-                                             total, contentLength(req) - line.size() - 1));
+                                             total, length - line.size() - 1));
+        }
         std::vector<wire::Destination> destinations;
         for (const wire::TensorHeader &t : request.inputs) {
           char *data = static_cast<char *>(wire::allocateTensorBuffer(t.bytes));

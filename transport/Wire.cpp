@@ -137,6 +137,9 @@ std::string encodeLaunchReply(const LaunchReply &reply) {
 namespace {
 struct Decoder {
   std::string problem;
+  /// A header is a bad frame, unless a check says otherwise (a shape whose byte count
+  /// overflows is too large, not malformed).
+  std::string code = "bad_frame";
 
   bool fail(std::string text) {
     if (problem.empty())
@@ -144,10 +147,39 @@ struct Decoder {
     return false;
   }
 
+  /// What the problem is prefixed with: a too-large tensor is well-formed.
+  std::string context(const char *what) const {
+    return (code == "bad_frame" ? "malformed " : "") + std::string(what) + ": ";
+  }
+
+  /// Takes over a WireError's code and message, without the "[code]" its text form adds.
+  bool fail(llvm::Error error) {
+    std::string text, errorCode = code;
+    llvm::handleAllErrors(
+        std::move(error),
+        [&](const WireError &e) {
+          text = e.message;
+          errorCode = e.code;
+        },
+        [&](const llvm::ErrorInfoBase &e) { text = e.message(); });
+    if (problem.empty())
+      code = std::move(errorCode);
+    return fail(std::move(text));
+  }
+
+  /// An integer that fits int64; nlohmann keeps larger ones unsigned, and reading those as
+  /// int64 would turn 2^64-1 into -1.
+  static bool fitsInt64(const json &value) {
+    return value.is_number_integer() && !(value.is_number_unsigned() &&
+                                          value.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX));
+  }
+
   bool getInt(const json &object, const char *key, int64_t &out) {
     auto it = object.find(key);
     if (it == object.end() || !it->is_number_integer())
       return fail(std::string("'") + key + "' must be an integer");
+    if (!fitsInt64(*it))
+      return fail(std::string("'") + key + "' is out of range: " + it->dump());
     out = it->get<int64_t>();
     return true;
   }
@@ -179,11 +211,15 @@ struct Decoder {
       for (const json &s : *sizes) {
         if (!s.is_number_integer())
           return fail("'sizes' must hold integers");
+        if (!fitsInt64(s)) {
+          code = "payload_too_large";
+          return fail("dimension " + s.dump() + " is too large");
+        }
         t.sizes.push_back(s.get<int64_t>());
       }
       llvm::Expected<uint64_t> need = packedBytes(t.elemSize, t.sizes);
       if (!need)
-        return fail(llvm::toString(need.takeError()));
+        return fail(need.takeError());
       if (bytes < 0 || static_cast<uint64_t>(bytes) != *need)
         return fail("tensor of " + std::to_string(t.sizes.size()) + " dimensions needs " +
                     std::to_string(*need) + " bytes, header says " + std::to_string(bytes));
@@ -241,7 +277,7 @@ llvm::Expected<LaunchRequest> decodeLaunchRequest(llvm::StringRef line) {
     if (ok && !isSha256(request.object))
       ok = d.fail("'object' must be a lowercase hex SHA-256");
     if (!ok)
-      return makeWireError("bad_frame", "malformed launch header: " + d.problem);
+      return makeWireError(d.code, d.context("launch header") + d.problem);
     return request;
   } catch (const std::exception &e) {
     return makeWireError("bad_frame", llvm::Twine("malformed launch header: ") + e.what());
@@ -256,7 +292,7 @@ llvm::Expected<LaunchReply> decodeLaunchReply(llvm::StringRef line) {
     Decoder d;
     LaunchReply reply;
     if (!d.getTensors(*parsed, "results", reply.results))
-      return makeWireError("bad_frame", "malformed launch reply: " + d.problem);
+      return makeWireError(d.code, d.context("launch reply") + d.problem);
     return reply;
   } catch (const std::exception &e) {
     return makeWireError("bad_frame", llvm::Twine("malformed launch reply: ") + e.what());

@@ -100,10 +100,11 @@ json scaleHeader(const std::string &sha, int64_t n, const char *entry = "_cataly
           {"results", {{{"rank", 1}, {"elemSize", 8}}}}};
 }
 
-/// Sends `request` as is on a fresh connection, closes the sending side (so a body shorter
-/// than its Content-Length ends there) and returns whatever the executor answers before it
-/// closes the connection.
-std::string rawExchange(const ExecutorProcess &executor, const std::string &request) {
+/// Sends `request` as is on a fresh connection and returns whatever the executor answers
+/// before it closes the connection. `endBody` closes the sending side, so a body shorter
+/// than its Content-Length ends there (httplib then sends no reply at all).
+std::string rawExchange(const ExecutorProcess &executor, const std::string &request,
+                        bool endBody = false) {
   int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   REQUIRE(fd >= 0);
   sockaddr_in address{};
@@ -116,7 +117,8 @@ std::string rawExchange(const ExecutorProcess &executor, const std::string &requ
   if (::connect(fd, reinterpret_cast<sockaddr *>(&address), sizeof(address)) == 0 &&
       ::send(fd, request.data(), request.size(), MSG_NOSIGNAL) ==
           static_cast<ssize_t>(request.size())) {
-    ::shutdown(fd, SHUT_WR);
+    if (endBody)
+      ::shutdown(fd, SHUT_WR);
     char buffer[4096];
     for (ssize_t n; (n = ::recv(fd, buffer, sizeof(buffer), 0)) > 0;)
       reply.append(buffer, static_cast<size_t>(n));
@@ -259,6 +261,60 @@ TEST_CASE("bad requests get their error code and leave the executor serving", "[
   CHECK(res->status == 200);
 }
 
+TEST_CASE("a bad frame header is described once, with the code of what is wrong", "[protocol]") {
+  ExecutorProcess executor;
+  Peer peer(executor);
+  std::string session = peer.openSession();
+  std::string sha = peer.putObject(readFile(COURIER_KERNEL_SCALE));
+  std::string launch = "/v1/sessions/" + session + "/launch";
+  auto withInput = [&](const std::string &input) {
+    return R"({"object":")" + sha + R"(","entry":"e","inputs":[)" + input + R"(],"results":[]})" +
+           "\n";
+  };
+  struct Case {
+    const char *what;
+    std::string body;
+    int status;
+    std::string message;
+  };
+  std::vector<Case> cases = {
+      {"a negative element size", withInput(R"({"elemSize":-8,"sizes":[3],"offset":0,"bytes":0})"),
+       400, "malformed launch header: element size must be positive, got -8"},
+      {"an element size beyond int64",
+       withInput(R"({"elemSize":18446744073709551615,"sizes":[1],"offset":0,"bytes":0})"), 400,
+       "malformed launch header: 'elemSize' is out of range: 18446744073709551615"},
+      {"a shape whose byte count overflows",
+       withInput(R"({"elemSize":8,"sizes":[1099511627776,1073741824],"offset":0,"bytes":0})"), 413,
+       "launch header: tensor shape overflows 64 bits"},
+      {"a dimension beyond int64",
+       withInput(R"({"elemSize":8,"sizes":[18446744073709551615],"offset":0,"bytes":0})"), 413,
+       "launch header: dimension 18446744073709551615 is too large"},
+  };
+  for (const Case &c : cases) {
+    INFO(c.what);
+    httplib::Result res = peer.post(launch, c.body);
+    REQUIRE(res);
+    CHECK(res->status == c.status);
+    json body = json::parse(res->body, nullptr, false);
+    CHECK(body["error"]["code"] == (c.status == 413 ? "payload_too_large" : "bad_frame"));
+    CHECK(body["error"]["message"] == c.message);
+  }
+
+  // A chunked body may carry a Content-Length shorter than its own header line.
+  std::string line = withInput("");
+  std::ostringstream chunk;
+  chunk << std::hex << line.size();
+  std::string reply = rawExchange(
+      executor, "POST " + launch + " HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n" +
+                    "Content-Length: 3\r\nConnection: close\r\n\r\n" + chunk.str() + "\r\n" + line +
+                    "\r\n0\r\n\r\n");
+  CHECK_THAT(reply, Catch::StartsWith("HTTP/1.1 400"));
+  CHECK_THAT(reply, Catch::Contains("the Content-Length of 3 bytes is shorter than the frame's "
+                                    "header line (" +
+                                    std::to_string(line.size()) + " bytes)"));
+  CHECK(peer.healthy());
+}
+
 TEST_CASE("a detached object leaves the session but stays stored for the grace period",
           "[protocol]") {
   ExecutorProcess executor;
@@ -328,8 +384,10 @@ TEST_CASE("a body's claimed length is not reserved before its bytes arrive", "[p
         "POST /v1/sessions/" + session + "/call/courier_test_sum HTTP/1.1\r\n" +
             wire::kOutputSizeHeader + ": 8\r\n"}) {
     INFO(head);
-    rawExchange(executor, head + "Host: x\r\nContent-Length: " + claimed +
-                              "\r\nConnection: close\r\n\r\nonly a few bytes");
+    rawExchange(executor,
+                head + "Host: x\r\nContent-Length: " + claimed +
+                    "\r\nConnection: close\r\n\r\nonly a few bytes",
+                /*endBody=*/true);
     ++refused;
     // The count trails the closed connection.
     auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
