@@ -59,6 +59,8 @@ struct Session {
   bool closed = false;
   std::mutex launchesMutex;
   uint64_t nextLaunch = 1;
+  /// Launches admitted under the wire::kMaxPendingLaunches cap but not yet in `launches`.
+  size_t startingLaunches = 0;
   /// Resolves to an empty string on success, the failure message otherwise. Declared after
   /// `host` so that it is destroyed first: that waits for launches still running on it.
   std::map<uint64_t, std::shared_future<std::string>> launches;
@@ -564,6 +566,20 @@ llvm::Error ExecutorServer::Impl::launchAsync(const httplib::Request &req, httpl
   if (llvm::Error error = attach(**session, object))
     return error;
   Session &s = **session;
+  // Refused now rather than at await: the client learns of its mistake where it made it.
+  if (!s.host->hasEntry(object, entry))
+    return makeWireError("unknown_entry",
+                         "launching '" + entry + "': no entry '" + entry + "' in object " + object);
+  {
+    // Counting launches still being started too, so concurrent requests cannot overshoot.
+    std::lock_guard<std::mutex> lock(s.launchesMutex);
+    if (s.launches.size() + s.startingLaunches >= wire::kMaxPendingLaunches)
+      return makeWireError(
+          "too_many_launches",
+          llvm::formatv("session '{0}' has {1} async launches not yet awaited; await some first",
+                        s.id, wire::kMaxPendingLaunches));
+    s.startingLaunches++;
+  }
   Metrics *m = &metrics;
   // The task borrows the host: the session owns the task's future, and destroying that
   // future waits for the task (std::async), before `host` is destroyed. Capturing the
@@ -589,6 +605,7 @@ llvm::Error ExecutorServer::Impl::launchAsync(const httplib::Request &req, httpl
     std::lock_guard<std::mutex> lock(s.launchesMutex);
     id = s.nextLaunch++;
     s.launches.emplace(id, std::move(done));
+    s.startingLaunches--;
   }
   sendJson(res, 202, {{"launch", id}});
   return llvm::Error::success();

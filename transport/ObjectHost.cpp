@@ -504,6 +504,12 @@ bool ObjectHost::hasObject(StringRef sha256) const {
   return impl->objects.count(sha256) != 0;
 }
 
+bool ObjectHost::hasEntry(StringRef sha256, StringRef entry) const {
+  std::shared_lock<std::shared_mutex> lock(impl->mutex);
+  auto object = impl->objects.find(sha256);
+  return object != impl->objects.end() && object->second->symbols.count(entry) != 0;
+}
+
 Error ObjectHost::Impl::link(const ObjectBlob &object, ArrayRef<std::string> exports,
                              ArrayRef<std::pair<std::string, uint64_t>> signatureTables) {
   orc::ExecutionSession &session = jit->getExecutionSession();

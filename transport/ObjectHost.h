@@ -36,6 +36,9 @@ public:
   /// from the process. Loading the same hash twice is a no-op.
   llvm::Error addObject(const ObjectBlob &object);
   bool hasObject(llvm::StringRef sha256) const;
+  /// True if the loaded object `sha256` exports `entry`; a map lookup, so a caller can
+  /// refuse a launch before it queues it.
+  bool hasEntry(llvm::StringRef sha256, llvm::StringRef entry) const;
 
   /// Unloads the object `sha256` (its JITDylib, and with it its code memory); a later
   /// launch of it fails as for an object never loaded. Launches and calls of the object

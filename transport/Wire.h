@@ -37,8 +37,13 @@ inline constexpr ErrorCodeInfo kErrorCodes[] = {
     {"unauthorized", 401},  {"unknown_session", 404},   {"unknown_object", 404},
     {"unknown_entry", 404}, {"unknown_symbol", 404},    {"unknown_launch", 404},
     {"not_found", 404},     {"payload_too_large", 413}, {"invalid_object", 422},
-    {"launch_failed", 422}, {"call_failed", 422},       {"internal", 500},
+    {"launch_failed", 422}, {"call_failed", 422},       {"too_many_launches", 429},
+    {"internal", 500},
 };
+/// Async launches a session may have started and not yet awaited; one more is
+/// `too_many_launches`. Each holds its outcome until awaited, so an unbounded number would
+/// let one client grow the executor without limit.
+inline constexpr size_t kMaxPendingLaunches = 64;
 /// HTTP status for `code`, 500 for a code not in the table.
 int statusForCode(llvm::StringRef code);
 

@@ -5,6 +5,7 @@
 #include "tests/kernels/KernelPaths.h"
 #include "tests/transport/ExecutorProcess.h"
 #include "transport/Backend.h"
+#include "transport/Wire.h"
 
 #include "llvm/Support/Error.h"
 #include "llvm/Support/MemoryBuffer.h"
@@ -295,8 +296,42 @@ TEST_CASE("an async launch is awaited once", "[http]") {
   requireOk(f.backend->await(f.session, second));
   requireOk(f.backend->await(f.session, first));
   CHECK_THAT(errorOf(f.backend->await(f.session, first)), Catch::Contains("[unknown_launch]"));
-  uint64_t bad = require(f.backend->launchAsync(f.session, shapes, "_catalyst_pyface_missing"));
-  CHECK_THAT(errorOf(f.backend->await(f.session, bad)), Catch::Contains("[unknown_entry]"));
+}
+
+TEST_CASE("an async launch of an entry the object lacks is refused at once", "[http]") {
+  Fixture f;
+  ObjectBlob shapes = loadObject(COURIER_KERNEL_SHAPES);
+  requireOk(f.backend->shipObject(f.session, shapes));
+  std::string refused =
+      errorOf(f.backend->launchAsync(f.session, shapes, "_catalyst_pyface_missing"));
+  CHECK_THAT(refused, Catch::Contains("no entry '_catalyst_pyface_missing' in object " +
+                                      shapes.sha256 + " [unknown_entry]"));
+  // Nothing was queued for it.
+  uint64_t next = require(f.backend->launchAsync(f.session, shapes, "_catalyst_pyface_noop"));
+  CHECK(next == 1);
+  requireOk(f.backend->await(f.session, next));
+}
+
+TEST_CASE("a session refuses async launches beyond its cap until some are awaited", "[http]") {
+  Fixture f;
+  ObjectBlob shapes = loadObject(COURIER_KERNEL_SHAPES);
+  requireOk(f.backend->shipObject(f.session, shapes));
+  std::vector<uint64_t> ids;
+  for (size_t i = 0; i < wire::kMaxPendingLaunches; ++i)
+    ids.push_back(require(f.backend->launchAsync(f.session, shapes, "_catalyst_pyface_noop")));
+  std::string refused = errorOf(f.backend->launchAsync(f.session, shapes, "_catalyst_pyface_noop"));
+  CHECK_THAT(refused, Catch::Contains("async launches not yet awaited; await some first "
+                                      "[too_many_launches]"));
+  // Another session has its own allowance.
+  std::string other = require(f.backend->openSession());
+  requireOk(f.backend->shipObject(other, shapes));
+  requireOk(f.backend->await(
+      other, require(f.backend->launchAsync(other, shapes, "_catalyst_pyface_noop"))));
+  // Awaiting one frees its place.
+  requireOk(f.backend->await(f.session, ids.front()));
+  ids.push_back(require(f.backend->launchAsync(f.session, shapes, "_catalyst_pyface_noop")));
+  for (size_t i = 1; i < ids.size(); ++i)
+    requireOk(f.backend->await(f.session, ids[i]));
 }
 
 TEST_CASE("a session closes cleanly with async launches never awaited", "[http]") {
