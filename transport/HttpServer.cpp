@@ -48,7 +48,9 @@ struct Metrics {
 /// symbols, and the async launches it started.
 struct Session {
   std::string id;
-  std::unique_ptr<ObjectHost> host;
+  /// Shared with the async launches running on it, so closing the session never waits for
+  /// a kernel: the host goes when the last of them returns.
+  std::shared_ptr<ObjectHost> host;
   std::atomic<int64_t> lastUsed{0}; ///< Clock ticks; read by the idle reaper.
   /// Serializes attaching and detaching, so `attached` matches what `host` has loaded and
   /// each attached object holds exactly one reference in the store.
@@ -59,10 +61,7 @@ struct Session {
   bool closed = false;
   std::mutex launchesMutex;
   uint64_t nextLaunch = 1;
-  /// Launches admitted under the wire::kMaxPendingLaunches cap but not yet in `launches`.
-  size_t startingLaunches = 0;
-  /// Resolves to an empty string on success, the failure message otherwise. Declared after
-  /// `host` so that it is destroyed first: that waits for launches still running on it.
+  /// Resolves to an empty string on success, "code\nmessage" otherwise.
   std::map<uint64_t, std::shared_future<std::string>> launches;
 
   void touch() { lastUsed.store(Clock::now().time_since_epoch().count()); }
@@ -161,6 +160,9 @@ struct ExecutorServer::Impl {
   uint64_t attachments = 0; ///< Sum of `holders`.
 
   std::thread reaper;
+  /// Runs async launches, `threads` at a time; the rest wait their turn. Created once the
+  /// server is bound, shut down (finishing what is queued) when it is destroyed.
+  std::unique_ptr<httplib::ThreadPool> launchPool;
 
   HttpServiceOptions serviceOptions();
   void installRoutes();
@@ -570,43 +572,38 @@ llvm::Error ExecutorServer::Impl::launchAsync(const httplib::Request &req, httpl
   if (!s.host->hasEntry(object, entry))
     return makeWireError("unknown_entry",
                          "launching '" + entry + "': no entry '" + entry + "' in object " + object);
+  Metrics *m = &metrics;
+  // The task shares the host, not the session: a session that closes or expires meanwhile
+  // goes at once (nothing waits for a kernel that may never return), and the host with the
+  // object's code stays until the task is done. Capturing the session would make a cycle
+  // through `launches` that keeps an unawaited session alive forever.
+  auto outcome = std::make_shared<std::promise<std::string>>();
+  uint64_t id;
   {
-    // Counting launches still being started too, so concurrent requests cannot overshoot.
     std::lock_guard<std::mutex> lock(s.launchesMutex);
-    if (s.launches.size() + s.startingLaunches >= wire::kMaxPendingLaunches)
+    if (s.launches.size() >= wire::kMaxPendingLaunches)
       return makeWireError(
           "too_many_launches",
           llvm::formatv("session '{0}' has {1} async launches not yet awaited; await some first",
                         s.id, wire::kMaxPendingLaunches));
-    s.startingLaunches++;
-  }
-  Metrics *m = &metrics;
-  // The task borrows the host: the session owns the task's future, and destroying that
-  // future waits for the task (std::async), before `host` is destroyed. Capturing the
-  // session itself would make a cycle that keeps an unawaited session alive forever.
-  ObjectHost *host = s.host.get();
-  std::shared_future<std::string> done =
-      std::async(std::launch::async, [host, object, entry, m]() -> std::string {
-        auto started = Clock::now();
-        llvm::Expected<std::vector<OwnedTensor>> results = host->launch(object, entry, {}, {});
-        m->launchSeconds.observe(std::chrono::duration<double>(Clock::now() - started).count());
-        m->launches++;
-        if (results)
-          return "";
-        m->launchFailures++;
-        auto [code, message] =
-            describe(classifyHostError(results.takeError(), "unknown_entry", "launch_failed",
-                                       "launching '" + entry + "'"),
-                     "launch_failed");
-        return code + "\n" + message;
-      }).share();
-  uint64_t id;
-  {
-    std::lock_guard<std::mutex> lock(s.launchesMutex);
     id = s.nextLaunch++;
-    s.launches.emplace(id, std::move(done));
-    s.startingLaunches--;
+    s.launches.emplace(id, outcome->get_future().share());
   }
+  launchPool->enqueue([host = s.host, object, entry, m, outcome] {
+    auto started = Clock::now();
+    llvm::Expected<std::vector<OwnedTensor>> results = host->launch(object, entry, {}, {});
+    m->launchSeconds.observe(std::chrono::duration<double>(Clock::now() - started).count());
+    m->launches++;
+    if (results) {
+      outcome->set_value("");
+      return;
+    }
+    m->launchFailures++;
+    auto [code, message] = describe(classifyHostError(results.takeError(), "unknown_entry",
+                                                      "launch_failed", "launching '" + entry + "'"),
+                                    "launch_failed");
+    outcome->set_value(code + "\n" + message);
+  });
   sendJson(res, 202, {{"launch", id}});
   return llvm::Error::success();
 }
@@ -852,6 +849,9 @@ ExecutorServer::~ExecutorServer() {
   stop();
   if (impl->reaper.joinable())
     impl->reaper.join();
+  // Async launches still queued or running finish first, as requests in flight do.
+  if (impl->launchPool)
+    impl->launchPool->shutdown();
 }
 
 llvm::Expected<std::unique_ptr<ExecutorServer>>
@@ -869,6 +869,7 @@ ExecutorServer::create(ExecutorServerOptions options) {
   if (llvm::Error error = impl->service.bind())
     return std::move(error);
   impl->reaper = std::thread([raw = impl.get()] { raw->reapIdleSessions(); });
+  impl->launchPool = std::make_unique<httplib::ThreadPool>(std::max(1u, impl->options.threads));
   return std::unique_ptr<ExecutorServer>(new ExecutorServer(std::move(impl)));
 }
 

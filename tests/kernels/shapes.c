@@ -137,6 +137,13 @@ void _catalyst_pyface_exp(void *results, void *args) {
 /* No arguments, no results: the shape of an async launch. */
 void _catalyst_pyface_noop(void *results, void *args) {}
 
+/* Never returns: a hung kernel, which must not hold up the rest of the executor. */
+void _catalyst_pyface_spin(void *results, void *args) {
+  volatile int forever = 1;
+  while (forever) {
+  }
+}
+
 /* Returns one buffer as both of its results; the host must not free it twice. */
 void _catalyst_pyface_twice(void *results, void *args) {
   struct {

@@ -473,6 +473,46 @@ TEST_CASE("idle sessions are closed after the idle timeout", "[protocol]") {
   CHECK(codeOf(res) == "unknown_session");
 }
 
+TEST_CASE("a kernel that never returns holds up neither closing nor expiring sessions",
+          "[protocol]") {
+  ExecutorProcess executor(ExecutorConfig{0, "", {"--idle-timeout", "1"}});
+  Peer peer(executor);
+  peer.client.set_read_timeout(std::chrono::seconds(10));
+  std::string sha = peer.putObject(readFile(COURIER_KERNEL_SHAPES));
+  auto spin = [&](const std::string &session) {
+    httplib::Result res = peer.post(
+        "/v1/sessions/" + session + "/launch_async",
+        json({{"object", sha}, {"entry", "_catalyst_pyface_spin"}}).dump(), wire::kJsonContentType);
+    REQUIRE(res);
+    REQUIRE(res->status == 202);
+  };
+  auto awaitExpired = [&](double count) {
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (executor.metric("courier_sessions_expired_total") < count &&
+           std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    return executor.metric("courier_sessions_expired_total");
+  };
+
+  // Closing a session whose kernel spins answers at once.
+  std::string closed = peer.openSession();
+  spin(closed);
+  httplib::Result res = peer.client.Delete(("/v1/sessions/" + closed).c_str());
+  REQUIRE(res);
+  CHECK(res->status == 204);
+
+  // A session left idle with its kernel spinning expires, and expiry goes on after it: the
+  // session opened next expires too.
+  spin(peer.openSession());
+  CHECK(awaitExpired(1) == 1);
+  peer.openSession();
+  CHECK(awaitExpired(2) == 2);
+  CHECK(executor.metric("courier_sessions") == 0);
+  CHECK(peer.healthy());
+  // The kernels spin on; a clean stop would wait for them forever.
+  executor.kill();
+}
+
 TEST_CASE("metrics are valid Prometheus text with exact histogram bounds", "[protocol]") {
   ExecutorProcess executor;
   Peer peer(executor);
