@@ -168,7 +168,7 @@ TEST_CASE("a reload re-ships changed target objects and only those", "[reload][e
 TEST_CASE("reloads that each change the kernel keep the executor's objects bounded",
           "[reload][executor]") {
   TempDir dir;
-  testing::ExecutorProcess executor({0, "", {"--object-grace", "0.2"}});
+  testing::ExecutorProcess executor({0, "", {"--object-grace", "0.5"}});
   EngineOptions options;
   options.cacheDir = dir.path;
   Engine engine(options);
@@ -185,8 +185,10 @@ TEST_CASE("reloads that each change the kernel keep the executor's objects bound
     CHECK(executor.metric("courier_attached_objects") == 1);
     CHECK(executor.awaitMetricAtMost("courier_objects", 1) == 1);
   }
-  CHECK(executor.metric("courier_object_uploads_total") == reloads + 1);
-  CHECK(executor.metric("courier_objects_dropped_total") == reloads);
+  // A stall longer than the grace period between an upload and its attach makes the client
+  // upload once more, which is correct: so at least, not exactly.
+  CHECK(executor.metric("courier_object_uploads_total") >= reloads + 1);
+  CHECK(executor.metric("courier_objects_dropped_total") >= reloads);
   CHECK(executor.metric("courier_sessions") == 1);
 }
 

@@ -136,7 +136,7 @@ TEST_CASE("a scope's address override sends its sessions to a remote executor", 
 
 TEST_CASE("an object two scopes shipped is released on the executor when the second goes",
           "[runtime][http]") {
-  testing::ExecutorProcess executor({0, "", {"--object-grace", "0.2"}});
+  testing::ExecutorProcess executor({0, "", {"--object-grace", "1"}});
   clearError();
   // Opened outside any scope, so the session outlives both and only the object goes.
   int64_t session = __catalyst__executor__open(executor.address().c_str());
