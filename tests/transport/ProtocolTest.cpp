@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include <arpa/inet.h>
+#include <chrono>
 #include <csignal>
 #include <fstream>
 #include <netinet/in.h>
@@ -517,7 +518,14 @@ TEST_CASE("metrics are valid Prometheus text with exact histogram bounds", "[pro
   ExecutorProcess executor;
   Peer peer(executor);
   REQUIRE(peer.healthy());
+  // A request is counted after its answer is sent, so the health check's count may trail it.
   std::string text = executor.metrics();
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (text.find("courier_requests_total{status=\"200\"} ") == std::string::npos &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    text = executor.metrics();
+  }
   CHECK_THAT(text, Catch::Contains("courier_request_duration_seconds_bucket{le=\"0.0001\"} "));
   CHECK_THAT(text, Catch::Contains("courier_request_duration_seconds_bucket{le=\"+Inf\"} "));
   CHECK_THAT(text, Catch::Contains("courier_requests_total{status=\"200\"} "));
