@@ -4,6 +4,7 @@
 
 #include <csignal>
 #include <cstdlib>
+#include <dirent.h>
 #include <fcntl.h>
 #include <filesystem>
 #include <fstream>
@@ -162,6 +163,31 @@ void ServerProcess::kill() {
 void ServerProcess::signal(int signal) {
   if (pid > 0)
     ::kill(pid, signal);
+}
+
+void ServerProcess::freeze() {
+  signal(SIGSTOP);
+  // Each thread's state is the third field of /proc/PID/task/TID/stat; 'T' is stopped.
+  auto allStopped = [&] {
+    std::string tasks = "/proc/" + std::to_string(pid) + "/task";
+    DIR *dir = opendir(tasks.c_str());
+    if (!dir)
+      return false;
+    bool stopped = true;
+    while (dirent *entry = readdir(dir)) {
+      if (entry->d_name[0] == '.')
+        continue;
+      std::string stat = readFile(tasks + "/" + entry->d_name + "/stat");
+      size_t close = stat.rfind(')');
+      if (close == std::string::npos || close + 2 >= stat.size() || stat[close + 2] != 'T')
+        stopped = false;
+    }
+    closedir(dir);
+    return stopped;
+  };
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!allStopped() && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
 }
 
 std::unique_ptr<httplib::Client> ServerProcess::client() const {

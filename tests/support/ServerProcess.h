@@ -54,6 +54,9 @@ public:
   void kill();
   /// Sends `signal` without waiting (SIGSTOP, SIGCONT to freeze and thaw it).
   void signal(int signal);
+  /// Sends SIGSTOP and waits until every thread of the process has stopped: the signal is
+  /// delivered asynchronously, and a thread still running could answer one more request.
+  void freeze();
 
 private:
   ServerSpec spec;

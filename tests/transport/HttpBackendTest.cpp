@@ -490,7 +490,7 @@ TEST_CASE("a frozen executor fails the caller after the request timeout", "[http
   std::vector<double> x = {1};
   require(backend->launch(session, scale, kScale, {view(x, {1})}, {{1, 8}}));
 
-  f.executor.signal(SIGSTOP);
+  f.executor.freeze();
   auto started = std::chrono::steady_clock::now();
   std::string error = errorOf(backend->launch(session, scale, kScale, {view(x, {1})}, {{1, 8}}));
   auto waited = std::chrono::steady_clock::now() - started;
