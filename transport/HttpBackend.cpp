@@ -25,6 +25,13 @@ namespace courier::transport {
 
 namespace {
 
+/// Error bodies are small; caps what a misbehaving peer can make a client keep.
+void appendErrorBody(std::string &body, const char *data, size_t size) {
+  constexpr size_t kLimit = 1 << 16;
+  if (body.size() < kLimit)
+    body.append(data, std::min(size, kLimit - body.size()));
+}
+
 using wire::makeWireError;
 
 /// Code and message of a failed request; keeps the wire code so callers can recover.
@@ -527,9 +534,7 @@ HttpBackend::launchOnce(llvm::StringRef session, const ObjectBlob &object, llvm:
   };
   req.content_receiver = [&](const char *data, size_t size, uint64_t, uint64_t) {
     if (!isFrame) {
-      // Error bodies are small; cap what a misbehaving peer can make us keep.
-      if (errorBody.size() < (1 << 16))
-        errorBody.append(data, std::min<size_t>(size, (1 << 16) - errorBody.size()));
+      appendErrorBody(errorBody, data, size);
       return true;
     }
     frameError = reader.feed(data, size);
@@ -613,8 +618,7 @@ llvm::Expected<std::string> HttpBackend::callOnce(llvm::StringRef session, llvm:
   };
   req.content_receiver = [&](const char *data, size_t size, uint64_t, uint64_t) {
     if (!ok) {
-      if (errorBody.size() < (1 << 16))
-        errorBody.append(data, std::min<size_t>(size, (1 << 16) - errorBody.size()));
+      appendErrorBody(errorBody, data, size);
       return true;
     }
     if (output.size() + size > outputSize) {
