@@ -192,6 +192,17 @@ llvm::Expected<ModuleOptions> parseOptions(const json::Value &value) {
   return options;
 }
 
+/// The body's "options", parsed, or none when the body has none.
+llvm::Expected<std::optional<ModuleOptions>> optionsOf(const json::Object &request) {
+  const json::Value *given = request.get("options");
+  if (!given)
+    return std::nullopt;
+  llvm::Expected<ModuleOptions> parsed = parseOptions(*given);
+  if (!parsed)
+    return parsed.takeError();
+  return std::optional<ModuleOptions>(std::move(*parsed));
+}
+
 std::string isoTime(std::chrono::system_clock::time_point time) {
   std::time_t seconds = std::chrono::system_clock::to_time_t(time);
   std::tm utc;
@@ -343,16 +354,12 @@ llvm::Error RestService::Impl::createModule(const httplib::Request &req, httplib
   if (!name || !mlir)
     return makeServeError("bad_request",
                           "expected {\"name\": string, \"mlir\": string, \"options\": {...}}");
-  std::optional<ModuleOptions> moduleOptions;
-  if (const json::Value *given = request->get("options")) {
-    llvm::Expected<ModuleOptions> parsed = parseOptions(*given);
-    if (!parsed)
-      return parsed.takeError();
-    moduleOptions = std::move(*parsed);
-  }
+  llvm::Expected<std::optional<ModuleOptions>> moduleOptions = optionsOf(*request);
+  if (!moduleOptions)
+    return moduleOptions.takeError();
   auto started = Clock::now();
   llvm::Expected<LoadResult> loaded =
-      store.load(*name, *mlir, moduleOptions, ModuleStore::Mode::Create, "api");
+      store.load(*name, *mlir, *moduleOptions, ModuleStore::Mode::Create, "api");
   metrics.compileSeconds.observe(std::chrono::duration<double>(Clock::now() - started).count());
   if (!loaded)
     return loaded.takeError();
@@ -384,12 +391,10 @@ llvm::Error RestService::Impl::putModule(const httplib::Request &req, httplib::R
         return makeServeError("bad_request",
                               "the body names module '" + *bodyName + "', the path '" + name + "'");
     mlir = text->str();
-    if (const json::Value *given = request->get("options")) {
-      llvm::Expected<ModuleOptions> parsed = parseOptions(*given);
-      if (!parsed)
-        return parsed.takeError();
-      moduleOptions = std::move(*parsed);
-    }
+    llvm::Expected<std::optional<ModuleOptions>> given = optionsOf(*request);
+    if (!given)
+      return given.takeError();
+    moduleOptions = std::move(*given);
   }
   auto started = Clock::now();
   llvm::Expected<LoadResult> loaded =
