@@ -328,6 +328,9 @@ struct Engine::Impl {
   mlir::DialectRegistry registry = makeRegistry();
   std::mutex mutex;
   std::unordered_map<std::string, std::weak_ptr<Module>> memoryCache;
+  /// The host's code generation settings, detected once: they key caches and build JITs.
+  std::optional<llvm::orc::JITTargetMachineBuilder> host;
+  std::string hostError;
 
   std::string cacheDir() const {
     return options.cacheDir.empty() ? defaultCacheDir() : options.cacheDir;
@@ -374,6 +377,11 @@ Engine::Engine(EngineOptions options) : impl(std::make_unique<Impl>()) {
     llvm::InitializeNativeTargetAsmPrinter();
     llvm::InitializeNativeTargetAsmParser();
   });
+  if (llvm::Expected<llvm::orc::JITTargetMachineBuilder> detected =
+          llvm::orc::JITTargetMachineBuilder::detectHost())
+    impl->host = std::move(*detected);
+  else
+    impl->hostError = llvm::toString(detected.takeError());
 }
 
 Engine::~Engine() = default;
@@ -387,11 +395,9 @@ llvm::Expected<std::shared_ptr<Module>> Engine::compile(llvm::StringRef text,
 
 llvm::Expected<std::shared_ptr<Module>> Engine::Impl::compile(llvm::StringRef text,
                                                               llvm::StringRef name) {
-  llvm::Expected<llvm::orc::JITTargetMachineBuilder> jtmb =
-      llvm::orc::JITTargetMachineBuilder::detectHost();
-  if (!jtmb)
-    return llvm::createStringError("detecting the host for code generation: %s",
-                                   llvm::toString(jtmb.takeError()).c_str());
+  if (!host)
+    return llvm::createStringError("detecting the host for code generation: %s", hostError.c_str());
+  std::optional<llvm::orc::JITTargetMachineBuilder> jtmb = host;
   std::string key = cacheKey(text, jtmb->getCPU() + jtmb->getFeatures().getString());
   // A loaded module carries its name (in errors, in setup's diagnostics): the memory cache
   // keys on it too. The disk cache does not need to: the name changes no code.
