@@ -2,11 +2,11 @@
 // latency vs a raw TCP ping-pong, 64 MiB launches vs raw sockets and bare cpp-httplib
 // streaming, and local launches vs a direct call. Prints figures and ratios (see
 // docs/performance.md).
+#include "executor/LocalBackend.h"
 #include "tests/kernels/KernelPaths.h"
 #include "tests/transport/ExecutorProcess.h"
 #include "transport/Backend.h"
 #include "transport/HttpBackend.h"
-#include "transport/LocalBackend.h"
 
 #include "llvm/Support/MemoryBuffer.h"
 

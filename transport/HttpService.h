@@ -4,7 +4,7 @@
 #ifndef COURIER_TRANSPORT_HTTPSERVICE_H
 #define COURIER_TRANSPORT_HTTPSERVICE_H
 
-#include "transport/HttpServer.h"
+#include "transport/ListenOptions.h"
 #include "transport/Wire.h"
 
 #include "llvm/ADT/StringRef.h"

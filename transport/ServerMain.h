@@ -4,7 +4,7 @@
 #ifndef COURIER_TRANSPORT_SERVERMAIN_H
 #define COURIER_TRANSPORT_SERVERMAIN_H
 
-#include "transport/HttpServer.h"
+#include "transport/ListenOptions.h"
 
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/Error.h"

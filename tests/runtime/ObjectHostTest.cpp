@@ -1,5 +1,5 @@
 // Object host: validation of shipped objects, the pyface entry ABI, `call`, and unloading.
-#include "transport/ObjectHost.h"
+#include "executor/ObjectHost.h"
 
 #include "tests/runtime/TestSupport.h"
 

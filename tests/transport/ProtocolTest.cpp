@@ -1,8 +1,8 @@
 // The /v1 protocol spoken directly (no Backend): every kind of bad request gets its error
 // code and status, and the executor keeps serving the requests that follow.
+#include "executor/ExecutorServer.h"
 #include "tests/kernels/KernelPaths.h"
 #include "tests/transport/ExecutorProcess.h"
-#include "transport/HttpServer.h"
 #include "transport/Wire.h"
 
 #include "llvm/Support/MemoryBuffer.h"

@@ -1,6 +1,6 @@
 // courier-executor: serves the /v1 executor protocol (docs/protocol.md) until SIGINT or
 // SIGTERM. Prints "listening on HOST:PORT" once bound, so callers can pass port 0.
-#include "transport/HttpServer.h"
+#include "executor/ExecutorServer.h"
 #include "transport/ServerMain.h"
 
 #include "llvm/ADT/STLExtras.h"

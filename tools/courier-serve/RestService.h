@@ -4,7 +4,7 @@
 #define COURIER_TOOLS_SERVE_RESTSERVICE_H
 
 #include "tools/courier-serve/ModuleStore.h"
-#include "transport/HttpServer.h"
+#include "transport/ListenOptions.h"
 
 #include "llvm/Support/Error.h"
 

@@ -1,10 +1,10 @@
 // The executor's HTTP server: the /v1 routes over HttpService, which holds the one wrapper
 // that turns an llvm::Error (or a stray exception) into {"error":{"code","message"}} with
 // the status of its code, so handlers never throw.
-#include "transport/HttpServer.h"
+#include "executor/ExecutorServer.h"
 
+#include "executor/ObjectHost.h"
 #include "transport/HttpService.h"
-#include "transport/ObjectHost.h"
 #include "transport/Wire.h"
 
 #include "llvm/ADT/StringExtras.h"

@@ -1,6 +1,6 @@
 // Picks the backend for an address: "local" runs in process, "host:port" goes over HTTP.
+#include "executor/LocalBackend.h"
 #include "transport/HttpBackend.h"
-#include "transport/LocalBackend.h"
 
 #include "llvm/Support/FormatVariadic.h"
 

@@ -1,8 +1,8 @@
 // The in-process executor: one ObjectHost per session, launches run on the calling thread
 // and async launches on their own thread.
-#include "transport/LocalBackend.h"
+#include "executor/LocalBackend.h"
 
-#include "transport/ObjectHost.h"
+#include "executor/ObjectHost.h"
 
 #include "llvm/ADT/StringMap.h"
 #include "llvm/Support/FormatVariadic.h"

@@ -1,8 +1,10 @@
 // The executor's HTTP server: serves the /v1 protocol (docs/protocol.md) over a thread pool,
 // one ObjectHost per session. Used by courier-executor and by tests that need an executor
 // in-process. No HTTP library type appears here.
-#ifndef COURIER_TRANSPORT_HTTPSERVER_H
-#define COURIER_TRANSPORT_HTTPSERVER_H
+#ifndef COURIER_EXECUTOR_EXECUTORSERVER_H
+#define COURIER_EXECUTOR_EXECUTORSERVER_H
+
+#include "transport/ListenOptions.h"
 
 #include "llvm/Support/Error.h"
 
@@ -13,21 +15,6 @@
 #include <vector>
 
 namespace courier::transport {
-
-/// Where and how an HTTP server listens; the executor and courier-serve share these.
-struct HttpListenOptions {
-  std::string host = "127.0.0.1";
-  int port = 0; ///< 0 picks a free port; address() reports it.
-  /// When non-empty, every request must carry "Authorization: Bearer <token>". A server
-  /// bound beyond loopback refuses to start without one.
-  std::string token;
-  /// Worker threads; each keep-alive connection holds one while it is open.
-  unsigned threads = 32;
-  /// Largest request body accepted.
-  uint64_t maxBodyBytes = uint64_t(4) << 30;
-  /// One line per request on stderr: method, path, status, bytes in/out, milliseconds.
-  bool logRequests = true;
-};
 
 /// The executor's listener (bodies are objects, launch frames and call inputs) and sessions.
 struct ExecutorServerOptions : HttpListenOptions {
@@ -61,9 +48,6 @@ private:
   std::unique_ptr<Impl> impl;
 };
 
-/// True when `host` names only this machine (127.0.0.0/8, ::1, localhost).
-bool isLoopbackHost(const std::string &host);
-
 } // namespace courier::transport
 
-#endif // COURIER_TRANSPORT_HTTPSERVER_H
+#endif // COURIER_EXECUTOR_EXECUTORSERVER_H

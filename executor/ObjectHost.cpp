@@ -6,7 +6,7 @@
 // `in` holds the packed inputs, `out` is a zero-filled buffer of exactly `out_size` bytes
 // the callee fills with the packed outputs. 0 means success; any other value is an error
 // code reported to the caller (e.g. when a size does not match what the callee expects).
-#include "transport/ObjectHost.h"
+#include "executor/ObjectHost.h"
 
 #include "runtime/ExecutorABI.h"
 

@@ -1,6 +1,6 @@
 // Plugins for `call`: shared libraries loaded once, whose own exports (and only those) are
 // callable. Kept apart from ObjectHost.cpp because <link.h> and LLVM's ELF headers clash.
-#include "transport/ObjectHost.h"
+#include "executor/ObjectHost.h"
 
 #include "llvm/Support/FormatVariadic.h"
 

@@ -1,0 +1,30 @@
+// Where and how a server listens: the options courier-executor and courier-serve share.
+#ifndef COURIER_TRANSPORT_LISTENOPTIONS_H
+#define COURIER_TRANSPORT_LISTENOPTIONS_H
+
+#include <cstdint>
+#include <string>
+
+namespace courier::transport {
+
+/// Where and how an HTTP server listens; the executor and courier-serve share these.
+struct HttpListenOptions {
+  std::string host = "127.0.0.1";
+  int port = 0; ///< 0 picks a free port; address() reports it.
+  /// When non-empty, every request must carry "Authorization: Bearer <token>". A server
+  /// bound beyond loopback refuses to start without one.
+  std::string token;
+  /// Worker threads; each keep-alive connection holds one while it is open.
+  unsigned threads = 32;
+  /// Largest request body accepted.
+  uint64_t maxBodyBytes = uint64_t(4) << 30;
+  /// One line per request on stderr: method, path, status, bytes in/out, milliseconds.
+  bool logRequests = true;
+};
+
+/// True when `host` names only this machine (127.0.0.0/8, ::1, localhost).
+bool isLoopbackHost(const std::string &host);
+
+} // namespace courier::transport
+
+#endif // COURIER_TRANSPORT_LISTENOPTIONS_H
