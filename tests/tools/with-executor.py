@@ -1,0 +1,82 @@
+#!/usr/bin/env python3
+"""Runs commands against a fresh courier-executor, for lit tests of the host side.
+
+    with-executor.py EXECUTOR [EXECUTOR-ARGS...] -- COMMAND... [--then COMMAND...]...
+
+Starts EXECUTOR on a free loopback port, waits until it is bound, runs each COMMAND in turn
+with every "{executor}" in it replaced by the executor's address, and prints each command's
+stdout and stderr (merged, in order) followed by "exit status N" or "killed by SIGNAME".
+Ends by printing "the executor is still serving" if its health check answers; otherwise
+says why, prints the executor's log and exits 1."""
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import urllib.request
+
+
+def split(argv):
+    if "--" not in argv:
+        raise SystemExit(__doc__)
+    at = argv.index("--")
+    executor, rest = argv[:at], argv[at + 1:]
+    commands, current = [], []
+    for arg in rest:
+        if arg == "--then":
+            commands.append(current)
+            current = []
+        else:
+            current.append(arg)
+    commands.append(current)
+    if not executor or not all(commands):
+        raise SystemExit(__doc__)
+    return executor, commands
+
+
+def healthy(address):
+    try:
+        with urllib.request.urlopen(f"http://{address}/v1/health", timeout=10) as reply:
+            return reply.status == 200
+    except OSError:
+        return False
+
+
+def main():
+    executor, commands = split(sys.argv[1:])
+    with tempfile.TemporaryFile() as log:
+        proc = subprocess.Popen(executor + ["--listen", "127.0.0.1:0", "--quiet"],
+                                stdout=subprocess.PIPE, stderr=log, text=True)
+        try:
+            line = proc.stdout.readline().strip()
+            if not line.startswith("listening on "):
+                raise SystemExit(f"{executor[0]} did not start: {line!r}")
+            address = line[len("listening on "):]
+            for command in commands:
+                command = [arg.replace("{executor}", address) for arg in command]
+                done = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                      text=True, timeout=120)
+                sys.stdout.write(done.stdout)
+                if done.returncode < 0:
+                    print(f"killed by {signal.Signals(-done.returncode).name}")
+                else:
+                    print(f"exit status {done.returncode}")
+            sys.stdout.flush()
+            if proc.poll() is not None or not healthy(address):
+                log.seek(0)
+                sys.stdout.write(log.read().decode(errors="replace"))
+                state = "exited" if proc.poll() is not None else "stopped answering"
+                raise SystemExit(f"the executor {state} (status {proc.poll()})")
+            print("the executor is still serving")
+        finally:
+            if proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+
+
+if __name__ == "__main__":
+    main()
