@@ -10,7 +10,7 @@
 #include "mlir/IR/SymbolTable.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
 
-#include "runtime/ExecutorABI.h"
+#include "abi/KernelABI.h"
 
 #include "dialect/ExecutorDialect.h.inc"
 

@@ -8,7 +8,7 @@
 // code reported to the caller (e.g. when a size does not match what the callee expects).
 #include "executor/ObjectHost.h"
 
-#include "runtime/ExecutorABI.h"
+#include "abi/KernelABI.h"
 
 #include "llvm/ADT/SmallVector.h"
 #include "llvm/ADT/StringMap.h"

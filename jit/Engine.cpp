@@ -3,6 +3,7 @@
 #include "jit/Engine.h"
 #include "jit/Internal.h"
 
+#include "abi/ContentHash.h"
 #include "dialect/Dialects.h"
 #include "passes/Passes.h"
 #include "runtime/Runtime.h"
@@ -31,7 +32,6 @@
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/Process.h"
-#include "llvm/Support/SHA256.h"
 #include "llvm/Support/TargetSelect.h"
 #include "llvm/TargetParser/Host.h"
 
@@ -52,10 +52,6 @@ double msSince(Clock::time_point start) {
 
 /// Bumped whenever the compiled form changes, so stale disk-cache entries are not used.
 constexpr llvm::StringLiteral kCacheFormat = "courier-host-v1";
-
-std::string sha256Hex(llvm::StringRef bytes) {
-  return llvm::toHex(llvm::SHA256::hash(llvm::arrayRefFromStringRef(bytes)), /*LowerCase=*/true);
-}
 
 std::string defaultCacheDir() {
   llvm::SmallString<256> dir;

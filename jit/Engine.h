@@ -3,6 +3,8 @@
 #ifndef COURIER_JIT_ENGINE_H
 #define COURIER_JIT_ENGINE_H
 
+#include "transport/ErrorCode.h"
+
 #include "llvm/ADT/ArrayRef.h"
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/Error.h"
@@ -101,23 +103,22 @@ public:
   std::vector<Diagnostic> diagnostics;
 };
 
-/// A failure to load or invoke a compiled module, classified so that callers (a REST
-/// front end, say) can answer each kind differently.
-class EngineError : public llvm::ErrorInfo<EngineError> {
-public:
-  enum class Kind {
-    InvalidInput,       ///< The caller's inputs do not fit the entry's signature.
-    UnknownEntry,       ///< No such entry, or one invoke cannot call.
-    ExecutorFailed,     ///< An executor reported a failure (or refused a request).
-    ExecutorUnavailable ///< An executor could not be reached or did not answer in time.
-  };
-  static char ID;
-  EngineError(Kind kind, std::string message) : kind(kind), message(std::move(message)) {}
-  void log(llvm::raw_ostream &os) const override;
-  std::error_code convertToErrorCode() const override;
+using transport::ErrorCode;
 
-  Kind kind;
-  std::string message;
+/// A failure to load or invoke a compiled module: a transport::CodedError (one code table
+/// for every layer, transport/ErrorCode.h) whose `kind` is one of
+/// - ErrorCode::InvalidInput: the caller's inputs do not fit the entry's signature;
+/// - ErrorCode::UnknownEntry: no such entry, or one invoke cannot call;
+/// - ErrorCode::ExecutorFailed: an executor reported a failure (or refused a request);
+/// - ErrorCode::ExecutorUnavailable: an executor could not be reached, did not answer in
+///   time, or could not start a worker,
+/// so that callers (a REST front end, say) can answer each kind differently. Its text is the
+/// message alone: an executor's own code is already in it ("... [kernel_crashed]").
+class EngineError : public llvm::ErrorInfo<EngineError, transport::CodedError> {
+public:
+  static char ID;
+  using ErrorInfo::ErrorInfo;
+  void log(llvm::raw_ostream &os) const override;
 };
 
 /// Time spent in each phase of the last compile and invoke, in milliseconds.

@@ -30,7 +30,7 @@ struct Module::Impl {
   PhaseTimes times;
 };
 
-llvm::Error engineError(EngineError::Kind kind, std::string message);
+llvm::Error engineError(ErrorCode kind, std::string message);
 
 /// An executor failure the runtime recorded, classified by the transport's wire code.
 llvm::Error executorError(llvm::Twine context, llvm::Error cause);

@@ -9,18 +9,22 @@
 
 namespace courier {
 
-llvm::Error engineError(EngineError::Kind kind, std::string message) {
+llvm::Error engineError(ErrorCode kind, std::string message) {
   return llvm::make_error<EngineError>(kind, std::move(message));
 }
 
-/// The transport marks failures to reach an executor with the wire code "unavailable" (see
-/// transport/Wire.h).
+/// An executor that could not be reached (the client's `unavailable`) or could not start a
+/// worker for the session (`worker_unavailable`) is unavailable; any other failure is the
+/// executor's. The cause's text, code included, becomes the message.
 llvm::Error executorError(llvm::Twine context, llvm::Error cause) {
-  std::string text = llvm::toString(std::move(cause));
-  auto kind = llvm::StringRef(text).contains("[unavailable]")
-                  ? EngineError::Kind::ExecutorUnavailable
-                  : EngineError::Kind::ExecutorFailed;
-  return engineError(kind, (context + ": " + text).str());
+  ErrorCode kind = ErrorCode::ExecutorFailed;
+  llvm::Error kept = llvm::handleErrors(
+      std::move(cause), [&](std::unique_ptr<transport::CodedError> coded) -> llvm::Error {
+        if (coded->kind == ErrorCode::Unavailable || coded->kind == ErrorCode::WorkerUnavailable)
+          kind = ErrorCode::ExecutorUnavailable;
+        return llvm::Error(std::move(coded));
+      });
+  return engineError(kind, (context + ": " + llvm::toString(std::move(kept))).str());
 }
 
 Module::Module(std::unique_ptr<Impl> impl) : impl(std::move(impl)) {}
@@ -58,7 +62,7 @@ namespace {
 llvm::Error checkInput(const EntrySignature &entry, size_t index, const TensorSpec &spec,
                        const Tensor &input) {
   auto fail = [&](const llvm::Twine &what) {
-    return engineError(EngineError::Kind::InvalidInput,
+    return engineError(ErrorCode::InvalidInput,
                        llvm::formatv("input {0} of '{1}' {2}", index, entry.name, what.str()));
   };
   if (input.dtype != spec.dtype)
@@ -142,7 +146,7 @@ llvm::Expected<std::vector<Tensor>> Module::invoke(llvm::StringRef entry,
   auto fns = impl->functions.find(entry);
   if (auto it = impl->unsupported.find(entry); it != impl->unsupported.end())
     return engineError(
-        EngineError::Kind::UnknownEntry,
+        ErrorCode::UnknownEntry,
         llvm::formatv("entry '{0}' of module '{1}' cannot be invoked: {2}; invoke passes ranked "
                       "tensors, identity-layout memrefs and scalars of f16, f32, f64, i1, i8, "
                       "i16, i32, i64 and index",
@@ -151,12 +155,12 @@ llvm::Expected<std::vector<Tensor>> Module::invoke(llvm::StringRef entry,
     std::string known;
     for (const EntrySignature &e : impl->entries)
       known += (known.empty() ? "" : ", ") + e.name;
-    return engineError(EngineError::Kind::UnknownEntry,
+    return engineError(ErrorCode::UnknownEntry,
                        llvm::formatv("module '{0}' has no entry '{1}' (entries: {2})", impl->name,
                                      entry, known.empty() ? "none" : known));
   }
   if (inputs.size() != signature->inputs.size())
-    return engineError(EngineError::Kind::InvalidInput,
+    return engineError(ErrorCode::InvalidInput,
                        llvm::formatv("entry '{0}' takes {1} inputs, got {2}", signature->name,
                                      signature->inputs.size(), inputs.size()));
   for (size_t i = 0; i < inputs.size(); ++i)

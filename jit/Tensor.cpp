@@ -146,8 +146,6 @@ char EngineError::ID = 0;
 
 void EngineError::log(llvm::raw_ostream &os) const { os << message; }
 
-std::error_code EngineError::convertToErrorCode() const { return llvm::inconvertibleErrorCode(); }
-
 char CompileError::ID = 0;
 
 void CompileError::log(llvm::raw_ostream &os) const {

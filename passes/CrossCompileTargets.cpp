@@ -1,5 +1,6 @@
 // cross-compile-targets: each nested `catalyst.target` module is lowered on its own and
 // emitted as an object file for its triple, named by the SHA-256 of its bytes.
+#include "abi/ContentHash.h"
 #include "passes/Passes.h"
 #include "passes/TargetModules.h"
 
@@ -13,7 +14,6 @@
 #include "llvm/MC/TargetRegistry.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Path.h"
-#include "llvm/Support/SHA256.h"
 #include "llvm/Support/TargetSelect.h"
 #include "llvm/Target/TargetMachine.h"
 #include "llvm/TargetParser/Host.h"
@@ -225,8 +225,7 @@ struct CrossCompileTargets : impl::CrossCompileTargetsBase<CrossCompileTargets> 
   /// Writes the object as <dir>/<sha256>.o, atomically: a concurrent writer of the same
   /// bytes, or a reader, never sees a torn file.
   FailureOr<std::string> write(ModuleOp target, StringRef dir, StringRef object) {
-    std::string hash = llvm::toHex(llvm::SHA256::hash(llvm::arrayRefFromStringRef(object)),
-                                   /*LowerCase=*/true);
+    std::string hash = sha256Hex(object);
     SmallString<256> path(dir);
     llvm::sys::path::append(path, hash + ".o");
     if (llvm::sys::fs::exists(path))

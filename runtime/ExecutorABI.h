@@ -5,21 +5,14 @@
 // Handles are 64-bit integers (0 means "none"), so a stale or forged handle is an error,
 // never a dangling pointer. No function throws or aborts: a failure returns a non-zero
 // status (or a 0 handle), and its message is recorded for the calling thread, where the
-// engine picks it up after the call (see runtime/Runtime.h).
+// engine picks it up after the call (see runtime/Runtime.h). Entry names and signature
+// tables of the objects these functions ship and launch are abi/KernelABI.h's.
 #ifndef COURIER_RUNTIME_EXECUTORABI_H
 #define COURIER_RUNTIME_EXECUTORABI_H
 
+#include "abi/KernelABI.h"
+
 #include <stdint.h>
-
-/// Kernel entries in shipped objects are `void <prefix><fn>(void *results, void *args)`.
-#define COURIER_ENTRY_PREFIX "_catalyst_pyface_"
-
-/// Each entry has a constant int64 table `<prefix><fn>`: {COURIER_SIGNATURE_VERSION,
-/// inputs, results, then (rank, element bytes) per input and per result}. Executors check
-/// launches against it: a launch that disagrees would read or write past the kernel's
-/// buffers.
-#define COURIER_SIGNATURE_PREFIX "_catalyst_signature_"
-#define COURIER_SIGNATURE_VERSION 1
 
 #ifdef __cplusplus
 extern "C" {

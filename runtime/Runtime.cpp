@@ -2,6 +2,9 @@
 // session, descriptor marshalling, per-thread errors and module scopes.
 #include "runtime/Runtime.h"
 
+#include "abi/KernelABI.h"
+#include "transport/ErrorCode.h"
+
 #include "llvm/ADT/SmallVector.h"
 #include "llvm/ADT/StringMap.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -41,15 +44,42 @@ struct ModuleScope::State {
 
 namespace {
 
-constexpr llvm::StringLiteral kEntryPrefix = "_catalyst_pyface_";
+constexpr llvm::StringLiteral kEntryPrefix = COURIER_ENTRY_PREFIX;
 
-thread_local std::optional<std::string> firstError;
+/// A failure recorded for the calling thread: its message, and its code when the failure
+/// came with one (an executor's or the transport's), so the engine can tell kinds apart.
+struct RecordedError {
+  std::optional<transport::ErrorCode> code;
+  std::string message;
+};
+thread_local std::optional<RecordedError> firstError;
 thread_local ModuleScope *activeScope = nullptr;
 thread_local ModuleScope::State *activeState = nullptr;
 
 void recordError(std::string message) {
   if (!firstError)
-    firstError = std::move(message);
+    firstError = RecordedError{std::nullopt, std::move(message)};
+}
+
+/// Records `error` with its code, if it has one.
+void recordError(Error error) {
+  std::optional<transport::ErrorCode> code;
+  std::string message;
+  handleAllErrors(
+      std::move(error),
+      [&](const transport::CodedError &e) {
+        if (!code)
+          code = e.kind;
+        message += (message.empty() ? "" : "\n") + e.message;
+      },
+      [&](const ErrorInfoBase &e) { message += (message.empty() ? "" : "\n") + e.message(); });
+  if (!firstError)
+    firstError = RecordedError{code, std::move(message)};
+}
+
+/// Records `error` after "`context`: ", keeping its code.
+void recordError(const Twine &context, Error error) {
+  recordError(transport::withContext(context, std::move(error)));
 }
 
 /// Runs an ABI entry point: whatever escapes it (an llvm::Error turned into a message, or
@@ -485,6 +515,11 @@ void fillZeroResults(int64_t count, void **descriptors, const int64_t *ranks,
 
 Error failure(const Twine &message) { return createStringError(inconvertibleErrorCode(), message); }
 
+/// `cause` after "`context`: ", keeping its code.
+Error failure(const Twine &context, Error cause) {
+  return transport::withContext(context, std::move(cause));
+}
+
 /// The body of __catalyst__executor__launch; on success every result descriptor is filled,
 /// on failure none is touched.
 Error launchImpl(int64_t handle, const char *entryArg, const char *object, int64_t nIn,
@@ -539,10 +574,10 @@ Error launchImpl(int64_t handle, const char *entryArg, const char *object, int64
     return failure(where() + ": " + unknownSession(handle));
   auto blob = objectFor(*session, object);
   if (!blob)
-    return failure(where() + ": " + toString(blob.takeError()));
+    return failure(where(), blob.takeError());
   auto results = session->backend->launch(session->id, **blob, entry, views, specs);
   if (!results)
-    return failure(where() + ": " + toString(results.takeError()));
+    return failure(where(), results.takeError());
 
   if (int64_t(results->size()) != nOut)
     return failure(formatv("{0}: the executor returned {1} results, expected {2}", where(),
@@ -561,7 +596,7 @@ Error launchImpl(int64_t handle, const char *entryArg, const char *object, int64
                              where(), i, shape(tensor.sizes), tensor.elemSize, shape(expected),
                              outElemSizes[i]));
     if (Error error = makeRowMajor(tensor))
-      return failure(where() + ": " + toString(std::move(error)));
+      return failure(where(), std::move(error));
   }
   for (int64_t i = 0; i < nOut; ++i) {
     OwnedTensor &tensor = (*results)[i];
@@ -591,7 +626,7 @@ Expected<std::string> callImpl(int64_t handle, const char *sym, const void *args
   auto reply = session->backend->call(
       session->id, sym, StringRef(static_cast<const char *>(args), argsSize), outSize);
   if (!reply)
-    return failure(where + ": " + toString(reply.takeError()));
+    return failure(where, reply.takeError());
   if (int64_t(reply->size()) != outSize)
     return failure(
         formatv("{0}: the reply has {1} bytes, expected {2}", where, reply->size(), outSize));
@@ -629,9 +664,11 @@ void clearError() { firstError.reset(); }
 Error takeError() {
   if (!firstError)
     return Error::success();
-  std::string message = std::move(*firstError);
+  RecordedError recorded = std::move(*firstError);
   firstError.reset();
-  return createStringError(inconvertibleErrorCode(), message);
+  if (recorded.code)
+    return transport::makeCodedError(*recorded.code, recorded.message);
+  return createStringError(inconvertibleErrorCode(), recorded.message);
 }
 
 ArrayRef<AbiSymbol> abiSymbols() {
@@ -666,7 +703,7 @@ int64_t __catalyst__executor__open(const char *address) {
     }
     auto handle = Registry::get().open(address);
     if (!handle) {
-      recordError(formatv("open '{0}': {1}", address, toString(handle.takeError())).str());
+      recordError("open '" + Twine(address) + "'", handle.takeError());
       return 0;
     }
     return *handle;
@@ -694,7 +731,7 @@ int32_t __catalyst__executor__send_binary(int64_t session, const char *path, con
     }
     auto blob = sendObject(*found, path);
     if (!blob) {
-      recordError(where + " to '" + found->address + "': " + toString(blob.takeError()));
+      recordError(where + " to '" + found->address + "'", blob.takeError());
       return 1;
     }
     return 0;
@@ -710,7 +747,7 @@ int32_t __catalyst__executor__launch(int64_t session, const char *entry, const c
                              out_descs, out_ranks, out_elem_sizes);
     if (!error)
       return 0;
-    recordError(toString(std::move(error)));
+    recordError(std::move(error));
     return 1;
   });
   if (status != 0)
@@ -737,12 +774,12 @@ int64_t __catalyst__executor__launch_async(int64_t session, const char *entry, c
     where += " on '" + found->address + "'";
     auto blob = objectFor(*found, object);
     if (!blob) {
-      recordError(where + ": " + toString(blob.takeError()));
+      recordError(where, blob.takeError());
       return 0;
     }
     auto launchId = found->backend->launchAsync(found->id, **blob, name);
     if (!launchId) {
-      recordError(where + ": " + toString(launchId.takeError()));
+      recordError(where, launchId.takeError());
       return 0;
     }
     return Registry::get().addToken(std::move(found), *launchId);
@@ -757,9 +794,8 @@ int32_t __catalyst__executor__await(int64_t token) {
       return 1;
     }
     if (Error error = launch->session->backend->await(launch->session->id, launch->launchId)) {
-      recordError(formatv("await of token {0} on '{1}': {2}", token, launch->session->address,
-                          toString(std::move(error)))
-                      .str());
+      recordError(formatv("await of token {0} on '{1}'", token, launch->session->address),
+                  std::move(error));
       return 1;
     }
     return 0;
@@ -777,7 +813,7 @@ int32_t __catalyst__executor__call_wrapper(int64_t session, const char *sym, con
   int32_t status = guarded<int32_t>(1, "call", [&]() -> int32_t {
     auto reply = callImpl(session, sym, args, args_size, expected);
     if (!reply) {
-      recordError(toString(reply.takeError()));
+      recordError(reply.takeError());
       return 1;
     }
     void *buffer = std::malloc(std::max<int64_t>(1, expected));
@@ -806,7 +842,7 @@ int32_t __catalyst__executor__close(int64_t session) {
       return 1;
     }
     if (Error error = found->backend->closeSession(found->id)) {
-      recordError(formatv("close of '{0}': {1}", found->address, toString(std::move(error))));
+      recordError(formatv("close of '{0}'", found->address), std::move(error));
       return 1;
     }
     return 0;

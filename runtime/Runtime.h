@@ -81,7 +81,8 @@ llvm::ArrayRef<AbiSymbol> abiSymbols();
 void clearError();
 
 /// Returns the first error recorded on the calling thread since the last clear (and clears
-/// it), or success.
+/// it), or success. A failure that came with a code (from the executor or the transport) is a
+/// transport::CodedError with that code, so callers tell kinds apart without reading text.
 llvm::Error takeError();
 
 } // namespace courier::runtime

@@ -1,7 +1,7 @@
 // Value types shared by every backend: owned result tensors and content-addressed objects.
 #include "transport/Backend.h"
 
-#include <openssl/evp.h>
+#include "abi/ContentHash.h"
 
 #include <cstdlib>
 
@@ -24,19 +24,8 @@ OwnedTensor &OwnedTensor::operator=(OwnedTensor &&other) noexcept {
 OwnedTensor::~OwnedTensor() { std::free(allocated); }
 
 ObjectBlob ObjectBlob::fromBytes(std::string bytes) {
-  unsigned char digest[EVP_MAX_MD_SIZE];
-  unsigned int length = 0;
-  // EVP_Digest only fails on allocation failure; an empty hash then makes every later
-  // lookup of this blob fail loudly instead of aliasing another object.
   ObjectBlob blob;
-  if (EVP_Digest(bytes.data(), bytes.size(), digest, &length, EVP_sha256(), nullptr) == 1) {
-    static const char hex[] = "0123456789abcdef";
-    blob.sha256.reserve(2 * length);
-    for (unsigned int i = 0; i < length; ++i) {
-      blob.sha256.push_back(hex[digest[i] >> 4]);
-      blob.sha256.push_back(hex[digest[i] & 0xf]);
-    }
-  }
+  blob.sha256 = sha256Hex(bytes);
   blob.bytes = std::make_shared<const std::string>(std::move(bytes));
   return blob;
 }

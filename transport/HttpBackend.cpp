@@ -5,6 +5,7 @@
 // repopulated transparently on the next request.
 #include "transport/HttpBackend.h"
 
+#include "transport/HostPort.h"
 #include "transport/Wire.h"
 
 #include "llvm/ADT/StringExtras.h"
@@ -32,27 +33,27 @@ void appendErrorBody(std::string &body, const char *data, size_t size) {
     body.append(data, std::min(size, kLimit - body.size()));
 }
 
-using wire::makeWireError;
-
-/// Code and message of a failed request; keeps the wire code so callers can recover.
+/// Code and message of a failed request; keeps the code so callers can recover.
 struct Failure {
-  std::string code;
+  ErrorCode code;
   std::string message;
 };
 
 Failure toFailure(llvm::Error error) {
-  Failure failure{"internal", ""};
+  Failure failure{ErrorCode::Internal, ""};
   llvm::handleAllErrors(
       std::move(error),
-      [&](const wire::WireError &e) {
-        failure.code = e.code;
+      [&](const CodedError &e) {
+        failure.code = e.kind;
         failure.message = e.message;
       },
       [&](const llvm::ErrorInfoBase &e) { failure.message = e.message(); });
   return failure;
 }
 
-llvm::Error toError(const Failure &failure) { return makeWireError(failure.code, failure.message); }
+llvm::Error toError(const Failure &failure) {
+  return makeCodedError(failure.code, failure.message);
+}
 
 std::string describeTransportError(httplib::Error error) {
   switch (error) {
@@ -71,20 +72,27 @@ std::string describeTransportError(httplib::Error error) {
   }
 }
 
-/// Turns an executor's JSON error body into a WireError; anything else (a proxy's HTML
-/// page, say) is described by its status.
+/// Turns an executor's JSON error body into a Failure, decoding the wire code into an
+/// ErrorCode: the one place the client reads a code's name. A code this client does not
+/// know (a newer executor's) is `internal`, its name kept in the message; anything that is
+/// not an error body (a proxy's HTML page, say) is described by its status.
 Failure parseErrorBody(int status, const std::string &body) {
   json parsed = json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (parsed.is_object() && parsed.contains("error") && parsed["error"].is_object()) {
     const json &error = parsed["error"];
-    Failure failure{"internal", "HTTP " + std::to_string(status)};
-    if (error.contains("code") && error["code"].is_string())
-      failure.code = error["code"].get<std::string>();
+    Failure failure{ErrorCode::Internal, "HTTP " + std::to_string(status)};
     if (error.contains("message") && error["message"].is_string())
       failure.message = error["message"].get<std::string>();
+    if (error.contains("code") && error["code"].is_string()) {
+      std::string name = error["code"].get<std::string>();
+      if (std::optional<ErrorCode> code = parseErrorCode(name))
+        failure.code = *code;
+      else
+        failure.message += " (executor error code '" + name + "')";
+    }
     return failure;
   }
-  return Failure{status == 401 ? "unauthorized" : "internal",
+  return Failure{status == 401 ? ErrorCode::Unauthorized : ErrorCode::Internal,
                  "HTTP " + std::to_string(status) + " without an executor error body"};
 }
 
@@ -230,7 +238,8 @@ llvm::Expected<int> HttpBackend::send(httplib::Request &req, httplib::Response &
     sent = (*lease).send(req, res, error);
   }
   if (!sent)
-    return makeWireError("unavailable", where(operation) + ": " + describeTransportError(error));
+    return makeCodedError(ErrorCode::Unavailable,
+                          where(operation) + ": " + describeTransportError(error));
   return res.status;
 }
 
@@ -251,13 +260,13 @@ llvm::Expected<json> HttpBackend::exchange(const std::string &method, const std:
     return status.takeError();
   if (*status >= 400) {
     Failure failure = parseErrorBody(*status, res.body);
-    return makeWireError(failure.code, where(operation) + ": " + failure.message);
+    return makeCodedError(failure.code, where(operation) + ": " + failure.message);
   }
   if (res.body.empty())
     return json::object();
   json parsed = json::parse(res.body, nullptr, /*allow_exceptions=*/false);
   if (parsed.is_discarded())
-    return makeWireError("internal", where(operation) + ": reply is not JSON");
+    return makeCodedError(ErrorCode::Internal, where(operation) + ": reply is not JSON");
   return parsed;
 }
 
@@ -297,7 +306,8 @@ llvm::Expected<std::string> HttpBackend::openSession() {
   if (!reply)
     return reply.takeError();
   if (!reply->contains("session") || !(*reply)["session"].is_string())
-    return makeWireError("internal", where("opening a session") + ": reply has no session id");
+    return makeCodedError(ErrorCode::Internal,
+                          where("opening a session") + ": reply has no session id");
   std::string id = (*reply)["session"];
   stateOf(id, /*create=*/true);
   return id;
@@ -319,7 +329,8 @@ llvm::Error HttpBackend::closeSession(llvm::StringRef session) {
     return llvm::Error::success();
   Failure failure = toFailure(reply.takeError());
   // An executor that restarted has already forgotten a session we opened: it is closed.
-  if (state && (failure.code == "unknown_session" || failure.code == "unavailable"))
+  if (state &&
+      (failure.code == ErrorCode::UnknownSession || failure.code == ErrorCode::Unavailable))
     return llvm::Error::success();
   return toError(failure);
 }
@@ -341,15 +352,15 @@ llvm::Error HttpBackend::upload(const ObjectBlob &object) {
     return status.takeError();
   if (*status >= 400) {
     Failure failure = parseErrorBody(*status, res.body);
-    return makeWireError(failure.code, where(operation) + ": " + failure.message);
+    return makeCodedError(failure.code, where(operation) + ": " + failure.message);
   }
   return llvm::Error::success();
 }
 
 llvm::Error HttpBackend::attachOrUpload(llvm::StringRef session, const ObjectBlob &object) {
   if (!object.bytes || !wire::isSha256(object.sha256))
-    return makeWireError("bad_request",
-                         where("shipping an object") + ": the object has no bytes or no SHA-256");
+    return makeCodedError(ErrorCode::BadRequest,
+                          where("shipping an object") + ": the object has no bytes or no SHA-256");
   std::string operation = "shipping object " + object.sha256.substr(0, 12);
   std::string path = sessionPath(session) + "/objects/" + object.sha256;
   // Attaching first makes shipping an object the executor already holds one small request.
@@ -360,7 +371,7 @@ llvm::Error HttpBackend::attachOrUpload(llvm::StringRef session, const ObjectBlo
     if (attached)
       return llvm::Error::success();
     Failure failure = toFailure(attached.takeError());
-    if (failure.code != "unknown_object" || attempt == 2)
+    if (failure.code != ErrorCode::UnknownObject || attempt == 2)
       return toError(failure);
     if (llvm::Error error = upload(object))
       return error;
@@ -391,10 +402,10 @@ llvm::Expected<T> HttpBackend::withRecovery(llvm::StringRef session, const Objec
   if (first)
     return first;
   Failure failure = toFailure(first.takeError());
-  if (failure.code == "unknown_session") {
+  if (failure.code == ErrorCode::UnknownSession) {
     if (llvm::Error error = reopen(session))
       return std::move(error);
-  } else if (failure.code == "unknown_object" && object) {
+  } else if (failure.code == ErrorCode::UnknownObject && object) {
     // Only our own object can be missing: upload it (the launch attaches it).
     if (llvm::Error error = upload(*object))
       return std::move(error);
@@ -424,7 +435,7 @@ llvm::Error HttpBackend::shipObject(llvm::StringRef session, const ObjectBlob &o
   if (!shipped)
     return shipped;
   Failure failure = toFailure(std::move(shipped));
-  if (failure.code != "unknown_session")
+  if (failure.code != ErrorCode::UnknownSession)
     return toError(failure);
   return reopen(session);
 }
@@ -442,7 +453,7 @@ llvm::Error HttpBackend::releaseObject(llvm::StringRef session, llvm::StringRef 
     return llvm::Error::success();
   Failure failure = toFailure(reply.takeError());
   // An executor that lost the session (it restarted) holds nothing for it any more.
-  if (failure.code == "unknown_session")
+  if (failure.code == ErrorCode::UnknownSession)
     return llvm::Error::success();
   return toError(failure);
 }
@@ -454,8 +465,9 @@ HttpBackend::launchOnce(llvm::StringRef session, const ObjectBlob &object, llvm:
   for (size_t i = 0; i < inputs.size(); ++i)
     if (inputs[i].sizes.size() != inputs[i].strides.size() || inputs[i].elemSize <= 0 ||
         (!inputs[i].data && !llvm::is_contained(inputs[i].sizes, 0)))
-      return makeWireError("bad_request", where(operation) + ": input " + std::to_string(i) +
-                                              " is not a valid tensor view");
+      return makeCodedError(ErrorCode::BadRequest, where(operation) + ": input " +
+                                                       std::to_string(i) +
+                                                       " is not a valid tensor view");
   wire::LaunchRequest header;
   header.object = object.sha256;
   header.entry = entry.str();
@@ -485,33 +497,35 @@ HttpBackend::launchOnce(llvm::StringRef session, const ObjectBlob &object, llvm:
         if (!reply)
           return reply.takeError();
         if (reply->results.size() != results.size())
-          return makeWireError("bad_frame",
-                               llvm::formatv("executor returned {0} results, expected {1}",
-                                             reply->results.size(), results.size()));
+          return makeCodedError(ErrorCode::BadFrame,
+                                llvm::formatv("executor returned {0} results, expected {1}",
+                                              reply->results.size(), results.size()));
         uint64_t total = 0;
         for (const wire::TensorHeader &t : reply->results) {
           if (t.bytes > UINT64_MAX - total)
-            return makeWireError("bad_frame", "reply tensors overflow 64 bits");
+            return makeCodedError(ErrorCode::BadFrame, "reply tensors overflow 64 bits");
           total += t.bytes;
         }
         if (replyLength && *replyLength != line.size() + 1 + total)
-          return makeWireError("bad_frame", llvm::formatv("reply header declares {0} tensor bytes, "
-                                                          "the body holds {1}",
-                                                          total, *replyLength - line.size() - 1));
+          return makeCodedError(ErrorCode::BadFrame,
+                                llvm::formatv("reply header declares {0} tensor bytes, "
+                                              "the body holds {1}",
+                                              total, *replyLength - line.size() - 1));
         std::vector<wire::Destination> destinations;
         for (size_t i = 0; i < results.size(); ++i) {
           wire::TensorHeader &t = reply->results[i];
           if (static_cast<int64_t>(t.sizes.size()) != results[i].rank ||
               t.elemSize != results[i].elemSize)
-            return makeWireError("bad_frame",
-                                 llvm::formatv("result {0} has rank {1} and element size {2}, "
-                                               "expected rank {3} and element size {4}",
-                                               i, t.sizes.size(), t.elemSize, results[i].rank,
-                                               results[i].elemSize));
+            return makeCodedError(ErrorCode::BadFrame,
+                                  llvm::formatv("result {0} has rank {1} and element size {2}, "
+                                                "expected rank {3} and element size {4}",
+                                                i, t.sizes.size(), t.elemSize, results[i].rank,
+                                                results[i].elemSize));
           void *data = wire::allocateTensorBuffer(t.bytes);
           if (!data)
-            return makeWireError("payload_too_large",
-                                 "cannot allocate " + llvm::Twine(t.bytes) + " bytes for a result");
+            return makeCodedError(ErrorCode::PayloadTooLarge, "cannot allocate " +
+                                                                  llvm::Twine(t.bytes) +
+                                                                  " bytes for a result");
           std::vector<int64_t> strides = wire::packedStrides(t.sizes);
           tensors.emplace_back(data, data, t.elemSize, std::move(t.sizes), std::move(strides));
           destinations.push_back({static_cast<char *>(data), t.bytes});
@@ -547,20 +561,20 @@ HttpBackend::launchOnce(llvm::StringRef session, const ObjectBlob &object, llvm:
   if (frameFailed) {
     llvm::consumeError(status.takeError());
     Failure failure = toFailure(std::move(frameError));
-    return makeWireError(failure.code, where(operation) + ": " + failure.message);
+    return makeCodedError(failure.code, where(operation) + ": " + failure.message);
   }
   llvm::consumeError(std::move(frameError));
   if (!status)
     return status.takeError();
   if (*status != 200 || !isFrame) {
-    Failure failure = *status >= 400
-                          ? parseErrorBody(*status, errorBody)
-                          : Failure{"internal", "unexpected HTTP " + std::to_string(*status)};
-    return makeWireError(failure.code, where(operation) + ": " + failure.message);
+    Failure failure =
+        *status >= 400 ? parseErrorBody(*status, errorBody)
+                       : Failure{ErrorCode::Internal, "unexpected HTTP " + std::to_string(*status)};
+    return makeCodedError(failure.code, where(operation) + ": " + failure.message);
   }
   if (llvm::Error error = reader.finish()) {
     Failure failure = toFailure(std::move(error));
-    return makeWireError(failure.code, where(operation) + ": " + failure.message);
+    return makeCodedError(failure.code, where(operation) + ": " + failure.message);
   }
   return std::move(tensors);
 }
@@ -582,7 +596,7 @@ llvm::Expected<uint64_t> HttpBackend::launchAsync(llvm::StringRef session, const
     if (!reply)
       return reply.takeError();
     if (!reply->contains("launch") || !(*reply)["launch"].is_number_unsigned())
-      return makeWireError("internal", where(operation) + ": reply has no launch id");
+      return makeCodedError(ErrorCode::Internal, where(operation) + ": reply has no launch id");
     return (*reply)["launch"].get<uint64_t>();
   });
 }
@@ -632,18 +646,19 @@ llvm::Expected<std::string> HttpBackend::callOnce(llvm::StringRef session, llvm:
   llvm::Expected<int> status = send(req, res, operation);
   if (tooLong) {
     llvm::consumeError(status.takeError());
-    return makeWireError("bad_frame", where(operation) + ": reply is longer than the " +
-                                          std::to_string(outputSize) + " bytes expected");
+    return makeCodedError(ErrorCode::BadFrame, where(operation) + ": reply is longer than the " +
+                                                   std::to_string(outputSize) + " bytes expected");
   }
   if (!status)
     return status.takeError();
   if (*status != 200) {
     Failure failure = parseErrorBody(*status, errorBody);
-    return makeWireError(failure.code, where(operation) + ": " + failure.message);
+    return makeCodedError(failure.code, where(operation) + ": " + failure.message);
   }
   if (output.size() != outputSize)
-    return makeWireError("bad_frame", llvm::formatv("{0}: reply has {1} bytes, expected {2}",
-                                                    where(operation), output.size(), outputSize));
+    return makeCodedError(ErrorCode::BadFrame,
+                          llvm::formatv("{0}: reply has {1} bytes, expected {2}", where(operation),
+                                        output.size(), outputSize));
   return std::move(output);
 }
 
@@ -659,17 +674,12 @@ llvm::Expected<std::unique_ptr<Backend>> createHttpBackend(llvm::StringRef addre
                                                            const BackendOptions &options) {
   llvm::StringRef text = address;
   text.consume_front("http://");
-  size_t colon = text.rfind(':');
-  unsigned port = 0;
-  if (colon == llvm::StringRef::npos || text.drop_front(colon + 1).getAsInteger(10, port) ||
-      port == 0 || port > 65535)
-    return llvm::createStringError("connecting to '" + address + "': expected host:port");
-  llvm::StringRef host = text.take_front(colon);
-  if (host.starts_with("[") && host.ends_with("]"))
-    host = host.drop_front().drop_back();
-  if (host.empty())
-    return llvm::createStringError("connecting to '" + address + "': no host");
-  return std::make_unique<HttpBackend>(address.str(), host.str(), static_cast<int>(port), options);
+  llvm::Expected<HostPort> parsed = parseHostPort(text);
+  if (!parsed)
+    return llvm::createStringError("connecting to '" + address + "': " +
+                                   llvm::toString(parsed.takeError()) + "; expected host:port");
+  return std::make_unique<HttpBackend>(address.str(), parsed->host, static_cast<int>(parsed->port),
+                                       options);
 }
 
 } // namespace courier::transport

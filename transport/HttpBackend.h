@@ -11,9 +11,10 @@ namespace courier::transport {
 /// launch on one session at once. It remembers what each session shipped, so when the
 /// executor restarted (and answers `unknown_session` or `unknown_object`) it re-creates the
 /// session under the same id, re-ships, and retries the request once. Errors name the
-/// operation and the address and carry the executor's error code, e.g. "launching
-/// '_catalyst_pyface_scale' on 127.0.0.1:7000: ... [unknown_entry]". Protocol:
-/// docs/protocol.md.
+/// operation and the address and are CodedErrors (transport/ErrorCode.h) with the executor's
+/// code, decoded once from the reply, or `unavailable` when the executor could not be
+/// reached; their text reads "launching '_catalyst_pyface_scale' on 127.0.0.1:7000: ...
+/// [unknown_entry]". Protocol: docs/protocol.md.
 llvm::Expected<std::unique_ptr<Backend>> createHttpBackend(llvm::StringRef address,
                                                            const BackendOptions &options);
 

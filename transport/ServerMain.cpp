@@ -1,6 +1,8 @@
 // Command line and signal handling shared by courier-executor and courier-serve.
 #include "transport/ServerMain.h"
 
+#include "transport/HostPort.h"
+
 #include "llvm/Support/MemoryBuffer.h"
 
 #include <cstdio>
@@ -46,16 +48,12 @@ llvm::Error ArgumentReader::unknown() const {
 }
 
 llvm::Error parseListenAddress(llvm::StringRef address, HttpListenOptions &options) {
-  size_t colon = address.rfind(':');
-  unsigned port = 0;
-  if (colon == llvm::StringRef::npos || address.drop_front(colon + 1).getAsInteger(10, port) ||
-      port > 65535)
-    return llvm::createStringError("--listen expects HOST:PORT, got '" + address + "'");
-  llvm::StringRef host = address.take_front(colon);
-  if (host.starts_with("[") && host.ends_with("]"))
-    host = host.drop_front().drop_back();
-  options.host = host.str();
-  options.port = static_cast<int>(port);
+  llvm::Expected<HostPort> parsed = parseHostPort(address, PortZero::Allowed);
+  if (!parsed)
+    return llvm::createStringError("--listen expects HOST:PORT, got '" + address +
+                                   "': " + llvm::toString(parsed.takeError()));
+  options.host = std::move(parsed->host);
+  options.port = static_cast<int>(parsed->port);
   return llvm::Error::success();
 }
 

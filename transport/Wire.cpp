@@ -5,7 +5,6 @@
 #include "llvm/Support/raw_ostream.h"
 
 #include <nlohmann/json.hpp>
-#include <openssl/sha.h>
 
 #include <sys/mman.h>
 
@@ -20,25 +19,25 @@ using ordered = nlohmann::ordered_json;
 
 namespace courier::transport::wire {
 
-char WireError::ID = 0;
-
-void WireError::log(llvm::raw_ostream &os) const { os << message << " [" << code << "]"; }
-
 llvm::Error makeWireError(llvm::StringRef code, const llvm::Twine &message) {
-  return llvm::make_error<WireError>(code.str(), message.str());
+  if (std::optional<ErrorCode> known = parseErrorCode(code))
+    return makeCodedError(*known, message);
+  return makeCodedError(ErrorCode::Internal, message + " (unknown error code '" + code + "')");
 }
 
 int statusForCode(llvm::StringRef code) {
-  for (const ErrorCodeInfo &info : kErrorCodes)
-    if (code == info.code)
-      return info.status;
-  return 500;
+  std::optional<ErrorCode> known = parseErrorCode(code);
+  return known ? httpStatus(*known) : 500;
 }
 
 std::string errorBody(llvm::StringRef code, llvm::StringRef message) {
   ordered body = {{"error", {{"code", code.str()}, {"message", message.str()}}}};
   // Replace rather than throw on invalid UTF-8: messages may quote arbitrary symbol names.
   return body.dump(-1, ' ', false, ordered::error_handler_t::replace);
+}
+
+std::string errorBody(ErrorCode code, llvm::StringRef message) {
+  return errorBody(errorCodeName(code), message);
 }
 
 void *allocateTensorBuffer(uint64_t bytes) {
@@ -63,12 +62,6 @@ bool isSessionId(llvm::StringRef text) {
          llvm::all_of(text, [](char c) { return llvm::isAlnum(c) || c == '_' || c == '-'; });
 }
 
-std::string sha256Hex(llvm::StringRef bytes) {
-  unsigned char digest[SHA256_DIGEST_LENGTH];
-  SHA256(reinterpret_cast<const unsigned char *>(bytes.data()), bytes.size(), digest);
-  return llvm::toHex(llvm::ArrayRef<uint8_t>(digest, sizeof(digest)), /*LowerCase=*/true);
-}
-
 std::vector<int64_t> packedStrides(llvm::ArrayRef<int64_t> sizes) {
   std::vector<int64_t> strides(sizes.size(), 1);
   for (size_t i = sizes.size(); i > 1; --i)
@@ -78,14 +71,14 @@ std::vector<int64_t> packedStrides(llvm::ArrayRef<int64_t> sizes) {
 
 llvm::Expected<uint64_t> packedBytes(int64_t elemSize, llvm::ArrayRef<int64_t> sizes) {
   if (elemSize <= 0)
-    return makeWireError("bad_frame",
-                         "element size must be positive, got " + llvm::Twine(elemSize));
+    return makeCodedError(ErrorCode::BadFrame,
+                          "element size must be positive, got " + llvm::Twine(elemSize));
   uint64_t total = static_cast<uint64_t>(elemSize);
   for (int64_t size : sizes) {
     if (size < 0)
-      return makeWireError("bad_frame", "negative dimension " + llvm::Twine(size));
+      return makeCodedError(ErrorCode::BadFrame, "negative dimension " + llvm::Twine(size));
     if (size != 0 && total > UINT64_MAX / 2 / static_cast<uint64_t>(size))
-      return makeWireError("payload_too_large", "tensor shape overflows 64 bits");
+      return makeCodedError(ErrorCode::PayloadTooLarge, "tensor shape overflows 64 bits");
     total *= static_cast<uint64_t>(size);
   }
   return total;
@@ -139,7 +132,7 @@ struct Decoder {
   std::string problem;
   /// A header is a bad frame, unless a check says otherwise (a shape whose byte count
   /// overflows is too large, not malformed).
-  std::string code = "bad_frame";
+  ErrorCode code = ErrorCode::BadFrame;
 
   bool fail(std::string text) {
     if (problem.empty())
@@ -149,17 +142,18 @@ struct Decoder {
 
   /// What the problem is prefixed with: a too-large tensor is well-formed.
   std::string context(const char *what) const {
-    return (code == "bad_frame" ? "malformed " : "") + std::string(what) + ": ";
+    return (code == ErrorCode::BadFrame ? "malformed " : "") + std::string(what) + ": ";
   }
 
-  /// Takes over a WireError's code and message, without the "[code]" its text form adds.
+  /// Takes over a CodedError's code and message, without the "[code]" its text form adds.
   bool fail(llvm::Error error) {
-    std::string text, errorCode = code;
+    std::string text;
+    ErrorCode errorCode = code;
     llvm::handleAllErrors(
         std::move(error),
-        [&](const WireError &e) {
+        [&](const CodedError &e) {
           text = e.message;
-          errorCode = e.code;
+          errorCode = e.kind;
         },
         [&](const llvm::ErrorInfoBase &e) { text = e.message(); });
     if (problem.empty())
@@ -196,6 +190,9 @@ struct Decoder {
     auto it = object.find(key);
     if (it == object.end() || !it->is_array())
       return fail(std::string("'") + key + "' must be an array");
+    if (it->size() > kMaxFrameTensors)
+      return fail(std::string("'") + key + "' holds " + std::to_string(it->size()) +
+                  " tensors; at most " + std::to_string(kMaxFrameTensors));
     uint64_t expectedOffset = 0;
     for (const json &item : *it) {
       if (!item.is_object())
@@ -208,11 +205,14 @@ struct Decoder {
       auto sizes = item.find("sizes");
       if (sizes == item.end() || !sizes->is_array())
         return fail("'sizes' must be an array");
+      if (sizes->size() > kMaxFrameRank)
+        return fail("a tensor of rank " + std::to_string(sizes->size()) + "; ranks go up to " +
+                    std::to_string(kMaxFrameRank));
       for (const json &s : *sizes) {
         if (!s.is_number_integer())
           return fail("'sizes' must hold integers");
         if (!fitsInt64(s)) {
-          code = "payload_too_large";
+          code = ErrorCode::PayloadTooLarge;
           return fail("dimension " + s.dump() + " is too large");
         }
         t.sizes.push_back(s.get<int64_t>());
@@ -238,7 +238,7 @@ struct Decoder {
 llvm::Expected<json> parseLine(llvm::StringRef line) {
   json parsed = json::parse(line.begin(), line.end(), nullptr, /*allow_exceptions=*/false);
   if (parsed.is_discarded() || !parsed.is_object())
-    return makeWireError("bad_frame", "frame header is not a JSON object");
+    return makeCodedError(ErrorCode::BadFrame, "frame header is not a JSON object");
   return parsed;
 }
 } // namespace
@@ -256,6 +256,9 @@ llvm::Expected<LaunchRequest> decodeLaunchRequest(llvm::StringRef line) {
     auto results = parsed->find("results");
     if (ok && (results == parsed->end() || !results->is_array()))
       ok = d.fail("'results' must be an array");
+    if (ok && results->size() > kMaxFrameTensors)
+      ok = d.fail("'results' holds " + std::to_string(results->size()) + " results; at most " +
+                  std::to_string(kMaxFrameTensors));
     if (ok) {
       for (const json &r : *results) {
         ResultSpec spec;
@@ -267,8 +270,10 @@ llvm::Expected<LaunchRequest> decodeLaunchRequest(llvm::StringRef line) {
           ok = false;
           break;
         }
-        if (spec.rank < 0 || spec.elemSize <= 0) {
-          ok = d.fail("result rank must be >= 0 and elemSize > 0");
+        if (spec.rank < 0 || spec.rank > static_cast<int64_t>(kMaxFrameRank) ||
+            spec.elemSize <= 0) {
+          ok = d.fail("result rank must be 0 to " + std::to_string(kMaxFrameRank) +
+                      " and elemSize > 0");
           break;
         }
         request.results.push_back(spec);
@@ -277,10 +282,10 @@ llvm::Expected<LaunchRequest> decodeLaunchRequest(llvm::StringRef line) {
     if (ok && !isSha256(request.object))
       ok = d.fail("'object' must be a lowercase hex SHA-256");
     if (!ok)
-      return makeWireError(d.code, d.context("launch header") + d.problem);
+      return makeCodedError(d.code, d.context("launch header") + d.problem);
     return request;
   } catch (const std::exception &e) {
-    return makeWireError("bad_frame", llvm::Twine("malformed launch header: ") + e.what());
+    return makeCodedError(ErrorCode::BadFrame, llvm::Twine("malformed launch header: ") + e.what());
   }
 }
 
@@ -292,10 +297,10 @@ llvm::Expected<LaunchReply> decodeLaunchReply(llvm::StringRef line) {
     Decoder d;
     LaunchReply reply;
     if (!d.getTensors(*parsed, "results", reply.results))
-      return makeWireError(d.code, d.context("launch reply") + d.problem);
+      return makeCodedError(d.code, d.context("launch reply") + d.problem);
     return reply;
   } catch (const std::exception &e) {
-    return makeWireError("bad_frame", llvm::Twine("malformed launch reply: ") + e.what());
+    return makeCodedError(ErrorCode::BadFrame, llvm::Twine("malformed launch reply: ") + e.what());
   }
 }
 
@@ -376,8 +381,9 @@ llvm::Error FrameReader::feed(const char *data, size_t size) {
       const char *newline = static_cast<const char *>(std::memchr(data, '\n', size));
       size_t take = newline ? static_cast<size_t>(newline - data) : size;
       if (header.size() + take > kMaxFrameHeaderBytes)
-        return makeWireError("bad_frame", "frame header line longer than " +
-                                              llvm::Twine(kMaxFrameHeaderBytes) + " bytes");
+        return makeCodedError(ErrorCode::BadFrame, "frame header line longer than " +
+                                                       llvm::Twine(kMaxFrameHeaderBytes) +
+                                                       " bytes");
       header.append(data, take);
       if (!newline)
         return llvm::Error::success();
@@ -395,7 +401,8 @@ llvm::Error FrameReader::feed(const char *data, size_t size) {
       filled = 0;
     }
     if (current == destinations.size())
-      return makeWireError("bad_frame", "frame carries more bytes than its header declares");
+      return makeCodedError(ErrorCode::BadFrame,
+                            "frame carries more bytes than its header declares");
     Destination &d = destinations[current];
     uint64_t take = std::min<uint64_t>(size, d.bytes - filled);
     std::memcpy(d.data + filled, data, take);
@@ -408,7 +415,7 @@ llvm::Error FrameReader::feed(const char *data, size_t size) {
 
 llvm::Error FrameReader::finish() const {
   if (!inPayload)
-    return makeWireError("bad_frame", "frame ended before the header line's newline");
+    return makeCodedError(ErrorCode::BadFrame, "frame ended before the header line's newline");
   size_t index = current;
   uint64_t have = filled;
   while (index < destinations.size() && have == destinations[index].bytes) {
@@ -416,7 +423,7 @@ llvm::Error FrameReader::finish() const {
     have = 0;
   }
   if (index != destinations.size())
-    return makeWireError("bad_frame", "frame ended before all tensor bytes arrived");
+    return makeCodedError(ErrorCode::BadFrame, "frame ended before all tensor bytes arrived");
   return llvm::Error::success();
 }
 

@@ -1,10 +1,13 @@
 // The byte-level contract between the HTTP client and courier-executor: names of routes and
 // headers, error codes, and the launch frame (one line of JSON, '\n', raw tensor bytes).
-// Shared by HttpBackend.cpp and HttpServer.cpp; see docs/protocol.md for the prose version.
+// Shared by HttpBackend.cpp and the executor's server; see docs/protocol.md for the prose
+// version. The codes themselves are transport/ErrorCode.h's.
 #ifndef COURIER_TRANSPORT_WIRE_H
 #define COURIER_TRANSPORT_WIRE_H
 
+#include "abi/ContentHash.h"
 #include "transport/Backend.h"
+#include "transport/ErrorCode.h"
 
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/Error.h"
@@ -23,47 +26,37 @@ inline constexpr const char *kBytesContentType = "application/octet-stream";
 inline constexpr const char *kSessionHeader = "X-Courier-Session";
 /// Number of reply bytes a `call` expects; the server checks the symbol produced exactly that.
 inline constexpr const char *kOutputSizeHeader = "X-Courier-Output-Size";
+/// Milliseconds a launch, call, async launch or await may take; the executor ends the work
+/// (and its worker) past it. Bounded by the executor's own --launch-timeout-ms.
+inline constexpr const char *kDeadlineHeader = "X-Courier-Deadline-Ms";
 /// Upper bound on a frame's JSON line; a longer one is a malformed frame.
 inline constexpr size_t kMaxFrameHeaderBytes = 1 << 20;
+/// Most inputs, or results, a launch frame may declare, and the highest rank of a tensor in
+/// one: generous bounds that keep a header from making a receiver size descriptor areas
+/// from absurd numbers.
+inline constexpr size_t kMaxFrameTensors = 4096;
+inline constexpr size_t kMaxFrameRank = 64;
 
-/// Every error code the executor sends, with its HTTP status. The table in
-/// docs/protocol.md lists the same pairs; tests/transport checks the two agree.
-struct ErrorCodeInfo {
-  const char *code;
-  int status;
-};
-inline constexpr ErrorCodeInfo kErrorCodes[] = {
-    {"bad_request", 400},   {"bad_frame", 400},         {"hash_mismatch", 400},
-    {"unauthorized", 401},  {"unknown_session", 404},   {"unknown_object", 404},
-    {"unknown_entry", 404}, {"unknown_symbol", 404},    {"unknown_launch", 404},
-    {"not_found", 404},     {"payload_too_large", 413}, {"invalid_object", 422},
-    {"launch_failed", 422}, {"call_failed", 422},       {"too_many_launches", 429},
-    {"internal", 500},
-};
+using transport::ErrorCodeInfo;
+/// Every error code the executor sends, with its HTTP status: the rows of ErrorCode.h's table
+/// marked kSentByExecutor. The table in docs/protocol.md lists the same pairs;
+/// tests/transport checks the two agree.
+inline constexpr auto kErrorCodes = codesSentBy<kSentByExecutor>();
 /// Async launches a session may have started and not yet awaited; one more is
 /// `too_many_launches`. Each holds its outcome until awaited, so an unbounded number would
 /// let one client grow the executor without limit.
 inline constexpr size_t kMaxPendingLaunches = 64;
-/// HTTP status for `code`, 500 for a code not in the table.
-int statusForCode(llvm::StringRef code);
-
 /// The JSON error body: {"error":{"code":...,"message":...}}.
-std::string errorBody(llvm::StringRef code, llvm::StringRef message);
+std::string errorBody(ErrorCode code, llvm::StringRef message);
 
-/// An error reported by an executor (or by the transport), keeping the wire code so the
-/// client can react to `unknown_object` and `unknown_session`.
-class WireError : public llvm::ErrorInfo<WireError> {
-public:
-  static char ID;
-  WireError(std::string code, std::string message)
-      : code(std::move(code)), message(std::move(message)) {}
-  void log(llvm::raw_ostream &os) const override;
-  std::error_code convertToErrorCode() const override { return llvm::inconvertibleErrorCode(); }
-
-  std::string code;
-  std::string message;
-};
+/// The wire-name spellings of the above, kept source-compatible for code that still passes
+/// codes as strings; new code uses ErrorCode, CodedError and makeCodedError. A name not in
+/// the table is `internal`.
+using WireError = CodedError;
 llvm::Error makeWireError(llvm::StringRef code, const llvm::Twine &message);
+/// HTTP status for `code`, 500 for a name not in the table.
+int statusForCode(llvm::StringRef code);
+std::string errorBody(llvm::StringRef code, llvm::StringRef message);
 
 /// One tensor in a frame: packed row-major (strides are implied), `bytes` long, starting
 /// `offset` bytes after the frame's newline. Offsets are consecutive, in order.
@@ -98,8 +91,8 @@ llvm::Expected<LaunchReply> decodeLaunchReply(llvm::StringRef line);
 bool isSha256(llvm::StringRef text);
 /// True for a session id a client may choose: 1-64 of [A-Za-z0-9_-].
 bool isSessionId(llvm::StringRef text);
-/// Lowercase hex SHA-256 of `bytes`.
-std::string sha256Hex(llvm::StringRef bytes);
+/// Lowercase hex SHA-256 of `bytes`: the one implementation, abi/ContentHash.h's.
+using ::courier::sha256Hex;
 
 /// Produces a frame (header line, newline, tensors packed) in pieces for a streaming body,
 /// reading the tensors in place and gathering non-contiguous strides through a small buffer.

@@ -56,8 +56,8 @@ std::vector<double> values(const Tensor &t) {
 std::string message(llvm::Error error) { return llvm::toString(std::move(error)); }
 
 /// The kind of an EngineError; fails the test for any other error.
-EngineError::Kind kindOf(llvm::Error error) {
-  EngineError::Kind kind = EngineError::Kind::InvalidInput;
+ErrorCode kindOf(llvm::Error error) {
+  ErrorCode kind = ErrorCode::InvalidInput;
   llvm::handleAllErrors(
       std::move(error), [&](const EngineError &e) { kind = e.kind; },
       [](const llvm::ErrorInfoBase &e) { FAIL("not an engine error: " << e.message()); });
@@ -311,8 +311,8 @@ TEST_CASE("invoke checks the entry, the input count, dtype, rank and shape", "[e
   Tensor torn = Tensor::fromDoubles(DType::F64, {4}, {1, 2, 3, 4});
   torn.bytes.resize(5);
   CHECK_THAT(message(m.invoke("main", {torn}).takeError()), Catch::Contains("holds 5 bytes"));
-  CHECK(kindOf(m.invoke("nope", {}).takeError()) == EngineError::Kind::UnknownEntry);
-  CHECK(kindOf(m.invoke("main", {}).takeError()) == EngineError::Kind::InvalidInput);
+  CHECK(kindOf(m.invoke("nope", {}).takeError()) == ErrorCode::UnknownEntry);
+  CHECK(kindOf(m.invoke("main", {}).takeError()) == ErrorCode::InvalidInput);
   // The module still works after every refusal.
   auto out = m.invoke("main", {Tensor::fromDoubles(DType::F64, {4}, {0, 0, 0, 0})});
   REQUIRE(ok(out));
@@ -330,7 +330,7 @@ TEST_CASE("a module whose executor is down fails to load with the executor's add
   REQUIRE(failed(module));
   llvm::Error error = module.takeError();
   std::string text = llvm::toString(llvm::handleErrors(std::move(error), [](const EngineError &e) {
-    CHECK(e.kind == EngineError::Kind::ExecutorUnavailable);
+    CHECK(e.kind == ErrorCode::ExecutorUnavailable);
     return llvm::make_error<EngineError>(e.kind, e.message);
   }));
   CHECK_THAT(text, Catch::Contains("127.0.0.1:1"));
@@ -355,7 +355,7 @@ TEST_CASE("a kernel runs on a real executor, whose failure mid-run surfaces at i
   REQUIRE(failed(broken));
   std::string text;
   llvm::handleAllErrors(broken.takeError(), [&](const EngineError &e) {
-    CHECK(e.kind == EngineError::Kind::ExecutorUnavailable);
+    CHECK(e.kind == ErrorCode::ExecutorUnavailable);
     text = e.message;
   });
   CHECK_THAT(text, Catch::Contains(executor->address()));

@@ -2,8 +2,9 @@
 // distinct option set, compiles on detached workers so a request can stop waiting for one.
 #include "tools/courier-serve/ModuleStore.h"
 
+#include "abi/ContentHash.h"
+
 #include "llvm/ADT/StringExtras.h"
-#include "llvm/Support/SHA256.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <functional>
@@ -21,16 +22,9 @@ void ServeError::log(llvm::raw_ostream &os) const {
     os << "\n" << d.str();
 }
 
-llvm::Error makeServeError(llvm::StringRef code, const llvm::Twine &message,
+llvm::Error makeServeError(ErrorCode code, const llvm::Twine &message,
                            std::vector<Diagnostic> diagnostics) {
-  return llvm::make_error<ServeError>(code.str(), message.str(), std::move(diagnostics));
-}
-
-int statusForCode(llvm::StringRef code) {
-  for (const ErrorCodeInfo &info : kErrorCodes)
-    if (code == info.code)
-      return info.status;
-  return 500;
+  return llvm::make_error<ServeError>(code, message.str(), std::move(diagnostics));
 }
 
 bool isModuleName(llvm::StringRef name) {
@@ -55,11 +49,6 @@ std::string describeFailure(const ServeError &error) {
 }
 
 namespace {
-
-std::string sha256Hex(llvm::StringRef text) {
-  auto digest = llvm::SHA256::hash(llvm::arrayRefFromStringRef(text));
-  return llvm::toHex(digest, /*LowerCase=*/true);
-}
 
 /// Runs `work` on a detached thread with a large stack: MLIR's parser and passes recurse
 /// with the IR's nesting. Only the pages touched are ever committed.
@@ -95,7 +84,7 @@ double msSince(Clock::time_point start) {
 /// diagnostic with its location for programs.
 llvm::Error compileFailure(llvm::Error error) {
   std::string message;
-  llvm::StringRef code = "compile_failed";
+  ErrorCode code = ErrorCode::CompileFailed;
   std::vector<Diagnostic> diagnostics;
   llvm::handleAllErrors(
       std::move(error),
@@ -112,8 +101,8 @@ llvm::Error compileFailure(llvm::Error error) {
       // that cannot be reached, or refuses, is not the source's fault.
       [&](const EngineError &e) {
         message = e.message;
-        code = e.kind == EngineError::Kind::ExecutorUnavailable ? "executor_unavailable"
-                                                                : "executor_failed";
+        code = e.kind == ErrorCode::ExecutorUnavailable ? ErrorCode::ExecutorUnavailable
+                                                        : ErrorCode::ExecutorFailed;
       },
       [&](const llvm::ErrorInfoBase &e) { message = e.message(); });
   return makeServeError(code, message, std::move(diagnostics));
@@ -140,9 +129,10 @@ struct ModuleStore::Record {
   std::optional<ModuleInfo::LastError> lastError;
   std::atomic<uint64_t> calls{0}, failedCalls{0};
 
-  void fail(llvm::StringRef code, llvm::StringRef message) {
+  void fail(ErrorCode code, llvm::StringRef message) {
     std::lock_guard<std::mutex> lock(mutex);
-    lastError = ModuleInfo::LastError{code.str(), message.str(), std::chrono::system_clock::now()};
+    lastError = ModuleInfo::LastError{transport::errorCodeName(code).str(), message.str(),
+                                      std::chrono::system_clock::now()};
   }
 
   ModuleInfo snapshot() const {
@@ -250,7 +240,7 @@ ModuleStore::compileWithDeadline(Engine &engine, llvm::StringRef name, llvm::Str
     if (!job->finished.wait_for(lock, config.compileTimeout, [&] { return job->done; })) {
       job->abandoned = true;
       stats.compileTimeouts++;
-      return makeServeError("compile_timeout",
+      return makeServeError(ErrorCode::CompileTimeout,
                             "compiling '" + name + "' took longer than " +
                                 llvm::Twine(config.compileTimeout.count()) +
                                 " ms; it goes on in the background and its result will be "
@@ -277,20 +267,21 @@ llvm::Expected<LoadResult> ModuleStore::load(llvm::StringRef name, llvm::StringR
                                              std::optional<ModuleOptions> options, Mode mode,
                                              llvm::StringRef origin, bool deadline) {
   if (!isModuleName(name))
-    return makeServeError("bad_request", "module name '" + name +
-                                             "' must be 1-64 of [A-Za-z0-9_.-], not starting "
-                                             "with '.' or '-'");
+    return makeServeError(ErrorCode::BadRequest,
+                          "module name '" + name +
+                              "' must be 1-64 of [A-Za-z0-9_.-], not starting "
+                              "with '.' or '-'");
   if (options && options->executor.empty())
     options->executor = config.defaultExecutor;
   if (std::shared_ptr<Record> record = find(name)) {
     if (mode == Mode::Create)
-      return makeServeError("module_exists", "module '" + name +
-                                                 "' already exists; PUT /v1/modules/" + name +
-                                                 " replaces it");
+      return makeServeError(ErrorCode::ModuleExists, "module '" + name +
+                                                         "' already exists; PUT /v1/modules/" +
+                                                         name + " replaces it");
     return replace(std::move(record), text, std::move(options), origin, deadline);
   }
   if (mode == Mode::Replace)
-    return makeServeError("unknown_module", "no module '" + name + "'");
+    return makeServeError(ErrorCode::UnknownModule, "no module '" + name + "'");
   ModuleOptions chosen = options.value_or(ModuleOptions{2, config.defaultExecutor});
   return create(name, text, chosen, origin, deadline);
 }
@@ -301,14 +292,15 @@ llvm::Expected<LoadResult> ModuleStore::create(llvm::StringRef name, llvm::Strin
   {
     std::lock_guard<std::mutex> lock(modulesMutex);
     if (modules.count(name.str()) || creating.count(name.str()))
-      return makeServeError("module_exists", "module '" + name +
-                                                 "' already exists or is being created; PUT "
-                                                 "/v1/modules/" +
-                                                 name + " replaces it");
+      return makeServeError(ErrorCode::ModuleExists,
+                            "module '" + name +
+                                "' already exists or is being created; PUT "
+                                "/v1/modules/" +
+                                name + " replaces it");
     if (modules.size() + creating.size() >= config.maxModules)
-      return makeServeError("too_many_modules", "the server holds its maximum of " +
-                                                    llvm::Twine(config.maxModules) +
-                                                    " modules; DELETE one first");
+      return makeServeError(ErrorCode::TooManyModules, "the server holds its maximum of " +
+                                                           llvm::Twine(config.maxModules) +
+                                                           " modules; DELETE one first");
     creating.insert(name.str());
   }
   auto release = [&] {
@@ -366,10 +358,11 @@ llvm::Expected<LoadResult> ModuleStore::replace(std::shared_ptr<Record> record,
   llvm::Expected<std::shared_ptr<Module>> compiled =
       compileWithDeadline(engine, record->name, text, deadline, wallMs);
   if (!compiled) {
-    std::string code = "compile_failed", message;
+    ErrorCode code = ErrorCode::CompileFailed;
+    std::string message;
     llvm::Error error =
         llvm::handleErrors(compiled.takeError(), [&](std::unique_ptr<ServeError> e) -> llvm::Error {
-          code = e->code;
+          code = e->kind;
           message = describeFailure(*e);
           return llvm::Error(std::move(e));
         });
@@ -416,7 +409,7 @@ llvm::Expected<LoadResult> ModuleStore::replace(std::shared_ptr<Record> record,
   // The old version unloads here, or when the last call still running on it returns.
   retired.reset();
   if (!find(record->name))
-    return makeServeError("unknown_module",
+    return makeServeError(ErrorCode::UnknownModule,
                           "module '" + record->name + "' was deleted while it was being replaced");
   return LoadResult{record->snapshot(), false};
 }
@@ -427,7 +420,7 @@ llvm::Error ModuleStore::remove(llvm::StringRef name) {
     std::lock_guard<std::mutex> lock(modulesMutex);
     auto it = modules.find(name.str());
     if (it == modules.end())
-      return makeServeError("unknown_module", "no module '" + name + "'");
+      return makeServeError(ErrorCode::UnknownModule, "no module '" + name + "'");
     removed = std::move(it->second);
     modules.erase(it);
   }
@@ -437,7 +430,7 @@ llvm::Error ModuleStore::remove(llvm::StringRef name) {
 llvm::Expected<Pinned> ModuleStore::pin(llvm::StringRef name) const {
   std::shared_ptr<Record> record = find(name);
   if (!record)
-    return makeServeError("unknown_module", "no module '" + name + "'");
+    return makeServeError(ErrorCode::UnknownModule, "no module '" + name + "'");
   std::lock_guard<std::mutex> lock(record->mutex);
   return Pinned{record->name, record->current, record->version};
 }
@@ -449,13 +442,12 @@ llvm::Expected<const EntrySignature *> ModuleStore::entry(const Pinned &pinned,
   std::string known;
   for (const EntrySignature &e : pinned.module->entries())
     known += (known.empty() ? "" : ", ") + e.name;
-  return makeServeError("unknown_entry", "module '" + pinned.name + "' has no entry '" + entry +
-                                             "' (entries: " + (known.empty() ? "none" : known) +
-                                             ")");
+  return makeServeError(ErrorCode::UnknownEntry,
+                        "module '" + pinned.name + "' has no entry '" + entry +
+                            "' (entries: " + (known.empty() ? "none" : known) + ")");
 }
 
-void ModuleStore::recordCallFailure(const Pinned &pinned, llvm::StringRef code,
-                                    llvm::StringRef message) {
+void ModuleStore::recordCallFailure(const Pinned &pinned, ErrorCode code, llvm::StringRef message) {
   stats.invokes++;
   stats.invokeFailures++;
   if (std::shared_ptr<Record> record = find(pinned.name)) {
@@ -474,25 +466,14 @@ llvm::Expected<std::vector<Tensor>> ModuleStore::invoke(const Pinned &pinned, ll
       record->calls++;
     return outputs;
   }
-  std::string message, code = "executor_failed";
+  // The engine's kinds are REST codes already; anything else it returns is an executor's.
+  std::string message;
+  ErrorCode code = ErrorCode::ExecutorFailed;
   llvm::handleAllErrors(
       outputs.takeError(),
       [&](const EngineError &e) {
         message = e.message;
-        switch (e.kind) {
-        case EngineError::Kind::InvalidInput:
-          code = "invalid_input";
-          break;
-        case EngineError::Kind::UnknownEntry:
-          code = "unknown_entry";
-          break;
-        case EngineError::Kind::ExecutorFailed:
-          code = "executor_failed";
-          break;
-        case EngineError::Kind::ExecutorUnavailable:
-          code = "executor_unavailable";
-          break;
-        }
+        code = e.kind;
       },
       [&](const llvm::ErrorInfoBase &e) { message = e.message(); });
   recordCallFailure(pinned, code, message);
@@ -515,7 +496,7 @@ std::vector<ModuleInfo> ModuleStore::list() const {
 llvm::Expected<ModuleInfo> ModuleStore::info(llvm::StringRef name) const {
   std::shared_ptr<Record> record = find(name);
   if (!record)
-    return makeServeError("unknown_module", "no module '" + name + "'");
+    return makeServeError(ErrorCode::UnknownModule, "no module '" + name + "'");
   return record->snapshot();
 }
 

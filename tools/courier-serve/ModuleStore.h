@@ -23,36 +23,24 @@
 
 namespace courier::serve {
 
-/// Every error code courier-serve sends, with its HTTP status. docs/rest.md lists the same
-/// pairs; tests/serve checks that the two agree.
-struct ErrorCodeInfo {
-  const char *code;
-  int status;
-};
-inline constexpr ErrorCodeInfo kErrorCodes[] = {
-    {"bad_request", 400},     {"invalid_input", 400},     {"unauthorized", 401},
-    {"unknown_module", 404},  {"unknown_entry", 404},     {"not_found", 404},
-    {"module_exists", 409},   {"payload_too_large", 413}, {"compile_failed", 422},
-    {"executor_failed", 422}, {"internal", 500},          {"executor_unavailable", 502},
-    {"not_ready", 503},       {"compile_timeout", 504},   {"too_many_modules", 507},
-};
-/// HTTP status for `code`; 500 for a code not in the table.
-int statusForCode(llvm::StringRef code);
+using transport::ErrorCodeInfo;
+/// Every error code courier-serve sends, with its HTTP status: the rows of the one code table
+/// (transport/ErrorCode.h) marked kSentByServe. docs/rest.md lists the same pairs;
+/// tests/serve checks that the two agree.
+inline constexpr auto kErrorCodes = transport::codesSentBy<transport::kSentByServe>();
 
-/// A refusal or failure with its REST error code; compile failures carry the diagnostics.
-class ServeError : public llvm::ErrorInfo<ServeError> {
+/// A refusal or failure with its REST error code (one of kErrorCodes); compile failures
+/// carry the diagnostics.
+class ServeError : public llvm::ErrorInfo<ServeError, transport::CodedError> {
 public:
   static char ID;
-  ServeError(std::string code, std::string message, std::vector<Diagnostic> diagnostics = {})
-      : code(std::move(code)), message(std::move(message)), diagnostics(std::move(diagnostics)) {}
+  ServeError(ErrorCode kind, std::string message, std::vector<Diagnostic> diagnostics = {})
+      : ErrorInfo(kind, std::move(message)), diagnostics(std::move(diagnostics)) {}
   void log(llvm::raw_ostream &os) const override;
-  std::error_code convertToErrorCode() const override { return llvm::inconvertibleErrorCode(); }
 
-  std::string code;
-  std::string message;
   std::vector<Diagnostic> diagnostics;
 };
-llvm::Error makeServeError(llvm::StringRef code, const llvm::Twine &message,
+llvm::Error makeServeError(ErrorCode code, const llvm::Twine &message,
                            std::vector<Diagnostic> diagnostics = {});
 
 /// True for a module name: 1-64 of [A-Za-z0-9_.-], not starting with '.' or '-'.
@@ -151,7 +139,7 @@ public:
   llvm::Expected<std::vector<Tensor>> invoke(const Pinned &pinned, llvm::StringRef entry,
                                              llvm::ArrayRef<Tensor> inputs);
   /// Records a failure that happened before the engine was called (bad inputs).
-  void recordCallFailure(const Pinned &pinned, llvm::StringRef code, llvm::StringRef message);
+  void recordCallFailure(const Pinned &pinned, ErrorCode code, llvm::StringRef message);
 
   std::vector<ModuleInfo> list() const;
   llvm::Expected<ModuleInfo> info(llvm::StringRef name) const;

@@ -4,6 +4,7 @@
 // {"error":{"code","message"}} with the status of its code, so handlers never throw.
 #include "tools/courier-serve/RestService.h"
 
+#include "transport/HostPort.h"
 #include "transport/HttpService.h"
 #include "transport/Wire.h"
 
@@ -93,23 +94,23 @@ json::Value diagnosticJson(const Diagnostic &d) {
                       {"message", utf8(d.message)}};
 }
 
-void sendError(httplib::Response &res, llvm::StringRef code, llvm::StringRef message,
+void sendError(httplib::Response &res, ErrorCode code, llvm::StringRef message,
                const std::vector<Diagnostic> &diagnostics = {}) {
-  json::Object error{{"code", code.str()}, {"message", utf8(message)}};
+  json::Object error{{"code", transport::errorCodeName(code)}, {"message", utf8(message)}};
   if (!diagnostics.empty()) {
     json::Array list;
     for (const Diagnostic &d : diagnostics)
       list.push_back(diagnosticJson(d));
     error["diagnostics"] = std::move(list);
   }
-  sendJson(res, statusForCode(code), json::Object{{"error", std::move(error)}});
+  sendJson(res, transport::httpStatus(code), json::Object{{"error", std::move(error)}});
 }
 
 void reportFailure(httplib::Response &res, llvm::Error error) {
   llvm::handleAllErrors(
       std::move(error),
-      [&](const ServeError &e) { sendError(res, e.code, e.message, e.diagnostics); },
-      [&](const llvm::ErrorInfoBase &e) { sendError(res, "internal", e.message()); });
+      [&](const ServeError &e) { sendError(res, e.kind, e.message, e.diagnostics); },
+      [&](const llvm::ErrorInfoBase &e) { sendError(res, ErrorCode::Internal, e.message()); });
 }
 
 /// Reads and discards the rest of a body, so a refused request leaves the keep-alive
@@ -125,9 +126,10 @@ void drain(const httplib::ContentReader &reader, httplib::Response &res) {
 llvm::Error readFailure(httplib::Response &res, bool overLimit, uint64_t limit) {
   res.set_header("Connection", "close");
   if (overLimit || res.status == 413)
-    return makeServeError("payload_too_large", "request body exceeds the server's limit of " +
-                                                   llvm::Twine(limit) + " bytes");
-  return makeServeError("bad_request", "request body could not be read");
+    return makeServeError(ErrorCode::PayloadTooLarge,
+                          "request body exceeds the server's limit of " + llvm::Twine(limit) +
+                              " bytes");
+  return makeServeError(ErrorCode::BadRequest, "request body could not be read");
 }
 
 llvm::Expected<std::string> readBody(const httplib::Request &req, httplib::Response &res,
@@ -152,11 +154,11 @@ llvm::Expected<json::Object> parseObject(llvm::StringRef body, llvm::StringRef w
   // Bounded nesting: llvm::json parses recursively, on the stack of the thread serving.
   llvm::Expected<json::Value> parsed = parseJSON(body);
   if (!parsed)
-    return makeServeError("bad_request",
+    return makeServeError(ErrorCode::BadRequest,
                           what + " is not JSON: " + llvm::toString(parsed.takeError()));
   json::Object *object = parsed->getAsObject();
   if (!object)
-    return makeServeError("bad_request", what + " must be a JSON object");
+    return makeServeError(ErrorCode::BadRequest, what + " must be a JSON object");
   return std::move(*object);
 }
 
@@ -165,27 +167,30 @@ llvm::Expected<json::Object> parseObject(llvm::StringRef body, llvm::StringRef w
 llvm::Expected<ModuleOptions> parseOptions(const json::Value &value) {
   const json::Object *object = value.getAsObject();
   if (!object)
-    return makeServeError("bad_request", "'options' must be an object");
+    return makeServeError(ErrorCode::BadRequest, "'options' must be an object");
   ModuleOptions options;
   for (const auto &[key, field] : *object) {
     if (key == "optLevel") {
       std::optional<int64_t> level = field.getAsInteger();
       if (!level || *level < 0 || *level > 3)
-        return makeServeError("bad_request", "'options.optLevel' must be an integer from 0 to 3");
+        return makeServeError(ErrorCode::BadRequest,
+                              "'options.optLevel' must be an integer from 0 to 3");
       options.optLevel = static_cast<unsigned>(*level);
     } else if (key == "executor") {
       std::optional<llvm::StringRef> executor = field.getAsString();
-      unsigned port = 0;
-      bool valid = executor &&
-                   (*executor == "local" || (executor->contains(':') &&
-                                             !executor->rsplit(':').second.getAsInteger(10, port) &&
-                                             port > 0 && port < 65536));
-      if (!valid)
-        return makeServeError("bad_request",
+      if (!executor)
+        return makeServeError(ErrorCode::BadRequest,
                               "'options.executor' must be \"local\" or \"host:port\"");
+      if (*executor != "local") {
+        llvm::Expected<transport::HostPort> parsed = transport::parseHostPort(*executor);
+        if (!parsed)
+          return makeServeError(ErrorCode::BadRequest,
+                                "'options.executor' must be \"local\" or \"host:port\": " +
+                                    llvm::toString(parsed.takeError()));
+      }
       options.executor = executor->str();
     } else {
-      return makeServeError("bad_request",
+      return makeServeError(ErrorCode::BadRequest,
                             "unknown option '" + key.str() + "' (known: optLevel, executor)");
     }
   }
@@ -280,14 +285,15 @@ llvm::Expected<std::optional<uint64_t>> optionalCount(const json::Object &item, 
   // 32.0 is a JSON spelling of 32, as "shape" accepts it.
   if (std::optional<int64_t> whole = value->getAsInteger(); whole && *whole >= 0)
     return static_cast<uint64_t>(*whole);
-  return makeServeError("bad_request", "frame input " + llvm::Twine(input) + ": \"" + key +
-                                           "\" must be a non-negative integer");
+  return makeServeError(ErrorCode::BadRequest, "frame input " + llvm::Twine(input) + ": \"" + key +
+                                                   "\" must be a non-negative integer");
 }
 
 /// Frame errors from the shared reader keep their message; their code becomes ours.
 llvm::Error frameError(llvm::Error error) {
-  return llvm::handleErrors(std::move(error), [](const wire::WireError &e) {
-    return makeServeError(e.code == "payload_too_large" ? "payload_too_large" : "bad_request",
+  return llvm::handleErrors(std::move(error), [](const transport::CodedError &e) {
+    return makeServeError(e.kind == ErrorCode::PayloadTooLarge ? ErrorCode::PayloadTooLarge
+                                                               : ErrorCode::BadRequest,
                           e.message);
   });
 }
@@ -331,7 +337,7 @@ HttpServiceOptions RestService::Impl::serviceOptions() {
   service.payloadTooLargeMessage = "request body exceeds the server's limit of " +
                                    std::to_string(options.maxBodyBytes) + " bytes";
   service.sendError = [](httplib::Response &res, llvm::StringRef code, llvm::StringRef message) {
-    sendError(res, code, message);
+    sendError(res, transport::parseErrorCode(code).value_or(ErrorCode::Internal), message);
   };
   service.reportFailure = reportFailure;
   service.onServed = [this](const ServedRequest &served) {
@@ -352,7 +358,7 @@ llvm::Error RestService::Impl::createModule(const httplib::Request &req, httplib
   std::optional<llvm::StringRef> name = request->getString("name");
   std::optional<llvm::StringRef> mlir = request->getString("mlir");
   if (!name || !mlir)
-    return makeServeError("bad_request",
+    return makeServeError(ErrorCode::BadRequest,
                           "expected {\"name\": string, \"mlir\": string, \"options\": {...}}");
   llvm::Expected<std::optional<ModuleOptions>> moduleOptions = optionsOf(*request);
   if (!moduleOptions)
@@ -385,10 +391,11 @@ llvm::Error RestService::Impl::putModule(const httplib::Request &req, httplib::R
       return request.takeError();
     std::optional<llvm::StringRef> text = request->getString("mlir");
     if (!text)
-      return makeServeError("bad_request", "expected {\"mlir\": string, \"options\": {...}}");
+      return makeServeError(ErrorCode::BadRequest,
+                            "expected {\"mlir\": string, \"options\": {...}}");
     if (std::optional<llvm::StringRef> bodyName = request->getString("name"))
       if (*bodyName != name)
-        return makeServeError("bad_request",
+        return makeServeError(ErrorCode::BadRequest,
                               "the body names module '" + *bodyName + "', the path '" + name + "'");
     mlir = text->str();
     llvm::Expected<std::optional<ModuleOptions>> given = optionsOf(*request);
@@ -441,7 +448,7 @@ llvm::Error RestService::Impl::invoke(const httplib::Request &req, httplib::Resp
   if (!error || called)
     return error; // The store counted the call and any failure of it.
   return llvm::handleErrors(std::move(error), [&](std::unique_ptr<ServeError> e) -> llvm::Error {
-    store.recordCallFailure(*pinned, e->code, e->message);
+    store.recordCallFailure(*pinned, e->kind, e->message);
     return llvm::Error(std::move(e));
   });
 }
@@ -457,16 +464,16 @@ llvm::Error RestService::Impl::invokeJson(const Pinned &pinned, const EntrySigna
     return request.takeError();
   const json::Array *given = request->getArray("inputs");
   if (!given)
-    return makeServeError("bad_request", "expected {\"inputs\": [tensor, ...]}");
+    return makeServeError(ErrorCode::BadRequest, "expected {\"inputs\": [tensor, ...]}");
   if (given->size() != entry.inputs.size())
-    return makeServeError("invalid_input", "entry '" + entry.name + "' takes " +
-                                               llvm::Twine(entry.inputs.size()) + " inputs, got " +
-                                               llvm::Twine(given->size()));
+    return makeServeError(ErrorCode::InvalidInput,
+                          "entry '" + entry.name + "' takes " + llvm::Twine(entry.inputs.size()) +
+                              " inputs, got " + llvm::Twine(given->size()));
   std::vector<Tensor> inputs;
   for (size_t i = 0; i < given->size(); ++i) {
     llvm::Expected<Tensor> tensor = tensorFromJSON((*given)[i], entry.inputs[i]);
     if (!tensor)
-      return makeServeError("invalid_input",
+      return makeServeError(ErrorCode::InvalidInput,
                             "input " + llvm::Twine(i) + ": " + llvm::toString(tensor.takeError()));
     inputs.push_back(std::move(*tensor));
   }
@@ -498,27 +505,30 @@ llvm::Error RestService::Impl::invokeFrame(const Pinned &pinned, const EntrySign
       return header.takeError();
     const json::Array *given = header->getArray("inputs");
     if (!given)
-      return makeServeError("bad_request", "expected a frame header {\"inputs\": [{\"dtype\", "
-                                           "\"shape\"}, ...]}");
+      return makeServeError(ErrorCode::BadRequest,
+                            "expected a frame header {\"inputs\": [{\"dtype\", "
+                            "\"shape\"}, ...]}");
     uint64_t total = 0;
     for (size_t i = 0; i < given->size(); ++i) {
       const json::Object *item = (*given)[i].getAsObject();
       std::optional<llvm::StringRef> dtypeName = item ? item->getString("dtype") : std::nullopt;
       const json::Array *shape = item ? item->getArray("shape") : nullptr;
       if (!dtypeName || !shape)
-        return makeServeError("bad_request", "frame input " + llvm::Twine(i) +
-                                                 " must be {\"dtype\": string, \"shape\": [...]}");
+        return makeServeError(ErrorCode::BadRequest,
+                              "frame input " + llvm::Twine(i) +
+                                  " must be {\"dtype\": string, \"shape\": [...]}");
       std::optional<DType> dtype = parseDType(*dtypeName);
       if (!dtype)
-        return makeServeError("invalid_input", "frame input " + llvm::Twine(i) +
-                                                   ": unknown dtype '" + *dtypeName + "'");
+        return makeServeError(ErrorCode::InvalidInput, "frame input " + llvm::Twine(i) +
+                                                           ": unknown dtype '" + *dtypeName + "'");
       Tensor tensor;
       tensor.dtype = *dtype;
       for (const json::Value &d : *shape) {
         std::optional<int64_t> size = d.getAsInteger();
         if (!size || *size < 0)
-          return makeServeError("bad_request", "frame input " + llvm::Twine(i) +
-                                                   ": \"shape\" must hold non-negative integers");
+          return makeServeError(ErrorCode::BadRequest,
+                                "frame input " + llvm::Twine(i) +
+                                    ": \"shape\" must hold non-negative integers");
         tensor.shape.push_back(*size);
       }
       llvm::Expected<uint64_t> bytes =
@@ -529,28 +539,31 @@ llvm::Error RestService::Impl::invokeFrame(const Pinned &pinned, const EntrySign
       if (!declared)
         return declared.takeError();
       if (*declared && **declared != *bytes)
-        return makeServeError("bad_request", "frame input " + llvm::Twine(i) + " declares " +
-                                                 llvm::Twine(**declared) +
-                                                 " bytes, its shape needs " + llvm::Twine(*bytes));
+        return makeServeError(ErrorCode::BadRequest, "frame input " + llvm::Twine(i) +
+                                                         " declares " + llvm::Twine(**declared) +
+                                                         " bytes, its shape needs " +
+                                                         llvm::Twine(*bytes));
       llvm::Expected<std::optional<uint64_t>> offset = optionalCount(*item, "offset", i);
       if (!offset)
         return offset.takeError();
       if (*offset && **offset != total)
-        return makeServeError("bad_request", "frame input " + llvm::Twine(i) +
-                                                 " must start at offset " + llvm::Twine(total));
+        return makeServeError(ErrorCode::BadRequest, "frame input " + llvm::Twine(i) +
+                                                         " must start at offset " +
+                                                         llvm::Twine(total));
       total += *bytes;
       if (total > options.maxBodyBytes)
-        return makeServeError("payload_too_large", "frame inputs exceed the server's limit of " +
-                                                       llvm::Twine(options.maxBodyBytes) +
-                                                       " bytes");
+        return makeServeError(ErrorCode::PayloadTooLarge,
+                              "frame inputs exceed the server's limit of " +
+                                  llvm::Twine(options.maxBodyBytes) + " bytes");
       inputs.push_back(std::move(tensor));
     }
     // Checked before allocating, so a small request cannot make the server reserve memory
     // for tensors it never sends.
     if (hasLength && length != line.size() + 1 + total)
-      return makeServeError("bad_request", "the frame header declares " + llvm::Twine(total) +
-                                               " bytes of tensors, the body carries " +
-                                               llvm::Twine(length - line.size() - 1));
+      return makeServeError(ErrorCode::BadRequest, "the frame header declares " +
+                                                       llvm::Twine(total) +
+                                                       " bytes of tensors, the body carries " +
+                                                       llvm::Twine(length - line.size() - 1));
     std::vector<wire::Destination> destinations;
     for (size_t i = 0; i < inputs.size(); ++i) {
       uint64_t bytes = static_cast<uint64_t>(inputs[i].numElements()) * dtypeSize(inputs[i].dtype);
@@ -708,7 +721,7 @@ void RestService::Impl::installRoutes() {
       "/v1/ready",
       service.wrap(Ready, [this](const httplib::Request &, httplib::Response &res) -> llvm::Error {
         if (!ready)
-          return makeServeError("not_ready", "loading watched modules or shutting down");
+          return makeServeError(ErrorCode::NotReady, "loading watched modules or shutting down");
         sendJson(
             res, 200,
             json::Object{{"status", "ready"}, {"modules", static_cast<int64_t>(store.size())}});

@@ -1,0 +1,16 @@
+// The one content hash every layer names objects by.
+#include "abi/ContentHash.h"
+
+#include <catch2/catch.hpp>
+
+#include <string>
+
+TEST_CASE("sha256Hex gives the standard digests in lowercase hex", "[abi]") {
+  // FIPS 180-2, appendix B.1, and the digest of no bytes.
+  CHECK(courier::sha256Hex("abc") ==
+        "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  CHECK(courier::sha256Hex("") ==
+        "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  // Bytes past a NUL count: objects are binary.
+  CHECK(courier::sha256Hex(llvm::StringRef("a\0b", 3)) != courier::sha256Hex("a"));
+}

@@ -1,0 +1,36 @@
+// Splitting and checking "host:port" addresses.
+#include "transport/HostPort.h"
+
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/StringExtras.h"
+
+namespace courier::transport {
+
+llvm::Expected<HostPort> parseHostPort(llvm::StringRef address, PortZero zero) {
+  auto bad = [](const char *why) { return llvm::createStringError(why); };
+  size_t colon = address.rfind(':');
+  if (colon == llvm::StringRef::npos)
+    return bad("no port");
+  llvm::StringRef host = address.take_front(colon);
+  llvm::StringRef port = address.drop_front(colon + 1);
+  if (host.starts_with("[") != host.ends_with("]"))
+    return bad("unbalanced brackets around the host");
+  bool bracketed = host.starts_with("[");
+  if (bracketed)
+    host = host.drop_front().drop_back();
+  if (host.empty())
+    return bad("no host");
+  if (host.contains('/') || host.contains(' ') || host.contains('[') || host.contains(']'))
+    return bad("the host contains '/', a space or a stray bracket");
+  if (!bracketed && host.contains(':'))
+    return bad("an IPv6 host must be in brackets");
+  unsigned value = 0;
+  unsigned lowest = zero == PortZero::Allowed ? 0 : 1;
+  if (port.empty() || !llvm::all_of(port, llvm::isDigit) || port.getAsInteger(10, value) ||
+      value < lowest || value > 65535)
+    return bad(zero == PortZero::Allowed ? "the port must be a number from 0 to 65535"
+                                         : "the port must be a number from 1 to 65535");
+  return HostPort{host.str(), value};
+}
+
+} // namespace courier::transport
