@@ -3,7 +3,9 @@
 // the status of its code, so handlers never throw.
 #include "executor/ExecutorServer.h"
 
+#include "executor/HostErrors.h"
 #include "executor/ObjectHost.h"
+#include "executor/WorkerPool.h"
 #include "transport/HttpService.h"
 #include "transport/Wire.h"
 
@@ -18,12 +20,15 @@
 
 #include <array>
 #include <atomic>
+#include <climits>
+#include <cstdlib>
 #include <future>
 #include <map>
 #include <mutex>
 #include <random>
 #include <set>
 #include <thread>
+#include <unistd.h>
 #include <unordered_map>
 
 // Ordered, so replies list their keys in the order docs/protocol.md shows them.
@@ -31,6 +36,14 @@ using json = nlohmann::ordered_json;
 
 namespace courier::transport {
 
+using executor::classifyHostError;
+using executor::EndReason;
+using executor::Message;
+using executor::MessageKind;
+using executor::MessageReader;
+using executor::MessageWriter;
+using executor::SharedBuffer;
+using executor::WorkerProcess;
 using wire::makeWireError;
 
 namespace {
@@ -41,16 +54,42 @@ struct Metrics {
   std::array<std::atomic<uint64_t>, 600> requestsByStatus{};
   std::atomic<uint64_t> launches{0}, launchFailures{0}, calls{0}, callFailures{0};
   std::atomic<uint64_t> objectUploads{0}, objectsDropped{0}, sessionsOpened{0}, sessionsExpired{0};
+  std::atomic<uint64_t> deadlineKills{0}, workersRestarted{0};
   Histogram launchSeconds;
+  /// Worker deaths by cause ("crash", "deadline", "exit"), crashes by signal.
+  std::mutex labelledMutex;
+  std::map<std::string, uint64_t> restartsByCause, crashesBySignal;
+};
+
+/// An async launch's outcome: empty code on success.
+struct AsyncOutcome {
+  std::string code, message;
 };
 
 /// A session: its own ObjectHost, so objects shipped by one client never resolve another's
 /// symbols, and the async launches it started.
 struct Session {
   std::string id;
-  /// Shared with the async launches running on it, so closing the session never waits for
-  /// a kernel: the host goes when the last of them returns.
+  /// Without isolation: shared with the async launches running on it, so closing the
+  /// session never waits for a kernel: the host goes when the last of them returns.
   std::shared_ptr<ObjectHost> host;
+  /// With isolation: the session's worker process. `workerMutex` serializes what the
+  /// session asks of it (one request at a time) and is taken before `attachMutex`;
+  /// `slotMutex` guards the pointer itself, so a close can end the worker mid-request.
+  std::mutex workerMutex;
+  std::mutex slotMutex;
+  std::shared_ptr<WorkerProcess> worker;
+  std::set<std::string> linked; ///< Objects loaded in `worker`; under workerMutex.
+  /// Ends the session's worker, e.g. while a request on it is running.
+  void endWorker(EndReason reason) {
+    std::shared_ptr<WorkerProcess> current;
+    {
+      std::lock_guard<std::mutex> lock(slotMutex);
+      current = worker;
+    }
+    if (current)
+      current->kill(reason);
+  }
   std::atomic<int64_t> lastUsed{0}; ///< Clock ticks; read by the idle reaper.
   /// Serializes attaching and detaching, so `attached` matches what `host` has loaded and
   /// each attached object holds exactly one reference in the store.
@@ -61,8 +100,7 @@ struct Session {
   bool closed = false;
   std::mutex launchesMutex;
   uint64_t nextLaunch = 1;
-  /// Resolves to an empty string on success, "code\nmessage" otherwise.
-  std::map<uint64_t, std::shared_future<std::string>> launches;
+  std::map<uint64_t, std::shared_future<AsyncOutcome>> launches;
 
   void touch() { lastUsed.store(Clock::now().time_since_epoch().count()); }
 };
@@ -89,40 +127,6 @@ void sendError(httplib::Response &res, llvm::StringRef code, llvm::StringRef mes
   res.set_content(wire::errorBody(code, message), wire::kJsonContentType);
 }
 
-/// Keeps a WireError's code; any other error becomes `fallbackCode`.
-std::pair<std::string, std::string> describe(llvm::Error error, llvm::StringRef fallbackCode) {
-  std::string code = fallbackCode.str(), message;
-  llvm::handleAllErrors(
-      std::move(error),
-      [&](const wire::WireError &e) {
-        code = e.code;
-        message = e.message;
-      },
-      [&](const llvm::ErrorInfoBase &e) { message = e.message(); });
-  return {code, message};
-}
-
-/// A kernel's entry or a `call` symbol that ORC could not resolve is the caller's mistake
-/// (404), anything else the kernel's (422).
-llvm::Error classifyHostError(llvm::Error error, llvm::StringRef missingCode,
-                              llvm::StringRef failureCode, llvm::StringRef context) {
-  bool missing = false;
-  std::string message;
-  llvm::handleAllErrors(
-      std::move(error),
-      [&](const llvm::orc::SymbolsNotFound &e) {
-        missing = true;
-        message = e.message();
-      },
-      [&](const wire::WireError &e) { message = e.message; },
-      [&](const llvm::ErrorInfoBase &e) { message = e.message(); });
-  llvm::StringRef text(message);
-  if (text.contains("not found") || text.contains("unknown symbol") || text.contains("no symbol") ||
-      text.contains("unknown entry") || text.contains("Symbols not found"))
-    missing = true;
-  return makeWireError(missing ? missingCode : failureCode, context + ": " + message);
-}
-
 struct MallocDeleter {
   void operator()(char *p) const { std::free(p); }
 };
@@ -131,7 +135,7 @@ using MallocBuffer = std::unique_ptr<char, MallocDeleter>;
 } // namespace
 
 void reportFailure(httplib::Response &res, llvm::Error error) {
-  auto [code, message] = describe(std::move(error), "internal");
+  auto [code, message] = executor::describeError(std::move(error), "internal");
   sendError(res, code, message);
 }
 
@@ -159,6 +163,10 @@ struct ExecutorServer::Impl {
   uint64_t objectBytes = 0;
   uint64_t attachments = 0; ///< Sum of `holders`.
 
+  /// Starts the sessions' workers (with isolation).
+  std::unique_ptr<executor::WorkerPool> pool;
+  bool isolated() const { return options.isolation == ExecutorServerOptions::Isolation::Process; }
+
   std::thread reaper;
   /// Runs async launches, `threads` at a time; the rest wait their turn. Created once the
   /// server is bound, shut down (finishing what is queued) when it is destroyed.
@@ -178,6 +186,22 @@ struct ExecutorServer::Impl {
   void dropHold(llvm::StringRef sha);
   void dropUnheldObjects();
   void reapIdleSessions();
+  /// Ends the workers of sessions leaving the table.
+  void endSessions(std::vector<std::shared_ptr<Session>> &ending, EndReason reason);
+
+  /// The deadline a request asks for (X-Courier-Deadline-Ms), within the server's own.
+  llvm::Expected<Clock::time_point> deadlineFor(const httplib::Request &req);
+  /// The session's worker, started (and its objects linked again) if it has none or its
+  /// last one died. Called with `workerMutex` held.
+  llvm::Expected<std::shared_ptr<WorkerProcess>> liveWorker(Session &s, Clock::time_point deadline);
+  /// Loads the stored object `sha` into the session's worker. `workerMutex` held.
+  llvm::Error linkInto(Session &s, WorkerProcess &worker, llvm::StringRef sha,
+                       Clock::time_point deadline);
+  /// One request to the session's worker; a worker that dies of it is logged, counted and
+  /// forgotten, so the next request starts a fresh one. `workerMutex` held.
+  llvm::Expected<Message> ask(Session &s, WorkerProcess &worker, llvm::StringRef bytes,
+                              llvm::ArrayRef<int> fds, Clock::time_point deadline,
+                              llvm::StringRef what);
 
   llvm::Error health(httplib::Response &res);
   llvm::Error putObject(const httplib::Request &req, httplib::Response &res,
@@ -255,13 +279,22 @@ llvm::Expected<std::shared_ptr<Session>> ExecutorServer::Impl::createSession(std
       return it->second;
     }
   }
-  llvm::Expected<std::unique_ptr<ObjectHost>> host = ObjectHost::create(plugins);
-  if (!host)
-    return makeWireError("internal",
-                         "creating an object host: " + llvm::toString(host.takeError()));
   auto session = std::make_shared<Session>();
   session->id = id;
-  session->host = std::move(*host);
+  if (isolated()) {
+    // A warm worker is taken now, so the first launch does not wait for a process.
+    llvm::Expected<std::unique_ptr<WorkerProcess>> worker = pool->take();
+    if (!worker)
+      return worker.takeError();
+    session->worker = std::move(*worker);
+  } else {
+    llvm::Expected<std::unique_ptr<ObjectHost>> host =
+        ObjectHost::create(plugins);
+    if (!host)
+      return makeWireError("internal",
+                           "creating an object host: " + llvm::toString(host.takeError()));
+    session->host = std::move(*host);
+  }
   session->touch();
   std::lock_guard<std::mutex> lock(sessionsMutex);
   // Another request may have created the same id meanwhile; the first one wins.
@@ -281,10 +314,14 @@ std::optional<ObjectBlob> ExecutorServer::Impl::findObject(llvm::StringRef sha) 
 }
 
 llvm::Error ExecutorServer::Impl::attach(Session &session, llvm::StringRef sha) {
-  // Every launch passes here: an object already loaded costs one shared lock.
-  if (session.host->hasObject(sha))
+  std::unique_lock<std::mutex> working(session.workerMutex, std::defer_lock);
+  if (isolated()) {
+    working.lock();
+  } else if (session.host->hasObject(sha)) {
+    // Every launch passes here: an object already loaded costs one shared lock.
     return llvm::Error::success();
-  std::lock_guard<std::mutex> attaching(session.attachMutex);
+  }
+  std::unique_lock<std::mutex> attaching(session.attachMutex);
   if (session.closed)
     return makeWireError("unknown_session", "session '" + session.id + "' was closed");
   if (session.attached.count(sha.str()))
@@ -300,22 +337,50 @@ llvm::Error ExecutorServer::Impl::attach(Session &session, llvm::StringRef sha) 
     attachments++;
     blob = it->second.blob;
   }
-  if (llvm::Error error = session.host->addObject(*blob)) {
+  llvm::Error loaded = llvm::Error::success();
+  if (isolated()) {
+    // The worker relinks what the session holds; workerMutex keeps other attaches out.
+    attaching.unlock();
+    Clock::time_point deadline = Clock::now() + options.launchTimeout;
+    llvm::Expected<std::shared_ptr<WorkerProcess>> worker = liveWorker(session, deadline);
+    if (!worker)
+      loaded = worker.takeError();
+    else
+      loaded = linkInto(session, **worker, sha, deadline);
+  } else if (llvm::Error error = session.host->addObject(*blob)) {
+    loaded = makeWireError("invalid_object",
+                           "loading object " + sha + ": " + llvm::toString(std::move(error)));
+  }
+  if (!attaching.owns_lock())
+    attaching.lock();
+  if (!loaded && session.closed)
+    loaded = makeWireError("unknown_session", "session '" + session.id + "' was closed");
+  if (loaded) {
     dropHold(sha);
-    return makeWireError("invalid_object",
-                         "loading object " + sha + ": " + llvm::toString(std::move(error)));
+    return loaded;
   }
   session.attached.insert(sha.str());
   return llvm::Error::success();
 }
 
 bool ExecutorServer::Impl::detach(Session &session, llvm::StringRef sha) {
+  std::unique_lock<std::mutex> working(session.workerMutex, std::defer_lock);
+  if (isolated())
+    working.lock();
   std::lock_guard<std::mutex> attaching(session.attachMutex);
   if (!session.attached.erase(sha.str()))
     return false;
-  // Launches of the object still running keep its code until they return (ObjectHost), and
-  // unloading cannot fail in a way the client could act on.
-  llvm::consumeError(session.host->removeObject(sha));
+  // Unloading cannot fail in a way the client could act on.
+  if (!isolated()) {
+    // Launches of the object still running keep its code until they return (ObjectHost).
+    llvm::consumeError(session.host->removeObject(sha));
+  } else if (session.linked.erase(sha.str()) && session.worker && session.worker->alive()) {
+    MessageWriter remove(MessageKind::RemoveObject);
+    remove.str(sha);
+    llvm::consumeError(ask(session, *session.worker, remove.view(), {},
+                           Clock::now() + options.launchTimeout, ("unloading object " + sha).str())
+                           .takeError());
+  }
   dropHold(sha);
   return true;
 }
@@ -352,6 +417,116 @@ void ExecutorServer::Impl::dropUnheldObjects() {
   }
 }
 
+void ExecutorServer::Impl::endSessions(std::vector<std::shared_ptr<Session>> &ending,
+                                       EndReason reason) {
+  for (const std::shared_ptr<Session> &session : ending) {
+    releaseHolds(*session);
+    // A request still running on the worker fails at once instead of holding it.
+    session->endWorker(reason);
+  }
+}
+
+llvm::Expected<Clock::time_point> ExecutorServer::Impl::deadlineFor(const httplib::Request &req) {
+  auto limit = options.launchTimeout;
+  if (req.has_header(wire::kDeadlineHeader)) {
+    uint64_t ms = 0;
+    if (llvm::StringRef(req.get_header_value(wire::kDeadlineHeader)).getAsInteger(10, ms) ||
+        ms == 0)
+      return makeWireError("bad_request", "header " + llvm::Twine(wire::kDeadlineHeader) +
+                                              " must give a deadline in milliseconds (> 0)");
+    limit = std::min<std::chrono::milliseconds>(limit, std::chrono::milliseconds(ms));
+  }
+  return Clock::now() + limit;
+}
+
+llvm::Expected<std::shared_ptr<WorkerProcess>>
+ExecutorServer::Impl::liveWorker(Session &s, Clock::time_point deadline) {
+  if (s.worker && s.worker->alive())
+    return s.worker;
+  llvm::Expected<std::unique_ptr<WorkerProcess>> fresh = pool->take();
+  if (!fresh)
+    return fresh.takeError();
+  std::shared_ptr<WorkerProcess> worker = std::move(*fresh);
+  {
+    std::lock_guard<std::mutex> lock(s.slotMutex);
+    s.worker = worker;
+  }
+  s.linked.clear();
+  std::vector<std::string> objectsToLink;
+  {
+    std::lock_guard<std::mutex> attaching(s.attachMutex);
+    objectsToLink.assign(s.attached.begin(), s.attached.end());
+  }
+  for (const std::string &sha : objectsToLink)
+    if (llvm::Error error = linkInto(s, *worker, sha, deadline))
+      return std::move(error);
+  return worker;
+}
+
+llvm::Error ExecutorServer::Impl::linkInto(Session &s, WorkerProcess &worker, llvm::StringRef sha,
+                                           Clock::time_point deadline) {
+  std::optional<ObjectBlob> blob = findObject(sha);
+  if (!blob)
+    return makeWireError("unknown_object", "object " + sha + " is not on this executor");
+  const std::string &bytes = *blob->bytes;
+  MessageWriter add(MessageKind::AddObject);
+  add.str(sha).u64(bytes.size());
+  SharedBuffer shared;
+  std::vector<int> fds;
+  if (bytes.size() <= executor::kInlineBytes) {
+    add.u64(1).str(bytes);
+  } else {
+    llvm::Expected<SharedBuffer> buffer = SharedBuffer::create(bytes.size(), "courier-object");
+    if (!buffer)
+      return makeWireError("internal", "sharing object " + sha + " with the session's worker: " +
+                                           llvm::toString(buffer.takeError()));
+    shared = std::move(*buffer);
+    std::memcpy(shared.data(), bytes.data(), bytes.size());
+    add.u64(0);
+    fds.push_back(shared.fd());
+  }
+  llvm::Expected<Message> reply =
+      ask(s, worker, add.view(), fds, deadline, ("loading object " + sha).str());
+  if (!reply)
+    return reply.takeError();
+  s.linked.insert(sha.str());
+  return llvm::Error::success();
+}
+
+llvm::Expected<Message> ExecutorServer::Impl::ask(Session &s, WorkerProcess &worker,
+                                                  llvm::StringRef bytes, llvm::ArrayRef<int> fds,
+                                                  Clock::time_point deadline,
+                                                  llvm::StringRef what) {
+  llvm::Expected<Message> reply = worker.request(bytes, fds, deadline, what);
+  if (reply || worker.alive())
+    return reply;
+  const executor::WorkerDeath &death = worker.death();
+  // The executor ended it on purpose (close, shutdown): not a restart.
+  if (death.cause == "closed" || death.cause == "shutdown")
+    return reply;
+  std::string cause = death.cause == "deadline" ? "deadline"
+                      : death.signal.empty()    ? "exit"
+                                                : "crash";
+  {
+    std::lock_guard<std::mutex> lock(metrics.labelledMutex);
+    metrics.restartsByCause[cause]++;
+    if (!death.signal.empty())
+      metrics.crashesBySignal[death.signal]++;
+  }
+  metrics.workersRestarted++;
+  if (cause == "deadline")
+    metrics.deadlineKills++;
+  llvm::errs() << llvm::formatv("courier-executor: worker {0} of session '{1}' died: {2} in {3}\n",
+                                worker.pid(), s.id, death.cause, what);
+  {
+    std::lock_guard<std::mutex> lock(s.slotMutex);
+    if (s.worker.get() == &worker)
+      s.worker.reset();
+  }
+  s.linked.clear();
+  return reply;
+}
+
 void ExecutorServer::Impl::reapIdleSessions() {
   auto interval = std::min(std::chrono::duration_cast<Clock::duration>(options.idleTimeout),
                            std::chrono::duration_cast<Clock::duration>(options.objectGrace)) /
@@ -373,8 +548,7 @@ void ExecutorServer::Impl::reapIdleSessions() {
       }
     }
     metrics.sessionsExpired += expired.size();
-    for (const std::shared_ptr<Session> &session : expired)
-      releaseHolds(*session);
+    endSessions(expired, EndReason::Closed);
     // Requests still running keep their session alive; it dies with the last of them.
     expired.clear();
     dropUnheldObjects();
@@ -400,15 +574,28 @@ llvm::Error ExecutorServer::Impl::health(httplib::Response &res) {
     std::lock_guard<std::mutex> lock(objectsMutex);
     objectCount = objects.size();
   }
-  sendJson(res, 200,
-           {{"status", "ok"},
-            {"version", COURIER_VERSION},
-            {"protocol", "v1"},
-            {"triple", llvm::sys::getProcessTriple()},
-            {"cpu", llvm::sys::getHostCPUName().str()},
-            {"features", features},
-            {"sessions", sessionCount},
-            {"objects", objectCount}});
+  json body = {{"status", "ok"},
+               {"version", COURIER_VERSION},
+               {"protocol", "v1"},
+               {"triple", llvm::sys::getProcessTriple()},
+               {"cpu", llvm::sys::getHostCPUName().str()},
+               {"features", features},
+               {"sessions", sessionCount},
+               {"objects", objectCount},
+               {"isolation", isolated() ? "process" : "none"}};
+  int status = 200;
+  if (isolated()) {
+    body["workers"] = {{"live", executor::WorkerPool::live()},
+                       {"warm", pool->warmCount()},
+                       {"restarted", metrics.workersRestarted.load()}};
+    // A balancer must stop sending sessions here if none could run.
+    if (!pool->healthy()) {
+      body["status"] = "unhealthy";
+      body["reason"] = "cannot start worker processes: " + pool->lastError();
+      status = 503;
+    }
+  }
+  sendJson(res, status, body);
   return llvm::Error::success();
 }
 
@@ -444,6 +631,94 @@ llvm::Error ExecutorServer::Impl::putObject(const httplib::Request &req, httplib
   return llvm::Error::success();
 }
 
+namespace {
+constexpr uint64_t kInputAlignment = 64;
+uint64_t alignInput(uint64_t n) { return (n + kInputAlignment - 1) & ~(kInputAlignment - 1); }
+
+/// Where a launch's input bytes are received: without isolation one buffer per tensor; with
+/// isolation one area the worker reads in place (shared memory when large).
+struct InputArea {
+  std::vector<MallocBuffer> buffers;
+  std::string inlineBytes;
+  SharedBuffer shared;
+  std::vector<uint64_t> offsets; ///< Per input, into inlineBytes or shared.
+  uint64_t total = 0;
+  char *base() { return shared.data() ? shared.data() : inlineBytes.data(); }
+};
+
+/// A launch's results as the worker sent them: packed tensors, inline or in shared memory.
+struct WorkerResults {
+  std::string inlineBytes;
+  SharedBuffer shared;
+  std::vector<TensorView> views;
+};
+
+/// Reads the worker's reply to a launch, which is untrusted: every shape, offset and size
+/// is checked against what the caller asked for and what the payload holds.
+llvm::Expected<std::shared_ptr<WorkerResults>>
+decodeWorkerResults(Message &reply, llvm::ArrayRef<ResultSpec> expected, llvm::StringRef entry,
+                    uint64_t maxBytes) {
+  MessageReader in(reply.bytes);
+  auto broken = [&](const llvm::Twine &what) {
+    return makeWireError("launch_failed", "'" + entry +
+                                              "' returned results the executor cannot "
+                                              "use: " +
+                                              what);
+  };
+  auto results = std::make_shared<WorkerResults>();
+  uint64_t count = in.count(24);
+  if (count != expected.size())
+    return broken(llvm::formatv("{0} results, expected {1}", count, expected.size()));
+  struct Shape {
+    int64_t elemSize;
+    std::vector<int64_t> sizes;
+    uint64_t offset, bytes;
+  };
+  std::vector<Shape> shapes(count);
+  for (size_t i = 0; i < count; ++i) {
+    Shape &shape = shapes[i];
+    shape.elemSize = in.i64();
+    uint64_t rank = in.count(8);
+    if (!in.ok() || static_cast<int64_t>(rank) != expected[i].rank ||
+        shape.elemSize != expected[i].elemSize)
+      return broken(
+          llvm::formatv("result {0} does not have the declared rank and element size", i));
+    shape.sizes.resize(rank);
+    for (int64_t &size : shape.sizes)
+      size = in.i64();
+    shape.offset = in.u64();
+    llvm::Expected<uint64_t> bytes = wire::packedBytes(shape.elemSize, shape.sizes);
+    if (!bytes)
+      return broken(llvm::toString(bytes.takeError()));
+    shape.bytes = *bytes;
+  }
+  uint64_t total = in.u64();
+  bool inlined = in.u64() != 0;
+  if (!in.ok() || total > maxBytes)
+    return broken(llvm::formatv("{0} bytes of results", total));
+  if (inlined) {
+    results->inlineBytes = in.str().str();
+    if (!in.ok() || results->inlineBytes.size() != total)
+      return broken("a malformed reply");
+  } else {
+    if (reply.fds.size() != 1)
+      return broken("no shared buffer");
+    llvm::Expected<SharedBuffer> mapped = SharedBuffer::map(std::move(reply.fds[0]), total);
+    if (!mapped)
+      return broken(llvm::toString(mapped.takeError()));
+    results->shared = std::move(*mapped);
+  }
+  const char *base = inlined ? results->inlineBytes.data() : results->shared.data();
+  for (const Shape &shape : shapes) {
+    if (shape.offset > total || total - shape.offset < shape.bytes)
+      return broken("a result outside the reply");
+    results->views.push_back(TensorView{base + shape.offset, shape.elemSize, shape.sizes,
+                                        wire::packedStrides(shape.sizes)});
+  }
+  return results;
+}
+} // namespace
+
 llvm::Error ExecutorServer::Impl::launch(const httplib::Request &req, httplib::Response &res,
                                          const httplib::ContentReader &reader) {
   llvm::Expected<std::shared_ptr<Session>> session = findSession(req);
@@ -452,8 +727,13 @@ llvm::Error ExecutorServer::Impl::launch(const httplib::Request &req, httplib::R
     return session.takeError();
   }
   Session &s = **session;
+  llvm::Expected<Clock::time_point> deadline = deadlineFor(req);
+  if (!deadline) {
+    drain(reader);
+    return deadline.takeError();
+  }
   wire::LaunchRequest request;
-  std::vector<MallocBuffer> buffers;
+  InputArea area;
   wire::FrameReader frame(
       [&](llvm::StringRef line) -> llvm::Expected<std::vector<wire::Destination>> {
         llvm::Expected<wire::LaunchRequest> decoded = wire::decodeLaunchRequest(line);
@@ -484,12 +764,34 @@ llvm::Error ExecutorServer::Impl::launch(const httplib::Request &req, httplib::R
                                              total, length - line.size() - 1));
         }
         std::vector<wire::Destination> destinations;
+        if (isolated()) {
+          // Each input starts aligned, as a kernel may assume of its buffers.
+          for (const wire::TensorHeader &t : request.inputs) {
+            area.offsets.push_back(area.total);
+            area.total = alignInput(area.total + t.bytes);
+          }
+          if (area.total <= executor::kInlineBytes) {
+            area.inlineBytes.assign(area.total, '\0');
+          } else {
+            llvm::Expected<SharedBuffer> shared =
+                SharedBuffer::create(area.total, "courier-inputs");
+            if (!shared)
+              return makeWireError(
+                  "payload_too_large",
+                  "cannot allocate " + llvm::Twine(area.total) +
+                      " bytes for launch inputs: " + llvm::toString(shared.takeError()));
+            area.shared = std::move(*shared);
+          }
+          for (size_t i = 0; i < request.inputs.size(); ++i)
+            destinations.push_back({area.base() + area.offsets[i], request.inputs[i].bytes});
+          return destinations;
+        }
         for (const wire::TensorHeader &t : request.inputs) {
           char *data = static_cast<char *>(wire::allocateTensorBuffer(t.bytes));
           if (!data)
             return makeWireError("payload_too_large", "cannot allocate " + llvm::Twine(t.bytes) +
                                                           " bytes for a launch input");
-          buffers.emplace_back(data);
+          area.buffers.emplace_back(data);
           destinations.push_back({data, t.bytes});
         }
         return destinations;
@@ -512,40 +814,93 @@ llvm::Error ExecutorServer::Impl::launch(const httplib::Request &req, httplib::R
   if (llvm::Error error = frame.finish())
     return error;
 
-  std::vector<TensorView> inputs;
-  for (size_t i = 0; i < request.inputs.size(); ++i) {
-    const wire::TensorHeader &t = request.inputs[i];
-    inputs.push_back(
-        TensorView{buffers[i].get(), t.elemSize, t.sizes, wire::packedStrides(t.sizes)});
-  }
+  std::string what = "'" + request.entry + "'";
   auto started = Clock::now();
-  llvm::Expected<std::vector<OwnedTensor>> results =
-      s.host->launch(request.object, request.entry, inputs, request.results);
-  metrics.launchSeconds.observe(std::chrono::duration<double>(Clock::now() - started).count());
-  metrics.launches++;
-  if (!results) {
-    metrics.launchFailures++;
-    return classifyHostError(results.takeError(), "unknown_entry", "launch_failed",
-                             "launching '" + request.entry + "'");
+  std::vector<TensorView> views;
+  // Keeps whatever the views read from alive until the reply has been sent.
+  std::shared_ptr<void> keepAlive;
+  if (isolated()) {
+    MessageWriter launch(MessageKind::Launch);
+    launch.str(request.object).str(request.entry).u64(request.inputs.size());
+    for (size_t i = 0; i < request.inputs.size(); ++i) {
+      const wire::TensorHeader &t = request.inputs[i];
+      launch.i64(t.elemSize).u64(t.sizes.size());
+      for (int64_t size : t.sizes)
+        launch.i64(size);
+      launch.u64(area.offsets[i]).u64(t.bytes);
+    }
+    launch.u64(request.results.size());
+    for (const ResultSpec &r : request.results)
+      launch.i64(r.rank).i64(r.elemSize);
+    launch.u64(area.total);
+    std::vector<int> fds;
+    if (area.shared.data()) {
+      launch.u64(0);
+      fds.push_back(area.shared.fd());
+    } else {
+      launch.u64(1).str(area.inlineBytes);
+    }
+    llvm::Expected<Message> reply = [&]() -> llvm::Expected<Message> {
+      std::lock_guard<std::mutex> working(s.workerMutex);
+      llvm::Expected<std::shared_ptr<WorkerProcess>> worker = liveWorker(s, *deadline);
+      if (!worker)
+        return worker.takeError();
+      if (!s.linked.count(request.object))
+        if (llvm::Error error = linkInto(s, **worker, request.object, *deadline))
+          return std::move(error);
+      return ask(s, **worker, launch.view(), fds, *deadline, what);
+    }();
+    metrics.launchSeconds.observe(std::chrono::duration<double>(Clock::now() - started).count());
+    metrics.launches++;
+    if (!reply) {
+      metrics.launchFailures++;
+      return reply.takeError();
+    }
+    area = InputArea(); // Inputs are no longer needed while the reply streams.
+    llvm::Expected<std::shared_ptr<WorkerResults>> results =
+        decodeWorkerResults(*reply, request.results, request.entry, options.maxBodyBytes);
+    if (!results) {
+      metrics.launchFailures++;
+      return results.takeError();
+    }
+    views = (*results)->views;
+    keepAlive = std::move(*results);
+  } else {
+    std::vector<TensorView> inputs;
+    for (size_t i = 0; i < request.inputs.size(); ++i) {
+      const wire::TensorHeader &t = request.inputs[i];
+      inputs.push_back(
+          TensorView{area.buffers[i].get(), t.elemSize, t.sizes, wire::packedStrides(t.sizes)});
+    }
+    llvm::Expected<std::vector<OwnedTensor>> results =
+        s.host->launch(request.object, request.entry, inputs, request.results);
+    metrics.launchSeconds.observe(std::chrono::duration<double>(Clock::now() - started).count());
+    metrics.launches++;
+    if (!results) {
+      metrics.launchFailures++;
+      return classifyHostError(results.takeError(), "unknown_entry", "launch_failed",
+                               "launching '" + request.entry + "'");
+    }
+    if (results->size() != request.results.size()) {
+      metrics.launchFailures++;
+      return makeWireError("launch_failed",
+                           llvm::formatv("'{0}' returned {1} results, expected {2}", request.entry,
+                                         results->size(), request.results.size()));
+    }
+    area = InputArea(); // Inputs are no longer needed while the reply streams.
+    auto tensors = std::make_shared<std::vector<OwnedTensor>>(std::move(*results));
+    for (const OwnedTensor &t : *tensors)
+      views.push_back(TensorView{t.data, t.elemSize, t.sizes, t.strides});
+    keepAlive = std::move(tensors);
   }
-  if (results->size() != request.results.size()) {
-    metrics.launchFailures++;
-    return makeWireError("launch_failed",
-                         llvm::formatv("'{0}' returned {1} results, expected {2}", request.entry,
-                                       results->size(), request.results.size()));
-  }
-  buffers.clear(); // Inputs are no longer needed while the reply streams.
 
-  // The reply streams straight from the kernel's result buffers, freed once sent.
+  // The reply streams straight from the result buffers, released once sent.
   struct Reply {
-    std::vector<OwnedTensor> tensors;
+    std::shared_ptr<void> keepAlive;
     std::unique_ptr<wire::FrameWriter> writer;
   };
   auto reply = std::make_shared<Reply>();
-  reply->tensors = std::move(*results);
-  std::vector<TensorView> views;
-  for (const OwnedTensor &t : reply->tensors)
-    views.push_back(TensorView{t.data, t.elemSize, t.sizes, t.strides});
+  reply->keepAlive = std::move(keepAlive);
   wire::LaunchReply header{wire::describePacked(views)};
   reply->writer =
       std::make_unique<wire::FrameWriter>(wire::encodeLaunchReply(header), std::move(views));
@@ -558,6 +913,9 @@ llvm::Error ExecutorServer::Impl::launchAsync(const httplib::Request &req, httpl
   llvm::Expected<std::shared_ptr<Session>> session = findSession(req);
   if (!session)
     return session.takeError();
+  llvm::Expected<Clock::time_point> deadline = deadlineFor(req);
+  if (!deadline)
+    return deadline.takeError();
   json body = json::parse(req.body, nullptr, /*allow_exceptions=*/false);
   if (!body.is_object() || !body.contains("object") || !body["object"].is_string() ||
       !body.contains("entry") || !body["entry"].is_string())
@@ -569,15 +927,31 @@ llvm::Error ExecutorServer::Impl::launchAsync(const httplib::Request &req, httpl
     return error;
   Session &s = **session;
   // Refused now rather than at await: the client learns of its mistake where it made it.
-  if (!s.host->hasEntry(object, entry))
+  bool known = true;
+  if (isolated()) {
+    MessageWriter query(MessageKind::HasEntry);
+    query.str(object).str(entry);
+    std::lock_guard<std::mutex> working(s.workerMutex);
+    llvm::Expected<std::shared_ptr<WorkerProcess>> worker = liveWorker(s, *deadline);
+    if (!worker)
+      return worker.takeError();
+    if (!s.linked.count(object))
+      if (llvm::Error error = linkInto(s, **worker, object, *deadline))
+        return error;
+    llvm::Expected<Message> reply =
+        ask(s, **worker, query.view(), {}, *deadline, "'" + entry + "'");
+    if (!reply)
+      return reply.takeError();
+    MessageReader answer(reply->bytes);
+    known = answer.u64() != 0;
+  } else {
+    known = s.host->hasEntry(object, entry);
+  }
+  if (!known)
     return makeWireError("unknown_entry",
                          "launching '" + entry + "': no entry '" + entry + "' in object " + object);
   Metrics *m = &metrics;
-  // The task shares the host, not the session: a session that closes or expires meanwhile
-  // goes at once (nothing waits for a kernel that may never return), and the host with the
-  // object's code stays until the task is done. Capturing the session would make a cycle
-  // through `launches` that keeps an unawaited session alive forever.
-  auto outcome = std::make_shared<std::promise<std::string>>();
+  auto outcome = std::make_shared<std::promise<AsyncOutcome>>();
   uint64_t id;
   {
     std::lock_guard<std::mutex> lock(s.launchesMutex);
@@ -589,21 +963,59 @@ llvm::Error ExecutorServer::Impl::launchAsync(const httplib::Request &req, httpl
     id = s.nextLaunch++;
     s.launches.emplace(id, outcome->get_future().share());
   }
-  launchPool->enqueue([host = s.host, object, entry, m, outcome] {
-    auto started = Clock::now();
-    llvm::Expected<std::vector<OwnedTensor>> results = host->launch(object, entry, {}, {});
-    m->launchSeconds.observe(std::chrono::duration<double>(Clock::now() - started).count());
-    m->launches++;
-    if (results) {
-      outcome->set_value("");
+  auto finish = [m, outcome](llvm::Error error) {
+    if (!error) {
+      outcome->set_value({});
       return;
     }
     m->launchFailures++;
-    auto [code, message] = describe(classifyHostError(results.takeError(), "unknown_entry",
-                                                      "launch_failed", "launching '" + entry + "'"),
-                                    "launch_failed");
-    outcome->set_value(code + "\n" + message);
-  });
+    auto [code, message] = executor::describeError(std::move(error), "launch_failed");
+    outcome->set_value({code, message});
+  };
+  if (isolated()) {
+    // The task holds the session only while it runs: a close ends the worker, which ends
+    // the task at once, and an unawaited session is never kept alive by its launches.
+    std::weak_ptr<Session> weak = *session;
+    Clock::time_point until = *deadline;
+    launchPool->enqueue([this, weak, object, entry, m, until, finish] {
+      std::shared_ptr<Session> held = weak.lock();
+      if (!held) {
+        finish(makeWireError("unknown_session",
+                             "the session was closed before '" + entry + "' started"));
+        return;
+      }
+      auto started = Clock::now();
+      MessageWriter launch(MessageKind::Launch);
+      launch.str(object).str(entry).u64(0).u64(0).u64(0).u64(1).str("");
+      llvm::Expected<Message> reply = [&]() -> llvm::Expected<Message> {
+        std::lock_guard<std::mutex> working(held->workerMutex);
+        llvm::Expected<std::shared_ptr<WorkerProcess>> worker = liveWorker(*held, until);
+        if (!worker)
+          return worker.takeError();
+        if (!held->linked.count(object))
+          if (llvm::Error error = linkInto(*held, **worker, object, until))
+            return std::move(error);
+        return ask(*held, **worker, launch.view(), {}, until, "'" + entry + "'");
+      }();
+      m->launchSeconds.observe(std::chrono::duration<double>(Clock::now() - started).count());
+      m->launches++;
+      finish(reply ? llvm::Error::success() : reply.takeError());
+    });
+  } else {
+    // The task shares the host, not the session: a session that closes or expires
+    // meanwhile goes at once (nothing waits for a kernel that may never return), and the
+    // host with the object's code stays until the task is done. Capturing the session
+    // would make a cycle through `launches` that keeps an unawaited session alive forever.
+    launchPool->enqueue([host = s.host, object, entry, m, finish] {
+      auto started = Clock::now();
+      llvm::Expected<std::vector<OwnedTensor>> results = host->launch(object, entry, {}, {});
+      m->launchSeconds.observe(std::chrono::duration<double>(Clock::now() - started).count());
+      m->launches++;
+      finish(results ? llvm::Error::success()
+                     : classifyHostError(results.takeError(), "unknown_entry", "launch_failed",
+                                         "launching '" + entry + "'"));
+    });
+  }
   sendJson(res, 202, {{"launch", id}});
   return llvm::Error::success();
 }
@@ -612,10 +1024,13 @@ llvm::Error ExecutorServer::Impl::await(const httplib::Request &req, httplib::Re
   llvm::Expected<std::shared_ptr<Session>> session = findSession(req);
   if (!session)
     return session.takeError();
+  llvm::Expected<Clock::time_point> deadline = deadlineFor(req);
+  if (!deadline)
+    return deadline.takeError();
   uint64_t id = 0;
   if (llvm::StringRef(req.matches[2].str()).getAsInteger(10, id))
     return makeWireError("bad_request", "launch id must be a number");
-  std::shared_future<std::string> done;
+  std::shared_future<AsyncOutcome> done;
   {
     std::lock_guard<std::mutex> lock((*session)->launchesMutex);
     auto it = (*session)->launches.find(id);
@@ -625,12 +1040,22 @@ llvm::Error ExecutorServer::Impl::await(const httplib::Request &req, httplib::Re
     done = std::move(it->second);
     (*session)->launches.erase(it);
   }
-  const std::string &outcome = done.get();
-  (*session)->touch();
-  if (!outcome.empty()) {
-    auto [code, message] = llvm::StringRef(outcome).split('\n');
-    return makeWireError(code, message);
+  if (done.wait_until(*deadline) != std::future_status::ready) {
+    if (!isolated())
+      return makeWireError("deadline_exceeded",
+                           llvm::formatv("launch {0} is still running; without isolation the "
+                                         "executor cannot end it",
+                                         id));
+    // Ending the worker ends the launch; its task then reports how it ended.
+    (*session)->endWorker(EndReason::Deadline);
+    if (done.wait_for(std::chrono::seconds(2)) != std::future_status::ready)
+      return makeWireError("deadline_exceeded",
+                           llvm::formatv("launch {0} ran past its deadline", id));
   }
+  const AsyncOutcome &outcome = done.get();
+  (*session)->touch();
+  if (!outcome.code.empty())
+    return makeWireError(outcome.code, outcome.message);
   sendJson(res, 200, {{"launch", id}});
   return llvm::Error::success();
 }
@@ -641,6 +1066,11 @@ llvm::Error ExecutorServer::Impl::call(const httplib::Request &req, httplib::Res
   if (!session) {
     drain(reader);
     return session.takeError();
+  }
+  llvm::Expected<Clock::time_point> deadline = deadlineFor(req);
+  if (!deadline) {
+    drain(reader);
+    return deadline.takeError();
   }
   std::string symbol = req.matches[2];
   uint64_t outputSize = 0;
@@ -661,22 +1091,77 @@ llvm::Error ExecutorServer::Impl::call(const httplib::Request &req, httplib::Res
     return makeWireError("bad_request", "header " + llvm::Twine(wire::kOutputSizeHeader) +
                                             " must give the reply size in bytes");
   metrics.calls++;
-  llvm::Expected<std::string> output = (*session)->host->call(symbol, input, outputSize);
-  if (!output) {
-    metrics.callFailures++;
-    return classifyHostError(output.takeError(), "unknown_symbol", "call_failed",
-                             "calling '" + symbol + "'");
+  Session &s = **session;
+  std::string output;
+  if (isolated()) {
+    MessageWriter call(MessageKind::Call);
+    call.str(symbol).u64(outputSize).u64(input.size());
+    SharedBuffer shared;
+    std::vector<int> fds;
+    if (input.size() <= executor::kInlineBytes) {
+      call.u64(1).str(input);
+    } else {
+      llvm::Expected<SharedBuffer> buffer = SharedBuffer::create(input.size(), "courier-call");
+      if (!buffer)
+        return makeWireError("payload_too_large", "cannot share the call's input: " +
+                                                      llvm::toString(buffer.takeError()));
+      shared = std::move(*buffer);
+      std::memcpy(shared.data(), input.data(), input.size());
+      call.u64(0);
+      fds.push_back(shared.fd());
+    }
+    llvm::Expected<Message> reply = [&]() -> llvm::Expected<Message> {
+      std::lock_guard<std::mutex> working(s.workerMutex);
+      llvm::Expected<std::shared_ptr<WorkerProcess>> worker = liveWorker(s, *deadline);
+      if (!worker)
+        return worker.takeError();
+      return ask(s, **worker, call.view(), fds, *deadline, "'" + symbol + "'");
+    }();
+    if (!reply) {
+      metrics.callFailures++;
+      return reply.takeError();
+    }
+    MessageReader in(reply->bytes);
+    uint64_t size = in.u64();
+    bool inlined = in.u64() != 0;
+    if (!in.ok() || size != outputSize) {
+      metrics.callFailures++;
+      return makeWireError("call_failed",
+                           llvm::formatv("'{0}' produced {1} bytes, the caller expects {2}", symbol,
+                                         size, outputSize));
+    }
+    if (inlined) {
+      output = in.str().str();
+      if (!in.ok() || output.size() != size)
+        return makeWireError("call_failed", "'" + symbol + "' sent a malformed reply");
+    } else {
+      if (reply->fds.size() != 1)
+        return makeWireError("call_failed", "'" + symbol + "' sent a malformed reply");
+      llvm::Expected<SharedBuffer> mapped = SharedBuffer::map(std::move(reply->fds[0]), size);
+      if (!mapped)
+        return makeWireError("call_failed", "reading the reply of '" + symbol +
+                                                "': " + llvm::toString(mapped.takeError()));
+      output.assign(mapped->data(), size);
+    }
+  } else {
+    llvm::Expected<std::string> produced = s.host->call(symbol, input, outputSize);
+    if (!produced) {
+      metrics.callFailures++;
+      return classifyHostError(produced.takeError(), "unknown_symbol", "call_failed",
+                               "calling '" + symbol + "'");
+    }
+    output = std::move(*produced);
   }
-  if (output->size() != outputSize) {
+  if (output.size() != outputSize) {
     metrics.callFailures++;
     return makeWireError("call_failed",
                          llvm::formatv("'{0}' produced {1} bytes, the caller expects {2}", symbol,
-                                       output->size(), outputSize));
+                                       output.size(), outputSize));
   }
   res.status = 200;
   // The reply is already in memory: moved in whole. (A content provider of length 0 is
   // httplib's "length unknown" and would stream forever.)
-  res.set_content(std::move(*output), wire::kBytesContentType);
+  res.set_content(std::move(output), wire::kBytesContentType);
   return llvm::Error::success();
 }
 
@@ -722,6 +1207,24 @@ std::string ExecutorServer::Impl::renderMetrics() {
                                         "Time from request line to response written.");
   metrics.launchSeconds.render(out, "courier_launch_duration_seconds",
                                "Time spent in kernel entries.");
+  if (isolated()) {
+    appendPrometheusGauge(out, "courier_workers", "Worker processes running, warm or serving.",
+                          executor::WorkerPool::live());
+    appendPrometheusGauge(out, "courier_workers_warm", "Worker processes started ahead of need.",
+                          pool->warmCount());
+    appendPrometheusCounter(out, "courier_deadline_kills_total",
+                            "Workers ended because a launch ran past its deadline.",
+                            metrics.deadlineKills);
+    std::lock_guard<std::mutex> lock(metrics.labelledMutex);
+    out += "# HELP courier_worker_restarts_total Session workers that died and were replaced, by "
+           "cause.\n# TYPE courier_worker_restarts_total counter\n";
+    for (const auto &[cause, n] : metrics.restartsByCause)
+      out += llvm::formatv("courier_worker_restarts_total{{cause=\"{0}\"} {1}\n", cause, n).str();
+    out += "# HELP courier_kernel_crashes_total Workers killed by a signal while running shipped "
+           "code, by signal.\n# TYPE courier_kernel_crashes_total counter\n";
+    for (const auto &[signal, n] : metrics.crashesBySignal)
+      out += llvm::formatv("courier_kernel_crashes_total{{signal=\"{0}\"} {1}\n", signal, n).str();
+  }
   return out;
 }
 
@@ -796,7 +1299,8 @@ void ExecutorServer::Impl::installRoutes() {
       closed = std::move(it->second);
       sessions.erase(it);
     }
-    releaseHolds(*closed);
+    std::vector<std::shared_ptr<Session>> ending{std::move(closed)};
+    endSessions(ending, EndReason::Closed);
     res.status = 204;
     return llvm::Error::success();
   }));
@@ -847,6 +1351,8 @@ ExecutorServer::ExecutorServer(std::unique_ptr<Impl> impl) : impl(std::move(impl
 
 ExecutorServer::~ExecutorServer() {
   stop();
+  if (impl->pool)
+    impl->pool->shutdown();
   if (impl->reaper.joinable())
     impl->reaper.join();
   // Async launches still queued or running finish first, as requests in flight do.
@@ -865,6 +1371,37 @@ ExecutorServer::create(ExecutorServerOptions options) {
     return plugins.takeError();
   auto impl = std::make_unique<Impl>(std::move(options));
   impl->plugins = std::move(*plugins);
+  if (impl->isolated()) {
+    executor::WorkerSettings settings;
+    settings.program = impl->options.workerProgram;
+    if (settings.program.empty()) {
+      // courier-worker is installed beside courier-executor.
+      char self[PATH_MAX];
+      ssize_t length = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
+      if (length <= 0)
+        return llvm::createStringError("cannot find this program's path to start workers");
+      std::string path(self, static_cast<size_t>(length));
+      settings.program = path.substr(0, path.rfind('/') + 1) + "courier-worker";
+    }
+    if (::access(settings.program.c_str(), X_OK) != 0)
+      return llvm::createStringError("the worker program " + settings.program +
+                                     " is missing; it is built and installed beside "
+                                     "courier-executor (or run with --isolation=none)");
+    settings.plugins = impl->options.plugins;
+    settings.memoryMiB = impl->options.workerMemoryMiB;
+    settings.cpuSeconds = impl->options.workerCpuSeconds;
+    settings.sandbox = impl->options.sandbox;
+    settings.allowUnsignedObjects = impl->options.allowUnsignedObjects;
+    impl->pool =
+        std::make_unique<executor::WorkerPool>(std::move(settings), impl->options.warmWorkers);
+    // Refuse to serve rather than serve uncontained: a worker must start, sandbox and all.
+    if (llvm::Error error = impl->pool->probe())
+      return llvm::createStringError(
+          "worker processes cannot start: " + llvm::toString(std::move(error)) +
+          (impl->options.sandbox ? " (if seccomp is unavailable here, --no-sandbox runs "
+                                   "workers without it)"
+                                 : ""));
+  }
   impl->installRoutes();
   if (llvm::Error error = impl->service.bind())
     return std::move(error);
@@ -879,6 +1416,20 @@ int ExecutorServer::port() const { return impl->service.port(); }
 
 llvm::Error ExecutorServer::run() { return impl->service.run(); }
 
-void ExecutorServer::stop() { impl->service.stop(); }
+void ExecutorServer::stop() {
+  if (impl->pool) {
+    // Kernels may spin forever: ending their workers is what lets requests finish.
+    impl->pool->shutdown();
+    std::vector<std::shared_ptr<Session>> all;
+    {
+      std::lock_guard<std::mutex> lock(impl->sessionsMutex);
+      for (auto &[id, session] : impl->sessions)
+        all.push_back(session);
+    }
+    for (const std::shared_ptr<Session> &session : all)
+      session->endWorker(EndReason::Shutdown);
+  }
+  impl->service.stop();
+}
 
 } // namespace courier::transport

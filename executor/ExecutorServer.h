@@ -1,6 +1,6 @@
 // The executor's HTTP server: serves the /v1 protocol (docs/protocol.md) over a thread pool,
-// one ObjectHost per session. Used by courier-executor and by tests that need an executor
-// in-process. No HTTP library type appears here.
+// one worker process (or, without isolation, one ObjectHost) per session. Used by courier-executor
+// and by tests that need an executor in-process. No HTTP library type appears here.
 #ifndef COURIER_EXECUTOR_EXECUTORSERVER_H
 #define COURIER_EXECUTOR_EXECUTORSERVER_H
 
@@ -24,6 +24,29 @@ struct ExecutorServerOptions : HttpListenOptions {
   /// An object no session holds is dropped from the store after this long, so a client
   /// between its upload and its attach, or re-attaching soon after a release, finds it.
   std::chrono::milliseconds objectGrace{60000};
+
+  /// Where shipped code runs. `Process` (the default): each session's objects are linked
+  /// and run in that session's own sandboxed worker process, so a kernel that crashes,
+  /// spins or misbehaves costs only its session's in-flight request. `None`: in this
+  /// process, as the in-process executor does (faster to start, not contained).
+  enum class Isolation { Process, None } isolation = Isolation::Process;
+  /// A launch, call or async launch running longer than this is ended (its worker killed):
+  /// `deadline_exceeded`. A request may ask for less (X-Courier-Deadline-Ms), never more.
+  std::chrono::milliseconds launchTimeout{60000};
+  /// Address space a worker's kernels may use beyond the worker's own (RLIMIT_AS).
+  uint64_t workerMemoryMiB = 4096;
+  /// RLIMIT_CPU of a worker over its life; 0: none (deadlines bound each launch).
+  uint64_t workerCpuSeconds = 0;
+  /// Workers started ahead of need, so opening a session does not wait for a process.
+  unsigned warmWorkers = 2;
+  /// Workers enter a seccomp sandbox before running shipped code. Without it (only when
+  /// seccomp is unavailable) kernels run contained but unconfined.
+  bool sandbox = true;
+  /// Accept objects without signature tables (hand-written objects); launches of their
+  /// entries can then only be checked for plausibility.
+  bool allowUnsignedObjects = false;
+  /// The worker program; empty means courier-worker beside this process's executable.
+  std::string workerProgram;
 };
 
 /// An executor listening on a bound socket. Create binds; run() serves until stop().

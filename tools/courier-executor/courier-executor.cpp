@@ -16,7 +16,10 @@ using courier::transport::ExecutorServerOptions;
 static const char *const kUsage =
     "usage: courier-executor [--listen HOST:PORT] [--plugin LIB.so]... [--token-file FILE]\n"
     "                        [--idle-timeout SECONDS] [--object-grace SECONDS] [--threads N]\n"
-    "                        [--max-body-mib N] [--quiet]\n"
+    "                        [--max-body-mib N] [--isolation process|none]\n"
+    "                        [--launch-timeout-ms N] [--worker-memory-mib N]\n"
+    "                        [--worker-cpu-seconds N] [--warm-workers N] [--no-sandbox]\n"
+    "                        [--allow-unsigned-objects] [--quiet]\n"
     "  --listen        address to bind (default 127.0.0.1:7000; port 0 picks a free one)\n"
     "  --plugin        shared library whose symbols `call` can reach (repeatable)\n"
     "  --token-file    file holding the bearer token every request must carry\n"
@@ -24,6 +27,15 @@ static const char *const kUsage =
     "  --object-grace  drop objects no session holds after this long (default 60; fractions ok)\n"
     "  --threads       worker threads; each open connection holds one (default 32)\n"
     "  --max-body-mib  largest request body accepted (default 4096)\n"
+    "  --isolation     process (default): each session's code runs in its own sandboxed\n"
+    "                  worker process; none: in this process, uncontained\n"
+    "  --launch-timeout-ms  end a launch, call or async launch running longer (default\n"
+    "                  60000); requests may ask for less with X-Courier-Deadline-Ms\n"
+    "  --worker-memory-mib  address space a worker's kernels may use (default 4096)\n"
+    "  --worker-cpu-seconds CPU time a worker may use over its life (default: no limit)\n"
+    "  --warm-workers  workers started ahead of need (default 2)\n"
+    "  --no-sandbox    run workers without seccomp (only where seccomp is unavailable)\n"
+    "  --allow-unsigned-objects  accept objects without signature tables\n"
     "  --quiet         do not log one line per request to stderr\n";
 
 static Expected<ExecutorServerOptions> parseArguments(int argc, char **argv) {
@@ -31,15 +43,26 @@ static Expected<ExecutorServerOptions> parseArguments(int argc, char **argv) {
   std::string listen = "127.0.0.1:7000", tokenFile;
   uint64_t maxBodyMiB = 4096, idleSeconds = 600, threads = 32;
   double graceSeconds = 60;
+  uint64_t launchTimeoutMs = 60000, warmWorkers = 2;
   courier::transport::ArgumentReader args(argc, argv, kUsage);
   while (args.next()) {
     if (args.arg() == "--quiet") {
       options.logRequests = false;
       continue;
     }
+    if (args.arg() == "--no-sandbox") {
+      options.sandbox = false;
+      continue;
+    }
+    if (args.arg() == "--allow-unsigned-objects") {
+      options.allowUnsignedObjects = true;
+      continue;
+    }
     StringRef name = args.name();
     if (!llvm::is_contained({"--listen", "--plugin", "--token-file", "--idle-timeout",
-                             "--object-grace", "--threads", "--max-body-mib"},
+                             "--object-grace", "--threads", "--max-body-mib", "--isolation",
+                             "--launch-timeout-ms", "--worker-memory-mib", "--worker-cpu-seconds",
+                             "--warm-workers"},
                             name))
       return args.unknown();
     if (Error e = args.readValue())
@@ -63,6 +86,29 @@ static Expected<ExecutorServerOptions> parseArguments(int argc, char **argv) {
     } else if (name == "--max-body-mib") {
       if (Error e = args.number(maxBodyMiB))
         return std::move(e);
+    } else if (name == "--isolation") {
+      if (value == "process")
+        options.isolation = ExecutorServerOptions::Isolation::Process;
+      else if (value == "none")
+        options.isolation = ExecutorServerOptions::Isolation::None;
+      else
+        return createStringError("--isolation expects 'process' or 'none', got '" + value + "'");
+    } else if (name == "--launch-timeout-ms") {
+      if (Error e = args.number(launchTimeoutMs))
+        return std::move(e);
+      if (launchTimeoutMs == 0)
+        return createStringError("--launch-timeout-ms must be positive");
+    } else if (name == "--worker-memory-mib") {
+      if (Error e = args.number(options.workerMemoryMiB))
+        return std::move(e);
+    } else if (name == "--worker-cpu-seconds") {
+      if (Error e = args.number(options.workerCpuSeconds))
+        return std::move(e);
+    } else if (name == "--warm-workers") {
+      if (Error e = args.number(warmWorkers))
+        return std::move(e);
+      if (warmWorkers > 256)
+        return createStringError("--warm-workers allows at most 256");
     }
   }
 
@@ -79,6 +125,8 @@ static Expected<ExecutorServerOptions> parseArguments(int argc, char **argv) {
   options.idleTimeout = std::chrono::seconds(idleSeconds);
   options.objectGrace = std::chrono::milliseconds(static_cast<int64_t>(graceSeconds * 1000));
   options.threads = static_cast<unsigned>(threads);
+  options.launchTimeout = std::chrono::milliseconds(launchTimeoutMs);
+  options.warmWorkers = static_cast<unsigned>(warmWorkers);
   options.maxBodyBytes = maxBodyMiB << 20;
   return options;
 }

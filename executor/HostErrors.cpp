@@ -1,0 +1,50 @@
+// The object host's failures as wire codes.
+#include "executor/HostErrors.h"
+
+#include "transport/Wire.h"
+
+#include "llvm/ExecutionEngine/Orc/Core.h"
+
+namespace courier::executor {
+
+using transport::wire::makeWireError;
+using transport::wire::WireError;
+
+std::pair<std::string, std::string> describeError(llvm::Error error, llvm::StringRef fallbackCode) {
+  std::string code = fallbackCode.str(), message;
+  llvm::handleAllErrors(
+      std::move(error),
+      [&](const WireError &e) {
+        code = e.code;
+        message = e.message;
+      },
+      [&](const llvm::ErrorInfoBase &e) { message = e.message(); });
+  return {code, message};
+}
+
+llvm::Error classifyHostError(llvm::Error error, llvm::StringRef missingCode,
+                              llvm::StringRef failureCode, llvm::StringRef context) {
+  std::string code = failureCode.str(), message;
+  bool typed = false;
+  llvm::handleAllErrors(
+      std::move(error),
+      [&](const llvm::orc::SymbolsNotFound &e) {
+        code = missingCode.str();
+        message = e.message();
+        typed = true;
+      },
+      [&](const WireError &e) {
+        code = e.code;
+        message = e.message;
+        typed = true;
+      },
+      [&](const llvm::ErrorInfoBase &e) { message = e.message(); });
+  llvm::StringRef text(message);
+  if (!typed && (text.contains("not found") || text.contains("unknown symbol") ||
+                 text.contains("no symbol") || text.contains("unknown entry") ||
+                 text.contains("Symbols not found")))
+    code = missingCode.str();
+  return makeWireError(code, context + ": " + message);
+}
+
+} // namespace courier::executor

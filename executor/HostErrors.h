@@ -1,0 +1,25 @@
+// How the object host's failures become wire codes, in one place for the worker process and
+// for the in-process executor.
+#ifndef COURIER_EXECUTOR_HOSTERRORS_H
+#define COURIER_EXECUTOR_HOSTERRORS_H
+
+#include "llvm/ADT/StringRef.h"
+#include "llvm/Support/Error.h"
+
+#include <string>
+#include <utility>
+
+namespace courier::executor {
+
+/// Keeps a WireError's code; any other error becomes `fallbackCode`.
+std::pair<std::string, std::string> describeError(llvm::Error error, llvm::StringRef fallbackCode);
+
+/// A host failure as a WireError: a kernel's entry or a `call` symbol that could not be
+/// resolved is `missingCode` (the caller's mistake), a WireError keeps its own code, and
+/// anything else is `failureCode`. The message is prefixed with `context`.
+llvm::Error classifyHostError(llvm::Error error, llvm::StringRef missingCode,
+                              llvm::StringRef failureCode, llvm::StringRef context);
+
+} // namespace courier::executor
+
+#endif // COURIER_EXECUTOR_HOSTERRORS_H

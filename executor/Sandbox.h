@@ -1,0 +1,38 @@
+// What confines a worker process before it runs shipped code: resource limits, a fatal-signal
+// reporter, no-new-privs and a seccomp filter that allows only what computation needs.
+// docs/design.md ("What a kernel may do") lists the same system calls in prose.
+#ifndef COURIER_EXECUTOR_SANDBOX_H
+#define COURIER_EXECUTOR_SANDBOX_H
+
+#include "llvm/Support/Error.h"
+
+#include <cstdint>
+
+namespace courier::executor {
+
+struct SandboxLimits {
+  /// Address space a worker's kernels may add to what the worker maps at start (RLIMIT_AS
+  /// is set to the worker's size at that point plus this). 0: no limit.
+  uint64_t memoryBytes = 0;
+  /// RLIMIT_CPU over the worker's whole life; 0: none (deadlines end long launches).
+  uint64_t cpuSeconds = 0;
+  /// RLIMIT_NOFILE: a worker needs its channel, its log and a few shared buffers.
+  uint64_t openFiles = 32;
+};
+
+/// Sets RLIMIT_AS, RLIMIT_CPU, RLIMIT_NOFILE, RLIMIT_NPROC (0) and RLIMIT_CORE (0, so a
+/// crashing kernel never writes a core file).
+llvm::Error applyLimits(const SandboxLimits &limits);
+
+/// Installs handlers for the signals a kernel dies of (on an alternate stack, so a stack
+/// overflow is reported too). Each writes a CrashReport to `channel` and then lets the
+/// signal kill the process with its default action.
+llvm::Error installCrashReporter(int channel);
+
+/// Sets PR_SET_NO_NEW_PRIVS and loads the filter: anything not allowed traps with SIGSYS,
+/// which the crash reporter names with the system call's number.
+llvm::Error enterSandbox();
+
+} // namespace courier::executor
+
+#endif // COURIER_EXECUTOR_SANDBOX_H

@@ -1,0 +1,392 @@
+// The worker process: loads plugins, confines itself, then links objects and runs launches
+// and calls for the one session it serves, answering each request on its channel.
+#include "executor/Worker.h"
+
+#include "executor/HostErrors.h"
+#include "executor/ObjectHost.h"
+#include "executor/Sandbox.h"
+#include "executor/WorkerProtocol.h"
+#include "transport/Wire.h"
+
+#include "llvm/ADT/StringRef.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <csignal>
+#include <cstdlib>
+#include <cstring>
+#include <sys/prctl.h>
+#include <unistd.h>
+
+namespace courier::executor {
+
+using transport::ObjectBlob;
+using transport::ObjectHost;
+using transport::OwnedTensor;
+using transport::PluginSet;
+using transport::ResultSpec;
+using transport::TensorView;
+
+namespace {
+
+constexpr uint64_t kAlignment = 64;
+uint64_t alignUp(uint64_t n) { return (n + kAlignment - 1) & ~(kAlignment - 1); }
+
+struct WorkerOptions {
+  pid_t parent = 0;
+  std::vector<std::string> plugins;
+  SandboxLimits limits;
+  bool sandbox = true;
+  bool allowUnsigned = false;
+};
+
+llvm::Expected<WorkerOptions> parseOptions(int argc, char **argv) {
+  WorkerOptions options;
+  for (int i = 1; i < argc; ++i) {
+    llvm::StringRef arg = argv[i];
+    auto value = [&]() -> llvm::Expected<llvm::StringRef> {
+      if (i + 1 >= argc)
+        return llvm::createStringError(arg + " needs a value");
+      return llvm::StringRef(argv[++i]);
+    };
+    auto number = [&](uint64_t &out) -> llvm::Error {
+      llvm::Expected<llvm::StringRef> text = value();
+      if (!text)
+        return text.takeError();
+      if (text->getAsInteger(10, out))
+        return llvm::createStringError(arg + " expects a number, got '" + *text + "'");
+      return llvm::Error::success();
+    };
+    if (arg == "--no-sandbox") {
+      options.sandbox = false;
+    } else if (arg == "--allow-unsigned-objects") {
+      options.allowUnsigned = true;
+    } else if (arg == "--plugin") {
+      llvm::Expected<llvm::StringRef> path = value();
+      if (!path)
+        return path.takeError();
+      options.plugins.push_back(path->str());
+    } else if (arg == "--parent") {
+      uint64_t pid = 0;
+      if (llvm::Error e = number(pid))
+        return std::move(e);
+      options.parent = static_cast<pid_t>(pid);
+    } else if (arg == "--memory-mib") {
+      uint64_t mib = 0;
+      if (llvm::Error e = number(mib))
+        return std::move(e);
+      options.limits.memoryBytes = mib << 20;
+    } else if (arg == "--cpu-seconds") {
+      if (llvm::Error e = number(options.limits.cpuSeconds))
+        return std::move(e);
+    } else {
+      return llvm::createStringError("unknown option '" + arg + "'");
+    }
+  }
+  return options;
+}
+
+/// Copies `view` row-major into `out`.
+void packRowMajor(const TensorView &view, char *out) {
+  size_t rank = view.sizes.size();
+  int64_t count = 1;
+  for (int64_t s : view.sizes)
+    count *= s;
+  if (count <= 0)
+    return;
+  bool contiguous = true;
+  int64_t expected = 1;
+  for (size_t d = rank; d-- > 0;) {
+    if (view.sizes[d] != 1 && view.strides[d] != expected)
+      contiguous = false;
+    expected *= view.sizes[d];
+  }
+  const char *base = static_cast<const char *>(view.data);
+  if (contiguous) {
+    std::memcpy(out, base, static_cast<size_t>(count * view.elemSize));
+    return;
+  }
+  std::vector<int64_t> index(rank, 0);
+  for (int64_t n = 0; n < count; ++n) {
+    int64_t offset = 0;
+    for (size_t d = 0; d < rank; ++d)
+      offset += index[d] * view.strides[d];
+    std::memcpy(out + n * view.elemSize, base + offset * view.elemSize,
+                static_cast<size_t>(view.elemSize));
+    for (size_t d = rank; d-- > 0;) {
+      if (++index[d] < view.sizes[d])
+        break;
+      index[d] = 0;
+    }
+  }
+}
+
+class Worker {
+public:
+  Worker(int channel, std::unique_ptr<ObjectHost> host) : channel(channel), host(std::move(host)) {}
+
+  /// Serves requests until the executor closes the channel.
+  int serve() {
+    Message request;
+    while (true) {
+      llvm::Expected<ReceiveStatus> status = receiveMessage(channel, request);
+      if (!status || *status != ReceiveStatus::Message) {
+        llvm::consumeError(status.takeError());
+        return 0;
+      }
+      llvm::Error handled = handle(request);
+      if (handled) {
+        auto [code, message] = describeError(std::move(handled), "launch_failed");
+        if (message.size() > 16 * 1024)
+          message.resize(16 * 1024);
+        MessageWriter failed(MessageKind::Failed);
+        failed.str(code).str(message);
+        if (llvm::Error e = sendMessage(channel, failed.view())) {
+          llvm::consumeError(std::move(e));
+          return 1;
+        }
+      }
+    }
+  }
+
+private:
+  /// The payload of a request: inline bytes or a shared buffer of `size` bytes.
+  llvm::Expected<llvm::StringRef> payload(MessageReader &in, Message &request, uint64_t size,
+                                          SharedBuffer &shared) {
+    bool inlined = in.u64() != 0;
+    if (inlined) {
+      llvm::StringRef bytes = in.str();
+      if (!in.ok() || bytes.size() != size)
+        return llvm::createStringError("malformed inline payload");
+      return bytes;
+    }
+    if (size == 0)
+      return llvm::StringRef();
+    if (request.fds.size() != 1)
+      return llvm::createStringError("expected one shared buffer");
+    llvm::Expected<SharedBuffer> mapped = SharedBuffer::map(std::move(request.fds[0]), size);
+    if (!mapped)
+      return mapped.takeError();
+    shared = std::move(*mapped);
+    return llvm::StringRef(shared.data(), size);
+  }
+
+  /// Sends Done with `header` followed by `size` payload bytes produced by `fill`.
+  template <typename Fill> llvm::Error reply(MessageWriter &header, uint64_t size, Fill fill) {
+    if (size <= kInlineBytes) {
+      std::string bytes(size, '\0');
+      fill(bytes.data());
+      header.u64(1).str(bytes);
+      return sendMessage(channel, header.view());
+    }
+    llvm::Expected<SharedBuffer> shared = SharedBuffer::create(size, "courier-reply");
+    if (!shared)
+      return transport::wire::makeWireError(
+          "launch_failed", "cannot allocate the reply: " + llvm::toString(shared.takeError()));
+    fill(shared->data());
+    header.u64(0);
+    return sendMessage(channel, header.view(), {shared->fd()});
+  }
+
+  llvm::Error handle(Message &request) {
+    MessageReader in(request.bytes);
+    switch (in.kind()) {
+    case MessageKind::AddObject:
+      return addObject(in, request);
+    case MessageKind::RemoveObject: {
+      std::string sha = in.str().str();
+      if (!in.ok())
+        return llvm::createStringError("malformed request");
+      if (llvm::Error error = host->removeObject(sha))
+        return error;
+      MessageWriter done(MessageKind::Done);
+      return sendMessage(channel, done.view());
+    }
+    case MessageKind::HasEntry: {
+      std::string sha = in.str().str();
+      std::string entry = in.str().str();
+      if (!in.ok())
+        return llvm::createStringError("malformed request");
+      MessageWriter done(MessageKind::Done);
+      done.u64(host->hasEntry(sha, entry) ? 1 : 0);
+      return sendMessage(channel, done.view());
+    }
+    case MessageKind::Launch:
+      return launch(in, request);
+    case MessageKind::Call:
+      return call(in, request);
+    default:
+      return llvm::createStringError("unknown request");
+    }
+  }
+
+  llvm::Error addObject(MessageReader &in, Message &request) {
+    std::string sha = in.str().str();
+    uint64_t size = in.u64();
+    SharedBuffer shared;
+    llvm::Expected<llvm::StringRef> bytes = payload(in, request, size, shared);
+    if (!bytes)
+      return bytes.takeError();
+    ObjectBlob blob{sha, std::make_shared<const std::string>(bytes->str())};
+    if (llvm::Error error = host->addObject(blob))
+      return transport::wire::makeWireError("invalid_object", "loading object " + sha + ": " +
+                                                                  llvm::toString(std::move(error)));
+    MessageWriter done(MessageKind::Done);
+    return sendMessage(channel, done.view());
+  }
+
+  llvm::Error launch(MessageReader &in, Message &request) {
+    std::string sha = in.str().str();
+    std::string entry = in.str().str();
+    struct Input {
+      int64_t elemSize;
+      std::vector<int64_t> sizes;
+      uint64_t offset, bytes;
+    };
+    std::vector<Input> inputs(in.count(24));
+    for (Input &input : inputs) {
+      input.elemSize = in.i64();
+      input.sizes.resize(in.count(8));
+      for (int64_t &s : input.sizes)
+        s = in.i64();
+      input.offset = in.u64();
+      input.bytes = in.u64();
+    }
+    std::vector<ResultSpec> results(in.count(16));
+    for (ResultSpec &r : results) {
+      r.rank = in.i64();
+      r.elemSize = in.i64();
+    }
+    uint64_t total = in.u64();
+    if (!in.ok())
+      return llvm::createStringError("malformed launch request");
+    SharedBuffer shared;
+    llvm::Expected<llvm::StringRef> bytes = payload(in, request, total, shared);
+    if (!bytes)
+      return bytes.takeError();
+    // Inline bytes are copied to an aligned buffer: kernels may assume element alignment.
+    std::unique_ptr<char, decltype(&std::free)> aligned(nullptr, &std::free);
+    const char *base = bytes->data();
+    if (!shared.data() && total) {
+      aligned.reset(static_cast<char *>(std::aligned_alloc(kAlignment, alignUp(total))));
+      if (!aligned)
+        return llvm::createStringError("out of memory for launch inputs");
+      std::memcpy(aligned.get(), bytes->data(), total);
+      base = aligned.get();
+    }
+    std::vector<TensorView> views;
+    views.reserve(inputs.size());
+    for (const Input &input : inputs) {
+      llvm::Expected<uint64_t> expected = transport::wire::packedBytes(input.elemSize, input.sizes);
+      if (!expected)
+        return expected.takeError();
+      if (*expected != input.bytes || input.offset > total || total - input.offset < input.bytes)
+        return llvm::createStringError("launch input lies outside its buffer");
+      views.push_back(TensorView{base + input.offset, input.elemSize, input.sizes,
+                                 transport::wire::packedStrides(input.sizes)});
+    }
+    llvm::Expected<std::vector<OwnedTensor>> outcome = host->launch(sha, entry, views, results);
+    if (!outcome)
+      return classifyHostError(outcome.takeError(), "unknown_entry", "launch_failed",
+                               "launching '" + entry + "'");
+    if (outcome->size() != results.size())
+      return transport::wire::makeWireError(
+          "launch_failed", llvm::formatv("'{0}' returned {1} results, expected {2}", entry,
+                                         outcome->size(), results.size()));
+    MessageWriter done(MessageKind::Done);
+    done.u64(outcome->size());
+    uint64_t size = 0;
+    std::vector<uint64_t> offsets;
+    for (const OwnedTensor &t : *outcome) {
+      done.i64(t.elemSize).u64(t.sizes.size());
+      for (int64_t s : t.sizes)
+        done.i64(s);
+      size = alignUp(size);
+      done.u64(size);
+      offsets.push_back(size);
+      uint64_t bytes = static_cast<uint64_t>(t.elemSize);
+      for (int64_t s : t.sizes)
+        bytes *= static_cast<uint64_t>(s);
+      size += bytes;
+    }
+    done.u64(size);
+    return reply(done, size, [&](char *out) {
+      for (size_t i = 0; i < outcome->size(); ++i) {
+        const OwnedTensor &t = (*outcome)[i];
+        packRowMajor(TensorView{t.data, t.elemSize, t.sizes, t.strides}, out + offsets[i]);
+      }
+    });
+  }
+
+  llvm::Error call(MessageReader &in, Message &request) {
+    std::string symbol = in.str().str();
+    uint64_t outputSize = in.u64();
+    uint64_t inputSize = in.u64();
+    if (!in.ok())
+      return llvm::createStringError("malformed call request");
+    SharedBuffer shared;
+    llvm::Expected<llvm::StringRef> input = payload(in, request, inputSize, shared);
+    if (!input)
+      return input.takeError();
+    llvm::Expected<std::string> output = host->call(symbol, *input, outputSize);
+    if (!output)
+      return classifyHostError(output.takeError(), "unknown_symbol", "call_failed",
+                               "calling '" + symbol + "'");
+    MessageWriter done(MessageKind::Done);
+    done.u64(output->size());
+    return reply(done, output->size(),
+                 [&](char *out) { std::memcpy(out, output->data(), output->size()); });
+  }
+
+  int channel;
+  std::unique_ptr<ObjectHost> host;
+};
+
+} // namespace
+
+int runWorker(int argc, char **argv) {
+  auto fail = [](const llvm::Twine &message) {
+    // The executor reads this from its log; the channel closes with the process.
+    llvm::errs() << "courier-worker: " << message << "\n";
+    // A Failed message before Ready tells the executor why the worker could not start.
+    MessageWriter failed(MessageKind::Failed);
+    failed.str("worker_unavailable").str(message.str());
+    llvm::consumeError(sendMessage(kWorkerChannelFd, failed.view()));
+    return 2;
+  };
+  llvm::Expected<WorkerOptions> options = parseOptions(argc, argv);
+  if (!options)
+    return fail(llvm::toString(options.takeError()));
+  // Die with the executor, even while a kernel spins and never reads the channel again.
+  if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 ||
+      (options->parent && ::getppid() != options->parent))
+    return 3;
+  // Nothing but the standard streams and the channel: descriptors the executor holds must
+  // not reach shipped code.
+  ::close_range(kWorkerChannelFd + 1, ~0U, 0);
+
+  llvm::Expected<std::shared_ptr<PluginSet>> plugins = PluginSet::load(options->plugins);
+  if (!plugins)
+    return fail(llvm::toString(plugins.takeError()));
+  llvm::Expected<std::unique_ptr<ObjectHost>> host = ObjectHost::create(*plugins);
+  if (!host)
+    return fail("creating the object host: " + llvm::toString(host.takeError()));
+  if (llvm::Error error = installCrashReporter(kWorkerChannelFd))
+    return fail(llvm::toString(std::move(error)));
+  if (llvm::Error error = applyLimits(options->limits))
+    return fail(llvm::toString(std::move(error)));
+  if (options->sandbox)
+    if (llvm::Error error = enterSandbox())
+      return fail("cannot enter the sandbox: " + llvm::toString(std::move(error)));
+
+  MessageWriter ready(MessageKind::Ready);
+  ready.u64(options->sandbox ? 1 : 0);
+  if (llvm::Error error = sendMessage(kWorkerChannelFd, ready.view())) {
+    llvm::consumeError(std::move(error));
+    return 1;
+  }
+  Worker worker(kWorkerChannelFd, std::move(*host));
+  return worker.serve();
+}
+
+} // namespace courier::executor

@@ -1,0 +1,326 @@
+// Starting, talking to and ending worker processes.
+#include "executor/WorkerPool.h"
+
+#include "executor/Worker.h"
+#include "transport/Wire.h"
+
+#include "llvm/ADT/StringSet.h"
+#include "llvm/Support/FormatVariadic.h"
+
+#include <cerrno>
+#include <csignal>
+#include <cstring>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+extern char **environ;
+
+namespace courier::executor {
+
+using transport::wire::makeWireError;
+
+namespace {
+
+std::atomic<uint64_t> liveWorkers{0};
+
+/// How long a worker may take to start, load its plugins and enter its sandbox.
+constexpr auto kStartTimeout = std::chrono::seconds(20);
+/// How long a worker that reported a crash may take to die of it.
+constexpr auto kDyingTimeout = std::chrono::seconds(1);
+
+/// The codes a worker may report for a request it failed; anything else it sends is
+/// treated as a launch failure (a kernel can write to the channel).
+bool isWorkerCode(llvm::StringRef code) {
+  static const llvm::StringSet<> codes = {
+      "unknown_entry",   "unknown_symbol",     "unknown_object",    "launch_failed",
+      "call_failed",     "invalid_object",     "bad_request",       "payload_too_large",
+      "unsigned_object", "signature_mismatch", "worker_unavailable"};
+  return codes.contains(code);
+}
+
+std::string describeStatus(int status) {
+  if (WIFSIGNALED(status))
+    return signalName(WTERMSIG(status));
+  if (WIFEXITED(status))
+    return "exited with status " + std::to_string(WEXITSTATUS(status));
+  return "ended";
+}
+
+} // namespace
+
+uint64_t WorkerPool::live() { return liveWorkers.load(); }
+
+WorkerProcess::~WorkerProcess() {
+  kill(EndReason::Closed);
+  reap();
+  liveWorkers--;
+}
+
+void WorkerProcess::kill(EndReason reason) {
+  std::lock_guard<std::mutex> lock(reapMutex);
+  if (reaped)
+    return;
+  EndReason none = EndReason::None;
+  endReason.compare_exchange_strong(none, reason);
+  dead = true;
+  ::kill(processId, SIGKILL);
+}
+
+int WorkerProcess::reap() {
+  std::lock_guard<std::mutex> lock(reapMutex);
+  if (reaped)
+    return waitStatus;
+  dead = true;
+  // The channel closing does not prove the process is going (a kernel may close it and
+  // spin), so make sure before waiting.
+  ::kill(processId, SIGKILL);
+  while (::waitpid(processId, &waitStatus, 0) < 0 && errno == EINTR) {
+  }
+  reaped = true;
+  return waitStatus;
+}
+
+llvm::Error WorkerProcess::died(llvm::StringRef what, Clock::time_point deadline) {
+  int status = reap();
+  switch (endReason.load()) {
+  case EndReason::Deadline:
+    howItDied = {"deadline", ""};
+    return makeWireError("deadline_exceeded",
+                         what + " ran past its deadline; its worker was ended and the session's "
+                                "next request gets a fresh one");
+  case EndReason::Closed:
+    howItDied = {"closed", ""};
+    return makeWireError("unknown_session", "the session was closed while " + what + " ran");
+  case EndReason::Shutdown:
+    howItDied = {"shutdown", ""};
+    return makeWireError("worker_unavailable",
+                         "the executor is shutting down; " + what + " was ended");
+  case EndReason::None:
+    break;
+  }
+  if (crash) {
+    howItDied = {describeCrash(*crash), signalName(crash->signal)};
+  } else {
+    howItDied = {describeStatus(status), WIFSIGNALED(status) ? signalName(WTERMSIG(status)) : ""};
+  }
+  return makeWireError("kernel_crashed", "the session's worker died: " + howItDied.cause + " in " +
+                                             what +
+                                             "; the session's next request gets a fresh worker");
+}
+
+llvm::Expected<Message> WorkerProcess::request(llvm::StringRef bytes, llvm::ArrayRef<int> fds,
+                                               Clock::time_point deadline, llvm::StringRef what) {
+  if (dead)
+    return died(what, deadline);
+  if (llvm::Error error = sendMessage(channel.get(), bytes, fds)) {
+    llvm::consumeError(std::move(error));
+    return died(what, deadline);
+  }
+  Message reply;
+  while (true) {
+    llvm::Expected<ReceiveStatus> status = receiveMessage(channel.get(), reply, deadline);
+    if (!status) {
+      // Only the worker's end can make a receive fail (an oversized or broken message).
+      llvm::consumeError(status.takeError());
+      kill(EndReason::None);
+      return died(what, deadline);
+    }
+    if (*status == ReceiveStatus::TimedOut) {
+      if (crash) {
+        kill(EndReason::None);
+        return died(what, deadline);
+      }
+      kill(EndReason::Deadline);
+      return died(what, deadline);
+    }
+    if (*status == ReceiveStatus::Closed)
+      return died(what, deadline);
+    MessageReader reader(reply.bytes);
+    switch (reader.kind()) {
+    case MessageKind::Done:
+      return std::move(reply);
+    case MessageKind::Failed: {
+      std::string code = reader.str().str();
+      std::string message = reader.str().str();
+      if (!reader.ok())
+        break;
+      return makeWireError(isWorkerCode(code) ? code : "launch_failed", message);
+    }
+    case MessageKind::Crashed:
+      if (reply.bytes.size() == 1 + sizeof(CrashReport)) {
+        CrashReport report;
+        std::memcpy(&report, reply.bytes.data() + 1, sizeof(report));
+        crash = report;
+      }
+      // The process is on its way out; wait for the channel to close, briefly.
+      deadline = std::min(deadline, Clock::now() + kDyingTimeout);
+      continue;
+    default:
+      break;
+    }
+    // Anything else breaks the protocol: the worker cannot be trusted any more.
+    kill(EndReason::None);
+    return died(what, deadline);
+  }
+}
+
+WorkerPool::WorkerPool(WorkerSettings settingsIn, unsigned warm)
+    : settings(std::move(settingsIn)), target(warm) {
+  refiller = std::thread([this] { refill(); });
+}
+
+WorkerPool::~WorkerPool() { shutdown(); }
+
+void WorkerPool::shutdown() {
+  std::deque<std::unique_ptr<WorkerProcess>> ending;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    stopping = true;
+    ending.swap(ready);
+  }
+  changed.notify_all();
+  if (refiller.joinable() && refiller.get_id() != std::this_thread::get_id())
+    refiller.join();
+  ending.clear();
+}
+
+unsigned WorkerPool::warmCount() {
+  std::lock_guard<std::mutex> lock(mutex);
+  return static_cast<unsigned>(ready.size());
+}
+
+std::string WorkerPool::lastError() {
+  std::lock_guard<std::mutex> lock(mutex);
+  return startError;
+}
+
+llvm::Error WorkerPool::probe() {
+  llvm::Expected<std::unique_ptr<WorkerProcess>> worker = take();
+  if (!worker)
+    return worker.takeError();
+  std::lock_guard<std::mutex> lock(mutex);
+  // Still a good worker: keep it warm.
+  ready.push_back(std::move(*worker));
+  return llvm::Error::success();
+}
+
+llvm::Expected<std::unique_ptr<WorkerProcess>> WorkerPool::take() {
+  std::unique_lock<std::mutex> lock(mutex);
+  uint64_t failuresBefore = failures;
+  ++waiting;
+  changed.notify_all();
+  changed.wait(lock, [&] { return stopping || !ready.empty() || failures != failuresBefore; });
+  --waiting;
+  if (!ready.empty()) {
+    std::unique_ptr<WorkerProcess> worker = std::move(ready.front());
+    ready.pop_front();
+    changed.notify_all();
+    return std::move(worker);
+  }
+  if (stopping)
+    return makeWireError("worker_unavailable", "the executor is shutting down");
+  return makeWireError("worker_unavailable", "cannot start a worker process: " + startError);
+}
+
+void WorkerPool::refill() {
+  std::unique_lock<std::mutex> lock(mutex);
+  while (true) {
+    changed.wait(lock, [&] { return stopping || ready.size() < target + waiting; });
+    if (stopping)
+      return;
+    lock.unlock();
+    llvm::Expected<std::unique_ptr<WorkerProcess>> worker = start();
+    lock.lock();
+    if (worker) {
+      lastStartFailed = false;
+      ready.push_back(std::move(*worker));
+      changed.notify_all();
+      continue;
+    }
+    startError = llvm::toString(worker.takeError());
+    lastStartFailed = true;
+    ++failures;
+    changed.notify_all();
+    // Do not spin on a start that keeps failing; waiters have been told.
+    changed.wait_for(lock, std::chrono::seconds(1), [&] { return stopping; });
+  }
+}
+
+llvm::Expected<std::unique_ptr<WorkerProcess>> WorkerPool::start() {
+  int ends[2];
+  if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, ends) != 0)
+    return llvm::createStringError(llvm::Twine("socketpair: ") + std::strerror(errno));
+  UniqueFd mine(ends[0]), theirs(ends[1]);
+
+  std::vector<std::string> args = {settings.program, "--parent", std::to_string(::getpid())};
+  for (const std::string &plugin : settings.plugins) {
+    args.push_back("--plugin");
+    args.push_back(plugin);
+  }
+  if (settings.memoryMiB) {
+    args.push_back("--memory-mib");
+    args.push_back(std::to_string(settings.memoryMiB));
+  }
+  if (settings.cpuSeconds) {
+    args.push_back("--cpu-seconds");
+    args.push_back(std::to_string(settings.cpuSeconds));
+  }
+  if (!settings.sandbox)
+    args.push_back("--no-sandbox");
+  if (settings.allowUnsignedObjects)
+    args.push_back("--allow-unsigned-objects");
+  std::vector<char *> argv;
+  for (std::string &arg : args)
+    argv.push_back(arg.data());
+  argv.push_back(nullptr);
+
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, theirs.get(), kWorkerChannelFd);
+  // A kernel's output goes to the executor's log.
+  posix_spawn_file_actions_adddup2(&actions, STDERR_FILENO, STDOUT_FILENO);
+  posix_spawnattr_t attributes;
+  posix_spawnattr_init(&attributes);
+  sigset_t none, all;
+  sigemptyset(&none);
+  sigfillset(&all);
+  // The executor blocks its stop signals for its signal thread; a worker starts clean.
+  posix_spawnattr_setsigmask(&attributes, &none);
+  posix_spawnattr_setsigdefault(&attributes, &all);
+  posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+  pid_t pid = -1;
+  int rc =
+      ::posix_spawn(&pid, settings.program.c_str(), &actions, &attributes, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  posix_spawnattr_destroy(&attributes);
+  if (rc != 0)
+    return llvm::createStringError(
+        llvm::formatv("starting {0}: {1}", settings.program, std::strerror(rc)).str());
+  theirs.reset();
+  liveWorkers++;
+  std::unique_ptr<WorkerProcess> worker(new WorkerProcess(pid, std::move(mine)));
+
+  Message hello;
+  llvm::Expected<ReceiveStatus> status =
+      receiveMessage(worker->channel.get(), hello, Clock::now() + kStartTimeout);
+  if (!status)
+    return status.takeError();
+  MessageReader reader(hello.bytes);
+  if (*status == ReceiveStatus::Message && reader.kind() == MessageKind::Ready)
+    return std::move(worker);
+  if (*status == ReceiveStatus::Message && reader.kind() == MessageKind::Failed) {
+    reader.str();
+    return llvm::createStringError(reader.str().str());
+  }
+  if (*status == ReceiveStatus::TimedOut)
+    return llvm::createStringError(
+        llvm::formatv("{0} did not become ready within {1} s", settings.program,
+                      std::chrono::duration_cast<std::chrono::seconds>(kStartTimeout).count())
+            .str());
+  return llvm::createStringError(settings.program + " " + describeStatus(worker->reap()) +
+                                 " while starting");
+}
+
+} // namespace courier::executor

@@ -1,0 +1,128 @@
+// The executor's side of worker processes: starting them (a few kept warm, so opening a
+// session does not pay a process start), one request at a time with a deadline, and what a
+// worker's death means for the request it was running.
+#ifndef COURIER_EXECUTOR_WORKERPOOL_H
+#define COURIER_EXECUTOR_WORKERPOOL_H
+
+#include "executor/WorkerProtocol.h"
+
+#include "llvm/Support/Error.h"
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <sys/types.h>
+#include <thread>
+#include <vector>
+
+namespace courier::executor {
+
+using Clock = std::chrono::steady_clock;
+
+struct WorkerSettings {
+  std::string program; ///< courier-worker.
+  std::vector<std::string> plugins;
+  uint64_t memoryMiB = 0;
+  uint64_t cpuSeconds = 0;
+  bool sandbox = true;
+  bool allowUnsignedObjects = false;
+};
+
+/// Why the executor ended a worker itself; a worker that dies on its own has none.
+enum class EndReason { None, Deadline, Closed, Shutdown };
+
+/// How a worker's life ended, for metrics and the log.
+struct WorkerDeath {
+  std::string cause;  ///< "SIGSEGV (address 0x0)", "exited with status 3", "deadline".
+  std::string signal; ///< "SIGSEGV"..., or empty for an exit.
+};
+
+/// One worker process. Requests are not thread-safe (the owner serializes them); kill() and
+/// pid() may be called from any thread.
+class WorkerProcess {
+public:
+  ~WorkerProcess();
+
+  pid_t pid() const { return processId; }
+  bool alive() const { return !dead.load(); }
+
+  /// Sends a request and waits for its reply until `deadline`. A worker that dies meanwhile
+  /// fails the request with `kernel_crashed` naming how it died and `what` it was running; a
+  /// deadline that passes ends the worker (`deadline_exceeded`). Either way the worker is
+  /// dead afterwards and `death()` says why. A Failed reply becomes the error it carries.
+  llvm::Expected<Message> request(llvm::StringRef bytes, llvm::ArrayRef<int> fds,
+                                  Clock::time_point deadline, llvm::StringRef what);
+
+  /// Ends the worker for `reason`; a request waiting on it fails accordingly.
+  void kill(EndReason reason);
+  const WorkerDeath &death() const { return howItDied; }
+
+private:
+  friend class WorkerPool;
+  WorkerProcess(pid_t pid, UniqueFd channel) : processId(pid), channel(std::move(channel)) {}
+  /// Kills (if needed) and reaps the process once; later calls return what the first saw.
+  int reap();
+  llvm::Error died(llvm::StringRef what, Clock::time_point deadline);
+
+  pid_t processId;
+  UniqueFd channel;
+  std::atomic<bool> dead{false};
+  std::atomic<EndReason> endReason{EndReason::None};
+  std::mutex reapMutex;
+  bool reaped = false;
+  int waitStatus = 0;
+  std::optional<CrashReport> crash;
+  WorkerDeath howItDied;
+};
+
+/// Starts workers, keeping `warm` of them ready. Thread-safe.
+class WorkerPool {
+public:
+  WorkerPool(WorkerSettings settings, unsigned warm);
+  ~WorkerPool();
+
+  /// Starts one worker now and waits for it to be ready: the executor's start-up check that
+  /// workers (and their sandbox) work at all.
+  llvm::Error probe();
+
+  /// A ready worker: a warm one if there is one, else one started now.
+  llvm::Expected<std::unique_ptr<WorkerProcess>> take();
+
+  /// Stops refilling and ends the warm workers.
+  void shutdown();
+
+  unsigned warmCount();
+  /// Worker processes running now, warm or serving a session (in every pool).
+  static uint64_t live();
+  /// False after the last attempt to start a worker failed.
+  bool healthy() const { return lastStartFailed.load() == false; }
+  std::string lastError();
+
+private:
+  llvm::Expected<std::unique_ptr<WorkerProcess>> start();
+  void refill();
+
+  WorkerSettings settings;
+  unsigned target;
+  std::mutex mutex;
+  std::condition_variable changed;
+  std::deque<std::unique_ptr<WorkerProcess>> ready;
+  /// Callers of take() waiting for the refill thread: every worker is started by that one
+  /// long-lived thread, because a worker dies with the thread that started it.
+  unsigned waiting = 0;
+  uint64_t failures = 0; ///< Failed starts so far; wakes waiters with the error.
+  bool stopping = false;
+  std::string startError;
+  std::atomic<bool> lastStartFailed{false};
+  std::thread refiller;
+};
+
+} // namespace courier::executor
+
+#endif // COURIER_EXECUTOR_WORKERPOOL_H
