@@ -3,6 +3,7 @@
 #include "executor/LocalBackend.h"
 
 #include "executor/ObjectHost.h"
+#include "transport/ErrorCode.h"
 
 #include "llvm/ADT/StringMap.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -11,6 +12,7 @@
 #include <future>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <shared_mutex>
 
 using namespace llvm;
@@ -27,13 +29,44 @@ Error makeError(const Twine &message) {
   return createStringError(inconvertibleErrorCode(), message);
 }
 
+/// How an async launch ended: its failure's code (when it had one) and message, kept as
+/// values because an unawaited llvm::Error could not be dropped with its session.
+struct LaunchOutcome {
+  bool failed = false;
+  std::optional<ErrorCode> code;
+  std::string message;
+
+  static LaunchOutcome of(Error error) {
+    LaunchOutcome outcome;
+    handleAllErrors(
+        std::move(error),
+        [&](const CodedError &e) {
+          outcome.failed = true;
+          outcome.code = e.kind;
+          outcome.message = e.message;
+        },
+        [&](const ErrorInfoBase &e) {
+          outcome.failed = true;
+          outcome.message = e.message();
+        });
+    return outcome;
+  }
+  Error toError() const {
+    if (!failed)
+      return Error::success();
+    if (code)
+      return makeCodedError(*code, message);
+    return makeError(message);
+  }
+};
+
 struct LocalSession {
   std::shared_ptr<ObjectHost> host;
   std::mutex asyncMutex;
   uint64_t nextLaunch = 1;
-  /// Pending async launches; an empty string means success. Destroying a future from
-  /// std::async waits for its launch, so closing a session never abandons a running kernel.
-  std::map<uint64_t, std::future<std::string>> pending;
+  /// Pending async launches. Destroying a future from std::async waits for its launch, so
+  /// closing a session never abandons a running kernel.
+  std::map<uint64_t, std::future<LaunchOutcome>> pending;
 };
 
 class LocalBackend final : public Backend {
@@ -58,7 +91,7 @@ public:
   Expected<std::string> openSession() override {
     auto host = ObjectHost::create(plugins);
     if (!host)
-      return makeError("local: opening a session: " + toString(host.takeError()));
+      return withContext("local: opening a session", host.takeError());
     auto session = std::make_shared<LocalSession>();
     session->host = std::move(*host);
     std::unique_lock<std::shared_mutex> lock(mutex);
@@ -88,7 +121,7 @@ public:
     if (!session)
       return session.takeError();
     if (Error error = (*session)->host->addObject(object))
-      return makeError("local: shipping an object: " + toString(std::move(error)));
+      return withContext("local: shipping an object", std::move(error));
     return Error::success();
   }
 
@@ -97,7 +130,7 @@ public:
     if (!session)
       return session.takeError();
     if (Error error = (*session)->host->removeObject(sha256))
-      return makeError("local: releasing an object: " + toString(std::move(error)));
+      return withContext("local: releasing an object", std::move(error));
     return Error::success();
   }
 
@@ -113,12 +146,11 @@ public:
     if (!tensors && !host.hasObject(object.sha256)) {
       consumeError(tensors.takeError());
       if (Error error = host.addObject(object))
-        return makeError(formatv("local: launching '{0}': {1}", entry, toString(std::move(error))));
+        return withContext(formatv("local: launching '{0}'", entry), std::move(error));
       tensors = host.launch(object.sha256, entry, inputs, results);
     }
     if (!tensors)
-      return makeError(
-          formatv("local: launching '{0}': {1}", entry, toString(tensors.takeError())));
+      return withContext(formatv("local: launching '{0}'", entry), tensors.takeError());
     return tensors;
   }
 
@@ -130,12 +162,12 @@ public:
     std::shared_ptr<ObjectHost> host = session->host;
     if (!host->hasObject(object.sha256))
       if (Error error = host->addObject(object))
-        return makeError(formatv("local: starting '{0}': {1}", entry, toString(std::move(error))));
+        return withContext(formatv("local: starting '{0}'", entry), std::move(error));
     std::string sha = object.sha256;
     std::string name = entry.str();
-    auto future = std::async(std::launch::async, [host, sha, name]() -> std::string {
+    auto future = std::async(std::launch::async, [host, sha, name]() -> LaunchOutcome {
       auto results = host->launch(sha, name, {}, {});
-      return results ? std::string() : toString(results.takeError());
+      return LaunchOutcome::of(results ? Error::success() : results.takeError());
     });
     std::lock_guard<std::mutex> lock(session->asyncMutex);
     uint64_t launchId = session->nextLaunch++;
@@ -147,7 +179,7 @@ public:
     auto found = find(id, "awaiting a launch");
     if (!found)
       return found.takeError();
-    std::future<std::string> future;
+    std::future<LaunchOutcome> future;
     {
       std::lock_guard<std::mutex> lock((*found)->asyncMutex);
       auto pending = (*found)->pending.find(launchId);
@@ -157,10 +189,7 @@ public:
       future = std::move(pending->second);
       (*found)->pending.erase(pending);
     }
-    std::string failure = future.get();
-    if (!failure.empty())
-      return makeError(formatv("local: launch {0} failed: {1}", launchId, failure));
-    return Error::success();
+    return withContext(formatv("local: launch {0} failed", launchId), future.get().toError());
   }
 
   Expected<std::string> call(StringRef id, StringRef symbol, StringRef input,
@@ -170,7 +199,7 @@ public:
       return session.takeError();
     auto reply = (*session)->host->call(symbol, input, outputSize);
     if (!reply)
-      return makeError("local: " + toString(reply.takeError()));
+      return withContext("local", reply.takeError());
     return reply;
   }
 
@@ -195,7 +224,7 @@ private:
 Expected<std::unique_ptr<Backend>> createLocalBackend(const BackendOptions &options) {
   auto plugins = PluginSet::load(options.plugins);
   if (!plugins)
-    return makeError("local: " + toString(plugins.takeError()));
+    return withContext("local", plugins.takeError());
   return std::make_unique<LocalBackend>(std::move(*plugins));
 }
 
