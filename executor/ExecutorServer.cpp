@@ -80,6 +80,8 @@ struct Session {
   std::mutex slotMutex;
   std::shared_ptr<WorkerProcess> worker;
   std::set<std::string> linked; ///< Objects loaded in `worker`; under workerMutex.
+  /// What the worker reported of each object it loaded; under workerMutex.
+  std::map<std::string, ObjectInfo, std::less<>> infos;
   /// Ends the session's worker, e.g. while a request on it is running.
   void endWorker(EndReason reason) {
     std::shared_ptr<WorkerProcess> current;
@@ -289,7 +291,7 @@ llvm::Expected<std::shared_ptr<Session>> ExecutorServer::Impl::createSession(std
     session->worker = std::move(*worker);
   } else {
     llvm::Expected<std::unique_ptr<ObjectHost>> host =
-        ObjectHost::create(plugins);
+        ObjectHost::create(plugins, {options.allowUnsignedObjects});
     if (!host)
       return makeWireError("internal",
                            "creating an object host: " + llvm::toString(host.takeError()));
@@ -489,6 +491,24 @@ llvm::Error ExecutorServer::Impl::linkInto(Session &s, WorkerProcess &worker, ll
       ask(s, worker, add.view(), fds, deadline, ("loading object " + sha).str());
   if (!reply)
     return reply.takeError();
+  MessageReader in(reply->bytes);
+  ObjectInfo info;
+  info.sha256 = sha.str();
+  info.entries.resize(in.count(8));
+  for (std::string &entry : info.entries) {
+    entry = in.str().str();
+    uint64_t words = in.count(8);
+    if (!words)
+      continue;
+    std::vector<int64_t> &table = info.signatures[entry];
+    table.resize(words);
+    for (int64_t &word : table)
+      word = in.i64();
+  }
+  if (!in.ok())
+    return makeWireError("invalid_object",
+                         "loading object " + sha + ": the worker's description is malformed");
+  s.infos[sha.str()] = std::move(info);
   s.linked.insert(sha.str());
   return llvm::Error::success();
 }
@@ -929,21 +949,13 @@ llvm::Error ExecutorServer::Impl::launchAsync(const httplib::Request &req, httpl
   // Refused now rather than at await: the client learns of its mistake where it made it.
   bool known = true;
   if (isolated()) {
-    MessageWriter query(MessageKind::HasEntry);
-    query.str(object).str(entry);
     std::lock_guard<std::mutex> working(s.workerMutex);
-    llvm::Expected<std::shared_ptr<WorkerProcess>> worker = liveWorker(s, *deadline);
-    if (!worker)
-      return worker.takeError();
-    if (!s.linked.count(object))
-      if (llvm::Error error = linkInto(s, **worker, object, *deadline))
+    auto info = s.infos.find(object);
+    known = info != s.infos.end() && info->second.hasEntry(entry);
+    // An async entry takes nothing and returns nothing; its table must say so.
+    if (known)
+      if (llvm::Error error = transport::checkLaunch(info->second, entry, {}, {}))
         return error;
-    llvm::Expected<Message> reply =
-        ask(s, **worker, query.view(), {}, *deadline, "'" + entry + "'");
-    if (!reply)
-      return reply.takeError();
-    MessageReader answer(reply->bytes);
-    known = answer.u64() != 0;
   } else {
     known = s.host->hasEntry(object, entry);
   }

@@ -202,15 +202,6 @@ private:
       MessageWriter done(MessageKind::Done);
       return sendMessage(channel, done.view());
     }
-    case MessageKind::HasEntry: {
-      std::string sha = in.str().str();
-      std::string entry = in.str().str();
-      if (!in.ok())
-        return llvm::createStringError("malformed request");
-      MessageWriter done(MessageKind::Done);
-      done.u64(host->hasEntry(sha, entry) ? 1 : 0);
-      return sendMessage(channel, done.view());
-    }
     case MessageKind::Launch:
       return launch(in, request);
     case MessageKind::Call:
@@ -229,9 +220,24 @@ private:
       return bytes.takeError();
     ObjectBlob blob{sha, std::make_shared<const std::string>(bytes->str())};
     if (llvm::Error error = host->addObject(blob))
-      return transport::wire::makeWireError("invalid_object", "loading object " + sha + ": " +
-                                                                  llvm::toString(std::move(error)));
+      return classifyHostError(std::move(error), "invalid_object", "invalid_object",
+                               "loading object " + sha);
+    // What the executor checks launches against without asking again.
+    std::optional<transport::ObjectInfo> info = host->describe(sha);
     MessageWriter done(MessageKind::Done);
+    done.u64(info ? info->entries.size() : 0);
+    if (info)
+      for (const std::string &entry : info->entries) {
+        done.str(entry);
+        auto table = info->signatures.find(entry);
+        if (table == info->signatures.end()) {
+          done.u64(0);
+          continue;
+        }
+        done.u64(table->second.size());
+        for (int64_t word : table->second)
+          done.i64(word);
+      }
     return sendMessage(channel, done.view());
   }
 
@@ -368,7 +374,8 @@ int runWorker(int argc, char **argv) {
   llvm::Expected<std::shared_ptr<PluginSet>> plugins = PluginSet::load(options->plugins);
   if (!plugins)
     return fail(llvm::toString(plugins.takeError()));
-  llvm::Expected<std::unique_ptr<ObjectHost>> host = ObjectHost::create(*plugins);
+  llvm::Expected<std::unique_ptr<ObjectHost>> host =
+      ObjectHost::create(*plugins, transport::ObjectHostOptions{options->allowUnsigned});
   if (!host)
     return fail("creating the object host: " + llvm::toString(host.takeError()));
   if (llvm::Error error = installCrashReporter(kWorkerChannelFd))

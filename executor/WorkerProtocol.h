@@ -79,7 +79,6 @@ enum class MessageKind : uint8_t {
   RemoveObject,
   Launch,
   Call,
-  HasEntry, ///< {object, entry} -> Done {1 or 0}
   // worker -> main
   Ready = 64,
   Done,    ///< Success; the payload depends on the request.
