@@ -33,6 +33,8 @@ def pattern(expected):
 
 
 def json_matches(expected, actual):
+    if expected == "…":  # any value: counts that depend on timing, say
+        return True
     if isinstance(expected, str) and "…" in expected:
         return isinstance(actual, str) and pattern(expected).fullmatch(actual) is not None
     if isinstance(expected, dict):
