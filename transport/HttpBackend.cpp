@@ -227,6 +227,14 @@ llvm::Expected<int> HttpBackend::send(httplib::Request &req, httplib::Response &
                                       const std::string &operation) {
   if (!options.bearerToken.empty())
     req.set_header("Authorization", "Bearer " + options.bearerToken);
+  // Work the caller will stop waiting for is ended on the executor too; the deadline is a
+  // little shorter than the timeout, so the executor's 504 arrives before the client gives up.
+  if (llvm::StringRef(req.path).contains("/launch") ||
+      llvm::StringRef(req.path).contains("/call/")) {
+    int64_t timeout = options.requestTimeout.count();
+    int64_t deadline = std::max<int64_t>(1, timeout - std::min<int64_t>(1000, timeout / 10));
+    req.set_header(wire::kDeadlineHeader, std::to_string(deadline));
+  }
   // httplib's server waits for a body on these methods unless told there is none.
   if (req.method != "GET" && req.method != "HEAD" && !req.content_provider_ &&
       !req.has_header("Content-Length"))

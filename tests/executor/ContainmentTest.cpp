@@ -863,3 +863,32 @@ TEST_CASE("an executor started with --warm-workers 3 keeps three idle workers re
   // The worker the session took is replaced in the background.
   CHECK(awaitWorkersField(client, "warm", 3) == 3);
 }
+
+TEST_CASE("the http client's request timeout ends its spinning kernel on the executor too",
+          "[containment][deadline]") {
+  ExecutorProcess executor(ExecutorConfig{0, "", {"--launch-timeout-ms", kTestLaunchTimeoutMs}});
+  ObjectBlob crashers = ObjectBlob::fromBytes(readFile(COURIER_KERNEL_CRASHERS));
+  BackendOptions options;
+  options.requestTimeout = 1500ms;
+  auto backend = courier::transport::createBackend(executor.address(), options);
+  REQUIRE(static_cast<bool>(backend));
+  auto session = (*backend)->openSession();
+  REQUIRE(static_cast<bool>(session));
+  llvm::Error shipped = (*backend)->shipObject(*session, crashers);
+  REQUIRE_FALSE(static_cast<bool>(shipped));
+
+  auto spun = (*backend)->launch(*session, crashers, kLoopForever, {}, {});
+  REQUIRE_FALSE(static_cast<bool>(spun));
+  std::string message = llvm::toString(spun.takeError());
+  INFO(message);
+  // The executor answered (it ended the kernel) rather than the client giving up on it.
+  CHECK_THAT(message, Catch::Contains("[deadline_exceeded]"));
+  CHECK(executor.metric("courier_deadline_kills_total") == 1);
+
+  std::vector<double> input = {1, 2, 3};
+  auto next = (*backend)->launch(*session, crashers, kPlusOne,
+                                 {TensorView{input.data(), 8, {3}, {1}}}, {{1, 8}});
+  REQUIRE(static_cast<bool>(next));
+  const double *out = static_cast<const double *>((*next)[0].data);
+  CHECK(std::vector<double>(out, out + 3) == std::vector<double>{2, 3, 4});
+}
