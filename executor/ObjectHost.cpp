@@ -9,24 +9,23 @@
 #include "executor/ObjectHost.h"
 
 #include "abi/KernelABI.h"
+#include "executor/ElfValidation.h"
+#include "transport/Wire.h"
 
+#include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/SmallVector.h"
 #include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/StringSet.h"
-#include "llvm/BinaryFormat/Dwarf.h"
-#include "llvm/BinaryFormat/ELF.h"
+#include "llvm/ExecutionEngine/JITLink/JITLink.h"
+#include "llvm/ExecutionEngine/Orc/AbsoluteSymbols.h"
 #include "llvm/ExecutionEngine/Orc/ExecutionUtils.h"
 #include "llvm/ExecutionEngine/Orc/LLJIT.h"
-#include "llvm/Object/ELFObjectFile.h"
-#include "llvm/Object/ObjectFile.h"
-#include "llvm/Support/DataExtractor.h"
+#include "llvm/ExecutionEngine/Orc/ObjectLinkingLayer.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/TargetSelect.h"
-#include "llvm/TargetParser/Host.h"
-#include "llvm/TargetParser/Triple.h"
 
-#include <dlfcn.h>
+#include <sys/mman.h>
 
 #include <cstdlib>
 #include <cstring>
@@ -42,10 +41,6 @@ namespace {
 using EntryFn = void (*)(void *results, void *args);
 using CallFn = int32_t (*)(const void *in, uint64_t inSize, void *out, uint64_t outSize);
 
-/// MLIR lowers `memref.get_global` to a descriptor whose allocated pointer is this
-/// sentinel: the data lives in the object's constants and must never be freed.
-void *const kGlobalSentinel = reinterpret_cast<void *>(uintptr_t{0xdeadbeef});
-
 /// Fills the result area before a launch; no pointer, size, stride or offset a kernel
 /// writes has this value in practice.
 constexpr int64_t kUnwritten = 0x5a5a5a5a5a5a5a5a;
@@ -58,10 +53,17 @@ constexpr size_t kResultSlackWords = 64;
 /// must produce an error, not an allocation failure.
 constexpr uint64_t kMaxCallReply = uint64_t{1} << 32;
 
-/// Bounds on what a launch may declare: MLIR ranks are small, and the descriptor area is
-/// sized from these numbers before the kernel runs.
-constexpr size_t kMaxRank = 64;
-constexpr int64_t kMaxTensors = 4096;
+/// Words of a descriptor of the largest rank a launch may declare.
+constexpr size_t kMaxDescriptorWords = 3 + 2 * kMaxLaunchRank;
+
+/// Null pointers after the input descriptors' pointers in `args`: a kernel reading more
+/// inputs than a launch declared (possible only for an object without signature tables)
+/// faults on a null descriptor instead of reading stack contents as one.
+constexpr size_t kArgumentSlack = 64;
+
+/// Largest byte span a result may claim: more than a 47-bit user address space holds is a
+/// descriptor the kernel did not fill in (or filled in for another layout).
+constexpr uint64_t kMaxResultSpan = uint64_t{1} << 47;
 
 Error makeError(const Twine &message) {
   return createStringError(inconvertibleErrorCode(), message);
@@ -113,257 +115,134 @@ const StringSet<> &allowedProcessSymbols() {
   return allowed;
 }
 
-/// Bytes a relocation of `type` patches: JITLink applies fixups without bounds checks in
-/// release builds, so an offset is checked against the width it will write.
-unsigned relocationWidth(uint16_t machine, uint32_t type) {
-  if (machine == ELF::EM_X86_64)
-    switch (type) {
-    case ELF::R_X86_64_64:
-    case ELF::R_X86_64_PC64:
-    case ELF::R_X86_64_GOTOFF64:
-    case ELF::R_X86_64_GOTPC64:
-    case ELF::R_X86_64_GOT64:
-    case ELF::R_X86_64_GOTPCREL64:
-    case ELF::R_X86_64_PLTOFF64:
-    case ELF::R_X86_64_SIZE64:
-    case ELF::R_X86_64_DTPMOD64:
-    case ELF::R_X86_64_DTPOFF64:
-    case ELF::R_X86_64_TPOFF64:
-      return 8;
-    default:
-      return 4;
-    }
-  if (machine == ELF::EM_AARCH64 && (type == ELF::R_AARCH64_ABS64 || type == ELF::R_AARCH64_PREL64))
-    return 8;
-  return 4;
+/// The buffers kernels allocate during one launch, with their sizes, so the host can check
+/// that every result it hands over lies inside a buffer it may read.
+struct LaunchAllocations {
+  DenseMap<void *, uint64_t> live;
+};
+
+/// The launch running on this thread, if any: kernels run on the launching thread and
+/// cannot start threads of their own (nothing on the allow-list does).
+thread_local LaunchAllocations *currentLaunch = nullptr;
+
+void remember(void *pointer, uint64_t size) {
+  if (pointer && currentLaunch)
+    currentLaunch->live[pointer] = size;
 }
 
-/// Checks every relocation against the section it patches and the symbol table it names,
-/// which the linker itself trusts.
-template <class ELFT>
-Error checkRelocations(const object::ELFObjectFile<ELFT> &object, StringRef sha256) {
-  const object::ELFFile<ELFT> &file = object.getELFFile();
-  auto damaged = [&](const Twine &what) {
-    return makeError("object " + sha256 + " is damaged: " + what);
+void forget(void *pointer) {
+  if (pointer && currentLaunch)
+    currentLaunch->live.erase(pointer);
+}
+
+// The C allocator as kernels see it: the process's, recording what a launch allocates.
+void *trackedMalloc(size_t size) {
+  void *pointer = std::malloc(size);
+  remember(pointer, size);
+  return pointer;
+}
+
+void *trackedCalloc(size_t count, size_t size) {
+  void *pointer = std::calloc(count, size);
+  remember(pointer, uint64_t(count) * size); // calloc fails on an overflowing product
+  return pointer;
+}
+
+void *trackedRealloc(void *old, size_t size) {
+  void *pointer = std::realloc(old, size);
+  if (pointer || size == 0)
+    forget(old);
+  remember(pointer, size);
+  return pointer;
+}
+
+void trackedFree(void *pointer) {
+  forget(pointer);
+  std::free(pointer);
+}
+
+void *trackedAlignedAlloc(size_t alignment, size_t size) {
+  void *pointer = std::aligned_alloc(alignment, size);
+  remember(pointer, size);
+  return pointer;
+}
+
+int trackedPosixMemalign(void **out, size_t alignment, size_t size) {
+  int status = posix_memalign(out, alignment, size);
+  if (status == 0)
+    remember(*out, size);
+  return status;
+}
+
+/// Tracks the calling thread's allocations while it lives.
+class TrackAllocations {
+public:
+  explicit TrackAllocations(LaunchAllocations &allocations)
+      : previous(std::exchange(currentLaunch, &allocations)) {}
+  ~TrackAllocations() { currentLaunch = previous; }
+  TrackAllocations(const TrackAllocations &) = delete;
+  TrackAllocations &operator=(const TrackAllocations &) = delete;
+
+private:
+  LaunchAllocations *previous;
+};
+
+/// The allocator entry points kernels bind to: the tracking wrappers above.
+orc::SymbolMap trackedAllocators(orc::ExecutionSession &session) {
+  auto flags = JITSymbolFlags::Exported | JITSymbolFlags::Callable;
+  auto symbol = [&](auto *function) {
+    return orc::ExecutorSymbolDef(orc::ExecutorAddr::fromPtr(function), flags);
   };
-  auto sections = file.sections();
-  if (!sections)
-    return damaged(toString(sections.takeError()));
-  uint16_t machine = file.getHeader().e_machine;
-  for (size_t index = 0; index < sections->size(); ++index) {
-    const auto &section = (*sections)[index];
-    bool rela = section.sh_type == ELF::SHT_RELA;
-    if (!rela && section.sh_type != ELF::SHT_REL)
-      continue;
-    if (section.sh_info == 0 || section.sh_info >= sections->size() ||
-        section.sh_link >= sections->size())
-      return damaged(formatv("relocation section {0} refers to section {1} and symbol table {2}",
-                             index, section.sh_info, section.sh_link));
-    const auto &target = (*sections)[section.sh_info];
-    const auto &symbols = (*sections)[section.sh_link];
-    uint64_t symbolCount = symbols.sh_entsize ? symbols.sh_size / symbols.sh_entsize : 0;
-    auto check = [&](uint64_t offset, uint32_t type, uint32_t symbol) -> Error {
-      unsigned width = relocationWidth(machine, type);
-      if (target.sh_type == ELF::SHT_NOBITS || offset > target.sh_size ||
-          target.sh_size - offset < width)
-        return damaged(formatv("relocation at offset {0:x} of section {1} lies outside it "
-                               "({2:x} bytes)",
-                               offset, section.sh_info, uint64_t(target.sh_size)));
-      if (symbol >= symbolCount)
-        return damaged(formatv("relocation at offset {0:x} of section {1} names symbol {2} of "
-                               "{3}",
-                               offset, section.sh_info, symbol, symbolCount));
-      return Error::success();
-    };
-    if (rela) {
-      auto entries = file.relas(section);
-      if (!entries)
-        return damaged(toString(entries.takeError()));
-      for (const auto &entry : *entries)
-        if (Error error = check(entry.r_offset, entry.getType(false), entry.getSymbol(false)))
-          return error;
-    } else {
-      auto entries = file.rels(section);
-      if (!entries)
-        return damaged(toString(entries.takeError()));
-      for (const auto &entry : *entries)
-        if (Error error = check(entry.r_offset, entry.getType(false), entry.getSymbol(false)))
-          return error;
-    }
-  }
-  return Error::success();
+  return {{session.intern("malloc"), symbol(&trackedMalloc)},
+          {session.intern("calloc"), symbol(&trackedCalloc)},
+          {session.intern("realloc"), symbol(&trackedRealloc)},
+          {session.intern("free"), symbol(&trackedFree)},
+          {session.intern("aligned_alloc"), symbol(&trackedAlignedAlloc)},
+          {session.intern("posix_memalign"), symbol(&trackedPosixMemalign)}};
 }
 
-Error checkRelocations(const object::ELFObjectFileBase &object, StringRef sha256) {
-  if (auto *elf = dyn_cast<object::ELF64LEObjectFile>(&object))
-    return checkRelocations(*elf, sha256);
-  if (auto *elf = dyn_cast<object::ELF64BEObjectFile>(&object))
-    return checkRelocations(*elf, sha256);
-  if (auto *elf = dyn_cast<object::ELF32LEObjectFile>(&object))
-    return checkRelocations(*elf, sha256);
-  if (auto *elf = dyn_cast<object::ELF32BEObjectFile>(&object))
-    return checkRelocations(*elf, sha256);
-  return makeError("object " + sha256 + " has an unknown ELF class");
+/// A byte range [begin, end) of this process's memory.
+struct ByteRange {
+  uint64_t begin = 0, end = 0;
+  bool contains(const ByteRange &inner) const { return inner.begin >= begin && inner.end <= end; }
+};
+
+/// The bytes a strided tensor's elements occupy, relative to its element [0, ..., 0], or
+/// nothing if they overflow or span more than kMaxResultSpan. Empty for no elements.
+std::optional<std::pair<int64_t, int64_t>> byteExtent(int64_t elemSize, ArrayRef<int64_t> sizes,
+                                                      ArrayRef<int64_t> strides) {
+  int64_t low = 0, high = 0;
+  for (size_t d = 0; d < sizes.size(); ++d) {
+    if (sizes[d] == 0)
+      return std::make_pair(int64_t{0}, int64_t{0});
+    int64_t reach;
+    if (__builtin_mul_overflow(strides[d], sizes[d] - 1, &reach) ||
+        __builtin_add_overflow(reach < 0 ? low : high, reach, reach < 0 ? &low : &high))
+      return std::nullopt;
+  }
+  int64_t first, last;
+  if (__builtin_mul_overflow(low, elemSize, &first) ||
+      __builtin_add_overflow(high, int64_t{1}, &last) ||
+      __builtin_mul_overflow(last, elemSize, &last) ||
+      static_cast<uint64_t>(last - first) > kMaxResultSpan)
+    return std::nullopt;
+  return std::make_pair(first, last);
 }
 
-/// Whether JITLink's eh-frame parser handles pointer encoding `encoding` safely: it reads
-/// only 4- and 8-byte absolute or pc-relative values and treats anything else it does not
-/// reject as unreachable.
-bool isSafePointerEncoding(uint8_t encoding) {
-  switch (encoding & 0x0f) {
-  case dwarf::DW_EH_PE_absptr:
-  case dwarf::DW_EH_PE_udata4:
-  case dwarf::DW_EH_PE_udata8:
-  case dwarf::DW_EH_PE_sdata4:
-  case dwarf::DW_EH_PE_sdata8:
-    break;
-  default:
-    return false;
-  }
-  return (encoding & 0xf0) == dwarf::DW_EH_PE_absptr || (encoding & 0xf0) == dwarf::DW_EH_PE_pcrel;
-}
-
-/// Checks the CIEs of an .eh_frame section for what JITLink's parser would trip over
-/// instead of reporting: more than three augmentation fields overflow a fixed array, and
-/// unexpected pointer encodings reach unreachable code.
-Error checkEHFrame(StringRef contents, bool littleEndian, uint8_t pointerSize, StringRef sha256) {
-  DataExtractor data(contents, littleEndian, pointerSize);
-  uint64_t offset = 0;
-  while (offset < contents.size()) {
-    uint64_t start = offset;
-    auto damaged = [&](const Twine &what) {
-      return makeError(formatv("object {0} is damaged: .eh_frame record at {1:x}: {2}", sha256,
-                               start, what.str()));
-    };
-    DataExtractor::Cursor cursor(offset);
-    uint64_t length = data.getU32(cursor);
-    if (length == 0xffffffff)
-      length = data.getU64(cursor);
-    if (!cursor)
-      return damaged(toString(cursor.takeError()));
-    uint64_t body = cursor.tell();
-    if (length == 0)
-      break;
-    if (length > contents.size() - body)
-      return damaged("its length runs past the end of the section");
-    offset = body + length;
-    DataExtractor record(contents.take_front(offset), littleEndian, pointerSize);
-    if (record.getU32(cursor) != 0 || !cursor) {
-      consumeError(cursor.takeError());
-      continue; // An FDE: its fields are read with bounds checks, by its CIE's encodings.
-    }
-    record.getU8(cursor); // version; an unexpected one is reported by the linker
-    StringRef augmentation = record.getCStrRef(cursor);
-    if (!cursor)
-      return damaged(toString(cursor.takeError()));
-    unsigned fields = 0;
-    for (size_t i = 0; i < augmentation.size(); ++i) {
-      char c = augmentation[i];
-      if (c == 'L' || c == 'P' || c == 'R')
-        ++fields;
-      else if (c == 'e' && i + 1 < augmentation.size() && augmentation[i + 1] == 'h')
-        ++i;
-      else if (c != 'z')
-        return damaged("unsupported augmentation '" + augmentation + "'");
-    }
-    if (fields > 3)
-      return damaged("augmentation '" + augmentation + "' has too many fields");
-    if (augmentation.contains("eh"))
-      record.skip(cursor, pointerSize);
-    record.getULEB128(cursor); // code alignment
-    record.getSLEB128(cursor); // data alignment
-    record.getU8(cursor);      // return address register
-    if (augmentation.starts_with("z")) {
-      record.getULEB128(cursor);
-      for (char c : augmentation) {
-        if (c != 'L' && c != 'P' && c != 'R')
-          continue;
-        uint8_t encoding = record.getU8(cursor);
-        if (!cursor)
-          break;
-        bool omitted = encoding == dwarf::DW_EH_PE_omit && c != 'R';
-        if (!omitted && !isSafePointerEncoding(encoding))
-          return damaged(formatv("unsupported pointer encoding {0:x2}", encoding).str());
-        if (c == 'P' && !omitted) {
-          uint8_t format = encoding & 0x0f;
-          record.skip(cursor,
-                      format == dwarf::DW_EH_PE_absptr ? pointerSize
-                      : (format == dwarf::DW_EH_PE_udata4 || format == dwarf::DW_EH_PE_sdata4) ? 4
-                                                                                               : 8);
-        }
-      }
-    }
-    if (!cursor)
-      return damaged(toString(cursor.takeError()));
-  }
-  return Error::success();
-}
-
-/// Checks that `bytes` is an intact ELF relocatable object for this machine and collects
-/// the names of the global functions it defines with default or protected visibility.
-Error validateObject(StringRef sha256, StringRef bytes, std::vector<std::string> &exports,
-                     std::vector<std::pair<std::string, uint64_t>> &signatureTables) {
-  auto parsed = object::ObjectFile::createObjectFile(MemoryBufferRef(bytes, sha256));
-  if (!parsed)
-    return makeError(formatv("object {0} is not a valid object file: {1}", sha256,
-                             toString(parsed.takeError())));
-  auto *elf = dyn_cast<object::ELFObjectFileBase>(parsed->get());
-  if (!elf)
-    return makeError(formatv("object {0} is a {1} file; only ELF relocatable objects load", sha256,
-                             (*parsed)->getFileFormatName()));
-  if (elf->getEType() != ELF::ET_REL)
-    return makeError(formatv("object {0} is not a relocatable object (ELF type {1}); "
-                             "shared libraries load as plugins",
-                             sha256, elf->getEType()));
-  Triple host(sys::getProcessTriple());
-  if (elf->getArch() != host.getArch())
-    return makeError(formatv("object {0} is for {1} but this executor runs {2}", sha256,
-                             Triple::getArchTypeName(elf->getArch()),
-                             Triple::getArchTypeName(host.getArch())));
-  for (const object::SectionRef &section : elf->sections()) {
-    if (section.isBSS())
-      continue;
-    auto contents = section.getContents();
-    if (!contents)
-      return makeError(formatv("object {0} is damaged: section {1}: {2}", sha256,
-                               section.getIndex(), toString(contents.takeError())));
-    auto name = section.getName();
-    if (!name)
-      return makeError(formatv("object {0} is damaged: section {1}: {2}", sha256,
-                               section.getIndex(), toString(name.takeError())));
-    if (*name == ".eh_frame")
-      if (Error error =
-              checkEHFrame(*contents, elf->isLittleEndian(), elf->getBytesInAddress(), sha256))
-        return error;
-  }
-  if (Error error = checkRelocations(*elf, sha256))
-    return error;
-  for (const object::ELFSymbolRef symbol : elf->symbols()) {
-    auto name = symbol.getName();
-    if (!name)
-      return makeError(
-          formatv("object {0} is damaged: symbol table: {1}", sha256, toString(name.takeError())));
-    auto flags = symbol.getFlags();
-    if (!flags)
-      return makeError(formatv("object {0} is damaged: symbol '{1}': {2}", sha256, *name,
-                               toString(flags.takeError())));
-    if (!(*flags & object::SymbolRef::SF_Global) || (*flags & object::SymbolRef::SF_Undefined) ||
-        (*flags & object::SymbolRef::SF_FormatSpecific) || name->empty())
-      continue;
-    auto type = symbol.getType();
-    if (!type)
-      return makeError(formatv("object {0} is damaged: symbol '{1}': {2}", sha256, *name,
-                               toString(type.takeError())));
-    // Only functions are ever called through an entry or `call`; handing out a data
-    // symbol's address as code would crash.
-    uint8_t visibility = symbol.getOther() & 0x3;
-    if (*type == object::SymbolRef::ST_Function &&
-        (visibility == ELF::STV_DEFAULT || visibility == ELF::STV_PROTECTED))
-      exports.push_back(name->str());
-    if (*type == object::SymbolRef::ST_Data && name->starts_with(COURIER_SIGNATURE_PREFIX))
-      signatureTables.emplace_back(name->str(), symbol.getSize());
-  }
-  return Error::success();
+/// The absolute bytes of a tensor whose element [0, ..., 0] is `offset` elements past
+/// `base`, or nothing if the address arithmetic overflows.
+std::optional<ByteRange> absoluteRange(uint64_t base, int64_t offset, int64_t elemSize,
+                                       std::pair<int64_t, int64_t> extent) {
+  int64_t shift, first, last;
+  if (__builtin_mul_overflow(offset, elemSize, &shift) ||
+      __builtin_add_overflow(shift, extent.first, &first) ||
+      __builtin_add_overflow(shift, extent.second, &last))
+    return std::nullopt;
+  ByteRange range;
+  if (__builtin_add_overflow(base, static_cast<uint64_t>(first), &range.begin) != (first < 0) ||
+      __builtin_add_overflow(base, static_cast<uint64_t>(last), &range.end) != (last < 0))
+    return std::nullopt;
+  return range;
 }
 
 int64_t elementCount(ArrayRef<int64_t> sizes) {
@@ -402,14 +281,72 @@ SmallVector<int64_t, 4> rowMajorStrides(ArrayRef<int64_t> sizes) {
   return strides;
 }
 
+/// Records the memory each linked object's sections occupy, so a result pointing into an
+/// object's constants can be bounds-checked before it is copied.
+class SectionRecorder : public orc::ObjectLinkingLayer::Plugin {
+public:
+  void modifyPassConfig(orc::MaterializationResponsibility &responsibility, jitlink::LinkGraph &,
+                        jitlink::PassConfiguration &config) override {
+    orc::JITDylib *dylib = &responsibility.getTargetJITDylib();
+    config.PostFixupPasses.push_back([this, dylib](jitlink::LinkGraph &graph) {
+      std::lock_guard<std::mutex> lock(mutex);
+      std::vector<ByteRange> &ranges = recorded[dylib];
+      for (jitlink::Section &section : graph.sections()) {
+        // Only these stay mapped once linking is done.
+        if (section.getMemLifetime() != orc::MemLifetime::Standard)
+          continue;
+        jitlink::SectionRange range(section);
+        if (!range.empty())
+          ranges.push_back({range.getStart().getValue(), range.getEnd().getValue()});
+      }
+      return Error::success();
+    });
+  }
+  Error notifyFailed(orc::MaterializationResponsibility &) override { return Error::success(); }
+  Error notifyRemovingResources(orc::JITDylib &dylib, orc::ResourceKey) override {
+    std::lock_guard<std::mutex> lock(mutex);
+    recorded.erase(&dylib);
+    return Error::success();
+  }
+  void notifyTransferringResources(orc::JITDylib &, orc::ResourceKey, orc::ResourceKey) override {}
+
+  /// The ranges recorded for `dylib`'s sections so far, handed over.
+  std::vector<ByteRange> take(orc::JITDylib *dylib) {
+    std::lock_guard<std::mutex> lock(mutex);
+    auto found = recorded.find(dylib);
+    if (found == recorded.end())
+      return {};
+    std::vector<ByteRange> ranges = std::move(found->second);
+    recorded.erase(found);
+    return ranges;
+  }
+
+private:
+  std::mutex mutex;
+  DenseMap<orc::JITDylib *, std::vector<ByteRange>> recorded;
+};
+
+/// Read-only null pointers: the `args` of a launch declaring no inputs, so an entry that
+/// reads inputs anyway (possible only without a signature table) faults on a null
+/// descriptor, and one writing there faults too.
+void *const *nullArguments() {
+  static void *const *page = [] {
+    void *mapped = mmap(nullptr, kMaxLaunchTensors * sizeof(void *), PROT_READ,
+                        MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    return mapped == MAP_FAILED ? nullptr : static_cast<void *const *>(mapped);
+  }();
+  return page;
+}
+
 /// Held by the host while the object is loaded and by each launch or call running its code,
 /// so removing the object never unmaps code that is still executing.
 struct LoadedObject {
   orc::JITDylib *dylib = nullptr;
+  ObjectInfo info;
   /// Every exported function, resolved at load time so launches never enter ORC.
   StringMap<void *> symbols;
-  /// Entry name -> its signature table (see runtime/ExecutorABI.h), when the object has one.
-  StringMap<std::vector<int64_t>> signatures;
+  /// Memory of the object's sections, where results that are constants of it point.
+  std::vector<ByteRange> sections;
   /// Set when the object is removed while still running: the last holder unloads it.
   orc::ExecutionSession *unloadFrom = nullptr;
 
@@ -425,10 +362,68 @@ struct LoadedObject {
   }
 };
 
+std::string describeTensors(ArrayRef<int64_t> words, size_t first, size_t count) {
+  std::string text;
+  for (size_t k = 0; k < count; ++k)
+    text += formatv("{0}(rank {1}, {2}-byte elements)", k ? ", " : "", words[first + 2 * k],
+                    words[first + 2 * k + 1]);
+  return "[" + text + "]";
+}
+
 } // namespace
+
+bool ObjectInfo::hasEntry(StringRef entry) const {
+  return std::binary_search(entries.begin(), entries.end(), entry,
+                            [](StringRef a, StringRef b) { return a < b; });
+}
+
+Error checkLaunch(const ObjectInfo &info, StringRef entry, ArrayRef<TensorSignature> inputs,
+                  ArrayRef<TensorSignature> results) {
+  if (inputs.size() > kMaxLaunchTensors || results.size() > kMaxLaunchTensors)
+    return makeError(formatv("a launch of '{0}' declares {1} inputs and {2} results; at most "
+                             "{3} of each",
+                             entry, inputs.size(), results.size(), kMaxLaunchTensors));
+  auto plausible = [](int64_t elemSize) {
+    return elemSize == 1 || elemSize == 2 || elemSize == 4 || elemSize == 8 || elemSize == 16;
+  };
+  auto bounded = [](int64_t rank) {
+    return rank >= 0 && rank <= static_cast<int64_t>(kMaxLaunchRank);
+  };
+  for (size_t i = 0; i < inputs.size(); ++i)
+    if (!bounded(inputs[i].rank) || !plausible(inputs[i].elemSize))
+      return makeError(formatv("input {0} of '{1}' has rank {2} and element size {3} (ranks "
+                               "go up to {4}; element sizes are 1, 2, 4, 8 or 16)",
+                               i, entry, inputs[i].rank, inputs[i].elemSize, kMaxLaunchRank));
+  for (size_t i = 0; i < results.size(); ++i)
+    if (!bounded(results[i].rank) || !plausible(results[i].elemSize))
+      return makeError(formatv("result {0} of '{1}' has rank {2} and element size {3} (ranks "
+                               "go up to {4}; element sizes are 1, 2, 4, 8 or 16)",
+                               i, entry, results[i].rank, results[i].elemSize, kMaxLaunchRank));
+  auto table = info.signatures.find(entry);
+  if (table == info.signatures.end())
+    return Error::success();
+  ArrayRef<int64_t> words = table->second;
+  auto numInputs = static_cast<size_t>(words[1]), numResults = static_cast<size_t>(words[2]);
+  bool matches = inputs.size() == numInputs && results.size() == numResults;
+  for (size_t i = 0; matches && i < numInputs; ++i)
+    matches = inputs[i].rank == words[3 + 2 * i] && inputs[i].elemSize == words[4 + 2 * i];
+  for (size_t i = 0; matches && i < numResults; ++i)
+    matches = results[i].rank == words[3 + 2 * (numInputs + i)] &&
+              results[i].elemSize == words[4 + 2 * (numInputs + i)];
+  if (matches)
+    return Error::success();
+  bool async = inputs.empty() && results.empty();
+  return wire::makeWireError(
+      "signature_mismatch",
+      formatv("'{0}' takes {1} and returns {2}; {3}", entry, describeTensors(words, 3, numInputs),
+              describeTensors(words, 3 + 2 * numInputs, numResults),
+              async ? "an async launch passes no inputs and expects no results"
+                    : "the launch does not match"));
+}
 
 struct ObjectHost::Impl {
   std::shared_ptr<PluginSet> plugins;
+  ObjectHostOptions options;
   /// Serializes loads, so two threads shipping the same object link it once.
   std::mutex loadMutex;
   /// Guards `objects`, `loadOrder`.
@@ -439,6 +434,7 @@ struct ObjectHost::Impl {
   std::mutex reportMutex;
   std::string reported;
   orc::JITDylib *runtime = nullptr;
+  std::shared_ptr<SectionRecorder> sections;
   unsigned dylibCounter = 0;
   /// Declared last so it is destroyed first, while the reporter's state is still alive.
   std::unique_ptr<orc::LLJIT> jit;
@@ -448,22 +444,27 @@ struct ObjectHost::Impl {
     return std::exchange(reported, std::string());
   }
 
-  Error link(const ObjectBlob &object, ArrayRef<std::string> exports,
-             ArrayRef<std::pair<std::string, uint64_t>> signatureTables);
+  Error link(const ObjectBlob &object, ObjectExports exports);
   Expected<std::vector<OwnedTensor>> adoptResults(StringRef entry, ArrayRef<int64_t> words,
                                                   ArrayRef<TensorView> inputs,
-                                                  ArrayRef<ResultSpec> results);
+                                                  ArrayRef<ResultSpec> results,
+                                                  const LoadedObject &object,
+                                                  const LaunchAllocations &allocations);
 };
 
-Expected<std::unique_ptr<ObjectHost>> ObjectHost::create(std::shared_ptr<PluginSet> plugins) {
+Expected<std::unique_ptr<ObjectHost>> ObjectHost::create(std::shared_ptr<PluginSet> plugins,
+                                                         ObjectHostOptions options) {
   static std::once_flag targetsReady;
   std::call_once(targetsReady, [] {
     InitializeNativeTarget();
     InitializeNativeTargetAsmPrinter();
   });
+  if (!nullArguments())
+    return makeError("mapping the object host's null arguments failed");
 
   auto impl = std::make_unique<Impl>();
   impl->plugins = std::move(plugins);
+  impl->options = options;
   // No platform and no implicit process symbols: kernels see only the allow-listed C
   // runtime below, and the inactive platform needs no ORC runtime library.
   auto jit = orc::LLJITBuilder()
@@ -473,8 +474,14 @@ Expected<std::unique_ptr<ObjectHost>> ObjectHost::create(std::shared_ptr<PluginS
   if (!jit)
     return makeError("creating the object host's JIT: " + toString(jit.takeError()));
   impl->jit = std::move(*jit);
+  auto *linker = dyn_cast<orc::ObjectLinkingLayer>(&impl->jit->getObjLinkingLayer());
+  if (!linker)
+    return makeError("creating the object host's JIT: its object layer is not JITLink's");
+  impl->sections = std::make_shared<SectionRecorder>();
+  linker->addPlugin(impl->sections);
   Impl *raw = impl.get();
-  impl->jit->getExecutionSession().setErrorReporter([raw](Error error) {
+  orc::ExecutionSession &session = impl->jit->getExecutionSession();
+  session.setErrorReporter([raw](Error error) {
     std::string message = toString(std::move(error));
     std::lock_guard<std::mutex> lock(raw->reportMutex);
     if (!raw->reported.empty())
@@ -486,6 +493,8 @@ Expected<std::unique_ptr<ObjectHost>> ObjectHost::create(std::shared_ptr<PluginS
   if (!runtime)
     return makeError("creating the object host's runtime library: " +
                      toString(runtime.takeError()));
+  if (Error error = runtime->define(orc::absoluteSymbols(trackedAllocators(session))))
+    return makeError("exposing the C allocator to kernels: " + toString(std::move(error)));
   auto generator = orc::DynamicLibrarySearchGenerator::GetForCurrentProcess(
       impl->jit->getDataLayout().getGlobalPrefix(),
       [](const orc::SymbolStringPtr &name) { return allowedProcessSymbols().contains(*name); });
@@ -510,8 +519,15 @@ bool ObjectHost::hasEntry(StringRef sha256, StringRef entry) const {
   return object != impl->objects.end() && object->second->symbols.count(entry) != 0;
 }
 
-Error ObjectHost::Impl::link(const ObjectBlob &object, ArrayRef<std::string> exports,
-                             ArrayRef<std::pair<std::string, uint64_t>> signatureTables) {
+std::optional<ObjectInfo> ObjectHost::describe(StringRef sha256) const {
+  std::shared_lock<std::shared_mutex> lock(impl->mutex);
+  auto object = impl->objects.find(sha256);
+  if (object == impl->objects.end())
+    return std::nullopt;
+  return object->second->info;
+}
+
+Error ObjectHost::Impl::link(const ObjectBlob &object, ObjectExports exports) {
   orc::ExecutionSession &session = jit->getExecutionSession();
   auto dylib = jit->createJITDylib(
       formatv("object-{0}-{1}", StringRef(object.sha256).take_front(16), dylibCounter++).str());
@@ -530,6 +546,7 @@ Error ObjectHost::Impl::link(const ObjectBlob &object, ArrayRef<std::string> exp
     if (Error removal = session.removeJITDylib(*dylib))
       message += "; unloading it also failed: " + toString(std::move(removal));
     takeReported();
+    sections->take(&*dylib);
     return makeError(formatv("loading object {0}: {1}", object.sha256, message));
   };
 
@@ -541,32 +558,24 @@ Error ObjectHost::Impl::link(const ObjectBlob &object, ArrayRef<std::string> exp
   // Resolving every export now links the object eagerly, so a missing symbol is reported
   // when the object is shipped rather than at its first launch.
   orc::SymbolLookupSet lookupSet;
-  for (const std::string &name : exports)
+  for (const std::string &name : exports.functions)
     lookupSet.add(session.intern(name));
-  for (const auto &table : signatureTables)
-    lookupSet.add(session.intern(table.first));
   auto resolved = session.lookup(orc::makeJITDylibSearchOrder({&*dylib}), std::move(lookupSet));
   if (!resolved)
     return discard(resolved.takeError());
 
   auto loaded = std::make_shared<LoadedObject>();
   loaded->dylib = &*dylib;
-  for (const std::string &name : exports)
+  loaded->sections = sections->take(&*dylib);
+  for (const std::string &name : exports.functions)
     loaded->symbols[name] = (*resolved)[session.intern(name)].getAddress().toPtr<void *>();
-  for (const auto &[name, size] : signatureTables) {
-    // {version, inputs, results, (rank, element bytes) per input and result}.
-    const auto *words = (*resolved)[session.intern(name)].getAddress().toPtr<const int64_t *>();
-    size_t count = size / sizeof(int64_t);
-    bool wellFormed = size % sizeof(int64_t) == 0 && count >= 3 &&
-                      words[0] == COURIER_SIGNATURE_VERSION && words[1] >= 0 && words[2] >= 0 &&
-                      words[1] <= kMaxTensors && words[2] <= kMaxTensors &&
-                      count == static_cast<size_t>(3 + 2 * (words[1] + words[2]));
-    if (!wellFormed)
-      return discard(makeError(formatv("signature table '{0}' is malformed", name)));
-    std::string entry =
-        COURIER_ENTRY_PREFIX + StringRef(name).drop_front(strlen(COURIER_SIGNATURE_PREFIX)).str();
-    loaded->signatures[entry].assign(words, words + count);
-  }
+  loaded->info.sha256 = object.sha256;
+  for (const std::string &name : exports.functions)
+    if (StringRef(name).starts_with(COURIER_ENTRY_PREFIX))
+      loaded->info.entries.push_back(name);
+  llvm::sort(loaded->info.entries);
+  loaded->info.signatures.insert(std::make_move_iterator(exports.signatures.begin()),
+                                 std::make_move_iterator(exports.signatures.end()));
   std::unique_lock<std::shared_mutex> lock(mutex);
   loadOrder.push_back(loaded);
   objects[object.sha256] = std::move(loaded);
@@ -579,11 +588,28 @@ Error ObjectHost::addObject(const ObjectBlob &object) {
   std::lock_guard<std::mutex> load(impl->loadMutex);
   if (hasObject(object.sha256))
     return Error::success();
-  std::vector<std::string> exports;
-  std::vector<std::pair<std::string, uint64_t>> signatureTables;
-  if (Error error = validateObject(object.sha256, *object.bytes, exports, signatureTables))
+  ObjectExports exports;
+  if (Error error = validateObject(object.sha256, *object.bytes, exports))
     return error;
-  return impl->link(object, exports, signatureTables);
+  if (!impl->options.allowUnsignedObjects) {
+    std::vector<std::string> unsigned_;
+    for (const std::string &name : exports.functions)
+      if (StringRef(name).starts_with(COURIER_ENTRY_PREFIX) && !exports.signatures.count(name))
+        unsigned_.push_back(name);
+    if (!unsigned_.empty()) {
+      llvm::sort(unsigned_);
+      return wire::makeWireError(
+          "unsigned_object",
+          formatv(
+              "object {0} has no signature table ({1}<fn>) for {2}: this executor loads "
+              "only objects whose every entry has one, as cross-compile-targets emits",
+              object.sha256, COURIER_SIGNATURE_PREFIX,
+              unsigned_.size() == 1
+                  ? "'" + unsigned_[0] + "'"
+                  : formatv("{0} entries, the first '{1}'", unsigned_.size(), unsigned_[0]).str()));
+    }
+  }
+  return impl->link(object, std::move(exports));
 }
 
 Error ObjectHost::removeObject(StringRef sha256) {
@@ -610,38 +636,115 @@ Error ObjectHost::removeObject(StringRef sha256) {
   return Error::success();
 }
 
-Expected<std::vector<OwnedTensor>> ObjectHost::Impl::adoptResults(StringRef entry,
-                                                                  ArrayRef<int64_t> words,
-                                                                  ArrayRef<TensorView> inputs,
-                                                                  ArrayRef<ResultSpec> results) {
-  // First pass: check every descriptor before taking any buffer, so a bad one leaves
-  // nothing half-adopted.
-  size_t pos = 0;
-  std::string problem;
-  for (size_t i = 0; i < results.size() && problem.empty(); ++i) {
-    const int64_t *d = words.data() + pos;
-    int64_t rank = results[i].rank;
-    ArrayRef<int64_t> sizes(d + 3, rank);
-    for (int64_t size : sizes)
-      if (size < 0)
-        problem = formatv("result {0} has a negative size {1}", i, size).str();
-    if (problem.empty() && d[1] == 0 && elementCount(sizes) > 0)
-      problem = formatv("result {0} has a null data pointer", i).str();
-    pos += 3 + 2 * rank;
+Expected<std::vector<OwnedTensor>>
+ObjectHost::Impl::adoptResults(StringRef entry, ArrayRef<int64_t> words,
+                               ArrayRef<TensorView> inputs, ArrayRef<ResultSpec> results,
+                               const LoadedObject &object, const LaunchAllocations &allocations) {
+  // Where each result's elements may lie: the kernel's own allocations of this launch, the
+  // inputs, and the object's sections (MLIR returns a constant global with the allocated
+  // pointer 0xdeadbeef and the aligned one into the object's data). Everything is checked before
+  // any byte is read or any buffer taken, so a bad descriptor leaves nothing half-adopted.
+  SmallVector<ByteRange, 8> inputRanges;
+  for (const TensorView &input : inputs) {
+    auto extent = byteExtent(input.elemSize, input.sizes, input.strides);
+    auto range =
+        extent ? absoluteRange(reinterpret_cast<uint64_t>(input.data), 0, input.elemSize, *extent)
+               : std::nullopt;
+    inputRanges.push_back(range.value_or(ByteRange()));
   }
-
-  auto isBorrowed = [&](void *allocated, ArrayRef<void *> taken) {
-    if (!allocated || allocated == kGlobalSentinel || llvm::is_contained(taken, allocated))
-      return true;
-    for (const TensorView &input : inputs)
-      if (allocated == input.data)
+  auto allocationOf = [&](void *allocated) -> std::optional<ByteRange> {
+    auto found = allocations.live.find(allocated);
+    if (found == allocations.live.end())
+      return std::nullopt;
+    uint64_t begin = reinterpret_cast<uint64_t>(allocated);
+    return ByteRange{begin, begin + found->second};
+  };
+  auto borrowable = [&](const ByteRange &range) {
+    for (const ByteRange &input : inputRanges)
+      if (input.contains(range))
+        return true;
+    for (const ByteRange &section : object.sections)
+      if (section.contains(range))
         return true;
     return false;
   };
 
+  std::string problem;
+  SmallVector<bool, 8> owned(results.size(), false);
+  SmallVector<void *, 8> taken;
+  size_t pos = 0;
+  for (size_t i = 0; i < results.size() && problem.empty(); ++i) {
+    const int64_t *d = words.data() + pos;
+    int64_t rank = results[i].rank, elemSize = results[i].elemSize;
+    pos += 3 + 2 * rank;
+    ArrayRef<int64_t> sizes(d + 3, rank), strides(d + 3 + rank, rank);
+    void *allocated = reinterpret_cast<void *>(d[0]);
+    for (int64_t size : sizes)
+      if (size < 0 && problem.empty())
+        problem = formatv("result {0} has a negative size {1}", i, size).str();
+    if (!problem.empty())
+      break;
+    auto extent = byteExtent(elemSize, sizes, strides);
+    if (!extent) {
+      problem =
+          formatv("result {0}'s sizes and strides span more than {1} bytes", i, kMaxResultSpan)
+              .str();
+      break;
+    }
+    auto allocation = allocationOf(allocated);
+    bool canOwn = allocation && !llvm::is_contained(taken, allocated);
+    if (extent->first == extent->second) {
+      // No elements: nothing is read, but a buffer the kernel allocated is still ours.
+      if (canOwn) {
+        owned[i] = true;
+        taken.push_back(allocated);
+      }
+      continue;
+    }
+    if (d[1] == 0) {
+      problem = formatv("result {0} has a null data pointer", i).str();
+      break;
+    }
+    auto range = absoluteRange(static_cast<uint64_t>(d[1]), d[2], elemSize, *extent);
+    bool inside = range && (allocation ? allocation->contains(*range) : borrowable(*range));
+    if (!inside) {
+      problem =
+          range ? formatv("result {0}'s elements (bytes {1:x}-{2:x}) lie outside {3}", i,
+                          range->begin, range->end,
+                          allocation ? formatv("the {0}-byte buffer the kernel allocated for it",
+                                               allocation->end - allocation->begin)
+                                           .str()
+                                     : std::string("every buffer it could use (its own "
+                                                   "allocations, the inputs, the object's "
+                                                   "constants)"))
+                      .str()
+                : formatv("result {0}'s offset {1} overflows its address", i, d[2]).str();
+      break;
+    }
+    if (canOwn) {
+      owned[i] = true;
+      taken.push_back(allocated);
+    }
+  }
+
+  if (!problem.empty()) {
+    // Free what the kernel allocated for its results; other memory is not ours to free.
+    SmallVector<void *, 8> freed;
+    pos = 0;
+    for (size_t i = 0; i < results.size(); ++i) {
+      void *allocated = reinterpret_cast<void *>(words[pos]);
+      pos += 3 + 2 * results[i].rank;
+      if (allocationOf(allocated) && !llvm::is_contained(freed, allocated)) {
+        freed.push_back(allocated);
+        std::free(allocated);
+      }
+    }
+    return makeError(formatv("entry '{0}' returned a bad descriptor: {1}", entry, problem));
+  }
+
   std::vector<OwnedTensor> tensors;
   tensors.reserve(results.size());
-  SmallVector<void *, 8> taken;
+  bool outOfMemory = false;
   pos = 0;
   for (size_t i = 0; i < results.size(); ++i) {
     const int64_t *d = words.data() + pos;
@@ -649,20 +752,16 @@ Expected<std::vector<OwnedTensor>> ObjectHost::Impl::adoptResults(StringRef entr
     int64_t elemSize = results[i].elemSize;
     pos += 3 + 2 * rank;
     void *allocated = reinterpret_cast<void *>(d[0]);
+    if (outOfMemory) {
+      // Tensors already made free their buffers with `tensors`; these are not made yet.
+      if (owned[i])
+        std::free(allocated);
+      continue;
+    }
     char *data = reinterpret_cast<char *>(d[1]) + d[2] * elemSize;
     std::vector<int64_t> sizes(d + 3, d + 3 + rank);
     std::vector<int64_t> strides(d + 3 + rank, d + 3 + 2 * rank);
-    bool borrowed = isBorrowed(allocated, taken);
-    if (!problem.empty()) {
-      // Free what the kernel allocated for us; borrowed memory is not ours to free.
-      if (!borrowed) {
-        taken.push_back(allocated);
-        std::free(allocated);
-      }
-      continue;
-    }
-    if (!borrowed) {
-      taken.push_back(allocated);
+    if (owned[i]) {
       tensors.emplace_back(allocated, data, elemSize, std::move(sizes), std::move(strides));
       continue;
     }
@@ -671,65 +770,17 @@ Expected<std::vector<OwnedTensor>> ObjectHost::Impl::adoptResults(StringRef entr
     int64_t count = elementCount(sizes);
     void *copy = copyContiguous(data, elemSize, sizes, strides, count);
     if (!copy) {
-      problem = formatv("out of memory copying result {0}", i).str();
+      outOfMemory = true;
       continue;
     }
     auto contiguous = rowMajorStrides(sizes);
     tensors.emplace_back(copy, copy, elemSize, std::move(sizes),
                          std::vector<int64_t>(contiguous.begin(), contiguous.end()));
   }
-  if (!problem.empty())
-    return makeError(formatv("entry '{0}' returned a bad descriptor: {1}", entry, problem));
+  if (outOfMemory)
+    return makeError(formatv("entry '{0}' returned more than memory holds for copies", entry));
   return std::move(tensors);
 }
-
-namespace {
-
-/// Checks a launch against the entry's signature table. Objects without one (written by
-/// hand) still get plausible element sizes and bounded ranks, so sizes a caller declares
-/// never make the host read far past a kernel's buffers.
-Error checkSignature(const LoadedObject &object, StringRef entry, ArrayRef<TensorView> inputs,
-                     ArrayRef<ResultSpec> results) {
-  auto plausible = [](int64_t elemSize) {
-    return elemSize == 1 || elemSize == 2 || elemSize == 4 || elemSize == 8 || elemSize == 16;
-  };
-  for (size_t i = 0; i < inputs.size(); ++i)
-    if (inputs[i].sizes.size() > kMaxRank || !plausible(inputs[i].elemSize))
-      return makeError(formatv("input {0} of '{1}' has rank {2} and element size {3} (ranks "
-                               "go up to {4}; element sizes are 1, 2, 4, 8 or 16)",
-                               i, entry, inputs[i].sizes.size(), inputs[i].elemSize, kMaxRank));
-  for (size_t i = 0; i < results.size(); ++i)
-    if (results[i].rank < 0 || results[i].rank > static_cast<int64_t>(kMaxRank) ||
-        !plausible(results[i].elemSize))
-      return makeError(formatv("result {0} of '{1}' has rank {2} and element size {3} (ranks "
-                               "go up to {4}; element sizes are 1, 2, 4, 8 or 16)",
-                               i, entry, results[i].rank, results[i].elemSize, kMaxRank));
-  auto table = object.signatures.find(entry);
-  if (table == object.signatures.end())
-    return Error::success();
-  ArrayRef<int64_t> words = table->second;
-  auto describe = [&](size_t first, size_t count) {
-    std::string text;
-    for (size_t k = 0; k < count; ++k)
-      text += formatv("{0}(rank {1}, {2}-byte elements)", k ? ", " : "", words[first + 2 * k],
-                      words[first + 2 * k + 1]);
-    return "[" + text + "]";
-  };
-  auto numInputs = static_cast<size_t>(words[1]), numResults = static_cast<size_t>(words[2]);
-  bool matches = inputs.size() == numInputs && results.size() == numResults;
-  for (size_t i = 0; matches && i < numInputs; ++i)
-    matches = static_cast<int64_t>(inputs[i].sizes.size()) == words[3 + 2 * i] &&
-              inputs[i].elemSize == words[4 + 2 * i];
-  for (size_t i = 0; matches && i < numResults; ++i)
-    matches = results[i].rank == words[3 + 2 * (numInputs + i)] &&
-              results[i].elemSize == words[4 + 2 * (numInputs + i)];
-  if (matches)
-    return Error::success();
-  return makeError(formatv("'{0}' takes {1} and returns {2}; the launch does not match", entry,
-                           describe(3, numInputs), describe(3 + 2 * numInputs, numResults)));
-}
-
-} // namespace
 
 Expected<std::vector<OwnedTensor>> ObjectHost::launch(StringRef sha256, StringRef entry,
                                                       ArrayRef<TensorView> inputs,
@@ -748,32 +799,46 @@ Expected<std::vector<OwnedTensor>> ObjectHost::launch(StringRef sha256, StringRe
     function = reinterpret_cast<EntryFn>(symbol->second);
     running = object->second;
   }
-  if (Error error = checkSignature(*running, entry, inputs, results))
-    return std::move(error);
+  if (inputs.size() > kMaxLaunchTensors || results.size() > kMaxLaunchTensors)
+    return makeError(formatv("a launch of '{0}' declares {1} inputs and {2} results; at most "
+                             "{3} of each",
+                             entry, inputs.size(), results.size(), kMaxLaunchTensors));
+  {
+    SmallVector<TensorSignature, 8> declaredInputs, declaredResults;
+    for (const TensorView &input : inputs)
+      declaredInputs.push_back({static_cast<int64_t>(input.sizes.size()), input.elemSize});
+    for (const ResultSpec &result : results)
+      declaredResults.push_back({result.rank, result.elemSize});
+    if (Error error = checkLaunch(running->info, entry, declaredInputs, declaredResults))
+      return std::move(error);
+  }
 
+  // Without a table nothing says the kernel reads the ranks the launch declares, so each
+  // input descriptor gets a zero-filled slot of the largest rank: a kernel reading a
+  // higher rank than declared sees empty dimensions, never the next descriptor's pointers
+  // or stack contents, and one writing more result words than declared stays in the slack.
+  bool unchecked = !running->info.signatures.count(entry);
   size_t inWords = 0;
   for (size_t i = 0; i < inputs.size(); ++i) {
     const TensorView &input = inputs[i];
     if (input.sizes.size() != input.strides.size())
       return makeError(formatv("input {0} of '{1}' has {2} sizes but {3} strides", i, entry,
                                input.sizes.size(), input.strides.size()));
-    if (input.elemSize <= 0)
-      return makeError(
-          formatv("input {0} of '{1}' has element size {2}", i, entry, input.elemSize));
-    inWords += 3 + 2 * input.sizes.size();
+    inWords += unchecked ? kMaxDescriptorWords : 3 + 2 * input.sizes.size();
   }
   size_t outWords = 0;
-  for (size_t i = 0; i < results.size(); ++i) {
-    if (results[i].rank < 0 || results[i].elemSize <= 0)
-      return makeError(formatv("result {0} of '{1}' has rank {2} and element size {3}", i, entry,
-                               results[i].rank, results[i].elemSize));
-    outWords += 3 + 2 * results[i].rank;
-  }
+  for (const ResultSpec &result : results)
+    outWords += 3 + 2 * result.rank;
 
   // Descriptors are rebuilt from the views without copying tensor data: allocated and
   // aligned both point at the caller's element [0, ..., 0].
-  SmallVector<int64_t, 64> inBuffer(std::max<size_t>(1, inWords));
-  SmallVector<void *, 8> arguments(std::max<size_t>(1, inputs.size()));
+  SmallVector<int64_t, 64> inBuffer(std::max<size_t>(1, inWords), 0);
+  SmallVector<void *, 8 + kArgumentSlack> arguments;
+  void *const *args = nullArguments();
+  if (!inputs.empty()) {
+    arguments.assign(inputs.size() + kArgumentSlack, nullptr);
+    args = arguments.data();
+  }
   size_t pos = 0;
   for (size_t i = 0; i < inputs.size(); ++i) {
     const TensorView &input = inputs[i];
@@ -784,14 +849,20 @@ Expected<std::vector<OwnedTensor>> ObjectHost::launch(StringRef sha256, StringRe
     size_t rank = input.sizes.size();
     std::copy(input.sizes.begin(), input.sizes.end(), d + 3);
     std::copy(input.strides.begin(), input.strides.end(), d + 3 + rank);
-    pos += 3 + 2 * rank;
+    pos += unchecked ? kMaxDescriptorWords : 3 + 2 * rank;
   }
   // The result area is pre-filled with a pattern and followed by slack, so a kernel whose
   // results differ from what the caller expects (count or ranks) shows up as words it left
   // unwritten or wrote past the end, instead of being read as garbage descriptors.
-  SmallVector<int64_t, 160> outBuffer(outWords + kResultSlackWords, kUnwritten);
+  SmallVector<int64_t, 160> outBuffer(
+      outWords + (unchecked ? kMaxDescriptorWords + kResultSlackWords : kResultSlackWords),
+      kUnwritten);
 
-  function(outBuffer.data(), arguments.data());
+  LaunchAllocations allocations;
+  {
+    TrackAllocations tracking(allocations);
+    function(outBuffer.data(), const_cast<void **>(args));
+  }
 
   auto expectedRanks = [&] {
     std::string text;
@@ -810,7 +881,7 @@ Expected<std::vector<OwnedTensor>> ObjectHost::launch(StringRef sha256, StringRe
                                "of rank(s) {2}: its results do not match the caller's",
                                entry, results.size(), expectedRanks()));
   return impl->adoptResults(entry, ArrayRef<int64_t>(outBuffer).take_front(outWords), inputs,
-                            results);
+                            results, *running, allocations);
 }
 
 Expected<std::string> ObjectHost::call(StringRef symbol, StringRef input, uint64_t outputSize) {

@@ -4,8 +4,11 @@
 #define COURIER_TRANSPORT_OBJECTHOST_H
 
 #include "transport/Backend.h"
+#include "transport/Wire.h"
 
+#include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -23,19 +26,71 @@ private:
   std::vector<void *> handles;
 };
 
+/// The declared shape of one tensor of a kernel entry.
+struct TensorSignature {
+  int64_t rank = 0;
+  int64_t elemSize = 0; ///< Bytes per element.
+};
+
+/// What loading an object established about it: enough for a process that never links the
+/// object (the executor's main process, when objects run in a worker) to check launches
+/// exactly as the host does, with checkLaunch below.
+struct ObjectInfo {
+  std::string sha256;
+  /// Every `_catalyst_pyface_` entry the object exports, sorted.
+  std::vector<std::string> entries;
+  /// Entry -> the words of its signature table (layout in abi/KernelABI.h), as the object
+  /// holds them. An entry without a table is absent.
+  std::map<std::string, std::vector<int64_t>, std::less<>> signatures;
+
+  /// True when every entry has a signature table.
+  bool hasTables() const { return signatures.size() == entries.size(); }
+  bool hasEntry(llvm::StringRef entry) const;
+};
+
+/// Checks a launch of `entry` declaring `inputs` and `results` against what `info` says of
+/// it. With a signature table the declaration must match it exactly (count, ranks, element
+/// sizes): otherwise `signature_mismatch`. An async launch declares no inputs and no
+/// results, so it needs a table declaring none. Without a table (an object loaded with
+/// ObjectHostOptions::allowUnsignedObjects) only plausible ranks (up to 64) and element
+/// sizes (1, 2, 4, 8 or 16 bytes) are required. At most kMaxLaunchTensors inputs and as
+/// many results, either way. `info` must hold `entry`.
+llvm::Error checkLaunch(const ObjectInfo &info, llvm::StringRef entry,
+                        llvm::ArrayRef<TensorSignature> inputs,
+                        llvm::ArrayRef<TensorSignature> results);
+
+/// Most inputs, and most results, one launch may declare: what a launch frame may carry.
+inline constexpr size_t kMaxLaunchTensors = wire::kMaxFrameTensors;
+/// Highest rank a launch may declare for a tensor.
+inline constexpr size_t kMaxLaunchRank = wire::kMaxFrameRank;
+
+struct ObjectHostOptions {
+  /// Loads objects some of whose entries have no signature table (hand-written kernels).
+  /// Their launches cannot be checked against what the kernel reads and writes, so a wrong
+  /// declaration makes the kernel read or write out of bounds: only for a host whose process
+  /// contains that (a sandboxed worker), or for trusted objects. Off: such objects are
+  /// refused with `unsigned_object`.
+  bool allowUnsignedObjects = false;
+};
+
 /// One session's loaded objects: one JITDylib per object, so two objects may export the
 /// same entry name and each can be unloaded on its own. Thread-safe.
 class ObjectHost {
 public:
-  static llvm::Expected<std::unique_ptr<ObjectHost>> create(std::shared_ptr<PluginSet> plugins);
+  static llvm::Expected<std::unique_ptr<ObjectHost>> create(std::shared_ptr<PluginSet> plugins,
+                                                            ObjectHostOptions options = {});
   ~ObjectHost();
 
   /// Loads an object (validated: an intact ELF relocatable object for this machine's
-  /// architecture) and links it at once, so a missing symbol is reported here. Kernels may
-  /// call the C allocator and memory functions, libm and compiler-rt helpers, nothing else
-  /// from the process. Loading the same hash twice is a no-op.
+  /// architecture, see executor/ElfValidation.h) and links it at once, so a missing symbol
+  /// is reported here. Unless the host allows unsigned objects, every entry must have a
+  /// signature table (`unsigned_object` otherwise). Kernels may call the C allocator and
+  /// memory functions, libm and compiler-rt helpers, nothing else from the process. Loading
+  /// the same hash twice is a no-op.
   llvm::Error addObject(const ObjectBlob &object);
   bool hasObject(llvm::StringRef sha256) const;
+  /// What the host learned loading `sha256`, or nothing if it is not loaded.
+  std::optional<ObjectInfo> describe(llvm::StringRef sha256) const;
   /// True if the loaded object `sha256` exports `entry`; a map lookup, so a caller can
   /// refuse a launch before it queues it.
   bool hasEntry(llvm::StringRef sha256, llvm::StringRef entry) const;
@@ -47,9 +102,12 @@ public:
   /// an object that is not loaded is a no-op.
   llvm::Error removeObject(llvm::StringRef sha256);
 
-  /// Runs `entry` of the object `sha256`. Inputs are read in place; results are buffers the
-  /// kernel allocated, handed over to the caller. A result whose buffer the kernel does not
-  /// own (an input it returned, a constant global, a buffer returned twice) is copied.
+  /// Runs `entry` of the object `sha256`, once checkLaunch accepts the declared inputs and
+  /// results. Inputs are read in place; results are buffers the kernel allocated, handed
+  /// over to the caller. A result whose buffer the kernel does not own (an input it
+  /// returned, a constant global, a buffer returned twice) is copied. A result whose
+  /// descriptor points outside every buffer the kernel could have returned is an error,
+  /// never read.
   llvm::Expected<std::vector<OwnedTensor>> launch(llvm::StringRef sha256, llvm::StringRef entry,
                                                   llvm::ArrayRef<TensorView> inputs,
                                                   llvm::ArrayRef<ResultSpec> results);

@@ -18,6 +18,7 @@ void _catalyst_pyface_add(void *results, void *args) {
   out->sizes[0] = n;
   out->strides[0] = 1;
 }
+COURIER_SIGNATURE(add, 2, 1, 1, 4, 1, 4, 1, 4)
 
 /* Negates packed i32 values; the reply must be exactly as large as the input. */
 i32 courier_object_negate(const void *in, u64 in_size, void *out, u64 out_size) {

@@ -8,3 +8,4 @@ void _catalyst_pyface_peek(void *results, void *args) {
   out->aligned = out->allocated;
   out->offset = 0;
 }
+COURIER_SIGNATURE(peek, 0, 1, 0, 1)

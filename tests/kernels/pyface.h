@@ -38,4 +38,16 @@ static inline void *allocate(i64 bytes) { return malloc(bytes > 0 ? (size_t)byte
 
 #define ARG(type, args, i) (((type **)(args))[i])
 
+/* The signature table of entry `_catalyst_pyface_<fn>` (abi/KernelABI.h): version 1, the
+ * number of inputs and of results, then a (rank, element bytes) pair per input and per
+ * result. Built with -DCOURIER_NO_SIGNATURES, an object has none: executors refuse such an
+ * object unless told to allow unsigned ones. */
+#ifdef COURIER_NO_SIGNATURES
+#define COURIER_SIGNATURE(fn, n_in, n_out, ...)
+#else
+#define COURIER_SIGNATURE(fn, n_in, n_out, ...)                                                    \
+  __attribute__((visibility("default")))                                                           \
+  const i64 _catalyst_signature_##fn[] = {1, n_in, n_out, ##__VA_ARGS__};
+#endif
+
 #endif

@@ -19,7 +19,4 @@ void _catalyst_pyface_scale(void *results, void *args) {
   out->sizes[0] = n;
   out->strides[0] = 1;
 }
-
-/* The signature table cross-compile-targets emits for each entry (runtime/ExecutorABI.h):
- * version 1, one input and one result, each rank 1 with 8-byte elements. */
-const i64 _catalyst_signature_scale[] = {1, 1, 1, 1, 8, 1, 8};
+COURIER_SIGNATURE(scale, 1, 1, 1, 8, 1, 8)

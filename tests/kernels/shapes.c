@@ -13,6 +13,7 @@ void _catalyst_pyface_square0(void *results, void *args) {
   out->aligned = dst;
   out->offset = 0;
 }
+COURIER_SIGNATURE(square0, 1, 1, 0, 8, 0, 8)
 
 /* Rank 2: transposes an f32 [m, n] tensor of any strides into a contiguous [n, m] one. */
 void _catalyst_pyface_transpose2(void *results, void *args) {
@@ -32,6 +33,7 @@ void _catalyst_pyface_transpose2(void *results, void *args) {
   out->strides[0] = m;
   out->strides[1] = 1;
 }
+COURIER_SIGNATURE(transpose2, 1, 1, 2, 4, 2, 4)
 
 /* Rank 3: negates an i64 tensor of any strides. */
 void _catalyst_pyface_negate3(void *results, void *args) {
@@ -55,6 +57,7 @@ void _catalyst_pyface_negate3(void *results, void *args) {
   out->strides[1] = c;
   out->strides[2] = 1;
 }
+COURIER_SIGNATURE(negate3, 1, 1, 3, 8, 3, 8)
 
 /* Two results of different ranks: the sum (rank 0) and the prefix sums (rank 1). */
 void _catalyst_pyface_stats(void *results, void *args) {
@@ -82,12 +85,14 @@ void _catalyst_pyface_stats(void *results, void *args) {
   out->prefix.sizes[0] = n;
   out->prefix.strides[0] = 1;
 }
+COURIER_SIGNATURE(stats, 1, 2, 1, 8, 0, 8, 1, 8)
 
 /* Returns its input unchanged, as bufferized code may: the host must copy it. */
 void _catalyst_pyface_identity(void *results, void *args) {
   desc1 *in = ARG(desc1, args, 0);
   *(desc1 *)results = *in;
 }
+COURIER_SIGNATURE(identity, 1, 1, 1, 8, 1, 8)
 
 static const i32 constant_values[4] = {7, 11, 13, 17};
 
@@ -100,6 +105,7 @@ void _catalyst_pyface_constant(void *results, void *args) {
   out->sizes[0] = 4;
   out->strides[0] = 1;
 }
+COURIER_SIGNATURE(constant, 0, 1, 1, 4)
 
 /* Returns a [2, 3] f64 result laid out column-major (strides [1, 2]): element (i, j) is
  * 10 * i + j. */
@@ -117,6 +123,7 @@ void _catalyst_pyface_column_major(void *results, void *args) {
   out->strides[0] = 1;
   out->strides[1] = 2;
 }
+COURIER_SIGNATURE(column_major, 0, 1, 2, 8)
 
 /* Calls into libm, which the object host must resolve. */
 void _catalyst_pyface_exp(void *results, void *args) {
@@ -133,9 +140,11 @@ void _catalyst_pyface_exp(void *results, void *args) {
   out->sizes[0] = n;
   out->strides[0] = 1;
 }
+COURIER_SIGNATURE(exp, 1, 1, 1, 8, 1, 8)
 
 /* No arguments, no results: the shape of an async launch. */
 void _catalyst_pyface_noop(void *results, void *args) {}
+COURIER_SIGNATURE(noop, 0, 0)
 
 /* Never returns: a hung kernel, which must not hold up the rest of the executor. */
 void _catalyst_pyface_spin(void *results, void *args) {
@@ -143,6 +152,7 @@ void _catalyst_pyface_spin(void *results, void *args) {
   while (forever) {
   }
 }
+COURIER_SIGNATURE(spin, 0, 0)
 
 /* Returns one buffer as both of its results; the host must not free it twice. */
 void _catalyst_pyface_twice(void *results, void *args) {
@@ -160,6 +170,7 @@ void _catalyst_pyface_twice(void *results, void *args) {
   out->a.strides[0] = 1;
   out->b = out->a;
 }
+COURIER_SIGNATURE(twice, 0, 2, 1, 8, 1, 8)
 
 /* Returns a descriptor with a negative size, which the host must reject. */
 void _catalyst_pyface_negative(void *results, void *args) {
@@ -171,6 +182,7 @@ void _catalyst_pyface_negative(void *results, void *args) {
   out->sizes[0] = -3;
   out->strides[0] = 1;
 }
+COURIER_SIGNATURE(negative, 0, 1, 1, 8)
 
 /* Pads a contiguous 1-D f64 tensor with a zero on each side through a scratch buffer,
  * using memset, memcpy and free as lowered code does. */
@@ -190,3 +202,4 @@ void _catalyst_pyface_pad(void *results, void *args) {
   out->sizes[0] = n + 2;
   out->strides[0] = 1;
 }
+COURIER_SIGNATURE(pad, 1, 1, 1, 8, 1, 8)

@@ -4,3 +4,4 @@
 void courier_missing_function(void);
 
 void _catalyst_pyface_broken(void *results, void *args) { courier_missing_function(); }
+COURIER_SIGNATURE(broken, 0, 0)

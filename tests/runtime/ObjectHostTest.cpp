@@ -1,11 +1,17 @@
 // Object host: validation of shipped objects, the pyface entry ABI, `call`, and unloading.
 #include "executor/ObjectHost.h"
+#include "transport/Wire.h"
 
 #include "tests/runtime/TestSupport.h"
 
+#include "llvm/BinaryFormat/ELF.h"
+#include "llvm/Object/ELFObjectFile.h"
+
 #include <atomic>
 #include <cmath>
+#include <csignal>
 #include <random>
+#include <sys/wait.h>
 #include <thread>
 #include <unistd.h>
 
@@ -17,12 +23,39 @@ using transport::ResultSpec;
 
 namespace {
 
-std::unique_ptr<ObjectHost> makeHost(std::vector<std::string> plugins = {}) {
+std::unique_ptr<ObjectHost> makeHost(std::vector<std::string> plugins = {},
+                                     transport::ObjectHostOptions options = {}) {
   auto set = transport::PluginSet::load(plugins);
   REQUIRE(bool(set));
-  auto host = ObjectHost::create(std::move(*set));
+  auto host = ObjectHost::create(std::move(*set), options);
   REQUIRE(bool(host));
   return std::move(*host);
+}
+
+/// A host that also loads objects without signature tables.
+std::unique_ptr<ObjectHost> makeLenientHost() {
+  transport::ObjectHostOptions options;
+  options.allowUnsignedObjects = true;
+  return makeHost({}, options);
+}
+
+/// The wire code an error carries ("" for none), and its message.
+std::pair<std::string, std::string> codeAndMessage(llvm::Error error) {
+  REQUIRE(bool(error));
+  std::string code, message;
+  llvm::handleAllErrors(
+      std::move(error),
+      [&](const transport::wire::WireError &e) {
+        code = e.code;
+        message = e.message;
+      },
+      [&](const llvm::ErrorInfoBase &e) { message = e.message(); });
+  return {code, message};
+}
+
+template <typename T> std::pair<std::string, std::string> codeAndMessage(llvm::Expected<T> value) {
+  REQUIRE_FALSE(bool(value));
+  return codeAndMessage(value.takeError());
 }
 
 std::vector<OwnedTensor> launch(ObjectHost &host, const transport::ObjectBlob &object,
@@ -138,9 +171,10 @@ TEST_CASE("a result descriptor with a negative size is an error", "[objecthost]"
              Catch::Contains("'_catalyst_pyface_negative'") && Catch::Contains("negative size -3"));
 }
 
-TEST_CASE("results that do not match the kernel's count or ranks are an error", "[objecthost]") {
-  auto host = makeHost();
-  auto shapes = kernel(COURIER_KERNEL_SHAPES);
+TEST_CASE("results that do not match an unsigned kernel's count or ranks are an error",
+          "[objecthost]") {
+  auto host = makeLenientHost();
+  auto shapes = kernel(COURIER_KERNEL_SHAPES_UNSIGNED);
   REQUIRE_OK(host->addObject(shapes));
   std::vector<double> x{1, 2, 3};
   auto input = view(x, {3}, {1});
@@ -314,7 +348,10 @@ TEST_CASE("a launch that disagrees with the entry's signature table is refused",
   std::vector<double> square{1, 2, 3, 4};
   auto refused = [&](llvm::ArrayRef<transport::TensorView> inputs,
                      llvm::ArrayRef<ResultSpec> results) {
-    return failure(host->launch(scale.sha256, "_catalyst_pyface_scale", inputs, results));
+    auto [code, message] =
+        codeAndMessage(host->launch(scale.sha256, "_catalyst_pyface_scale", inputs, results));
+    CHECK(code == "signature_mismatch");
+    return message;
   };
   auto expected = Catch::Contains("'_catalyst_pyface_scale' takes [(rank 1, 8-byte elements)] "
                                   "and returns [(rank 1, 8-byte elements)]");
@@ -330,8 +367,8 @@ TEST_CASE("a launch that disagrees with the entry's signature table is refused",
 
 TEST_CASE("declared ranks and element sizes are bounded without a signature table",
           "[objecthost]") {
-  auto host = makeHost();
-  auto shapes = kernel(COURIER_KERNEL_SHAPES);
+  auto host = makeLenientHost();
+  auto shapes = kernel(COURIER_KERNEL_SHAPES_UNSIGNED);
   REQUIRE_OK(host->addObject(shapes));
   auto refused = [&](llvm::ArrayRef<ResultSpec> results) {
     return failure(host->launch(shapes.sha256, "_catalyst_pyface_noop", {}, results));
@@ -484,4 +521,277 @@ TEST_CASE("a thousand add and remove cycles do not grow the resident set", "[obj
   // Each cycle maps the object's code and data afresh; keeping them grows the resident set
   // by about 16 MiB over these cycles.
   CHECK(after < before + 4 * 1024 * 1024);
+}
+
+namespace {
+/// `bytes` (an ELF64 relocatable object) with `flag` cleared in the header of every section
+/// named `name`.
+std::string clearSectionFlag(std::string bytes, llvm::StringRef name, uint64_t flag) {
+  llvm::ELF::Elf64_Ehdr header;
+  REQUIRE(bytes.size() >= sizeof(header));
+  std::memcpy(&header, bytes.data(), sizeof(header));
+  auto sectionAt = [&](size_t index) {
+    llvm::ELF::Elf64_Shdr section;
+    size_t at = header.e_shoff + index * header.e_shentsize;
+    REQUIRE(at + sizeof(section) <= bytes.size());
+    std::memcpy(&section, bytes.data() + at, sizeof(section));
+    return std::make_pair(at, section);
+  };
+  uint64_t names = sectionAt(header.e_shstrndx).second.sh_offset;
+  bool found = false;
+  for (size_t i = 0; i < header.e_shnum; ++i) {
+    auto [at, section] = sectionAt(i);
+    if (llvm::StringRef(bytes.data() + names + section.sh_name) != name)
+      continue;
+    section.sh_flags &= ~flag;
+    std::memcpy(bytes.data() + at, &section, sizeof(section));
+    found = true;
+  }
+  REQUIRE(found);
+  return bytes;
+}
+} // namespace
+
+TEST_CASE("an object whose .rodata is not allocated is refused, not linked into a crash",
+          "[objecthost]") {
+  auto host = makeHost();
+  for (const char *path : {COURIER_KERNEL_SHAPES, COURIER_KERNEL_SCALE}) {
+    auto patched = transport::ObjectBlob::fromBytes(
+        clearSectionFlag(readFile(path), ".rodata", llvm::ELF::SHF_ALLOC));
+    INFO(path);
+    CHECK_THAT(failure(host->addObject(patched)),
+               Catch::Contains(patched.sha256) && Catch::Contains(".rodata"));
+    CHECK_FALSE(host->hasObject(patched.sha256));
+  }
+}
+
+TEST_CASE("clearing SHF_ALLOC of any section leaves an object refused or intact", "[objecthost]") {
+  auto host = makeHost();
+  std::string original = readFile(COURIER_KERNEL_SHAPES);
+  auto object = llvm::object::ObjectFile::createObjectFile(
+      llvm::MemoryBufferRef(original, COURIER_KERNEL_SHAPES));
+  REQUIRE(bool(object));
+  std::vector<std::string> allocated;
+  for (const llvm::object::SectionRef &section : (*object)->sections()) {
+    auto name = section.getName();
+    REQUIRE(bool(name));
+    if (llvm::object::ELFSectionRef(section).getFlags() & llvm::ELF::SHF_ALLOC)
+      allocated.push_back(name->str());
+  }
+  REQUIRE(allocated.size() >= 3); // .text, .rodata, .eh_frame at least
+  std::vector<double> x{1, 2, 3};
+  for (const std::string &name : allocated) {
+    INFO("section " << name);
+    auto patched =
+        transport::ObjectBlob::fromBytes(clearSectionFlag(original, name, llvm::ELF::SHF_ALLOC));
+    if (llvm::Error error = host->addObject(patched)) {
+      CHECK_THAT(llvm::toString(std::move(error)), Catch::Contains(patched.sha256));
+      continue;
+    }
+    auto out =
+        launch(*host, patched, "_catalyst_pyface_stats", {view(x, {3}, {1})}, {{0, 8}, {1, 8}});
+    CHECK(elements<double>(out[1]) == std::vector<double>{1, 3, 6});
+  }
+}
+
+TEST_CASE("an object without signature tables is refused unless the host allows it",
+          "[objecthost]") {
+  auto unsignedScale = kernel(COURIER_KERNEL_SCALE_UNSIGNED);
+  auto strict = makeHost();
+  auto [code, message] = codeAndMessage(strict->addObject(unsignedScale));
+  CHECK(code == "unsigned_object");
+  CHECK_THAT(message, Catch::Contains(unsignedScale.sha256) &&
+                          Catch::Contains("'_catalyst_pyface_scale'") &&
+                          Catch::Contains("_catalyst_signature_"));
+  CHECK_FALSE(strict->hasObject(unsignedScale.sha256));
+
+  auto lenient = makeLenientHost();
+  REQUIRE_OK(lenient->addObject(unsignedScale));
+  std::vector<double> x{1, 2};
+  auto out =
+      launch(*lenient, unsignedScale, "_catalyst_pyface_scale", {view(x, {2}, {1})}, {{1, 8}});
+  CHECK(elements<double>(out[0]) == std::vector<double>{2, 4});
+  // Signed objects load in either host.
+  REQUIRE_OK(lenient->addObject(kernel(COURIER_KERNEL_SHAPES)));
+}
+
+TEST_CASE("describe reports an object's entries and signature tables", "[objecthost]") {
+  auto host = makeLenientHost();
+  auto shapes = kernel(COURIER_KERNEL_SHAPES);
+  auto unsignedScale = kernel(COURIER_KERNEL_SCALE_UNSIGNED);
+  CHECK_FALSE(host->describe(shapes.sha256).has_value());
+  REQUIRE_OK(host->addObject(shapes));
+  REQUIRE_OK(host->addObject(unsignedScale));
+
+  auto info = host->describe(shapes.sha256);
+  REQUIRE(info.has_value());
+  CHECK(info->sha256 == shapes.sha256);
+  CHECK(info->entries.size() == 13);
+  CHECK(std::is_sorted(info->entries.begin(), info->entries.end()));
+  CHECK(info->hasEntry("_catalyst_pyface_stats"));
+  CHECK_FALSE(info->hasEntry("courier_object_negate"));
+  CHECK(info->hasTables());
+  CHECK(info->signatures.at("_catalyst_pyface_stats") ==
+        std::vector<int64_t>{1, 1, 2, 1, 8, 0, 8, 1, 8});
+  CHECK(info->signatures.at("_catalyst_pyface_noop") == std::vector<int64_t>{1, 0, 0});
+
+  // The main process checks a launch with the info alone, as the host does.
+  using transport::checkLaunch;
+  REQUIRE_OK(checkLaunch(*info, "_catalyst_pyface_stats", {{1, 8}}, {{0, 8}, {1, 8}}));
+  CHECK(codeAndMessage(checkLaunch(*info, "_catalyst_pyface_stats", {{1, 8}}, {{1, 8}, {0, 8}}))
+            .first == "signature_mismatch");
+  CHECK(codeAndMessage(checkLaunch(*info, "_catalyst_pyface_stats", {}, {})).first ==
+        "signature_mismatch");
+
+  auto plain = host->describe(unsignedScale.sha256);
+  REQUIRE(plain.has_value());
+  CHECK(plain->entries == std::vector<std::string>{"_catalyst_pyface_scale"});
+  CHECK(plain->signatures.empty());
+  CHECK_FALSE(plain->hasTables());
+  REQUIRE_OK(checkLaunch(*plain, "_catalyst_pyface_scale", {{1, 8}}, {{1, 8}}));
+}
+
+TEST_CASE("an async launch of an entry that takes arguments is a signature mismatch",
+          "[objecthost]") {
+  auto host = makeHost();
+  auto shapes = kernel(COURIER_KERNEL_SHAPES);
+  REQUIRE_OK(host->addObject(shapes));
+  auto [code, message] =
+      codeAndMessage(host->launch(shapes.sha256, "_catalyst_pyface_stats", {}, {}));
+  CHECK(code == "signature_mismatch");
+  CHECK_THAT(message, Catch::Contains("an async launch passes no inputs"));
+  // One that takes none runs.
+  REQUIRE(launch(*host, shapes, "_catalyst_pyface_noop", {}, {}).empty());
+}
+
+TEST_CASE("an unsigned entry launched without its inputs faults on a null descriptor",
+          "[objecthost]") {
+  // The fault would end this process, so the launch runs in a child that reports where it
+  // faulted: reading stack contents as a descriptor would fault elsewhere, or not at all.
+  int report[2];
+  REQUIRE(pipe(report) == 0);
+  pid_t child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    static int out;
+    out = report[1];
+    struct sigaction action = {};
+    action.sa_flags = SA_SIGINFO;
+    action.sa_sigaction = [](int, siginfo_t *info, void *) {
+      uintptr_t address = reinterpret_cast<uintptr_t>(info->si_addr);
+      (void)!write(out, &address, sizeof(address));
+      _exit(0);
+    };
+    sigaction(SIGSEGV, &action, nullptr);
+    alarm(60);
+    auto set = transport::PluginSet::load({});
+    transport::ObjectHostOptions options;
+    options.allowUnsignedObjects = true;
+    auto host = set ? ObjectHost::create(std::move(*set), options)
+                    : llvm::Expected<std::unique_ptr<ObjectHost>>(set.takeError());
+    auto scale = kernel(COURIER_KERNEL_SCALE_UNSIGNED);
+    if (!host || (*host)->addObject(scale))
+      _exit(2);
+    auto results = (*host)->launch(scale.sha256, "_catalyst_pyface_scale", {}, {});
+    llvm::consumeError(results.takeError());
+    _exit(3); // It returned: it never read its input.
+  }
+  close(report[1]);
+  uintptr_t address = ~uintptr_t{0};
+  ssize_t got = read(report[0], &address, sizeof(address));
+  close(report[0]);
+  int status = 0;
+  REQUIRE(waitpid(child, &status, 0) == child);
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  REQUIRE(got == ssize_t(sizeof(address)));
+  INFO("fault address " << address);
+  CHECK(address < 4096); // a field of the null descriptor: sizes[0] is at offset 24
+}
+
+TEST_CASE("a launch declaring more than the maximum tensors is refused", "[objecthost]") {
+  for (bool signedObject : {true, false}) {
+    INFO((signedObject ? "signed" : "unsigned"));
+    auto host = makeLenientHost();
+    auto shapes = kernel(signedObject ? COURIER_KERNEL_SHAPES : COURIER_KERNEL_SHAPES_UNSIGNED);
+    REQUIRE_OK(host->addObject(shapes));
+    std::vector<double> zero{0};
+    std::vector<transport::TensorView> inputs(transport::kMaxLaunchTensors + 1, view(zero, {}, {}));
+    CHECK_THAT(failure(host->launch(shapes.sha256, "_catalyst_pyface_square0", inputs, {{0, 8}})),
+               Catch::Contains("4097 inputs") && Catch::Contains("at most 4096"));
+    std::vector<ResultSpec> results(transport::kMaxLaunchTensors + 1, ResultSpec{0, 8});
+    CHECK_THAT(failure(host->launch(shapes.sha256, "_catalyst_pyface_square0", {view(zero, {}, {})},
+                                    results)),
+               Catch::Contains("4097 results"));
+  }
+}
+
+TEST_CASE("results declared in another order are refused before any is read", "[objecthost]") {
+  std::vector<double> x{1, 2, 3};
+  auto input = view(x, {3}, {1});
+  // With a table: the declaration does not match it.
+  auto host = makeLenientHost();
+  auto shapes = kernel(COURIER_KERNEL_SHAPES);
+  REQUIRE_OK(host->addObject(shapes));
+  CHECK(codeAndMessage(
+            host->launch(shapes.sha256, "_catalyst_pyface_stats", {input}, {{1, 8}, {0, 8}}))
+            .first == "signature_mismatch");
+  // Without one the kernel runs: the words it wrote, read in the declared order, give a
+  // first result sized by a pointer and a second whose data pointer is the size 3.
+  auto unsignedShapes = kernel(COURIER_KERNEL_SHAPES_UNSIGNED);
+  REQUIRE_OK(host->addObject(unsignedShapes));
+  CHECK_THAT(failure(host->launch(unsignedShapes.sha256, "_catalyst_pyface_stats", {input},
+                                  {{1, 8}, {0, 8}})),
+             Catch::Contains("'_catalyst_pyface_stats' returned a bad descriptor"));
+  // The host is unharmed.
+  auto out = launch(*host, unsignedShapes, "_catalyst_pyface_stats", {input}, {{0, 8}, {1, 8}});
+  CHECK(elements<double>(out[1]) == std::vector<double>{1, 3, 6});
+}
+
+TEST_CASE("a result whose elements lie outside every buffer it could use is refused",
+          "[objecthost]") {
+  // An unsigned rank-1 kernel declared as returning rank 0 leaves words unread; one declared
+  // with a wider element reads past its buffer: refused before reading.
+  auto host = makeLenientHost();
+  auto shapes = kernel(COURIER_KERNEL_SHAPES_UNSIGNED);
+  REQUIRE_OK(host->addObject(shapes));
+  std::vector<double> x{1, 2, 3, 4};
+  CHECK_THAT(
+      failure(host->launch(shapes.sha256, "_catalyst_pyface_exp", {view(x, {4}, {1})}, {{1, 16}})),
+      Catch::Contains("lie outside the 32-byte buffer the kernel allocated"));
+  // The same through a borrowed result: the identity returns its input.
+  CHECK_THAT(failure(host->launch(shapes.sha256, "_catalyst_pyface_identity", {view(x, {2}, {2})},
+                                  {{1, 16}})),
+             Catch::Contains("lie outside every buffer"));
+  auto same = launch(*host, shapes, "_catalyst_pyface_identity", {view(x, {2}, {2})}, {{1, 8}});
+  CHECK(elements<double>(same[0]) == std::vector<double>{1, 3});
+}
+
+TEST_CASE("an input declared narrower than a signed kernel reads is refused", "[objecthost]") {
+  auto host = makeHost();
+  auto scale = kernel(COURIER_KERNEL_SCALE);
+  REQUIRE_OK(host->addObject(scale));
+  std::vector<float> narrow{1, 2, 3, 4};
+  auto [code, message] = codeAndMessage(
+      host->launch(scale.sha256, "_catalyst_pyface_scale", {view(narrow, {4}, {1})}, {{1, 8}}));
+  CHECK(code == "signature_mismatch");
+  CHECK_THAT(message, Catch::Contains("takes [(rank 1, 8-byte elements)]"));
+}
+
+TEST_CASE("an unsigned kernel reading a higher rank than declared sees empty dimensions",
+          "[objecthost]") {
+  // _catalyst_pyface_stats reads a rank-1 input. Declared rank 0, its size used to be the
+  // next descriptor's pointer or stack contents, and its loop ran off into the heap.
+  auto host = makeLenientHost();
+  auto shapes = kernel(COURIER_KERNEL_SHAPES_UNSIGNED);
+  REQUIRE_OK(host->addObject(shapes));
+  std::vector<double> zero{0};
+  for (size_t count : {size_t{1}, size_t{2}, transport::kMaxLaunchTensors}) {
+    INFO(count << " rank-0 inputs");
+    std::vector<transport::TensorView> inputs(count, view(zero, {}, {}));
+    auto out = launch(*host, shapes, "_catalyst_pyface_stats", inputs, {{0, 8}, {1, 8}});
+    REQUIRE(out.size() == 2);
+    CHECK(elements<double>(out[0]) == std::vector<double>{0});
+    CHECK(out[1].sizes == std::vector<int64_t>{0});
+  }
 }

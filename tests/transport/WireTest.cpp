@@ -76,6 +76,36 @@ TEST_CASE("malformed launch headers are bad frames, never exceptions", "[wire]")
   }
 }
 
+TEST_CASE("a launch header declaring more tensors or higher ranks than the bounds is a bad "
+          "frame",
+          "[wire]") {
+  auto header = [](size_t inputs, size_t inputRank, size_t results, int64_t resultRank) {
+    wire::LaunchRequest request;
+    request.object = std::string(64, 'a');
+    request.entry = "_catalyst_pyface_f";
+    std::vector<double> x(1);
+    std::vector<TensorView> views(inputs,
+                                  TensorView{x.data(), 8, std::vector<int64_t>(inputRank, 1),
+                                             std::vector<int64_t>(inputRank, 1)});
+    request.inputs = wire::describePacked(views);
+    request.results.assign(results, ResultSpec{resultRank, 8});
+    return wire::encodeLaunchRequest(request);
+  };
+  auto refusal = [](const std::string &line) {
+    auto decoded = wire::decodeLaunchRequest(line);
+    REQUIRE(!decoded);
+    return llvm::toString(decoded.takeError());
+  };
+  size_t most = wire::kMaxFrameTensors, deepest = wire::kMaxFrameRank;
+  REQUIRE(bool(wire::decodeLaunchRequest(header(most, deepest, most, int64_t(deepest)))));
+  CHECK_THAT(refusal(header(most + 1, 0, 1, 0)),
+             Catch::Contains("'inputs' holds 4097 tensors") && Catch::Contains("[bad_frame]"));
+  CHECK_THAT(refusal(header(1, deepest + 1, 1, 0)), Catch::Contains("rank 65"));
+  CHECK_THAT(refusal(header(1, 0, most + 1, 0)), Catch::Contains("'results' holds 4097"));
+  CHECK_THAT(refusal(header(1, 0, 1, int64_t(deepest) + 1)),
+             Catch::Contains("result rank must be 0 to 64"));
+}
+
 TEST_CASE("a frame writer packs strided tensors row-major", "[wire]") {
   // A [3, 4] int32 view with strides [1, 3] (column-major storage) and a rank-0 tensor.
   std::vector<int32_t> storage(12);

@@ -1,0 +1,421 @@
+// Structural checks of shipped ELF objects, before JITLink sees them, and the reading of
+// their exports and signature tables.
+#include "executor/ElfValidation.h"
+
+#include "runtime/ExecutorABI.h"
+
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/BinaryFormat/Dwarf.h"
+#include "llvm/BinaryFormat/ELF.h"
+#include "llvm/Object/ELFObjectFile.h"
+#include "llvm/Object/ObjectFile.h"
+#include "llvm/Support/DataExtractor.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/TargetParser/Host.h"
+#include "llvm/TargetParser/Triple.h"
+
+#include <cstring>
+
+using namespace llvm;
+
+namespace courier::transport {
+
+namespace {
+
+/// Upper bound on the inputs or results a signature table may declare (as for launches).
+constexpr int64_t kMaxTableTensors = 4096;
+
+Error makeError(const Twine &message) {
+  return createStringError(inconvertibleErrorCode(), message);
+}
+
+/// Bytes a relocation of `type` patches: JITLink applies fixups without bounds checks in
+/// release builds, so an offset is checked against the width it will write.
+unsigned relocationWidth(uint16_t machine, uint32_t type) {
+  if (machine == ELF::EM_X86_64)
+    switch (type) {
+    case ELF::R_X86_64_64:
+    case ELF::R_X86_64_PC64:
+    case ELF::R_X86_64_GOTOFF64:
+    case ELF::R_X86_64_GOTPC64:
+    case ELF::R_X86_64_GOT64:
+    case ELF::R_X86_64_GOTPCREL64:
+    case ELF::R_X86_64_PLTOFF64:
+    case ELF::R_X86_64_SIZE64:
+    case ELF::R_X86_64_DTPMOD64:
+    case ELF::R_X86_64_DTPOFF64:
+    case ELF::R_X86_64_TPOFF64:
+      return 8;
+    default:
+      return 4;
+    }
+  if (machine == ELF::EM_AARCH64 && (type == ELF::R_AARCH64_ABS64 || type == ELF::R_AARCH64_PREL64))
+    return 8;
+  return 4;
+}
+
+/// Byte ranges of one section that relocations patch.
+using PatchedRanges = std::vector<std::pair<uint64_t, unsigned>>;
+
+/// Checks every relocation against the section it patches and the symbol table it names,
+/// which the linker itself trusts, and records where each section is patched. Loaded code
+/// or data must not refer to a section the linker does not allocate: JITLink gives such a
+/// section no memory in the executing process, so a reference to it would read wherever
+/// its placeholder address points.
+template <class ELFT>
+Error checkRelocations(const object::ELFObjectFile<ELFT> &object, StringRef sha256,
+                       DenseMap<unsigned, PatchedRanges> &patched) {
+  const object::ELFFile<ELFT> &file = object.getELFFile();
+  auto damaged = [&](const Twine &what) {
+    return makeError("object " + sha256 + " is damaged: " + what);
+  };
+  auto sections = file.sections();
+  if (!sections)
+    return damaged(toString(sections.takeError()));
+  auto sectionName = [&](unsigned index) {
+    auto name = file.getSectionName((*sections)[index]);
+    if (name)
+      return name->str();
+    consumeError(name.takeError());
+    return formatv("{0}", index).str();
+  };
+  uint16_t machine = file.getHeader().e_machine;
+  for (size_t index = 0; index < sections->size(); ++index) {
+    const auto &section = (*sections)[index];
+    bool rela = section.sh_type == ELF::SHT_RELA;
+    if (!rela && section.sh_type != ELF::SHT_REL)
+      continue;
+    if (section.sh_info == 0 || section.sh_info >= sections->size() ||
+        section.sh_link >= sections->size())
+      return damaged(formatv("relocation section {0} refers to section {1} and symbol table {2}",
+                             index, section.sh_info, section.sh_link));
+    const auto &target = (*sections)[section.sh_info];
+    const auto &symbolSection = (*sections)[section.sh_link];
+    uint64_t symbolCount =
+        symbolSection.sh_entsize ? symbolSection.sh_size / symbolSection.sh_entsize : 0;
+    // Symbol entries are read only for relocations of allocated sections: the debug
+    // sections JITLink skips may name anything.
+    bool loaded = target.sh_flags & ELF::SHF_ALLOC;
+    typename object::ELFFile<ELFT>::Elf_Sym_Range symbols;
+    if (loaded && symbolSection.sh_type == ELF::SHT_SYMTAB) {
+      auto range = file.symbols(&symbolSection);
+      if (!range)
+        return damaged(toString(range.takeError()));
+      symbols = *range;
+      symbolCount = std::min<uint64_t>(symbolCount, symbols.size());
+    }
+    PatchedRanges &ranges = patched[section.sh_info];
+    auto check = [&](uint64_t offset, uint32_t type, uint32_t symbol) -> Error {
+      unsigned width = relocationWidth(machine, type);
+      if (target.sh_type == ELF::SHT_NOBITS || offset > target.sh_size ||
+          target.sh_size - offset < width)
+        return damaged(formatv("relocation at offset {0:x} of section {1} lies outside it "
+                               "({2:x} bytes)",
+                               offset, section.sh_info, uint64_t(target.sh_size)));
+      if (symbol >= symbolCount)
+        return damaged(formatv("relocation at offset {0:x} of section {1} names symbol {2} of "
+                               "{3}",
+                               offset, section.sh_info, symbol, symbolCount));
+      ranges.emplace_back(offset, width);
+      if (!loaded || symbols.empty())
+        return Error::success();
+      unsigned defining = symbols[symbol].st_shndx;
+      if (defining == ELF::SHN_UNDEF || defining >= ELF::SHN_LORESERVE)
+        return Error::success();
+      if (defining >= sections->size())
+        return damaged(
+            formatv("symbol {0} lies in section {1} of {2}", symbol, defining, sections->size()));
+      if (!((*sections)[defining].sh_flags & ELF::SHF_ALLOC))
+        return damaged(formatv("section {0} ({1}) refers to section {2} ({3}), which is not "
+                               "allocated (SHF_ALLOC is clear)",
+                               section.sh_info, sectionName(section.sh_info), defining,
+                               sectionName(defining)));
+      return Error::success();
+    };
+    if (rela) {
+      auto entries = file.relas(section);
+      if (!entries)
+        return damaged(toString(entries.takeError()));
+      for (const auto &entry : *entries)
+        if (Error error = check(entry.r_offset, entry.getType(false), entry.getSymbol(false)))
+          return error;
+    } else {
+      auto entries = file.rels(section);
+      if (!entries)
+        return damaged(toString(entries.takeError()));
+      for (const auto &entry : *entries)
+        if (Error error = check(entry.r_offset, entry.getType(false), entry.getSymbol(false)))
+          return error;
+    }
+  }
+  return Error::success();
+}
+
+Error checkRelocations(const object::ELFObjectFileBase &object, StringRef sha256,
+                       DenseMap<unsigned, PatchedRanges> &patched) {
+  if (auto *elf = dyn_cast<object::ELF64LEObjectFile>(&object))
+    return checkRelocations(*elf, sha256, patched);
+  if (auto *elf = dyn_cast<object::ELF64BEObjectFile>(&object))
+    return checkRelocations(*elf, sha256, patched);
+  if (auto *elf = dyn_cast<object::ELF32LEObjectFile>(&object))
+    return checkRelocations(*elf, sha256, patched);
+  if (auto *elf = dyn_cast<object::ELF32BEObjectFile>(&object))
+    return checkRelocations(*elf, sha256, patched);
+  return makeError("object " + sha256 + " has an unknown ELF class");
+}
+
+/// Whether JITLink's eh-frame parser handles pointer encoding `encoding` safely: it reads
+/// only 4- and 8-byte absolute or pc-relative values and treats anything else it does not
+/// reject as unreachable.
+bool isSafePointerEncoding(uint8_t encoding) {
+  switch (encoding & 0x0f) {
+  case dwarf::DW_EH_PE_absptr:
+  case dwarf::DW_EH_PE_udata4:
+  case dwarf::DW_EH_PE_udata8:
+  case dwarf::DW_EH_PE_sdata4:
+  case dwarf::DW_EH_PE_sdata8:
+    break;
+  default:
+    return false;
+  }
+  return (encoding & 0xf0) == dwarf::DW_EH_PE_absptr || (encoding & 0xf0) == dwarf::DW_EH_PE_pcrel;
+}
+
+/// Checks the CIEs of an .eh_frame section for what JITLink's parser would trip over
+/// instead of reporting: more than three augmentation fields overflow a fixed array, and
+/// unexpected pointer encodings reach unreachable code.
+Error checkEHFrame(StringRef contents, bool littleEndian, uint8_t pointerSize, StringRef sha256) {
+  DataExtractor data(contents, littleEndian, pointerSize);
+  uint64_t offset = 0;
+  while (offset < contents.size()) {
+    uint64_t start = offset;
+    auto damaged = [&](const Twine &what) {
+      return makeError(formatv("object {0} is damaged: .eh_frame record at {1:x}: {2}", sha256,
+                               start, what.str()));
+    };
+    DataExtractor::Cursor cursor(offset);
+    uint64_t length = data.getU32(cursor);
+    if (length == 0xffffffff)
+      length = data.getU64(cursor);
+    if (!cursor)
+      return damaged(toString(cursor.takeError()));
+    uint64_t body = cursor.tell();
+    if (length == 0)
+      break;
+    if (length > contents.size() - body)
+      return damaged("its length runs past the end of the section");
+    offset = body + length;
+    DataExtractor record(contents.take_front(offset), littleEndian, pointerSize);
+    if (record.getU32(cursor) != 0 || !cursor) {
+      consumeError(cursor.takeError());
+      continue; // An FDE: its fields are read with bounds checks, by its CIE's encodings.
+    }
+    record.getU8(cursor); // version; an unexpected one is reported by the linker
+    StringRef augmentation = record.getCStrRef(cursor);
+    if (!cursor)
+      return damaged(toString(cursor.takeError()));
+    unsigned fields = 0;
+    for (size_t i = 0; i < augmentation.size(); ++i) {
+      char c = augmentation[i];
+      if (c == 'L' || c == 'P' || c == 'R')
+        ++fields;
+      else if (c == 'e' && i + 1 < augmentation.size() && augmentation[i + 1] == 'h')
+        ++i;
+      else if (c != 'z')
+        return damaged("unsupported augmentation '" + augmentation + "'");
+    }
+    if (fields > 3)
+      return damaged("augmentation '" + augmentation + "' has too many fields");
+    if (augmentation.contains("eh"))
+      record.skip(cursor, pointerSize);
+    record.getULEB128(cursor); // code alignment
+    record.getSLEB128(cursor); // data alignment
+    record.getU8(cursor);      // return address register
+    if (augmentation.starts_with("z")) {
+      record.getULEB128(cursor);
+      for (char c : augmentation) {
+        if (c != 'L' && c != 'P' && c != 'R')
+          continue;
+        uint8_t encoding = record.getU8(cursor);
+        if (!cursor)
+          break;
+        bool omitted = encoding == dwarf::DW_EH_PE_omit && c != 'R';
+        if (!omitted && !isSafePointerEncoding(encoding))
+          return damaged(formatv("unsupported pointer encoding {0:x2}", encoding).str());
+        if (c == 'P' && !omitted) {
+          uint8_t format = encoding & 0x0f;
+          record.skip(cursor,
+                      format == dwarf::DW_EH_PE_absptr ? pointerSize
+                      : (format == dwarf::DW_EH_PE_udata4 || format == dwarf::DW_EH_PE_sdata4) ? 4
+                                                                                               : 8);
+        }
+      }
+    }
+    if (!cursor)
+      return damaged(toString(cursor.takeError()));
+  }
+  return Error::success();
+}
+
+/// Reads the signature table `name` (`size` bytes at `offset` of `section`) and checks it is
+/// well formed: the layout of abi/KernelABI.h, in bounds, and not patched by relocations
+/// (its words are read from the file, not from linked memory).
+Error readSignatureTable(const object::ELFObjectFileBase &elf, StringRef sha256, StringRef name,
+                         const object::SectionRef &section, uint64_t offset, uint64_t size,
+                         const PatchedRanges *patched, std::vector<int64_t> &words) {
+  auto malformed = [&](const Twine &what) {
+    return makeError(
+        formatv("object {0} has a malformed signature table '{1}': {2}", sha256, name, what.str()));
+  };
+  if (section.isBSS())
+    return malformed("it has no contents");
+  auto contents = section.getContents();
+  if (!contents)
+    return malformed(toString(contents.takeError()));
+  if (offset > contents->size() || size > contents->size() - offset)
+    return malformed(
+        formatv("its {0} bytes at offset {1:x} lie outside its section", size, offset));
+  if (size % sizeof(int64_t) != 0 || size < 3 * sizeof(int64_t))
+    return malformed(formatv("{0} bytes is not a whole number of at least 3 words", size));
+  if (patched)
+    for (const auto &[at, width] : *patched)
+      if (at < offset + size && offset < at + width)
+        return malformed("a relocation patches it");
+  DataExtractor data(contents->substr(offset, size), elf.isLittleEndian(), 8);
+  DataExtractor::Cursor cursor(0);
+  words.clear();
+  for (uint64_t i = 0; i < size / sizeof(int64_t); ++i)
+    words.push_back(static_cast<int64_t>(data.getU64(cursor)));
+  if (!cursor)
+    return malformed(toString(cursor.takeError()));
+  if (words[0] != COURIER_SIGNATURE_VERSION)
+    return malformed(formatv("version {0}; this executor reads version {1}", words[0],
+                             COURIER_SIGNATURE_VERSION));
+  int64_t inputs = words[1], results = words[2];
+  if (inputs < 0 || results < 0 || inputs > kMaxTableTensors || results > kMaxTableTensors)
+    return malformed(formatv("{0} inputs and {1} results (at most {2} each)", inputs, results,
+                             kMaxTableTensors));
+  if (words.size() != static_cast<size_t>(3 + 2 * (inputs + results)))
+    return malformed(formatv("{0} words for {1} inputs and {2} results, which need {3}",
+                             words.size(), inputs, results, 3 + 2 * (inputs + results)));
+  return Error::success();
+}
+
+} // namespace
+
+Error validateObject(StringRef sha256, StringRef bytes, ObjectExports &out) {
+  out = ObjectExports();
+  auto parsed = object::ObjectFile::createObjectFile(MemoryBufferRef(bytes, sha256));
+  if (!parsed)
+    return makeError(formatv("object {0} is not a valid object file: {1}", sha256,
+                             toString(parsed.takeError())));
+  auto *elf = dyn_cast<object::ELFObjectFileBase>(parsed->get());
+  if (!elf)
+    return makeError(formatv("object {0} is a {1} file; only ELF relocatable objects load", sha256,
+                             (*parsed)->getFileFormatName()));
+  if (elf->getEType() != ELF::ET_REL)
+    return makeError(formatv("object {0} is not a relocatable object (ELF type {1}); "
+                             "shared libraries load as plugins",
+                             sha256, elf->getEType()));
+  Triple host(sys::getProcessTriple());
+  if (elf->getArch() != host.getArch())
+    return makeError(formatv("object {0} is for {1} but this executor runs {2}", sha256,
+                             Triple::getArchTypeName(elf->getArch()),
+                             Triple::getArchTypeName(host.getArch())));
+  for (const object::SectionRef &section : elf->sections()) {
+    if (section.isBSS())
+      continue;
+    auto contents = section.getContents();
+    if (!contents)
+      return makeError(formatv("object {0} is damaged: section {1}: {2}", sha256,
+                               section.getIndex(), toString(contents.takeError())));
+    auto name = section.getName();
+    if (!name)
+      return makeError(formatv("object {0} is damaged: section {1}: {2}", sha256,
+                               section.getIndex(), toString(name.takeError())));
+    if (*name == ".eh_frame") {
+      // Unwind records are registered with the process's unwinder at their linked address.
+      if (!(object::ELFSectionRef(section).getFlags() & ELF::SHF_ALLOC))
+        return makeError(formatv("object {0} is damaged: section {1} (.eh_frame) is not "
+                                 "allocated (SHF_ALLOC is clear)",
+                                 sha256, section.getIndex()));
+      if (Error error =
+              checkEHFrame(*contents, elf->isLittleEndian(), elf->getBytesInAddress(), sha256))
+        return error;
+    }
+  }
+  DenseMap<unsigned, PatchedRanges> patched;
+  if (Error error = checkRelocations(*elf, sha256, patched))
+    return error;
+
+  std::map<std::string, std::vector<int64_t>> tables;
+  for (const object::ELFSymbolRef symbol : elf->symbols()) {
+    auto name = symbol.getName();
+    if (!name)
+      return makeError(
+          formatv("object {0} is damaged: symbol table: {1}", sha256, toString(name.takeError())));
+    auto flags = symbol.getFlags();
+    if (!flags)
+      return makeError(formatv("object {0} is damaged: symbol '{1}': {2}", sha256, *name,
+                               toString(flags.takeError())));
+    if (!(*flags & object::SymbolRef::SF_Global) || (*flags & object::SymbolRef::SF_Undefined) ||
+        (*flags & object::SymbolRef::SF_FormatSpecific) || name->empty())
+      continue;
+    auto type = symbol.getType();
+    if (!type)
+      return makeError(formatv("object {0} is damaged: symbol '{1}': {2}", sha256, *name,
+                               toString(type.takeError())));
+    bool function = *type == object::SymbolRef::ST_Function;
+    bool table = *type == object::SymbolRef::ST_Data && name->starts_with(COURIER_SIGNATURE_PREFIX);
+    // Only functions are ever called through an entry or `call`; handing out a data
+    // symbol's address as code would crash.
+    uint8_t visibility = symbol.getOther() & 0x3;
+    if (function && visibility != ELF::STV_DEFAULT && visibility != ELF::STV_PROTECTED)
+      continue;
+    if (!function && !table)
+      continue;
+    auto section = symbol.getSection();
+    if (!section)
+      return makeError(formatv("object {0} is damaged: symbol '{1}': {2}", sha256, *name,
+                               toString(section.takeError())));
+    if (*section == elf->section_end())
+      return makeError(
+          formatv("object {0} is damaged: symbol '{1}' is defined in no section", sha256, *name));
+    // JITLink gives a section without SHF_ALLOC no memory here: its symbols' addresses
+    // point nowhere.
+    if (!(object::ELFSectionRef(**section).getFlags() & ELF::SHF_ALLOC)) {
+      auto sectionName = (*section)->getName();
+      std::string where = sectionName ? sectionName->str() : "";
+      consumeError(sectionName.takeError());
+      return makeError(formatv("object {0} is damaged: symbol '{1}' lies in section {2} ({3}), "
+                               "which is not allocated (SHF_ALLOC is clear)",
+                               sha256, *name, (*section)->getIndex(), where));
+    }
+    if (function) {
+      out.functions.push_back(name->str());
+      continue;
+    }
+    auto value = symbol.getValue();
+    if (!value)
+      return makeError(formatv("object {0} is damaged: symbol '{1}': {2}", sha256, *name,
+                               toString(value.takeError())));
+    auto found = patched.find((*section)->getIndex());
+    std::vector<int64_t> words;
+    if (Error error = readSignatureTable(*elf, sha256, *name, **section, *value, symbol.getSize(),
+                                         found == patched.end() ? nullptr : &found->second, words))
+      return error;
+    tables[name->str()] = std::move(words);
+  }
+  for (auto &[name, words] : tables) {
+    std::string entry =
+        COURIER_ENTRY_PREFIX + StringRef(name).drop_front(strlen(COURIER_SIGNATURE_PREFIX)).str();
+    if (!llvm::is_contained(out.functions, entry))
+      return makeError(formatv("object {0} has a signature table '{1}' but no entry '{2}'", sha256,
+                               name, entry));
+    out.signatures[entry] = std::move(words);
+  }
+  return Error::success();
+}
+
+} // namespace courier::transport

@@ -1,0 +1,37 @@
+// Checks a shipped object's ELF structure before ORC links it, and reads what it exports.
+// JITLink trusts the objects it links (fixups are applied without bounds checks in release
+// builds, damaged unwind records reach unreachable code), so everything it would trip over
+// is refused here with a message naming the object.
+#ifndef COURIER_EXECUTOR_ELFVALIDATION_H
+#define COURIER_EXECUTOR_ELFVALIDATION_H
+
+#include "llvm/ADT/StringRef.h"
+#include "llvm/Support/Error.h"
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace courier::transport {
+
+/// What a valid object exports.
+struct ObjectExports {
+  /// Every global function defined with default or protected visibility: entries and
+  /// `call` symbols alike.
+  std::vector<std::string> functions;
+  /// Entry name (`_catalyst_pyface_<fn>`) -> the words of its signature table
+  /// `_catalyst_signature_<fn>`, read from the object's bytes and checked to be well formed
+  /// (layout in runtime/ExecutorABI.h). Entries without a table are absent.
+  std::map<std::string, std::vector<int64_t>> signatures;
+};
+
+/// Checks that `bytes` is an intact ELF relocatable object for this machine, that every
+/// section the loaded code refers to is one the linker allocates, and that its signature
+/// tables are well formed and belong to entries it exports; fills `out`. Errors name
+/// `sha256`.
+llvm::Error validateObject(llvm::StringRef sha256, llvm::StringRef bytes, ObjectExports &out);
+
+} // namespace courier::transport
+
+#endif // COURIER_EXECUTOR_ELFVALIDATION_H
