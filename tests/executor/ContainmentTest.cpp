@@ -143,7 +143,8 @@ int64_t i64Of(const std::string &bytes) {
 /// The /v1 protocol spoken directly on loopback, every request bounded by timeouts.
 class Client {
 public:
-  explicit Client(const ExecutorProcess &executor) : http("127.0.0.1", executor.port()) {
+  explicit Client(const courier::testing::ServerProcess &executor)
+      : http("127.0.0.1", executor.port()) {
     http.set_keep_alive(true);
     http.set_connection_timeout(2s);
     http.set_read_timeout(30s);
@@ -891,4 +892,21 @@ TEST_CASE("the http client's request timeout ends its spinning kernel on the exe
   REQUIRE(static_cast<bool>(next));
   const double *out = static_cast<const double *>((*next)[0].data);
   CHECK(std::vector<double>(out, out + 3) == std::vector<double>{2, 3, 4});
+}
+
+TEST_CASE("where seccomp is unavailable the executor refuses to serve unless --no-sandbox",
+          "[containment][sandbox]") {
+  auto [status, log] =
+      courier::testing::runServerToExit(COURIER_WITHOUT_SECCOMP_PATH, {"--listen", "127.0.0.1:0"});
+  INFO(log);
+  CHECK(status != 0);
+  CHECK_THAT(log, Catch::Contains("cannot enter the sandbox"));
+  CHECK_THAT(log, Catch::Contains("--no-sandbox"));
+
+  courier::testing::ServerProcess unsandboxed(courier::testing::ServerSpec{
+      COURIER_WITHOUT_SECCOMP_PATH, "courier-executor", 0, "", {"--no-sandbox"}});
+  Client client(unsandboxed);
+  std::string session = client.openSession();
+  std::string sha = client.ship(session, COURIER_KERNEL_CRASHERS);
+  requirePlusOneWorks(client, session, sha);
 }
