@@ -324,6 +324,26 @@ Error validateObject(StringRef sha256, StringRef bytes, ObjectExports &out) {
                              Triple::getArchTypeName(elf->getArch()),
                              Triple::getArchTypeName(host.getArch())));
   for (const object::SectionRef &section : elf->sections()) {
+    // Flags the linker maps a section by, in combinations no compiler emits: JITLink skips
+    // the relocations of a compressed section (leaving its calls pointing at 0), has no
+    // thread-local storage without a platform, and would map writable code.
+    uint64_t sectionFlags = object::ELFSectionRef(section).getFlags();
+    if (sectionFlags & ELF::SHF_ALLOC) {
+      const char *problem = nullptr;
+      if (sectionFlags & ELF::SHF_COMPRESSED)
+        problem = "is allocated and compressed";
+      else if (sectionFlags & ELF::SHF_TLS)
+        problem = "holds thread-local storage, which kernels cannot use";
+      else if ((sectionFlags & ELF::SHF_WRITE) && (sectionFlags & ELF::SHF_EXECINSTR))
+        problem = "is both writable and executable";
+      if (problem) {
+        auto name = section.getName();
+        std::string where = name ? name->str() : "";
+        consumeError(name.takeError());
+        return makeError(formatv("object {0} is damaged: section {1} ({2}) {3}", sha256,
+                                 section.getIndex(), where, problem));
+      }
+    }
     if (section.isBSS())
       continue;
     auto contents = section.getContents();
@@ -393,6 +413,10 @@ Error validateObject(StringRef sha256, StringRef bytes, ObjectExports &out) {
                                sha256, *name, (*section)->getIndex(), where));
     }
     if (function) {
+      if (!(object::ELFSectionRef(**section).getFlags() & ELF::SHF_EXECINSTR))
+        return makeError(formatv("object {0} is damaged: function '{1}' lies in section {2}, "
+                                 "which is not executable (SHF_EXECINSTR is clear)",
+                                 sha256, *name, (*section)->getIndex()));
       out.functions.push_back(name->str());
       continue;
     }
