@@ -158,3 +158,31 @@ TEST_CASE("a local backend with a missing plugin is not created", "[backend]") {
   CHECK_THAT(failure(transport::createBackend("local", options)),
              Catch::Contains("/nonexistent/plugin.so"));
 }
+
+TEST_CASE("the local backend refuses objects without signature tables and mismatched launches",
+          "[backend]") {
+  auto backend = local();
+  std::string session = open(*backend);
+  auto unsignedScale = kernel(COURIER_KERNEL_SCALE_UNSIGNED);
+  CHECK_THAT(failure(backend->shipObject(session, unsignedScale)),
+             Catch::Contains("[unsigned_object]"));
+  std::vector<double> x{1, 2};
+  CHECK_THAT(failure(backend->launch(session, unsignedScale, "_catalyst_pyface_scale",
+                                     {view(x, {2}, {1})}, {{1, 8}})),
+             Catch::Contains("[unsigned_object]"));
+
+  auto shapes = kernel(COURIER_KERNEL_SHAPES);
+  CHECK_THAT(failure(backend->launch(session, shapes, "_catalyst_pyface_stats", {view(x, {2}, {1})},
+                                     {{1, 8}, {0, 8}})),
+             Catch::Contains("[signature_mismatch]"));
+  // An async launch of an entry that takes arguments fails, and the session goes on.
+  auto id = backend->launchAsync(session, shapes, "_catalyst_pyface_stats");
+  if (id)
+    CHECK_THAT(failure(backend->await(session, *id)), Catch::Contains("[signature_mismatch]"));
+  else
+    CHECK_THAT(llvm::toString(id.takeError()), Catch::Contains("[signature_mismatch]"));
+  auto out = backend->launch(session, shapes, "_catalyst_pyface_stats", {view(x, {2}, {1})},
+                             {{0, 8}, {1, 8}});
+  REQUIRE(bool(out));
+  CHECK(elements<double>((*out)[1]) == std::vector<double>{1, 3});
+}
