@@ -30,6 +30,7 @@ using transport::TensorView;
 namespace {
 
 constexpr uint64_t kAlignment = 64;
+constexpr std::chrono::microseconds kAwakeAfterReply{100};
 uint64_t alignUp(uint64_t n) { return (n + kAlignment - 1) & ~(kAlignment - 1); }
 
 struct WorkerOptions {
@@ -129,7 +130,10 @@ public:
   int serve() {
     Message request;
     while (true) {
-      llvm::Expected<ReceiveStatus> status = receiveMessage(channel, request);
+      // Sessions tend to launch back to back: waiting awake a little after each reply saves
+      // the next request a wake-up.
+      llvm::Expected<ReceiveStatus> status =
+          receiveMessage(channel, request, std::nullopt, kAwakeAfterReply);
       if (!status || *status != ReceiveStatus::Message) {
         llvm::consumeError(status.takeError());
         return 0;

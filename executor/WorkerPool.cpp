@@ -29,6 +29,8 @@ std::atomic<uint64_t> liveWorkers{0};
 constexpr auto kStartTimeout = std::chrono::seconds(20);
 /// How long a worker that reported a crash may take to die of it.
 constexpr auto kDyingTimeout = std::chrono::seconds(1);
+/// How long a request polls for its reply before sleeping on it.
+constexpr std::chrono::microseconds kAwaitReplyAwake{50};
 
 /// The codes a worker may report for a request it failed; anything else it sends is
 /// treated as a launch failure (a kernel can write to the channel).
@@ -120,7 +122,9 @@ llvm::Expected<Message> WorkerProcess::request(llvm::StringRef bytes, llvm::Arra
   }
   Message reply;
   while (true) {
-    llvm::Expected<ReceiveStatus> status = receiveMessage(channel.get(), reply, deadline);
+    // A small kernel answers within microseconds: wait for it awake, briefly.
+    llvm::Expected<ReceiveStatus> status =
+        receiveMessage(channel.get(), reply, deadline, kAwaitReplyAwake);
     if (!status) {
       // Only the worker's end can make a receive fail (an oversized or broken message).
       llvm::consumeError(status.takeError());

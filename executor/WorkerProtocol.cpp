@@ -10,7 +10,9 @@
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <poll.h>
+#include <sched.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -147,7 +149,7 @@ llvm::StringRef MessageReader::rest() {
 
 namespace {
 constexpr size_t kMaxFds = 4;
-}
+} // namespace
 
 llvm::Error sendMessage(int socket, llvm::StringRef bytes, llvm::ArrayRef<int> fds) {
   if (fds.size() > kMaxFds)
@@ -182,9 +184,21 @@ llvm::Error sendMessage(int socket, llvm::StringRef bytes, llvm::ArrayRef<int> f
 
 llvm::Expected<ReceiveStatus>
 receiveMessage(int socket, Message &out,
-               std::optional<std::chrono::steady_clock::time_point> deadline) {
+               std::optional<std::chrono::steady_clock::time_point> deadline,
+               std::chrono::microseconds spin) {
   out.bytes.clear();
   out.fds.clear();
+  if (spin.count() > 0) {
+    auto until = std::chrono::steady_clock::now() + spin;
+    if (deadline)
+      until = std::min(until, *deadline);
+    struct pollfd ready {
+      socket, POLLIN, 0
+    };
+    // Yielding rather than pausing: on a busy machine the peer may need this very core.
+    while (::poll(&ready, 1, 0) == 0 && std::chrono::steady_clock::now() < until)
+      ::sched_yield();
+  }
   while (true) {
     int timeout = -1;
     if (deadline) {
@@ -206,9 +220,11 @@ receiveMessage(int socket, Message &out,
       return ReceiveStatus::TimedOut;
     break;
   }
-  out.bytes.resize(kMaxMessageBytes);
+  // One receive buffer per thread: sizing a fresh string for the largest message would
+  // clear 100 KiB on every small reply.
+  thread_local std::unique_ptr<char[]> buffer(new char[kMaxMessageBytes]);
   struct iovec iov {
-    out.bytes.data(), out.bytes.size()
+    buffer.get(), kMaxMessageBytes
   };
   struct msghdr msg {};
   msg.msg_iov = &iov;
@@ -238,7 +254,7 @@ receiveMessage(int socket, Message &out,
     return ReceiveStatus::Closed;
   if (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC))
     return llvm::createStringError("oversized message on the worker channel");
-  out.bytes.resize(static_cast<size_t>(got));
+  out.bytes.assign(buffer.get(), static_cast<size_t>(got));
   return ReceiveStatus::Message;
 }
 

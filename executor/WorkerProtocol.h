@@ -135,10 +135,13 @@ llvm::Error sendMessage(int socket, llvm::StringRef bytes, llvm::ArrayRef<int> f
 enum class ReceiveStatus { Message, Closed, TimedOut, Interrupted };
 
 /// Receives one message; waits until `deadline` (none: forever). A message larger than
-/// kMaxMessageBytes, or one that brought more descriptors than it may, is an error.
+/// kMaxMessageBytes, or one that brought more descriptors than it may, is an error. For the
+/// first `spin` the caller polls, yielding the core between polls, instead of sleeping: a
+/// reply due within microseconds then costs no wake-up, most of a small launch's round trip.
 llvm::Expected<ReceiveStatus>
 receiveMessage(int socket, Message &out,
-               std::optional<std::chrono::steady_clock::time_point> deadline = std::nullopt);
+               std::optional<std::chrono::steady_clock::time_point> deadline = std::nullopt,
+               std::chrono::microseconds spin = std::chrono::microseconds(0));
 
 /// Bytes of a Crashed message: the signal, its si_code, the fault address and, for SIGSYS,
 /// the system call number; fixed-size so the signal handler needs no allocation.
