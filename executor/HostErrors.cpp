@@ -23,7 +23,7 @@ std::pair<std::string, std::string> describeError(llvm::Error error, llvm::Strin
 }
 
 llvm::Error classifyHostError(llvm::Error error, llvm::StringRef missingCode,
-                              llvm::StringRef failureCode, llvm::StringRef context) {
+                              llvm::StringRef failureCode, const llvm::Twine &context) {
   std::string code = failureCode.str(), message;
   bool typed = false;
   llvm::handleAllErrors(

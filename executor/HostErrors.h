@@ -18,7 +18,7 @@ std::pair<std::string, std::string> describeError(llvm::Error error, llvm::Strin
 /// resolved is `missingCode` (the caller's mistake), a WireError keeps its own code, and
 /// anything else is `failureCode`. The message is prefixed with `context`.
 llvm::Error classifyHostError(llvm::Error error, llvm::StringRef missingCode,
-                              llvm::StringRef failureCode, llvm::StringRef context);
+                              llvm::StringRef failureCode, const llvm::Twine &context);
 
 } // namespace courier::executor
 

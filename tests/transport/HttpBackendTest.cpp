@@ -342,12 +342,11 @@ TEST_CASE("a session closes cleanly with async launches never awaited", "[http]"
     require(f.backend->launchAsync(f.session, shapes, "_catalyst_pyface_noop"));
   requireOk(f.backend->closeSession(f.session));
   CHECK(f.executor.metric("courier_sessions") == 0);
-  // Closing does not wait for the launches; they finish in the background all the same.
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (f.executor.metric("courier_launches_total") < 4 &&
-         std::chrono::steady_clock::now() < deadline)
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  CHECK(f.executor.metric("courier_launches_total") == 4);
+  // Closing ends the session's worker and with it the launches not yet run; none of them
+  // starts a worker for the closed session afterwards.
+  // Only the warm workers (two by default) remain.
+  CHECK(f.executor.awaitMetricAtMost("courier_workers", 2) <= 2);
+  require(f.backend->health());
 }
 
 TEST_CASE("eight threads launch a thousand times each on one session", "[http][stress]") {

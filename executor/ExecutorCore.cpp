@@ -1,0 +1,1132 @@
+// The executor core: sessions, the object store, launches and calls, run in each session's
+// worker process (or, without isolation, in this one). See executor/ExecutorCore.h.
+#include "executor/ExecutorCore.h"
+
+#include "executor/HostErrors.h"
+#include "executor/ObjectHost.h"
+#include "executor/WorkerPool.h"
+#include "transport/HttpService.h"
+
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/ADT/StringMap.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/ThreadPool.h"
+#include "llvm/Support/raw_ostream.h"
+#include "llvm/TargetParser/Host.h"
+
+#include <openssl/rand.h>
+
+#include <algorithm>
+#include <atomic>
+#include <climits>
+#include <condition_variable>
+#include <cstring>
+#include <future>
+#include <map>
+#include <mutex>
+#include <random>
+#include <set>
+#include <thread>
+#include <unistd.h>
+#include <unordered_map>
+
+#ifndef COURIER_VERSION
+#define COURIER_VERSION "unknown"
+#endif
+
+namespace courier::executor {
+
+using transport::Histogram;
+using transport::ObjectHost;
+using transport::ObjectHostOptions;
+using transport::ObjectInfo;
+using transport::PluginSet;
+using transport::wire::makeWireError;
+namespace wire = transport::wire;
+
+namespace {
+
+struct Metrics {
+  std::atomic<uint64_t> launches{0}, launchFailures{0}, calls{0}, callFailures{0};
+  std::atomic<uint64_t> objectUploads{0}, objectsDropped{0}, sessionsOpened{0}, sessionsExpired{0};
+  std::atomic<uint64_t> deadlineKills{0}, workersRestarted{0};
+  Histogram launchSeconds;
+  /// Worker deaths by cause ("crash", "deadline", "exit"), crashes by signal.
+  std::mutex labelledMutex;
+  std::map<std::string, uint64_t> restartsByCause, crashesBySignal;
+};
+
+/// An async launch's outcome: empty code on success.
+struct AsyncOutcome {
+  std::string code, message;
+};
+
+struct MallocDeleter {
+  void operator()(char *p) const { std::free(p); }
+};
+using MallocBuffer = std::unique_ptr<char, MallocDeleter>;
+
+} // namespace
+
+/// A session: its own worker (or ObjectHost), so objects shipped by one client never resolve
+/// another's symbols, and the async launches it started.
+class Session {
+public:
+  std::string id;
+  /// Without isolation: shared with the async launches running on it, so closing the
+  /// session never waits for a kernel: the host goes when the last of them returns.
+  std::shared_ptr<ObjectHost> host;
+  /// With isolation: the session's worker process. `workerMutex` serializes what the
+  /// session asks of it (one request at a time) and is taken before `attachMutex`;
+  /// `slotMutex` guards the pointer itself, so a close can end the worker mid-request.
+  std::mutex workerMutex;
+  std::mutex slotMutex;
+  std::shared_ptr<WorkerProcess> worker;
+  std::set<std::string> linked; ///< Objects loaded in `worker`; under workerMutex.
+  /// What the worker reported of each object it loaded; under workerMutex.
+  std::map<std::string, ObjectInfo, std::less<>> infos;
+  /// Ends the session's worker, e.g. while a request on it is running.
+  void endWorker(EndReason reason) {
+    std::shared_ptr<WorkerProcess> current;
+    {
+      std::lock_guard<std::mutex> lock(slotMutex);
+      current = worker;
+    }
+    if (current)
+      current->kill(reason);
+  }
+  std::atomic<int64_t> lastUsed{0}; ///< Clock ticks; read by the idle reaper.
+  /// Serializes attaching and detaching, so `attached` matches what is loaded and each
+  /// attached object holds exactly one reference in the store.
+  std::mutex attachMutex;
+  std::set<std::string> attached;
+  /// Set when the session leaves the table; its holds are released then, so an attach
+  /// racing with the close must not take a new one.
+  bool closed = false;
+  std::mutex launchesMutex;
+  uint64_t nextLaunch = 1;
+  std::map<uint64_t, std::shared_future<AsyncOutcome>> launches;
+
+  void touch() { lastUsed.store(Clock::now().time_since_epoch().count()); }
+};
+
+std::string randomSessionId() {
+  unsigned char bytes[16];
+  if (RAND_bytes(bytes, sizeof(bytes)) != 1) {
+    // Session ids name sessions, they do not guard them (the token does): any source will do.
+    std::random_device device;
+    for (unsigned char &b : bytes)
+      b = static_cast<unsigned char>(device());
+  }
+  return llvm::toHex(llvm::ArrayRef<uint8_t>(bytes, sizeof(bytes)), /*LowerCase=*/true);
+}
+
+namespace {
+constexpr uint64_t kInputAlignment = 64;
+uint64_t alignInput(uint64_t n) { return (n + kInputAlignment - 1) & ~(kInputAlignment - 1); }
+
+/// Where a launch's input bytes are received: without isolation one buffer per tensor; with
+/// isolation one area the worker reads in place (shared memory when large).
+struct AreaBytes {
+  std::vector<MallocBuffer> buffers;
+  std::string inlineBytes;
+  SharedBuffer shared;
+  std::vector<uint64_t> offsets; ///< Per input, into inlineBytes or shared.
+  uint64_t total = 0;
+  char *base() { return shared.data() ? shared.data() : inlineBytes.data(); }
+};
+
+/// A launch's results as the worker sent them: packed tensors, inline or in shared memory.
+struct WorkerResults {
+  std::string inlineBytes;
+  SharedBuffer shared;
+  std::vector<TensorView> views;
+};
+
+/// Reads the worker's reply to a launch, which is untrusted: every shape, offset and size
+/// is checked against what the caller asked for and what the payload holds.
+llvm::Expected<std::shared_ptr<WorkerResults>>
+decodeWorkerResults(Message &reply, llvm::ArrayRef<ResultSpec> expected, llvm::StringRef entry,
+                    uint64_t maxBytes) {
+  MessageReader in(reply.bytes);
+  auto broken = [&](const llvm::Twine &what) {
+    return makeWireError("launch_failed", "'" + entry +
+                                              "' returned results the executor cannot "
+                                              "use: " +
+                                              what);
+  };
+  auto results = std::make_shared<WorkerResults>();
+  uint64_t count = in.count(24);
+  if (count != expected.size())
+    return broken(llvm::formatv("{0} results, expected {1}", count, expected.size()));
+  struct Shape {
+    int64_t elemSize;
+    std::vector<int64_t> sizes;
+    uint64_t offset, bytes;
+  };
+  std::vector<Shape> shapes(count);
+  for (size_t i = 0; i < count; ++i) {
+    Shape &shape = shapes[i];
+    shape.elemSize = in.i64();
+    uint64_t rank = in.count(8);
+    if (!in.ok() || static_cast<int64_t>(rank) != expected[i].rank ||
+        shape.elemSize != expected[i].elemSize)
+      return broken(
+          llvm::formatv("result {0} does not have the declared rank and element size", i));
+    shape.sizes.resize(rank);
+    for (int64_t &size : shape.sizes)
+      size = in.i64();
+    shape.offset = in.u64();
+    llvm::Expected<uint64_t> bytes = wire::packedBytes(shape.elemSize, shape.sizes);
+    if (!bytes)
+      return broken(llvm::toString(bytes.takeError()));
+    shape.bytes = *bytes;
+  }
+  uint64_t total = in.u64();
+  bool inlined = in.u64() != 0;
+  if (!in.ok() || total > maxBytes)
+    return broken(llvm::formatv("{0} bytes of results", total));
+  if (inlined) {
+    results->inlineBytes = in.str().str();
+    if (!in.ok() || results->inlineBytes.size() != total)
+      return broken("a malformed reply");
+  } else {
+    if (reply.fds.size() != 1)
+      return broken("no shared buffer");
+    llvm::Expected<SharedBuffer> mapped = SharedBuffer::map(std::move(reply.fds[0]), total);
+    if (!mapped)
+      return broken(llvm::toString(mapped.takeError()));
+    results->shared = std::move(*mapped);
+  }
+  const char *base = inlined ? results->inlineBytes.data() : results->shared.data();
+  for (const Shape &shape : shapes) {
+    if (shape.offset > total || total - shape.offset < shape.bytes)
+      return broken("a result outside the reply");
+    results->views.push_back(TensorView{base + shape.offset, shape.elemSize, shape.sizes,
+                                        wire::packedStrides(shape.sizes)});
+  }
+  return results;
+}
+} // namespace
+
+struct InputArea::Impl : AreaBytes {};
+
+InputArea::InputArea() : impl(std::make_unique<Impl>()) {}
+InputArea::InputArea(InputArea &&) noexcept = default;
+InputArea &InputArea::operator=(InputArea &&) noexcept = default;
+InputArea::~InputArea() = default;
+char *InputArea::input(size_t i) const {
+  if (!impl->buffers.empty())
+    return impl->buffers[i].get();
+  return impl->base() + impl->offsets[i];
+}
+
+struct ExecutorCore::Impl {
+  explicit Impl(CoreOptions optionsIn) : options(std::move(optionsIn)) {}
+
+  CoreOptions options;
+  std::shared_ptr<PluginSet> plugins;
+  Metrics metrics;
+
+  std::mutex sessionsMutex;
+  std::unordered_map<std::string, std::shared_ptr<Session>> sessions;
+
+  /// The object store, shared by sessions. An object stays while a session holds it
+  /// (has it attached) and for `objectGrace` after the last hold ends or its last upload.
+  struct StoredObject {
+    ObjectBlob blob;
+    uint64_t holders = 0;
+    Clock::time_point unheldSince;
+  };
+  std::mutex objectsMutex;
+  std::unordered_map<std::string, StoredObject> objects; ///< By SHA-256.
+  uint64_t objectBytes = 0;
+  uint64_t attachments = 0; ///< Sum of `holders`.
+
+  /// Starts the sessions' workers (with isolation).
+  std::unique_ptr<WorkerPool> pool;
+  bool isolated() const { return options.isolated; }
+
+  std::mutex stopMutex;
+  std::condition_variable stopSignal;
+  bool stopping = false;
+  bool waitForStop(Clock::duration timeout) {
+    std::unique_lock<std::mutex> lock(stopMutex);
+    return stopSignal.wait_for(lock, timeout, [&] { return stopping; });
+  }
+
+  std::thread reaper;
+  /// Runs async launches, `asyncThreads` at a time; the rest wait their turn.
+  std::unique_ptr<llvm::StdThreadPool> launchPool;
+
+  llvm::Expected<std::shared_ptr<Session>> createSession(const std::string &id, bool &created);
+  std::optional<ObjectBlob> findObject(llvm::StringRef sha);
+  llvm::Error attach(Session &session, llvm::StringRef sha);
+  bool detach(Session &session, llvm::StringRef sha);
+  /// Ends every hold of a session that has left the table.
+  void releaseHolds(Session &session);
+  void dropHold(llvm::StringRef sha);
+  void dropUnheldObjects();
+  void reapIdleSessions();
+  /// Ends the workers of sessions leaving the table.
+  void endSessions(std::vector<std::shared_ptr<Session>> &ending, EndReason reason);
+
+  /// The session's worker, started (and its objects linked again) if it has none or its
+  /// last one died. Called with `workerMutex` held.
+  llvm::Expected<std::shared_ptr<WorkerProcess>> liveWorker(Session &s, Clock::time_point deadline);
+  /// Loads the stored object `sha` into the session's worker. `workerMutex` held.
+  llvm::Error linkInto(Session &s, WorkerProcess &worker, llvm::StringRef sha,
+                       Clock::time_point deadline);
+  /// One request to the session's worker; a worker that dies of it is logged, counted and
+  /// forgotten, so the next request starts a fresh one. `workerMutex` held.
+  llvm::Expected<Message> ask(Session &s, WorkerProcess &worker, llvm::StringRef bytes,
+                              llvm::ArrayRef<int> fds, Clock::time_point deadline,
+                              llvm::StringRef what);
+};
+
+llvm::Expected<std::shared_ptr<Session>> ExecutorCore::Impl::createSession(const std::string &id,
+                                                                           bool &created) {
+  {
+    std::lock_guard<std::mutex> lock(sessionsMutex);
+    auto it = sessions.find(id);
+    if (it != sessions.end()) {
+      created = false;
+      it->second->touch();
+      return it->second;
+    }
+  }
+  auto session = std::make_shared<Session>();
+  session->id = id;
+  if (isolated()) {
+    // A warm worker is taken now, so the first launch does not wait for a process.
+    llvm::Expected<std::unique_ptr<WorkerProcess>> worker = pool->take();
+    if (!worker)
+      return worker.takeError();
+    session->worker = std::move(*worker);
+  } else {
+    llvm::Expected<std::unique_ptr<ObjectHost>> host =
+        ObjectHost::create(plugins, {options.allowUnsignedObjects});
+    if (!host)
+      return makeWireError("internal",
+                           "creating an object host: " + llvm::toString(host.takeError()));
+    session->host = std::move(*host);
+  }
+  session->touch();
+  std::lock_guard<std::mutex> lock(sessionsMutex);
+  // Another request may have created the same id meanwhile; the first one wins.
+  auto [it, inserted] = sessions.emplace(id, session);
+  created = inserted;
+  if (inserted)
+    metrics.sessionsOpened++;
+  return it->second;
+}
+
+std::optional<ObjectBlob> ExecutorCore::Impl::findObject(llvm::StringRef sha) {
+  std::lock_guard<std::mutex> lock(objectsMutex);
+  auto it = objects.find(sha.str());
+  if (it == objects.end())
+    return std::nullopt;
+  return it->second.blob;
+}
+
+llvm::Error ExecutorCore::Impl::attach(Session &session, llvm::StringRef sha) {
+  std::unique_lock<std::mutex> working(session.workerMutex, std::defer_lock);
+  if (isolated()) {
+    working.lock();
+  } else if (session.host->hasObject(sha)) {
+    // Every launch passes here: an object already loaded costs one shared lock.
+    return llvm::Error::success();
+  }
+  std::unique_lock<std::mutex> attaching(session.attachMutex);
+  if (session.closed)
+    return makeWireError("unknown_session", "session '" + session.id + "' was closed");
+  if (session.attached.count(sha.str()))
+    return llvm::Error::success();
+  std::optional<ObjectBlob> blob;
+  {
+    // The hold is taken before loading, so the store cannot drop the bytes meanwhile.
+    std::lock_guard<std::mutex> lock(objectsMutex);
+    auto it = objects.find(sha.str());
+    if (it == objects.end())
+      return makeWireError("unknown_object", "object " + sha + " is not on this executor");
+    it->second.holders++;
+    attachments++;
+    blob = it->second.blob;
+  }
+  llvm::Error loaded = llvm::Error::success();
+  if (isolated()) {
+    // The worker relinks what the session holds; workerMutex keeps other attaches out.
+    attaching.unlock();
+    Clock::time_point deadline = Clock::now() + options.launchTimeout;
+    llvm::Expected<std::shared_ptr<WorkerProcess>> worker = liveWorker(session, deadline);
+    if (!worker)
+      loaded = worker.takeError();
+    else
+      loaded = linkInto(session, **worker, sha, deadline);
+  } else if (llvm::Error error = session.host->addObject(*blob)) {
+    loaded = makeWireError("invalid_object",
+                           "loading object " + sha + ": " + llvm::toString(std::move(error)));
+  }
+  if (!attaching.owns_lock())
+    attaching.lock();
+  if (!loaded && session.closed)
+    loaded = makeWireError("unknown_session", "session '" + session.id + "' was closed");
+  if (loaded) {
+    dropHold(sha);
+    return loaded;
+  }
+  session.attached.insert(sha.str());
+  return llvm::Error::success();
+}
+
+bool ExecutorCore::Impl::detach(Session &session, llvm::StringRef sha) {
+  std::unique_lock<std::mutex> working(session.workerMutex, std::defer_lock);
+  if (isolated())
+    working.lock();
+  std::lock_guard<std::mutex> attaching(session.attachMutex);
+  if (!session.attached.erase(sha.str()))
+    return false;
+  // Unloading cannot fail in a way the client could act on.
+  if (!isolated()) {
+    // Launches of the object still running keep its code until they return (ObjectHost).
+    llvm::consumeError(session.host->removeObject(sha));
+  } else if (session.linked.erase(sha.str()) && session.worker && session.worker->alive()) {
+    MessageWriter remove(MessageKind::RemoveObject);
+    remove.str(sha);
+    llvm::consumeError(ask(session, *session.worker, remove.view(), {},
+                           Clock::now() + options.launchTimeout, ("unloading object " + sha).str())
+                           .takeError());
+  }
+  dropHold(sha);
+  return true;
+}
+
+void ExecutorCore::Impl::releaseHolds(Session &session) {
+  std::lock_guard<std::mutex> attaching(session.attachMutex);
+  session.closed = true;
+  for (const std::string &sha : session.attached)
+    dropHold(sha);
+  session.attached.clear();
+}
+
+void ExecutorCore::Impl::dropHold(llvm::StringRef sha) {
+  std::lock_guard<std::mutex> lock(objectsMutex);
+  auto it = objects.find(sha.str());
+  if (it == objects.end() || it->second.holders == 0)
+    return;
+  attachments--;
+  if (--it->second.holders == 0)
+    it->second.unheldSince = Clock::now();
+}
+
+void ExecutorCore::Impl::dropUnheldObjects() {
+  Clock::time_point cutoff = Clock::now() - options.objectGrace;
+  std::lock_guard<std::mutex> lock(objectsMutex);
+  for (auto it = objects.begin(); it != objects.end();) {
+    if (it->second.holders == 0 && it->second.unheldSince <= cutoff) {
+      objectBytes -= it->second.blob.bytes->size();
+      metrics.objectsDropped++;
+      it = objects.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+void ExecutorCore::Impl::endSessions(std::vector<std::shared_ptr<Session>> &ending,
+                                     EndReason reason) {
+  for (const std::shared_ptr<Session> &session : ending) {
+    releaseHolds(*session);
+    // A request still running on the worker fails at once instead of holding it.
+    session->endWorker(reason);
+  }
+}
+
+llvm::Expected<std::shared_ptr<WorkerProcess>>
+ExecutorCore::Impl::liveWorker(Session &s, Clock::time_point deadline) {
+  if (s.worker && s.worker->alive())
+    return s.worker;
+  {
+    // A closed session's work (an async launch still queued) must not start a worker.
+    std::lock_guard<std::mutex> attaching(s.attachMutex);
+    if (s.closed)
+      return makeWireError("unknown_session", "session '" + s.id + "' was closed");
+  }
+  llvm::Expected<std::unique_ptr<WorkerProcess>> fresh = pool->take();
+  if (!fresh)
+    return fresh.takeError();
+  std::shared_ptr<WorkerProcess> worker = std::move(*fresh);
+  {
+    std::lock_guard<std::mutex> lock(s.slotMutex);
+    s.worker = worker;
+  }
+  s.linked.clear();
+  std::vector<std::string> objectsToLink;
+  {
+    std::lock_guard<std::mutex> attaching(s.attachMutex);
+    objectsToLink.assign(s.attached.begin(), s.attached.end());
+  }
+  for (const std::string &sha : objectsToLink)
+    if (llvm::Error error = linkInto(s, *worker, sha, deadline))
+      return std::move(error);
+  return worker;
+}
+
+llvm::Error ExecutorCore::Impl::linkInto(Session &s, WorkerProcess &worker, llvm::StringRef sha,
+                                         Clock::time_point deadline) {
+  std::optional<ObjectBlob> blob = findObject(sha);
+  if (!blob)
+    return makeWireError("unknown_object", "object " + sha + " is not on this executor");
+  const std::string &bytes = *blob->bytes;
+  MessageWriter add(MessageKind::AddObject);
+  add.str(sha).u64(bytes.size());
+  SharedBuffer shared;
+  std::vector<int> fds;
+  if (bytes.size() <= executor::kInlineBytes) {
+    add.u64(1).str(bytes);
+  } else {
+    llvm::Expected<SharedBuffer> buffer = SharedBuffer::create(bytes.size(), "courier-object");
+    if (!buffer)
+      return makeWireError("internal", "sharing object " + sha + " with the session's worker: " +
+                                           llvm::toString(buffer.takeError()));
+    shared = std::move(*buffer);
+    std::memcpy(shared.data(), bytes.data(), bytes.size());
+    add.u64(0);
+    fds.push_back(shared.fd());
+  }
+  llvm::Expected<Message> reply =
+      ask(s, worker, add.view(), fds, deadline, ("loading object " + sha).str());
+  if (!reply)
+    return reply.takeError();
+  MessageReader in(reply->bytes);
+  ObjectInfo info;
+  info.sha256 = sha.str();
+  info.entries.resize(in.count(8));
+  for (std::string &entry : info.entries) {
+    entry = in.str().str();
+    uint64_t words = in.count(8);
+    if (!words)
+      continue;
+    std::vector<int64_t> &table = info.signatures[entry];
+    table.resize(words);
+    for (int64_t &word : table)
+      word = in.i64();
+  }
+  if (!in.ok())
+    return makeWireError("invalid_object",
+                         "loading object " + sha + ": the worker's description is malformed");
+  s.infos[sha.str()] = std::move(info);
+  s.linked.insert(sha.str());
+  return llvm::Error::success();
+}
+
+llvm::Expected<Message> ExecutorCore::Impl::ask(Session &s, WorkerProcess &worker,
+                                                llvm::StringRef bytes, llvm::ArrayRef<int> fds,
+                                                Clock::time_point deadline, llvm::StringRef what) {
+  llvm::Expected<Message> reply = worker.request(bytes, fds, deadline, what);
+  if (reply || worker.alive())
+    return reply;
+  const executor::WorkerDeath &death = worker.death();
+  // The executor ended it on purpose (close, shutdown): not a restart.
+  if (death.cause == "closed" || death.cause == "shutdown")
+    return reply;
+  std::string cause = death.cause == "deadline" ? "deadline"
+                      : death.signal.empty()    ? "exit"
+                                                : "crash";
+  {
+    std::lock_guard<std::mutex> lock(metrics.labelledMutex);
+    metrics.restartsByCause[cause]++;
+    if (!death.signal.empty())
+      metrics.crashesBySignal[death.signal]++;
+  }
+  metrics.workersRestarted++;
+  if (cause == "deadline")
+    metrics.deadlineKills++;
+  llvm::errs() << llvm::formatv("courier-executor: worker {0} of session '{1}' died: {2} in {3}\n",
+                                worker.pid(), s.id, death.cause, what);
+  {
+    std::lock_guard<std::mutex> lock(s.slotMutex);
+    if (s.worker.get() == &worker)
+      s.worker.reset();
+  }
+  s.linked.clear();
+  return reply;
+}
+
+void ExecutorCore::Impl::reapIdleSessions() {
+  auto interval = std::min(std::chrono::duration_cast<Clock::duration>(options.idleTimeout),
+                           std::chrono::duration_cast<Clock::duration>(options.objectGrace)) /
+                  4;
+  interval =
+      std::clamp<Clock::duration>(interval, std::chrono::milliseconds(50), std::chrono::seconds(5));
+  while (!waitForStop(interval)) {
+    int64_t cutoff = (Clock::now() - options.idleTimeout).time_since_epoch().count();
+    std::vector<std::shared_ptr<Session>> expired;
+    {
+      std::lock_guard<std::mutex> sessionsLock(sessionsMutex);
+      for (auto it = sessions.begin(); it != sessions.end();) {
+        if (it->second->lastUsed.load() < cutoff) {
+          expired.push_back(std::move(it->second));
+          it = sessions.erase(it);
+        } else {
+          ++it;
+        }
+      }
+    }
+    metrics.sessionsExpired += expired.size();
+    endSessions(expired, EndReason::Closed);
+    // Requests still running keep their session alive; it dies with the last of them.
+    expired.clear();
+    dropUnheldObjects();
+  }
+}
+
+ExecutorCore::ExecutorCore(std::unique_ptr<Impl> impl) : impl(std::move(impl)) {}
+
+ExecutorCore::~ExecutorCore() {
+  stop();
+  if (impl->reaper.joinable())
+    impl->reaper.join();
+  // Async launches still queued or running finish first (with isolation, stop() has ended
+  // their workers, so they finish at once).
+  if (impl->launchPool)
+    impl->launchPool->wait();
+  std::lock_guard<std::mutex> lock(impl->sessionsMutex);
+  impl->sessions.clear();
+}
+
+llvm::Expected<std::unique_ptr<ExecutorCore>> ExecutorCore::create(CoreOptions options) {
+  llvm::Expected<std::shared_ptr<PluginSet>> plugins = PluginSet::load(options.plugins);
+  if (!plugins)
+    return plugins.takeError();
+  auto impl = std::make_unique<Impl>(std::move(options));
+  impl->plugins = std::move(*plugins);
+  if (impl->isolated()) {
+    WorkerSettings settings;
+    settings.program = impl->options.workerProgram;
+    if (settings.program.empty()) {
+      // courier-worker is installed beside the program that runs the executor.
+      char self[PATH_MAX];
+      ssize_t length = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
+      if (length <= 0)
+        return llvm::createStringError("cannot find this program's path to start workers");
+      std::string path(self, static_cast<size_t>(length));
+      settings.program = path.substr(0, path.rfind('/') + 1) + "courier-worker";
+    }
+    if (::access(settings.program.c_str(), X_OK) != 0)
+      return llvm::createStringError("the worker program " + settings.program +
+                                     " is missing; it is built and installed beside "
+                                     "courier-executor (or run with --isolation=none)");
+    settings.plugins = impl->options.plugins;
+    settings.memoryMiB = impl->options.workerMemoryMiB;
+    settings.cpuSeconds = impl->options.workerCpuSeconds;
+    settings.sandbox = impl->options.sandbox;
+    settings.allowUnsignedObjects = impl->options.allowUnsignedObjects;
+    impl->pool = std::make_unique<WorkerPool>(std::move(settings), impl->options.warmWorkers);
+    // Refuse to serve rather than serve uncontained: a worker must start, sandbox and all.
+    if (llvm::Error error = impl->pool->probe())
+      return llvm::createStringError(
+          "worker processes cannot start: " + llvm::toString(std::move(error)) +
+          (impl->options.sandbox ? " (if seccomp is unavailable here, --no-sandbox runs "
+                                   "workers without it)"
+                                 : ""));
+  }
+  impl->launchPool = std::make_unique<llvm::StdThreadPool>(
+      llvm::hardware_concurrency(std::max(1u, impl->options.asyncThreads)));
+  impl->reaper = std::thread([raw = impl.get()] { raw->reapIdleSessions(); });
+  return std::unique_ptr<ExecutorCore>(new ExecutorCore(std::move(impl)));
+}
+
+const CoreOptions &ExecutorCore::options() const { return impl->options; }
+
+llvm::Expected<SessionRef> ExecutorCore::openSession(const std::string &id, bool &created) {
+  return impl->createSession(id, created);
+}
+
+llvm::Expected<SessionRef> ExecutorCore::findSession(llvm::StringRef id) {
+  std::lock_guard<std::mutex> lock(impl->sessionsMutex);
+  auto it = impl->sessions.find(id.str());
+  if (it == impl->sessions.end())
+    return makeWireError("unknown_session", "no session '" + id + "' on this executor");
+  it->second->touch();
+  return it->second;
+}
+
+llvm::Error ExecutorCore::closeSession(llvm::StringRef id) {
+  std::vector<std::shared_ptr<Session>> ending;
+  {
+    std::lock_guard<std::mutex> lock(impl->sessionsMutex);
+    auto it = impl->sessions.find(id.str());
+    if (it == impl->sessions.end())
+      return makeWireError("unknown_session", "no session '" + id + "' on this executor");
+    ending.push_back(std::move(it->second));
+    impl->sessions.erase(it);
+  }
+  impl->endSessions(ending, EndReason::Closed);
+  return llvm::Error::success();
+}
+
+const std::string &ExecutorCore::sessionId(const Session &session) { return session.id; }
+
+bool ExecutorCore::storeObject(ObjectBlob blob) {
+  bool stored = false;
+  {
+    std::lock_guard<std::mutex> lock(impl->objectsMutex);
+    auto it = impl->objects.find(blob.sha256);
+    if (it == impl->objects.end()) {
+      impl->objectBytes += blob.bytes->size();
+      std::string sha = blob.sha256;
+      impl->objects.emplace(std::move(sha), Impl::StoredObject{std::move(blob), 0, Clock::now()});
+      stored = true;
+    } else if (it->second.holders == 0) {
+      // An upload announces an attach to come: the grace period starts again.
+      it->second.unheldSince = Clock::now();
+    }
+  }
+  if (stored)
+    impl->metrics.objectUploads++;
+  return stored;
+}
+
+std::optional<ObjectBlob> ExecutorCore::findObject(llvm::StringRef sha) {
+  return impl->findObject(sha);
+}
+
+llvm::Error ExecutorCore::attach(Session &session, llvm::StringRef sha) {
+  return impl->attach(session, sha);
+}
+
+bool ExecutorCore::detach(Session &session, llvm::StringRef sha) {
+  return impl->detach(session, sha);
+}
+
+Clock::time_point ExecutorCore::deadline(std::optional<std::chrono::milliseconds> requested) const {
+  auto limit = impl->options.launchTimeout;
+  if (requested)
+    limit = std::min(limit, *requested);
+  return Clock::now() + limit;
+}
+
+llvm::Expected<InputArea> ExecutorCore::inputArea(llvm::ArrayRef<wire::TensorHeader> headers) {
+  InputArea area;
+  AreaBytes &bytes = *area.impl;
+  if (impl->isolated()) {
+    // Each input starts aligned, as a kernel may assume of its buffers.
+    for (const wire::TensorHeader &t : headers) {
+      bytes.offsets.push_back(bytes.total);
+      bytes.total = alignInput(bytes.total + t.bytes);
+    }
+    if (bytes.total <= kInlineBytes) {
+      bytes.inlineBytes.assign(bytes.total, '\0');
+    } else {
+      llvm::Expected<SharedBuffer> shared = SharedBuffer::create(bytes.total, "courier-inputs");
+      if (!shared)
+        return makeWireError("payload_too_large",
+                             "cannot allocate " + llvm::Twine(bytes.total) +
+                                 " bytes for launch inputs: " + llvm::toString(shared.takeError()));
+      bytes.shared = std::move(*shared);
+    }
+    return std::move(area);
+  }
+  for (const wire::TensorHeader &t : headers) {
+    char *data = static_cast<char *>(wire::allocateTensorBuffer(t.bytes));
+    if (!data)
+      return makeWireError("payload_too_large",
+                           "cannot allocate " + llvm::Twine(t.bytes) + " bytes for a launch input");
+    bytes.buffers.emplace_back(data);
+  }
+  return std::move(area);
+}
+
+llvm::Expected<LaunchResults> ExecutorCore::launch(Session &s, llvm::StringRef sha,
+                                                   llvm::StringRef entry, InputArea *area,
+                                                   llvm::ArrayRef<TensorView> inputs,
+                                                   llvm::ArrayRef<ResultSpec> results,
+                                                   Clock::time_point deadline) {
+  Metrics &metrics = impl->metrics;
+  auto started = Clock::now();
+  auto finished = [&] {
+    metrics.launchSeconds.observe(std::chrono::duration<double>(Clock::now() - started).count());
+    metrics.launches++;
+  };
+  LaunchResults out;
+  if (impl->isolated()) {
+    if (!area)
+      return makeWireError("internal", "an isolated launch needs its inputs in an input area");
+    AreaBytes &bytes = *area->impl;
+    MessageWriter launch(MessageKind::Launch);
+    launch.str(sha).str(entry).u64(inputs.size());
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      const TensorView &t = inputs[i];
+      llvm::Expected<uint64_t> size = wire::packedBytes(t.elemSize, t.sizes);
+      if (!size)
+        return size.takeError();
+      launch.i64(t.elemSize).u64(t.sizes.size());
+      for (int64_t extent : t.sizes)
+        launch.i64(extent);
+      launch.u64(bytes.offsets[i]).u64(*size);
+    }
+    launch.u64(results.size());
+    for (const ResultSpec &r : results)
+      launch.i64(r.rank).i64(r.elemSize);
+    launch.u64(bytes.total);
+    std::vector<int> fds;
+    if (bytes.shared.data()) {
+      launch.u64(0);
+      fds.push_back(bytes.shared.fd());
+    } else {
+      launch.u64(1).str(bytes.inlineBytes);
+    }
+    std::string what = "'" + entry.str() + "'";
+    llvm::Expected<Message> reply = [&]() -> llvm::Expected<Message> {
+      std::lock_guard<std::mutex> working(s.workerMutex);
+      llvm::Expected<std::shared_ptr<WorkerProcess>> worker = impl->liveWorker(s, deadline);
+      if (!worker)
+        return worker.takeError();
+      if (!s.linked.count(sha.str()))
+        if (llvm::Error error = impl->linkInto(s, **worker, sha, deadline))
+          return std::move(error);
+      return impl->ask(s, **worker, launch.view(), fds, deadline, what);
+    }();
+    finished();
+    if (!reply) {
+      metrics.launchFailures++;
+      return reply.takeError();
+    }
+    *area = InputArea(); // Inputs are no longer needed while the reply streams.
+    llvm::Expected<std::shared_ptr<WorkerResults>> decoded =
+        decodeWorkerResults(*reply, results, entry, impl->options.maxBytes);
+    if (!decoded) {
+      metrics.launchFailures++;
+      return decoded.takeError();
+    }
+    out.views = (*decoded)->views;
+    out.keepAlive = std::move(*decoded);
+    return std::move(out);
+  }
+  std::vector<TensorView> views(inputs.begin(), inputs.end());
+  if (area)
+    for (size_t i = 0; i < views.size(); ++i)
+      views[i].data = area->input(i);
+  llvm::Expected<std::vector<OwnedTensor>> produced = s.host->launch(sha, entry, views, results);
+  finished();
+  if (!produced) {
+    metrics.launchFailures++;
+    return classifyHostError(produced.takeError(), "unknown_entry", "launch_failed",
+                             "launching '" + entry + "'");
+  }
+  if (produced->size() != results.size()) {
+    metrics.launchFailures++;
+    return makeWireError("launch_failed", llvm::formatv("'{0}' returned {1} results, expected {2}",
+                                                        entry, produced->size(), results.size()));
+  }
+  if (area)
+    *area = InputArea();
+  auto tensors = std::make_shared<std::vector<OwnedTensor>>(std::move(*produced));
+  for (const OwnedTensor &t : *tensors)
+    out.views.push_back(TensorView{t.data, t.elemSize, t.sizes, t.strides});
+  out.owned = tensors.get();
+  out.keepAlive = std::move(tensors);
+  return std::move(out);
+}
+
+llvm::Expected<uint64_t> ExecutorCore::launchAsync(const SessionRef &session, llvm::StringRef sha,
+                                                   llvm::StringRef entryRef,
+                                                   Clock::time_point deadline) {
+  Session &s = *session;
+  std::string object = sha.str(), entry = entryRef.str();
+  if (llvm::Error error = attach(s, object))
+    return std::move(error);
+  // Refused now rather than at await: the client learns of its mistake where it made it.
+  bool known = true;
+  if (impl->isolated()) {
+    std::lock_guard<std::mutex> working(s.workerMutex);
+    auto info = s.infos.find(object);
+    known = info != s.infos.end() && info->second.hasEntry(entry);
+    // An async entry takes nothing and returns nothing; its table must say so.
+    if (known)
+      if (llvm::Error error = transport::checkLaunch(info->second, entry, {}, {}))
+        return std::move(error);
+  } else {
+    known = s.host->hasEntry(object, entry);
+  }
+  if (!known)
+    return makeWireError("unknown_entry",
+                         "launching '" + entry + "': no entry '" + entry + "' in object " + object);
+  Metrics *m = &impl->metrics;
+  auto outcome = std::make_shared<std::promise<AsyncOutcome>>();
+  uint64_t id;
+  {
+    std::lock_guard<std::mutex> lock(s.launchesMutex);
+    if (s.launches.size() >= wire::kMaxPendingLaunches)
+      return makeWireError(
+          "too_many_launches",
+          llvm::formatv("session '{0}' has {1} async launches not yet awaited; await some first",
+                        s.id, wire::kMaxPendingLaunches));
+    id = s.nextLaunch++;
+    s.launches.emplace(id, outcome->get_future().share());
+  }
+  auto finish = [m, outcome](llvm::Error error) {
+    if (!error) {
+      outcome->set_value({});
+      return;
+    }
+    m->launchFailures++;
+    auto [code, message] = describeError(std::move(error), "launch_failed");
+    outcome->set_value({code, message});
+  };
+  Impl *core = impl.get();
+  if (impl->isolated()) {
+    // The task holds the session only while it runs: a close ends the worker, which ends
+    // the task at once, and an unawaited session is never kept alive by its launches.
+    std::weak_ptr<Session> weak = session;
+    impl->launchPool->async([core, weak, object, entry, m, deadline, finish] {
+      std::shared_ptr<Session> held = weak.lock();
+      if (!held) {
+        finish(makeWireError("unknown_session",
+                             "the session was closed before '" + entry + "' started"));
+        return;
+      }
+      auto started = Clock::now();
+      MessageWriter launch(MessageKind::Launch);
+      launch.str(object).str(entry).u64(0).u64(0).u64(0).u64(1).str("");
+      llvm::Expected<Message> reply = [&]() -> llvm::Expected<Message> {
+        std::lock_guard<std::mutex> working(held->workerMutex);
+        llvm::Expected<std::shared_ptr<WorkerProcess>> worker = core->liveWorker(*held, deadline);
+        if (!worker)
+          return worker.takeError();
+        if (!held->linked.count(object))
+          if (llvm::Error error = core->linkInto(*held, **worker, object, deadline))
+            return std::move(error);
+        return core->ask(*held, **worker, launch.view(), {}, deadline, "'" + entry + "'");
+      }();
+      m->launchSeconds.observe(std::chrono::duration<double>(Clock::now() - started).count());
+      m->launches++;
+      finish(reply ? llvm::Error::success() : reply.takeError());
+    });
+  } else {
+    // The task shares the host, not the session: a session that closes or expires
+    // meanwhile goes at once (nothing waits for a kernel that may never return), and the
+    // host with the object's code stays until the task is done.
+    impl->launchPool->async([host = s.host, object, entry, m, finish] {
+      auto started = Clock::now();
+      llvm::Expected<std::vector<OwnedTensor>> results = host->launch(object, entry, {}, {});
+      m->launchSeconds.observe(std::chrono::duration<double>(Clock::now() - started).count());
+      m->launches++;
+      finish(results ? llvm::Error::success()
+                     : classifyHostError(results.takeError(), "unknown_entry", "launch_failed",
+                                         "launching '" + entry + "'"));
+    });
+  }
+  return id;
+}
+
+llvm::Error ExecutorCore::await(Session &s, uint64_t id, Clock::time_point deadline) {
+  std::shared_future<AsyncOutcome> done;
+  {
+    std::lock_guard<std::mutex> lock(s.launchesMutex);
+    auto it = s.launches.find(id);
+    if (it == s.launches.end())
+      return makeWireError("unknown_launch",
+                           "no pending launch " + llvm::Twine(id) + " in session '" + s.id + "'");
+    done = std::move(it->second);
+    s.launches.erase(it);
+  }
+  if (done.wait_until(deadline) != std::future_status::ready) {
+    if (!impl->isolated())
+      return makeWireError("deadline_exceeded",
+                           llvm::formatv("launch {0} is still running; without isolation the "
+                                         "executor cannot end it",
+                                         id));
+    // Ending the worker ends the launch; its task then reports how it ended.
+    s.endWorker(EndReason::Deadline);
+    if (done.wait_for(std::chrono::seconds(2)) != std::future_status::ready)
+      return makeWireError("deadline_exceeded",
+                           llvm::formatv("launch {0} ran past its deadline", id));
+  }
+  const AsyncOutcome &outcome = done.get();
+  s.touch();
+  if (!outcome.code.empty())
+    return makeWireError(outcome.code, outcome.message);
+  return llvm::Error::success();
+}
+
+llvm::Expected<std::string> ExecutorCore::call(Session &s, llvm::StringRef symbol,
+                                               llvm::StringRef input, uint64_t outputSize,
+                                               Clock::time_point deadline) {
+  Metrics &metrics = impl->metrics;
+  metrics.calls++;
+  std::string output;
+  if (impl->isolated()) {
+    MessageWriter call(MessageKind::Call);
+    call.str(symbol).u64(outputSize).u64(input.size());
+    SharedBuffer shared;
+    std::vector<int> fds;
+    if (input.size() <= kInlineBytes) {
+      call.u64(1).str(input);
+    } else {
+      llvm::Expected<SharedBuffer> buffer = SharedBuffer::create(input.size(), "courier-call");
+      if (!buffer)
+        return makeWireError("payload_too_large", "cannot share the call's input: " +
+                                                      llvm::toString(buffer.takeError()));
+      shared = std::move(*buffer);
+      std::memcpy(shared.data(), input.data(), input.size());
+      call.u64(0);
+      fds.push_back(shared.fd());
+    }
+    llvm::Expected<Message> reply = [&]() -> llvm::Expected<Message> {
+      std::lock_guard<std::mutex> working(s.workerMutex);
+      llvm::Expected<std::shared_ptr<WorkerProcess>> worker = impl->liveWorker(s, deadline);
+      if (!worker)
+        return worker.takeError();
+      return impl->ask(s, **worker, call.view(), fds, deadline, "'" + symbol.str() + "'");
+    }();
+    if (!reply) {
+      metrics.callFailures++;
+      return reply.takeError();
+    }
+    MessageReader in(reply->bytes);
+    uint64_t size = in.u64();
+    bool inlined = in.u64() != 0;
+    if (!in.ok() || size != outputSize) {
+      metrics.callFailures++;
+      return makeWireError("call_failed",
+                           llvm::formatv("'{0}' produced {1} bytes, the caller expects {2}", symbol,
+                                         size, outputSize));
+    }
+    if (inlined) {
+      output = in.str().str();
+      if (!in.ok() || output.size() != size)
+        return makeWireError("call_failed", "'" + symbol + "' sent a malformed reply");
+    } else {
+      if (reply->fds.size() != 1)
+        return makeWireError("call_failed", "'" + symbol + "' sent a malformed reply");
+      llvm::Expected<SharedBuffer> mapped = SharedBuffer::map(std::move(reply->fds[0]), size);
+      if (!mapped)
+        return makeWireError("call_failed", "reading the reply of '" + symbol +
+                                                "': " + llvm::toString(mapped.takeError()));
+      output.assign(mapped->data(), size);
+    }
+  } else {
+    llvm::Expected<std::string> produced = s.host->call(symbol, input, outputSize);
+    if (!produced) {
+      metrics.callFailures++;
+      return classifyHostError(produced.takeError(), "unknown_symbol", "call_failed",
+                               "calling '" + symbol + "'");
+    }
+    output = std::move(*produced);
+  }
+  if (output.size() != outputSize) {
+    metrics.callFailures++;
+    return makeWireError("call_failed",
+                         llvm::formatv("'{0}' produced {1} bytes, the caller expects {2}", symbol,
+                                       output.size(), outputSize));
+  }
+  return std::move(output);
+}
+
+HealthReport ExecutorCore::health() {
+  HealthReport report;
+  report.version = COURIER_VERSION;
+  report.triple = llvm::sys::getProcessTriple();
+  report.cpu = llvm::sys::getHostCPUName().str();
+  for (const auto &f : llvm::sys::getHostCPUFeatures())
+    if (f.second)
+      report.features.push_back(f.first().str());
+  std::sort(report.features.begin(), report.features.end());
+  {
+    std::lock_guard<std::mutex> lock(impl->sessionsMutex);
+    report.sessions = impl->sessions.size();
+  }
+  {
+    std::lock_guard<std::mutex> lock(impl->objectsMutex);
+    report.objects = impl->objects.size();
+  }
+  report.isolated = impl->isolated();
+  if (impl->isolated()) {
+    report.workersLive = WorkerPool::live();
+    report.workersWarm = impl->pool->warmCount();
+    report.workersRestarted = impl->metrics.workersRestarted.load();
+    if (!impl->pool->healthy()) {
+      report.healthy = false;
+      report.reason = "cannot start worker processes: " + impl->pool->lastError();
+    }
+  }
+  return report;
+}
+
+void ExecutorCore::renderMetrics(std::string &out) {
+  using transport::appendPrometheusCounter;
+  using transport::appendPrometheusGauge;
+  Metrics &metrics = impl->metrics;
+  appendPrometheusCounter(out, "courier_launches_total", "Kernel launches run.", metrics.launches);
+  appendPrometheusCounter(out, "courier_launch_failures_total", "Kernel launches that failed.",
+                          metrics.launchFailures);
+  appendPrometheusCounter(out, "courier_calls_total", "Calls run.", metrics.calls);
+  appendPrometheusCounter(out, "courier_call_failures_total", "Calls that failed.",
+                          metrics.callFailures);
+  appendPrometheusCounter(out, "courier_object_uploads_total", "Objects stored from an upload.",
+                          metrics.objectUploads);
+  appendPrometheusCounter(
+      out, "courier_objects_dropped_total",
+      "Objects dropped from the store after no session held them for the grace period.",
+      metrics.objectsDropped);
+  appendPrometheusCounter(out, "courier_sessions_opened_total", "Sessions created.",
+                          metrics.sessionsOpened);
+  appendPrometheusCounter(out, "courier_sessions_expired_total", "Sessions closed for being idle.",
+                          metrics.sessionsExpired);
+  {
+    std::lock_guard<std::mutex> lock(impl->sessionsMutex);
+    appendPrometheusGauge(out, "courier_sessions", "Open sessions.", impl->sessions.size());
+  }
+  {
+    std::lock_guard<std::mutex> lock(impl->objectsMutex);
+    appendPrometheusGauge(out, "courier_objects", "Objects held.", impl->objects.size());
+    appendPrometheusGauge(out, "courier_object_bytes", "Bytes of objects held.", impl->objectBytes);
+    appendPrometheusGauge(out, "courier_attached_objects",
+                          "Objects loaded in sessions, once per session holding one.",
+                          impl->attachments);
+  }
+  metrics.launchSeconds.render(out, "courier_launch_duration_seconds",
+                               "Time spent in kernel entries.");
+  if (!impl->isolated())
+    return;
+  appendPrometheusGauge(out, "courier_workers", "Worker processes running, warm or serving.",
+                        WorkerPool::live());
+  appendPrometheusGauge(out, "courier_workers_warm", "Worker processes started ahead of need.",
+                        impl->pool->warmCount());
+  appendPrometheusCounter(out, "courier_deadline_kills_total",
+                          "Workers ended because a launch ran past its deadline.",
+                          metrics.deadlineKills);
+  std::lock_guard<std::mutex> lock(metrics.labelledMutex);
+  out += "# HELP courier_worker_restarts_total Session workers that died and were replaced, by "
+         "cause.\n# TYPE courier_worker_restarts_total counter\n";
+  for (const auto &[cause, n] : metrics.restartsByCause)
+    out += llvm::formatv("courier_worker_restarts_total{{cause=\"{0}\"} {1}\n", cause, n).str();
+  out += "# HELP courier_kernel_crashes_total Workers killed by a signal while running shipped "
+         "code, by signal.\n# TYPE courier_kernel_crashes_total counter\n";
+  for (const auto &[signal, n] : metrics.crashesBySignal)
+    out += llvm::formatv("courier_kernel_crashes_total{{signal=\"{0}\"} {1}\n", signal, n).str();
+}
+
+void ExecutorCore::stop() {
+  {
+    std::lock_guard<std::mutex> lock(impl->stopMutex);
+    impl->stopping = true;
+  }
+  impl->stopSignal.notify_all();
+  if (!impl->pool)
+    return;
+  // Kernels may spin forever: ending their workers is what lets requests finish.
+  impl->pool->shutdown();
+  std::vector<std::shared_ptr<Session>> all;
+  {
+    std::lock_guard<std::mutex> lock(impl->sessionsMutex);
+    for (auto &[id, session] : impl->sessions)
+      all.push_back(session);
+  }
+  for (const std::shared_ptr<Session> &session : all)
+    session->endWorker(EndReason::Shutdown);
+}
+
+} // namespace courier::executor

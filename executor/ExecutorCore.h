@@ -1,0 +1,162 @@
+// The executor core: sessions, the content-addressed object store, launches, async launches,
+// calls and health, with shipped code run in per-session worker processes or in this process.
+// courier-executor's HTTP adapter (executor/ExecutorServer.cpp) and the in-process "local"
+// backend (executor/LocalBackend.cpp) are both thin layers over it. No HTTP type appears here;
+// failures are CodedErrors (transport/ErrorCode.h).
+#ifndef COURIER_EXECUTOR_EXECUTORCORE_H
+#define COURIER_EXECUTOR_EXECUTORCORE_H
+
+#include "executor/WorkerProtocol.h"
+#include "transport/Backend.h"
+#include "transport/Wire.h"
+
+#include "llvm/ADT/ArrayRef.h"
+#include "llvm/ADT/StringRef.h"
+#include "llvm/Support/Error.h"
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace courier::executor {
+
+using Clock = std::chrono::steady_clock;
+using transport::ObjectBlob;
+using transport::OwnedTensor;
+using transport::ResultSpec;
+using transport::TensorView;
+
+struct CoreOptions {
+  std::vector<std::string> plugins;
+  /// Sessions unused for this long are closed.
+  std::chrono::seconds idleTimeout{600};
+  /// An object no session holds is dropped from the store after this long.
+  std::chrono::milliseconds objectGrace{60000};
+  /// Largest tensor bytes a launch may bring or return.
+  uint64_t maxBytes = uint64_t(4) << 30;
+  /// Async launches run on this many threads; the rest wait their turn.
+  unsigned asyncThreads = 32;
+
+  /// Process: each session's objects are linked and run in its own sandboxed worker. None:
+  /// in this process (no containment, no deadline can end a kernel).
+  bool isolated = true;
+  std::chrono::milliseconds launchTimeout{60000};
+  uint64_t workerMemoryMiB = 4096;
+  uint64_t workerCpuSeconds = 0;
+  unsigned warmWorkers = 2;
+  bool sandbox = true;
+  bool allowUnsignedObjects = false;
+  /// The worker program; empty means courier-worker beside this process's executable.
+  std::string workerProgram;
+};
+
+/// A session as the core's users hold it: opaque, kept alive while a request uses it.
+class Session;
+using SessionRef = std::shared_ptr<Session>;
+
+/// Where a launch's input bytes go before it runs: one buffer per input without isolation,
+/// one area the worker maps with it (shared memory when large).
+class InputArea {
+public:
+  InputArea();
+  InputArea(InputArea &&) noexcept;
+  InputArea &operator=(InputArea &&) noexcept;
+  ~InputArea();
+  /// Where input `i`'s packed bytes are to be written.
+  char *input(size_t i) const;
+
+private:
+  friend class ExecutorCore;
+  struct Impl;
+  std::unique_ptr<Impl> impl;
+};
+
+/// A launch's results: views of packed or kernel-owned tensors, alive as long as this is.
+struct LaunchResults {
+  std::vector<TensorView> views;
+  std::shared_ptr<void> keepAlive;
+  /// Without isolation, the kernel's own buffers, which a caller may take over (the local
+  /// backend hands them to its caller without a copy); empty otherwise.
+  std::vector<OwnedTensor> *owned = nullptr;
+};
+
+struct HealthReport {
+  std::string version, triple, cpu;
+  std::vector<std::string> features;
+  size_t sessions = 0, objects = 0;
+  bool isolated = false;
+  uint64_t workersLive = 0, workersWarm = 0, workersRestarted = 0;
+  /// False when workers cannot be started; `reason` says why.
+  bool healthy = true;
+  std::string reason;
+};
+
+class ExecutorCore {
+public:
+  /// Loads the plugins and, with isolation, starts the worker pool and checks that a worker
+  /// starts and enters its sandbox.
+  static llvm::Expected<std::unique_ptr<ExecutorCore>> create(CoreOptions options);
+  ~ExecutorCore();
+
+  const CoreOptions &options() const;
+
+  /// Opens session `id`, or returns it if it is open (`created` says which).
+  llvm::Expected<SessionRef> openSession(const std::string &id, bool &created);
+  /// The open session `id` (and marks it used), or `unknown_session`.
+  llvm::Expected<SessionRef> findSession(llvm::StringRef id);
+  /// Closes `id`: its holds end and its worker (if any) is ended; `unknown_session` if absent.
+  llvm::Error closeSession(llvm::StringRef id);
+  static const std::string &sessionId(const Session &session);
+
+  /// Stores `blob` (its hash already checked); true if it was new. An upload of a stored
+  /// object restarts its grace period.
+  bool storeObject(ObjectBlob blob);
+  std::optional<ObjectBlob> findObject(llvm::StringRef sha);
+  /// Loads the stored object `sha` into the session and holds it (`unknown_object`,
+  /// `invalid_object`, `unsigned_object`...). Attaching twice is a no-op.
+  llvm::Error attach(Session &session, llvm::StringRef sha);
+  /// Unloads `sha` from the session and ends its hold; false if the session did not hold it.
+  bool detach(Session &session, llvm::StringRef sha);
+
+  /// The deadline of a request that asks for `requested` (none: the server's own).
+  Clock::time_point deadline(std::optional<std::chrono::milliseconds> requested) const;
+
+  /// An area for the inputs `headers` describe, to be filled before launch().
+  llvm::Expected<InputArea> inputArea(llvm::ArrayRef<transport::wire::TensorHeader> headers);
+  /// Runs `entry` of `sha` (attached) on inputs in `area` (or, without isolation and with
+  /// no area, on `inputs` in the caller's memory).
+  llvm::Expected<LaunchResults> launch(Session &session, llvm::StringRef sha, llvm::StringRef entry,
+                                       InputArea *area, llvm::ArrayRef<TensorView> inputs,
+                                       llvm::ArrayRef<ResultSpec> results,
+                                       Clock::time_point deadline);
+  /// Starts `entry` (takes and returns nothing) without waiting; the launch's id.
+  llvm::Expected<uint64_t> launchAsync(const SessionRef &session, llvm::StringRef sha,
+                                       llvm::StringRef entry, Clock::time_point deadline);
+  /// Waits for launch `id` until `deadline`; past it, the launch is ended.
+  llvm::Error await(Session &session, uint64_t id, Clock::time_point deadline);
+  /// Calls `symbol` with `input`; the reply is exactly `outputSize` bytes.
+  llvm::Expected<std::string> call(Session &session, llvm::StringRef symbol, llvm::StringRef input,
+                                   uint64_t outputSize, Clock::time_point deadline);
+
+  HealthReport health();
+  /// Appends the core's Prometheus metrics.
+  void renderMetrics(std::string &out);
+  /// Ends every worker and stops starting new ones: what runs on them fails at once.
+  void stop();
+
+  struct Impl;
+
+private:
+  explicit ExecutorCore(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl;
+};
+
+/// A random session id (32 hex digits).
+std::string randomSessionId();
+
+} // namespace courier::executor
+
+#endif // COURIER_EXECUTOR_EXECUTORCORE_H
