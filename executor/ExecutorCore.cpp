@@ -83,7 +83,7 @@ public:
   std::mutex slotMutex;
   std::shared_ptr<WorkerProcess> worker;
   std::set<std::string> linked; ///< Objects loaded in `worker`; under workerMutex.
-  /// What the worker reported of each object it loaded; under workerMutex.
+  /// What the worker reported of each object it loaded; under attachMutex.
   std::map<std::string, ObjectInfo, std::less<>> infos;
   /// Ends the session's worker, e.g. while a request on it is running.
   void endWorker(EndReason reason) {
@@ -108,7 +108,24 @@ public:
   std::map<uint64_t, std::shared_future<AsyncOutcome>> launches;
 
   void touch() { lastUsed.store(Clock::now().time_since_epoch().count()); }
+  /// Requests running on the session now; the idle reaper leaves a busy session alone.
+  std::atomic<int> busy{0};
 };
+
+namespace {
+/// Marks a session in use for a request's length, and used again when it ends.
+class BusyGuard {
+public:
+  explicit BusyGuard(Session &s) : s(s) { s.busy++; }
+  ~BusyGuard() {
+    s.touch();
+    s.busy--;
+  }
+
+private:
+  Session &s;
+};
+} // namespace
 
 std::string randomSessionId() {
   unsigned char bytes[16];
@@ -193,7 +210,8 @@ decodeWorkerResults(Message &reply, llvm::ArrayRef<ResultSpec> expected, llvm::S
   } else {
     if (reply.fds.size() != 1)
       return broken("no shared buffer");
-    llvm::Expected<SharedBuffer> mapped = SharedBuffer::map(std::move(reply.fds[0]), total);
+    llvm::Expected<SharedBuffer> mapped =
+        SharedBuffer::map(std::move(reply.fds[0]), total, /*requireSealed=*/true);
     if (!mapped)
       return broken(llvm::toString(mapped.takeError()));
     results->shared = std::move(*mapped);
@@ -279,6 +297,8 @@ struct ExecutorCore::Impl {
                        Clock::time_point deadline);
   /// One request to the session's worker; a worker that dies of it is logged, counted and
   /// forgotten, so the next request starts a fresh one. `workerMutex` held.
+  /// Counts and logs how a session's worker ended (unless the executor ended it on purpose).
+  void noteDeath(Session &s, WorkerProcess &worker, const WorkerDeath &death, llvm::StringRef what);
   llvm::Expected<Message> ask(Session &s, WorkerProcess &worker, llvm::StringRef bytes,
                               llvm::ArrayRef<int> fds, Clock::time_point deadline,
                               llvm::StringRef what);
@@ -332,6 +352,15 @@ std::optional<ObjectBlob> ExecutorCore::Impl::findObject(llvm::StringRef sha) {
 llvm::Error ExecutorCore::Impl::attach(Session &session, llvm::StringRef sha) {
   std::unique_lock<std::mutex> working(session.workerMutex, std::defer_lock);
   if (isolated()) {
+    {
+      // Every launch passes here: an object already attached must not wait for the
+      // session's worker, which may be running a long launch.
+      std::lock_guard<std::mutex> attaching(session.attachMutex);
+      if (session.closed)
+        return makeWireError("unknown_session", "session '" + session.id + "' was closed");
+      if (session.attached.count(sha.str()))
+        return llvm::Error::success();
+    }
     working.lock();
   } else if (session.host->hasObject(sha)) {
     // Every launch passes here: an object already loaded costs one shared lock.
@@ -444,8 +473,15 @@ void ExecutorCore::Impl::endSessions(std::vector<std::shared_ptr<Session>> &endi
 
 llvm::Expected<std::shared_ptr<WorkerProcess>>
 ExecutorCore::Impl::liveWorker(Session &s, Clock::time_point deadline) {
-  if (s.worker && s.worker->alive())
+  if (s.worker && s.worker->quiet())
     return s.worker;
+  if (s.worker) {
+    // It died between requests or wrote to its channel out of turn: replaced, and not the
+    // coming request's fault.
+    noteDeath(s, *s.worker, s.worker->end(), "no request (between requests)");
+    std::lock_guard<std::mutex> lock(s.slotMutex);
+    s.worker.reset();
+  }
   {
     // A closed session's work (an async launch still queued) must not start a worker.
     std::lock_guard<std::mutex> attaching(s.attachMutex);
@@ -459,6 +495,14 @@ ExecutorCore::Impl::liveWorker(Session &s, Clock::time_point deadline) {
   {
     std::lock_guard<std::mutex> lock(s.slotMutex);
     s.worker = worker;
+  }
+  {
+    // A close that ran while the worker was being started ended no worker: end this one.
+    std::lock_guard<std::mutex> attaching(s.attachMutex);
+    if (s.closed) {
+      worker->kill(EndReason::Closed);
+      return makeWireError("unknown_session", "session '" + s.id + "' was closed");
+    }
   }
   s.linked.clear();
   std::vector<std::string> objectsToLink;
@@ -515,7 +559,10 @@ llvm::Error ExecutorCore::Impl::linkInto(Session &s, WorkerProcess &worker, llvm
   if (!in.ok())
     return makeWireError("invalid_object",
                          "loading object " + sha + ": the worker's description is malformed");
-  s.infos[sha.str()] = std::move(info);
+  {
+    std::lock_guard<std::mutex> attaching(s.attachMutex);
+    s.infos[sha.str()] = std::move(info);
+  }
   s.linked.insert(sha.str());
   return llvm::Error::success();
 }
@@ -526,10 +573,21 @@ llvm::Expected<Message> ExecutorCore::Impl::ask(Session &s, WorkerProcess &worke
   llvm::Expected<Message> reply = worker.request(bytes, fds, deadline, what);
   if (reply || worker.alive())
     return reply;
-  const executor::WorkerDeath &death = worker.death();
+  noteDeath(s, worker, worker.death(), what);
+  {
+    std::lock_guard<std::mutex> lock(s.slotMutex);
+    if (s.worker.get() == &worker)
+      s.worker.reset();
+  }
+  s.linked.clear();
+  return reply;
+}
+
+void ExecutorCore::Impl::noteDeath(Session &s, WorkerProcess &worker, const WorkerDeath &death,
+                                   llvm::StringRef what) {
   // The executor ended it on purpose (close, shutdown): not a restart.
   if (death.cause == "closed" || death.cause == "shutdown")
-    return reply;
+    return;
   std::string cause = death.cause == "deadline" ? "deadline"
                       : death.signal.empty()    ? "exit"
                                                 : "crash";
@@ -544,13 +602,6 @@ llvm::Expected<Message> ExecutorCore::Impl::ask(Session &s, WorkerProcess &worke
     metrics.deadlineKills++;
   llvm::errs() << llvm::formatv("courier-executor: worker {0} of session '{1}' died: {2} in {3}\n",
                                 worker.pid(), s.id, death.cause, what);
-  {
-    std::lock_guard<std::mutex> lock(s.slotMutex);
-    if (s.worker.get() == &worker)
-      s.worker.reset();
-  }
-  s.linked.clear();
-  return reply;
 }
 
 void ExecutorCore::Impl::reapIdleSessions() {
@@ -565,7 +616,10 @@ void ExecutorCore::Impl::reapIdleSessions() {
     {
       std::lock_guard<std::mutex> sessionsLock(sessionsMutex);
       for (auto it = sessions.begin(); it != sessions.end();) {
-        if (it->second->lastUsed.load() < cutoff) {
+        // A request running on a session (a client waiting on it) keeps it; async launches
+        // nobody waits for do not: an idle client's session goes, ending its worker.
+        Session &candidate = *it->second;
+        if (candidate.lastUsed.load() < cutoff && candidate.busy.load() == 0) {
           expired.push_back(std::move(it->second));
           it = sessions.erase(it);
         } else {
@@ -693,6 +747,7 @@ std::optional<ObjectBlob> ExecutorCore::findObject(llvm::StringRef sha) {
 }
 
 llvm::Error ExecutorCore::attach(Session &session, llvm::StringRef sha) {
+  BusyGuard busy(session);
   return impl->attach(session, sha);
 }
 
@@ -743,6 +798,7 @@ llvm::Expected<LaunchResults> ExecutorCore::launch(Session &s, llvm::StringRef s
                                                    llvm::ArrayRef<TensorView> inputs,
                                                    llvm::ArrayRef<ResultSpec> results,
                                                    Clock::time_point deadline) {
+  BusyGuard busy(s);
   Metrics &metrics = impl->metrics;
   auto started = Clock::now();
   auto finished = [&] {
@@ -840,7 +896,7 @@ llvm::Expected<uint64_t> ExecutorCore::launchAsync(const SessionRef &session, ll
   // Refused now rather than at await: the client learns of its mistake where it made it.
   bool known = true;
   if (impl->isolated()) {
-    std::lock_guard<std::mutex> working(s.workerMutex);
+    std::lock_guard<std::mutex> attaching(s.attachMutex);
     auto info = s.infos.find(object);
     known = info != s.infos.end() && info->second.hasEntry(entry);
     // An async entry takes nothing and returns nothing; its table must say so.
@@ -922,6 +978,7 @@ llvm::Expected<uint64_t> ExecutorCore::launchAsync(const SessionRef &session, ll
 }
 
 llvm::Error ExecutorCore::await(Session &s, uint64_t id, Clock::time_point deadline) {
+  BusyGuard busy(s);
   std::shared_future<AsyncOutcome> done;
   {
     std::lock_guard<std::mutex> lock(s.launchesMutex);
@@ -954,6 +1011,7 @@ llvm::Error ExecutorCore::await(Session &s, uint64_t id, Clock::time_point deadl
 llvm::Expected<std::string> ExecutorCore::call(Session &s, llvm::StringRef symbol,
                                                llvm::StringRef input, uint64_t outputSize,
                                                Clock::time_point deadline) {
+  BusyGuard busy(s);
   Metrics &metrics = impl->metrics;
   metrics.calls++;
   std::string output;
@@ -1001,7 +1059,8 @@ llvm::Expected<std::string> ExecutorCore::call(Session &s, llvm::StringRef symbo
     } else {
       if (reply->fds.size() != 1)
         return makeWireError("call_failed", "'" + symbol + "' sent a malformed reply");
-      llvm::Expected<SharedBuffer> mapped = SharedBuffer::map(std::move(reply->fds[0]), size);
+      llvm::Expected<SharedBuffer> mapped =
+          SharedBuffer::map(std::move(reply->fds[0]), size, /*requireSealed=*/true);
       if (!mapped)
         return makeWireError("call_failed", "reading the reply of '" + symbol +
                                                 "': " + llvm::toString(mapped.takeError()));

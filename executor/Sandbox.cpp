@@ -12,6 +12,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstring>
+#include <fcntl.h>
 #include <fstream>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -125,6 +126,12 @@ llvm::Error enterSandbox() {
       continue; // Not a system call on this architecture (e.g. poll on aarch64).
     if (int rc = seccomp_rule_add(filter, SCMP_ACT_ALLOW, number, 0))
       return systemError(llvm::formatv("allowing {0}", name), -rc);
+  }
+  // fcntl only to seal a reply's size (the executor maps no unsealed buffer) or read seals.
+  for (unsigned command : {F_ADD_SEALS, F_GET_SEALS}) {
+    struct scmp_arg_cmp onlyThis = {1, SCMP_CMP_EQ, command, 0};
+    if (int rc = seccomp_rule_add_array(filter, SCMP_ACT_ALLOW, SCMP_SYS(fcntl), 1, &onlyThis))
+      return systemError("allowing fcntl", -rc);
   }
   // Signals only to itself: raise() is tgkill(getpid(), gettid(), sig).
   struct scmp_arg_cmp toSelf = {0, SCMP_CMP_EQ, static_cast<scmp_datum_t>(::getpid()), 0};

@@ -138,6 +138,12 @@ public:
         llvm::consumeError(status.takeError());
         return 0;
       }
+      // Every request ends with its sequence number, which its answer repeats: the executor
+      // can then tell an answer from something a kernel wrote to the channel.
+      std::optional<uint64_t> number = takeSequence(request.bytes);
+      if (!number)
+        return 1;
+      sequence = *number;
       llvm::Error handled = handle(request);
       if (handled) {
         auto [code, message] = describeError(std::move(handled), "launch_failed");
@@ -145,7 +151,7 @@ public:
           message.resize(16 * 1024);
         MessageWriter failed(MessageKind::Failed);
         failed.str(code).str(message);
-        if (llvm::Error e = sendMessage(channel, failed.view())) {
+        if (llvm::Error e = answer(failed)) {
           llvm::consumeError(std::move(e));
           return 1;
         }
@@ -154,6 +160,12 @@ public:
   }
 
 private:
+  /// Sends the answer to the current request.
+  llvm::Error answer(MessageWriter &message, llvm::ArrayRef<int> fds = {}) {
+    message.u64(sequence);
+    return sendMessage(channel, message.view(), fds);
+  }
+
   /// The payload of a request: inline bytes or a shared buffer of `size` bytes.
   llvm::Expected<llvm::StringRef> payload(MessageReader &in, Message &request, uint64_t size,
                                           SharedBuffer &shared) {
@@ -181,15 +193,18 @@ private:
       std::string bytes(size, '\0');
       fill(bytes.data());
       header.u64(1).str(bytes);
-      return sendMessage(channel, header.view());
+      return answer(header);
     }
     llvm::Expected<SharedBuffer> shared = SharedBuffer::create(size, "courier-reply");
     if (!shared)
       return transport::wire::makeWireError(
           "launch_failed", "cannot allocate the reply: " + llvm::toString(shared.takeError()));
     fill(shared->data());
+    // The executor maps only sealed buffers: a file it reads must not shrink under it.
+    if (llvm::Error error = shared->sealSize())
+      return error;
     header.u64(0);
-    return sendMessage(channel, header.view(), {shared->fd()});
+    return answer(header, {shared->fd()});
   }
 
   llvm::Error handle(Message &request) {
@@ -204,7 +219,7 @@ private:
       if (llvm::Error error = host->removeObject(sha))
         return error;
       MessageWriter done(MessageKind::Done);
-      return sendMessage(channel, done.view());
+      return answer(done);
     }
     case MessageKind::Launch:
       return launch(in, request);
@@ -242,7 +257,7 @@ private:
         for (int64_t word : table->second)
           done.i64(word);
       }
-    return sendMessage(channel, done.view());
+    return answer(done);
   }
 
   llvm::Error launch(MessageReader &in, Message &request) {
@@ -350,6 +365,7 @@ private:
 
   int channel;
   std::unique_ptr<ObjectHost> host;
+  uint64_t sequence = 0;
 };
 
 } // namespace

@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <csignal>
 #include <cstring>
+#include <poll.h>
 #include <spawn.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -84,39 +85,71 @@ int WorkerProcess::reap() {
   return waitStatus;
 }
 
-llvm::Error WorkerProcess::died(llvm::StringRef what, Clock::time_point deadline) {
+const WorkerDeath &WorkerProcess::settle() {
   int status = reap();
   switch (endReason.load()) {
   case EndReason::Deadline:
     howItDied = {"deadline", ""};
+    return howItDied;
+  case EndReason::Closed:
+    howItDied = {"closed", ""};
+    return howItDied;
+  case EndReason::Shutdown:
+    howItDied = {"shutdown", ""};
+    return howItDied;
+  case EndReason::None:
+    break;
+  }
+  // A report counts only if the signal it names is what ended the process: a kernel can
+  // write a report of its own and carry on.
+  if (crash && WIFSIGNALED(status) && WTERMSIG(status) == crash->signal)
+    howItDied = {describeCrash(*crash), signalName(crash->signal)};
+  else
+    howItDied = {describeStatus(status), WIFSIGNALED(status) ? signalName(WTERMSIG(status)) : ""};
+  return howItDied;
+}
+
+const WorkerDeath &WorkerProcess::end() {
+  kill(EndReason::None);
+  return settle();
+}
+
+llvm::Error WorkerProcess::died(llvm::StringRef what, Clock::time_point deadline) {
+  settle();
+  switch (endReason.load()) {
+  case EndReason::Deadline:
     return makeWireError("deadline_exceeded",
                          what + " ran past its deadline; its worker was ended and the session's "
                                 "next request gets a fresh one");
   case EndReason::Closed:
-    howItDied = {"closed", ""};
     return makeWireError("unknown_session", "the session was closed while " + what + " ran");
   case EndReason::Shutdown:
-    howItDied = {"shutdown", ""};
     return makeWireError("worker_unavailable",
                          "the executor is shutting down; " + what + " was ended");
   case EndReason::None:
     break;
-  }
-  if (crash) {
-    howItDied = {describeCrash(*crash), signalName(crash->signal)};
-  } else {
-    howItDied = {describeStatus(status), WIFSIGNALED(status) ? signalName(WTERMSIG(status)) : ""};
   }
   return makeWireError("kernel_crashed", "the session's worker died: " + howItDied.cause + " in " +
                                              what +
                                              "; the session's next request gets a fresh worker");
 }
 
+bool WorkerProcess::quiet() const {
+  if (dead)
+    return false;
+  struct pollfd ready {
+    channel.get(), POLLIN, 0
+  };
+  return ::poll(&ready, 1, 0) == 0;
+}
+
 llvm::Expected<Message> WorkerProcess::request(llvm::StringRef bytes, llvm::ArrayRef<int> fds,
                                                Clock::time_point deadline, llvm::StringRef what) {
   if (dead)
     return died(what, deadline);
-  if (llvm::Error error = sendMessage(channel.get(), bytes, fds)) {
+  std::string framed = bytes.str();
+  appendSequence(framed, ++sequence);
+  if (llvm::Error error = sendMessage(channel.get(), framed, fds)) {
     llvm::consumeError(std::move(error));
     return died(what, deadline);
   }
@@ -141,6 +174,15 @@ llvm::Expected<Message> WorkerProcess::request(llvm::StringRef bytes, llvm::Arra
     }
     if (*status == ReceiveStatus::Closed)
       return died(what, deadline);
+    MessageReader peek(reply.bytes);
+    if (peek.kind() == MessageKind::Done || peek.kind() == MessageKind::Failed) {
+      // An answer to another request (or to none) is a kernel writing to the channel.
+      std::optional<uint64_t> answered = takeSequence(reply.bytes);
+      if (!answered || *answered != sequence) {
+        kill(EndReason::None);
+        return died(what, deadline);
+      }
+    }
     MessageReader reader(reply.bytes);
     switch (reader.kind()) {
     case MessageKind::Done:
@@ -212,20 +254,27 @@ llvm::Error WorkerPool::probe() {
 
 llvm::Expected<std::unique_ptr<WorkerProcess>> WorkerPool::take() {
   std::unique_lock<std::mutex> lock(mutex);
-  uint64_t failuresBefore = failures;
-  ++waiting;
-  changed.notify_all();
-  changed.wait(lock, [&] { return stopping || !ready.empty() || failures != failuresBefore; });
-  --waiting;
-  if (!ready.empty()) {
+  while (true) {
+    uint64_t failuresBefore = failures;
+    ++waiting;
+    changed.notify_all();
+    changed.wait(lock, [&] { return stopping || !ready.empty() || failures != failuresBefore; });
+    --waiting;
+    if (ready.empty()) {
+      if (stopping)
+        return makeWireError("worker_unavailable", "the executor is shutting down");
+      return makeWireError("worker_unavailable", "cannot start a worker process: " + startError);
+    }
     std::unique_ptr<WorkerProcess> worker = std::move(ready.front());
     ready.pop_front();
     changed.notify_all();
-    return std::move(worker);
+    // A warm worker may have died while it waited (killed from outside, out of memory).
+    if (worker->quiet())
+      return std::move(worker);
+    lock.unlock();
+    worker.reset();
+    lock.lock();
   }
-  if (stopping)
-    return makeWireError("worker_unavailable", "the executor is shutting down");
-  return makeWireError("worker_unavailable", "cannot start a worker process: " + startError);
 }
 
 void WorkerPool::refill() {

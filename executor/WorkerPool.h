@@ -51,6 +51,9 @@ public:
 
   pid_t pid() const { return processId; }
   bool alive() const { return !dead.load(); }
+  /// True when the worker is alive and has said nothing since its last answer: a worker
+  /// that died while idle, or whose kernel wrote to the channel out of turn, is not.
+  bool quiet() const;
 
   /// Sends a request and waits for its reply until `deadline`. A worker that dies meanwhile
   /// fails the request with `kernel_crashed` naming how it died and `what` it was running; a
@@ -62,12 +65,17 @@ public:
   /// Ends the worker for `reason`; a request waiting on it fails accordingly.
   void kill(EndReason reason);
   const WorkerDeath &death() const { return howItDied; }
+  /// Ends the worker (if it still runs) and says how it ended: for a worker found dead, or
+  /// talking out of turn, between requests.
+  const WorkerDeath &end();
 
 private:
   friend class WorkerPool;
   WorkerProcess(pid_t pid, UniqueFd channel) : processId(pid), channel(std::move(channel)) {}
   /// Kills (if needed) and reaps the process once; later calls return what the first saw.
   int reap();
+  /// Reaps the process and works out `howItDied`.
+  const WorkerDeath &settle();
   llvm::Error died(llvm::StringRef what, Clock::time_point deadline);
 
   pid_t processId;
@@ -79,6 +87,7 @@ private:
   int waitStatus = 0;
   std::optional<CrashReport> crash;
   WorkerDeath howItDied;
+  uint64_t sequence = 0; ///< Of the last request sent.
 };
 
 /// Starts workers, keeping `warm` of them ready. Thread-safe.

@@ -10,6 +10,7 @@
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
+#include <fcntl.h>
 #include <memory>
 #include <poll.h>
 #include <sched.h>
@@ -59,7 +60,7 @@ SharedBuffer::~SharedBuffer() {
 }
 
 llvm::Expected<SharedBuffer> SharedBuffer::create(uint64_t size, const char *name) {
-  UniqueFd fd(::memfd_create(name, MFD_CLOEXEC));
+  UniqueFd fd(::memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING));
   if (!fd)
     return systemError("creating shared memory");
   if (::ftruncate(fd.get(), static_cast<off_t>(size)) != 0)
@@ -67,7 +68,18 @@ llvm::Expected<SharedBuffer> SharedBuffer::create(uint64_t size, const char *nam
   return map(std::move(fd), size);
 }
 
-llvm::Expected<SharedBuffer> SharedBuffer::map(UniqueFd fd, uint64_t size) {
+llvm::Error SharedBuffer::sealSize() {
+  if (::fcntl(file.get(), F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0)
+    return systemError("sealing shared memory");
+  return llvm::Error::success();
+}
+
+llvm::Expected<SharedBuffer> SharedBuffer::map(UniqueFd fd, uint64_t size, bool requireSealed) {
+  if (requireSealed) {
+    int seals = ::fcntl(fd.get(), F_GET_SEALS);
+    if (seals < 0 || !(seals & F_SEAL_SHRINK))
+      return llvm::createStringError("shared memory that is not sealed against shrinking");
+  }
   struct stat info;
   if (::fstat(fd.get(), &info) != 0)
     return systemError("inspecting shared memory");
@@ -137,6 +149,21 @@ llvm::StringRef MessageReader::str() {
   llvm::StringRef text = bytes.substr(pos, size);
   pos += size;
   return text;
+}
+
+void appendSequence(std::string &bytes, uint64_t sequence) {
+  for (int i = 0; i < 8; ++i)
+    bytes.push_back(static_cast<char>(sequence >> (8 * i)));
+}
+
+std::optional<uint64_t> takeSequence(std::string &bytes) {
+  if (bytes.size() < 9)
+    return std::nullopt;
+  uint64_t sequence = 0;
+  for (int i = 0; i < 8; ++i)
+    sequence |= uint64_t(static_cast<unsigned char>(bytes[bytes.size() - 8 + i])) << (8 * i);
+  bytes.resize(bytes.size() - 8);
+  return sequence;
 }
 
 llvm::StringRef MessageReader::rest() {

@@ -54,8 +54,15 @@ public:
 
   /// A new zero-filled buffer of `size` bytes (at least one page is mapped).
   static llvm::Expected<SharedBuffer> create(uint64_t size, const char *name);
-  /// Maps `fd`, which must be at least `size` bytes long (checked: the peer may lie).
-  static llvm::Expected<SharedBuffer> map(UniqueFd fd, uint64_t size);
+  /// Maps `fd`, which must be at least `size` bytes long (checked: the peer may lie). With
+  /// `requireSealed`, the file must also be sealed against shrinking: a peer that kept its
+  /// descriptor could otherwise truncate the file under this mapping, and the next read of
+  /// it would kill this process with SIGBUS.
+  static llvm::Expected<SharedBuffer> map(UniqueFd fd, uint64_t size, bool requireSealed = false);
+
+  /// Seals the file's size (F_SEAL_SHRINK, F_SEAL_GROW, F_SEAL_SEAL): what a receiver that
+  /// requires a sealed buffer needs before it maps it.
+  llvm::Error sealSize();
 
   char *data() const { return base; }
   uint64_t size() const { return length; }
@@ -121,6 +128,12 @@ private:
   bool good = true;
   MessageKind messageKind{};
 };
+
+/// Every request ends with a sequence number that its answer repeats, so the executor can
+/// tell an answer from bytes a kernel wrote to the channel on its own.
+void appendSequence(std::string &bytes, uint64_t sequence);
+/// Strips the trailing sequence number; nothing if the message is too short to hold one.
+std::optional<uint64_t> takeSequence(std::string &bytes);
 
 /// One message with the descriptors that came with it.
 struct Message {

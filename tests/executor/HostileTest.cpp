@@ -514,3 +514,135 @@ TEST_CASE("SIGTERM with spinning, channel-closing and forging kernels in flight 
   INFO(left.size() << " of " << workers.size() << " workers still running");
   CHECK(left.empty());
 }
+
+// Regressions of what a red-team pass found, each fixed in the executor core or the worker.
+
+namespace {
+/// The session's worker: the child of the executor that is not among `others`.
+pid_t newChild(pid_t executor, const std::set<pid_t> &others) {
+  for (pid_t child : childrenOf(executor))
+    if (!others.count(child))
+      return child;
+  return -1;
+}
+} // namespace
+
+TEST_CASE("a call kernel shrinking its forged reply memfd does not kill the executor (SIGBUS)",
+          "[hostile][memfd]") {
+  Hostile f;
+  for (int i = 0; i < 20 && f.client.healthy(); ++i)
+    f.client.call(f.session, "courier_hostile_truncating_call", 64u << 20);
+  REQUIRE(f.client.healthy());
+  requirePlusOneWorks(f.client, f.bystander, f.bystanderCrashers);
+}
+
+TEST_CASE("a forged Done does not hand the kernel's real reply to the session's next request",
+          "[hostile][channel]") {
+  Hostile f;
+  // A well-formed forged reply [42.0], then the kernel returns [7.0] through the worker.
+  Outcome forged = outcomeOf(f.forge(f.session, 10, 0));
+  INFO("forged: " << forged.describe());
+  Outcome next = outcomeOf(
+      f.client.launch(f.session, f.crashers, "_catalyst_pyface_plus_one", {f64s({1, 2})}, {1}));
+  INFO("next: " << next.describe());
+  if (next.status == 200) {
+    REQUIRE(next.results.size() == 1);
+    CHECK(doublesOf(next.results[0]) == std::vector<double>{2, 3});
+  }
+  // Whatever the next one got, the one after must be right again.
+  requirePlusOneWorks(f.client, f.session, f.crashers);
+}
+
+TEST_CASE("a session running a launch longer than --idle-timeout is not expired mid-launch",
+          "[hostile][idle]") {
+  Hostile f({"--launch-timeout-ms", "10000", "--idle-timeout", "1"});
+  Outcome napped = outcomeOf(
+      f.client.launch(f.session, f.hostile, "_catalyst_pyface_nap", {i64Scalar(2500)}, {1}));
+  INFO(napped.describe());
+  CHECK(napped.status == 200);
+}
+
+TEST_CASE("a session worker killed from outside between requests costs no request",
+          "[hostile][signals]") {
+  Hostile f({"--launch-timeout-ms", "5000", "--warm-workers", "0"});
+  pid_t pid = executorPid();
+  // With no warm workers, a new session's worker is the one new child.
+  std::set<pid_t> before;
+  for (pid_t child : childrenOf(pid))
+    before.insert(child);
+  std::string session = f.client.openSession();
+  std::string sha = f.client.ship(session, COURIER_KERNEL_CRASHERS);
+  pid_t worker = newChild(pid, before);
+  REQUIRE(worker > 0);
+  ::kill(worker, SIGKILL);
+  std::this_thread::sleep_for(200ms);
+  Outcome next =
+      outcomeOf(f.client.launch(session, sha, "_catalyst_pyface_plus_one", {f64s({1, 2})}, {1}));
+  INFO("the launch after the idle worker was killed: " << next.describe());
+  CHECK(next.status == 200);
+}
+
+TEST_CASE("a warm worker that died while idle is not handed to a new session",
+          "[hostile][signals]") {
+  Hostile f({"--launch-timeout-ms", "5000", "--warm-workers", "2"});
+  pid_t pid = executorPid();
+  std::this_thread::sleep_for(500ms);
+  // Kill every child but the two sessions' workers (the warm ones: the newest).
+  std::vector<pid_t> children = childrenOf(pid);
+  std::sort(children.begin(), children.end());
+  REQUIRE(children.size() >= 4);
+  for (size_t i = children.size() - 2; i < children.size(); ++i)
+    ::kill(children[i], SIGKILL);
+  std::this_thread::sleep_for(200ms);
+  std::string session = f.client.openSession();
+  Outcome attached = outcomeOf(f.client.attach(session, f.crashers));
+  INFO("attach on a session opened after its warm worker died: " << attached.describe());
+  CHECK(attached.status == 200);
+}
+
+TEST_CASE("DELETE of a session whose launch is waiting for a worker ends that launch",
+          "[hostile][races]") {
+  Hostile f({"--launch-timeout-ms", "4000", "--warm-workers", "0"});
+  Client other(f.executor);
+  // The DELETE lands at different points of the launch; somewhere in the ~50 ms the launch
+  // waits for a fresh worker (none are warm), the close used to find no worker to end.
+  for (int delayMs : {0, 10, 20, 30, 40, 50, 60, 80}) {
+    std::string session = f.client.openSession();
+    std::string sha = f.client.ship(session, COURIER_KERNEL_CRASHERS);
+    // A crash first, so the next launch has to start a worker.
+    outcomeOf(f.client.launch(session, sha, "_catalyst_pyface_null_load", {}, {}));
+    Outcome spun;
+    std::thread launching([&] {
+      spun = outcomeOf(f.client.launch(session, sha, "_catalyst_pyface_loop_forever", {}, {}));
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(delayMs));
+    auto closedAt = Clock::now();
+    CHECK(outcomeOf(other.close(session)).status == 204);
+    launching.join();
+    auto after = Clock::now() - closedAt;
+    INFO("DELETE " << delayMs << " ms after the launch: " << spun.describe() << ", answered "
+                   << std::chrono::duration_cast<std::chrono::milliseconds>(after).count()
+                   << " ms after the DELETE");
+    CHECK(after < 1500ms);
+    CHECK(spun.code == "unknown_session");
+  }
+}
+
+TEST_CASE("launch_async on a session busy with a launch replies 202 at once", "[hostile][async]") {
+  Hostile f({"--launch-timeout-ms", "10000"});
+  Client other(f.executor);
+  std::thread napping([&] {
+    f.client.launch(f.session, f.hostile, "_catalyst_pyface_nap", {i64Scalar(1500)}, {1});
+  });
+  std::this_thread::sleep_for(200ms);
+  auto start = Clock::now();
+  Outcome started =
+      outcomeOf(other.launchAsync(f.session, f.hostile, "_catalyst_pyface_nap_second"));
+  auto took = Clock::now() - start;
+  napping.join();
+  INFO(started.describe() << " after "
+                          << std::chrono::duration_cast<std::chrono::milliseconds>(took).count()
+                          << " ms");
+  CHECK(started.status == 202);
+  CHECK(took < 500ms);
+}
