@@ -30,7 +30,7 @@ using transport::TensorView;
 namespace {
 
 constexpr uint64_t kAlignment = 64;
-constexpr std::chrono::microseconds kAwakeAfterReply{100};
+constexpr std::chrono::microseconds kAwakeAfterReply{30};
 uint64_t alignUp(uint64_t n) { return (n + kAlignment - 1) & ~(kAlignment - 1); }
 
 struct WorkerOptions {
@@ -130,10 +130,9 @@ public:
   int serve() {
     Message request;
     while (true) {
-      // Sessions tend to launch back to back: waiting awake a little after each reply saves
-      // the next request a wake-up.
-      llvm::Expected<ReceiveStatus> status =
-          receiveMessage(channel, request, std::nullopt, kAwakeAfterReply);
+      // No waiting awake for the next request: measured on two cores, a spinning worker takes
+      // the core its own executor needs to answer (docs/performance.md).
+      llvm::Expected<ReceiveStatus> status = receiveMessage(channel, request);
       if (!status || *status != ReceiveStatus::Message) {
         llvm::consumeError(status.takeError());
         return 0;
