@@ -30,7 +30,6 @@ using transport::TensorView;
 namespace {
 
 constexpr uint64_t kAlignment = 64;
-constexpr std::chrono::microseconds kAwakeAfterReply{30};
 uint64_t alignUp(uint64_t n) { return (n + kAlignment - 1) & ~(kAlignment - 1); }
 
 struct WorkerOptions {
