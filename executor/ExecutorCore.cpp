@@ -68,6 +68,82 @@ using MallocBuffer = std::unique_ptr<char, MallocDeleter>;
 
 } // namespace
 
+/// A shared-memory buffer a session reuses launch after launch, so large tensors cross to
+/// its worker without fresh pages being faulted in on both sides each time. The worker
+/// keeps its own mapping of each arena by id.
+struct Arena {
+  uint64_t id = 0;
+  SharedBuffer buffer;
+};
+
+/// A session's idle arenas, for inputs and for results. Bounded: arenas larger than
+/// kMaxArenaBytes are used once, and at most kIdleArenas of each kind wait for reuse.
+class ArenaPool {
+public:
+  static constexpr uint64_t kMinArenaBytes = uint64_t(1) << 20;
+  static constexpr uint64_t kMaxArenaBytes = uint64_t(256) << 20;
+  static constexpr size_t kIdleArenas = 2;
+
+  /// An idle arena of at least `size` bytes, or a new one.
+  llvm::Expected<std::shared_ptr<Arena>> take(std::vector<std::shared_ptr<Arena>> &idle,
+                                              uint64_t size) {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      for (auto it = idle.begin(); it != idle.end(); ++it)
+        if ((*it)->buffer.size() >= size) {
+          std::shared_ptr<Arena> arena = std::move(*it);
+          idle.erase(it);
+          return arena;
+        }
+    }
+    uint64_t capacity = std::max(kMinArenaBytes, llvm::PowerOf2Ceil(size));
+    llvm::Expected<SharedBuffer> buffer = SharedBuffer::create(capacity, "courier-arena");
+    if (!buffer)
+      return buffer.takeError();
+    // The worker gets the descriptor: it must not be able to shrink what this process maps.
+    if (llvm::Error error = buffer->sealSize())
+      return std::move(error);
+    auto arena = std::make_shared<Arena>();
+    arena->buffer = std::move(*buffer);
+    std::lock_guard<std::mutex> lock(mutex);
+    arena->id = ++lastId;
+    return arena;
+  }
+
+  /// Gives `arena` back for reuse, or drops it (and tells the worker to, with the next launch).
+  void give(std::vector<std::shared_ptr<Arena>> &idle, std::shared_ptr<Arena> arena) {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (arena->buffer.size() <= kMaxArenaBytes && idle.size() < kIdleArenas) {
+      idle.push_back(std::move(arena));
+      return;
+    }
+    if (idle.size() >= kIdleArenas && arena->buffer.size() <= kMaxArenaBytes) {
+      // Keep the larger ones: they serve every smaller request too.
+      auto smallest = std::min_element(idle.begin(), idle.end(), [](const auto &a, const auto &b) {
+        return a->buffer.size() < b->buffer.size();
+      });
+      if ((*smallest)->buffer.size() < arena->buffer.size())
+        std::swap(*smallest, arena);
+    }
+    dropped.push_back(arena->id);
+  }
+
+  /// Ids of arenas dropped since the last call, for the worker to unmap.
+  std::vector<uint64_t> takeDropped() {
+    std::lock_guard<std::mutex> lock(mutex);
+    return std::exchange(dropped, {});
+  }
+
+  std::vector<std::shared_ptr<Arena>> idleInputs, idleResults;
+  /// Bytes of the session's last results: the size of the next result arena to lend.
+  std::atomic<uint64_t> lastResultBytes{0};
+
+private:
+  std::mutex mutex;
+  uint64_t lastId = 0;
+  std::vector<uint64_t> dropped;
+};
+
 /// A session: its own worker (or ObjectHost), so objects shipped by one client never resolve
 /// another's symbols, and the async launches it started.
 class Session {
@@ -110,6 +186,7 @@ public:
   void touch() { lastUsed.store(Clock::now().time_since_epoch().count()); }
   /// Requests running on the session now; the idle reaper leaves a busy session alone.
   std::atomic<int> busy{0};
+  std::shared_ptr<ArenaPool> arenas = std::make_shared<ArenaPool>();
 };
 
 namespace {
@@ -147,24 +224,38 @@ uint64_t alignInput(uint64_t n) { return (n + kInputAlignment - 1) & ~(kInputAli
 struct AreaBytes {
   std::vector<MallocBuffer> buffers;
   std::string inlineBytes;
-  SharedBuffer shared;
-  std::vector<uint64_t> offsets; ///< Per input, into inlineBytes or shared.
+  /// Large inputs: an arena of the session's, given back when the area goes.
+  std::shared_ptr<ArenaPool> pool;
+  std::shared_ptr<Arena> arena;
+  std::vector<uint64_t> offsets; ///< Per input, into inlineBytes or the arena.
   uint64_t total = 0;
-  char *base() { return shared.data() ? shared.data() : inlineBytes.data(); }
+  char *base() { return arena ? arena->buffer.data() : inlineBytes.data(); }
+  ~AreaBytes() {
+    if (arena)
+      pool->give(pool->idleInputs, std::move(arena));
+  }
 };
 
 /// A launch's results as the worker sent them: packed tensors, inline or in shared memory.
 struct WorkerResults {
   std::string inlineBytes;
   SharedBuffer shared;
+  /// Results the worker wrote into the session's result arena, given back once sent.
+  std::shared_ptr<ArenaPool> pool;
+  std::shared_ptr<Arena> arena;
   std::vector<TensorView> views;
+  ~WorkerResults() {
+    if (arena)
+      pool->give(pool->idleResults, std::move(arena));
+  }
 };
 
 /// Reads the worker's reply to a launch, which is untrusted: every shape, offset and size
 /// is checked against what the caller asked for and what the payload holds.
 llvm::Expected<std::shared_ptr<WorkerResults>>
 decodeWorkerResults(Message &reply, llvm::ArrayRef<ResultSpec> expected, llvm::StringRef entry,
-                    uint64_t maxBytes) {
+                    uint64_t maxBytes, std::shared_ptr<ArenaPool> pool,
+                    std::shared_ptr<Arena> &resultArena) {
   MessageReader in(reply.bytes);
   auto broken = [&](const llvm::Twine &what) {
     return makeWireError("launch_failed", "'" + entry +
@@ -200,10 +291,19 @@ decodeWorkerResults(Message &reply, llvm::ArrayRef<ResultSpec> expected, llvm::S
     shape.bytes = *bytes;
   }
   uint64_t total = in.u64();
-  bool inlined = in.u64() != 0;
-  if (!in.ok() || total > maxBytes)
+  uint64_t mode = in.u64();
+  bool inlined = mode == 1;
+  if (!in.ok() || total > maxBytes || mode > 2)
     return broken(llvm::formatv("{0} bytes of results", total));
-  if (inlined) {
+  const char *base = nullptr;
+  if (mode == 2) {
+    // In the result arena this process lent the worker (and sealed).
+    if (!resultArena || total > resultArena->buffer.size())
+      return broken("results outside the result arena");
+    results->pool = std::move(pool);
+    results->arena = std::move(resultArena);
+    base = results->arena->buffer.data();
+  } else if (inlined) {
     results->inlineBytes = in.str().str();
     if (!in.ok() || results->inlineBytes.size() != total)
       return broken("a malformed reply");
@@ -216,7 +316,8 @@ decodeWorkerResults(Message &reply, llvm::ArrayRef<ResultSpec> expected, llvm::S
       return broken(llvm::toString(mapped.takeError()));
     results->shared = std::move(*mapped);
   }
-  const char *base = inlined ? results->inlineBytes.data() : results->shared.data();
+  if (mode != 2)
+    base = inlined ? results->inlineBytes.data() : results->shared.data();
   for (const Shape &shape : shapes) {
     if (shape.offset > total || total - shape.offset < shape.bytes)
       return broken("a result outside the reply");
@@ -762,7 +863,8 @@ Clock::time_point ExecutorCore::deadline(std::optional<std::chrono::milliseconds
   return Clock::now() + limit;
 }
 
-llvm::Expected<InputArea> ExecutorCore::inputArea(llvm::ArrayRef<wire::TensorHeader> headers) {
+llvm::Expected<InputArea> ExecutorCore::inputArea(Session &session,
+                                                  llvm::ArrayRef<wire::TensorHeader> headers) {
   InputArea area;
   AreaBytes &bytes = *area.impl;
   if (impl->isolated()) {
@@ -774,12 +876,14 @@ llvm::Expected<InputArea> ExecutorCore::inputArea(llvm::ArrayRef<wire::TensorHea
     if (bytes.total <= kInlineBytes) {
       bytes.inlineBytes.assign(bytes.total, '\0');
     } else {
-      llvm::Expected<SharedBuffer> shared = SharedBuffer::create(bytes.total, "courier-inputs");
-      if (!shared)
+      ArenaPool &pool = *session.arenas;
+      llvm::Expected<std::shared_ptr<Arena>> arena = pool.take(pool.idleInputs, bytes.total);
+      if (!arena)
         return makeWireError("payload_too_large",
                              "cannot allocate " + llvm::Twine(bytes.total) +
-                                 " bytes for launch inputs: " + llvm::toString(shared.takeError()));
-      bytes.shared = std::move(*shared);
+                                 " bytes for launch inputs: " + llvm::toString(arena.takeError()));
+      bytes.pool = session.arenas;
+      bytes.arena = std::move(*arena);
     }
     return std::move(area);
   }
@@ -827,12 +931,34 @@ llvm::Expected<LaunchResults> ExecutorCore::launch(Session &s, llvm::StringRef s
       launch.i64(r.rank).i64(r.elemSize);
     launch.u64(bytes.total);
     std::vector<int> fds;
-    if (bytes.shared.data()) {
-      launch.u64(0);
-      fds.push_back(bytes.shared.fd());
+    if (bytes.arena) {
+      launch.u64(2).u64(bytes.arena->id);
+      fds.push_back(bytes.arena->buffer.fd());
     } else {
       launch.u64(1).str(bytes.inlineBytes);
     }
+    // Lend the worker a result arena when results are likely large: the session's last
+    // large results, or inputs that were large, say so.
+    ArenaPool &pool = *s.arenas;
+    std::shared_ptr<Arena> resultArena;
+    uint64_t expectResults = std::max(bytes.total, pool.lastResultBytes.load());
+    if (expectResults > kInlineBytes) {
+      llvm::Expected<std::shared_ptr<Arena>> lent = pool.take(pool.idleResults, expectResults);
+      if (lent)
+        resultArena = std::move(*lent);
+      else
+        llvm::consumeError(lent.takeError()); // The worker then makes its own buffer.
+    }
+    if (resultArena) {
+      launch.u64(resultArena->id);
+      fds.push_back(resultArena->buffer.fd());
+    } else {
+      launch.u64(0);
+    }
+    std::vector<uint64_t> dropped = pool.takeDropped();
+    launch.u64(dropped.size());
+    for (uint64_t id : dropped)
+      launch.u64(id);
     std::string what = "'" + entry.str() + "'";
     llvm::Expected<Message> reply = [&]() -> llvm::Expected<Message> {
       std::lock_guard<std::mutex> working(s.workerMutex);
@@ -851,11 +977,21 @@ llvm::Expected<LaunchResults> ExecutorCore::launch(Session &s, llvm::StringRef s
     }
     *area = InputArea(); // Inputs are no longer needed while the reply streams.
     llvm::Expected<std::shared_ptr<WorkerResults>> decoded =
-        decodeWorkerResults(*reply, results, entry, impl->options.maxBytes);
+        decodeWorkerResults(*reply, results, entry, impl->options.maxBytes, s.arenas, resultArena);
+    if (resultArena)
+      pool.give(pool.idleResults, std::move(resultArena)); // Not used this time.
     if (!decoded) {
       metrics.launchFailures++;
       return decoded.takeError();
     }
+    uint64_t resultBytes = 0;
+    for (const TensorView &view : (*decoded)->views) {
+      uint64_t size = static_cast<uint64_t>(view.elemSize);
+      for (int64_t extent : view.sizes)
+        size *= static_cast<uint64_t>(extent);
+      resultBytes += size;
+    }
+    pool.lastResultBytes = resultBytes;
     out.views = (*decoded)->views;
     out.keepAlive = std::move(*decoded);
     return std::move(out);
@@ -945,7 +1081,7 @@ llvm::Expected<uint64_t> ExecutorCore::launchAsync(const SessionRef &session, ll
       }
       auto started = Clock::now();
       MessageWriter launch(MessageKind::Launch);
-      launch.str(object).str(entry).u64(0).u64(0).u64(0).u64(1).str("");
+      launch.str(object).str(entry).u64(0).u64(0).u64(0).u64(1).str("").u64(0).u64(0);
       llvm::Expected<Message> reply = [&]() -> llvm::Expected<Message> {
         std::lock_guard<std::mutex> working(held->workerMutex);
         llvm::Expected<std::shared_ptr<WorkerProcess>> worker = core->liveWorker(*held, deadline);

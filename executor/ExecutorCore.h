@@ -124,8 +124,10 @@ public:
   /// The deadline of a request that asks for `requested` (none: the server's own).
   Clock::time_point deadline(std::optional<std::chrono::milliseconds> requested) const;
 
-  /// An area for the inputs `headers` describe, to be filled before launch().
-  llvm::Expected<InputArea> inputArea(llvm::ArrayRef<transport::wire::TensorHeader> headers);
+  /// An area for the inputs `headers` describe, to be filled before launch(). Large inputs
+  /// go to shared memory the session reuses from launch to launch.
+  llvm::Expected<InputArea> inputArea(Session &session,
+                                      llvm::ArrayRef<transport::wire::TensorHeader> headers);
   /// Runs `entry` of `sha` (attached) on inputs in `area` (or, without isolation and with
   /// no area, on `inputs` in the caller's memory).
   llvm::Expected<LaunchResults> launch(Session &session, llvm::StringRef sha, llvm::StringRef entry,

@@ -234,7 +234,7 @@ llvm::Error ExecutorServer::Impl::launch(const httplib::Request &req, httplib::R
                                              "body holds {1}",
                                              total, length - line.size() - 1));
         }
-        llvm::Expected<InputArea> prepared = core->inputArea(request.inputs);
+        llvm::Expected<InputArea> prepared = core->inputArea(**session, request.inputs);
         if (!prepared)
           return prepared.takeError();
         area = std::move(*prepared);

@@ -15,6 +15,7 @@
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <sys/prctl.h>
 #include <unistd.h>
 
@@ -281,22 +282,49 @@ private:
       r.elemSize = in.i64();
     }
     uint64_t total = in.u64();
-    if (!in.ok())
-      return llvm::createStringError("malformed launch request");
-    SharedBuffer shared;
-    llvm::Expected<llvm::StringRef> bytes = payload(in, request, total, shared);
-    if (!bytes)
-      return bytes.takeError();
+    uint64_t mode = in.u64();
+    size_t nextFd = 0;
     // Inline bytes are copied to an aligned buffer: kernels may assume element alignment.
     std::unique_ptr<char, decltype(&std::free)> aligned(nullptr, &std::free);
-    const char *base = bytes->data();
-    if (!shared.data() && total) {
-      aligned.reset(static_cast<char *>(std::aligned_alloc(kAlignment, alignUp(total))));
-      if (!aligned)
-        return llvm::createStringError("out of memory for launch inputs");
-      std::memcpy(aligned.get(), bytes->data(), total);
-      base = aligned.get();
+    const char *base = nullptr;
+    std::vector<uint64_t> inUse;
+    if (mode == 1) {
+      llvm::StringRef bytes = in.str();
+      if (!in.ok() || bytes.size() != total)
+        return llvm::createStringError("malformed inline payload");
+      if (total) {
+        aligned.reset(static_cast<char *>(std::aligned_alloc(kAlignment, alignUp(total))));
+        if (!aligned)
+          return llvm::createStringError("out of memory for launch inputs");
+        std::memcpy(aligned.get(), bytes.data(), total);
+        base = aligned.get();
+      }
+    } else if (mode == 2) {
+      uint64_t id = in.u64();
+      llvm::Expected<SharedBuffer *> arena = arenaFor(id, request, nextFd, total, inUse);
+      if (!arena)
+        return arena.takeError();
+      base = (*arena)->data();
+      inUse.push_back(id);
+    } else {
+      return llvm::createStringError("malformed launch request");
     }
+    SharedBuffer *resultArena = nullptr;
+    if (uint64_t id = in.u64()) {
+      llvm::Expected<SharedBuffer *> arena = arenaFor(id, request, nextFd, 0, inUse);
+      if (!arena)
+        return arena.takeError();
+      resultArena = *arena;
+      inUse.push_back(id);
+    }
+    uint64_t droppedCount = in.count(8);
+    for (uint64_t i = 0; i < droppedCount; ++i) {
+      uint64_t id = in.u64();
+      if (!llvm::is_contained(inUse, id))
+        arenas.erase(id);
+    }
+    if (!in.ok())
+      return llvm::createStringError("malformed launch request");
     std::vector<TensorView> views;
     views.reserve(inputs.size());
     for (const Input &input : inputs) {
@@ -333,12 +361,19 @@ private:
       size += bytes;
     }
     done.u64(size);
-    return reply(done, size, [&](char *out) {
+    auto pack = [&](char *out) {
       for (size_t i = 0; i < outcome->size(); ++i) {
         const OwnedTensor &t = (*outcome)[i];
         packRowMajor(TensorView{t.data, t.elemSize, t.sizes, t.strides}, out + offsets[i]);
       }
-    });
+    };
+    if (resultArena && size > kInlineBytes && size <= resultArena->size()) {
+      // Into the arena the executor lent: no fresh pages, no new descriptor.
+      pack(resultArena->data());
+      done.u64(2);
+      return answer(done);
+    }
+    return reply(done, size, pack);
   }
 
   llvm::Error call(MessageReader &in, Message &request) {
@@ -361,9 +396,33 @@ private:
                  [&](char *out) { std::memcpy(out, output->data(), output->size()); });
   }
 
+  /// The session's arena `id`, mapped once and kept: its pages then need no faulting in on
+  /// later launches. The descriptor that comes with each use is dropped when already mapped.
+  llvm::Expected<SharedBuffer *> arenaFor(uint64_t id, Message &request, size_t &nextFd,
+                                          uint64_t atLeast, llvm::ArrayRef<uint64_t> inUse) {
+    if (nextFd >= request.fds.size())
+      return llvm::createStringError("a launch names an arena it did not send");
+    UniqueFd fd = std::move(request.fds[nextFd++]);
+    auto found = arenas.find(id);
+    if (found == arenas.end()) {
+      // Arenas an executor no longer uses are dropped by id; a cap bounds the rest.
+      for (auto it = arenas.begin(); arenas.size() >= kMappedArenas && it != arenas.end();)
+        it = llvm::is_contained(inUse, it->first) ? std::next(it) : arenas.erase(it);
+      llvm::Expected<SharedBuffer> mapped = SharedBuffer::mapAll(std::move(fd));
+      if (!mapped)
+        return mapped.takeError();
+      found = arenas.emplace(id, std::move(*mapped)).first;
+    }
+    if (found->second.size() < atLeast)
+      return llvm::createStringError("an arena is smaller than the launch says");
+    return &found->second;
+  }
+
   int channel;
   std::unique_ptr<ObjectHost> host;
   uint64_t sequence = 0;
+  static constexpr size_t kMappedArenas = 8;
+  std::map<uint64_t, SharedBuffer> arenas;
 };
 
 } // namespace

@@ -68,6 +68,13 @@ llvm::Expected<SharedBuffer> SharedBuffer::create(uint64_t size, const char *nam
   return map(std::move(fd), size);
 }
 
+llvm::Expected<SharedBuffer> SharedBuffer::mapAll(UniqueFd fd) {
+  struct stat info;
+  if (::fstat(fd.get(), &info) != 0)
+    return systemError("inspecting shared memory");
+  return map(std::move(fd), static_cast<uint64_t>(info.st_size));
+}
+
 llvm::Error SharedBuffer::sealSize() {
   if (::fcntl(file.get(), F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0)
     return systemError("sealing shared memory");

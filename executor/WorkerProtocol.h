@@ -60,6 +60,9 @@ public:
   /// it would kill this process with SIGBUS.
   static llvm::Expected<SharedBuffer> map(UniqueFd fd, uint64_t size, bool requireSealed = false);
 
+  /// Maps all of `fd`, however long it is.
+  static llvm::Expected<SharedBuffer> mapAll(UniqueFd fd);
+
   /// Seals the file's size (F_SEAL_SHRINK, F_SEAL_GROW, F_SEAL_SEAL): what a receiver that
   /// requires a sealed buffer needs before it maps it.
   llvm::Error sealSize();

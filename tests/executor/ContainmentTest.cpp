@@ -910,3 +910,56 @@ TEST_CASE("where seccomp is unavailable the executor refuses to serve unless --n
   std::string sha = client.ship(session, COURIER_KERNEL_CRASHERS);
   requirePlusOneWorks(client, session, sha);
 }
+
+TEST_CASE("large tensors of changing sizes, from four threads on one session, reuse shared "
+          "memory without mixing up any result",
+          "[containment][sharedmemory]") {
+  ExecutorProcess executor(ExecutorConfig{0, "", {"--launch-timeout-ms", kTestLaunchTimeoutMs}});
+  ObjectBlob scale = ObjectBlob::fromBytes(readFile(COURIER_KERNEL_SCALE));
+  BackendOptions options;
+  options.requestTimeout = 60s;
+  auto backend = courier::transport::createBackend(executor.address(), options);
+  REQUIRE(static_cast<bool>(backend));
+  auto session = (*backend)->openSession();
+  REQUIRE(static_cast<bool>(session));
+  llvm::Error shipped = (*backend)->shipObject(*session, scale);
+  REQUIRE_FALSE(static_cast<bool>(shipped));
+
+  // Sizes straddle the inline limit and grow and shrink, so arenas are made, reused for
+  // smaller tensors, outgrown and dropped.
+  const std::vector<int64_t> sizes = {3, 10000, 1 << 20, 7000, 3 << 20, 1 << 18, 5, 2 << 20};
+  std::mutex mutex;
+  std::vector<std::string> failures;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&, t] {
+      for (int round = 0; round < 6; ++round)
+        for (size_t k = 0; k < sizes.size(); ++k) {
+          int64_t n = sizes[(k + t) % sizes.size()];
+          std::vector<double> input(n);
+          for (int64_t i = 0; i < n; ++i)
+            input[i] = double(t * 1000003 + round * 7919 + i);
+          auto results = (*backend)->launch(*session, scale, "_catalyst_pyface_scale",
+                                            {TensorView{input.data(), 8, {n}, {1}}}, {{1, 8}});
+          std::string problem;
+          if (!results)
+            problem = llvm::toString(results.takeError());
+          else if ((*results)[0].sizes != std::vector<int64_t>{n})
+            problem = "a result of the wrong size";
+          else {
+            const double *out = static_cast<const double *>((*results)[0].data);
+            for (int64_t i = 0; i < n && problem.empty(); ++i)
+              if (out[i] != 2 * input[i])
+                problem = "element " + std::to_string(i) + " of " + std::to_string(n) + " is wrong";
+          }
+          if (!problem.empty()) {
+            std::lock_guard<std::mutex> lock(mutex);
+            failures.push_back(problem);
+          }
+        }
+    });
+  for (std::thread &thread : threads)
+    thread.join();
+  INFO((failures.empty() ? std::string() : failures.front()));
+  CHECK(failures.empty());
+}
