@@ -1120,8 +1120,9 @@ llvm::Error ExecutorCore::await(Session &s, uint64_t id, Clock::time_point deadl
     std::lock_guard<std::mutex> lock(s.launchesMutex);
     auto it = s.launches.find(id);
     if (it == s.launches.end())
-      return makeWireError("unknown_launch",
-                           "no pending launch " + llvm::Twine(id) + " in session '" + s.id + "'");
+      return makeWireError("unknown_launch", "no pending launch " + llvm::Twine(id) +
+                                                 " in session '" + s.id +
+                                                 "' (unknown, or already awaited)");
     done = std::move(it->second);
     s.launches.erase(it);
   }
