@@ -191,16 +191,23 @@ public:
 
 namespace {
 /// Marks a session in use for a request's length, and used again when it ends.
+/// Only isolated sessions expire while a request could be running (the in-process backend's
+/// never do), so only they pay for the bookkeeping.
 class BusyGuard {
 public:
-  explicit BusyGuard(Session &s) : s(s) { s.busy++; }
+  BusyGuard(Session &s, bool active) : s(active ? &s : nullptr) {
+    if (this->s)
+      this->s->busy++;
+  }
   ~BusyGuard() {
-    s.touch();
-    s.busy--;
+    if (!s)
+      return;
+    s->touch();
+    s->busy--;
   }
 
 private:
-  Session &s;
+  Session *s;
 };
 } // namespace
 
@@ -848,7 +855,7 @@ std::optional<ObjectBlob> ExecutorCore::findObject(llvm::StringRef sha) {
 }
 
 llvm::Error ExecutorCore::attach(Session &session, llvm::StringRef sha) {
-  BusyGuard busy(session);
+  BusyGuard busy(session, impl->isolated());
   return impl->attach(session, sha);
 }
 
@@ -902,11 +909,13 @@ llvm::Expected<LaunchResults> ExecutorCore::launch(Session &s, llvm::StringRef s
                                                    llvm::ArrayRef<TensorView> inputs,
                                                    llvm::ArrayRef<ResultSpec> results,
                                                    Clock::time_point deadline) {
-  BusyGuard busy(s);
+  BusyGuard busy(s, impl->isolated());
   Metrics &metrics = impl->metrics;
-  auto started = Clock::now();
+  bool timed = impl->options.timeLaunches;
+  Clock::time_point started = timed ? Clock::now() : Clock::time_point();
   auto finished = [&] {
-    metrics.launchSeconds.observe(std::chrono::duration<double>(Clock::now() - started).count());
+    if (timed)
+      metrics.launchSeconds.observe(std::chrono::duration<double>(Clock::now() - started).count());
     metrics.launches++;
   };
   LaunchResults out;
@@ -996,11 +1005,14 @@ llvm::Expected<LaunchResults> ExecutorCore::launch(Session &s, llvm::StringRef s
     out.keepAlive = std::move(*decoded);
     return std::move(out);
   }
-  std::vector<TensorView> views(inputs.begin(), inputs.end());
-  if (area)
-    for (size_t i = 0; i < views.size(); ++i)
-      views[i].data = area->input(i);
-  llvm::Expected<std::vector<OwnedTensor>> produced = s.host->launch(sha, entry, views, results);
+  std::vector<TensorView> placed;
+  if (area) {
+    placed.assign(inputs.begin(), inputs.end());
+    for (size_t i = 0; i < placed.size(); ++i)
+      placed[i].data = area->input(i);
+    inputs = placed;
+  }
+  llvm::Expected<std::vector<OwnedTensor>> produced = s.host->launch(sha, entry, inputs, results);
   finished();
   if (!produced) {
     metrics.launchFailures++;
@@ -1114,7 +1126,7 @@ llvm::Expected<uint64_t> ExecutorCore::launchAsync(const SessionRef &session, ll
 }
 
 llvm::Error ExecutorCore::await(Session &s, uint64_t id, Clock::time_point deadline) {
-  BusyGuard busy(s);
+  BusyGuard busy(s, impl->isolated());
   std::shared_future<AsyncOutcome> done;
   {
     std::lock_guard<std::mutex> lock(s.launchesMutex);
@@ -1148,7 +1160,7 @@ llvm::Error ExecutorCore::await(Session &s, uint64_t id, Clock::time_point deadl
 llvm::Expected<std::string> ExecutorCore::call(Session &s, llvm::StringRef symbol,
                                                llvm::StringRef input, uint64_t outputSize,
                                                Clock::time_point deadline) {
-  BusyGuard busy(s);
+  BusyGuard busy(s, impl->isolated());
   Metrics &metrics = impl->metrics;
   metrics.calls++;
   std::string output;

@@ -37,6 +37,9 @@ struct CoreOptions {
   std::chrono::milliseconds objectGrace{60000};
   /// Largest tensor bytes a launch may bring or return.
   uint64_t maxBytes = uint64_t(4) << 30;
+  /// Launch durations go into a histogram (two clock reads per launch, which the in-process
+  /// backend, with no metrics to show, does without).
+  bool timeLaunches = true;
   /// Async launches run on this many threads; the rest wait their turn.
   unsigned asyncThreads = 32;
 

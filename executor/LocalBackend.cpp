@@ -71,15 +71,15 @@ public:
     Expected<executor::SessionRef> session = find(id, "launching");
     if (!session)
       return session.takeError();
-    std::string context = formatv("local: launching '{0}'", entry).str();
     // An object already attached costs one lookup; one never shipped is shipped now.
     if (Error error = ship(**session, object))
-      return withContext(context, std::move(error));
+      return withContext(formatv("local: launching '{0}'", entry), std::move(error));
+    // In process nothing can end a kernel, so there is no deadline to compute.
     Expected<executor::LaunchResults> launched =
         core->launch(**session, object.sha256, entry, /*area=*/nullptr, inputs, results,
-                     core->deadline(std::nullopt));
+                     executor::Clock::time_point::max());
     if (!launched)
-      return withContext(context, launched.takeError());
+      return withContext(formatv("local: launching '{0}'", entry), launched.takeError());
     // Without isolation the results are the kernel's own buffers: handed over as they are.
     return std::move(*launched->owned);
   }
@@ -159,6 +159,7 @@ Expected<std::unique_ptr<Backend>> createLocalBackend(const BackendOptions &opti
   core.idleTimeout = std::chrono::duration_cast<std::chrono::seconds>(kForever);
   core.launchTimeout = kForever;
   core.asyncThreads = 64;
+  core.timeLaunches = false;
   Expected<std::unique_ptr<executor::ExecutorCore>> created =
       executor::ExecutorCore::create(std::move(core));
   if (!created)
