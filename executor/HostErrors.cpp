@@ -25,25 +25,17 @@ std::pair<std::string, std::string> describeError(llvm::Error error, llvm::Strin
 llvm::Error classifyHostError(llvm::Error error, llvm::StringRef missingCode,
                               llvm::StringRef failureCode, const llvm::Twine &context) {
   std::string code = failureCode.str(), message;
-  bool typed = false;
   llvm::handleAllErrors(
       std::move(error),
       [&](const llvm::orc::SymbolsNotFound &e) {
         code = missingCode.str();
         message = e.message();
-        typed = true;
       },
       [&](const WireError &e) {
         code = e.code;
         message = e.message;
-        typed = true;
       },
       [&](const llvm::ErrorInfoBase &e) { message = e.message(); });
-  llvm::StringRef text(message);
-  if (!typed && (text.contains("not found") || text.contains("unknown symbol") ||
-                 text.contains("no symbol") || text.contains("unknown entry") ||
-                 text.contains("Symbols not found")))
-    code = missingCode.str();
   return makeWireError(code, context + ": " + message);
 }
 

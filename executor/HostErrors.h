@@ -14,9 +14,10 @@ namespace courier::executor {
 /// Keeps a WireError's code; any other error becomes `fallbackCode`.
 std::pair<std::string, std::string> describeError(llvm::Error error, llvm::StringRef fallbackCode);
 
-/// A host failure as a WireError: a kernel's entry or a `call` symbol that could not be
-/// resolved is `missingCode` (the caller's mistake), a WireError keeps its own code, and
-/// anything else is `failureCode`. The message is prefixed with `context`.
+/// A host failure as a WireError: a WireError keeps its own code (the object host names
+/// unknown objects, entries and symbols so), a symbol ORC could not resolve is `missingCode`,
+/// and anything else is `failureCode`. Kinds come from types, never from message text. The
+/// message is prefixed with `context`.
 llvm::Error classifyHostError(llvm::Error error, llvm::StringRef missingCode,
                               llvm::StringRef failureCode, const llvm::Twine &context);
 

@@ -792,10 +792,11 @@ Expected<std::vector<OwnedTensor>> ObjectHost::launch(StringRef sha256, StringRe
     std::shared_lock<std::shared_mutex> lock(impl->mutex);
     auto object = impl->objects.find(sha256);
     if (object == impl->objects.end())
-      return makeError(formatv("object {0} is not loaded", sha256));
+      return wire::makeWireError("unknown_object", formatv("object {0} is not loaded", sha256));
     auto symbol = object->second->symbols.find(entry);
     if (symbol == object->second->symbols.end())
-      return makeError(formatv("unknown entry '{0}' in object {1}", entry, sha256));
+      return wire::makeWireError("unknown_entry",
+                                 formatv("unknown entry '{0}' in object {1}", entry, sha256));
     function = reinterpret_cast<EntryFn>(symbol->second);
     running = object->second;
   }
@@ -900,7 +901,8 @@ Expected<std::string> ObjectHost::call(StringRef symbol, StringRef input, uint64
     }
   }
   if (!address)
-    return makeError(
+    return wire::makeWireError(
+        "unknown_symbol",
         formatv("unknown symbol '{0}': no plugin or loaded object exports it", symbol));
   if (outputSize > kMaxCallReply)
     return makeError(formatv("call '{0}': reply size {1} exceeds the limit of {2} bytes", symbol,

@@ -295,7 +295,7 @@ TEST_CASE("an unknown entry or object is an error naming it", "[objecthost]") {
   auto scale = kernel(COURIER_KERNEL_SCALE);
   REQUIRE_OK(host->addObject(scale));
   CHECK(failure(host->launch(scale.sha256, "_catalyst_pyface_x", {}, {})) ==
-        "unknown entry '_catalyst_pyface_x' in object " + scale.sha256);
+        "unknown entry '_catalyst_pyface_x' in object " + scale.sha256 + " [unknown_entry]");
   CHECK_THAT(failure(host->launch("feed", "_catalyst_pyface_scale", {}, {})),
              Catch::Contains("object feed is not loaded"));
 }
@@ -431,8 +431,9 @@ TEST_CASE("a removed object is unloaded and another in the same host keeps worki
 
   REQUIRE_OK(host->removeObject(twice.sha256));
   CHECK_FALSE(host->hasObject(twice.sha256));
-  CHECK(failure(host->launch(twice.sha256, "_catalyst_pyface_scale", {view(x, {1}, {1})},
-                             {{1, 8}})) == "object " + twice.sha256 + " is not loaded");
+  CHECK(failure(
+            host->launch(twice.sha256, "_catalyst_pyface_scale", {view(x, {1}, {1})}, {{1, 8}})) ==
+        "object " + twice.sha256 + " is not loaded [unknown_object]");
   auto b = launch(*host, thrice, "_catalyst_pyface_scale", {view(x, {1}, {1})}, {{1, 8}});
   CHECK(elements<double>(b[0]) == std::vector<double>{3});
 
@@ -471,7 +472,7 @@ TEST_CASE("objects removed and re-added while others launch on other threads dis
             host->launch(object.sha256, "_catalyst_pyface_scale", {view(x, {2}, {1})}, {{1, 8}});
         if (!out) {
           std::string message = llvm::toString(out.takeError());
-          if (t == 0 && message == "object " + twice.sha256 + " is not loaded")
+          if (t == 0 && message == "object " + twice.sha256 + " is not loaded [unknown_object]")
             ++missing;
           else
             ++wrong;
