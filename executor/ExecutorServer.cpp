@@ -103,6 +103,13 @@ struct ExecutorServer::Impl {
   llvm::Expected<SessionRef> findSession(const httplib::Request &req);
   /// The deadline a request asks for (X-Courier-Deadline-Ms), within the server's own.
   llvm::Expected<Clock::time_point> deadlineFor(const httplib::Request &req);
+  /// What every session-scoped request needs: its session and its deadline. On failure a
+  /// body still unread (`reader`) is drained, so the keep-alive connection stays in step.
+  struct Scope {
+    SessionRef session;
+    Clock::time_point deadline;
+  };
+  llvm::Expected<Scope> scope(const httplib::Request &req, const httplib::ContentReader *reader);
 
   llvm::Error health(httplib::Response &res);
   llvm::Error putObject(const httplib::Request &req, httplib::Response &res,
@@ -151,6 +158,19 @@ llvm::Expected<Clock::time_point> ExecutorServer::Impl::deadlineFor(const httpli
   return core->deadline(std::chrono::milliseconds(ms));
 }
 
+llvm::Expected<ExecutorServer::Impl::Scope>
+ExecutorServer::Impl::scope(const httplib::Request &req, const httplib::ContentReader *reader) {
+  llvm::Expected<SessionRef> session = findSession(req);
+  llvm::Expected<Clock::time_point> deadline =
+      session ? deadlineFor(req) : llvm::Expected<Clock::time_point>(session.takeError());
+  if (!deadline) {
+    if (reader)
+      drain(*reader);
+    return deadline.takeError();
+  }
+  return Scope{std::move(*session), *deadline};
+}
+
 llvm::Error ExecutorServer::Impl::health(httplib::Response &res) {
   executor::HealthReport report = core->health();
   json body = {{"status", report.healthy ? "ok" : "unhealthy"},
@@ -193,16 +213,11 @@ llvm::Error ExecutorServer::Impl::putObject(const httplib::Request &req, httplib
 
 llvm::Error ExecutorServer::Impl::launch(const httplib::Request &req, httplib::Response &res,
                                          const httplib::ContentReader &reader) {
-  llvm::Expected<SessionRef> session = findSession(req);
-  if (!session) {
-    drain(reader);
-    return session.takeError();
-  }
-  llvm::Expected<Clock::time_point> deadline = deadlineFor(req);
-  if (!deadline) {
-    drain(reader);
-    return deadline.takeError();
-  }
+  llvm::Expected<Scope> scoped = scope(req, &reader);
+  if (!scoped)
+    return scoped.takeError();
+  SessionRef &session = scoped->session;
+  Clock::time_point deadline = scoped->deadline;
   wire::LaunchRequest request;
   InputArea area;
   wire::FrameReader frame(
@@ -211,7 +226,7 @@ llvm::Error ExecutorServer::Impl::launch(const httplib::Request &req, httplib::R
         if (!decoded)
           return decoded.takeError();
         request = std::move(*decoded);
-        if (llvm::Error error = core->attach(**session, request.object))
+        if (llvm::Error error = core->attach(*session, request.object))
           return std::move(error);
         uint64_t total = 0;
         for (const wire::TensorHeader &t : request.inputs) {
@@ -234,7 +249,7 @@ llvm::Error ExecutorServer::Impl::launch(const httplib::Request &req, httplib::R
                                              "body holds {1}",
                                              total, length - line.size() - 1));
         }
-        llvm::Expected<InputArea> prepared = core->inputArea(**session, request.inputs);
+        llvm::Expected<InputArea> prepared = core->inputArea(*session, request.inputs);
         if (!prepared)
           return prepared.takeError();
         area = std::move(*prepared);
@@ -266,8 +281,8 @@ llvm::Error ExecutorServer::Impl::launch(const httplib::Request &req, httplib::R
     const wire::TensorHeader &t = request.inputs[i];
     inputs.push_back(TensorView{area.input(i), t.elemSize, t.sizes, wire::packedStrides(t.sizes)});
   }
-  llvm::Expected<LaunchResults> results = core->launch(**session, request.object, request.entry,
-                                                       &area, inputs, request.results, *deadline);
+  llvm::Expected<LaunchResults> results = core->launch(*session, request.object, request.entry,
+                                                       &area, inputs, request.results, deadline);
   if (!results)
     return results.takeError();
 
@@ -287,12 +302,11 @@ llvm::Error ExecutorServer::Impl::launch(const httplib::Request &req, httplib::R
 }
 
 llvm::Error ExecutorServer::Impl::launchAsync(const httplib::Request &req, httplib::Response &res) {
-  llvm::Expected<SessionRef> session = findSession(req);
-  if (!session)
-    return session.takeError();
-  llvm::Expected<Clock::time_point> deadline = deadlineFor(req);
-  if (!deadline)
-    return deadline.takeError();
+  llvm::Expected<Scope> scoped = scope(req, nullptr);
+  if (!scoped)
+    return scoped.takeError();
+  SessionRef &session = scoped->session;
+  Clock::time_point deadline = scoped->deadline;
   json body = json::parse(req.body, nullptr, /*allow_exceptions=*/false);
   if (!body.is_object() || !body.contains("object") || !body["object"].is_string() ||
       !body.contains("entry") || !body["entry"].is_string())
@@ -300,7 +314,7 @@ llvm::Error ExecutorServer::Impl::launchAsync(const httplib::Request &req, httpl
   std::string object = body["object"], entry = body["entry"];
   if (!wire::isSha256(object))
     return makeWireError("bad_request", "'object' must be a lowercase hex SHA-256");
-  llvm::Expected<uint64_t> id = core->launchAsync(*session, object, entry, *deadline);
+  llvm::Expected<uint64_t> id = core->launchAsync(session, object, entry, deadline);
   if (!id)
     return id.takeError();
   sendJson(res, 202, {{"launch", *id}});
@@ -308,16 +322,15 @@ llvm::Error ExecutorServer::Impl::launchAsync(const httplib::Request &req, httpl
 }
 
 llvm::Error ExecutorServer::Impl::await(const httplib::Request &req, httplib::Response &res) {
-  llvm::Expected<SessionRef> session = findSession(req);
-  if (!session)
-    return session.takeError();
-  llvm::Expected<Clock::time_point> deadline = deadlineFor(req);
-  if (!deadline)
-    return deadline.takeError();
+  llvm::Expected<Scope> scoped = scope(req, nullptr);
+  if (!scoped)
+    return scoped.takeError();
+  SessionRef &session = scoped->session;
+  Clock::time_point deadline = scoped->deadline;
   uint64_t id = 0;
   if (llvm::StringRef(req.matches[2].str()).getAsInteger(10, id))
     return makeWireError("bad_request", "launch id must be a number");
-  if (llvm::Error error = core->await(**session, id, *deadline))
+  if (llvm::Error error = core->await(*session, id, deadline))
     return error;
   sendJson(res, 200, {{"launch", id}});
   return llvm::Error::success();
@@ -325,16 +338,11 @@ llvm::Error ExecutorServer::Impl::await(const httplib::Request &req, httplib::Re
 
 llvm::Error ExecutorServer::Impl::call(const httplib::Request &req, httplib::Response &res,
                                        const httplib::ContentReader &reader) {
-  llvm::Expected<SessionRef> session = findSession(req);
-  if (!session) {
-    drain(reader);
-    return session.takeError();
-  }
-  llvm::Expected<Clock::time_point> deadline = deadlineFor(req);
-  if (!deadline) {
-    drain(reader);
-    return deadline.takeError();
-  }
+  llvm::Expected<Scope> scoped = scope(req, &reader);
+  if (!scoped)
+    return scoped.takeError();
+  SessionRef &session = scoped->session;
+  Clock::time_point deadline = scoped->deadline;
   std::string symbol = req.matches[2];
   uint64_t outputSize = 0;
   bool badSize =
@@ -353,7 +361,7 @@ llvm::Error ExecutorServer::Impl::call(const httplib::Request &req, httplib::Res
   if (badSize)
     return makeWireError("bad_request", "header " + llvm::Twine(wire::kOutputSizeHeader) +
                                             " must give the reply size in bytes");
-  llvm::Expected<std::string> output = core->call(**session, symbol, input, outputSize, *deadline);
+  llvm::Expected<std::string> output = core->call(*session, symbol, input, outputSize, deadline);
   if (!output)
     return output.takeError();
   res.status = 200;
