@@ -3,6 +3,7 @@
 // happened; the executor keeps serving, the session's next launch works without re-shipping,
 // other sessions never notice, deadlines end spinning kernels, and health and metrics say
 // what happened.
+#include "tests/executor/Replies.h"
 #include "tests/kernels/KernelPaths.h"
 #include "tests/transport/ExecutorProcess.h"
 #include "transport/Backend.h"
@@ -29,6 +30,7 @@
 #include <thread>
 
 using namespace std::chrono_literals;
+using namespace courier::testing; // Replies.h: tensors, outcomes, file reading
 using courier::testing::ExecutorConfig;
 using courier::testing::ExecutorProcess;
 using courier::transport::Backend;
@@ -41,8 +43,6 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-const char *const kFrameType = "application/x-courier-frame";
-const char *const kJsonType = "application/json";
 const char *const kDeadlineHeader = "X-Courier-Deadline-Ms";
 /// Bounds every launch of a test that is not about the server's default deadline, so a
 /// kernel that is neither contained nor ended fails its test instead of stalling it.
@@ -51,94 +51,6 @@ const char *const kTestLaunchTimeoutMs = "20000";
 const char *const kPlusOne = "_catalyst_pyface_plus_one";
 const char *const kNullLoad = "_catalyst_pyface_null_load";
 const char *const kLoopForever = "_catalyst_pyface_loop_forever";
-
-std::string readFile(const char *path) {
-  auto buffer = llvm::MemoryBuffer::getFile(path);
-  REQUIRE(buffer);
-  return (*buffer)->getBuffer().str();
-}
-
-/// A tensor as it travels in a launch frame: packed row-major bytes.
-struct Tensor {
-  int64_t elemSize = 0;
-  std::vector<int64_t> sizes;
-  std::string bytes;
-};
-
-Tensor f64s(const std::vector<double> &values) {
-  return {8,
-          {static_cast<int64_t>(values.size())},
-          std::string(reinterpret_cast<const char *>(values.data()), values.size() * 8)};
-}
-
-Tensor i64Scalar(int64_t value) {
-  return {8, {}, std::string(reinterpret_cast<const char *>(&value), 8)};
-}
-
-/// A rank-1 i8 tensor holding `text` and, when `terminate`, a trailing NUL.
-Tensor chars(const std::string &text, bool terminate) {
-  std::string bytes = terminate ? text + '\0' : text;
-  return {1, {static_cast<int64_t>(bytes.size())}, bytes};
-}
-
-struct ResultShape {
-  int64_t rank = 0;
-  int64_t elemSize = 0;
-};
-
-/// What a request got back, decoded enough to check and to describe in a failure.
-struct Outcome {
-  int status = 0; ///< 0 when no reply arrived.
-  std::string code, message;
-  std::vector<std::string> results; ///< Each result's bytes, for a launch frame.
-  std::string body;
-
-  std::string describe() const {
-    if (status == 0)
-      return "no reply: " + message;
-    return "status " + std::to_string(status) + (code.empty() ? "" : " " + code + ": " + message) +
-           (!results.empty() ? ", " + std::to_string(results.size()) + " result(s)"
-            : code.empty()   ? ", body: " + body.substr(0, 300)
-                             : "");
-  }
-};
-
-Outcome outcomeOf(const httplib::Result &res) {
-  Outcome outcome;
-  if (!res) {
-    outcome.message = httplib::to_string(res.error());
-    return outcome;
-  }
-  outcome.status = res->status;
-  outcome.body = res->body;
-  if (res->get_header_value("Content-Type") == kFrameType) {
-    size_t newline = res->body.find('\n');
-    json header = json::parse(res->body.substr(0, newline), nullptr, false);
-    if (newline != std::string::npos && header.is_object() && header.contains("results"))
-      for (const json &result : header["results"])
-        outcome.results.push_back(res->body.substr(newline + 1 + result["offset"].get<size_t>(),
-                                                   result["bytes"].get<size_t>()));
-    return outcome;
-  }
-  json body = json::parse(res->body, nullptr, false);
-  if (body.is_object() && body.contains("error") && body["error"].is_object()) {
-    outcome.code = body["error"].value("code", "");
-    outcome.message = body["error"].value("message", "");
-  }
-  return outcome;
-}
-
-std::vector<double> doublesOf(const std::string &bytes) {
-  std::vector<double> values(bytes.size() / 8);
-  std::memcpy(values.data(), bytes.data(), values.size() * 8);
-  return values;
-}
-
-int64_t i64Of(const std::string &bytes) {
-  int64_t value = 0;
-  std::memcpy(&value, bytes.data(), std::min<size_t>(bytes.size(), 8));
-  return value;
-}
 
 /// The /v1 protocol spoken directly on loopback, every request bounded by timeouts.
 class Client {

@@ -3,6 +3,7 @@
 // stopped or killed from outside, sessions crash over and over, and SIGTERM arrives with all
 // of it going on. Whatever happens, the main process answers the request that caused it with
 // an error, keeps serving every other session, and leaks no descriptors, zombies or threads.
+#include "tests/executor/Replies.h"
 #include "tests/kernels/KernelPaths.h"
 #include "tests/transport/ExecutorProcess.h"
 #include "transport/Backend.h"
@@ -29,6 +30,7 @@
 #include <unistd.h>
 
 using namespace std::chrono_literals;
+using namespace courier::testing; // Replies.h: tensors, outcomes, file reading
 using courier::testing::ExecutorConfig;
 using courier::testing::ExecutorProcess;
 using courier::transport::ObjectBlob;
@@ -36,74 +38,6 @@ using json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
 namespace {
-
-const char *const kFrameType = "application/x-courier-frame";
-const char *const kJsonType = "application/json";
-
-std::string readFile(const char *path) {
-  auto buffer = llvm::MemoryBuffer::getFile(path);
-  REQUIRE(buffer);
-  return (*buffer)->getBuffer().str();
-}
-
-struct Tensor {
-  int64_t elemSize = 0;
-  std::vector<int64_t> sizes;
-  std::string bytes;
-};
-
-Tensor f64s(const std::vector<double> &values) {
-  return {8,
-          {static_cast<int64_t>(values.size())},
-          std::string(reinterpret_cast<const char *>(values.data()), values.size() * 8)};
-}
-
-Tensor i64Scalar(int64_t value) {
-  return {8, {}, std::string(reinterpret_cast<const char *>(&value), 8)};
-}
-
-struct Outcome {
-  int status = 0; ///< 0 when no reply arrived.
-  std::string code, message, body;
-  std::vector<std::string> results;
-
-  std::string describe() const {
-    if (status == 0)
-      return "no reply: " + message;
-    return "status " + std::to_string(status) + (code.empty() ? "" : " " + code + ": " + message);
-  }
-};
-
-Outcome outcomeOf(const httplib::Result &res) {
-  Outcome outcome;
-  if (!res) {
-    outcome.message = httplib::to_string(res.error());
-    return outcome;
-  }
-  outcome.status = res->status;
-  outcome.body = res->body;
-  if (res->get_header_value("Content-Type") == kFrameType) {
-    size_t newline = res->body.find('\n');
-    json header = json::parse(res->body.substr(0, newline), nullptr, false);
-    if (newline != std::string::npos && header.is_object() && header.contains("results"))
-      for (const json &result : header["results"])
-        outcome.results.push_back(res->body.substr(newline + 1 + result["offset"].get<size_t>(),
-                                                   result["bytes"].get<size_t>()));
-    return outcome;
-  }
-  json body = json::parse(res->body, nullptr, false);
-  if (body.is_object() && body.contains("error") && body["error"].is_object()) {
-    outcome.code = body["error"].value("code", "");
-    outcome.message = body["error"].value("message", "");
-  }
-  return outcome;
-}
-
-std::vector<double> doublesOf(const std::string &bytes) {
-  std::vector<double> values(bytes.size() / 8);
-  std::memcpy(values.data(), bytes.data(), values.size() * 8);
-  return values;
-}
 
 /// The /v1 protocol on loopback, every request bounded by timeouts.
 class Client {
