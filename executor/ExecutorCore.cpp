@@ -517,17 +517,25 @@ llvm::Error ExecutorCore::Impl::attach(Session &session, llvm::StringRef sha) {
 }
 
 bool ExecutorCore::Impl::detach(Session &session, llvm::StringRef sha) {
-  std::unique_lock<std::mutex> working(session.workerMutex, std::defer_lock);
-  if (isolated())
-    working.lock();
-  std::lock_guard<std::mutex> attaching(session.attachMutex);
-  if (!session.attached.erase(sha.str()))
-    return false;
-  // Unloading cannot fail in a way the client could act on.
   if (!isolated()) {
+    std::lock_guard<std::mutex> attaching(session.attachMutex);
+    if (!session.attached.erase(sha.str()))
+      return false;
     // Launches of the object still running keep its code until they return (ObjectHost).
+    // Unloading cannot fail in a way the client could act on.
     llvm::consumeError(session.host->removeObject(sha));
-  } else if (session.linked.erase(sha.str()) && session.worker && session.worker->alive()) {
+    dropHold(sha);
+    return true;
+  }
+  // workerMutex keeps other attaches out while the worker unloads; attachMutex, which every
+  // launch's attach check takes, is not held across the round trip.
+  std::lock_guard<std::mutex> working(session.workerMutex);
+  {
+    std::lock_guard<std::mutex> attaching(session.attachMutex);
+    if (!session.attached.erase(sha.str()))
+      return false;
+  }
+  if (session.linked.erase(sha.str()) && session.worker && session.worker->alive()) {
     MessageWriter remove(MessageKind::RemoveObject);
     remove.str(sha);
     llvm::consumeError(ask(session, *session.worker, remove.view(), {},
