@@ -423,6 +423,17 @@ llvm::Expected<std::shared_ptr<Session>> ExecutorCore::Impl::createSession(const
       return it->second;
     }
   }
+  auto full = [&] {
+    return makeWireError("too_many_sessions",
+                         llvm::formatv("this executor holds its limit of {0} sessions; close one "
+                                       "or use another executor",
+                                       options.maxSessions));
+  };
+  {
+    std::lock_guard<std::mutex> lock(sessionsMutex);
+    if (sessions.size() >= options.maxSessions)
+      return full();
+  }
   auto session = std::make_shared<Session>();
   session->id = id;
   if (isolated()) {
@@ -442,6 +453,8 @@ llvm::Expected<std::shared_ptr<Session>> ExecutorCore::Impl::createSession(const
   session->touch();
   std::lock_guard<std::mutex> lock(sessionsMutex);
   // Another request may have created the same id meanwhile; the first one wins.
+  if (!sessions.count(id) && sessions.size() >= options.maxSessions)
+    return full();
   auto [it, inserted] = sessions.emplace(id, session);
   created = inserted;
   if (inserted)

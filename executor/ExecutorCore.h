@@ -31,6 +31,9 @@ using transport::TensorView;
 
 struct CoreOptions {
   std::vector<std::string> plugins;
+  /// Most sessions open at once (each isolated one is a process); one more is
+  /// `too_many_sessions`.
+  size_t maxSessions = 128;
   /// Sessions unused for this long are closed.
   std::chrono::seconds idleTimeout{600};
   /// An object no session holds is dropped from the store after this long.

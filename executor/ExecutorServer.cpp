@@ -80,6 +80,7 @@ executor::CoreOptions coreOptions(const ExecutorServerOptions &options) {
   core.workerMemoryMiB = options.workerMemoryMiB;
   core.workerCpuSeconds = options.workerCpuSeconds;
   core.warmWorkers = options.warmWorkers;
+  core.maxSessions = options.maxSessions;
   core.sandbox = options.sandbox;
   core.allowUnsignedObjects = options.allowUnsignedObjects;
   core.workerProgram = options.workerProgram;

@@ -875,3 +875,28 @@ TEST_CASE("large tensors of changing sizes, from four threads on one session, re
   INFO((failures.empty() ? std::string() : failures.front()));
   CHECK(failures.empty());
 }
+
+TEST_CASE("sessions beyond --max-sessions are refused with 503 until one closes",
+          "[containment][limits]") {
+  ExecutorProcess executor(ExecutorConfig{0, "", {"--max-sessions", "2"}});
+  Client client(executor);
+  std::string first = client.openSession();
+  client.openSession();
+  auto refused = [&] {
+    httplib::Client http("127.0.0.1", executor.port());
+    return outcomeOf(http.Post("/v1/sessions", "", kJsonType));
+  };
+  Outcome third = refused();
+  INFO(third.describe());
+  CHECK(third.status == 503);
+  CHECK(third.code == "too_many_sessions");
+  CHECK(executor.metric("courier_sessions") == 2);
+  // No worker was started for the refused session.
+  CHECK(executor.awaitMetricAtMost("courier_workers", 4) <= 4);
+
+  httplib::Client http("127.0.0.1", executor.port());
+  auto closed = http.Delete(("/v1/sessions/" + first).c_str());
+  REQUIRE(closed);
+  CHECK(closed->status == 204);
+  client.openSession();
+}

@@ -18,7 +18,8 @@ static const char *const kUsage =
     "                        [--idle-timeout SECONDS] [--object-grace SECONDS] [--threads N]\n"
     "                        [--max-body-mib N] [--isolation process|none]\n"
     "                        [--launch-timeout-ms N] [--worker-memory-mib N]\n"
-    "                        [--worker-cpu-seconds N] [--warm-workers N] [--no-sandbox]\n"
+    "                        [--worker-cpu-seconds N] [--warm-workers N] [--max-sessions N]\n"
+    "                        [--no-sandbox]\n"
     "                        [--allow-unsigned-objects] [--quiet]\n"
     "  --listen        address to bind (default 127.0.0.1:7000; port 0 picks a free one)\n"
     "  --plugin        shared library whose symbols `call` can reach (repeatable)\n"
@@ -34,6 +35,7 @@ static const char *const kUsage =
     "  --worker-memory-mib  address space a worker's kernels may use (default 4096)\n"
     "  --worker-cpu-seconds CPU time a worker may use over its life (default: no limit)\n"
     "  --warm-workers  workers started ahead of need (default 2)\n"
+    "  --max-sessions  most sessions open at once, each a worker process (default 128)\n"
     "  --no-sandbox    run workers without seccomp (only where seccomp is unavailable)\n"
     "  --allow-unsigned-objects  accept objects without signature tables\n"
     "  --quiet         do not log one line per request to stderr\n";
@@ -62,7 +64,7 @@ static Expected<ExecutorServerOptions> parseArguments(int argc, char **argv) {
     if (!llvm::is_contained({"--listen", "--plugin", "--token-file", "--idle-timeout",
                              "--object-grace", "--threads", "--max-body-mib", "--isolation",
                              "--launch-timeout-ms", "--worker-memory-mib", "--worker-cpu-seconds",
-                             "--warm-workers"},
+                             "--warm-workers", "--max-sessions"},
                             name))
       return args.unknown();
     if (Error e = args.readValue())
@@ -104,6 +106,13 @@ static Expected<ExecutorServerOptions> parseArguments(int argc, char **argv) {
     } else if (name == "--worker-cpu-seconds") {
       if (Error e = args.number(options.workerCpuSeconds))
         return std::move(e);
+    } else if (name == "--max-sessions") {
+      uint64_t most = 0;
+      if (Error e = args.number(most))
+        return std::move(e);
+      if (most == 0)
+        return createStringError("--max-sessions must be positive");
+      options.maxSessions = static_cast<size_t>(most);
     } else if (name == "--warm-workers") {
       if (Error e = args.number(warmWorkers))
         return std::move(e);
