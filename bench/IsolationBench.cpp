@@ -15,6 +15,7 @@
 #include "llvm/Support/MemoryBuffer.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -24,13 +25,16 @@
 #include <fstream>
 #include <functional>
 #include <iterator>
+#include <linux/futex.h>
 #include <map>
 #include <memory>
+#include <new>
 #include <set>
 #include <sstream>
 #include <string>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <thread>
 #include <unistd.h>
@@ -334,6 +338,53 @@ void latency(Pair &pair, int rounds, int perRound) {
   channelBlock();
   channelP50s.clear();
 
+  // A second floor, for the shared-memory doorbell the channel could become: the same round
+  // trip as a futex ping-pong through a shared mapping, each side sleeping in FUTEX_WAIT.
+  struct PingPong {
+    std::atomic<uint32_t> request{0}, reply{0};
+  };
+  void *page = mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (page == MAP_FAILED)
+    die("mmap");
+  auto *bell = new (page) PingPong;
+  auto futexWait = [](std::atomic<uint32_t> &word, uint32_t value) {
+    syscall(SYS_futex, reinterpret_cast<uint32_t *>(&word), FUTEX_WAIT, value, nullptr, nullptr, 0);
+  };
+  auto futexWake = [](std::atomic<uint32_t> &word) {
+    syscall(SYS_futex, reinterpret_cast<uint32_t *>(&word), FUTEX_WAKE, 1, nullptr, nullptr, 0);
+  };
+  pid_t bellEcho = fork();
+  if (bellEcho == 0) {
+    close(ends[0]); // Else the socket's echo never sees its end.
+    uint32_t seen = 0;
+    while (true) {
+      uint32_t now;
+      while ((now = bell->request.load()) == seen)
+        futexWait(bell->request, seen);
+      seen = now;
+      if (seen == UINT32_MAX)
+        _exit(0);
+      bell->reply.store(seen);
+      futexWake(bell->reply);
+    }
+  }
+  std::vector<double> futexP50s;
+  uint32_t rings = 0;
+  auto futexBlock = [&] {
+    std::vector<double> us;
+    for (int i = 0; i < perRound; ++i) {
+      auto start = Clock::now();
+      uint32_t ring = ++rings;
+      bell->request.store(ring);
+      futexWake(bell->request);
+      uint32_t answered;
+      while ((answered = bell->reply.load()) != ring)
+        futexWait(bell->reply, answered);
+      us.push_back(seconds(Clock::now() - start) * 1e6);
+    }
+    futexP50s.push_back(quantile(us, 0.5));
+  };
+
   std::map<const Executor *, std::vector<double>> p50s, p90s;
   std::map<const Executor *, double> meanUs;
   alternate(pair, rounds, [&](Executor &e, int) {
@@ -347,11 +398,17 @@ void latency(Pair &pair, int rounds, int perRound) {
     }
     p50s[&e].push_back(quantile(us, 0.5));
     p90s[&e].push_back(quantile(us, 0.9));
-    if (&e == &pair.isolated)
+    if (&e == &pair.isolated) {
       channelBlock();
+      futexBlock();
+    }
   });
   close(ends[0]);
   waitpid(echo, nullptr, 0);
+  bell->request.store(UINT32_MAX);
+  futexWake(bell->request);
+  waitpid(bellEcho, nullptr, 0);
+  munmap(page, 4096);
   std::vector<double> ratio50, ratio90;
   for (int r = 0; r < rounds; ++r) {
     ratio50.push_back(p50s[&pair.isolated][r] / p50s[&pair.none][r]);
@@ -369,6 +426,9 @@ void latency(Pair &pair, int rounds, int perRound) {
   std::printf("  floor: 64-byte SEQPACKET round trip to a child process p50 %.1f us (median over "
               "rounds)\n",
               median(channelP50s));
+  std::printf("  floor: futex ping-pong through shared memory, both sides sleeping, p50 %.1f us "
+              "(median over rounds)\n",
+              median(futexP50s));
   std::printf("  ratio isolated/none: p50 %.2fx (target <= 1.10x), p90 %.2fx; median of per-round "
               "ratios (p50 ratios %.2f-%.2f)\n",
               median(ratio50), median(ratio90), *std::min_element(ratio50.begin(), ratio50.end()),
