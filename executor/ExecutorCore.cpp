@@ -407,7 +407,7 @@ struct ExecutorCore::Impl {
   /// forgotten, so the next request starts a fresh one. `workerMutex` held.
   /// Counts and logs how a session's worker ended (unless the executor ended it on purpose).
   void noteDeath(Session &s, WorkerProcess &worker, const WorkerDeath &death, llvm::StringRef what);
-  llvm::Expected<Message> ask(Session &s, WorkerProcess &worker, llvm::StringRef bytes,
+  llvm::Expected<Message> ask(Session &s, WorkerProcess &worker, MessageWriter &message,
                               llvm::ArrayRef<int> fds, Clock::time_point deadline,
                               llvm::StringRef what);
 };
@@ -551,7 +551,7 @@ bool ExecutorCore::Impl::detach(Session &session, llvm::StringRef sha) {
   if (session.linked.erase(sha.str()) && session.worker && session.worker->alive()) {
     MessageWriter remove(MessageKind::RemoveObject);
     remove.str(sha);
-    llvm::consumeError(ask(session, *session.worker, remove.view(), {},
+    llvm::consumeError(ask(session, *session.worker, remove, {},
                            Clock::now() + options.launchTimeout, ("unloading object " + sha).str())
                            .takeError());
   }
@@ -668,7 +668,7 @@ llvm::Error ExecutorCore::Impl::linkInto(Session &s, WorkerProcess &worker, llvm
     fds.push_back(shared.fd());
   }
   llvm::Expected<Message> reply =
-      ask(s, worker, add.view(), fds, deadline, ("loading object " + sha).str());
+      ask(s, worker, add, fds, deadline, ("loading object " + sha).str());
   if (!reply)
     return reply.takeError();
   MessageReader in(reply->bytes);
@@ -697,9 +697,9 @@ llvm::Error ExecutorCore::Impl::linkInto(Session &s, WorkerProcess &worker, llvm
 }
 
 llvm::Expected<Message> ExecutorCore::Impl::ask(Session &s, WorkerProcess &worker,
-                                                llvm::StringRef bytes, llvm::ArrayRef<int> fds,
+                                                MessageWriter &message, llvm::ArrayRef<int> fds,
                                                 Clock::time_point deadline, llvm::StringRef what) {
-  llvm::Expected<Message> reply = worker.request(bytes, fds, deadline, what);
+  llvm::Expected<Message> reply = worker.request(message, fds, deadline, what);
   if (reply || worker.alive())
     return reply;
   noteDeath(s, worker, worker.death(), what);
@@ -998,7 +998,7 @@ llvm::Expected<LaunchResults> ExecutorCore::launch(Session &s, llvm::StringRef s
       if (!s.linked.count(sha.str()))
         if (llvm::Error error = impl->linkInto(s, **worker, sha, deadline))
           return std::move(error);
-      return impl->ask(s, **worker, launch.view(), fds, deadline, what);
+      return impl->ask(s, **worker, launch, fds, deadline, what);
     }();
     finished();
     if (!reply) {
@@ -1123,7 +1123,7 @@ llvm::Expected<uint64_t> ExecutorCore::launchAsync(const SessionRef &session, ll
         if (!held->linked.count(object))
           if (llvm::Error error = core->linkInto(*held, **worker, object, deadline))
             return std::move(error);
-        return core->ask(*held, **worker, launch.view(), {}, deadline, "'" + entry + "'");
+        return core->ask(*held, **worker, launch, {}, deadline, "'" + entry + "'");
       }();
       m->launchSeconds.observe(std::chrono::duration<double>(Clock::now() - started).count());
       m->launches++;
@@ -1207,7 +1207,7 @@ llvm::Expected<std::string> ExecutorCore::call(Session &s, llvm::StringRef symbo
       llvm::Expected<std::shared_ptr<WorkerProcess>> worker = impl->liveWorker(s, deadline);
       if (!worker)
         return worker.takeError();
-      return impl->ask(s, **worker, call.view(), fds, deadline, "'" + symbol.str() + "'");
+      return impl->ask(s, **worker, call, fds, deadline, "'" + symbol.str() + "'");
     }();
     if (!reply) {
       metrics.callFailures++;

@@ -143,13 +143,12 @@ bool WorkerProcess::quiet() const {
   return ::poll(&ready, 1, 0) == 0;
 }
 
-llvm::Expected<Message> WorkerProcess::request(llvm::StringRef bytes, llvm::ArrayRef<int> fds,
+llvm::Expected<Message> WorkerProcess::request(MessageWriter &message, llvm::ArrayRef<int> fds,
                                                Clock::time_point deadline, llvm::StringRef what) {
   if (dead)
     return died(what, deadline);
-  std::string framed = bytes.str();
-  appendSequence(framed, ++sequence);
-  if (llvm::Error error = sendMessage(channel.get(), framed, fds)) {
+  message.u64(++sequence);
+  if (llvm::Error error = sendMessage(channel.get(), message.view(), fds)) {
     llvm::consumeError(std::move(error));
     return died(what, deadline);
   }

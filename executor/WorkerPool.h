@@ -59,7 +59,8 @@ public:
   /// fails the request with `kernel_crashed` naming how it died and `what` it was running; a
   /// deadline that passes ends the worker (`deadline_exceeded`). Either way the worker is
   /// dead afterwards and `death()` says why. A Failed reply becomes the error it carries.
-  llvm::Expected<Message> request(llvm::StringRef bytes, llvm::ArrayRef<int> fds,
+  /// The request's sequence number is appended to `message` here.
+  llvm::Expected<Message> request(MessageWriter &message, llvm::ArrayRef<int> fds,
                                   Clock::time_point deadline, llvm::StringRef what);
 
   /// Ends the worker for `reason`; a request waiting on it fails accordingly.

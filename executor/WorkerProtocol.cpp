@@ -158,11 +158,6 @@ llvm::StringRef MessageReader::str() {
   return text;
 }
 
-void appendSequence(std::string &bytes, uint64_t sequence) {
-  for (int i = 0; i < 8; ++i)
-    bytes.push_back(static_cast<char>(sequence >> (8 * i)));
-}
-
 std::optional<uint64_t> takeSequence(std::string &bytes) {
   if (bytes.size() < 9)
     return std::nullopt;

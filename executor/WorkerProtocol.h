@@ -132,10 +132,9 @@ private:
   MessageKind messageKind{};
 };
 
-/// Every request ends with a sequence number that its answer repeats, so the executor can
-/// tell an answer from bytes a kernel wrote to the channel on its own.
-void appendSequence(std::string &bytes, uint64_t sequence);
-/// Strips the trailing sequence number; nothing if the message is too short to hold one.
+/// Every request ends with a sequence number (a trailing u64) that its answer repeats, so the
+/// executor can tell an answer from bytes a kernel wrote to the channel on its own. Strips
+/// the trailing sequence number; nothing if the message is too short to hold one.
 std::optional<uint64_t> takeSequence(std::string &bytes);
 
 /// One message with the descriptors that came with it.
