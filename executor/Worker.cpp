@@ -6,6 +6,7 @@
 #include "executor/ObjectHost.h"
 #include "executor/Sandbox.h"
 #include "executor/WorkerProtocol.h"
+#include "transport/ServerMain.h"
 #include "transport/Wire.h"
 
 #include "llvm/ADT/StringRef.h"
@@ -41,48 +42,41 @@ struct WorkerOptions {
   bool allowUnsigned = false;
 };
 
+const char *const kWorkerUsage =
+    "usage: courier-worker [--parent PID] [--plugin LIB.so]... [--memory-mib N]\n"
+    "                      [--cpu-seconds N] [--no-sandbox] [--allow-unsigned-objects]\n"
+    "  started by courier-executor with its channel on descriptor 3; see executor/Worker.h\n";
+
 llvm::Expected<WorkerOptions> parseOptions(int argc, char **argv) {
   WorkerOptions options;
-  for (int i = 1; i < argc; ++i) {
-    llvm::StringRef arg = argv[i];
-    auto value = [&]() -> llvm::Expected<llvm::StringRef> {
-      if (i + 1 >= argc)
-        return llvm::createStringError(arg + " needs a value");
-      return llvm::StringRef(argv[++i]);
-    };
-    auto number = [&](uint64_t &out) -> llvm::Error {
-      llvm::Expected<llvm::StringRef> text = value();
-      if (!text)
-        return text.takeError();
-      if (text->getAsInteger(10, out))
-        return llvm::createStringError(arg + " expects a number, got '" + *text + "'");
-      return llvm::Error::success();
-    };
-    if (arg == "--no-sandbox") {
+  transport::ArgumentReader args(argc, argv, kWorkerUsage);
+  while (args.next()) {
+    if (args.arg() == "--no-sandbox") {
       options.sandbox = false;
-    } else if (arg == "--allow-unsigned-objects") {
-      options.allowUnsigned = true;
-    } else if (arg == "--plugin") {
-      llvm::Expected<llvm::StringRef> path = value();
-      if (!path)
-        return path.takeError();
-      options.plugins.push_back(path->str());
-    } else if (arg == "--parent") {
-      uint64_t pid = 0;
-      if (llvm::Error e = number(pid))
-        return std::move(e);
-      options.parent = static_cast<pid_t>(pid);
-    } else if (arg == "--memory-mib") {
-      uint64_t mib = 0;
-      if (llvm::Error e = number(mib))
-        return std::move(e);
-      options.limits.memoryBytes = mib << 20;
-    } else if (arg == "--cpu-seconds") {
-      if (llvm::Error e = number(options.limits.cpuSeconds))
-        return std::move(e);
-    } else {
-      return llvm::createStringError("unknown option '" + arg + "'");
+      continue;
     }
+    if (args.arg() == "--allow-unsigned-objects") {
+      options.allowUnsigned = true;
+      continue;
+    }
+    llvm::StringRef name = args.name();
+    if (!llvm::is_contained({"--plugin", "--parent", "--memory-mib", "--cpu-seconds"}, name))
+      return args.unknown();
+    if (llvm::Error e = args.readValue())
+      return std::move(e);
+    if (name == "--plugin") {
+      options.plugins.push_back(args.value());
+      continue;
+    }
+    uint64_t number = 0;
+    if (llvm::Error e = args.number(number))
+      return std::move(e);
+    if (name == "--parent")
+      options.parent = static_cast<pid_t>(number);
+    else if (name == "--memory-mib")
+      options.limits.memoryBytes = number << 20;
+    else
+      options.limits.cpuSeconds = number;
   }
   return options;
 }
