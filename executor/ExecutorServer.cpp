@@ -68,6 +68,18 @@ llvm::Error readFailure(const httplib::Response &res) {
   return makeWireError("bad_frame", "request body could not be read");
 }
 
+/// Reads a whole body into `out`, growing it as the bytes come.
+llvm::Error readBody(const httplib::Request &req, const httplib::Response &res,
+                     const httplib::ContentReader &reader, std::string &out) {
+  out.reserve(initialReserve(req));
+  if (!reader([&](const char *data, size_t size) {
+        out.append(data, size);
+        return true;
+      }))
+    return readFailure(res);
+  return llvm::Error::success();
+}
+
 executor::CoreOptions coreOptions(const ExecutorServerOptions &options) {
   executor::CoreOptions core;
   core.plugins = options.plugins;
@@ -198,12 +210,8 @@ llvm::Error ExecutorServer::Impl::putObject(const httplib::Request &req, httplib
                                             const httplib::ContentReader &reader) {
   std::string sha = req.matches[1];
   auto bytes = std::make_shared<std::string>();
-  bytes->reserve(initialReserve(req));
-  if (!reader([&](const char *data, size_t size) {
-        bytes->append(data, size);
-        return true;
-      }))
-    return readFailure(res);
+  if (llvm::Error error = readBody(req, res, reader, *bytes))
+    return error;
   std::string actual = wire::sha256Hex(*bytes);
   if (actual != sha)
     return makeWireError("hash_mismatch", "object body hashes to " + actual + ", not " + sha);
@@ -353,12 +361,8 @@ llvm::Error ExecutorServer::Impl::call(const httplib::Request &req, httplib::Res
     return makeWireError("payload_too_large", "requested output exceeds the executor's limit");
   }
   std::string input;
-  input.reserve(initialReserve(req));
-  if (!reader([&](const char *data, size_t size) {
-        input.append(data, size);
-        return true;
-      }))
-    return readFailure(res);
+  if (llvm::Error error = readBody(req, res, reader, input))
+    return error;
   if (badSize)
     return makeWireError("bad_request", "header " + llvm::Twine(wire::kOutputSizeHeader) +
                                             " must give the reply size in bytes");
