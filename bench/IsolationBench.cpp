@@ -4,6 +4,7 @@
 // falls on both alike. Noop launch latency, 64 MiB launch throughput, session open with
 // warm workers, and the resident set of the executor and its workers as launches add up.
 // Prints figures and ratios against issue 8's targets (see docs/performance.md).
+#include "bench/BenchSupport.h"
 #include "tests/kernels/KernelPaths.h"
 #include "tests/transport/ExecutorProcess.h"
 #include "transport/Backend.h"
@@ -44,31 +45,11 @@ using namespace courier::transport;
 using courier::testing::ExecutorConfig;
 using courier::testing::ExecutorProcess;
 using Clock = std::chrono::steady_clock;
+using courier::bench::check;
+using courier::bench::die;
+using courier::bench::loadObject;
 
 namespace {
-
-[[noreturn]] void die(const std::string &message) {
-  std::fprintf(stderr, "courier-isolation-bench: %s\n", message.c_str());
-  std::exit(1);
-}
-
-template <typename T> T check(llvm::Expected<T> value, const char *what) {
-  if (!value)
-    die(std::string(what) + ": " + llvm::toString(value.takeError()));
-  return std::move(*value);
-}
-
-void check(llvm::Error error, const char *what) {
-  if (error)
-    die(std::string(what) + ": " + llvm::toString(std::move(error)));
-}
-
-ObjectBlob loadObject(const char *path) {
-  auto buffer = llvm::MemoryBuffer::getFile(path);
-  if (!buffer)
-    die(std::string("reading ") + path);
-  return ObjectBlob::fromBytes((*buffer)->getBuffer().str());
-}
 
 double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 

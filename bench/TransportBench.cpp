@@ -2,6 +2,7 @@
 // latency vs a raw TCP ping-pong, 64 MiB launches vs raw sockets and bare cpp-httplib
 // streaming, and local launches vs a direct call. Prints figures and ratios (see
 // docs/performance.md).
+#include "bench/BenchSupport.h"
 #include "executor/LocalBackend.h"
 #include "tests/kernels/KernelPaths.h"
 #include "tests/transport/ExecutorProcess.h"
@@ -30,31 +31,11 @@
 using namespace courier::transport;
 using courier::testing::ExecutorProcess;
 using Clock = std::chrono::steady_clock;
+using courier::bench::check;
+using courier::bench::die;
+using courier::bench::loadObject;
 
 namespace {
-
-[[noreturn]] void die(const std::string &message) {
-  std::fprintf(stderr, "courier-transport-bench: %s\n", message.c_str());
-  std::exit(1);
-}
-
-template <typename T> T check(llvm::Expected<T> value, const char *what) {
-  if (!value)
-    die(std::string(what) + ": " + llvm::toString(value.takeError()));
-  return std::move(*value);
-}
-
-void check(llvm::Error error, const char *what) {
-  if (error)
-    die(std::string(what) + ": " + llvm::toString(std::move(error)));
-}
-
-ObjectBlob loadObject(const char *path) {
-  auto buffer = llvm::MemoryBuffer::getFile(path);
-  if (!buffer)
-    die(std::string("reading ") + path);
-  return ObjectBlob::fromBytes((*buffer)->getBuffer().str());
-}
 
 struct Percentiles {
   double p50, p99, mean;
