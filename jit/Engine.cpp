@@ -2,6 +2,7 @@
 // run setup(), and call entries through generated packed wrappers.
 #include "jit/Engine.h"
 #include "jit/Internal.h"
+#include "jit/ParseGuard.h"
 
 #include "abi/ContentHash.h"
 #include "dialect/Dialects.h"
@@ -123,21 +124,13 @@ std::optional<TensorSpec> specOf(mlir::Type type) {
   return TensorSpec{*dtype, {}, true};
 }
 
-/// MLIR's parser recurses once per nesting level; text nested deeper than this would
-/// exhaust a thread's stack before any diagnostic. Real programs stay far below it.
-constexpr unsigned kMaxNesting = 512;
-
-/// A diagnostic at the first place where `text` nests regions, lists or parentheses deeper
-/// than kMaxNesting, outside strings and comments.
-std::optional<Diagnostic> checkNesting(llvm::StringRef text, llvm::StringRef name) {
-  size_t at = findExcessNesting(text, kMaxNesting, "{[(", "}])", /*lineComments=*/true);
-  if (at == llvm::StringRef::npos)
+/// A diagnostic at the first place where `text` would make the parser recurse deeper than
+/// kMaxParseDepth.
+std::optional<Diagnostic> checkParseDepth(llvm::StringRef text, llvm::StringRef name) {
+  std::optional<ParseRefusal> refused = findParseRefusal(text);
+  if (!refused)
     return std::nullopt;
-  llvm::StringRef before = text.take_front(at);
-  auto line = static_cast<unsigned>(before.count('\n') + 1);
-  auto column = static_cast<unsigned>(at - (before.rfind('\n') + 1) + 1);
-  return Diagnostic{name.str(), line, column, "error",
-                    llvm::formatv("nested deeper than {0} levels", kMaxNesting).str()};
+  return Diagnostic{name.str(), refused->line, refused->column, "error", refused->message};
 }
 
 bool isLifecycleFunction(llvm::StringRef name) { return name == "setup" || name == "teardown"; }
@@ -386,7 +379,11 @@ const EngineOptions &Engine::options() const { return impl->options; }
 
 llvm::Expected<std::shared_ptr<Module>> Engine::compile(llvm::StringRef text,
                                                         llvm::StringRef name) {
-  return impl->compile(text, name);
+  // Parsing, passes, translation and code generation recurse with the IR's depth: they run
+  // on a stack sized for what checkParseDepth lets through, not on the caller's.
+  std::optional<llvm::Expected<std::shared_ptr<Module>>> compiled;
+  runOnCompileStack([&] { compiled.emplace(impl->compile(text, name)); });
+  return std::move(*compiled);
 }
 
 llvm::Expected<std::shared_ptr<Module>> Engine::Impl::compile(llvm::StringRef text,
@@ -406,7 +403,7 @@ llvm::Expected<std::shared_ptr<Module>> Engine::Impl::compile(llvm::StringRef te
         return cached;
   }
 
-  if (std::optional<Diagnostic> tooDeep = checkNesting(text, name)) {
+  if (std::optional<Diagnostic> tooDeep = checkParseDepth(text, name)) {
     if (options.diagnosticSink)
       options.diagnosticSink(*tooDeep);
     return llvm::make_error<CompileError>(("parsing '" + name + "' failed").str(),

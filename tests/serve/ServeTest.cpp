@@ -974,3 +974,42 @@ TEST_CASE("docs/rest.md lists the server's error codes with their statuses", "[s
     served[info.code] = info.status;
   CHECK(documented == served);
 }
+
+TEST_CASE("MLIR built to exhaust the parser's stack is 422 at its place, and the server lives",
+          "[serve]") {
+  ServeProcess serve;
+  auto http = serve.client();
+  auto repeat = [](const std::string &piece, size_t times) {
+    std::string text;
+    for (size_t i = 0; i < times; ++i)
+      text += piece;
+    return text;
+  };
+  struct Hostile {
+    const char *name;
+    std::string text;
+    const char *place;
+  };
+  std::vector<Hostile> hostile = {
+      {"minus", "#m = affine_map<(d0) -> (" + std::string(250000, '-') + "d0)>\nmodule {}\n",
+       "minus:1:536"},
+      {"tuples",
+       "func.func private @f() -> " + repeat("tuple<", 100000) + "i32" + repeat(">", 100000),
+       "tuples:1:3104"},
+      {"locations",
+       "module {} loc(" + repeat("callsite(", 100000) + "\"a\":1:1" +
+           repeat(" at \"b\":1:1)", 100000) + ")",
+       "locations:1:4622"},
+  };
+  for (const Hostile &h : hostile) {
+    INFO(h.name);
+    Reply reply = put(*http, std::string("/v1/modules/") + h.name, h.text, "text/plain");
+    INFO(reply.raw.substr(0, 500));
+    CHECK(reply.status == 422);
+    CHECK(errorCode(reply) == "compile_failed");
+    CHECK_THAT(reply.body["error"]["message"].get<std::string>(),
+               Catch::Contains(h.place) && Catch::Contains("nested deeper than 512 levels"));
+  }
+  requireCreated(*http, "scale", kVersionA);
+  CHECK(outputData(post(*http, "/v1/modules/scale/invoke/main", kInvokeBody)) == kResultA);
+}

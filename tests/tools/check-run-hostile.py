@@ -1,0 +1,59 @@
+#!/usr/bin/env python3
+"""courier-run on texts built to exhaust the MLIR parser's stack: each ends with a one-line
+compile error at the offending place and exit status 1, never with a signal."""
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+
+def chain(op, count):
+    terms = "".join(f" {op} {'d1' if i % 2 else 's0'}" for i in range(count))
+    return f"#m = affine_map<(d0, d1)[s0] -> (d0{terms})>\nmodule {{}}\n"
+
+
+# (what, text, line:column the error must name)
+HOSTILE = [
+    ("unary minus", "#m = affine_map<(d0) -> (" + "-" * 250000 + "d0)>\nmodule {}\n", "1:536"),
+    ("tuple types", "func.func private @f() -> " + "tuple<" * 1000000 + "i32" + ">" * 1000000,
+     f"1:{26 + 6 * 513}"),
+    ("llvm structs", "llvm.func @f(" + "!llvm.struct<(" * 100000 + "i32" + ")>" * 100000 + ")",
+     f"1:{13 + 14 * 256}"),
+    ("regions", "module {" * 100000 + "}" * 100000, f"1:{8 * 513}"),
+    ("call site locations",
+     "module {} loc(" + "callsite(" * 100000 + '"a":1:1' + ' at "b":1:1)' * 100000 + ")",
+     f"1:{14 + 9 * 512}"),
+    ("a chain of additions", chain("+", 50000), f"1:{35 + 5 * 510 + 2}"),
+]
+
+
+def main():
+    courier_run = sys.argv[1]
+    work = tempfile.mkdtemp(prefix="courier-run-hostile-")
+    failures = []
+    try:
+        for what, text, place in HOSTILE:
+            path = os.path.join(work, "hostile.mlir")
+            with open(path, "w") as f:
+                f.write(text)
+            proc = subprocess.run(
+                [courier_run, path, "--cache-dir", os.path.join(work, "cache")],
+                capture_output=True, text=True, timeout=120)
+            err = proc.stderr.strip()
+            if proc.returncode < 0:
+                failures.append(f"{what}: killed by signal {-proc.returncode}")
+            elif proc.returncode != 1:
+                failures.append(f"{what}: exit status {proc.returncode}, stderr: {err[:300]}")
+            elif f"hostile.mlir:{place}" not in err or "nested deeper than 512 levels" not in err:
+                failures.append(f"{what}: expected an error at {place}, got: {err[:300]}")
+            else:
+                print(f"ok: {what}: {err[:160]}")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    if failures:
+        raise SystemExit("\n".join(failures))
+
+
+if __name__ == "__main__":
+    main()
