@@ -7,7 +7,9 @@
 #include "llvm/Support/MathExtras.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <cmath>
 #include <cstring>
+#include <limits>
 
 namespace courier {
 
@@ -162,6 +164,22 @@ namespace courier {
 
 namespace {
 
+/// JSON has no numbers for NaN and the infinities; they travel as the strings "NaN",
+/// "Infinity" and "-Infinity", the spelling of protobuf's JSON mapping and of JavaScript, which
+/// every JSON parser accepts. The value such a string stands for, or nullopt.
+std::optional<double> nonFiniteOf(const llvm::json::Value &value) {
+  std::optional<llvm::StringRef> text = value.getAsString();
+  if (!text)
+    return std::nullopt;
+  if (*text == "NaN")
+    return std::numeric_limits<double>::quiet_NaN();
+  if (*text == "Infinity")
+    return std::numeric_limits<double>::infinity();
+  if (*text == "-Infinity")
+    return -std::numeric_limits<double>::infinity();
+  return std::nullopt;
+}
+
 /// Flattens nested arrays into their leaves, inferring the shape from the first path and
 /// checking every other path against it.
 struct Flattener {
@@ -188,8 +206,9 @@ struct Flattener {
           return error;
       return llvm::Error::success();
     }
-    if (!value.getAsBoolean() && !value.getAsNumber())
-      return llvm::createStringError("expected a number, got %s",
+    if (!value.getAsBoolean() && !value.getAsNumber() && !nonFiniteOf(value))
+      return llvm::createStringError("expected a number, got %s (NaN and the infinities are "
+                                     "\"NaN\", \"Infinity\" and \"-Infinity\")",
                                      llvm::formatv("{0}", value).str().c_str());
     if (!leafDepth)
       leafDepth = depth;
@@ -207,6 +226,11 @@ llvm::Error checkRange(const llvm::json::Value &value, DType dtype, size_t index
     return llvm::Error::success();
   if (value.getAsBoolean())
     return llvm::Error::success();
+  if (nonFiniteOf(value))
+    return llvm::createStringError("element %zu is %s, which only a float dtype (f16, f32, f64) "
+                                   "can hold, not %s",
+                                   index, llvm::formatv("{0}", value).str().c_str(),
+                                   dtypeName(dtype).str().c_str());
   int64_t lo, hi;
   switch (dtype) {
   case DType::I1:
@@ -339,6 +363,8 @@ llvm::Expected<Tensor> tensorFromJSON(const llvm::json::Value &value, const Tens
   for (const llvm::json::Value *v : data) {
     if (std::optional<bool> b = v->getAsBoolean())
       numbers.push_back(*b);
+    else if (std::optional<double> special = nonFiniteOf(*v))
+      numbers.push_back(*special);
     else
       numbers.push_back(*v->getAsNumber());
   }
@@ -358,7 +384,13 @@ llvm::json::Value tensorToJSON(const Tensor &tensor) {
     case DType::F16:
     case DType::F32:
     case DType::F64:
-      data.push_back(v);
+      // llvm::json would print "nan" and "inf", which no JSON parser reads; -0 is valid.
+      if (std::isnan(v))
+        data.push_back("NaN");
+      else if (std::isinf(v))
+        data.push_back(v > 0 ? "Infinity" : "-Infinity");
+      else
+        data.push_back(v);
       break;
     case DType::I1:
       data.push_back(v != 0);

@@ -4,6 +4,10 @@
 #include "tests/jit/TestSupport.h"
 
 #include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <limits>
 
 using namespace courier;
 using courier::testing::failed;
@@ -126,4 +130,56 @@ TEST_CASE("shapes that overflow and input nested too deep are refused", "[tensor
   // Brackets inside strings do not count.
   llvm::Expected<llvm::json::Value> quoted = parseJSON(R"({"note": "[[[[[[", "data": [1]})", 2);
   CHECK(ok(quoted));
+}
+
+TEST_CASE("NaN and the infinities are written as strings a strict JSON parser accepts",
+          "[tensor]") {
+  double inf = std::numeric_limits<double>::infinity();
+  double nan = std::numeric_limits<double>::quiet_NaN();
+  for (DType dtype : {DType::F16, DType::F32, DType::F64}) {
+    INFO(dtypeName(dtype).str());
+    std::string text = written(Tensor::fromDoubles(dtype, {5}, {inf, 3, -nan, -inf, -0.0}));
+    CHECK(text == R"({"data":["Infinity",3,"NaN","-Infinity",-0],"dtype":")" +
+                      dtypeName(dtype).str() + R"(","shape":[5]})");
+    // nlohmann/json takes only RFC 8259 JSON: bare NaN, Infinity or inf are errors.
+    CHECK(nlohmann::json::accept(text));
+  }
+}
+
+TEST_CASE("\"NaN\", \"Infinity\" and \"-Infinity\" are read back for float dtypes", "[tensor]") {
+  for (DType dtype : {DType::F16, DType::F32, DType::F64}) {
+    INFO(dtypeName(dtype).str());
+    auto read1 = read(R"(["NaN", "Infinity", "-Infinity", -0.0, 1.5])", tensorOf(dtype, {5}));
+    REQUIRE(ok(read1));
+    CHECK(std::isnan(read1->at(0)));
+    CHECK(read1->at(1) == std::numeric_limits<double>::infinity());
+    CHECK(read1->at(2) == -std::numeric_limits<double>::infinity());
+    CHECK(read1->at(3) == 0);
+    CHECK(std::signbit(read1->at(3)));
+    // Written again, the tensor reads the same.
+    CHECK(written(*read1) == R"({"data":["NaN","Infinity","-Infinity",-0,1.5],"dtype":")" +
+                                 dtypeName(dtype).str() + R"(","shape":[5]})");
+  }
+  auto scalar = read(R"("-Infinity")", scalarOf(DType::F32));
+  REQUIRE(ok(scalar));
+  CHECK(scalar->at(0) == -std::numeric_limits<double>::infinity());
+  auto object = read(R"({"dtype": "f64", "shape": [1, 2], "data": [["Infinity", "NaN"]]})",
+                     tensorOf(DType::F64, {1, 2}));
+  REQUIRE(ok(object));
+  CHECK(std::isnan(object->at(1)));
+}
+
+TEST_CASE("non-finite strings are refused for integer dtypes, other strings for all", "[tensor]") {
+  CHECK_THAT(errorOf(read(R"([1, "NaN"])", tensorOf(DType::I32, {2}))),
+             Catch::Contains("element 1 is \"NaN\", which only a float dtype (f16, f32, f64) can "
+                             "hold, not i32"));
+  CHECK_THAT(errorOf(read(R"(["Infinity"])", tensorOf(DType::I64, {1}))),
+             Catch::Contains("only a float dtype"));
+  CHECK_THAT(errorOf(read(R"(["-Infinity"])", tensorOf(DType::I1, {1}))),
+             Catch::Contains("only a float dtype"));
+  // Only the exact spellings: "nan", "inf" and "+Infinity" are typos, not values.
+  for (const char *typo : {R"(["nan"])", R"(["inf"])", R"(["+Infinity"])", R"(["-NaN"])"})
+    CHECK_THAT(errorOf(read(typo, tensorOf(DType::F32, {1}))),
+               Catch::Contains("expected a number, got") &&
+                   Catch::Contains(R"("NaN", "Infinity" and "-Infinity")"));
 }

@@ -1013,3 +1013,33 @@ TEST_CASE("MLIR built to exhaust the parser's stack is 422 at its place, and the
   requireCreated(*http, "scale", kVersionA);
   CHECK(outputData(post(*http, "/v1/modules/scale/invoke/main", kInvokeBody)) == kResultA);
 }
+
+TEST_CASE("NaN and the infinities travel as JSON strings both ways", "[serve]") {
+  ServeProcess serve;
+  auto http = serve.client();
+  // x / [0, 0, 0, -1]: [1, 0, -1, 0] gives [inf, nan, -inf, -0].
+  requireCreated(*http, "divide",
+                 "module {\n"
+                 "  func.func public @main(%x: tensor<4xf32>) -> tensor<4xf32> {\n"
+                 "    %d = arith.constant dense<[0.0, 0.0, 0.0, -1.0]> : tensor<4xf32>\n"
+                 "    %y = arith.divf %x, %d : tensor<4xf32>\n"
+                 "    return %y : tensor<4xf32>\n"
+                 "  }\n"
+                 "}\n");
+  for (const char *inputs :
+       {R"({"inputs": [[1, 0, -1, 0]]})", R"({"inputs": [["Infinity", "NaN", "-Infinity", 0]]})"}) {
+    INFO(inputs);
+    Reply invoked = post(*http, "/v1/modules/divide/invoke/main", inputs);
+    INFO(invoked.raw);
+    REQUIRE(invoked.status == 200);
+    // nlohmann/json reads RFC 8259 only: a bare NaN or inf would not parse.
+    REQUIRE(json::accept(invoked.raw));
+    const json &data = invoked.body["outputs"][0]["data"];
+    CHECK(data[0] == "Infinity");
+    CHECK(data[1] == "NaN");
+    CHECK(data[2] == "-Infinity");
+    // Negative zero is the number -0 (a parser may read it as the integer 0).
+    CHECK(data[3] == 0);
+    CHECK(invoked.raw.find(R"("-Infinity",-0])") != std::string::npos);
+  }
+}
