@@ -419,6 +419,8 @@ llvm::Expected<std::shared_ptr<Module>> Engine::Impl::compile(llvm::StringRef te
       mlir::parseSourceString<mlir::ModuleOp>(text, config, name);
   if (!module)
     return diagnostics.error(("parsing '" + name + "' failed").str());
+  if (mlir::failed(checkConstantSizes(*module, options.maxConstantBytes)))
+    return diagnostics.error(("compiling '" + name + "' failed").str());
   // The engine calls setup() and teardown() as void(void).
   for (llvm::StringRef lifecycle : {"setup", "teardown"}) {
     mlir::Operation *symbol = module->lookupSymbol(lifecycle);
@@ -483,7 +485,7 @@ Engine::Impl::lower(mlir::ModuleOp module, llvm::orc::JITTargetMachineBuilder &j
       return llvm::createStringError("invalid extra pass pipeline '%s': %s",
                                      options.extraPipeline.c_str(), parseError.c_str());
   }
-  buildCourierPipeline(pm, {objectDir(), options.optLevel});
+  buildCourierPipeline(pm, {objectDir(), options.optLevel, options.maxObjectBytes});
   pm.addInstrumentation(std::make_unique<PipelineObserver>(times, objects));
   if (mlir::failed(pm.run(module)))
     return diagnostics.error("lowering '" + module.getSymName().value_or("module").str() +
@@ -504,6 +506,9 @@ Engine::Impl::lower(mlir::ModuleOp module, llvm::orc::JITTargetMachineBuilder &j
   llvm::SmallString<0> object;
   if (llvm::Error error = emitObjectFile(*llvmModule, **machine, options.optLevel, object))
     return std::move(error);
+  if (mlir::failed(checkHostObjectSize(module, object.size(), options.maxObjectBytes)))
+    return diagnostics.error("compiling '" + module.getSymName().value_or("module").str() +
+                             "' failed");
   times.link += msSince(start);
   return std::string(object);
 }

@@ -133,6 +133,17 @@ struct EngineOptions {
   /// $XDG_CACHE_HOME/courier or ~/.cache/courier.
   std::string cacheDir;
   bool diskCache = true;
+  /// The most bytes one constant may hold, counted as it will be built (every element of a
+  /// `dense<1.0> : tensor<100000000xf32>` splat: 400 MB); 0 for no limit. A module over it is
+  /// a CompileError at the constant before any pass runs. Compiling a constant costs several
+  /// times its size in memory and about 35 ms per MiB; the default keeps one under ~2 s and
+  /// ~300 MB, above what programs embed in their text (large data is an input, not a literal).
+  uint64_t maxConstantBytes = uint64_t(64) << 20;
+  /// The most bytes a compiled object may take, the host's and each target module's (which is
+  /// written to the cache dir and shipped whole to its executor); 0 for no limit. A module
+  /// over it is a CompileError at the module that produced the object. The default leaves room
+  /// for four constants at maxConstantBytes.
+  uint64_t maxObjectBytes = uint64_t(256) << 20;
   /// When non-empty, every target goes to this executor ("local" or "host:port") instead
   /// of the address in the IR.
   std::string executorOverride;

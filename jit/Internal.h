@@ -8,6 +8,11 @@
 
 #include "llvm/ADT/StringMap.h"
 #include "llvm/ExecutionEngine/Orc/LLJIT.h"
+#include "llvm/Support/LogicalResult.h"
+
+namespace mlir {
+class Operation;
+} // namespace mlir
 
 namespace courier {
 
@@ -40,6 +45,16 @@ llvm::Error executorError(llvm::Twine context, llvm::Error cause);
 /// does text from "//" to the end of the line. The parsers downstream recurse per level.
 size_t findExcessNesting(llvm::StringRef text, unsigned maxDepth, llvm::StringRef openers,
                          llvm::StringRef closers, bool lineComments);
+
+/// Fails, with an error at the op, if an attribute of `root` or of an op nested in it holds
+/// element data (any ElementsAttr) of more than `maxBytes` (0: no limit) counted as it will be
+/// built, every element of a splat included, or of a size that does not fit in 64 bits. Runs
+/// before any pass: a splat costs nothing to parse but its full size in every pass after.
+llvm::LogicalResult checkConstantSizes(mlir::Operation *root, uint64_t maxBytes);
+
+/// Fails, with an error at `module`, if its host object of `bytes` exceeds `maxBytes` (0: no
+/// limit). Target objects are checked where cross-compile-targets emits them.
+llvm::LogicalResult checkHostObjectSize(mlir::Operation *module, uint64_t bytes, uint64_t maxBytes);
 
 } // namespace courier
 

@@ -219,6 +219,13 @@ struct CrossCompileTargets : impl::CrossCompileTargetsBase<CrossCompileTargets> 
     if (llvm::Error error = emitObjectFile(*module, *machine, optLevel, object))
       return target.emitError("emitting the object for '")
              << triple.str() << "' failed: " << llvm::toString(std::move(error));
+    // Refused before it is written: the workspace is a cache that outlives this compile.
+    if (maxObjectBytes && object.size() > maxObjectBytes)
+      return target.emitError("'")
+             << target->getName() << "'" << (target.getSymName() ? " @" : "")
+             << target.getSymName().value_or("") << " compiled to an object of " << object.size()
+             << " bytes, more than the limit of " << uint64_t(maxObjectBytes)
+             << " (max-object-bytes)";
     return write(target, dir, object);
   }
 

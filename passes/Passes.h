@@ -31,6 +31,7 @@ namespace courier {
 struct PipelineOptions {
   std::string workspace; ///< Where target objects go (see cross-compile-targets).
   unsigned optLevel = 2;
+  uint64_t maxObjectBytes = 0; ///< See cross-compile-targets' max-object-bytes.
 };
 
 /// Tensor-level host module with nested target modules -> LLVM dialect:

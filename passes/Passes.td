@@ -17,7 +17,8 @@ def CrossCompileTargets : Pass<"cross-compile-targets", "::mlir::ModuleOp"> {
 
     `args` points to a struct of pointers, one per input, each to a ranked memref
     descriptor; `results` points to where the entry stores its result descriptor(s), as
-    `_mlir_ciface_<fn>` returns them. An unknown triple is a diagnostic.
+    `_mlir_ciface_<fn>` returns them. An unknown triple is a diagnostic, and so is an object
+    larger than `max-object-bytes`: it would fill the workspace and be shipped whole.
 
     ```mlir
     module @dev attributes {catalyst.target = {triple = "aarch64-unknown-linux-gnu"}} {...}
@@ -30,7 +31,10 @@ def CrossCompileTargets : Pass<"cross-compile-targets", "::mlir::ModuleOp"> {
     Option<"workspace", "workspace", "std::string", /*default=*/"\"\"",
            "Directory for the object files (default: $TMPDIR/courier-objects)">,
     Option<"optLevel", "opt-level", "unsigned", /*default=*/"2",
-           "LLVM optimisation level for the target objects (0-3)">
+           "LLVM optimisation level for the target objects (0-3)">,
+    Option<"maxObjectBytes", "max-object-bytes", "uint64_t", /*default=*/"0",
+           "Largest object a target module may compile to (0: no limit); one larger is an "
+           "error at the module and is not written">
   ];
 }
 

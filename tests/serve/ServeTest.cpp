@@ -1043,3 +1043,74 @@ TEST_CASE("NaN and the infinities travel as JSON strings both ways", "[serve]") 
     CHECK(invoked.raw.find(R"("-Infinity",-0])") != std::string::npos);
   }
 }
+
+TEST_CASE("a constant or object over the server's limits is 422 naming it, and the server "
+          "keeps serving",
+          "[serve]") {
+  ServeProcess serve({"", {"--max-constant-mib", "1", "--max-object-mib", "1"}});
+  auto http = serve.client();
+  // 2 MiB of constant, in a source of 150 bytes.
+  Reply constant = post(*http, "/v1/modules",
+                        createBody("big", "func.func public @f() -> tensor<524288xf32> {\n"
+                                          "  %c = arith.constant dense<1.0> : tensor<524288xf32>\n"
+                                          "  return %c : tensor<524288xf32>\n"
+                                          "}\n"));
+  INFO(constant.raw);
+  CHECK(constant.status == 422);
+  CHECK(errorCode(constant) == "compile_failed");
+  CHECK(constant.body["error"]["diagnostics"][0] ==
+        json({{"file", "big"},
+              {"line", 2},
+              {"column", 8},
+              {"severity", "error"},
+              {"message", "'arith.constant' holds a constant of 2097152 bytes, more than the "
+                          "limit of 1048576 (maxConstantBytes)"}}));
+
+  // Two constants within the limit, 1.6 MB together: unoptimised, both land whole in the
+  // object.
+  Reply object = post(
+      *http, "/v1/modules",
+      createBody("wide",
+                 "module @wide {\n"
+                 "  func.func public @f() -> (tensor<100000xf64>, tensor<100000xf64>) {\n"
+                 "    %a = arith.constant dense<1.0> : tensor<100000xf64>\n"
+                 "    %b = arith.constant dense<2.0> : tensor<100000xf64>\n"
+                 "    return %a, %b : tensor<100000xf64>, tensor<100000xf64>\n"
+                 "  }\n"
+                 "}\n",
+                 {{"optLevel", 0}}));
+  INFO(object.raw);
+  CHECK(object.status == 422);
+  CHECK(errorCode(object) == "compile_failed");
+  CHECK_THAT(object.body["error"]["message"].get<std::string>(),
+             Catch::Contains("'builtin.module' @wide compiled to a host object of") &&
+                 Catch::Contains("more than the limit of 1048576 (maxObjectBytes)"));
+
+  requireCreated(*http, "scale", kVersionA);
+  CHECK(outputData(post(*http, "/v1/modules/scale/invoke/main", kInvokeBody)) == kResultA);
+  CHECK(get(*http, "/v1/modules/big").status == 404);
+  CHECK(get(*http, "/v1/modules/wide").status == 404);
+}
+
+TEST_CASE("by default a 400 MB splat constant is refused at once", "[serve]") {
+  ServeProcess serve;
+  auto http = serve.client();
+  auto started = std::chrono::steady_clock::now();
+  Reply refused =
+      post(*http, "/v1/modules",
+           createBody("huge", "func.func public @f() -> tensor<100000000xf32> {\n"
+                              "  %c = arith.constant dense<1.0> : tensor<100000000xf32>\n"
+                              "  return %c : tensor<100000000xf32>\n"
+                              "}\n"));
+  double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  INFO(refused.raw);
+  CHECK(refused.status == 422);
+  CHECK(errorCode(refused) == "compile_failed");
+  CHECK(refused.body["error"]["message"] ==
+        "compiling 'huge' failed: huge:2:8: error: 'arith.constant' holds a constant of "
+        "400000000 bytes, more than the limit of 67108864 (maxConstantBytes)");
+  CHECK(seconds < 2);
+  requireCreated(*http, "scale", kVersionA);
+  CHECK(outputData(post(*http, "/v1/modules/scale/invoke/main", kInvokeBody)) == kResultA);
+}

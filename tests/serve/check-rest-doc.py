@@ -33,7 +33,7 @@ def main():
     servers = {
         "A": [],
         "TA": ["--token-file", os.path.join(workdir, "token")],
-        "LA": ["--max-modules", "1", "--max-body-bytes", "65536"],
+        "LA": ["--max-modules", "1", "--max-body-bytes", "65536", "--max-constant-mib", "1"],
         "SA": ["--compile-timeout-ms", "1"],
         "WA": ["--watch", watch],
     }

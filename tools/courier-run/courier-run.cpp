@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <csignal>
+#include <cstdint>
 #include <mutex>
 #include <pthread.h>
 
@@ -61,6 +62,15 @@ cl::opt<bool> watch("watch",
                     cl::cat(category));
 cl::opt<unsigned> timeoutMs("timeout-ms", cl::desc("Per-request executor timeout"), cl::init(60000),
                             cl::cat(category));
+cl::opt<uint64_t> maxConstantMiB("max-constant-mib",
+                                 cl::desc("Largest constant a module may hold, counted as "
+                                          "built (a splat at its full size); 0: no limit"),
+                                 cl::init(EngineOptions().maxConstantBytes >> 20),
+                                 cl::cat(category));
+cl::opt<uint64_t> maxObjectMiB("max-object-mib",
+                               cl::desc("Largest object a module (host or target) may compile "
+                                        "to; 0: no limit"),
+                               cl::init(EngineOptions().maxObjectBytes >> 20), cl::cat(category));
 
 int fail(const llvm::Twine &message) {
   llvm::errs() << "courier-run: error: " << message << "\n";
@@ -147,6 +157,12 @@ int main(int argc, char **argv) {
   options.plugins.assign(plugins.begin(), plugins.end());
   options.extraPipeline = extraPipeline;
   options.requestTimeout = std::chrono::milliseconds(timeoutMs);
+  // Beyond 2^44 MiB the byte count would wrap round to a small limit.
+  if (maxConstantMiB > (UINT64_MAX >> 20) || maxObjectMiB > (UINT64_MAX >> 20))
+    return fail(
+        llvm::formatv("--max-constant-mib and --max-object-mib are at most {0}", UINT64_MAX >> 20));
+  options.maxConstantBytes = maxConstantMiB << 20;
+  options.maxObjectBytes = maxObjectMiB << 20;
   if (!tokenFile.empty()) {
     llvm::ErrorOr<std::unique_ptr<llvm::MemoryBuffer>> token =
         llvm::MemoryBuffer::getFile(tokenFile);

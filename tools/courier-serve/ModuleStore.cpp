@@ -192,6 +192,8 @@ Engine &ModuleStore::engineFor(const ModuleOptions &options) {
     engineOptions.cacheDir = config.cacheDir;
     engineOptions.executorOverride = options.executor;
     engineOptions.authToken = config.executorToken;
+    engineOptions.maxConstantBytes = config.maxConstantBytes;
+    engineOptions.maxObjectBytes = config.maxObjectBytes;
     engine = std::make_unique<Engine>(std::move(engineOptions));
   }
   return *engine;

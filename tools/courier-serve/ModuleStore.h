@@ -52,6 +52,9 @@ struct StoreOptions {
   std::string executorToken;   ///< Bearer token for HTTP executors.
   size_t maxModules = 64;      ///< Loaded plus being created.
   std::chrono::milliseconds compileTimeout{60000};
+  /// EngineOptions::maxConstantBytes and maxObjectBytes of every engine; 0 for no limit.
+  uint64_t maxConstantBytes = EngineOptions().maxConstantBytes;
+  uint64_t maxObjectBytes = EngineOptions().maxObjectBytes;
 };
 
 /// What a client may choose per module. Each distinct set is compiled by its own Engine.

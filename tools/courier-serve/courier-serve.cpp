@@ -25,7 +25,7 @@ static const char *const kUsage =
     "usage: courier-serve [--listen HOST:PORT] [--token-file FILE] [--executor ADDR|local]\n"
     "                     [--executor-token-file FILE] [--watch DIR] [--cache-dir DIR]\n"
     "                     [--max-body-bytes N] [--max-modules N] [--compile-timeout-ms N]\n"
-    "                     [--threads N] [--quiet]\n"
+    "                     [--max-constant-mib N] [--max-object-mib N] [--threads N] [--quiet]\n"
     "  --listen              address to bind (default 127.0.0.1:8080; port 0 picks a free one)\n"
     "  --token-file          file holding the bearer token every request must carry\n"
     "  --executor            send every target module to this executor instead of the IR's\n"
@@ -36,6 +36,10 @@ static const char *const kUsage =
     "  --max-body-bytes      largest request body accepted (default 268435456)\n"
     "  --max-modules         most modules held at once (default 64)\n"
     "  --compile-timeout-ms  longest a request waits for a compile (default 60000)\n"
+    "  --max-constant-mib    largest constant a module may hold, a splat counted at its full\n"
+    "                        size (default 64; 0: no limit)\n"
+    "  --max-object-mib      largest object a module (host or target) may compile to\n"
+    "                        (default 256; 0: no limit)\n"
     "  --threads             worker threads; each open connection holds one (default 32)\n"
     "  --quiet               do not log one line per request to stderr\n";
 
@@ -51,6 +55,8 @@ Expected<Arguments> parseArguments(int argc, char **argv) {
   Arguments args;
   std::string listen = "127.0.0.1:8080", tokenFile, executorTokenFile;
   uint64_t maxBody = args.serve.maxBodyBytes, maxModules = 64, timeoutMs = 60000, threads = 32;
+  uint64_t maxConstantMiB = args.store.maxConstantBytes >> 20,
+           maxObjectMiB = args.store.maxObjectBytes >> 20;
   transport::ArgumentReader flags(argc, argv, kUsage);
   while (flags.next()) {
     if (flags.arg() == "--quiet") {
@@ -82,6 +88,10 @@ Expected<Arguments> parseArguments(int argc, char **argv) {
       error = flags.number(timeoutMs);
     else if (name == "--threads")
       error = flags.number(threads);
+    else if (name == "--max-constant-mib")
+      error = flags.number(maxConstantMiB);
+    else if (name == "--max-object-mib")
+      error = flags.number(maxObjectMiB);
     else
       return flags.unknown();
     if (error)
@@ -109,12 +119,18 @@ Expected<Arguments> parseArguments(int argc, char **argv) {
     return createStringError("--max-modules must be at least 1");
   if (maxBody == 0)
     return createStringError("--max-body-bytes must be at least 1");
+  // Beyond 2^44 MiB the byte count would wrap round to a small limit.
+  if (maxConstantMiB > (UINT64_MAX >> 20) || maxObjectMiB > (UINT64_MAX >> 20))
+    return createStringError("--max-constant-mib and --max-object-mib are at most " +
+                             Twine(UINT64_MAX >> 20));
   if (!args.watchDir.empty() && !sys::fs::is_directory(args.watchDir))
     return createStringError("--watch '" + args.watchDir + "' is not a directory");
   args.serve.threads = static_cast<unsigned>(threads);
   args.serve.maxBodyBytes = maxBody;
   args.store.maxModules = static_cast<size_t>(maxModules);
   args.store.compileTimeout = std::chrono::milliseconds(timeoutMs);
+  args.store.maxConstantBytes = maxConstantMiB << 20;
+  args.store.maxObjectBytes = maxObjectMiB << 20;
   return args;
 }
 
