@@ -6,6 +6,7 @@
 #ifndef COURIER_ABI_CONTENTHASH_H
 #define COURIER_ABI_CONTENTHASH_H
 
+#include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/SHA256.h"
@@ -17,6 +18,19 @@ namespace courier {
 /// Lowercase hex SHA-256 of `bytes` (64 characters).
 inline std::string sha256Hex(llvm::StringRef bytes) {
   return llvm::toHex(llvm::SHA256::hash(llvm::arrayRefFromStringRef(bytes)), /*LowerCase=*/true);
+}
+
+/// The SHA-256 an object's name claims for its bytes: `<hash>` for a name whose last
+/// component (after the last '/' or ':') is `<64 lowercase hex>.o`, as the cache, the
+/// workspace and in-memory objects (`memory:<hash>.o`) are named; empty for any other name.
+/// A reader compares it with sha256Hex of what it read, so that a replaced or damaged file
+/// is refused rather than run.
+inline llvm::StringRef claimedContentHash(llvm::StringRef path) {
+  llvm::StringRef name = path.substr(path.find_last_of("/:") + 1);
+  if (!name.consume_back(".o") || name.size() != 64 ||
+      !llvm::all_of(name, [](char c) { return llvm::isDigit(c) || (c >= 'a' && c <= 'f'); }))
+    return {};
+  return name;
 }
 
 } // namespace courier

@@ -1,6 +1,7 @@
 // The engine: parse, run the dispatch pipeline, emit and link the host object with ORC,
 // run setup(), and call entries through generated packed wrappers.
 #include "jit/Engine.h"
+#include "jit/DiskCache.h"
 #include "jit/Internal.h"
 #include "jit/ParseGuard.h"
 
@@ -38,6 +39,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <map>
 #include <mutex>
 #include <unordered_map>
 
@@ -52,29 +54,13 @@ double msSince(Clock::time_point start) {
 }
 
 /// Bumped whenever the compiled form changes, so stale disk-cache entries are not used.
-constexpr llvm::StringLiteral kCacheFormat = "courier-host-v1";
+constexpr llvm::StringLiteral kCacheFormat = "courier-host-v2";
 
-std::string defaultCacheDir() {
-  llvm::SmallString<256> dir;
-  if (std::optional<std::string> xdg = llvm::sys::Process::GetEnv("XDG_CACHE_HOME");
-      xdg && !xdg->empty())
-    dir = *xdg;
-  else if (std::optional<std::string> home = llvm::sys::Process::GetEnv("HOME");
-           home && !home->empty())
-    llvm::sys::path::append(dir, *home, ".cache");
-  else
-    llvm::sys::path::system_temp_directory(/*ErasedOnReboot=*/true, dir);
-  llvm::sys::path::append(dir, "courier");
-  return std::string(dir);
-}
-
-/// Writes `bytes` to `path` through a temporary file and a rename, so concurrent writers
-/// and readers never see a torn file.
-llvm::Error writeAtomically(llvm::StringRef path, llvm::StringRef bytes) {
-  return llvm::writeToOutput(path, [&](llvm::raw_ostream &os) {
-    os << bytes;
-    return llvm::Error::success();
-  });
+/// The name host code ships a target object by: its path in the disk cache, or with no
+/// cache a name that exists only in memory. The runtime takes the bytes from the module's
+/// scope either way.
+std::string objectName(const DiskCache *cache, llvm::StringRef sha256) {
+  return cache ? cache->objectPath(sha256) : memoryObjectName(sha256);
 }
 
 std::optional<DType> dtypeOf(mlir::Type type) {
@@ -272,24 +258,17 @@ private:
   std::vector<Diagnostic> diagnostics;
 };
 
-/// Times the passes and notes the object files cross-compile-targets writes.
+/// Times the passes, cross-compile-targets apart.
 class PipelineObserver : public mlir::PassInstrumentation {
 public:
-  PipelineObserver(PhaseTimes &times, std::vector<std::string> &objects)
-      : times(times), objects(objects) {}
+  explicit PipelineObserver(PhaseTimes &times) : times(times) {}
   void runBeforePass(mlir::Pass *, mlir::Operation *) override { start = Clock::now(); }
-  void runAfterPass(mlir::Pass *pass, mlir::Operation *op) override {
+  void runAfterPass(mlir::Pass *pass, mlir::Operation *) override {
     double ms = msSince(start);
-    if (pass->getArgument() != "cross-compile-targets") {
+    if (pass->getArgument() == "cross-compile-targets")
+      times.crossCompile += ms;
+    else
       times.passes += ms;
-      return;
-    }
-    times.crossCompile += ms;
-    op->walk([&](mlir::ModuleOp nested) {
-      if (auto path = nested->getAttrOfType<mlir::StringAttr>(
-              catalyst::CatalystDialect::kObjectFileAttrName))
-        objects.push_back(path.str());
-    });
   }
   void runAfterPassFailed(mlir::Pass *pass, mlir::Operation *op) override {
     times.passes += msSince(start);
@@ -297,7 +276,6 @@ public:
 
 private:
   PhaseTimes &times;
-  std::vector<std::string> &objects;
   Clock::time_point start;
 };
 
@@ -321,41 +299,30 @@ struct Engine::Impl {
   std::optional<llvm::orc::JITTargetMachineBuilder> host;
   std::string hostError;
 
+  /// The disk cache's directory; empty when there is none (disabled, or no default).
   std::string cacheDir() const {
+    if (!options.diskCache)
+      return "";
     return options.cacheDir.empty() ? defaultCacheDir() : options.cacheDir;
-  }
-  std::string objectDir() const {
-    llvm::SmallString<256> dir(cacheDir());
-    llvm::sys::path::append(dir, "objects");
-    return std::string(dir);
-  }
-  std::string hostPath(llvm::StringRef key, llvm::StringRef extension) const {
-    llvm::SmallString<256> path(cacheDir());
-    llvm::sys::path::append(path, "host", key + extension);
-    return std::string(path);
   }
 
   std::string cacheKey(llvm::StringRef text, llvm::StringRef cpu) const {
     std::string material;
     llvm::raw_string_ostream os(material);
     os << kCacheFormat << '\0' << llvm::sys::getProcessTriple() << '\0' << cpu << '\0'
-       << options.optLevel << '\0' << options.extraPipeline << '\0' << objectDir() << '\0' << text;
+       << options.optLevel << '\0' << options.extraPipeline << '\0' << cacheDir() << '\0' << text;
     return sha256Hex(material);
   }
 
   llvm::Expected<std::shared_ptr<Module>> compile(llvm::StringRef text, llvm::StringRef name);
   llvm::Expected<std::string> lower(mlir::ModuleOp module, llvm::orc::JITTargetMachineBuilder &jtmb,
                                     const std::vector<EntrySignature> &entries, PhaseTimes &times,
-                                    std::vector<std::string> &objects,
+                                    const DiskCache *cache, std::vector<CachedObject> &objects,
                                     DiagnosticCollector &diagnostics);
-  std::optional<std::string> loadFromDisk(llvm::StringRef key);
-  void storeToDisk(llvm::StringRef key, llvm::StringRef object,
-                   const std::vector<std::string> &targetObjects);
-  llvm::Expected<std::shared_ptr<Module>> link(std::string name, std::string object,
-                                               llvm::orc::JITTargetMachineBuilder jtmb,
-                                               std::vector<EntrySignature> entries,
-                                               llvm::StringMap<std::string> unsupported,
-                                               PhaseTimes times);
+  llvm::Expected<std::shared_ptr<Module>>
+  link(std::string name, std::string object, llvm::orc::JITTargetMachineBuilder jtmb,
+       std::vector<EntrySignature> entries, llvm::StringMap<std::string> unsupported,
+       std::map<std::string, std::string> targetObjects, PhaseTimes times);
 };
 
 Engine::Engine(EngineOptions options) : impl(std::make_unique<Impl>()) {
@@ -437,24 +404,38 @@ llvm::Expected<std::shared_ptr<Module>> Engine::Impl::compile(llvm::StringRef te
   std::vector<EntrySignature> entries = prepareEntries(*module, unsupported);
   times.parse = msSince(start);
 
+  // Opened, and its directory checked, by every compile that may use it: a directory
+  // swapped since the last compile is refused like any other.
+  std::unique_ptr<DiskCache> cache;
+  if (std::string dir = cacheDir(); !dir.empty()) {
+    llvm::Expected<std::unique_ptr<DiskCache>> opened = DiskCache::open(dir, options.cacheMaxBytes);
+    if (!opened)
+      return opened.takeError();
+    cache = std::move(*opened);
+  }
   std::string object;
-  if (std::optional<std::string> cached = options.diskCache ? loadFromDisk(key) : std::nullopt) {
-    object = std::move(*cached);
+  std::vector<CachedObject> targets;
+  if (std::optional<DiskCache::HostEntry> cached = cache ? cache->loadHost(key) : std::nullopt) {
+    object = std::move(cached->object);
+    targets = std::move(cached->targets);
     times.cacheHit = true;
   } else {
-    std::vector<std::string> targetObjects;
     llvm::Expected<std::string> lowered =
-        lower(*module, *jtmb, entries, times, targetObjects, diagnostics);
+        lower(*module, *jtmb, entries, times, cache.get(), targets, diagnostics);
     if (!lowered)
       return lowered.takeError();
     object = std::move(*lowered);
-    if (options.diskCache)
-      storeToDisk(key, object, targetObjects);
+    if (cache)
+      cache->storeHost(key, object, targets);
   }
+  // The module ships the bytes checked or built here, never what a file holds later.
+  std::map<std::string, std::string> shipped;
+  for (CachedObject &target : targets)
+    shipped[objectName(cache.get(), target.sha256)] = std::move(target.bytes);
 
   llvm::Expected<std::shared_ptr<Module>> loaded =
       link(name.str(), std::move(object), std::move(*jtmb), std::move(entries),
-           std::move(unsupported), times);
+           std::move(unsupported), std::move(shipped), times);
   if (!loaded)
     return loaded.takeError();
   std::lock_guard<std::mutex> lock(mutex);
@@ -468,7 +449,8 @@ llvm::Expected<std::shared_ptr<Module>> Engine::Impl::compile(llvm::StringRef te
 llvm::Expected<std::string>
 Engine::Impl::lower(mlir::ModuleOp module, llvm::orc::JITTargetMachineBuilder &jtmb,
                     const std::vector<EntrySignature> &entries, PhaseTimes &times,
-                    std::vector<std::string> &objects, DiagnosticCollector &diagnostics) {
+                    const DiskCache *cache, std::vector<CachedObject> &objects,
+                    DiagnosticCollector &diagnostics) {
   mlir::MLIRContext &ctx = *module.getContext();
   mlir::PassManager pm(&ctx, mlir::ModuleOp::getOperationName());
   if (options.printIRAfterAll)
@@ -485,8 +467,14 @@ Engine::Impl::lower(mlir::ModuleOp module, llvm::orc::JITTargetMachineBuilder &j
       return llvm::createStringError("invalid extra pass pipeline '%s': %s",
                                      options.extraPipeline.c_str(), parseError.c_str());
   }
-  buildCourierPipeline(pm, {objectDir(), options.optLevel, options.maxObjectBytes});
-  pm.addInstrumentation(std::make_unique<PipelineObserver>(times, objects));
+  // Objects stay in memory until the compile succeeds; only then are they stored.
+  ObjectSink keep = [&](llvm::StringRef sha256,
+                        llvm::StringRef bytes) -> llvm::Expected<std::string> {
+    objects.push_back({sha256.str(), bytes.str()});
+    return objectName(cache, sha256);
+  };
+  buildCourierPipeline(pm, {"", options.optLevel, options.maxObjectBytes, std::move(keep)});
+  pm.addInstrumentation(std::make_unique<PipelineObserver>(times));
   if (mlir::failed(pm.run(module)))
     return diagnostics.error("lowering '" + module.getSymName().value_or("module").str() +
                              "' failed");
@@ -513,52 +501,10 @@ Engine::Impl::lower(mlir::ModuleOp module, llvm::orc::JITTargetMachineBuilder &j
   return std::string(object);
 }
 
-std::optional<std::string> Engine::Impl::loadFromDisk(llvm::StringRef key) {
-  llvm::ErrorOr<std::unique_ptr<llvm::MemoryBuffer>> manifest =
-      llvm::MemoryBuffer::getFile(hostPath(key, ".manifest"));
-  if (!manifest)
-    return std::nullopt;
-  // "sha256 <hex>" for the host object, then "object <path>" per target object, each of
-  // which must still exist.
-  llvm::SmallVector<llvm::StringRef> lines;
-  (*manifest)->getBuffer().split(lines, '\n', -1, /*KeepEmpty=*/false);
-  std::string expectedHash;
-  for (llvm::StringRef line : lines) {
-    auto [kind, value] = line.split(' ');
-    if (kind == "sha256")
-      expectedHash = value.str();
-    else if (kind == "object" && !llvm::sys::fs::exists(value))
-      return std::nullopt;
-  }
-  llvm::ErrorOr<std::unique_ptr<llvm::MemoryBuffer>> object =
-      llvm::MemoryBuffer::getFile(hostPath(key, ".o"));
-  if (!object || sha256Hex((*object)->getBuffer()) != expectedHash)
-    return std::nullopt;
-  return (*object)->getBuffer().str();
-}
-
-void Engine::Impl::storeToDisk(llvm::StringRef key, llvm::StringRef object,
-                               const std::vector<std::string> &targetObjects) {
-  llvm::SmallString<256> dir(cacheDir());
-  llvm::sys::path::append(dir, "host");
-  if (llvm::sys::fs::create_directories(dir))
-    return; // The disk cache is an optimisation; an unwritable one is skipped.
-  std::string manifest = "sha256 " + sha256Hex(object) + "\n";
-  for (const std::string &path : targetObjects)
-    manifest += "object " + path + "\n";
-  // The object first: a manifest never names an object that is not complete.
-  if (llvm::Error error = writeAtomically(hostPath(key, ".o"), object)) {
-    llvm::consumeError(std::move(error));
-    return;
-  }
-  llvm::consumeError(writeAtomically(hostPath(key, ".manifest"), manifest));
-}
-
-llvm::Expected<std::shared_ptr<Module>> Engine::Impl::link(std::string name, std::string object,
-                                                           llvm::orc::JITTargetMachineBuilder jtmb,
-                                                           std::vector<EntrySignature> entries,
-                                                           llvm::StringMap<std::string> unsupported,
-                                                           PhaseTimes times) {
+llvm::Expected<std::shared_ptr<Module>>
+Engine::Impl::link(std::string name, std::string object, llvm::orc::JITTargetMachineBuilder jtmb,
+                   std::vector<EntrySignature> entries, llvm::StringMap<std::string> unsupported,
+                   std::map<std::string, std::string> targetObjects, PhaseTimes times) {
   auto start = Clock::now();
   auto impl = std::make_unique<Module::Impl>();
   impl->name = std::move(name);
@@ -617,6 +563,7 @@ llvm::Expected<std::shared_ptr<Module>> Engine::Impl::link(std::string name, std
   scopeOptions.backend.requestTimeout = options.requestTimeout;
   scopeOptions.backend.bearerToken = options.authToken;
   scopeOptions.backend.plugins = options.plugins;
+  scopeOptions.objects = std::move(targetObjects);
   impl->scope = std::make_unique<runtime::ModuleScope>(scopeOptions);
   if (setup) {
     start = Clock::now();

@@ -130,9 +130,14 @@ struct PhaseTimes {
 struct EngineOptions {
   unsigned optLevel = 2; ///< 0-3, for host code and target objects.
   /// Holds target objects and the disk cache of compiled host code. Default:
-  /// $XDG_CACHE_HOME/courier or ~/.cache/courier.
+  /// $XDG_CACHE_HOME/courier or ~/.cache/courier; with neither variable set, no disk cache.
+  /// Created 0700; a directory another user owns, or group or others can write, is refused
+  /// (compile fails saying why).
   std::string cacheDir;
+  /// False: the cache directory is neither read nor written; target objects live in memory.
   bool diskCache = true;
+  /// Bound on the disk cache's total size; least recently used files go first. 0: none.
+  uint64_t cacheMaxBytes = uint64_t(1) << 30;
   /// The most bytes one constant may hold, counted as it will be built (every element of a
   /// `dense<1.0> : tensor<100000000xf32>` splat: 400 MB); 0 for no limit. A module over it is
   /// a CompileError at the constant before any pass runs. Compiling a constant costs several

@@ -13,6 +13,7 @@
 #include "llvm/MC/MCSubtargetInfo.h"
 #include "llvm/MC/TargetRegistry.h"
 #include "llvm/Support/FileSystem.h"
+#include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/TargetSelect.h"
 #include "llvm/Target/TargetMachine.h"
@@ -111,9 +112,12 @@ struct CrossCompileTargets : impl::CrossCompileTargetsBase<CrossCompileTargets> 
     registerLLVMDialectTranslation(registry);
   }
 
+  /// Set by the engine: objects go to it rather than to the workspace.
+  ObjectSink sink;
+
   void runOnOperation() override {
     initializeAllTargets();
-    std::string dir = workspace.empty() ? defaultWorkspace() : std::string(workspace);
+    std::string dir = sink || !workspace.empty() ? std::string(workspace) : defaultWorkspace();
     for (ModuleOp target : getTargetModules(getOperation())) {
       if (!target->hasAttr(catalyst::CatalystDialect::kTargetAttrName))
         continue;
@@ -226,16 +230,25 @@ struct CrossCompileTargets : impl::CrossCompileTargetsBase<CrossCompileTargets> 
              << target.getSymName().value_or("") << " compiled to an object of " << object.size()
              << " bytes, more than the limit of " << uint64_t(maxObjectBytes)
              << " (max-object-bytes)";
-    return write(target, dir, object);
+    if (!sink)
+      return write(target, dir, object);
+    llvm::Expected<std::string> name = sink(sha256Hex(object), object);
+    if (!name)
+      return target.emitError("storing the object for '")
+             << triple.str() << "' failed: " << llvm::toString(name.takeError());
+    return *name;
   }
 
   /// Writes the object as <dir>/<sha256>.o, atomically: a concurrent writer of the same
-  /// bytes, or a reader, never sees a torn file.
+  /// bytes, or a reader, never sees a torn file. A file already there is kept only if it
+  /// holds these bytes: its name is no proof of its content.
   FailureOr<std::string> write(ModuleOp target, StringRef dir, StringRef object) {
     std::string hash = sha256Hex(object);
     SmallString<256> path(dir);
     llvm::sys::path::append(path, hash + ".o");
-    if (llvm::sys::fs::exists(path))
+    if (llvm::ErrorOr<std::unique_ptr<llvm::MemoryBuffer>> existing =
+            llvm::MemoryBuffer::getFile(path, /*IsText=*/false, /*RequiresNullTerminator=*/false);
+        existing && (*existing)->getBuffer() == object)
       return std::string(path);
     if (std::error_code ec = llvm::sys::fs::create_directories(dir))
       return target.emitError("cannot create workspace '") << dir << "': " << ec.message();
@@ -250,4 +263,12 @@ struct CrossCompileTargets : impl::CrossCompileTargetsBase<CrossCompileTargets> 
 };
 
 } // namespace
+
+std::unique_ptr<Pass> createCrossCompileTargets(const CrossCompileTargetsOptions &options,
+                                                ObjectSink sink) {
+  auto pass = std::make_unique<CrossCompileTargets>(options);
+  pass->sink = std::move(sink);
+  return pass;
+}
+
 } // namespace courier

@@ -12,6 +12,7 @@
 
 #include "dialect/Dialects.h"
 
+#include <functional>
 #include <string>
 
 namespace llvm {
@@ -27,12 +28,25 @@ namespace courier {
 #define GEN_PASS_REGISTRATION
 #include "passes/Passes.h.inc"
 
+/// Receives each object cross-compile-targets emits, with the SHA-256 of its bytes, and
+/// returns the name the target module is annotated with (`catalyst.object_file`), which host
+/// code ships it by; an error fails the pass. Lets the pass's user decide where objects live
+/// (a checked cache, memory) instead of the pass writing them to a workspace.
+using ObjectSink =
+    std::function<llvm::Expected<std::string>(llvm::StringRef sha256, llvm::StringRef object)>;
+
 /// Options of the whole dispatch pipeline.
 struct PipelineOptions {
   std::string workspace; ///< Where target objects go (see cross-compile-targets).
   unsigned optLevel = 2;
   uint64_t maxObjectBytes = 0; ///< See cross-compile-targets' max-object-bytes.
+  ObjectSink objectSink{};     ///< When set, objects go here and `workspace` is not used.
 };
+
+/// cross-compile-targets handing each object to `sink` instead of writing it to the
+/// workspace (which an empty sink means).
+std::unique_ptr<mlir::Pass> createCrossCompileTargets(const CrossCompileTargetsOptions &options,
+                                                      ObjectSink sink);
 
 /// Tensor-level host module with nested target modules -> LLVM dialect:
 /// lower-runtime-dispatch, one-shot bufferize, cross-compile-targets,

@@ -13,7 +13,10 @@ def CrossCompileTargets : Pass<"cross-compile-targets", "::mlir::ModuleOp"> {
     optimised and emitted in-process as a relocatable object for the `triple` of its
     `catalyst.target` (the host's when absent). The object is written to the workspace
     under the SHA-256 of its bytes, so compiling the same module twice writes the same
-    file, and the module is annotated with `catalyst.object_file`.
+    file (a file already there is kept only if it holds those bytes), and the module is
+    annotated with `catalyst.object_file`. The engine builds the pass with an
+    `ObjectSink` instead: each object is handed to it, and the module is annotated with
+    the name it returns (the engine keeps objects in its checked cache or in memory).
 
     `args` points to a struct of pointers, one per input, each to a ranked memref
     descriptor; `results` points to where the entry stores its result descriptor(s), as

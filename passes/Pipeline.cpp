@@ -59,8 +59,8 @@ void buildBufferizeAndLowerToLLVM(OpPassManager &pm) {
 void buildCourierPipeline(OpPassManager &pm, const PipelineOptions &options) {
   pm.addPass(createLowerRuntimeDispatch());
   addOneShotBufferize(pm);
-  pm.addPass(
-      createCrossCompileTargets({options.workspace, options.optLevel, options.maxObjectBytes}));
+  pm.addPass(createCrossCompileTargets(
+      {options.workspace, options.optLevel, options.maxObjectBytes}, options.objectSink));
   pm.addPass(createDispatchExecutorTargets());
   addLowerToLLVM(pm, /*withExecutor=*/true);
 }

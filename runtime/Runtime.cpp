@@ -2,6 +2,7 @@
 // session, descriptor marshalling, per-thread errors and module scopes.
 #include "runtime/Runtime.h"
 
+#include "abi/ContentHash.h"
 #include "abi/KernelABI.h"
 #include "transport/ErrorCode.h"
 
@@ -40,6 +41,8 @@ struct ModuleScope::State {
   std::mutex objectsMutex;
   /// (session handle, SHA-256) of every object this scope holds.
   std::vector<std::pair<int64_t, std::string>> objects;
+  /// options.objects, hashed once.
+  StringMap<std::shared_ptr<const ObjectBlob>> inMemory;
 };
 
 namespace {
@@ -354,13 +357,32 @@ void addHolder(Session &session, ObjectHolds &holds, StringRef sha, ModuleScope:
 /// Reads and ships the object at `path` unless the session already holds those bytes,
 /// counts the active scope among its holders, and remembers the path so launches can name
 /// the object by it.
-Expected<std::shared_ptr<const ObjectBlob>> sendObject(Session &session, StringRef path) {
+/// The object named `path`: the active scope's copy if it holds one, else the file's bytes,
+/// refused if the file's name claims a hash they do not have.
+Expected<std::shared_ptr<const ObjectBlob>> readObject(StringRef path) {
+  if (activeState)
+    if (auto held = activeState->inMemory.find(path); held != activeState->inMemory.end())
+      return held->second;
   auto buffer = MemoryBuffer::getFile(path, /*IsText=*/false, /*RequiresNullTerminator=*/false);
   if (!buffer)
     return createStringError(buffer.getError(),
                              "reading '" + path + "': " + buffer.getError().message());
   auto blob =
       std::make_shared<const ObjectBlob>(ObjectBlob::fromBytes((*buffer)->getBuffer().str()));
+  if (StringRef claimed = claimedContentHash(path); !claimed.empty() && claimed != blob->sha256)
+    return createStringError(
+        formatv("'{0}' is named by the SHA-256 of an object, but its bytes hash to {1}: "
+                "refusing a replaced or damaged object",
+                path, blob->sha256)
+            .str());
+  return blob;
+}
+
+Expected<std::shared_ptr<const ObjectBlob>> sendObject(Session &session, StringRef path) {
+  Expected<std::shared_ptr<const ObjectBlob>> read = readObject(path);
+  if (!read)
+    return read.takeError();
+  std::shared_ptr<const ObjectBlob> blob = std::move(*read);
   ModuleScope::State *scope = activeState;
   // Held already: one more holder needs no shipping, and a release cannot be under way,
   // since a release first removes the entry under this lock.
@@ -639,6 +661,10 @@ ModuleScope::ModuleScope(ScopeOptions options) : state(std::make_shared<State>()
   static std::atomic<uint64_t> nextId{1};
   state->options = std::move(options);
   state->id = nextId++;
+  for (auto &[name, bytes] : state->options.objects)
+    state->inMemory[name] =
+        std::make_shared<const ObjectBlob>(ObjectBlob::fromBytes(std::move(bytes)));
+  state->options.objects.clear(); // Held once, in inMemory.
 }
 
 ModuleScope::~ModuleScope() {

@@ -8,7 +8,9 @@
 //   later opens share it whatever their options.
 // - `send_binary` re-reads the file every time (an edited object is shipped anew) and
 //   ships only bytes the session does not hold yet; `launch` names the object by the path
-//   last sent, sending it first if it never was.
+//   last sent, sending it first if it never was. A name the active scope holds the bytes
+//   of (ScopeOptions::objects) is not read from disk at all. A file named `<sha256>.o` must
+//   hold bytes with that hash, or it is refused.
 // - `launch` accepts a bare function name for `entry` and calls its `_catalyst_pyface_`
 //   entry. Results arrive contiguous (row-major), as identity-layout host code assumes.
 // - `close` ends the session for every holder of the handle, scopes included.
@@ -27,6 +29,7 @@
 #include "llvm/ADT/ArrayRef.h"
 #include "llvm/Support/Error.h"
 
+#include <map>
 #include <memory>
 #include <string>
 
@@ -38,6 +41,10 @@ struct ScopeOptions {
   /// the one in the IR.
   std::string addressOverride;
   transport::BackendOptions backend;
+  /// Objects the scope's module ships from memory, by the name its code gives them
+  /// (`send_binary`, `launch`): these names are never read from disk, so a file replaced or
+  /// removed after the engine checked (or built) the object changes nothing.
+  std::map<std::string, std::string> objects;
 };
 
 /// Sessions opened and objects shipped on a thread while a scope is entered there are

@@ -2,10 +2,13 @@
 // scopes, threads and leaks.
 #include "runtime/Runtime.h"
 
+#include "abi/ContentHash.h"
+
 #include "tests/runtime/TestSupport.h"
 
 #include "llvm/ADT/SmallString.h"
 #include "llvm/Support/FileSystem.h"
+#include "llvm/Support/MemoryBuffer.h"
 
 #include <malloc.h>
 
@@ -587,4 +590,57 @@ TEST_CASE("the ABI symbol table lists every entry point once", "[runtime]") {
   }
   CHECK(names.size() == 8);
   CHECK(names.count("__catalyst__executor__call_wrapper") == 1);
+}
+
+TEST_CASE("a file named by a hash its bytes do not have is refused, not shipped", "[runtime]") {
+  LocalSession session;
+  auto scale = llvm::MemoryBuffer::getFile(COURIER_KERNEL_SCALE);
+  REQUIRE(scale);
+  llvm::SmallString<128> dir;
+  REQUIRE(!llvm::sys::fs::createUniqueDirectory("courier-runtime-named", dir));
+  // The right bytes under their own hash are shipped; other bytes under that name are not.
+  std::string named = (dir + "/" + courier::sha256Hex((*scale)->getBuffer()) + ".o").str();
+  {
+    std::error_code ec;
+    llvm::raw_fd_ostream os(named, ec);
+    REQUIRE(!ec);
+    os << (*scale)->getBuffer();
+  }
+  CHECK(__catalyst__executor__send_binary(session.handle, named.c_str(), "object") == 0);
+  {
+    auto scale3 = llvm::MemoryBuffer::getFile(COURIER_KERNEL_SCALE3);
+    REQUIRE(scale3);
+    std::error_code ec;
+    llvm::raw_fd_ostream os(named, ec);
+    REQUIRE(!ec);
+    os << (*scale3)->getBuffer();
+  }
+  CHECK(__catalyst__executor__send_binary(session.handle, named.c_str(), "object") != 0);
+  CHECK_THAT(takeMessage(), Catch::Contains(named) && Catch::Contains("refusing a replaced"));
+  llvm::sys::fs::remove_directories(dir);
+}
+
+TEST_CASE("a scope's objects are shipped from memory, never read from a file", "[runtime]") {
+  auto scale = llvm::MemoryBuffer::getFile(COURIER_KERNEL_SCALE);
+  REQUIRE(scale);
+  ScopeOptions options;
+  std::string name = "memory:" + courier::sha256Hex((*scale)->getBuffer()) + ".o";
+  options.objects[name] = (*scale)->getBuffer().str();
+  ModuleScope scope(options);
+  ModuleScope::Entered entered(scope);
+  LocalSession session;
+  REQUIRE(__catalyst__executor__send_binary(session.handle, name.c_str(), "object") == 0);
+  std::vector<double> x{1, 2};
+  auto in = describe<1>(x.data(), {2}, {1});
+  Descriptor<1> out;
+  void *ins[] = {&in};
+  void *outs[] = {&out};
+  int64_t ranks[] = {1}, sizes[] = {8};
+  out.sizes[0] = -1;
+  if (__catalyst__executor__launch(session.handle, "_catalyst_pyface_scale", name.c_str(), 1, ins,
+                                   ranks, sizes, 1, outs, ranks, sizes) != 0)
+    FAIL(takeMessage());
+  auto *data = static_cast<double *>(out.aligned) + out.offset;
+  CHECK(std::vector<double>(data, data + out.sizes[0]) == std::vector<double>{2, 4});
+  std::free(out.allocated);
 }

@@ -14,3 +14,16 @@ TEST_CASE("sha256Hex gives the standard digests in lowercase hex", "[abi]") {
   // Bytes past a NUL count: objects are binary.
   CHECK(courier::sha256Hex(llvm::StringRef("a\0b", 3)) != courier::sha256Hex("a"));
 }
+
+TEST_CASE("an object's name claims a hash only when it is <64 lowercase hex>.o", "[abi]") {
+  std::string hash = courier::sha256Hex("abc");
+  CHECK(courier::claimedContentHash("/c/objects/" + hash + ".o") == hash);
+  CHECK(courier::claimedContentHash(hash + ".o") == hash);
+  CHECK(courier::claimedContentHash("memory:" + hash + ".o") == hash);
+  CHECK(courier::claimedContentHash("/c/objects/" + hash + ".obj").empty());
+  CHECK(courier::claimedContentHash("/c/objects/" + hash.substr(1) + ".o").empty());
+  std::string upper = hash;
+  upper[0] = 'B';
+  CHECK(courier::claimedContentHash(upper + ".o").empty());
+  CHECK(courier::claimedContentHash("/w/kernel.o").empty());
+}

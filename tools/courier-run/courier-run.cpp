@@ -42,8 +42,14 @@ cl::opt<std::string> cacheDir("cache-dir",
                               cl::desc("Cache and object directory (default: "
                                        "$XDG_CACHE_HOME/courier)"),
                               cl::cat(category));
-cl::opt<bool> noCache("no-disk-cache", cl::desc("Neither read nor write the disk cache"),
+cl::opt<bool> noCache("no-disk-cache",
+                      cl::desc("Neither read nor write the cache directory: compiled code and "
+                               "target objects stay in memory"),
                       cl::cat(category));
+cl::opt<uint64_t> cacheMaxMiB("cache-max-mib",
+                              cl::desc("Bound on the disk cache's size in MiB; least recently "
+                                       "used files go first (0: no bound)"),
+                              cl::init(1024), cl::cat(category));
 cl::opt<std::string> tokenFile("token-file",
                                cl::desc("File holding the bearer token for HTTP executors"),
                                cl::cat(category));
@@ -152,6 +158,9 @@ int main(int argc, char **argv) {
   options.optLevel = optLevel;
   options.cacheDir = cacheDir;
   options.diskCache = !noCache;
+  if (cacheMaxMiB > (UINT64_MAX >> 20))
+    return fail("--cache-max-mib is too large");
+  options.cacheMaxBytes = cacheMaxMiB << 20;
   options.executorOverride = executor;
   options.printIRAfterAll = printIR;
   options.plugins.assign(plugins.begin(), plugins.end());

@@ -190,6 +190,7 @@ Engine &ModuleStore::engineFor(const ModuleOptions &options) {
     EngineOptions engineOptions;
     engineOptions.optLevel = options.optLevel;
     engineOptions.cacheDir = config.cacheDir;
+    engineOptions.cacheMaxBytes = config.cacheMaxBytes;
     engineOptions.executorOverride = options.executor;
     engineOptions.authToken = config.executorToken;
     engineOptions.maxConstantBytes = config.maxConstantBytes;

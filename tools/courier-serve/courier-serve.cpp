@@ -24,6 +24,7 @@ using namespace courier::serve;
 static const char *const kUsage =
     "usage: courier-serve [--listen HOST:PORT] [--token-file FILE] [--executor ADDR|local]\n"
     "                     [--executor-token-file FILE] [--watch DIR] [--cache-dir DIR]\n"
+    "                     [--cache-max-mib N]\n"
     "                     [--max-body-bytes N] [--max-modules N] [--compile-timeout-ms N]\n"
     "                     [--max-constant-mib N] [--max-object-mib N] [--threads N] [--quiet]\n"
     "  --listen              address to bind (default 127.0.0.1:8080; port 0 picks a free one)\n"
@@ -33,6 +34,8 @@ static const char *const kUsage =
     "  --executor-token-file file holding the bearer token for HTTP executors\n"
     "  --watch               load DIR/*.mlir as modules named by their stems; reload on change\n"
     "  --cache-dir           engine cache and object directory (default $XDG_CACHE_HOME/courier)\n"
+    "  --cache-max-mib       bound on the cache directory's size; least recently used files\n"
+    "                        go first (default 1024; 0: no bound)\n"
     "  --max-body-bytes      largest request body accepted (default 268435456)\n"
     "  --max-modules         most modules held at once (default 64)\n"
     "  --compile-timeout-ms  longest a request waits for a compile (default 60000)\n"
@@ -55,6 +58,7 @@ Expected<Arguments> parseArguments(int argc, char **argv) {
   Arguments args;
   std::string listen = "127.0.0.1:8080", tokenFile, executorTokenFile;
   uint64_t maxBody = args.serve.maxBodyBytes, maxModules = 64, timeoutMs = 60000, threads = 32;
+  uint64_t cacheMaxMiB = args.store.cacheMaxBytes >> 20;
   uint64_t maxConstantMiB = args.store.maxConstantBytes >> 20,
            maxObjectMiB = args.store.maxObjectBytes >> 20;
   transport::ArgumentReader flags(argc, argv, kUsage);
@@ -80,6 +84,8 @@ Expected<Arguments> parseArguments(int argc, char **argv) {
       args.watchDir = value;
     else if (name == "--cache-dir")
       args.store.cacheDir = value;
+    else if (name == "--cache-max-mib")
+      error = flags.number(cacheMaxMiB);
     else if (name == "--max-body-bytes")
       error = flags.number(maxBody);
     else if (name == "--max-modules")
@@ -129,6 +135,9 @@ Expected<Arguments> parseArguments(int argc, char **argv) {
   args.serve.maxBodyBytes = maxBody;
   args.store.maxModules = static_cast<size_t>(maxModules);
   args.store.compileTimeout = std::chrono::milliseconds(timeoutMs);
+  if (cacheMaxMiB > (UINT64_MAX >> 20))
+    return createStringError("--cache-max-mib is too large");
+  args.store.cacheMaxBytes = cacheMaxMiB << 20;
   args.store.maxConstantBytes = maxConstantMiB << 20;
   args.store.maxObjectBytes = maxObjectMiB << 20;
   return args;
