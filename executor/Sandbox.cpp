@@ -14,6 +14,7 @@
 #include <cstring>
 #include <fcntl.h>
 #include <fstream>
+#include <sched.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -46,26 +47,44 @@ llvm::Error setLimit(int resource, rlim_t value, const char *name) {
 }
 
 int crashChannel = -1;
+/// Set once a report has been sent, so the abort that follows it does not replace it.
+volatile sig_atomic_t crashReported = 0;
+
+void sendReport(const CrashReport &report) {
+  char message[1 + sizeof(CrashReport)];
+  message[0] = static_cast<char>(MessageKind::Crashed);
+  std::memcpy(message + 1, &report, sizeof(report));
+  if (crashChannel >= 0)
+    (void)::send(crashChannel, message, sizeof(message), MSG_NOSIGNAL | MSG_DONTWAIT);
+}
 alignas(16) char alternateStack[64 * 1024];
 
 void reportCrash(int signal, siginfo_t *info, void *) {
-  char message[1 + sizeof(CrashReport)];
   CrashReport report;
   report.signal = signal;
   report.code = info ? info->si_code : 0;
   report.address = info ? reinterpret_cast<uint64_t>(info->si_addr) : 0;
   if (signal == SIGSYS && info)
     report.syscall = info->si_syscall;
-  message[0] = static_cast<char>(MessageKind::Crashed);
-  std::memcpy(message + 1, &report, sizeof(report));
-  if (crashChannel >= 0)
-    (void)::send(crashChannel, message, sizeof(message), MSG_NOSIGNAL | MSG_DONTWAIT);
+  if (!crashReported)
+    sendReport(report);
   // Let the signal end the process the usual way, so the executor's wait sees it too.
   ::signal(signal, SIG_DFL);
   ::raise(signal);
 }
 
 } // namespace
+
+void reportOutOfMemoryAndAbort() {
+  CrashReport report;
+  report.signal = SIGABRT;
+  report.code = kOutOfMemoryCode;
+  sendReport(report);
+  crashReported = 1;
+  ::signal(SIGABRT, SIG_DFL);
+  ::raise(SIGABRT);
+  ::_exit(134);
+}
 
 llvm::Error applyLimits(const SandboxLimits &limits) {
   if (limits.memoryBytes) {
@@ -78,8 +97,9 @@ llvm::Error applyLimits(const SandboxLimits &limits) {
       return error;
   if (llvm::Error error = setLimit(RLIMIT_NOFILE, limits.openFiles, "RLIMIT_NOFILE"))
     return error;
-  if (llvm::Error error = setLimit(RLIMIT_NPROC, 0, "RLIMIT_NPROC"))
-    return error;
+  if (limits.noNewProcesses)
+    if (llvm::Error error = setLimit(RLIMIT_NPROC, 0, "RLIMIT_NPROC"))
+      return error;
   return setLimit(RLIMIT_CORE, 0, "RLIMIT_CORE");
 }
 
@@ -137,6 +157,59 @@ llvm::Error enterSandbox() {
   struct scmp_arg_cmp toSelf = {0, SCMP_CMP_EQ, static_cast<scmp_datum_t>(::getpid()), 0};
   if (int rc = seccomp_rule_add_array(filter, SCMP_ACT_ALLOW, SCMP_SYS(tgkill), 1, &toSelf))
     return systemError("allowing tgkill", -rc);
+  if (int rc = seccomp_load(filter))
+    return systemError("loading the seccomp filter", -rc);
+  return llvm::Error::success();
+}
+
+llvm::Error enterModuleSandbox() {
+  if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
+    return systemError("setting no-new-privs");
+  scmp_filter_ctx filter = seccomp_init(SCMP_ACT_ALLOW);
+  if (!filter)
+    return llvm::createStringError("seccomp_init failed");
+  llvm::scope_exit release([&] { seccomp_release(filter); });
+  static const char *const denied[] = {
+      // other programs and processes
+      "execve", "execveat", "fork", "vfork", "ptrace", "process_vm_readv", "process_vm_writev",
+      "pidfd_open", "pidfd_getfd", "pidfd_send_signal", "process_madvise", "kcmp",
+      // the system itself
+      "mount", "umount2", "pivot_root", "chroot", "unshare", "setns", "open_by_handle_at",
+      "name_to_handle_at", "init_module", "finit_module", "delete_module", "kexec_load",
+      "kexec_file_load", "reboot", "swapon", "swapoff", "acct", "quotactl", "syslog",
+      "settimeofday", "clock_settime", "adjtimex", "clock_adjtime", "sethostname",
+      "setdomainname", "iopl", "ioperm", "vhangup", "lookup_dcookie", "personality",
+      // identity
+      "setuid", "setgid", "setreuid", "setregid", "setresuid", "setresgid", "setgroups",
+      "setfsuid", "setfsgid", "capset",
+      // kernel interfaces a computation has no use for
+      "bpf", "perf_event_open", "userfaultfd", "keyctl", "add_key", "request_key",
+      "io_uring_setup", "io_uring_enter", "io_uring_register", "fanotify_init", "mbind",
+      "move_pages", "migrate_pages"};
+  for (const char *name : denied) {
+    int number = seccomp_syscall_resolve_name(name);
+    if (number == __NR_SCMP_ERROR)
+      continue;
+    if (int rc = seccomp_rule_add(filter, SCMP_ACT_TRAP, number, 0))
+      return systemError(llvm::formatv("denying {0}", name), -rc);
+  }
+  // clone only for threads. clone3 passes its flags in memory a filter cannot read: it fails
+  // with ENOSYS, and the C library falls back to clone.
+  struct scmp_arg_cmp notThread = {0, SCMP_CMP_MASKED_EQ, CLONE_THREAD, 0};
+  if (int rc = seccomp_rule_add_array(filter, SCMP_ACT_TRAP, SCMP_SYS(clone), 1, &notThread))
+    return systemError("limiting clone", -rc);
+  if (int rc = seccomp_rule_add(filter, SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(clone3), 0))
+    return systemError("limiting clone3", -rc);
+  // Signals only to itself: kill(0, ...) or kill(getppid(), ...) would reach the server.
+  scmp_datum_t self = static_cast<scmp_datum_t>(::getpid());
+  struct scmp_arg_cmp other = {0, SCMP_CMP_NE, self, 0};
+  for (int call : {SCMP_SYS(kill), SCMP_SYS(tgkill), SCMP_SYS(rt_sigqueueinfo),
+                   SCMP_SYS(rt_tgsigqueueinfo)})
+    if (int rc = seccomp_rule_add_array(filter, SCMP_ACT_TRAP, call, 1, &other))
+      return systemError("limiting signals", -rc);
+  // tkill names a thread, which may be another process's; raise() uses tgkill.
+  if (int rc = seccomp_rule_add(filter, SCMP_ACT_TRAP, SCMP_SYS(tkill), 0))
+    return systemError("denying tkill", -rc);
   if (int rc = seccomp_load(filter))
     return systemError("loading the seccomp filter", -rc);
   return llvm::Error::success();

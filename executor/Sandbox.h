@@ -18,10 +18,13 @@ struct SandboxLimits {
   uint64_t cpuSeconds = 0;
   /// RLIMIT_NOFILE: a worker needs its channel, its log and a few shared buffers.
   uint64_t openFiles = 32;
+  /// RLIMIT_NPROC 0: no new threads or processes. A module worker needs threads (its
+  /// compiler runs on a large stack of its own), so it relies on its filter instead.
+  bool noNewProcesses = true;
 };
 
-/// Sets RLIMIT_AS, RLIMIT_CPU, RLIMIT_NOFILE, RLIMIT_NPROC (0) and RLIMIT_CORE (0, so a
-/// crashing kernel never writes a core file).
+/// Sets RLIMIT_AS, RLIMIT_CPU, RLIMIT_NOFILE, RLIMIT_NPROC (0, with noNewProcesses) and
+/// RLIMIT_CORE (0, so a crashing kernel never writes a core file).
 llvm::Error applyLimits(const SandboxLimits &limits);
 
 /// Installs handlers for the signals a kernel dies of (on an alternate stack, so a stack
@@ -29,9 +32,20 @@ llvm::Error applyLimits(const SandboxLimits &limits);
 /// signal kill the process with its default action.
 llvm::Error installCrashReporter(int channel);
 
+/// Reports "out of memory" on the crash reporter's channel and aborts: for a worker's
+/// new-handler, so a compile that reaches its memory limit is named as such.
+[[noreturn]] void reportOutOfMemoryAndAbort();
+
 /// Sets PR_SET_NO_NEW_PRIVS and loads the filter: anything not allowed traps with SIGSYS,
 /// which the crash reporter names with the system call's number.
 llvm::Error enterSandbox();
+
+/// The module worker's confinement: a module's host code compiles, reads and writes the
+/// cache, talks to executors and loads plugins, so an allow-list would not fit. Instead
+/// no-new-privs and a deny-list: no new programs or processes (threads only), no signals to
+/// other processes, no tracing or reading other processes' memory, no mounts, namespaces,
+/// identity changes, kernel modules, BPF or io_uring. A denied call traps with SIGSYS.
+llvm::Error enterModuleSandbox();
 
 } // namespace courier::executor
 

@@ -301,12 +301,7 @@ void WorkerPool::refill() {
 }
 
 llvm::Expected<std::unique_ptr<WorkerProcess>> WorkerPool::start() {
-  int ends[2];
-  if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, ends) != 0)
-    return llvm::createStringError(llvm::Twine("socketpair: ") + std::strerror(errno));
-  UniqueFd mine(ends[0]), theirs(ends[1]);
-
-  std::vector<std::string> args = {settings.program, "--parent", std::to_string(::getpid())};
+  std::vector<std::string> args = {"--parent", std::to_string(::getpid())};
   for (const std::string &plugin : settings.plugins) {
     args.push_back("--plugin");
     args.push_back(plugin);
@@ -323,6 +318,19 @@ llvm::Expected<std::unique_ptr<WorkerProcess>> WorkerPool::start() {
     args.push_back("--no-sandbox");
   if (settings.allowUnsignedObjects)
     args.push_back("--allow-unsigned-objects");
+  args.insert(args.end(), settings.extraArguments.begin(), settings.extraArguments.end());
+  return WorkerProcess::spawn(settings.program, args);
+}
+
+llvm::Expected<std::unique_ptr<WorkerProcess>>
+WorkerProcess::spawn(const std::string &program, const std::vector<std::string> &argsIn) {
+  int ends[2];
+  if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, ends) != 0)
+    return llvm::createStringError(llvm::Twine("socketpair: ") + std::strerror(errno));
+  UniqueFd mine(ends[0]), theirs(ends[1]);
+
+  std::vector<std::string> args = {program};
+  args.insert(args.end(), argsIn.begin(), argsIn.end());
   std::vector<char *> argv;
   for (std::string &arg : args)
     argv.push_back(arg.data());
@@ -344,12 +352,12 @@ llvm::Expected<std::unique_ptr<WorkerProcess>> WorkerPool::start() {
   posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
   pid_t pid = -1;
   int rc =
-      ::posix_spawn(&pid, settings.program.c_str(), &actions, &attributes, argv.data(), environ);
+      ::posix_spawn(&pid, program.c_str(), &actions, &attributes, argv.data(), environ);
   posix_spawn_file_actions_destroy(&actions);
   posix_spawnattr_destroy(&attributes);
   if (rc != 0)
     return llvm::createStringError(
-        llvm::formatv("starting {0}: {1}", settings.program, std::strerror(rc)).str());
+        llvm::formatv("starting {0}: {1}", program, std::strerror(rc)).str());
   theirs.reset();
   liveWorkers++;
   std::unique_ptr<WorkerProcess> worker(new WorkerProcess(pid, std::move(mine)));
@@ -368,10 +376,10 @@ llvm::Expected<std::unique_ptr<WorkerProcess>> WorkerPool::start() {
   }
   if (*status == ReceiveStatus::TimedOut)
     return llvm::createStringError(
-        llvm::formatv("{0} did not become ready within {1} s", settings.program,
+        llvm::formatv("{0} did not become ready within {1} s", program,
                       std::chrono::duration_cast<std::chrono::seconds>(kStartTimeout).count())
             .str());
-  return llvm::createStringError(settings.program + " " + describeStatus(worker->reap()) +
+  return llvm::createStringError(program + " " + describeStatus(worker->reap()) +
                                  " while starting");
 }
 

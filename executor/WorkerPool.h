@@ -32,6 +32,8 @@ struct WorkerSettings {
   uint64_t cpuSeconds = 0;
   bool sandbox = true;
   bool allowUnsignedObjects = false;
+  /// Passed after the flags above: what a program other than courier-worker needs.
+  std::vector<std::string> extraArguments;
 };
 
 /// Why the executor ended a worker itself; a worker that dies on its own has none.
@@ -48,6 +50,13 @@ struct WorkerDeath {
 class WorkerProcess {
 public:
   ~WorkerProcess();
+
+  /// Starts `program` with `args` after argv[0] and its channel on kWorkerChannelFd, and
+  /// waits until it reports Ready (or why it could not start). The worker is sent SIGKILL
+  /// when the thread that started it ends (PDEATHSIG), so start workers from a thread that
+  /// lives as long as they may: WorkerPool's.
+  static llvm::Expected<std::unique_ptr<WorkerProcess>>
+  spawn(const std::string &program, const std::vector<std::string> &args);
 
   pid_t pid() const { return processId; }
   bool alive() const { return !dead.load(); }

@@ -318,6 +318,8 @@ std::string signalName(int signal) {
 }
 
 std::string describeCrash(const CrashReport &report) {
+  if (report.signal == SIGABRT && report.code == kOutOfMemoryCode)
+    return "out of memory (SIGABRT)";
   std::string text = signalName(report.signal);
   if (report.signal == SIGSYS && report.syscall >= 0) {
     char *name = seccomp_syscall_resolve_num_arch(SCMP_ARCH_NATIVE, report.syscall);

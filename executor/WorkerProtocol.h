@@ -89,6 +89,10 @@ enum class MessageKind : uint8_t {
   RemoveObject,
   Launch,
   Call,
+  // server -> module worker (jit/ModuleWorker.h)
+  Compile = 16,
+  Invoke,
+  Unload,
   // worker -> main
   Ready = 64,
   Done,    ///< Success; the payload depends on the request.
@@ -167,7 +171,10 @@ struct CrashReport {
   int32_t syscall = -1;
 };
 
-/// "SIGSEGV (address 0x0)", "SIGSYS (system call openat)", "SIGABRT".
+/// CrashReport::code of a worker that ran out of memory (its allocator gave up) and aborts.
+inline constexpr int32_t kOutOfMemoryCode = 0x4f4f4d;
+
+/// "SIGSEGV (address 0x0)", "SIGSYS (system call openat)", "SIGABRT", "out of memory".
 std::string describeCrash(const CrashReport &report);
 /// "SIGKILL", "signal 42" for the signals describeCrash has no name for.
 std::string signalName(int signal);

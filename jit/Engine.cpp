@@ -298,6 +298,8 @@ struct Engine::Impl {
   /// The host's code generation settings, detected once: they key caches and build JITs.
   std::optional<llvm::orc::JITTargetMachineBuilder> host;
   std::string hostError;
+  /// With Isolation::Process: compiles modules in workers instead of here.
+  std::unique_ptr<WorkerLauncher> launcher;
 
   /// The disk cache's directory; empty when there is none (disabled, or no default).
   std::string cacheDir() const {
@@ -314,7 +316,8 @@ struct Engine::Impl {
     return sha256Hex(material);
   }
 
-  llvm::Expected<std::shared_ptr<Module>> compile(llvm::StringRef text, llvm::StringRef name);
+  llvm::Expected<std::shared_ptr<Module>> compile(llvm::StringRef text, llvm::StringRef name,
+                                                  const CompileOptions &compileOptions);
   llvm::Expected<std::string> lower(mlir::ModuleOp module, llvm::orc::JITTargetMachineBuilder &jtmb,
                                     const std::vector<EntrySignature> &entries, PhaseTimes &times,
                                     const DiskCache *cache, std::vector<CachedObject> &objects,
@@ -338,23 +341,26 @@ Engine::Engine(EngineOptions options) : impl(std::make_unique<Impl>()) {
     impl->host = std::move(*detected);
   else
     impl->hostError = llvm::toString(detected.takeError());
+  if (impl->options.isolation == Isolation::Process)
+    impl->launcher = std::make_unique<WorkerLauncher>(impl->options);
 }
 
 Engine::~Engine() = default;
 
 const EngineOptions &Engine::options() const { return impl->options; }
 
-llvm::Expected<std::shared_ptr<Module>> Engine::compile(llvm::StringRef text,
-                                                        llvm::StringRef name) {
+llvm::Expected<std::shared_ptr<Module>> Engine::compile(llvm::StringRef text, llvm::StringRef name,
+                                                        const CompileOptions &compileOptions) {
   // Parsing, passes, translation and code generation recurse with the IR's depth: they run
   // on a stack sized for what checkParseDepth lets through, not on the caller's.
   std::optional<llvm::Expected<std::shared_ptr<Module>>> compiled;
-  runOnCompileStack([&] { compiled.emplace(impl->compile(text, name)); });
+  runOnCompileStack([&] { compiled.emplace(impl->compile(text, name, compileOptions)); });
   return std::move(*compiled);
 }
 
-llvm::Expected<std::shared_ptr<Module>> Engine::Impl::compile(llvm::StringRef text,
-                                                              llvm::StringRef name) {
+llvm::Expected<std::shared_ptr<Module>>
+Engine::Impl::compile(llvm::StringRef text, llvm::StringRef name,
+                      const CompileOptions &compileOptions) {
   if (!host)
     return llvm::createStringError("detecting the host for code generation: %s", hostError.c_str());
   std::optional<llvm::orc::JITTargetMachineBuilder> jtmb = host;
@@ -368,6 +374,24 @@ llvm::Expected<std::shared_ptr<Module>> Engine::Impl::compile(llvm::StringRef te
     if (it != memoryCache.end())
       if (std::shared_ptr<Module> cached = it->second.lock())
         return cached;
+  }
+  auto remember = [&](llvm::Expected<std::shared_ptr<Module>> loaded) {
+    if (!loaded)
+      return loaded;
+    std::lock_guard<std::mutex> lock(mutex);
+    // Entries of unloaded modules are dropped here, so the map tracks live modules only.
+    for (auto it = memoryCache.begin(); it != memoryCache.end();)
+      it = it->second.expired() ? memoryCache.erase(it) : std::next(it);
+    memoryCache[memoryKey] = *loaded;
+    return loaded;
+  };
+  if (launcher) {
+    std::optional<std::chrono::milliseconds> timeout = compileOptions.timeout;
+    if (!timeout && options.compileTimeout.count() > 0)
+      timeout = options.compileTimeout;
+    if (timeout && timeout->count() <= 0)
+      timeout.reset();
+    return remember(launcher->compile(options, text, name, timeout));
   }
 
   if (std::optional<Diagnostic> tooDeep = checkParseDepth(text, name)) {
@@ -433,17 +457,8 @@ llvm::Expected<std::shared_ptr<Module>> Engine::Impl::compile(llvm::StringRef te
   for (CachedObject &target : targets)
     shipped[objectName(cache.get(), target.sha256)] = std::move(target.bytes);
 
-  llvm::Expected<std::shared_ptr<Module>> loaded =
-      link(name.str(), std::move(object), std::move(*jtmb), std::move(entries),
-           std::move(unsupported), std::move(shipped), times);
-  if (!loaded)
-    return loaded.takeError();
-  std::lock_guard<std::mutex> lock(mutex);
-  // Entries of unloaded modules are dropped here, so the map tracks live modules only.
-  for (auto it = memoryCache.begin(); it != memoryCache.end();)
-    it = it->second.expired() ? memoryCache.erase(it) : std::next(it);
-  memoryCache[memoryKey] = *loaded;
-  return loaded;
+  return remember(link(name.str(), std::move(object), std::move(*jtmb), std::move(entries),
+                       std::move(unsupported), std::move(shipped), times));
 }
 
 llvm::Expected<std::string>

@@ -112,6 +112,12 @@ using transport::ErrorCode;
 /// - ErrorCode::ExecutorFailed: an executor reported a failure (or refused a request);
 /// - ErrorCode::ExecutorUnavailable: an executor could not be reached, did not answer in
 ///   time, or could not start a worker,
+/// and, for isolated modules (Isolation::Process),
+/// - ErrorCode::KernelCrashed: the module's worker died while running the call;
+/// - ErrorCode::CompileCrashed: the worker died while compiling or setting up the module;
+/// - ErrorCode::DeadlineExceeded: the compile or call ran past its timeout;
+/// - ErrorCode::WorkerUnavailable: no worker process could be started;
+/// - ErrorCode::UnknownModule: the module was terminated,
 /// so that callers (a REST front end, say) can answer each kind differently. Its text is the
 /// message alone: an executor's own code is already in it ("... [kernel_crashed]").
 class EngineError : public llvm::ErrorInfo<EngineError, transport::CodedError> {
@@ -125,6 +131,17 @@ public:
 struct PhaseTimes {
   double parse = 0, passes = 0, crossCompile = 0, link = 0, ship = 0, run = 0;
   bool cacheHit = false; ///< Served from the memory or disk cache: no pass ran.
+};
+
+/// Where a module's code is parsed, compiled and run.
+enum class Isolation {
+  /// In the calling process: the fastest, and the default for embedding. A module that
+  /// crashes ends the process; a compile or call cannot be stopped.
+  InProcess,
+  /// In a worker process per module (courier-module-worker), sandboxed and limited: a crash
+  /// fails only that module's request, deadlines end the worker, and Module::invoke is
+  /// unchanged for the caller. rawEntry() is unavailable.
+  Process,
 };
 
 struct EngineOptions {
@@ -166,6 +183,47 @@ struct EngineOptions {
   std::function<void(const Diagnostic &)> diagnosticSink;
   /// Prints the IR after every pass to stderr.
   bool printIRAfterAll = false;
+
+  Isolation isolation = Isolation::InProcess;
+  /// With Isolation::Process, the following apply.
+  /// The worker program. Empty: $COURIER_MODULE_WORKER, else courier-module-worker beside
+  /// this process's executable, else the installed one.
+  std::string workerProgram;
+  /// Address space a module's worker may use beyond what it maps at start; 0: no limit.
+  uint64_t workerMemoryMiB = 0;
+  /// No-new-privs and a seccomp filter (executor/Sandbox.h, enterModuleSandbox).
+  bool workerSandbox = true;
+  /// Workers started ahead of need, so a compile or reload does not wait for one to start.
+  unsigned warmWorkers = 1;
+  /// A compile (with setup()) still running after this ends with its worker
+  /// (deadline_exceeded); 0: no limit. CompileOptions::timeout overrides it.
+  std::chrono::milliseconds compileTimeout{0};
+  /// An invoke still running after this ends with its worker (deadline_exceeded); the next
+  /// invoke starts a fresh one. 0: no limit. InvokeOptions::timeout overrides it.
+  std::chrono::milliseconds invokeTimeout{0};
+};
+
+/// Per-call settings of Engine::compile.
+struct CompileOptions {
+  /// Replaces EngineOptions::compileTimeout for this compile; zero means no limit.
+  std::optional<std::chrono::milliseconds> timeout;
+};
+
+/// Per-call settings of Module::invoke.
+struct InvokeOptions {
+  /// Replaces EngineOptions::invokeTimeout for this call; zero means no limit. Enforced
+  /// with Isolation::Process only: in-process code cannot be stopped.
+  std::optional<std::chrono::milliseconds> timeout;
+};
+
+/// The worker of an isolated module.
+struct WorkerState {
+  bool isolated = false; ///< False for in-process modules; the rest is then empty.
+  int pid = 0;           ///< 0 while no worker runs (it died; the next invoke starts one).
+  uint64_t restarts = 0; ///< Workers started after the first.
+  uint64_t crashes = 0;  ///< Workers that died while running a call.
+  /// How the last worker that ended early died: "SIGSEGV (address 0x0) in invoking 'main'".
+  std::string lastDeath;
 };
 
 class Engine;
@@ -187,12 +245,25 @@ public:
   /// Failures come back as EngineError, executor failures with the executor's message.
   /// Tensor arguments are read-only to the compiled code; an entry written at the memref
   /// level receives the caller's bytes directly and must not write its arguments.
-  llvm::Expected<std::vector<Tensor>> invoke(llvm::StringRef entry,
-                                             llvm::ArrayRef<Tensor> inputs) const;
+  ///
+  /// With Isolation::Process the call runs in the module's worker, one call at a time. A
+  /// worker that dies fails the call with ErrorCode::KernelCrashed naming the signal; a
+  /// timeout ends the worker with ErrorCode::DeadlineExceeded. The next call starts a fresh
+  /// worker (compiled again, from the disk cache when it can, and set up again).
+  llvm::Expected<std::vector<Tensor>> invoke(llvm::StringRef entry, llvm::ArrayRef<Tensor> inputs,
+                                             const InvokeOptions &options = {}) const;
 
   /// The `_mlir_ciface_<entry>` function, for callers that pass memref descriptors
-  /// themselves (zero copy). Null if there is no such entry.
+  /// themselves (zero copy). Null if there is no such entry, or the module is isolated.
   void *rawEntry(llvm::StringRef entry) const;
+
+  /// The worker of an isolated module.
+  WorkerState workerState() const;
+
+  /// Ends an isolated module's worker now: calls still running fail with
+  /// ErrorCode::UnknownModule, and later ones too. For an owner that removes the module
+  /// while callers may still hold it. Does nothing in-process.
+  void terminate() const;
 
   /// Compile-phase times of this module.
   const PhaseTimes &compileTimes() const;
@@ -201,6 +272,7 @@ public:
 
 private:
   friend class Engine;
+  friend struct ModuleInternals;
   explicit Module(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl;
 };
@@ -214,7 +286,8 @@ public:
   /// Parses, lowers, cross-compiles and links `text`; `name` names the buffer in
   /// diagnostics. The same text and options return the cached module while it is alive
   /// (memory), or reuse the compiled objects in the cache dir (disk).
-  llvm::Expected<std::shared_ptr<Module>> compile(llvm::StringRef text, llvm::StringRef name);
+  llvm::Expected<std::shared_ptr<Module>> compile(llvm::StringRef text, llvm::StringRef name,
+                                                  const CompileOptions &compileOptions = {});
 
   const EngineOptions &options() const;
 

@@ -19,7 +19,11 @@ namespace courier {
 /// Packed wrappers are `<kPackedPrefix><entry>(void **args)`; see addPackedWrapper.
 inline constexpr llvm::StringLiteral kPackedPrefix = "_courier_packed_";
 
+class IsolatedWorker;
+
 struct Module::Impl {
+  Impl();
+  ~Impl();
   std::string name;
   std::vector<EntrySignature> entries;
   /// Public functions invoke cannot call, with the reason.
@@ -33,7 +37,43 @@ struct Module::Impl {
   void (*teardown)() = nullptr;
   std::unique_ptr<runtime::ModuleScope> scope;
   PhaseTimes times;
+  /// Set for an isolated module: its code lives in a worker, and the fields above that
+  /// hold code (jit, functions, teardown, scope) stay empty.
+  std::unique_ptr<IsolatedWorker> isolated;
 };
+
+/// A tensor argument: bytes its caller owns, in row-major order.
+struct TensorRef {
+  DType dtype;
+  llvm::ArrayRef<int64_t> shape;
+  const uint8_t *data;
+  size_t size;
+};
+
+/// A result as the entry returned it: `data` is the first element, strides in elements.
+struct ResultRef {
+  DType dtype;
+  std::vector<int64_t> shape, strides;
+  const uint8_t *data;
+  /// Its size once packed row-major.
+  size_t packedBytes() const;
+  /// Copies it row-major to `out` (packedBytes() bytes).
+  void pack(uint8_t *out) const;
+};
+
+/// Access to a module's state for jit/: the engine and the module worker.
+struct ModuleInternals {
+  static Module::Impl &impl(const Module &module) { return *module.impl; }
+  static std::shared_ptr<Module> make(std::unique_ptr<Module::Impl> impl) {
+    return std::shared_ptr<Module>(new Module(std::move(impl)));
+  }
+};
+
+/// Calls `entry` of an in-process module after checking `inputs` against its signature,
+/// hands its results to `consume` (valid only during the call), then frees them.
+llvm::Error invokeInProcess(const Module::Impl &impl, llvm::StringRef entry,
+                            llvm::ArrayRef<TensorRef> inputs,
+                            llvm::function_ref<void(llvm::ArrayRef<ResultRef>)> consume);
 
 llvm::Error engineError(ErrorCode kind, std::string message);
 
@@ -55,6 +95,30 @@ llvm::LogicalResult checkConstantSizes(mlir::Operation *root, uint64_t maxBytes)
 /// Fails, with an error at `module`, if its host object of `bytes` exceeds `maxBytes` (0: no
 /// limit). Target objects are checked where cross-compile-targets emits them.
 llvm::LogicalResult checkHostObjectSize(mlir::Operation *module, uint64_t bytes, uint64_t maxBytes);
+
+WorkerState isolatedState(IsolatedWorker &worker);
+void terminateIsolated(IsolatedWorker &worker);
+llvm::Expected<std::vector<Tensor>> invokeIsolated(IsolatedWorker &worker, llvm::StringRef entry,
+                                                   llvm::ArrayRef<Tensor> inputs,
+                                                   const InvokeOptions &options);
+
+namespace executor {
+class WorkerPool;
+}
+
+/// Starts the workers of an engine with Isolation::Process (a few kept warm) and compiles
+/// modules in them (jit/IsolatedModule.cpp).
+class WorkerLauncher {
+public:
+  explicit WorkerLauncher(const EngineOptions &options);
+  ~WorkerLauncher();
+  llvm::Expected<std::shared_ptr<Module>> compile(const EngineOptions &options,
+                                                  llvm::StringRef text, llvm::StringRef name,
+                                                  std::optional<std::chrono::milliseconds> timeout);
+
+private:
+  std::shared_ptr<executor::WorkerPool> pool;
+};
 
 } // namespace courier
 

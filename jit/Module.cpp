@@ -52,6 +52,15 @@ const EntrySignature *Module::findEntry(llvm::StringRef entry) const {
   return nullptr;
 }
 
+WorkerState Module::workerState() const {
+  return impl->isolated ? isolatedState(*impl->isolated) : WorkerState{};
+}
+
+void Module::terminate() const {
+  if (impl->isolated)
+    terminateIsolated(*impl->isolated);
+}
+
 void *Module::rawEntry(llvm::StringRef entry) const {
   auto it = impl->functions.find(entry);
   return it == impl->functions.end() ? nullptr : it->second.ciface;
@@ -60,7 +69,7 @@ void *Module::rawEntry(llvm::StringRef entry) const {
 namespace {
 
 llvm::Error checkInput(const EntrySignature &entry, size_t index, const TensorSpec &spec,
-                       const Tensor &input) {
+                       const TensorRef &input) {
   auto fail = [&](const llvm::Twine &what) {
     return engineError(ErrorCode::InvalidInput,
                        llvm::formatv("input {0} of '{1}' {2}", index, entry.name, what.str()));
@@ -86,8 +95,8 @@ llvm::Error checkInput(const EntrySignature &entry, size_t index, const TensorSp
   if (!count)
     return fail("has a shape whose size overflows");
   size_t needed = static_cast<size_t>(*count) * dtypeSize(input.dtype);
-  if (input.bytes.size() != needed)
-    return fail("holds " + llvm::Twine(input.bytes.size()) + " bytes, its shape needs " +
+  if (input.size != needed)
+    return fail("holds " + llvm::Twine(input.size) + " bytes, its shape needs " +
                 llvm::Twine(needed));
   return llvm::Error::success();
 }
@@ -105,58 +114,75 @@ struct Descriptor {
   int64_t stride(size_t d) const { return words[3 + rank + d]; }
 };
 
-/// Copies a strided result into a contiguous tensor.
-Tensor gather(const Descriptor &desc, DType dtype) {
-  Tensor t{dtype, {}, {}};
-  for (size_t d = 0; d < desc.rank; ++d)
-    t.shape.push_back(desc.size(d));
-  size_t elem = dtypeSize(dtype);
-  int64_t n = t.numElements();
-  t.bytes.resize(n * elem);
-  if (n == 0)
-    return t;
-  const uint8_t *base = desc.aligned() + desc.offset() * elem;
-  bool contiguous = true;
-  for (int64_t d = desc.rank, stride = 1; d-- > 0; stride *= desc.size(d))
-    contiguous &= desc.size(d) == 1 || desc.stride(d) == stride;
-  if (contiguous) {
-    std::memcpy(t.bytes.data(), base, t.bytes.size());
-    return t;
+/// The result a descriptor describes.
+ResultRef resultOf(const Descriptor &desc, DType dtype) {
+  ResultRef r{dtype, {}, {}, desc.aligned() + desc.offset() * dtypeSize(dtype)};
+  for (size_t d = 0; d < desc.rank; ++d) {
+    r.shape.push_back(desc.size(d));
+    r.strides.push_back(desc.stride(d));
   }
-  std::vector<int64_t> index(desc.rank, 0);
-  for (int64_t i = 0; i < n; ++i) {
-    int64_t offset = 0;
-    for (size_t d = 0; d < desc.rank; ++d)
-      offset += index[d] * desc.stride(d);
-    std::memcpy(t.bytes.data() + i * elem, base + offset * elem, elem);
-    for (size_t d = desc.rank; d-- > 0;) {
-      if (++index[d] < desc.size(d))
-        break;
-      index[d] = 0;
-    }
-  }
-  return t;
+  return r;
 }
 
 } // namespace
 
-llvm::Expected<std::vector<Tensor>> Module::invoke(llvm::StringRef entry,
-                                                   llvm::ArrayRef<Tensor> inputs) const {
-  const EntrySignature *signature = findEntry(entry);
-  auto fns = impl->functions.find(entry);
-  if (auto it = impl->unsupported.find(entry); it != impl->unsupported.end())
+size_t ResultRef::packedBytes() const {
+  size_t n = dtypeSize(dtype);
+  for (int64_t d : shape)
+    n *= static_cast<size_t>(d);
+  return n;
+}
+
+void ResultRef::pack(uint8_t *out) const {
+  size_t elem = dtypeSize(dtype);
+  size_t rank = shape.size();
+  int64_t n = 1;
+  for (int64_t d : shape)
+    n *= d;
+  if (n <= 0)
+    return;
+  bool contiguous = true;
+  for (int64_t d = rank, stride = 1; d-- > 0; stride *= shape[d])
+    contiguous &= shape[d] == 1 || strides[d] == stride;
+  if (contiguous) {
+    std::memcpy(out, data, n * elem);
+    return;
+  }
+  std::vector<int64_t> index(rank, 0);
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t offset = 0;
+    for (size_t d = 0; d < rank; ++d)
+      offset += index[d] * strides[d];
+    std::memcpy(out + i * elem, data + offset * elem, elem);
+    for (size_t d = rank; d-- > 0;) {
+      if (++index[d] < shape[d])
+        break;
+      index[d] = 0;
+    }
+  }
+}
+
+llvm::Error invokeInProcess(const Module::Impl &impl, llvm::StringRef entry,
+                            llvm::ArrayRef<TensorRef> inputs,
+                            llvm::function_ref<void(llvm::ArrayRef<ResultRef>)> consume) {
+  const EntrySignature *signature = nullptr;
+  for (const EntrySignature &e : impl.entries)
+    if (e.name == entry)
+      signature = &e;
+  auto fns = impl.functions.find(entry);
+  if (auto it = impl.unsupported.find(entry); it != impl.unsupported.end())
     return engineError(
         ErrorCode::UnknownEntry,
         llvm::formatv("entry '{0}' of module '{1}' cannot be invoked: {2}; invoke passes ranked "
                       "tensors, identity-layout memrefs and scalars of f16, f32, f64, i1, i8, "
                       "i16, i32, i64 and index",
-                      entry, impl->name, it->second));
-  if (!signature || fns == impl->functions.end()) {
+                      entry, impl.name, it->second));
+  if (!signature || fns == impl.functions.end()) {
     std::string known;
-    for (const EntrySignature &e : impl->entries)
+    for (const EntrySignature &e : impl.entries)
       known += (known.empty() ? "" : ", ") + e.name;
     return engineError(ErrorCode::UnknownEntry,
-                       llvm::formatv("module '{0}' has no entry '{1}' (entries: {2})", impl->name,
+                       llvm::formatv("module '{0}' has no entry '{1}' (entries: {2})", impl.name,
                                      entry, known.empty() ? "none" : known));
   }
   if (inputs.size() != signature->inputs.size())
@@ -165,7 +191,7 @@ llvm::Expected<std::vector<Tensor>> Module::invoke(llvm::StringRef entry,
                                      signature->inputs.size(), inputs.size()));
   for (size_t i = 0; i < inputs.size(); ++i)
     if (llvm::Error error = checkInput(*signature, i, signature->inputs[i], inputs[i]))
-      return std::move(error);
+      return error;
 
   size_t numInputs = inputs.size(), numOutputs = signature->outputs.size();
   std::vector<void *> args(numInputs + numOutputs);
@@ -174,14 +200,14 @@ llvm::Expected<std::vector<Tensor>> Module::invoke(llvm::StringRef entry,
   inputDescs.reserve(numInputs);
   outputDescs.reserve(numOutputs);
   for (size_t i = 0; i < numInputs; ++i) {
-    const Tensor &input = inputs[i];
+    const TensorRef &input = inputs[i];
     if (signature->inputs[i].isScalar) {
-      std::memcpy(&scalars[i], input.bytes.data(), input.bytes.size());
+      std::memcpy(&scalars[i], input.data, input.size);
       args[i] = &scalars[i];
       continue;
     }
     Descriptor &desc = inputDescs.emplace_back(input.shape.size());
-    auto data = reinterpret_cast<int64_t>(input.bytes.data());
+    auto data = reinterpret_cast<int64_t>(input.data);
     desc.words[0] = desc.words[1] = data;
     int64_t stride = 1;
     for (size_t d = input.shape.size(); d-- > 0;) {
@@ -198,32 +224,55 @@ llvm::Expected<std::vector<Tensor>> Module::invoke(llvm::StringRef entry,
   }
 
   // Kernel launches re-open their sessions; the scope applies the module's options to them.
-  runtime::ModuleScope::Entered entered(*impl->scope);
+  runtime::ModuleScope::Entered entered(*impl.scope);
   runtime::clearError();
   fns->second.packed(args.data());
   llvm::Error failure = runtime::takeError();
 
-  std::vector<Tensor> outputs;
-  std::set<void *> freed;
+  std::vector<ResultRef> results;
+  std::set<void *> allocations;
   size_t next = 0;
   for (size_t j = 0; j < numOutputs; ++j) {
     const TensorSpec &spec = signature->outputs[j];
     if (spec.isScalar) {
-      Tensor t{spec.dtype, {}, std::vector<uint8_t>(dtypeSize(spec.dtype))};
-      std::memcpy(t.bytes.data(), &scalars[numInputs + j], t.bytes.size());
-      outputs.push_back(std::move(t));
+      results.push_back(ResultRef{spec.dtype, {}, {},
+                                  reinterpret_cast<const uint8_t *>(&scalars[numInputs + j])});
       continue;
     }
     const Descriptor &desc = outputDescs[next++];
-    if (!failure)
-      outputs.push_back(gather(desc, spec.dtype));
+    results.push_back(resultOf(desc, spec.dtype));
     // Two results may share one allocation; free it once.
-    if (desc.allocated() && freed.insert(desc.allocated()).second)
-      std::free(desc.allocated());
+    if (desc.allocated())
+      allocations.insert(desc.allocated());
   }
+  if (!failure)
+    consume(results);
+  for (void *allocation : allocations)
+    std::free(allocation);
   if (failure)
-    return executorError("invoking '" + signature->name + "' of module '" + impl->name + "'",
+    return executorError("invoking '" + signature->name + "' of module '" + impl.name + "'",
                          std::move(failure));
+  return llvm::Error::success();
+}
+
+llvm::Expected<std::vector<Tensor>> Module::invoke(llvm::StringRef entry,
+                                                   llvm::ArrayRef<Tensor> inputs,
+                                                   const InvokeOptions &options) const {
+  if (impl->isolated)
+    return invokeIsolated(*impl->isolated, entry, inputs, options);
+  llvm::SmallVector<TensorRef, 4> refs;
+  for (const Tensor &t : inputs)
+    refs.push_back(TensorRef{t.dtype, t.shape, t.bytes.data(), t.bytes.size()});
+  std::vector<Tensor> outputs;
+  if (llvm::Error error =
+          invokeInProcess(*impl, entry, refs, [&](llvm::ArrayRef<ResultRef> results) {
+            for (const ResultRef &r : results) {
+              Tensor t{r.dtype, r.shape, std::vector<uint8_t>(r.packedBytes())};
+              r.pack(t.bytes.data());
+              outputs.push_back(std::move(t));
+            }
+          }))
+    return std::move(error);
   return outputs;
 }
 

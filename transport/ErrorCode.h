@@ -53,6 +53,7 @@ enum class ErrorCode : uint8_t {
   NotReady,
   CompileTimeout,
   TooManyModules,
+  CompileCrashed,
 };
 
 /// Who sends a code in an HTTP error body; a code with neither bit is raised and handled
@@ -90,10 +91,10 @@ inline constexpr ErrorCodeInfo kErrorTable[] = {
     {ErrorCode::UnsignedObject, "unsigned_object", 422, kSentByExecutor},
     {ErrorCode::TooManyLaunches, "too_many_launches", 429, kSentByExecutor},
     {ErrorCode::Internal, "internal", 500, kBoth},
-    {ErrorCode::KernelCrashed, "kernel_crashed", 500, kSentByExecutor},
-    {ErrorCode::WorkerUnavailable, "worker_unavailable", 503, kSentByExecutor},
+    {ErrorCode::KernelCrashed, "kernel_crashed", 500, kBoth},
+    {ErrorCode::WorkerUnavailable, "worker_unavailable", 503, kBoth},
     {ErrorCode::TooManySessions, "too_many_sessions", 503, kSentByExecutor},
-    {ErrorCode::DeadlineExceeded, "deadline_exceeded", 504, kSentByExecutor},
+    {ErrorCode::DeadlineExceeded, "deadline_exceeded", 504, kBoth},
     {ErrorCode::Unavailable, "unavailable", 502, 0},
     {ErrorCode::InvalidInput, "invalid_input", 400, kSentByServe},
     {ErrorCode::UnknownModule, "unknown_module", 404, kSentByServe},
@@ -104,6 +105,7 @@ inline constexpr ErrorCodeInfo kErrorTable[] = {
     {ErrorCode::NotReady, "not_ready", 503, kSentByServe},
     {ErrorCode::CompileTimeout, "compile_timeout", 504, kSentByServe},
     {ErrorCode::TooManyModules, "too_many_modules", 507, kSentByServe},
+    {ErrorCode::CompileCrashed, "compile_crashed", 500, kSentByServe},
 };
 
 namespace detail {

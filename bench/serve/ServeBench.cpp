@@ -1,7 +1,11 @@
-// REST invoke overhead: the same entries called through courier-serve (JSON tensors and
-// raw-bytes frames) and through Module::invoke in this process, for a 16-byte and a 16 MiB
-// tensor, alternating between the paths so outside load falls on all of them alike. Prints
-// each path's times and its ratio to the in-process call (see docs/performance.md).
+// REST invoke overhead and the cost of module workers: the same entries called through two
+// courier-serve processes alive at once, one isolated (each module in its worker, the
+// default) and one with --isolation none, as JSON tensors and as raw-bytes frames, and
+// through Module::invoke in this process (in-process and isolated engines), for a 16-byte and
+// a 16 MiB tensor; then hot reload latency (save -> first answer from the new version) of
+// the two servers in watch mode. Paths alternate so outside load falls on all of them alike.
+// Prints each path's times, its ratio to the in-process call and the isolated/none ratios
+// (see docs/performance.md).
 #include "jit/Engine.h"
 
 #include "llvm/Support/JSON.h"
@@ -15,8 +19,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <string>
+#include <thread>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <vector>
@@ -49,17 +55,23 @@ const char *const kModule = R"(module @bench {
 /// A courier-serve process on a free loopback port, terminated when this goes away.
 class Server {
 public:
-  explicit Server(const std::string &cacheDir) {
+  Server(const std::string &cacheDir, std::vector<std::string> extra) {
     int out[2];
     if (pipe(out) != 0)
       die("pipe failed");
+    std::vector<std::string> args = {COURIER_SERVE_PATH, "--listen",       "127.0.0.1:0",
+                                      "--quiet",         "--max-body-bytes", "1073741824",
+                                      "--cache-dir",     cacheDir};
+    args.insert(args.end(), extra.begin(), extra.end());
     pid = fork();
     if (pid == 0) {
       dup2(out[1], STDOUT_FILENO);
       close(out[0]);
-      execl(COURIER_SERVE_PATH, COURIER_SERVE_PATH, "--listen", "127.0.0.1:0", "--quiet",
-            "--max-body-bytes", "1073741824", "--cache-dir", cacheDir.c_str(),
-            static_cast<char *>(nullptr));
+      std::vector<char *> argv;
+      for (std::string &arg : args)
+        argv.push_back(arg.data());
+      argv.push_back(nullptr);
+      execv(COURIER_SERVE_PATH, argv.data());
       _exit(127);
     }
     close(out[1]);
@@ -135,20 +147,39 @@ struct Path {
   std::vector<double> seconds;
 };
 
-/// Runs `rounds` rounds; in each, every path runs `perRound` calls, one path after another.
-void measure(std::vector<Path> &paths, int rounds, int perRound) {
+/// Runs `rounds` rounds; in each, every path runs `perRound` calls, one path after another,
+/// starting from a different path each round. Keeps each round's p50 per path.
+void measure(std::vector<Path> &paths, int rounds, int perRound,
+             std::vector<std::vector<double>> &roundP50s) {
   for (Path &path : paths) // Warm up connections, caches and page faults.
     path.call();
+  roundP50s.assign(paths.size(), {});
   for (int round = 0; round < rounds; ++round)
-    for (Path &path : paths)
+    for (size_t k = 0; k < paths.size(); ++k) {
+      size_t p = (k + round) % paths.size();
+      Path &path = paths[p];
+      std::vector<double> samples;
       for (int i = 0; i < perRound; ++i) {
         auto start = Clock::now();
         path.call();
-        path.seconds.push_back(std::chrono::duration<double>(Clock::now() - start).count());
+        samples.push_back(std::chrono::duration<double>(Clock::now() - start).count());
       }
+      roundP50s[p].push_back(percentile(samples, 0.5));
+      path.seconds.insert(path.seconds.end(), samples.begin(), samples.end());
+    }
 }
 
-void report(const char *title, std::vector<Path> &paths) {
+/// The median over rounds of path `a`'s round p50 over path `b`'s.
+double roundRatio(const std::vector<std::vector<double>> &roundP50s, size_t a, size_t b) {
+  std::vector<double> ratios;
+  for (size_t r = 0; r < roundP50s[a].size(); ++r)
+    ratios.push_back(roundP50s[a][r] / roundP50s[b][r]);
+  return percentile(ratios, 0.5);
+}
+
+void report(const char *title, std::vector<Path> &paths,
+            const std::vector<std::vector<double>> &roundP50s,
+            const std::vector<std::pair<size_t, size_t>> &pairs) {
   std::printf("\n%s\n", title);
   std::printf("| path | p50 | p90 | p50 / in-process |\n|---|---|---|---|\n");
   double base = percentile(paths[0].seconds, 0.5);
@@ -157,7 +188,41 @@ void report(const char *title, std::vector<Path> &paths) {
     std::printf("| %s | %s | %s | %.1f× |\n", path.name, microseconds(p50).c_str(),
                 microseconds(percentile(path.seconds, 0.9)).c_str(), p50 / base);
   }
+  for (auto [a, b] : pairs)
+    std::printf("%s / %s: p50 %.3f×, median of round ratios %.3f×\n", paths[a].name,
+                paths[b].name,
+                percentile(paths[a].seconds, 0.5) / percentile(paths[b].seconds, 0.5),
+                roundRatio(roundP50s, a, b));
   std::fflush(stdout);
+}
+
+/// A program whose answer tells its version: `main` returns x * factor.
+std::string reloadModule(int factor) {
+  return "module {\n  func.func public @main(%x: tensor<4xf32>) -> tensor<4xf32> {\n"
+         "    %f = arith.constant dense<" +
+         std::to_string(factor) +
+         ".0> : tensor<4xf32>\n"
+         "    %y = arith.mulf %x, %f : tensor<4xf32>\n"
+         "    return %y : tensor<4xf32>\n  }\n}\n";
+}
+
+/// Saves `text` as editors do (a new file renamed over the old) and returns when the server
+/// first answers with `expected` as main's first output element; the seconds it took.
+double reloadOnce(httplib::Client &http, const std::string &dir, const std::string &text,
+                  double expected) {
+  std::string path = dir + "/reload.mlir";
+  std::ofstream(path + ".tmp") << text;
+  auto start = Clock::now();
+  std::rename((path + ".tmp").c_str(), path.c_str());
+  std::string want = "\"data\":[" + std::to_string(static_cast<int>(expected));
+  while (Clock::now() - start < std::chrono::seconds(60)) {
+    httplib::Result res =
+        http.Post("/v1/modules/reload/invoke/main", R"({"inputs": [[1, 2, 3, 4]]})",
+                  "application/json");
+    if (res && res->status == 200 && res->body.find(want) != std::string::npos)
+      return std::chrono::duration<double>(Clock::now() - start).count();
+  }
+  die("a reload did not land within 60 s");
 }
 
 } // namespace
@@ -176,21 +241,36 @@ int main(int argc, char **argv) {
   llvm::Expected<std::shared_ptr<Module>> module = engine.compile(kModule, "bench");
   if (!module)
     die("compiling: " + llvm::toString(module.takeError()));
+  EngineOptions isolatedOptions = options;
+  isolatedOptions.isolation = Isolation::Process;
+  Engine isolatedEngine(isolatedOptions);
+  llvm::Expected<std::shared_ptr<Module>> isolatedModule =
+      isolatedEngine.compile(kModule, "bench");
+  if (!isolatedModule)
+    die("compiling in a worker: " + llvm::toString(isolatedModule.takeError()));
 
-  Server server(dir + "/serve");
-  httplib::Client http("127.0.0.1", server.port);
-  http.set_tcp_nodelay(true);
-  http.set_keep_alive(true);
-  http.set_read_timeout(std::chrono::seconds(300));
-  http.set_write_timeout(std::chrono::seconds(300));
-  {
+  std::string isolatedWatch = dir + "/watch-isolated", noneWatch = dir + "/watch-none";
+  std::filesystem::create_directories(isolatedWatch);
+  std::filesystem::create_directories(noneWatch);
+  std::ofstream(isolatedWatch + "/reload.mlir") << reloadModule(1);
+  std::ofstream(noneWatch + "/reload.mlir") << reloadModule(1);
+  Server isolated(dir + "/serve-isolated", {"--watch", isolatedWatch});
+  Server none(dir + "/serve-none", {"--isolation", "none", "--watch", noneWatch});
+  auto connect = [](const Server &server) {
+    auto http = std::make_unique<httplib::Client>("127.0.0.1", server.port);
+    http->set_tcp_nodelay(true);
+    http->set_keep_alive(true);
+    http->set_read_timeout(std::chrono::seconds(300));
+    http->set_write_timeout(std::chrono::seconds(300));
     std::string body;
     llvm::raw_string_ostream os(body);
     os << llvm::json::Value(llvm::json::Object{{"name", "bench"}, {"mlir", kModule}});
-    httplib::Result res = http.Post("/v1/modules", body, "application/json");
+    httplib::Result res = http->Post("/v1/modules", body, "application/json");
     if (!res || res->status != 201)
       die("creating the module: " + (res ? res->body : httplib::to_string(res.error())));
-  }
+    return http;
+  };
+  std::unique_ptr<httplib::Client> isolatedHttp = connect(isolated), noneHttp = connect(none);
 
   std::vector<double> values(kBigElements);
   for (int64_t i = 0; i < kBigElements; ++i)
@@ -203,34 +283,74 @@ int main(int argc, char **argv) {
               "(16 MiB; %.1f MB as JSON)\n",
               static_cast<long long>(kBigElements), bigJson.size() / 1e6);
 
-  auto inProcess = [&](const char *entry, const Tensor &input) {
-    return [&, entry] {
-      llvm::Expected<std::vector<Tensor>> out = (*module)->invoke(entry, input);
+  auto local = [&](const std::shared_ptr<Module> &target, const char *entry,
+                   const Tensor &input) {
+    return [&target, &input, entry] {
+      llvm::Expected<std::vector<Tensor>> out = target->invoke(entry, input);
       if (!out)
         die(llvm::toString(out.takeError()));
     };
   };
-  auto rest = [&](const char *entry, const std::string &body, const char *type) {
+  auto rest = [&](httplib::Client &http, const char *entry, const std::string &body,
+                  const char *type) {
     std::string path = std::string("/v1/modules/bench/invoke/") + entry;
-    return [&, path, type] { post(http, path, body, type); };
+    return [&http, &body, path, type] { post(http, path, body, type); };
   };
   const char *json = "application/json", *frame = "application/x-courier-frame";
 
+  // Rows 2-5: none then isolated, JSON then frame; the pairs compare each isolated row with
+  // its none row.
+  const std::vector<std::pair<size_t, size_t>> pairs = {{1, 0}, {3, 2}, {5, 4}};
+  std::vector<std::vector<double>> roundP50s;
   std::vector<Path> smallPaths = {
-      {"Module::invoke (in-process)", inProcess("small", small), {}},
-      {"REST, JSON tensors", rest("small", smallJson, json), {}},
-      {"REST, raw-bytes frame", rest("small", smallFrame, frame), {}},
+      {"Module::invoke (in-process)", local(*module, "small", small), {}},
+      {"Module::invoke (isolated)", local(*isolatedModule, "small", small), {}},
+      {"REST none, JSON", rest(*noneHttp, "small", smallJson, json), {}},
+      {"REST isolated, JSON", rest(*isolatedHttp, "small", smallJson, json), {}},
+      {"REST none, frame", rest(*noneHttp, "small", smallFrame, frame), {}},
+      {"REST isolated, frame", rest(*isolatedHttp, "small", smallFrame, frame), {}},
   };
-  measure(smallPaths, smoke ? 1 : 20, smoke ? 10 : 500);
-  report("small tensor (16 B in, 16 B out)", smallPaths);
+  measure(smallPaths, smoke ? 1 : 20, smoke ? 10 : 500, roundP50s);
+  report("small tensor (16 B in, 16 B out)", smallPaths, roundP50s, pairs);
 
+  // JSON at 16 MiB takes about a second a call and says nothing about workers: frames only.
   std::vector<Path> bigPaths = {
-      {"Module::invoke (in-process)", inProcess("big", big), {}},
-      {"REST, JSON tensors", rest("big", bigJson, json), {}},
-      {"REST, raw-bytes frame", rest("big", bigFrame, frame), {}},
+      {"Module::invoke (in-process)", local(*module, "big", big), {}},
+      {"Module::invoke (isolated)", local(*isolatedModule, "big", big), {}},
+      {"REST none, frame", rest(*noneHttp, "big", bigFrame, frame), {}},
+      {"REST isolated, frame", rest(*isolatedHttp, "big", bigFrame, frame), {}},
   };
-  measure(bigPaths, smoke ? 1 : 7, 1);
-  report("16 MiB tensor (16 MiB in, 16 MiB out)", bigPaths);
+  measure(bigPaths, smoke ? 1 : 11, 1, roundP50s);
+  report("16 MiB tensor (16 MiB in, 16 MiB out)", bigPaths, roundP50s, {{1, 0}, {3, 2}});
+  std::printf("throughput isolated / none (REST frame): %.3f (median of round ratios)\n",
+              roundRatio(roundP50s, 2, 3));
+
+  // Hot reload, alternating servers; each save changes the answer.
+  std::vector<double> reloadIsolated, reloadNone;
+  int reloads = smoke ? 2 : 15;
+  for (int i = 0; i < reloads; ++i) {
+    int factor = 2 + i;
+    bool isolatedFirst = i % 2 == 0;
+    for (int k = 0; k < 2; ++k) {
+      bool doIsolated = (k == 0) == isolatedFirst;
+      double seconds = reloadOnce(doIsolated ? *isolatedHttp : *noneHttp,
+                                  doIsolated ? isolatedWatch : noneWatch, reloadModule(factor),
+                                  factor);
+      (doIsolated ? reloadIsolated : reloadNone).push_back(seconds);
+    }
+  }
+  std::vector<double> ratios;
+  for (size_t i = 0; i < reloadIsolated.size(); ++i)
+    ratios.push_back(reloadIsolated[i] / reloadNone[i]);
+  std::printf("\nhot reload in watch mode (save -> first answer from the new version), %d each\n"
+              "| server | p50 | p90 |\n|---|---|---|\n| isolated | %s | %s |\n| none | %s | %s |\n"
+              "isolated / none: p50 %.3f×, median of pair ratios %.3f×\n",
+              reloads, microseconds(percentile(reloadIsolated, 0.5)).c_str(),
+              microseconds(percentile(reloadIsolated, 0.9)).c_str(),
+              microseconds(percentile(reloadNone, 0.5)).c_str(),
+              microseconds(percentile(reloadNone, 0.9)).c_str(),
+              percentile(reloadIsolated, 0.5) / percentile(reloadNone, 0.5),
+              percentile(ratios, 0.5));
 
   std::error_code ignored;
   std::filesystem::remove_all(dir, ignored);

@@ -33,6 +33,8 @@ public:
   ServerProcess &operator=(const ServerProcess &) = delete;
 
   const std::string &address() const { return addressText; }
+  /// The server's process id, for looking at the processes it starts.
+  pid_t processId() const { return pid; }
   int port() const { return boundPort; }
   /// A scratch directory that lives as long as the fixture.
   const std::string &directory() const { return dir; }

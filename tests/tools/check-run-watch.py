@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """courier-run --watch: a saved edit is reloaded and run again, a broken edit is reported
-while the old version keeps serving, and Ctrl-C ends the run cleanly."""
+while the old version keeps serving, an edit that crashes is reported and the watch goes on
+(the module runs in a worker process), and Ctrl-C ends the run cleanly."""
 import os
 import shutil
 import signal
@@ -60,13 +61,34 @@ def main():
         expect(err, lambda l: "failed" in l and "version 2 keeps serving" in l
                and "arith.bogus" in l, "the failed reload line")
 
+        # The kernel loads from address 0: its worker dies, courier-run does not.
+        crashing = original.replace(
+            "%d = arith.mulf %x, %two : tensor<4xf64>",
+            "%null = llvm.mlir.zero : !llvm.ptr\n"
+            "      %v = llvm.load volatile %null : !llvm.ptr -> f64\n"
+            "      %s = tensor.splat %v : tensor<4xf64>\n"
+            "      %d = arith.mulf %x, %s : tensor<4xf64>")
+        if crashing == original:
+            raise SystemExit("the sample no longer has the line this test edits")
+        save(app, crashing)
+        expect(err, lambda l: "version 3 crashed with SIGSEGV" in l
+               and "version 2 keeps serving" in l, "the crashed version's line")
+
+        # The watch goes on: the next good edit loads and runs.
+        save(app, original.replace("dense<1.0>", "dense<1000.0>"))
+        expect(err, lambda l: "reloaded" in l and "as version 4" in l, "the reload after the crash")
+        expect(out, lambda l: l == '{"data":[1002,1004,1006,1008],"dtype":"f64","shape":[4]}',
+               "the result after the crash")
+        if proc.poll() is not None:
+            raise SystemExit(f"courier-run --watch exited with {proc.returncode}")
+
         proc.send_signal(signal.SIGINT)
         code = proc.wait(timeout=30)
         if code != 0:
             raise SystemExit(f"courier-run --watch exited with {code} on SIGINT")
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    print("courier-run --watch: reload, failed reload and exit all as expected")
+    print("courier-run --watch: reload, failed reload, crashed edit and exit all as expected")
 
 
 if __name__ == "__main__":

@@ -66,6 +66,25 @@ cl::opt<bool> watch("watch",
                              "version serves until the new one is ready) and call the entry "
                              "again"),
                     cl::cat(category));
+cl::opt<bool> isolate("isolate",
+                      cl::desc("Compile and run the module in a worker process of its own, "
+                               "sandboxed: a crash or a timeout is reported instead of ending "
+                               "courier-run (the default with --watch; --isolate=false turns "
+                               "it off)"),
+                      cl::cat(category));
+cl::opt<unsigned> invokeTimeoutMs("invoke-timeout-ms",
+                                  cl::desc("With isolation, end a call that runs longer (0: "
+                                           "no limit)"),
+                                  cl::init(0), cl::cat(category));
+cl::opt<unsigned> compileTimeoutMs("compile-timeout-ms",
+                                   cl::desc("With isolation, end a compile that runs longer (0: "
+                                            "no limit)"),
+                                   cl::init(0), cl::cat(category));
+cl::opt<uint64_t> moduleMemoryMiB("module-memory-mib",
+                                  cl::desc("With isolation, the address space the module's "
+                                           "worker may use for compiling and running (0: no "
+                                           "limit)"),
+                                  cl::init(0), cl::cat(category));
 cl::opt<unsigned> timeoutMs("timeout-ms", cl::desc("Per-request executor timeout"), cl::init(60000),
                             cl::cat(category));
 cl::opt<uint64_t> maxConstantMiB("max-constant-mib",
@@ -179,42 +198,75 @@ int main(int argc, char **argv) {
       return fail("cannot read token file '" + tokenFile + "': " + token.getError().message());
     options.authToken = (*token)->getBuffer().trim().str();
   }
+  // A watched file is edited while it runs: an edit that crashes must not end the watch.
+  bool isolated = isolate.getNumOccurrences() ? isolate.getValue() : watch.getValue();
+  if (isolated) {
+    options.isolation = Isolation::Process;
+    options.invokeTimeout = std::chrono::milliseconds(invokeTimeoutMs);
+    options.compileTimeout = std::chrono::milliseconds(compileTimeoutMs);
+    options.workerMemoryMiB = moduleMemoryMiB;
+    // One compile at a time, and rarely: no worker need wait warm beside it.
+    options.warmWorkers = watch ? 1 : 0;
+  } else if (invokeTimeoutMs || compileTimeoutMs || moduleMemoryMiB) {
+    return fail("--invoke-timeout-ms, --compile-timeout-ms and --module-memory-mib need "
+                "isolation (--isolate or --watch)");
+  }
   Engine engine(options);
 
-  ReloadableModule module(engine, inputFile);
-  if (llvm::Expected<uint64_t> loaded = module.reload((*file)->getBuffer()); !loaded)
-    return fail(oneLine(loaded.takeError()));
-  if (int status = runOnce(*module.current()))
+  llvm::Expected<std::shared_ptr<Module>> first = engine.compile((*file)->getBuffer(), inputFile);
+  if (!first)
+    return fail(oneLine(first.takeError()));
+  std::shared_ptr<Module> current = std::move(*first);
+  uint64_t version = 1;
+  // The version now serving: the last one whose entry ran without killing its worker.
+  uint64_t serving = 1;
+  if (int status = runOnce(*current))
     if (!watch)
       return status;
   if (!watch)
     return 0;
 
-  // Each save reloads the file and runs the entry again; failures are reported and the
-  // previous version keeps serving.
+  // Each save compiles the file and runs the entry on the new version. A version that fails
+  // to compile, or whose worker dies running the entry, is reported and dropped: the previous
+  // version keeps serving.
   std::mutex outputMutex;
   llvm::Expected<std::unique_ptr<FileWatcher>> watcher =
       FileWatcher::create(inputFile, "", [&](const std::string &) {
         auto start = std::chrono::steady_clock::now();
         llvm::ErrorOr<std::unique_ptr<llvm::MemoryBuffer>> text =
             llvm::MemoryBuffer::getFile(inputFile);
-        llvm::Expected<uint64_t> version =
-            text ? module.reload((*text)->getBuffer())
-                 : llvm::Expected<uint64_t>(llvm::errorCodeToError(text.getError()));
+        llvm::Expected<std::shared_ptr<Module>> next =
+            text ? engine.compile((*text)->getBuffer(), inputFile)
+                 : llvm::Expected<std::shared_ptr<Module>>(
+                       llvm::errorCodeToError(text.getError()));
         double ms =
             std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
                 .count();
         std::lock_guard<std::mutex> lock(outputMutex);
-        if (!version) {
+        if (!next) {
           llvm::errs() << llvm::formatv("courier-run: reload of '{0}' failed after {1:f1} ms, "
                                         "version {2} keeps serving: {3}\n",
-                                        inputFile, ms, module.version(),
-                                        oneLine(version.takeError()));
+                                        inputFile, ms, version, oneLine(next.takeError()));
           return;
         }
+        if (*next == current) {
+          llvm::errs() << llvm::formatv("courier-run: '{0}' is unchanged, version {1}\n",
+                                        inputFile, version);
+          return;
+        }
+        uint64_t candidate = ++version;
         llvm::errs() << llvm::formatv("courier-run: reloaded '{0}' as version {1} in {2:f1} ms\n",
-                                      inputFile, *version, ms);
-        runOnce(*module.current());
+                                      inputFile, candidate, ms);
+        runOnce(**next);
+        WorkerState state = (*next)->workerState();
+        if (state.crashes > 0) {
+          llvm::errs() << llvm::formatv("courier-run: version {0} crashed with {1}; version {2} "
+                                        "keeps serving\n",
+                                        candidate, state.lastDeath, serving);
+          return;
+        }
+        current = std::move(*next);
+        serving = candidate;
       });
   if (!watcher)
     return fail(llvm::toString(watcher.takeError()));

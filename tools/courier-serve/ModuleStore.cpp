@@ -101,8 +101,20 @@ llvm::Error compileFailure(llvm::Error error) {
       // that cannot be reached, or refuses, is not the source's fault.
       [&](const EngineError &e) {
         message = e.message;
-        code = e.kind == ErrorCode::ExecutorUnavailable ? ErrorCode::ExecutorUnavailable
-                                                        : ErrorCode::ExecutorFailed;
+        switch (e.kind) {
+        case ErrorCode::ExecutorUnavailable:
+        case ErrorCode::CompileCrashed:
+        case ErrorCode::WorkerUnavailable:
+        case ErrorCode::UnknownModule:
+          code = e.kind;
+          break;
+        case ErrorCode::DeadlineExceeded: // The worker was ended at the compile timeout.
+          code = ErrorCode::CompileTimeout;
+          break;
+        default:
+          code = ErrorCode::ExecutorFailed;
+          break;
+        }
       },
       [&](const llvm::ErrorInfoBase &e) { message = e.message(); });
   return makeServeError(code, message, std::move(diagnostics));
@@ -143,6 +155,7 @@ struct ModuleStore::Record {
     if (current) {
       info.entries = current->entries();
       info.phases = current->compileTimes();
+      info.worker = current->workerState();
     }
     info.options = options;
     info.origin = origin;
@@ -193,6 +206,11 @@ Engine &ModuleStore::engineFor(const ModuleOptions &options) {
     engineOptions.cacheMaxBytes = config.cacheMaxBytes;
     engineOptions.executorOverride = options.executor;
     engineOptions.authToken = config.executorToken;
+    engineOptions.isolation = config.isolation;
+    engineOptions.compileTimeout = config.compileTimeout;
+    engineOptions.invokeTimeout = config.invokeTimeout;
+    engineOptions.workerMemoryMiB = config.moduleMemoryMiB;
+    engineOptions.workerSandbox = config.sandbox;
     engineOptions.maxConstantBytes = config.maxConstantBytes;
     engineOptions.maxObjectBytes = config.maxObjectBytes;
     engine = std::make_unique<Engine>(std::move(engineOptions));
@@ -203,6 +221,35 @@ Engine &ModuleStore::engineFor(const ModuleOptions &options) {
 llvm::Expected<std::shared_ptr<Module>>
 ModuleStore::compileWithDeadline(Engine &engine, llvm::StringRef name, llvm::StringRef text,
                                  bool deadline, double &wallMs) {
+  if (config.isolation == Isolation::Process) {
+    // The worker compiles; a compile past its deadline ends with the worker, so nothing
+    // goes on in the background and the request can wait right here.
+    auto start = Clock::now();
+    CompileOptions compileOptions;
+    compileOptions.timeout =
+        deadline ? config.compileTimeout : std::chrono::milliseconds(0);
+    llvm::Expected<std::shared_ptr<Module>> compiled =
+        engine.compile(text, name, compileOptions);
+    wallMs = msSince(start);
+    stats.compiles++;
+    stats.compileNanos += static_cast<uint64_t>(wallMs * 1e6);
+    if (compiled)
+      return compiled;
+    llvm::Error failure = compileFailure(compiled.takeError());
+    llvm::Error counted =
+        llvm::handleErrors(std::move(failure), [&](std::unique_ptr<ServeError> e) -> llvm::Error {
+          if (e->kind == ErrorCode::CompileTimeout) {
+            stats.compileTimeouts++;
+            e->message = "compiling '" + name.str() + "' took longer than " +
+                         std::to_string(config.compileTimeout.count()) +
+                         " ms; its worker was ended";
+          } else {
+            stats.compileFailures++;
+          }
+          return llvm::Error(std::move(e));
+        });
+    return std::move(counted);
+  }
   auto job = std::make_shared<CompileJob>();
   {
     std::lock_guard<std::mutex> lock(workersMutex);
@@ -427,6 +474,14 @@ llvm::Error ModuleStore::remove(llvm::StringRef name) {
     removed = std::move(it->second);
     modules.erase(it);
   }
+  // An isolated module's worker ends now, and with it any call still spinning in it.
+  std::shared_ptr<Module> current;
+  {
+    std::lock_guard<std::mutex> lock(removed->mutex);
+    current = removed->current;
+  }
+  if (current)
+    current->terminate();
   return llvm::Error::success();
 }
 
@@ -461,8 +516,10 @@ void ModuleStore::recordCallFailure(const Pinned &pinned, ErrorCode code, llvm::
 }
 
 llvm::Expected<std::vector<Tensor>> ModuleStore::invoke(const Pinned &pinned, llvm::StringRef entry,
-                                                        llvm::ArrayRef<Tensor> inputs) {
-  llvm::Expected<std::vector<Tensor>> outputs = pinned.module->invoke(entry, inputs);
+                                                        llvm::ArrayRef<Tensor> inputs,
+                                                        const InvokeOptions &callOptions) {
+  llvm::Expected<std::vector<Tensor>> outputs =
+      pinned.module->invoke(entry, inputs, callOptions);
   if (outputs) {
     stats.invokes++;
     if (std::shared_ptr<Record> record = find(pinned.name))

@@ -53,6 +53,14 @@ struct StoreOptions {
   std::string executorToken;   ///< Bearer token for HTTP executors.
   size_t maxModules = 64;      ///< Loaded plus being created.
   std::chrono::milliseconds compileTimeout{60000};
+  /// Where modules are compiled and run: in a worker process per module version (the
+  /// default), or in this process (no containment; for debugging and comparison).
+  Isolation isolation = Isolation::Process;
+  /// With process isolation: an invoke running longer ends with its worker
+  /// (deadline_exceeded); a request may ask for less or more. 0: no limit.
+  std::chrono::milliseconds invokeTimeout{60000};
+  uint64_t moduleMemoryMiB = 4096; ///< Address space each module worker may add; 0: none.
+  bool sandbox = true;             ///< No-new-privs and seccomp for module workers.
   /// EngineOptions::maxConstantBytes and maxObjectBytes of every engine; 0 for no limit.
   uint64_t maxConstantBytes = EngineOptions().maxConstantBytes;
   uint64_t maxObjectBytes = EngineOptions().maxObjectBytes;
@@ -88,6 +96,8 @@ struct ModuleInfo {
   PhaseTimes phases;
   std::chrono::system_clock::time_point loadedAt;
   uint64_t calls = 0, failedCalls = 0, reloads = 0, failedReloads = 0;
+  /// The current version's worker (isolated modules).
+  WorkerState worker;
   struct LastError {
     std::string code, message;
     std::chrono::system_clock::time_point at;
@@ -131,7 +141,8 @@ public:
   llvm::Expected<LoadResult> load(llvm::StringRef name, llvm::StringRef text,
                                   std::optional<ModuleOptions> options, Mode mode,
                                   llvm::StringRef origin, bool deadline = true);
-  /// Removes `name`; calls already running finish on the version they hold.
+  /// Removes `name`. In-process, calls already running finish on the version they hold;
+  /// isolated, its worker is ended and they fail with unknown_module.
   llvm::Error remove(llvm::StringRef name);
 
   llvm::Expected<Pinned> pin(llvm::StringRef name) const;
@@ -141,7 +152,8 @@ public:
   /// classified: invalid_input (dtype, rank, shape, count), executor_unavailable (the
   /// executor could not be reached) or executor_failed (the executor or kernel failed).
   llvm::Expected<std::vector<Tensor>> invoke(const Pinned &pinned, llvm::StringRef entry,
-                                             llvm::ArrayRef<Tensor> inputs);
+                                             llvm::ArrayRef<Tensor> inputs,
+                                             const InvokeOptions &callOptions = {});
   /// Records a failure that happened before the engine was called (bad inputs).
   void recordCallFailure(const Pinned &pinned, ErrorCode code, llvm::StringRef message);
 

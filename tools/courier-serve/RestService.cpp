@@ -48,6 +48,11 @@ constexpr const char *kRoutes[] = {
     "POST /v1/modules/{name}/invoke/{entry}",
 };
 constexpr size_t kNumRoutes = sizeof(kRoutes) / sizeof(kRoutes[0]);
+
+/// An invoke's own timeout, in milliseconds (the executor protocol's header, same meaning).
+constexpr const char *kDeadlineHeader = "X-Courier-Deadline-Ms";
+/// A day: beyond it a deadline is a mistake rather than a wish.
+constexpr uint64_t kMaxDeadlineMs = 24ull * 3600 * 1000;
 enum Route : size_t {
   NoRoute,
   Health,
@@ -240,6 +245,26 @@ json::Value entriesJson(const std::vector<EntrySignature> &entries) {
   return list;
 }
 
+/// "serving", or "crashed" while an isolated module's worker is down after dying in a call
+/// (the next invoke starts a fresh one).
+llvm::StringRef moduleState(const WorkerState &worker) {
+  return worker.isolated && worker.pid == 0 && !worker.lastDeath.empty() ? "crashed" : "serving";
+}
+
+json::Value workerJson(const WorkerState &worker) {
+  if (!worker.isolated)
+    return nullptr;
+  json::Value pid = nullptr, lastDeath = nullptr;
+  if (worker.pid)
+    pid = worker.pid;
+  if (!worker.lastDeath.empty())
+    lastDeath = utf8(worker.lastDeath);
+  return json::Object{{"pid", std::move(pid)},
+                      {"restarts", static_cast<int64_t>(worker.restarts)},
+                      {"crashes", static_cast<int64_t>(worker.crashes)},
+                      {"lastDeath", std::move(lastDeath)}};
+}
+
 json::Value infoJson(const ModuleInfo &info) {
   json::Value lastError = nullptr;
   if (info.lastError)
@@ -269,6 +294,8 @@ json::Value infoJson(const ModuleInfo &info) {
       {"reloads", static_cast<int64_t>(info.reloads)},
       {"failedReloads", static_cast<int64_t>(info.failedReloads)},
       {"lastError", std::move(lastError)},
+      {"state", moduleState(info.worker)},
+      {"worker", workerJson(info.worker)},
   };
 }
 
@@ -321,12 +348,15 @@ struct RestService::Impl {
   llvm::Error invoke(const httplib::Request &req, httplib::Response &res,
                      const httplib::ContentReader &reader);
   llvm::Error invokeJson(const Pinned &pinned, const EntrySignature &entry,
-                         const httplib::Request &req, httplib::Response &res,
-                         const httplib::ContentReader &reader, bool &called);
+                         const InvokeOptions &callOptions, const httplib::Request &req,
+                         httplib::Response &res, const httplib::ContentReader &reader,
+                         bool &called);
   llvm::Error invokeFrame(const Pinned &pinned, const EntrySignature &entry,
-                          const httplib::Request &req, httplib::Response &res,
-                          const httplib::ContentReader &reader, bool &called);
+                          const InvokeOptions &callOptions, const httplib::Request &req,
+                          httplib::Response &res, const httplib::ContentReader &reader,
+                          bool &called);
   llvm::Expected<std::vector<Tensor>> call(const Pinned &pinned, const EntrySignature &entry,
+                                           const InvokeOptions &callOptions,
                                            llvm::ArrayRef<Tensor> inputs, bool &called);
 };
 
@@ -415,13 +445,14 @@ llvm::Error RestService::Impl::putModule(const httplib::Request &req, httplib::R
   return llvm::Error::success();
 }
 
-llvm::Expected<std::vector<Tensor>> RestService::Impl::call(const Pinned &pinned,
-                                                            const EntrySignature &entry,
-                                                            llvm::ArrayRef<Tensor> inputs,
-                                                            bool &called) {
+llvm::Expected<std::vector<Tensor>>
+RestService::Impl::call(const Pinned &pinned, const EntrySignature &entry,
+                        const InvokeOptions &callOptions, llvm::ArrayRef<Tensor> inputs,
+                        bool &called) {
   called = true;
   auto started = Clock::now();
-  llvm::Expected<std::vector<Tensor>> outputs = store.invoke(pinned, entry.name, inputs);
+  llvm::Expected<std::vector<Tensor>> outputs =
+      store.invoke(pinned, entry.name, inputs, callOptions);
   metrics.invokeSeconds.observe(std::chrono::duration<double>(Clock::now() - started).count());
   return outputs;
 }
@@ -438,13 +469,28 @@ llvm::Error RestService::Impl::invoke(const httplib::Request &req, httplib::Resp
     drain(reader, res);
     return entry.takeError();
   }
+  // A deadline of the request's own replaces --invoke-timeout-ms (isolated modules).
+  InvokeOptions callOptions;
+  if (req.has_header(kDeadlineHeader)) {
+    uint64_t ms = 0;
+    std::string value = req.get_header_value(kDeadlineHeader);
+    if (llvm::StringRef(value).getAsInteger(10, ms) || ms == 0 || ms > kMaxDeadlineMs) {
+      drain(reader, res);
+      return makeServeError(ErrorCode::BadRequest,
+                            llvm::Twine(kDeadlineHeader) + " must be a whole number of " +
+                                "milliseconds from 1 to " + llvm::Twine(kMaxDeadlineMs) +
+                                ", got '" + value + "'");
+    }
+    callOptions.timeout = std::chrono::milliseconds(ms);
+  }
   // The version pinned here serves the whole call, even if a reload lands meanwhile.
   res.set_header("X-Courier-Module-Version", std::to_string(pinned->version));
   std::string contentType = req.get_header_value("Content-Type");
   bool called = false;
-  llvm::Error error = llvm::StringRef(contentType).starts_with(wire::kFrameContentType)
-                          ? invokeFrame(*pinned, **entry, req, res, reader, called)
-                          : invokeJson(*pinned, **entry, req, res, reader, called);
+  llvm::Error error =
+      llvm::StringRef(contentType).starts_with(wire::kFrameContentType)
+          ? invokeFrame(*pinned, **entry, callOptions, req, res, reader, called)
+          : invokeJson(*pinned, **entry, callOptions, req, res, reader, called);
   if (!error || called)
     return error; // The store counted the call and any failure of it.
   return llvm::handleErrors(std::move(error), [&](std::unique_ptr<ServeError> e) -> llvm::Error {
@@ -454,6 +500,7 @@ llvm::Error RestService::Impl::invoke(const httplib::Request &req, httplib::Resp
 }
 
 llvm::Error RestService::Impl::invokeJson(const Pinned &pinned, const EntrySignature &entry,
+                                          const InvokeOptions &callOptions,
                                           const httplib::Request &req, httplib::Response &res,
                                           const httplib::ContentReader &reader, bool &called) {
   llvm::Expected<std::string> body = readBody(req, res, reader, options.maxBodyBytes);
@@ -479,7 +526,7 @@ llvm::Error RestService::Impl::invokeJson(const Pinned &pinned, const EntrySigna
   }
   body->clear();
   body->shrink_to_fit();
-  llvm::Expected<std::vector<Tensor>> outputs = call(pinned, entry, inputs, called);
+  llvm::Expected<std::vector<Tensor>> outputs = call(pinned, entry, callOptions, inputs, called);
   if (!outputs)
     return outputs.takeError();
   json::Array list;
@@ -493,6 +540,7 @@ llvm::Error RestService::Impl::invokeJson(const Pinned &pinned, const EntrySigna
 }
 
 llvm::Error RestService::Impl::invokeFrame(const Pinned &pinned, const EntrySignature &entry,
+                                           const InvokeOptions &callOptions,
                                            const httplib::Request &req, httplib::Response &res,
                                            const httplib::ContentReader &reader, bool &called) {
   std::vector<Tensor> inputs;
@@ -596,7 +644,7 @@ llvm::Error RestService::Impl::invokeFrame(const Pinned &pinned, const EntrySign
   if (llvm::Error error = frame.finish())
     return frameError(std::move(error));
 
-  llvm::Expected<std::vector<Tensor>> outputs = call(pinned, entry, inputs, called);
+  llvm::Expected<std::vector<Tensor>> outputs = call(pinned, entry, callOptions, inputs, called);
   if (!outputs)
     return outputs.takeError();
   inputs.clear();

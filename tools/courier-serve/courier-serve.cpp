@@ -27,6 +27,8 @@ static const char *const kUsage =
     "                     [--cache-max-mib N]\n"
     "                     [--max-body-bytes N] [--max-modules N] [--compile-timeout-ms N]\n"
     "                     [--max-constant-mib N] [--max-object-mib N] [--threads N] [--quiet]\n"
+    "                     [--isolation process|none] [--invoke-timeout-ms N]\n"
+    "                     [--module-memory-mib N] [--no-sandbox]\n"
     "  --listen              address to bind (default 127.0.0.1:8080; port 0 picks a free one)\n"
     "  --token-file          file holding the bearer token every request must carry\n"
     "  --executor            send every target module to this executor instead of the IR's\n"
@@ -44,7 +46,13 @@ static const char *const kUsage =
     "  --max-object-mib      largest object a module (host or target) may compile to\n"
     "                        (default 256; 0: no limit)\n"
     "  --threads             worker threads; each open connection holds one (default 32)\n"
-    "  --quiet               do not log one line per request to stderr\n";
+    "  --quiet               do not log one line per request to stderr\n"
+    "  --isolation           process (default): each module version compiles, links and runs\n"
+    "                        in a sandboxed worker process of its own; none: in this process\n"
+    "  --invoke-timeout-ms   with process isolation, end an invoke that runs longer (default\n"
+    "                        60000; 0: no limit; a request's X-Courier-Deadline-Ms replaces it)\n"
+    "  --module-memory-mib   address space each module worker may use (default 4096; 0: none)\n"
+    "  --no-sandbox          start module workers without no-new-privs and seccomp\n";
 
 namespace {
 
@@ -59,12 +67,17 @@ Expected<Arguments> parseArguments(int argc, char **argv) {
   std::string listen = "127.0.0.1:8080", tokenFile, executorTokenFile;
   uint64_t maxBody = args.serve.maxBodyBytes, maxModules = 64, timeoutMs = 60000, threads = 32;
   uint64_t cacheMaxMiB = args.store.cacheMaxBytes >> 20;
+  uint64_t invokeTimeoutMs = args.store.invokeTimeout.count();
   uint64_t maxConstantMiB = args.store.maxConstantBytes >> 20,
            maxObjectMiB = args.store.maxObjectBytes >> 20;
   transport::ArgumentReader flags(argc, argv, kUsage);
   while (flags.next()) {
     if (flags.arg() == "--quiet") {
       args.serve.logRequests = false;
+      continue;
+    }
+    if (flags.arg() == "--no-sandbox") {
+      args.store.sandbox = false;
       continue;
     }
     if (Error error = flags.readValue())
@@ -98,6 +111,14 @@ Expected<Arguments> parseArguments(int argc, char **argv) {
       error = flags.number(maxConstantMiB);
     else if (name == "--max-object-mib")
       error = flags.number(maxObjectMiB);
+    else if (name == "--invoke-timeout-ms")
+      error = flags.number(invokeTimeoutMs);
+    else if (name == "--module-memory-mib")
+      error = flags.number(args.store.moduleMemoryMiB);
+    else if (name == "--isolation" && (value == "process" || value == "none"))
+      args.store.isolation = value == "process" ? Isolation::Process : Isolation::InProcess;
+    else if (name == "--isolation")
+      return createStringError("--isolation is 'process' or 'none', got '" + value + "'");
     else
       return flags.unknown();
     if (error)
@@ -123,6 +144,7 @@ Expected<Arguments> parseArguments(int argc, char **argv) {
     return std::move(error);
   if (maxModules == 0)
     return createStringError("--max-modules must be at least 1");
+  args.store.invokeTimeout = std::chrono::milliseconds(invokeTimeoutMs);
   if (maxBody == 0)
     return createStringError("--max-body-bytes must be at least 1");
   // Beyond 2^44 MiB the byte count would wrap round to a small limit.

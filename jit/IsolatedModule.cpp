@@ -1,0 +1,456 @@
+// Isolated modules, the server's side: a module version compiled, linked and run in a worker
+// process of its own (jit/ModuleWorker.h), with tensors in shared memory, deadlines that end
+// the worker, and a fresh worker for the next call after one dies.
+#include "jit/Internal.h"
+#include "jit/ModuleWorker.h"
+
+#include "executor/WorkerPool.h"
+
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/Path.h"
+#include "llvm/Support/Process.h"
+
+#include <cstring>
+#include <mutex>
+#include <unistd.h>
+
+#ifndef COURIER_INSTALL_BINDIR
+#define COURIER_INSTALL_BINDIR "/usr/local/bin"
+#endif
+
+namespace courier {
+
+using executor::Clock;
+using executor::EndReason;
+using executor::Message;
+using executor::MessageKind;
+using executor::SharedBuffer;
+using executor::WorkerPool;
+using executor::WorkerProcess;
+using moduleproto::MessageReader;
+using moduleproto::MessageWriter;
+
+namespace {
+
+constexpr uint64_t kAlignment = 64;
+uint64_t alignUp(uint64_t n) { return (n + kAlignment - 1) & ~(kAlignment - 1); }
+
+/// How long an unloading worker may take for teardown() and closing its sessions.
+constexpr auto kUnloadTimeout = std::chrono::seconds(5);
+/// Stands for "no deadline": far enough away never to pass, near enough not to overflow.
+constexpr auto kNoDeadline = std::chrono::hours(24 * 365);
+/// Compile answers (entries, diagnostics) larger than this are refused.
+constexpr uint64_t kMaxAnswerBytes = uint64_t(64) << 20;
+
+std::string workerProgram(const std::string &configured) {
+  if (!configured.empty())
+    return configured;
+  if (std::optional<std::string> env = llvm::sys::Process::GetEnv("COURIER_MODULE_WORKER");
+      env && !env->empty())
+    return *env;
+  // Beside the program: the build tree, or an install that keeps its tools together.
+  std::string self = llvm::sys::fs::getMainExecutable(nullptr, nullptr);
+  if (!self.empty()) {
+    llvm::SmallString<256> beside(llvm::sys::path::parent_path(self));
+    llvm::sys::path::append(beside, "courier-module-worker");
+    if (llvm::sys::fs::can_execute(beside))
+      return std::string(beside);
+  }
+  return COURIER_INSTALL_BINDIR "/courier-module-worker";
+}
+
+Clock::time_point deadlineAfter(std::optional<std::chrono::milliseconds> timeout) {
+  if (!timeout || timeout->count() <= 0)
+    return Clock::now() + kNoDeadline;
+  return Clock::now() + *timeout;
+}
+
+std::string describeTimeout(std::optional<std::chrono::milliseconds> timeout) {
+  return timeout ? std::to_string(timeout->count()) + " ms" : "its deadline";
+}
+
+} // namespace
+
+/// One isolated module version: its worker (started again after it dies), its arenas and
+/// what it knows of the worker's life. Requests are serialized: a worker runs one at a time.
+class IsolatedWorker {
+public:
+  IsolatedWorker(std::shared_ptr<WorkerPool> pool, EngineOptions options, std::string name,
+                 std::string text)
+      : pool(std::move(pool)), options(std::move(options)), name(std::move(name)),
+        text(std::move(text)) {}
+
+  ~IsolatedWorker() {
+    std::lock_guard<std::mutex> lock(requestMutex);
+    if (worker && worker->quiet() && !terminated) {
+      // teardown() and the module's sessions close in the worker; one that does not answer
+      // in time is ended anyway.
+      MessageWriter unload(MessageKind::Unload);
+      llvm::consumeError(
+          worker->request(unload, {}, Clock::now() + kUnloadTimeout, "unloading").takeError());
+    }
+    drop();
+  }
+
+  struct Loaded {
+    std::vector<EntrySignature> entries;
+    llvm::StringMap<std::string> unsupported;
+    PhaseTimes times;
+  };
+
+  /// Starts a worker and compiles the module in it. Called with requestMutex held, or before
+  /// the module is shared.
+  llvm::Expected<Loaded> load(std::optional<std::chrono::milliseconds> timeout) {
+    llvm::Expected<std::unique_ptr<WorkerProcess>> taken = pool->take();
+    if (!taken)
+      return engineError(ErrorCode::WorkerUnavailable,
+                         "cannot start a worker for module '" + name +
+                             "': " + llvm::toString(taken.takeError()));
+    adopt(std::move(*taken));
+    MessageWriter request(MessageKind::Compile);
+    moduleproto::writeOptions(request, options);
+    request.str(name);
+    SharedBuffer body;
+    if (llvm::Error error = moduleproto::writeBody(request, text, body))
+      return engineError(ErrorCode::WorkerUnavailable,
+                         "passing module '" + name + "' to its worker: " + toString(std::move(error)));
+    std::vector<int> fds;
+    if (body.fd() >= 0)
+      fds.push_back(body.fd());
+    std::string what = "compiling";
+    llvm::Expected<Message> reply =
+        worker->request(request, fds, deadlineAfter(timeout), what);
+    if (!reply) {
+      llvm::Error error = workerFailure(reply.takeError(), what, describeTimeout(timeout),
+                                        ErrorCode::CompileCrashed);
+      drop();
+      return std::move(error);
+    }
+    MessageReader in(reply->bytes);
+    if (llvm::Error error = moduleproto::readOutcome(in)) {
+      drop();
+      return std::move(error);
+    }
+    SharedBuffer storage;
+    llvm::Expected<llvm::StringRef> answer =
+        moduleproto::readBody(in, *reply, storage, kMaxAnswerBytes);
+    if (!answer) {
+      drop();
+      return engineError(ErrorCode::Internal, "the worker of module '" + name +
+                                                  "' sent a malformed answer: " +
+                                                  toString(answer.takeError()));
+    }
+    MessageReader out(*answer);
+    Loaded loaded;
+    loaded.entries = moduleproto::readEntries(out);
+    uint64_t unsupported = out.count(16);
+    for (uint64_t i = 0; i < unsupported; ++i) {
+      std::string function = out.str().str();
+      loaded.unsupported[function] = out.str().str();
+    }
+    loaded.times = moduleproto::readTimes(out);
+    if (!out.ok()) {
+      drop();
+      return engineError(ErrorCode::Internal,
+                         "the worker of module '" + name + "' sent a malformed answer");
+    }
+    return std::move(loaded);
+  }
+
+  llvm::Expected<std::vector<Tensor>> invoke(llvm::StringRef entry, llvm::ArrayRef<Tensor> inputs,
+                                             const InvokeOptions &call) {
+    std::lock_guard<std::mutex> lock(requestMutex);
+    if (terminated)
+      return terminatedError(entry);
+    if (worker && !worker->quiet()) {
+      // Died while idle (killed from outside, say): not this call's doing.
+      noteDeath(worker->end().cause + " while idle", /*crashed=*/false);
+      drop();
+    }
+    if (!worker) {
+      llvm::Expected<Loaded> restarted = load(options.compileTimeout.count() > 0
+                                                  ? std::optional(options.compileTimeout)
+                                                  : std::nullopt);
+      if (!restarted)
+        return llvm::handleErrors(restarted.takeError(),
+                                  [&](std::unique_ptr<EngineError> e) -> llvm::Error {
+                                    e->message = "restarting the worker of module '" + name +
+                                                 "' for '" + entry.str() + "': " + e->message;
+                                    return llvm::Error(std::move(e));
+                                  });
+      std::lock_guard<std::mutex> state(stateMutex);
+      current.restarts++;
+    }
+
+    MessageWriter request(MessageKind::Invoke);
+    request.str(entry).u64(inputs.size());
+    uint64_t total = 0;
+    std::vector<uint64_t> offsets;
+    for (const Tensor &t : inputs) {
+      request.u64(static_cast<uint64_t>(t.dtype)).u64(t.shape.size());
+      for (int64_t d : t.shape)
+        request.i64(d);
+      total = alignUp(total);
+      offsets.push_back(total);
+      request.u64(total).u64(t.bytes.size());
+      total += t.bytes.size();
+    }
+    request.u64(total);
+    std::vector<int> fds;
+    if (total <= executor::kInlineBytes) {
+      std::string bytes(total, '\0');
+      for (size_t i = 0; i < inputs.size(); ++i)
+        if (!inputs[i].bytes.empty())
+          std::memcpy(bytes.data() + offsets[i], inputs[i].bytes.data(), inputs[i].bytes.size());
+      request.u64(1).str(bytes);
+    } else {
+      if (inputArena.size() < total) {
+        llvm::Expected<SharedBuffer> created = SharedBuffer::create(
+            std::max<uint64_t>(total, inputArena.size() * 2), "courier-module-inputs");
+        if (!created)
+          return engineError(ErrorCode::Internal, "allocating the inputs of '" + entry.str() +
+                                                      "': " + toString(created.takeError()));
+        inputArena = std::move(*created);
+        workerHasInputs = false;
+      }
+      for (size_t i = 0; i < inputs.size(); ++i)
+        if (!inputs[i].bytes.empty())
+          std::memcpy(inputArena.data() + offsets[i], inputs[i].bytes.data(),
+                      inputs[i].bytes.size());
+      request.u64(2).u64(workerHasInputs ? 0 : 1);
+      if (!workerHasInputs)
+        fds.push_back(inputArena.fd());
+    }
+
+    std::optional<std::chrono::milliseconds> timeout = call.timeout;
+    if (!timeout && options.invokeTimeout.count() > 0)
+      timeout = options.invokeTimeout;
+    std::string what = "invoking '" + entry.str() + "'";
+    llvm::Expected<Message> reply = worker->request(request, fds, deadlineAfter(timeout), what);
+    if (!reply) {
+      llvm::Error error = workerFailure(reply.takeError(), what, describeTimeout(timeout),
+                                        ErrorCode::KernelCrashed);
+      drop();
+      return std::move(error);
+    }
+    if (!fds.empty())
+      workerHasInputs = true;
+    return readResults(*reply, entry);
+  }
+
+  WorkerState state() {
+    std::lock_guard<std::mutex> lock(stateMutex);
+    WorkerState copy = current;
+    copy.isolated = true;
+    copy.pid = live && live->alive() ? live->pid() : 0;
+    return copy;
+  }
+
+  void terminate() {
+    std::lock_guard<std::mutex> lock(stateMutex);
+    terminated = true;
+    if (live)
+      live->kill(EndReason::Closed);
+  }
+
+private:
+  void adopt(std::unique_ptr<WorkerProcess> next) {
+    std::lock_guard<std::mutex> lock(stateMutex);
+    worker = std::move(next);
+    live = worker.get();
+    workerHasInputs = false;
+    resultArena = SharedBuffer();
+  }
+
+  /// Ends and forgets the worker (the next call starts another).
+  void drop() {
+    std::unique_ptr<WorkerProcess> ending;
+    {
+      std::lock_guard<std::mutex> lock(stateMutex);
+      ending = std::move(worker);
+      live = nullptr;
+    }
+    workerHasInputs = false;
+    resultArena = SharedBuffer();
+    // Killed and reaped here, outside the state lock.
+    ending.reset();
+  }
+
+  void noteDeath(std::string cause, bool crashed) {
+    std::lock_guard<std::mutex> lock(stateMutex);
+    current.lastDeath = std::move(cause);
+    if (crashed)
+      current.crashes++;
+  }
+
+  llvm::Error terminatedError(llvm::StringRef entry) {
+    return engineError(ErrorCode::UnknownModule,
+                       "module '" + name + "' was unloaded; '" + entry.str() + "' did not run");
+  }
+
+  /// The error of a request the worker did not answer, by why it ended: the codes are the
+  /// WorkerProcess's, turned into the engine's kinds and messages.
+  llvm::Error workerFailure(llvm::Error cause, llvm::StringRef what, llvm::StringRef limit,
+                            ErrorCode crashCode) {
+    ErrorCode kind = ErrorCode::WorkerUnavailable;
+    llvm::handleAllErrors(std::move(cause), [&](const llvm::ErrorInfoBase &e) {
+      kind = transport::codeOf(e, ErrorCode::WorkerUnavailable);
+    });
+    std::string died = worker ? worker->death().cause : "ended";
+    // A compile that fails leaves no module behind to call again.
+    bool compiling = crashCode == ErrorCode::CompileCrashed;
+    llvm::StringRef next = compiling ? "" : "; the module's next call starts a fresh worker";
+    switch (kind) {
+    case ErrorCode::KernelCrashed:
+      noteDeath(died + " while " + what.str(), /*crashed=*/true);
+      return engineError(crashCode, llvm::formatv("the worker of module '{0}' died while {1}: {2}{3}",
+                                                  name, what, died, next));
+    case ErrorCode::DeadlineExceeded:
+      noteDeath("ended at its deadline (" + limit.str() + ") while " + what.str(),
+                /*crashed=*/false);
+      return engineError(ErrorCode::DeadlineExceeded,
+                         llvm::formatv("{0} module '{1}' took longer than {2}; its worker was "
+                                       "ended{3}",
+                                       compiling ? what.str() : what + " of", name, limit, next));
+    case ErrorCode::UnknownSession:
+      return engineError(ErrorCode::UnknownModule,
+                         "module '" + name + "' was unloaded while " + what.str() + " ran");
+    default:
+      return engineError(ErrorCode::WorkerUnavailable,
+                         "the worker of module '" + name + "' is unavailable: " + died);
+    }
+  }
+
+  llvm::Expected<std::vector<Tensor>> readResults(Message &reply, llvm::StringRef entry) {
+    MessageReader in(reply.bytes);
+    if (llvm::Error error = moduleproto::readOutcome(in))
+      return std::move(error);
+    auto malformed = [&](llvm::StringRef why) {
+      // A worker that answers nonsense is not trusted with the next call.
+      drop();
+      return engineError(ErrorCode::Internal, "the worker of module '" + name +
+                                                  "' sent malformed results for '" + entry.str() +
+                                                  "': " + why.str());
+    };
+    struct Result {
+      DType dtype;
+      std::vector<int64_t> shape;
+      uint64_t offset, size;
+    };
+    std::vector<Result> results(in.count(32));
+    for (Result &r : results) {
+      uint64_t dtype = in.u64();
+      if (dtype > static_cast<uint64_t>(DType::I64))
+        return malformed("an unknown dtype");
+      r.dtype = static_cast<DType>(dtype);
+      r.shape.resize(in.count(8));
+      for (int64_t &d : r.shape)
+        d = in.i64();
+      r.offset = in.u64();
+      r.size = in.u64();
+    }
+    uint64_t total = in.u64();
+    uint64_t mode = in.u64();
+    llvm::StringRef bytes;
+    if (mode == 1) {
+      bytes = in.str();
+    } else if (mode == 2 || mode == 3) {
+      if (mode == 3) {
+        uint64_t size = in.u64();
+        if (!in.ok() || reply.fds.size() != 1)
+          return malformed("a new result arena without its descriptor");
+        // Sealed, or the worker could shrink it under this mapping.
+        llvm::Expected<SharedBuffer> mapped =
+            SharedBuffer::map(std::move(reply.fds[0]), size, /*requireSealed=*/true);
+        if (!mapped)
+          return malformed(toString(mapped.takeError()));
+        resultArena = std::move(*mapped);
+      }
+      if (resultArena.size() < total)
+        return malformed("results outside the result arena");
+      bytes = llvm::StringRef(resultArena.data(), total);
+    } else {
+      return malformed("an unknown result mode");
+    }
+    if (!in.ok() || bytes.size() != total)
+      return malformed("a truncated answer");
+    std::vector<Tensor> outputs;
+    outputs.reserve(results.size());
+    for (const Result &r : results) {
+      std::optional<int64_t> count = checkedElementCount(r.shape, dtypeSize(r.dtype));
+      if (!count || static_cast<uint64_t>(*count) * dtypeSize(r.dtype) != r.size ||
+          r.offset > total || total - r.offset < r.size)
+        return malformed("a result that does not match its shape");
+      Tensor t{r.dtype, r.shape, std::vector<uint8_t>(r.size)};
+      if (r.size)
+        std::memcpy(t.bytes.data(), bytes.data() + r.offset, r.size);
+      outputs.push_back(std::move(t));
+    }
+    return outputs;
+  }
+
+  std::shared_ptr<WorkerPool> pool;
+  const EngineOptions options;
+  const std::string name, text;
+
+  /// Held for a request's whole length: the worker runs one at a time.
+  std::mutex requestMutex;
+  std::unique_ptr<WorkerProcess> worker;
+  SharedBuffer inputArena, resultArena;
+  bool workerHasInputs = false;
+
+  /// Guards what other threads read or do while a request runs.
+  std::mutex stateMutex;
+  WorkerProcess *live = nullptr;
+  WorkerState current;
+  bool terminated = false;
+};
+
+Module::Impl::Impl() = default;
+Module::Impl::~Impl() = default;
+
+WorkerState isolatedState(IsolatedWorker &worker) { return worker.state(); }
+void terminateIsolated(IsolatedWorker &worker) { worker.terminate(); }
+llvm::Expected<std::vector<Tensor>> invokeIsolated(IsolatedWorker &worker, llvm::StringRef entry,
+                                                   llvm::ArrayRef<Tensor> inputs,
+                                                   const InvokeOptions &options) {
+  return worker.invoke(entry, inputs, options);
+}
+
+WorkerLauncher::WorkerLauncher(const EngineOptions &options) {
+  executor::WorkerSettings settings;
+  settings.program = workerProgram(options.workerProgram);
+  settings.memoryMiB = options.workerMemoryMiB;
+  settings.sandbox = options.workerSandbox;
+  pool = std::make_shared<WorkerPool>(std::move(settings), options.warmWorkers);
+}
+
+WorkerLauncher::~WorkerLauncher() = default;
+
+llvm::Expected<std::shared_ptr<Module>>
+WorkerLauncher::compile(const EngineOptions &options, llvm::StringRef text, llvm::StringRef name,
+                        std::optional<std::chrono::milliseconds> timeout) {
+  auto isolated = std::make_unique<IsolatedWorker>(pool, options, name.str(), text.str());
+  llvm::Expected<IsolatedWorker::Loaded> loaded = isolated->load(timeout);
+  if (!loaded) {
+    // The sink sees the diagnostics the worker collected, as an in-process compile's would.
+    if (!options.diagnosticSink)
+      return loaded.takeError();
+    return llvm::handleErrors(loaded.takeError(),
+                              [&](std::unique_ptr<CompileError> error) -> llvm::Error {
+                                for (const Diagnostic &d : error->diagnostics)
+                                  options.diagnosticSink(d);
+                                return llvm::Error(std::move(error));
+                              });
+  }
+  auto impl = std::make_unique<Module::Impl>();
+  impl->name = name.str();
+  impl->entries = std::move(loaded->entries);
+  impl->unsupported = std::move(loaded->unsupported);
+  impl->times = loaded->times;
+  impl->isolated = std::move(isolated);
+  return ModuleInternals::make(std::move(impl));
+}
+
+} // namespace courier

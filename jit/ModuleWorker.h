@@ -1,0 +1,65 @@
+// Isolated modules: what a server process and a module's worker process
+// (courier-module-worker) say to each other, and the worker's main(). The channel, shared
+// buffers, crash reports and sandbox are the executor's (executor/WorkerProtocol.h,
+// executor/Sandbox.h); the messages here are Compile, Invoke and Unload.
+//
+// Compile: the engine options the worker compiles with, the module's name and its text.
+// Done answers with an outcome (below), then the entries, the public functions invoke cannot
+// call and the phase times. Invoke: the entry and its inputs (dtype, shape, bytes), inline or
+// in the server's input arena. Done answers with an outcome, then the results, inline or in
+// the worker's result arena. Unload: teardown() and the sessions close; Done answers.
+//
+// An outcome is a u64 status: 0 success; 1 a compile error {summary, diagnostics}; 2 a coded
+// error {code name, message}; 3 any other error {message}. Bodies larger than an inline
+// message travel in a sealed memfd.
+#ifndef COURIER_JIT_MODULEWORKER_H
+#define COURIER_JIT_MODULEWORKER_H
+
+#include "executor/WorkerProtocol.h"
+#include "jit/Engine.h"
+
+namespace courier {
+
+namespace moduleproto {
+
+using executor::MessageReader;
+using executor::MessageWriter;
+
+/// The options a worker compiles with: everything in EngineOptions that changes what is
+/// compiled or how it runs (not the isolation settings, nor the diagnostic sink).
+void writeOptions(MessageWriter &out, const EngineOptions &options);
+EngineOptions readOptions(MessageReader &in);
+
+void writeEntries(MessageWriter &out, const std::vector<EntrySignature> &entries);
+std::vector<EntrySignature> readEntries(MessageReader &in);
+
+void writeTimes(MessageWriter &out, const PhaseTimes &times);
+PhaseTimes readTimes(MessageReader &in);
+
+/// Writes status 0 for success, or the error (consumed) as described above.
+void writeOutcome(MessageWriter &out, llvm::Error error);
+/// The error an outcome carries (success for status 0). Codes name ErrorCode values; an
+/// unknown code, or a malformed body, is an error of its own.
+llvm::Error readOutcome(MessageReader &in);
+
+/// A body for a message: inline up to executor::kInlineBytes, else in a sealed memfd whose
+/// descriptor is returned in `fd` (and must be sent with the message).
+llvm::Error writeBody(MessageWriter &out, llvm::StringRef body, executor::SharedBuffer &fd);
+/// Reads a body writeBody wrote; `storage` keeps a mapped one alive. Bodies larger than
+/// `limit` are refused.
+llvm::Expected<llvm::StringRef> readBody(MessageReader &in, executor::Message &message,
+                                         executor::SharedBuffer &storage, uint64_t limit);
+
+} // namespace moduleproto
+
+/// courier-module-worker's main(): compiles one module version and serves its calls until
+/// the server closes the channel (descriptor executor::kWorkerChannelFd). Flags:
+///   --parent PID      exit if that process is gone (set by the server)
+///   --memory-mib N    address space compiles and calls may add (RLIMIT_AS)
+///   --cpu-seconds N   RLIMIT_CPU
+///   --no-sandbox      skip no-new-privs and the seccomp filter
+int runModuleWorker(int argc, char **argv);
+
+} // namespace courier
+
+#endif // COURIER_JIT_MODULEWORKER_H

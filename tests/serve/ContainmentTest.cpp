@@ -1,0 +1,469 @@
+// courier-serve's module workers against real processes: a module that crashes, spins, or
+// outgrows its memory costs only its own request; deadlines end the work (checked in the
+// process tree); reloads under load stay whole.
+#include "tests/serve/RestClient.h"
+#include "tests/serve/ServeProcess.h"
+
+#include <atomic>
+#include <chrono>
+#include <dirent.h>
+#include <fstream>
+#include <iomanip>
+#include <mutex>
+#include <set>
+#include <sstream>
+#include <thread>
+#include <unistd.h>
+
+using courier::testing::json;
+using courier::testing::Reply;
+using courier::testing::ServeProcess;
+using namespace courier::testing;
+
+namespace {
+
+/// `main` doubles its input on the in-process executor; `crash` loads from address 0 in host
+/// code; `crashKernel` does so in the kernel; `at` reads element `i` of a 4-vector, however
+/// far out of bounds; `spin` never returns.
+const std::string kHostile = R"(
+module @app {
+  func.func public @main(%x: tensor<4xf64>) -> tensor<4xf64> {
+    %y = catalyst.launch_kernel @dev::@twice(%x) : (tensor<4xf64>) -> tensor<4xf64>
+    return %y : tensor<4xf64>
+  }
+  func.func public @crash(%x: tensor<4xf64>) -> f64 {
+    %null = llvm.mlir.zero : !llvm.ptr
+    %v = llvm.load volatile %null : !llvm.ptr -> f64
+    return %v : f64
+  }
+  func.func public @crashKernel(%x: tensor<4xf64>) -> tensor<4xf64> {
+    %y = catalyst.launch_kernel @dev::@null_load(%x) : (tensor<4xf64>) -> tensor<4xf64>
+    return %y : tensor<4xf64>
+  }
+  func.func public @at(%x: tensor<4xf64>, %i: i64) -> f64 {
+    %k = arith.index_cast %i : i64 to index
+    %v = tensor.extract %x[%k] : tensor<4xf64>
+    return %v : f64
+  }
+  func.func public @spin(%n: i64) -> i64 {
+    %r = scf.while (%i = %n) : (i64) -> i64 {
+      %true = arith.constant true
+      scf.condition(%true) %i : i64
+    } do {
+    ^bb0(%i: i64):
+      %one = arith.constant 1 : i64
+      %j = arith.addi %i, %one : i64
+      scf.yield %j : i64
+    }
+    return %r : i64
+  }
+  module @dev attributes {catalyst.target = {}, catalyst.dispatch = {address = "local"}} {
+    func.func public @twice(%x: tensor<4xf64>) -> tensor<4xf64> {
+      %r = arith.addf %x, %x : tensor<4xf64>
+      return %r : tensor<4xf64>
+    }
+    func.func public @null_load(%x: tensor<4xf64>) -> tensor<4xf64> {
+      %null = llvm.mlir.zero : !llvm.ptr
+      %v = llvm.load volatile %null : !llvm.ptr -> f64
+      %s = tensor.splat %v : tensor<4xf64>
+      %r = arith.addf %x, %s : tensor<4xf64>
+      return %r : tensor<4xf64>
+    }
+  }
+}
+)";
+
+/// Host-only: doubles a vector of any length (arenas and their growth).
+const std::string kDouble = R"(
+module {
+  func.func public @twice(%x: tensor<?xf64>) -> tensor<?xf64> {
+    %y = arith.addf %x, %x : tensor<?xf64>
+    return %y : tensor<?xf64>
+  }
+}
+)";
+
+/// setup() loads from address 0: the module dies while it is being loaded.
+const std::string kSetupCrash = R"(
+module {
+  func.func public @setup() {
+    %null = llvm.mlir.zero : !llvm.ptr
+    %v = llvm.load volatile %null : !llvm.ptr -> f64
+    return
+  }
+  func.func public @main(%x: tensor<4xf64>) -> tensor<4xf64> {
+    return %x : tensor<4xf64>
+  }
+}
+)";
+
+/// A 400 MB splat: minutes of work and gigabytes once past the constant limit.
+const std::string kHugeConstant = R"(
+module {
+  func.func public @big() -> tensor<100000000xf32> {
+    %c = arith.constant dense<1.0> : tensor<100000000xf32>
+    return %c : tensor<100000000xf32>
+  }
+}
+)";
+
+const std::string kVector = R"({"inputs": [[1, 2, 3, 4]]})";
+
+std::string kernelModule(double factor) {
+  std::ostringstream text;
+  text << std::fixed << std::setprecision(1);
+  text << "module @app {\n"
+          "  func.func public @main(%x: tensor<4xf64>) -> tensor<4xf64> {\n"
+          "    %y = catalyst.launch_kernel @dev::@scale(%x) : (tensor<4xf64>) -> tensor<4xf64>\n"
+          "    return %y : tensor<4xf64>\n"
+          "  }\n"
+          "  module @dev attributes {catalyst.target = {}, catalyst.dispatch = {address = "
+          "\"local\"}} {\n"
+          "    func.func public @scale(%x: tensor<4xf64>) -> tensor<4xf64> {\n"
+          "      %f = arith.constant dense<"
+       << factor
+       << "> : tensor<4xf64>\n"
+          "      %r = arith.mulf %x, %f : tensor<4xf64>\n"
+          "      return %r : tensor<4xf64>\n"
+          "    }\n"
+          "  }\n"
+          "}\n";
+  return text.str();
+}
+
+Reply invoke(httplib::Client &http, const std::string &module, const std::string &entry,
+             const std::string &body = kVector, httplib::Headers headers = {}) {
+  return toReply(http.Post(("/v1/modules/" + module + "/invoke/" + entry).c_str(), headers, body,
+                           "application/json"));
+}
+
+/// The processes `pid` started that still run (zombies excluded).
+std::vector<pid_t> childrenOf(pid_t pid) {
+  std::vector<pid_t> children;
+  std::string tasks = "/proc/" + std::to_string(pid) + "/task";
+  DIR *dir = opendir(tasks.c_str());
+  if (!dir)
+    return children;
+  while (dirent *entry = readdir(dir)) {
+    if (entry->d_name[0] == '.')
+      continue;
+    std::ifstream list(tasks + "/" + entry->d_name + "/children");
+    pid_t child;
+    while (list >> child) {
+      std::ifstream stat("/proc/" + std::to_string(child) + "/stat");
+      std::string line;
+      std::getline(stat, line);
+      size_t close = line.rfind(')');
+      if (close != std::string::npos && close + 2 < line.size() && line[close + 2] != 'Z')
+        children.push_back(child);
+    }
+  }
+  closedir(dir);
+  return children;
+}
+
+/// CPU time `pid` has used, in clock ticks; -1 once it is gone.
+long cpuTicks(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(stat, line))
+    return -1;
+  std::istringstream fields(line.substr(line.rfind(')') + 2));
+  std::string field;
+  long utime = 0, stime = 0;
+  for (int i = 3; i <= 15 && fields >> field; ++i) {
+    if (i == 14)
+      utime = std::stol(field);
+    if (i == 15)
+      stime = std::stol(field);
+  }
+  return utime + stime;
+}
+
+bool running(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(stat, line))
+    return false;
+  size_t close = line.rfind(')');
+  return close != std::string::npos && close + 2 < line.size() && line[close + 2] != 'Z';
+}
+
+/// True once no process the server started has burnt CPU for `window`: nothing goes on.
+bool childrenIdle(pid_t server, std::chrono::milliseconds window) {
+  std::map<pid_t, long> before;
+  for (pid_t child : childrenOf(server))
+    before[child] = cpuTicks(child);
+  std::this_thread::sleep_for(window);
+  long ticksPerSecond = sysconf(_SC_CLK_TCK);
+  for (auto [child, ticks] : before) {
+    long now = cpuTicks(child);
+    // A tenth of the window: a busy process would use all of it.
+    if (now >= 0 && (now - ticks) * 1000 > ticksPerSecond * window.count() / 10)
+      return false;
+  }
+  return true;
+}
+
+int workerPid(httplib::Client &http, const std::string &module) {
+  Reply described = get(http, "/v1/modules/" + module);
+  REQUIRE(described.status == 200);
+  const json &worker = described.body["worker"];
+  REQUIRE(worker.is_object());
+  return worker["pid"].is_number() ? worker["pid"].get<int>() : 0;
+}
+
+} // namespace
+
+TEST_CASE("a crash in a module's call is its own 500, and every other module keeps serving",
+          "[serve][containment]") {
+  ServeProcess serve;
+  auto http = serve.client();
+  requireCreated(*http, "hostile", kHostile);
+  requireCreated(*http, "calm", kernelModule(3));
+  int firstWorker = workerPid(*http, "hostile");
+  CHECK(firstWorker > 0);
+  CHECK(firstWorker != serve.processId());
+
+  struct Case {
+    std::string entry, body, signal;
+  };
+  for (const Case &c : {Case{"crash", kVector, "SIGSEGV (address 0x0)"},
+                        Case{"crashKernel", kVector, "SIGSEGV (address 0x0)"},
+                        Case{"at", R"({"inputs": [[1, 2, 3, 4], 1099511627776]})", "SIGSEGV"}}) {
+    INFO("entry " << c.entry);
+    Reply crashed = invoke(*http, "hostile", c.entry, c.body);
+    INFO(crashed.raw);
+    CHECK(crashed.status == 500);
+    CHECK(errorCode(crashed) == "kernel_crashed");
+    CHECK(errorMessage(crashed).find(c.signal) != std::string::npos);
+    CHECK(errorMessage(crashed).find("'" + c.entry + "'") != std::string::npos);
+
+    Reply described = get(*http, "/v1/modules/hostile");
+    CHECK(described.body["state"] == "crashed");
+    CHECK(described.body["worker"]["pid"].is_null());
+    CHECK(described.body["worker"]["lastDeath"].get<std::string>().find(c.signal) !=
+          std::string::npos);
+    CHECK(described.body["lastError"]["code"] == "kernel_crashed");
+
+    // The other module never noticed; the crashed one restarts on its next call.
+    CHECK(outputData(invoke(*http, "calm", "main")) == std::vector<double>{3, 6, 9, 12});
+    Reply again = invoke(*http, "hostile", "main");
+    INFO(again.raw);
+    CHECK(outputData(again) == std::vector<double>{2, 4, 6, 8});
+    CHECK(get(*http, "/v1/modules/hostile").body["state"] == "serving");
+  }
+  Reply described = get(*http, "/v1/modules/hostile");
+  CHECK(described.body["worker"]["crashes"] == 3);
+  CHECK(described.body["worker"]["restarts"] == 3);
+  CHECK(described.body["version"] == 1);
+  CHECK(get(*http, "/v1/health").status == 200);
+}
+
+TEST_CASE("a crash while loading is 500 compile_crashed; a reload that crashes keeps the old "
+          "version",
+          "[serve][containment]") {
+  ServeProcess serve;
+  auto http = serve.client();
+  Reply created = post(*http, "/v1/modules", createBody("loads", kSetupCrash));
+  INFO(created.raw);
+  CHECK(created.status == 500);
+  CHECK(errorCode(created) == "compile_crashed");
+  CHECK(errorMessage(created).find("SIGSEGV (address 0x0)") != std::string::npos);
+  CHECK(get(*http, "/v1/modules/loads").status == 404);
+
+  requireCreated(*http, "calm", kernelModule(2));
+  Reply replaced = put(*http, "/v1/modules/calm", json({{"mlir", kSetupCrash}}).dump());
+  INFO(replaced.raw);
+  CHECK(replaced.status == 500);
+  CHECK(errorCode(replaced) == "compile_crashed");
+  Reply described = get(*http, "/v1/modules/calm");
+  CHECK(described.body["version"] == 1);
+  CHECK(described.body["failedReloads"] == 1);
+  CHECK(described.body["lastError"]["code"] == "compile_crashed");
+  CHECK(outputData(invoke(*http, "calm", "main")) == std::vector<double>{2, 4, 6, 8});
+}
+
+TEST_CASE("an invoke past its deadline is 504 and its worker is gone", "[serve][containment]") {
+  ServeProcess serve({"", {"--invoke-timeout-ms", "300"}});
+  auto http = serve.client();
+  requireCreated(*http, "hostile", kHostile);
+  int spinning = workerPid(*http, "hostile");
+  REQUIRE(spinning > 0);
+
+  Reply spun = invoke(*http, "hostile", "spin", R"({"inputs": [1]})");
+  INFO(spun.raw);
+  CHECK(spun.status == 504);
+  CHECK(errorCode(spun) == "deadline_exceeded");
+  CHECK(errorMessage(spun).find("300 ms") != std::string::npos);
+  CHECK_FALSE(running(spinning));
+  CHECK(childrenIdle(serve.processId(), std::chrono::milliseconds(500)));
+
+  // A request's own deadline replaces the server's, both ways.
+  Reply quick = invoke(*http, "hostile", "spin", R"({"inputs": [1]})",
+                       {{"X-Courier-Deadline-Ms", "100"}});
+  CHECK(quick.status == 504);
+  CHECK(errorMessage(quick).find("100 ms") != std::string::npos);
+  Reply bad = invoke(*http, "hostile", "spin", R"({"inputs": [1]})",
+                     {{"X-Courier-Deadline-Ms", "soon"}});
+  CHECK(bad.status == 400);
+  CHECK(errorMessage(bad).find("X-Courier-Deadline-Ms") != std::string::npos);
+  // And the module still answers the calls that end.
+  CHECK(outputData(invoke(*http, "hostile", "main")) == std::vector<double>{2, 4, 6, 8});
+}
+
+TEST_CASE("deleting a module whose call spins ends the call and its worker",
+          "[serve][containment]") {
+  ServeProcess serve({"", {"--invoke-timeout-ms", "0"}});
+  auto http = serve.client();
+  requireCreated(*http, "hostile", kHostile);
+  int spinning = workerPid(*http, "hostile");
+  REQUIRE(spinning > 0);
+
+  Reply spun;
+  std::thread caller([&] {
+    auto own = serve.client();
+    own->set_read_timeout(60, 0);
+    spun = invoke(*own, "hostile", "spin", R"({"inputs": [1]})");
+  });
+  // The call is running once the worker burns CPU.
+  long start = cpuTicks(spinning);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (cpuTicks(spinning) - start < sysconf(_SC_CLK_TCK) / 10 &&
+         std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  auto deleted = http->Delete("/v1/modules/hostile");
+  REQUIRE(deleted);
+  CHECK(deleted->status == 204);
+  caller.join();
+  INFO(spun.raw);
+  CHECK(spun.status == 404);
+  CHECK(errorCode(spun) == "unknown_module");
+  CHECK_FALSE(running(spinning));
+  CHECK(childrenIdle(serve.processId(), std::chrono::milliseconds(500)));
+}
+
+TEST_CASE("a compile past --compile-timeout-ms ends with its worker; nothing goes on",
+          "[serve][containment]") {
+  ServeProcess serve({"", {"--compile-timeout-ms", "500", "--max-constant-mib", "0"}});
+  auto http = serve.client();
+  requireCreated(*http, "calm", kernelModule(2));
+  Reply slow = post(*http, "/v1/modules", createBody("huge", kHugeConstant));
+  INFO(slow.raw);
+  CHECK(slow.status == 504);
+  CHECK(errorCode(slow) == "compile_timeout");
+  CHECK(errorMessage(slow).find("its worker was ended") != std::string::npos);
+  CHECK(get(*http, "/v1/modules/huge").status == 404);
+  // No compile runs on in the background, in the server or in any worker.
+  CHECK(childrenIdle(serve.processId(), std::chrono::milliseconds(500)));
+  CHECK(cpuTicks(serve.processId()) >= 0);
+  CHECK(serve.metric("courier_serve_compile_timeouts_total") == 1);
+  CHECK(outputData(invoke(*http, "calm", "main")) == std::vector<double>{2, 4, 6, 8});
+}
+
+TEST_CASE("a compile that outgrows --module-memory-mib ends its worker, naming the cause",
+          "[serve][containment]") {
+  ServeProcess serve({"", {"--module-memory-mib", "300", "--max-constant-mib", "0"}});
+  auto http = serve.client();
+  Reply big = post(*http, "/v1/modules", createBody("huge", kHugeConstant));
+  INFO(big.raw);
+  CHECK(big.status == 500);
+  CHECK(errorCode(big) == "compile_crashed");
+  CHECK(errorMessage(big).find("out of memory") != std::string::npos);
+  requireCreated(*http, "calm", kernelModule(2));
+  CHECK(outputData(invoke(*http, "calm", "main")) == std::vector<double>{2, 4, 6, 8});
+}
+
+TEST_CASE("tensors larger than a message travel through shared memory, growing as needed",
+          "[serve][containment]") {
+  ServeProcess serve;
+  auto http = serve.client();
+  requireCreated(*http, "double", kDouble);
+  for (size_t n : {size_t(8), size_t(20000), size_t(300000), size_t(1000), size_t(300000)}) {
+    INFO("n = " << n);
+    std::vector<double> values(n);
+    for (size_t i = 0; i < n; ++i)
+      values[i] = static_cast<double>(i) * 0.5 - 7;
+    Reply doubled = invoke(*http, "double", "twice", json({{"inputs", {values}}}).dump());
+    REQUIRE(doubled.status == 200);
+    std::vector<double> out = outputData(doubled);
+    REQUIRE(out.size() == n);
+    bool same = true;
+    for (size_t i = 0; i < n; ++i)
+      same &= out[i] == values[i] * 2;
+    CHECK(same);
+  }
+}
+
+TEST_CASE("100 reloads while 4 clients call, isolated: none fails, none mixes versions",
+          "[serve][containment]") {
+  ServeProcess serve;
+  requireCreated(*serve.client(), "scale", kernelModule(1));
+  const std::string versionA = kernelModule(1), versionB = kernelModule(10);
+  const std::vector<double> resultA = {1, 2, 3, 4}, resultB = {10, 20, 30, 40};
+  constexpr int kClients = 4, kReloads = 100;
+  std::atomic<bool> done{false};
+  std::atomic<int> failures{0}, mixed{0}, calls{0};
+  std::mutex failureMutex;
+  std::string firstFailure;
+  std::vector<std::thread> clients;
+  for (int t = 0; t < kClients; ++t)
+    clients.emplace_back([&] {
+      auto http = serve.client();
+      while (!done) {
+        httplib::Result res =
+            http->Post("/v1/modules/scale/invoke/main", kVector, "application/json");
+        if (!res || res->status != 200) {
+          std::lock_guard<std::mutex> lock(failureMutex);
+          if (firstFailure.empty())
+            firstFailure = res ? res->body : httplib::to_string(res.error());
+          failures++;
+          continue;
+        }
+        json body = json::parse(res->body);
+        auto data = body["outputs"][0]["data"].get<std::vector<double>>();
+        int version = body["version"];
+        calls++;
+        // Odd versions are A, even ones B: the reply's version must match its data.
+        if (!((data == resultA && version % 2 == 1) || (data == resultB && version % 2 == 0)))
+          mixed++;
+      }
+    });
+  auto http = serve.client();
+  int replaced = 0;
+  for (int i = 0; i < kReloads; ++i) {
+    Reply reply = put(*http, "/v1/modules/scale",
+                      json({{"mlir", i % 2 == 0 ? versionB : versionA}}).dump());
+    INFO(reply.raw);
+    CHECK(reply.status == 200);
+    replaced += reply.status == 200;
+  }
+  done = true;
+  for (std::thread &client : clients)
+    client.join();
+  INFO(firstFailure);
+  CHECK(failures == 0);
+  CHECK(mixed == 0);
+  CHECK(calls > kReloads);
+  CHECK(replaced == kReloads);
+  CHECK(get(*http, "/v1/modules/scale").body["version"] == kReloads + 1);
+  // Retired versions' workers are gone: the current one and the warm spare remain.
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (childrenOf(serve.processId()).size() > 2 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  CHECK(childrenOf(serve.processId()).size() <= 2);
+}
+
+TEST_CASE("with --isolation=none the server still serves, in its own process",
+          "[serve][containment]") {
+  ServeProcess serve({"", {"--isolation", "none"}});
+  auto http = serve.client();
+  requireCreated(*http, "calm", kernelModule(2));
+  CHECK(outputData(invoke(*http, "calm", "main")) == std::vector<double>{2, 4, 6, 8});
+  Reply described = get(*http, "/v1/modules/calm");
+  CHECK(described.body["worker"].is_null());
+  CHECK(childrenOf(serve.processId()).empty());
+  auto refused = courier::testing::runServeToExit({"--isolation", "thread"});
+  CHECK(refused.first != 0);
+  CHECK(refused.second.find("--isolation") != std::string::npos);
+}
