@@ -31,8 +31,6 @@ using transport::TensorView;
 
 namespace {
 
-constexpr uint64_t kAlignment = 64;
-uint64_t alignUp(uint64_t n) { return (n + kAlignment - 1) & ~(kAlignment - 1); }
 
 struct WorkerOptions {
   pid_t parent = 0;
@@ -279,20 +277,18 @@ private:
     uint64_t mode = in.u64();
     size_t nextFd = 0;
     // Inline bytes are copied to an aligned buffer: kernels may assume element alignment.
-    std::unique_ptr<char, decltype(&std::free)> aligned(nullptr, &std::free);
+    AlignedBytes aligned;
     const char *base = nullptr;
     std::vector<uint64_t> inUse;
     if (mode == 1) {
       llvm::StringRef bytes = in.str();
       if (!in.ok() || bytes.size() != total)
         return llvm::createStringError("malformed inline payload");
-      if (total) {
-        aligned.reset(static_cast<char *>(std::aligned_alloc(kAlignment, alignUp(total))));
-        if (!aligned)
-          return llvm::createStringError("out of memory for launch inputs");
-        std::memcpy(aligned.get(), bytes.data(), total);
-        base = aligned.get();
-      }
+      llvm::Expected<AlignedBytes> copied = copyAligned(bytes);
+      if (!copied)
+        return copied.takeError();
+      aligned = std::move(*copied);
+      base = aligned.get();
     } else if (mode == 2) {
       uint64_t id = in.u64();
       llvm::Expected<SharedBuffer *> arena = arenaFor(id, request, nextFd, total, inUse);
@@ -346,7 +342,7 @@ private:
       done.i64(t.elemSize).u64(t.sizes.size());
       for (int64_t s : t.sizes)
         done.i64(s);
-      size = alignUp(size);
+      size = alignPayload(size);
       done.u64(size);
       offsets.push_back(size);
       uint64_t bytes = static_cast<uint64_t>(t.elemSize);

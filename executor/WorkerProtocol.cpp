@@ -317,6 +317,18 @@ std::string signalName(int signal) {
   }
 }
 
+llvm::Expected<AlignedBytes> copyAligned(llvm::StringRef bytes) {
+  if (bytes.empty())
+    return AlignedBytes();
+  AlignedBytes copy(
+      static_cast<char *>(std::aligned_alloc(kPayloadAlignment, alignPayload(bytes.size()))));
+  if (!copy)
+    return llvm::createStringError("out of memory for " + llvm::Twine(bytes.size()) +
+                                   " bytes of inputs");
+  std::memcpy(copy.get(), bytes.data(), bytes.size());
+  return std::move(copy);
+}
+
 std::string describeCrash(const CrashReport &report) {
   if (report.signal == SIGABRT && report.code == kOutOfMemoryCode)
     return "out of memory (SIGABRT)";

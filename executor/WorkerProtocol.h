@@ -11,6 +11,8 @@
 
 #include <chrono>
 #include <cstdint>
+#include <cstdlib>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -77,6 +79,22 @@ private:
   uint64_t length = 0;
   uint64_t mapped = 0;
 };
+
+/// Tensors are laid out at this alignment in payloads and shared buffers: compiled code may
+/// assume its elements (and vectors of them) are aligned.
+inline constexpr uint64_t kPayloadAlignment = 64;
+inline uint64_t alignPayload(uint64_t n) {
+  return (n + kPayloadAlignment - 1) & ~(kPayloadAlignment - 1);
+}
+
+/// Bytes in memory aligned to kPayloadAlignment, freed when they go.
+struct FreeAligned {
+  void operator()(char *bytes) const { std::free(bytes); }
+};
+using AlignedBytes = std::unique_ptr<char, FreeAligned>;
+
+/// A copy of inline payload bytes at kPayloadAlignment; null for none.
+llvm::Expected<AlignedBytes> copyAligned(llvm::StringRef bytes);
 
 /// Payloads up to this size travel inline in the message; larger ones in a memfd.
 inline constexpr uint64_t kInlineBytes = 48 * 1024;

@@ -33,9 +33,6 @@ using moduleproto::MessageWriter;
 
 namespace {
 
-constexpr uint64_t kAlignment = 64;
-uint64_t alignUp(uint64_t n) { return (n + kAlignment - 1) & ~(kAlignment - 1); }
-
 /// How long an unloading worker may take for teardown() and closing its sessions.
 constexpr auto kUnloadTimeout = std::chrono::seconds(5);
 /// Stands for "no deadline": far enough away never to pass, near enough not to overflow.
@@ -191,7 +188,7 @@ public:
       request.u64(static_cast<uint64_t>(t.dtype)).u64(t.shape.size());
       for (int64_t d : t.shape)
         request.i64(d);
-      total = alignUp(total);
+      total = executor::alignPayload(total);
       offsets.push_back(total);
       request.u64(total).u64(t.bytes.size());
       total += t.bytes.size();

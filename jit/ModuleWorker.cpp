@@ -240,9 +240,6 @@ namespace {
 using moduleproto::MessageReader;
 using moduleproto::MessageWriter;
 
-/// Results and bodies are laid out at this alignment in shared buffers.
-constexpr uint64_t kAlignment = 64;
-uint64_t alignUp(uint64_t n) { return (n + kAlignment - 1) & ~(kAlignment - 1); }
 
 struct Flags {
   pid_t parent = 0;
@@ -400,19 +397,17 @@ private:
     uint64_t mode = in.u64();
     const uint8_t *base = nullptr;
     // Inline bytes are copied to an aligned buffer: compiled code may assume alignment.
-    std::unique_ptr<char, decltype(&std::free)> aligned(nullptr, &std::free);
+    executor::AlignedBytes aligned;
     size_t nextFd = 0;
     if (mode == 1) {
       llvm::StringRef bytes = in.str();
       if (!in.ok() || bytes.size() != total)
         return answerError(llvm::createStringError("a malformed invoke request"));
-      if (total) {
-        aligned.reset(static_cast<char *>(std::aligned_alloc(kAlignment, alignUp(total))));
-        if (!aligned)
-          return answerError(llvm::createStringError("out of memory for the inputs"));
-        std::memcpy(aligned.get(), bytes.data(), total);
-        base = reinterpret_cast<const uint8_t *>(aligned.get());
-      }
+      llvm::Expected<executor::AlignedBytes> copied = executor::copyAligned(bytes);
+      if (!copied)
+        return answerError(copied.takeError());
+      aligned = std::move(*copied);
+      base = reinterpret_cast<const uint8_t *>(aligned.get());
     } else if (mode == 2) {
       // The server's input arena: sent once, kept mapped until it sends a larger one.
       bool fresh = in.u64() != 0;
@@ -458,7 +453,7 @@ private:
             done.u64(static_cast<uint64_t>(r.dtype)).u64(r.shape.size());
             for (int64_t d : r.shape)
               done.i64(d);
-            size = alignUp(size);
+            size = executor::alignPayload(size);
             offsets.push_back(size);
             done.u64(size).u64(r.packedBytes());
             size += r.packedBytes();

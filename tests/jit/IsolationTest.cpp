@@ -3,6 +3,7 @@
 // cost only the call that met them.
 #include "jit/Engine.h"
 #include "tests/jit/TestSupport.h"
+#include "tests/support/HostileModules.h"
 
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/MemoryBuffer.h"
@@ -16,53 +17,7 @@ using courier::testing::ok;
 
 namespace {
 
-/// `main` doubles its input on the in-process executor (in the worker); `crash` loads from
-/// address 0; `spin` never returns; `spawn` forks and `killParent` signals its parent, both
-/// of which the worker's sandbox forbids.
-const char *const kModule = R"(
-module @app {
-  func.func public @main(%x: tensor<4xf64>) -> tensor<4xf64> {
-    %y = catalyst.launch_kernel @dev::@twice(%x) : (tensor<4xf64>) -> tensor<4xf64>
-    return %y : tensor<4xf64>
-  }
-  func.func public @crash(%x: tensor<4xf64>) -> f64 {
-    %null = llvm.mlir.zero : !llvm.ptr
-    %v = llvm.load volatile %null : !llvm.ptr -> f64
-    return %v : f64
-  }
-  func.func public @spin(%n: i64) -> i64 {
-    %r = scf.while (%i = %n) : (i64) -> i64 {
-      %true = arith.constant true
-      scf.condition(%true) %i : i64
-    } do {
-    ^bb0(%i: i64):
-      %one = arith.constant 1 : i64
-      %j = arith.addi %i, %one : i64
-      scf.yield %j : i64
-    }
-    return %r : i64
-  }
-  func.func private @fork() -> i32
-  func.func private @getppid() -> i32
-  func.func private @kill(i32, i32) -> i32
-  func.func public @spawn(%n: i64) -> i32 {
-    %pid = func.call @fork() : () -> i32
-    return %pid : i32
-  }
-  func.func public @killParent(%n: i64) -> i32 {
-    %parent = func.call @getppid() : () -> i32
-    %nine = arith.constant 9 : i32
-    %r = func.call @kill(%parent, %nine) : (i32, i32) -> i32
-    return %r : i32
-  }
-  module @dev attributes {catalyst.target = {}, catalyst.dispatch = {address = "local"}} {
-    func.func public @twice(%x: tensor<4xf64>) -> tensor<4xf64> {
-      %r = arith.addf %x, %x : tensor<4xf64>
-      return %r : tensor<4xf64>
-    }
-  }
-}
-)";
+using courier::testing::kHostileModule;
 
 EngineOptions isolated() {
   EngineOptions options;
@@ -96,8 +51,8 @@ TEST_CASE("an isolated module answers as the in-process one does, from another p
           "[isolation]") {
   Engine inProcess(EngineOptions{});
   Engine engine(isolated());
-  auto local = inProcess.compile(kModule, "app");
-  auto remote = engine.compile(kModule, "app");
+  auto local = inProcess.compile(kHostileModule, "app");
+  auto remote = engine.compile(kHostileModule, "app");
   REQUIRE(ok(local));
   REQUIRE(ok(remote));
   const Module &module = **remote;
@@ -154,7 +109,7 @@ TEST_CASE("a compile error in a worker carries every diagnostic to the caller an
 TEST_CASE("a crash fails its call with KernelCrashed; the next call gets a fresh worker",
           "[isolation]") {
   Engine engine(isolated());
-  auto module = engine.compile(kModule, "app");
+  auto module = engine.compile(kHostileModule, "app");
   REQUIRE(ok(module));
   int first = (*module)->workerState().pid;
   auto crashed = (*module)->invoke("crash", {vector4()});
@@ -180,7 +135,7 @@ TEST_CASE("a crash fails its call with KernelCrashed; the next call gets a fresh
 TEST_CASE("the sandbox stops a module starting a process or signalling its parent",
           "[isolation]") {
   Engine engine(isolated());
-  auto module = engine.compile(kModule, "app");
+  auto module = engine.compile(kHostileModule, "app");
   REQUIRE(ok(module));
   for (const char *entry : {"spawn", "killParent"}) {
     INFO(entry);
@@ -200,7 +155,7 @@ TEST_CASE("timeouts end the worker with DeadlineExceeded, per engine and per cal
   EngineOptions options = isolated();
   options.invokeTimeout = std::chrono::milliseconds(200);
   Engine engine(options);
-  auto module = engine.compile(kModule, "app");
+  auto module = engine.compile(kHostileModule, "app");
   REQUIRE(ok(module));
   int spinning = (*module)->workerState().pid;
   auto start = std::chrono::steady_clock::now();
@@ -239,7 +194,7 @@ TEST_CASE("timeouts end the worker with DeadlineExceeded, per engine and per cal
 
 TEST_CASE("terminate ends a call still running, and every later one", "[isolation]") {
   Engine engine(isolated());
-  auto module = engine.compile(kModule, "app");
+  auto module = engine.compile(kHostileModule, "app");
   REQUIRE(ok(module));
   std::shared_ptr<Module> held = *module;
   std::pair<ErrorCode, std::string> outcome{ErrorCode::Internal, "not run"};
@@ -262,7 +217,7 @@ TEST_CASE("a worker program that cannot start is WorkerUnavailable, naming it", 
   options.workerProgram = "/nonexistent/courier-module-worker";
   options.warmWorkers = 0;
   Engine engine(options);
-  auto module = engine.compile(kModule, "app");
+  auto module = engine.compile(kHostileModule, "app");
   REQUIRE(!module);
   auto [kind, message] = kindOf(module.takeError());
   CHECK(kind == ErrorCode::WorkerUnavailable);

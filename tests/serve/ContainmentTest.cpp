@@ -3,6 +3,7 @@
 // process tree); reloads under load stay whole.
 #include "tests/serve/RestClient.h"
 #include "tests/serve/ServeProcess.h"
+#include "tests/support/HostileModules.h"
 
 #include <atomic>
 #include <chrono>
@@ -21,57 +22,6 @@ using courier::testing::ServeProcess;
 using namespace courier::testing;
 
 namespace {
-
-/// `main` doubles its input on the in-process executor; `crash` loads from address 0 in host
-/// code; `crashKernel` does so in the kernel; `at` reads element `i` of a 4-vector, however
-/// far out of bounds; `spin` never returns.
-const std::string kHostile = R"(
-module @app {
-  func.func public @main(%x: tensor<4xf64>) -> tensor<4xf64> {
-    %y = catalyst.launch_kernel @dev::@twice(%x) : (tensor<4xf64>) -> tensor<4xf64>
-    return %y : tensor<4xf64>
-  }
-  func.func public @crash(%x: tensor<4xf64>) -> f64 {
-    %null = llvm.mlir.zero : !llvm.ptr
-    %v = llvm.load volatile %null : !llvm.ptr -> f64
-    return %v : f64
-  }
-  func.func public @crashKernel(%x: tensor<4xf64>) -> tensor<4xf64> {
-    %y = catalyst.launch_kernel @dev::@null_load(%x) : (tensor<4xf64>) -> tensor<4xf64>
-    return %y : tensor<4xf64>
-  }
-  func.func public @at(%x: tensor<4xf64>, %i: i64) -> f64 {
-    %k = arith.index_cast %i : i64 to index
-    %v = tensor.extract %x[%k] : tensor<4xf64>
-    return %v : f64
-  }
-  func.func public @spin(%n: i64) -> i64 {
-    %r = scf.while (%i = %n) : (i64) -> i64 {
-      %true = arith.constant true
-      scf.condition(%true) %i : i64
-    } do {
-    ^bb0(%i: i64):
-      %one = arith.constant 1 : i64
-      %j = arith.addi %i, %one : i64
-      scf.yield %j : i64
-    }
-    return %r : i64
-  }
-  module @dev attributes {catalyst.target = {}, catalyst.dispatch = {address = "local"}} {
-    func.func public @twice(%x: tensor<4xf64>) -> tensor<4xf64> {
-      %r = arith.addf %x, %x : tensor<4xf64>
-      return %r : tensor<4xf64>
-    }
-    func.func public @null_load(%x: tensor<4xf64>) -> tensor<4xf64> {
-      %null = llvm.mlir.zero : !llvm.ptr
-      %v = llvm.load volatile %null : !llvm.ptr -> f64
-      %s = tensor.splat %v : tensor<4xf64>
-      %r = arith.addf %x, %s : tensor<4xf64>
-      return %r : tensor<4xf64>
-    }
-  }
-}
-)";
 
 /// Host-only: doubles a vector of any length (arenas and their growth).
 const std::string kDouble = R"(
@@ -219,7 +169,7 @@ TEST_CASE("a crash in a module's call is its own 500, and every other module kee
           "[serve][containment]") {
   ServeProcess serve;
   auto http = serve.client();
-  requireCreated(*http, "hostile", kHostile);
+  requireCreated(*http, "hostile", courier::testing::kHostileModule);
   requireCreated(*http, "calm", kernelModule(3));
   int firstWorker = workerPid(*http, "hostile");
   CHECK(firstWorker > 0);
@@ -287,7 +237,7 @@ TEST_CASE("a crash while loading is 500 compile_crashed; a reload that crashes k
 TEST_CASE("an invoke past its deadline is 504 and its worker is gone", "[serve][containment]") {
   ServeProcess serve({"", {"--invoke-timeout-ms", "300"}});
   auto http = serve.client();
-  requireCreated(*http, "hostile", kHostile);
+  requireCreated(*http, "hostile", courier::testing::kHostileModule);
   int spinning = workerPid(*http, "hostile");
   REQUIRE(spinning > 0);
 
@@ -316,7 +266,7 @@ TEST_CASE("deleting a module whose call spins ends the call and its worker",
           "[serve][containment]") {
   ServeProcess serve({"", {"--invoke-timeout-ms", "0"}});
   auto http = serve.client();
-  requireCreated(*http, "hostile", kHostile);
+  requireCreated(*http, "hostile", courier::testing::kHostileModule);
   int spinning = workerPid(*http, "hostile");
   REQUIRE(spinning > 0);
 
@@ -402,49 +352,23 @@ TEST_CASE("100 reloads while 4 clients call, isolated: none fails, none mixes ve
   const std::string versionA = kernelModule(1), versionB = kernelModule(10);
   const std::vector<double> resultA = {1, 2, 3, 4}, resultB = {10, 20, 30, 40};
   constexpr int kClients = 4, kReloads = 100;
-  std::atomic<bool> done{false};
-  std::atomic<int> failures{0}, mixed{0}, calls{0};
-  std::mutex failureMutex;
-  std::string firstFailure;
-  std::vector<std::thread> clients;
-  for (int t = 0; t < kClients; ++t)
-    clients.emplace_back([&] {
-      auto http = serve.client();
-      while (!done) {
-        httplib::Result res =
-            http->Post("/v1/modules/scale/invoke/main", kVector, "application/json");
-        if (!res || res->status != 200) {
-          std::lock_guard<std::mutex> lock(failureMutex);
-          if (firstFailure.empty())
-            firstFailure = res ? res->body : httplib::to_string(res.error());
-          failures++;
-          continue;
-        }
-        json body = json::parse(res->body);
-        auto data = body["outputs"][0]["data"].get<std::vector<double>>();
-        int version = body["version"];
-        calls++;
-        // Odd versions are A, even ones B: the reply's version must match its data.
-        if (!((data == resultA && version % 2 == 1) || (data == resultB && version % 2 == 0)))
-          mixed++;
-      }
-    });
+  CallTally tally;
   auto http = serve.client();
   int replaced = 0;
-  for (int i = 0; i < kReloads; ++i) {
-    Reply reply = put(*http, "/v1/modules/scale",
-                      json({{"mlir", i % 2 == 0 ? versionB : versionA}}).dump());
-    INFO(reply.raw);
-    CHECK(reply.status == 200);
-    replaced += reply.status == 200;
-  }
-  done = true;
-  for (std::thread &client : clients)
-    client.join();
-  INFO(firstFailure);
-  CHECK(failures == 0);
-  CHECK(mixed == 0);
-  CHECK(calls > kReloads);
+  callDuring([&] { return serve.client(); }, kClients, "/v1/modules/scale/invoke/main", kVector,
+             resultA, resultB, tally, [&] {
+               for (int i = 0; i < kReloads; ++i) {
+                 Reply reply = put(*http, "/v1/modules/scale",
+                                   json({{"mlir", i % 2 == 0 ? versionB : versionA}}).dump());
+                 INFO(reply.raw);
+                 CHECK(reply.status == 200);
+                 replaced += reply.status == 200;
+               }
+             });
+  INFO(tally.firstFailure);
+  CHECK(tally.failures == 0);
+  CHECK(tally.mixed == 0);
+  CHECK(tally.fromA + tally.fromB > kReloads);
   CHECK(replaced == kReloads);
   CHECK(get(*http, "/v1/modules/scale").body["version"] == kReloads + 1);
   // Retired versions' workers are gone: the current one and the warm spare remain.

@@ -7,10 +7,15 @@
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
+#include <atomic>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
+#include <memory>
+#include <mutex>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace courier::testing {
@@ -89,6 +94,51 @@ inline void requireCreated(httplib::Client &http, const std::string &name,
   Reply created = post(http, "/v1/modules", createBody(name, mlir));
   INFO(created.raw);
   REQUIRE(created.status == 201);
+}
+
+/// What clients calling one entry saw while the module was being replaced.
+struct CallTally {
+  std::atomic<int> failures{0}, mixed{0}, fromA{0}, fromB{0};
+  std::mutex mutex;
+  std::string firstFailure;
+};
+
+/// Runs `clients` threads, each on a connection from `connect`, posting `body` to `path`
+/// until `work` returns. Odd versions must answer `resultA` and even ones `resultB` (as the
+/// first output's data): a reply whose version and data disagree is mixed.
+inline void callDuring(const std::function<std::unique_ptr<httplib::Client>()> &connect,
+                       int clients, const std::string &path, const std::string &body,
+                       const std::vector<double> &resultA, const std::vector<double> &resultB,
+                       CallTally &tally, const std::function<void()> &work) {
+  std::atomic<bool> done{false};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < clients; ++t)
+    threads.emplace_back([&] {
+      std::unique_ptr<httplib::Client> http = connect();
+      while (!done) {
+        httplib::Result res = http->Post(path.c_str(), body, "application/json");
+        if (!res || res->status != 200) {
+          std::lock_guard<std::mutex> lock(tally.mutex);
+          if (tally.firstFailure.empty())
+            tally.firstFailure = res ? res->body : httplib::to_string(res.error());
+          tally.failures++;
+          continue;
+        }
+        json reply = json::parse(res->body);
+        auto data = reply["outputs"][0]["data"].get<std::vector<double>>();
+        int version = reply["version"];
+        if (data == resultA && version % 2 == 1)
+          tally.fromA++;
+        else if (data == resultB && version % 2 == 0)
+          tally.fromB++;
+        else
+          tally.mixed++;
+      }
+    });
+  work();
+  done = true;
+  for (std::thread &thread : threads)
+    thread.join();
 }
 
 } // namespace courier::testing

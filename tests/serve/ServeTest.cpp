@@ -1,5 +1,6 @@
 // courier-serve against real processes: every endpoint, every refusal, concurrent clients,
 // reloads under load, and watch mode.
+#include "tests/serve/RestClient.h"
 #include "tests/serve/ServeProcess.h"
 #include "tests/transport/ExecutorProcess.h"
 #include "tools/courier-serve/ModuleStore.h"
@@ -21,8 +22,20 @@
 #include <thread>
 #include <unistd.h>
 
-using json = nlohmann::json;
+using courier::testing::CallTally;
+using courier::testing::callDuring;
+using courier::testing::createBody;
+using courier::testing::errorCode;
 using courier::testing::ExecutorProcess;
+using courier::testing::get;
+using courier::testing::json;
+using courier::testing::outputData;
+using courier::testing::post;
+using courier::testing::put;
+using courier::testing::Reply;
+using courier::testing::requireCreated;
+using courier::testing::TempDir;
+using courier::testing::toReply;
 using courier::testing::ServeConfig;
 using courier::testing::ServeProcess;
 
@@ -74,74 +87,7 @@ const std::string kHostOnly = "module {\n"
                               "  }\n"
                               "}\n";
 
-/// A scratch directory removed when the test ends, passed or not.
-struct TempDir {
-  TempDir() {
-    char pattern[] = "/tmp/courier-serve-watch-XXXXXX";
-    if (!mkdtemp(pattern))
-      throw std::runtime_error("cannot create a temporary directory");
-    path = pattern;
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path, ignored);
-  }
-  std::string path;
-};
-
-struct Reply {
-  int status = 0;
-  json body;
-  std::string raw;
-  httplib::Headers headers;
-};
-
-Reply toReply(const httplib::Result &res) {
-  REQUIRE(res);
-  Reply reply{res->status, json(), res->body, res->headers};
-  reply.body = json::parse(res->body, nullptr, /*allow_exceptions=*/false);
-  return reply;
-}
-
-Reply post(httplib::Client &http, const std::string &path, const std::string &body,
-           const std::string &type = "application/json") {
-  return toReply(http.Post(path.c_str(), body, type.c_str()));
-}
-
-Reply put(httplib::Client &http, const std::string &path, const std::string &body,
-          const std::string &type = "application/json") {
-  return toReply(http.Put(path.c_str(), body, type.c_str()));
-}
-
-Reply get(httplib::Client &http, const std::string &path) {
-  return toReply(http.Get(path.c_str()));
-}
-
-std::string createBody(const std::string &name, const std::string &mlir,
-                       json options = json::object()) {
-  json body = {{"name", name}, {"mlir", mlir}};
-  if (!options.empty())
-    body["options"] = options;
-  return body.dump();
-}
-
 const std::string kInvokeBody = R"({"inputs": [[1, 2, 3, 4]]})";
-
-std::vector<double> outputData(const Reply &reply) {
-  return reply.body.at("outputs").at(0).at("data").get<std::vector<double>>();
-}
-
-std::string errorCode(const Reply &reply) {
-  if (!reply.body.is_object() || !reply.body.contains("error"))
-    return "<no JSON error in: " + reply.raw + ">";
-  return reply.body["error"].value("code", "<no code>");
-}
-
-void requireCreated(httplib::Client &http, const std::string &name, const std::string &mlir) {
-  Reply created = post(http, "/v1/modules", createBody(name, mlir));
-  INFO(created.raw);
-  REQUIRE(created.status == 201);
-}
 
 /// A raw-bytes frame: one line of JSON, a newline, the f64 values packed.
 std::string frame(const json &header, const std::vector<double> &values) {
@@ -838,57 +784,29 @@ TEST_CASE("reloads under load drop no call and never mix versions", "[serve]") {
   ServeProcess serve;
   requireCreated(*serve.client(), "scale", kVersionA);
   constexpr int kThreads = 8, kReloads = 10;
-  std::atomic<bool> done{false};
-  std::atomic<int> failures{0}, mixed{0}, fromA{0}, fromB{0};
-  std::mutex failureMutex;
-  std::string firstFailure;
-  std::vector<std::thread> threads;
-  for (int t = 0; t < kThreads; ++t)
-    threads.emplace_back([&] {
-      auto http = serve.client();
-      while (!done) {
-        httplib::Result res =
-            http->Post("/v1/modules/scale/invoke/main", kInvokeBody, "application/json");
-        if (!res || res->status != 200) {
-          std::lock_guard<std::mutex> lock(failureMutex);
-          if (firstFailure.empty())
-            firstFailure = res ? res->body : httplib::to_string(res.error());
-          failures++;
-          continue;
-        }
-        json body = json::parse(res->body);
-        auto data = body["outputs"][0]["data"].get<std::vector<double>>();
-        int version = body["version"];
-        // Odd versions are A, even ones B: the reply's version must match its data.
-        if (data == kResultA && version % 2 == 1)
-          fromA++;
-        else if (data == kResultB && version % 2 == 0)
-          fromB++;
-        else
-          mixed++;
-      }
-    });
+  CallTally tally;
   auto http = serve.client();
-  for (int i = 0; i < kReloads; ++i) {
-    const std::string &next = i % 2 == 0 ? kVersionB : kVersionA;
-    Reply replaced = put(*http, "/v1/modules/scale", json({{"mlir", next}}).dump());
-    INFO(replaced.raw);
-    REQUIRE(replaced.status == 200);
-    CHECK(replaced.body["version"] == i + 2);
-    // Let some calls land on each version before the next swap.
-    int seen = fromA + fromB;
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    while (fromA + fromB < seen + 20 && std::chrono::steady_clock::now() < deadline)
-      std::this_thread::yield();
-  }
-  done = true;
-  for (std::thread &thread : threads)
-    thread.join();
-  INFO(firstFailure);
-  CHECK(failures == 0);
-  CHECK(mixed == 0);
-  CHECK(fromA > 0);
-  CHECK(fromB > 0);
+  callDuring([&] { return serve.client(); }, kThreads, "/v1/modules/scale/invoke/main",
+             kInvokeBody, kResultA, kResultB, tally, [&] {
+               for (int i = 0; i < kReloads; ++i) {
+                 const std::string &next = i % 2 == 0 ? kVersionB : kVersionA;
+                 Reply replaced = put(*http, "/v1/modules/scale", json({{"mlir", next}}).dump());
+                 INFO(replaced.raw);
+                 REQUIRE(replaced.status == 200);
+                 CHECK(replaced.body["version"] == i + 2);
+                 // Let some calls land on each version before the next swap.
+                 int seen = tally.fromA + tally.fromB;
+                 auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+                 while (tally.fromA + tally.fromB < seen + 20 &&
+                        std::chrono::steady_clock::now() < deadline)
+                   std::this_thread::yield();
+               }
+             });
+  INFO(tally.firstFailure);
+  CHECK(tally.failures == 0);
+  CHECK(tally.mixed == 0);
+  CHECK(tally.fromA > 0);
+  CHECK(tally.fromB > 0);
   CHECK(serve.metric("courier_serve_reloads_total{outcome=\"ok\"}") == kReloads);
 }
 
