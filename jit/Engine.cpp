@@ -351,6 +351,9 @@ const EngineOptions &Engine::options() const { return impl->options; }
 
 llvm::Expected<std::shared_ptr<Module>> Engine::compile(llvm::StringRef text, llvm::StringRef name,
                                                         const CompileOptions &compileOptions) {
+  // An isolated module compiles in its worker, which runs the rest of this on such a stack.
+  if (impl->launcher)
+    return impl->compile(text, name, compileOptions);
   // Parsing, passes, translation and code generation recurse with the IR's depth: they run
   // on a stack sized for what checkParseDepth lets through, not on the caller's.
   std::optional<llvm::Expected<std::shared_ptr<Module>>> compiled;
