@@ -12,6 +12,7 @@
 
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/MLIRContext.h"
+#include "mlir/IR/Verifier.h"
 #include "mlir/InitAllDialects.h"
 #include "mlir/InitAllExtensions.h"
 #include "mlir/InitAllPasses.h"
@@ -408,10 +409,13 @@ Engine::Impl::compile(llvm::StringRef text, llvm::StringRef name,
   mlir::MLIRContext ctx(registry, mlir::MLIRContext::Threading::DISABLED);
   ctx.printOpOnDiagnostic(false);
   DiagnosticCollector diagnostics(ctx, options.diagnosticSink);
-  mlir::ParserConfig config(&ctx);
+  // Verified once the nesting of what aliases built is known to be bounded: verifiers
+  // recurse on it.
+  mlir::ParserConfig config(&ctx, /*verifyAfterParse=*/false);
   mlir::OwningOpRef<mlir::ModuleOp> module =
       mlir::parseSourceString<mlir::ModuleOp>(text, config, name);
-  if (!module)
+  if (!module || mlir::failed(checkIRNesting(*module, name, text.size())) ||
+      mlir::failed(mlir::verify(*module)))
     return diagnostics.error(("parsing '" + name + "' failed").str());
   if (mlir::failed(checkConstantSizes(*module, options.maxConstantBytes)))
     return diagnostics.error(("compiling '" + name + "' failed").str());

@@ -1,4 +1,5 @@
-// The parser's recursion bounded on the text, and the stack compiles run on.
+// The parser's recursion bounded on the text, the IR's nesting bounded after the parse, and
+// the stack compiles run on.
 //
 // What MLIR 22's parser spends per level (measured: a parse of the construct nested 2000 and
 // 4000 deep on a thread of a known stack, the difference in pages touched, Release build of
@@ -16,8 +17,18 @@
 // So kMaxParseDepth levels cost the parser at most ~1.2 MiB, and everything that recurses
 // with the IR's depth afterwards (verifier, passes, translation, code generation) has the
 // rest of kCompileStackBytes: ~1 MiB per level.
+//
+// Aliases nest with no brackets (`!t1 = tuple<!t0>`, `#a1 = [#a0]`, `#l1 = loc(callsite(#l0
+// at ...))`): each line parses with no recursion, but a chain of them builds a type, attribute
+// or location that everything after the parse recurses on, ~570 bytes per level (a
+// 1.2-million-line chain overflows even kCompileStackBytes), and a few lines can build one
+// whose expanded size doubles per line. checkIRNesting bounds both on the parsed IR.
 #include "jit/ParseGuard.h"
 
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/Operation.h"
+
+#include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/SmallVector.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -175,7 +186,163 @@ private:
   llvm::SmallVector<Level, 32> levels;
 };
 
+/// A type or an attribute (locations are attributes), by its uniqued storage: one node per
+/// distinct type or attribute however many times aliases name it.
+struct Node {
+  const void *storage;
+  bool isType;
+};
+
+template <typename Fn> void forEachChild(Node node, Fn &&fn) {
+  auto attrFn = [&](mlir::Attribute attr) {
+    if (attr)
+      fn(Node{attr.getAsOpaquePointer(), false});
+  };
+  auto typeFn = [&](mlir::Type type) {
+    if (type)
+      fn(Node{type.getAsOpaquePointer(), true});
+  };
+  if (node.isType)
+    mlir::Type::getFromOpaquePointer(node.storage).walkImmediateSubElements(attrFn, typeFn);
+  else
+    mlir::Attribute::getFromOpaquePointer(node.storage).walkImmediateSubElements(attrFn, typeFn);
+}
+
+Node nodeOf(mlir::Type type) { return {type.getAsOpaquePointer(), true}; }
+Node nodeOf(mlir::Attribute attr) { return {attr.getAsOpaquePointer(), false}; }
+
+enum class Verdict { fits, tooDeep, tooLarge };
+
+/// Measures nodes with an explicit stack, each distinct node once: its depth and expanded
+/// size are kept, so a node reached again through another alias (or another op) costs one
+/// lookup. The walk is linear in the distinct nodes and the edges between them, which the
+/// parser built one by one from the text, whatever the expanded size it computes. Of no use
+/// after a refusal: the nodes being walked then stay open.
+class NestingMeter {
+public:
+  explicit NestingMeter(uint64_t maxSize) : maxSize(maxSize) {}
+
+  Verdict measure(Node root) {
+    if (auto it = known.find(root.storage); it != known.end())
+      return verdictOf(it->second);
+    stack.assign(1, {root, false});
+    unsigned open = 0;
+    while (!stack.empty()) {
+      auto [node, expanded] = stack.back();
+      if (!expanded) {
+        // Known already: measured through another parent, or open, being one of the nodes
+        // the walk is inside of (a cycle, as an LLVM struct naming itself).
+        if (!known.try_emplace(node.storage).second) {
+          stack.pop_back();
+          continue;
+        }
+        // The open nodes are a path from the root: refused as soon as it is too long, not
+        // after walking a chain of aliases to its end.
+        if (++open > kMaxIRDepth)
+          return Verdict::tooDeep;
+        stack.back().expanded = true;
+        forEachChild(node, [&](Node child) {
+          if (!known.count(child.storage))
+            stack.push_back({child, false});
+        });
+        continue;
+      }
+      stack.pop_back();
+      --open;
+      Measure measured{false, 1, 1};
+      forEachChild(node, [&](Node child) {
+        const Measure &sub = known.find(child.storage)->second;
+        if (sub.open)
+          return; // The edge closing a cycle adds nothing.
+        measured.depth = std::max(measured.depth, sub.depth + 1);
+        measured.size = std::min(measured.size + sub.size, maxSize + 1);
+      });
+      known[node.storage] = measured;
+      if (Verdict verdict = verdictOf(measured); verdict != Verdict::fits)
+        return verdict;
+    }
+    return Verdict::fits;
+  }
+
+private:
+  struct Measure {
+    bool open = true;
+    unsigned depth = 0;
+    /// Nodes with every shared subtree counted once per use, up to maxSize + 1.
+    uint64_t size = 0;
+  };
+  struct Frame {
+    Node node;
+    bool expanded;
+  };
+
+  Verdict verdictOf(const Measure &measure) const {
+    if (measure.depth > kMaxIRDepth)
+      return Verdict::tooDeep;
+    return measure.size > maxSize ? Verdict::tooLarge : Verdict::fits;
+  }
+
+  uint64_t maxSize;
+  llvm::DenseMap<const void *, Measure> known;
+  std::vector<Frame> stack;
+};
+
 } // namespace
+
+llvm::LogicalResult checkIRNesting(mlir::Operation *root, llvm::StringRef bufferName,
+                                   size_t textBytes) {
+  // What the text spells out inline is at most a node or two per byte (`[1,2]` is two
+  // integers and their type); printing or walking more than twice that comes from aliases.
+  uint64_t maxSize = std::max<uint64_t>(kMinExpandedLimit, 2 * uint64_t(textBytes));
+  NestingMeter meter(maxSize);
+  auto refuse = [&](mlir::Location at, Verdict verdict, const llvm::Twine &what) {
+    mlir::InFlightDiagnostic error = mlir::emitError(at) << what;
+    if (verdict == Verdict::tooDeep)
+      error << " nested deeper than " << kMaxIRDepth << " levels";
+    else
+      error << " expands to more than " << maxSize << " types and attributes";
+    error << " (through aliases)";
+    return mlir::WalkResult::interrupt();
+  };
+  // Pre-order: the op around any op has had its location checked, so a refused location
+  // can be reported there. Operand types need no walk: each operand is some op's result or
+  // some block's argument.
+  mlir::WalkResult walked = root->walk<mlir::WalkOrder::PreOrder>([&](mlir::Operation *op) {
+    llvm::StringRef name = op->getName().getStringRef();
+    if (Verdict verdict = meter.measure(nodeOf(op->getLoc())); verdict != Verdict::fits) {
+      mlir::Operation *parent = op->getParentOp();
+      mlir::Location at =
+          parent ? parent->getLoc()
+                 : mlir::Location(mlir::FileLineColLoc::get(op->getContext(), bufferName, 1, 1));
+      return refuse(at, verdict, "the location of '" + name + "'");
+    }
+    // Inherent attributes (properties) included.
+    for (mlir::NamedAttribute attr : op->getAttrDictionary())
+      if (Verdict verdict = meter.measure(nodeOf(attr.getValue())); verdict != Verdict::fits)
+        return refuse(op->getLoc(), verdict,
+                      "attribute '" + attr.getName().getValue() + "' of '" + name + "'");
+    for (auto [index, type] : llvm::enumerate(op->getResultTypes()))
+      if (Verdict verdict = meter.measure(nodeOf(type)); verdict != Verdict::fits)
+        return refuse(op->getLoc(), verdict,
+                      "the type of result #" + llvm::Twine(index) + " of '" + name + "'");
+    for (mlir::Region &region : op->getRegions())
+      for (mlir::Block &block : region)
+        for (mlir::BlockArgument arg : block.getArguments()) {
+          Verdict verdict = meter.measure(nodeOf(arg.getType()));
+          const char *what = "the type";
+          if (verdict == Verdict::fits) {
+            verdict = meter.measure(nodeOf(arg.getLoc()));
+            what = "the location";
+          }
+          if (verdict != Verdict::fits)
+            return refuse(op->getLoc(), verdict,
+                          llvm::Twine(what) + " of block argument #" +
+                              llvm::Twine(arg.getArgNumber()) + " in '" + name + "'");
+        }
+    return mlir::WalkResult::advance();
+  });
+  return llvm::failure(walked.wasInterrupted());
+}
 
 std::optional<ParseRefusal> findParseRefusal(llvm::StringRef text) {
   std::string message;

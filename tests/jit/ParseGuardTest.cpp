@@ -1,9 +1,16 @@
 // The parser guard: texts that would make MLIR's parser recurse too deep are refused at their
-// place before any parse, and everything within the bound compiles on the engine's own stack.
+// place before any parse, types and attributes aliases nest too deep are refused at the op
+// holding them after it, and everything within the bounds compiles on the engine's own stack.
 #include "jit/ParseGuard.h"
+#include "dialect/Dialects.h"
 #include "jit/Engine.h"
 
 #include "tests/jit/TestSupport.h"
+
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/InitAllDialects.h"
+#include "mlir/Parser/Parser.h"
 
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/MemoryBuffer.h"
@@ -15,6 +22,7 @@
 
 using namespace courier;
 using courier::testing::failed;
+using courier::testing::ok;
 
 namespace {
 
@@ -71,6 +79,68 @@ std::vector<Hostile> hostileTexts() {
   texts.push_back({"a chain of additions", affineChain("+", n), 1, 35 + 5 * 510 + 2});
   texts.push_back({"a chain of floordivs", affineChain("floordiv", n), 1, 35 + 12 * 510 + 2});
   return texts;
+}
+
+/// `count` aliases, each naming the one before it once (`!t1 = tuple<!t0>`) or, with
+/// `uses` of two, twice. The last is `!t<count - 1>`, used on line `count + 1`.
+std::string typeChain(size_t count, unsigned uses = 1) {
+  std::string text = "!t0 = tuple<i32>\n";
+  for (size_t i = 1; i < count; ++i) {
+    std::string previous = "!t" + std::to_string(i - 1);
+    text += "!t" + std::to_string(i) + " = tuple<" + previous;
+    for (unsigned use = 1; use < uses; ++use)
+      text += ", " + previous;
+    text += ">\n";
+  }
+  return text;
+}
+
+/// The same with LLVM structs, which lower: declared by an `llvm.func` on line `count + 1`.
+std::string structChain(size_t count, unsigned uses = 1) {
+  std::string text = "!s0 = !llvm.struct<(i32)>\n";
+  for (size_t i = 1; i < count; ++i) {
+    std::string previous = "!s" + std::to_string(i - 1);
+    text += "!s" + std::to_string(i) + " = !llvm.struct<(" + previous;
+    for (unsigned use = 1; use < uses; ++use)
+      text += ", " + previous;
+    text += ")>\n";
+  }
+  return text + "llvm.func @f(!s" + std::to_string(count - 1) + ")\n";
+}
+
+/// `#a1 = [#a0]` and so on, held by the module on line `count + 1`.
+std::string attributeChain(size_t count) {
+  std::string text = "#a0 = [1]\n";
+  for (size_t i = 1; i < count; ++i)
+    text += "#a" + std::to_string(i) + " = [#a" + std::to_string(i - 1) + "]\n";
+  return text + "module attributes {test.a = #a" + std::to_string(count - 1) + "} {\n}\n";
+}
+
+/// Call sites inside call sites, `#l0` to `#l<count - 1>` on lines 1 to `count`.
+std::string locationAliases(size_t count) {
+  std::string text = "#l0 = loc(\"a.mlir\":1:1)\n";
+  for (size_t i = 1; i < count; ++i)
+    text += "#l" + std::to_string(i) + " = loc(callsite(#l" + std::to_string(i - 1) +
+            " at \"b.mlir\":" + std::to_string(i) + ":1))\n";
+  return text;
+}
+
+/// The deepest of them the location of a `func.return` on line `count + 2`, inside the
+/// function on line `count + 1`.
+std::string locationChain(size_t count) {
+  return locationAliases(count) + "func.func @main() {\n  return loc(#l" +
+         std::to_string(count - 1) + ")\n}\n";
+}
+
+/// The one diagnostic of a compile that must have failed.
+Diagnostic onlyDiagnostic(llvm::Expected<std::shared_ptr<Module>> module) {
+  REQUIRE(failed(module));
+  std::vector<Diagnostic> diagnostics;
+  llvm::handleAllErrors(
+      module.takeError(), [&](const CompileError &e) { diagnostics = e.diagnostics; },
+      [](const llvm::ErrorInfoBase &e) { FAIL("not a compile error: " << e.message()); });
+  REQUIRE(diagnostics.size() == 1);
+  return diagnostics[0];
 }
 
 std::string readFile(const std::string &path) {
@@ -220,4 +290,110 @@ TEST_CASE("text nested just within the bound compiles on the engine's stack, not
     });
     CHECK(returned);
   }
+}
+
+TEST_CASE("the engine refuses what chains of aliases nest too deep, at the op holding it",
+          "[parse-guard][engine]") {
+  const size_t n = 100000;
+  struct Chain {
+    const char *what;
+    std::string text;
+    unsigned line, column;
+    const char *message;
+  };
+  std::vector<Chain> chains = {
+      {"tuple types", typeChain(n) + "func.func private @f() -> !t" + std::to_string(n - 1), n + 1,
+       1, "attribute 'function_type' of 'func.func' nested deeper than 1024 levels"},
+      {"llvm structs", structChain(n), n + 1, 1,
+       "attribute 'function_type' of 'llvm.func' nested deeper than 1024 levels"},
+      {"a result's type", typeChain(n) + "%0 = ub.poison : !t" + std::to_string(n - 1), n + 1, 6,
+       "the type of result #0 of 'ub.poison' nested deeper than 1024 levels"},
+      {"array attributes", attributeChain(n), n + 1, 1,
+       "attribute 'test.a' of 'builtin.module' nested deeper than 1024 levels"},
+      // An op's own place is lost under an explicit location: the error is at the op around
+      // it, or where the text starts.
+      {"call site locations", locationChain(n), n + 1, 1,
+       "the location of 'func.return' nested deeper than 1024 levels"},
+      {"the outermost op's location",
+       locationAliases(n) + "module {\n} loc(#l" + std::to_string(n - 1) + ")\n", 1, 1,
+       "the location of 'builtin.module' nested deeper than 1024 levels"},
+  };
+  TempDir dir;
+  Engine engine(optionsIn(dir));
+  for (const Chain &chain : chains) {
+    INFO(chain.what);
+    Diagnostic diagnostic = onlyDiagnostic(engine.compile(chain.text, "hostile.mlir"));
+    CHECK(diagnostic.file == "hostile.mlir");
+    CHECK(diagnostic.line == chain.line);
+    CHECK(diagnostic.column == chain.column);
+    CHECK_THAT(diagnostic.message,
+               Catch::Contains(chain.message) && Catch::Contains("(through aliases)"));
+  }
+}
+
+TEST_CASE("chains of aliases within the bound compile", "[parse-guard][engine]") {
+  TempDir dir;
+  Engine engine(optionsIn(dir));
+  // The llvm.func's type attribute, its function type and the innermost i32 are three
+  // levels more than the chain.
+  CHECK(ok(engine.compile(structChain(kMaxIRDepth - 3), "deep.mlir")));
+  CHECK_THAT(onlyDiagnostic(engine.compile(structChain(kMaxIRDepth - 2), "deep.mlir")).message,
+             Catch::Contains("nested deeper than 1024 levels"));
+  CHECK(ok(engine.compile(attributeChain(1000), "deep.mlir")));
+  CHECK(ok(engine.compile(locationChain(1000), "deep.mlir")));
+  // Shared subtrees within the bound on their expanded size: 2^11 structs.
+  CHECK(ok(engine.compile(structChain(11, 2), "wide.mlir")));
+}
+
+TEST_CASE("aliases that double what they expand to are refused before anything expands them",
+          "[parse-guard][engine]") {
+  // 2^60 tuples as an operand type, which the verifier's error would print in full.
+  std::string text = typeChain(61, 2) + "func.func @g(%a: !t60) -> !t60 {\n"
+                                        "  %0 = arith.addi %a, %a : !t60\n"
+                                        "  return %0 : !t60\n"
+                                        "}\n";
+  TempDir dir;
+  Engine engine(optionsIn(dir));
+  Diagnostic diagnostic = onlyDiagnostic(engine.compile(text, "wide.mlir"));
+  CHECK(diagnostic.line == 62);
+  CHECK_THAT(diagnostic.message, Catch::Contains("attribute 'function_type' of 'func.func' "
+                                                 "expands to more than 1048576 types and "
+                                                 "attributes (through aliases)"));
+  CHECK_THAT(onlyDiagnostic(engine.compile(structChain(61, 2), "wide.mlir")).message,
+             Catch::Contains("expands to more than"));
+}
+
+TEST_CASE("every sample and test program passes the nesting check", "[parse-guard]") {
+  mlir::DialectRegistry registry;
+  mlir::registerAllDialects(registry);
+  registerCourierDialects(registry);
+  mlir::MLIRContext ctx(registry, mlir::MLIRContext::Threading::DISABLED);
+  ctx.allowUnregisteredDialects();
+  // Invalid inputs of the lit tests are refused by the parser, not by the check.
+  ctx.getDiagEngine().registerHandler([](mlir::Diagnostic &) { return mlir::success(); });
+  std::error_code error;
+  size_t checked = 0;
+  for (const char *folder : {"samples", "tests"}) {
+    std::string root = std::string(COURIER_SOURCE_DIR) + "/" + folder;
+    for (llvm::sys::fs::recursive_directory_iterator it(root, error), end; it != end && !error;
+         it.increment(error)) {
+      if (llvm::sys::path::extension(it->path()) != ".mlir")
+        continue;
+      INFO(it->path());
+      std::string text = readFile(it->path());
+      llvm::SmallVector<llvm::StringRef> cases;
+      llvm::StringRef(text).split(cases, "// -----");
+      for (llvm::StringRef piece : cases) {
+        mlir::ParserConfig config(&ctx, /*verifyAfterParse=*/false);
+        mlir::OwningOpRef<mlir::ModuleOp> module =
+            mlir::parseSourceString<mlir::ModuleOp>(piece, config, it->path());
+        if (!module)
+          continue;
+        CHECK(mlir::succeeded(checkIRNesting(*module, it->path(), piece.size())));
+        ++checked;
+      }
+    }
+  }
+  CHECK(!error);
+  CHECK(checked > 20);
 }
