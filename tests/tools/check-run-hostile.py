@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """courier-run on texts built to exhaust the stack of MLIR's parser or of what runs after it:
 each ends with a one-line compile error at the offending place and exit status 1, never with
-a signal."""
+a signal, both in process and with --isolate (the module worker runs the same guard and
+courier-run reports its answer)."""
 import os
 import shutil
 import subprocess
@@ -51,12 +52,15 @@ def main():
     work = tempfile.mkdtemp(prefix="courier-run-hostile-")
     failures = []
     try:
-        for what, text, place, message in HOSTILE:
+        runs = [(what, text, place, message, []) for what, text, place, message in HOSTILE]
+        runs += [(what + " (isolated)", text, place, message, ["--isolate"])
+                 for what, text, place, message in HOSTILE]
+        for what, text, place, message, flags in runs:
             path = os.path.join(work, "hostile.mlir")
             with open(path, "w") as f:
                 f.write(text)
             proc = subprocess.run(
-                [courier_run, path, "--cache-dir", os.path.join(work, "cache")],
+                [courier_run, path, "--cache-dir", os.path.join(work, "cache")] + flags,
                 capture_output=True, text=True, timeout=120)
             err = proc.stderr.strip()
             if proc.returncode < 0:
