@@ -53,7 +53,8 @@ struct TensorRef {
 /// A result as the entry returned it: `data` is the first element, strides in elements.
 struct ResultRef {
   DType dtype;
-  std::vector<int64_t> shape, strides;
+  /// Inline for the ranks programs use: invoke allocates nothing it can avoid.
+  llvm::SmallVector<int64_t, 4> shape, strides;
   const uint8_t *data;
   /// Its size once packed row-major.
   size_t packedBytes() const;

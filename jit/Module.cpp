@@ -5,7 +5,6 @@
 
 #include <cstdlib>
 #include <cstring>
-#include <set>
 
 namespace courier {
 
@@ -229,8 +228,8 @@ llvm::Error invokeInProcess(const Module::Impl &impl, llvm::StringRef entry,
   fns->second.packed(args.data());
   llvm::Error failure = runtime::takeError();
 
-  std::vector<ResultRef> results;
-  std::set<void *> allocations;
+  llvm::SmallVector<ResultRef, 4> results;
+  llvm::SmallVector<void *, 4> allocations;
   size_t next = 0;
   for (size_t j = 0; j < numOutputs; ++j) {
     const TensorSpec &spec = signature->outputs[j];
@@ -243,7 +242,8 @@ llvm::Error invokeInProcess(const Module::Impl &impl, llvm::StringRef entry,
     results.push_back(resultOf(desc, spec.dtype));
     // Two results may share one allocation; free it once.
     if (desc.allocated())
-      allocations.insert(desc.allocated());
+      if (!llvm::is_contained(allocations, desc.allocated()))
+        allocations.push_back(desc.allocated());
   }
   if (!failure)
     consume(results);
@@ -267,7 +267,8 @@ llvm::Expected<std::vector<Tensor>> Module::invoke(llvm::StringRef entry,
   if (llvm::Error error =
           invokeInProcess(*impl, entry, refs, [&](llvm::ArrayRef<ResultRef> results) {
             for (const ResultRef &r : results) {
-              Tensor t{r.dtype, r.shape, std::vector<uint8_t>(r.packedBytes())};
+              Tensor t{r.dtype, {r.shape.begin(), r.shape.end()},
+                       std::vector<uint8_t>(r.packedBytes())};
               r.pack(t.bytes.data());
               outputs.push_back(std::move(t));
             }
