@@ -177,15 +177,15 @@ llvm::Error enterModuleSandbox() {
       "mount", "umount2", "pivot_root", "chroot", "unshare", "setns", "open_by_handle_at",
       "name_to_handle_at", "init_module", "finit_module", "delete_module", "kexec_load",
       "kexec_file_load", "reboot", "swapon", "swapoff", "acct", "quotactl", "syslog",
-      "settimeofday", "clock_settime", "adjtimex", "clock_adjtime", "sethostname",
-      "setdomainname", "iopl", "ioperm", "vhangup", "lookup_dcookie", "personality",
+      "settimeofday", "clock_settime", "adjtimex", "clock_adjtime", "sethostname", "setdomainname",
+      "iopl", "ioperm", "vhangup", "lookup_dcookie", "personality",
       // identity
-      "setuid", "setgid", "setreuid", "setregid", "setresuid", "setresgid", "setgroups",
-      "setfsuid", "setfsgid", "capset",
+      "setuid", "setgid", "setreuid", "setregid", "setresuid", "setresgid", "setgroups", "setfsuid",
+      "setfsgid", "capset",
       // kernel interfaces a computation has no use for
-      "bpf", "perf_event_open", "userfaultfd", "keyctl", "add_key", "request_key",
-      "io_uring_setup", "io_uring_enter", "io_uring_register", "fanotify_init", "mbind",
-      "move_pages", "migrate_pages"};
+      "bpf", "perf_event_open", "userfaultfd", "keyctl", "add_key", "request_key", "io_uring_setup",
+      "io_uring_enter", "io_uring_register", "fanotify_init", "mbind", "move_pages",
+      "migrate_pages"};
   for (const char *name : denied) {
     int number = seccomp_syscall_resolve_name(name);
     if (number == __NR_SCMP_ERROR)
@@ -203,8 +203,8 @@ llvm::Error enterModuleSandbox() {
   // Signals only to itself: kill(0, ...) or kill(getppid(), ...) would reach the server.
   scmp_datum_t self = static_cast<scmp_datum_t>(::getpid());
   struct scmp_arg_cmp other = {0, SCMP_CMP_NE, self, 0};
-  for (int call : {SCMP_SYS(kill), SCMP_SYS(tgkill), SCMP_SYS(rt_sigqueueinfo),
-                   SCMP_SYS(rt_tgsigqueueinfo)})
+  for (int call :
+       {SCMP_SYS(kill), SCMP_SYS(tgkill), SCMP_SYS(rt_sigqueueinfo), SCMP_SYS(rt_tgsigqueueinfo)})
     if (int rc = seccomp_rule_add_array(filter, SCMP_ACT_TRAP, call, 1, &other))
       return systemError("limiting signals", -rc);
   // tkill names a thread, which may be another process's; raise() uses tgkill.

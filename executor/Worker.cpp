@@ -31,7 +31,6 @@ using transport::TensorView;
 
 namespace {
 
-
 struct WorkerOptions {
   pid_t parent = 0;
   std::vector<std::string> plugins;

@@ -351,8 +351,7 @@ WorkerProcess::spawn(const std::string &program, const std::vector<std::string> 
   posix_spawnattr_setsigdefault(&attributes, &all);
   posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
   pid_t pid = -1;
-  int rc =
-      ::posix_spawn(&pid, program.c_str(), &actions, &attributes, argv.data(), environ);
+  int rc = ::posix_spawn(&pid, program.c_str(), &actions, &attributes, argv.data(), environ);
   posix_spawn_file_actions_destroy(&actions);
   posix_spawnattr_destroy(&attributes);
   if (rc != 0)

@@ -55,8 +55,8 @@ public:
   /// waits until it reports Ready (or why it could not start). The worker is sent SIGKILL
   /// when the thread that started it ends (PDEATHSIG), so start workers from a thread that
   /// lives as long as they may: WorkerPool's.
-  static llvm::Expected<std::unique_ptr<WorkerProcess>>
-  spawn(const std::string &program, const std::vector<std::string> &args);
+  static llvm::Expected<std::unique_ptr<WorkerProcess>> spawn(const std::string &program,
+                                                              const std::vector<std::string> &args);
 
   pid_t pid() const { return processId; }
   bool alive() const { return !dead.load(); }

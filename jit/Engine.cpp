@@ -468,11 +468,12 @@ Engine::Impl::compile(llvm::StringRef text, llvm::StringRef name,
                        std::move(unsupported), std::move(shipped), times));
 }
 
-llvm::Expected<std::string>
-Engine::Impl::lower(mlir::ModuleOp module, llvm::orc::JITTargetMachineBuilder &jtmb,
-                    const std::vector<EntrySignature> &entries, PhaseTimes &times,
-                    const DiskCache *cache, std::vector<CachedObject> &objects,
-                    DiagnosticCollector &diagnostics) {
+llvm::Expected<std::string> Engine::Impl::lower(mlir::ModuleOp module,
+                                                llvm::orc::JITTargetMachineBuilder &jtmb,
+                                                const std::vector<EntrySignature> &entries,
+                                                PhaseTimes &times, const DiskCache *cache,
+                                                std::vector<CachedObject> &objects,
+                                                DiagnosticCollector &diagnostics) {
   mlir::MLIRContext &ctx = *module.getContext();
   mlir::PassManager pm(&ctx, mlir::ModuleOp::getOperationName());
   if (options.printIRAfterAll)

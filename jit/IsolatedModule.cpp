@@ -111,13 +111,13 @@ public:
     SharedBuffer body;
     if (llvm::Error error = moduleproto::writeBody(request, text, body))
       return engineError(ErrorCode::WorkerUnavailable,
-                         "passing module '" + name + "' to its worker: " + toString(std::move(error)));
+                         "passing module '" + name +
+                             "' to its worker: " + toString(std::move(error)));
     std::vector<int> fds;
     if (body.fd() >= 0)
       fds.push_back(body.fd());
     std::string what = "compiling";
-    llvm::Expected<Message> reply =
-        worker->request(request, fds, deadlineAfter(timeout), what);
+    llvm::Expected<Message> reply = worker->request(request, fds, deadlineAfter(timeout), what);
     if (!reply) {
       llvm::Error error = workerFailure(reply.takeError(), what, describeTimeout(timeout),
                                         ErrorCode::CompileCrashed);
@@ -134,9 +134,9 @@ public:
         moduleproto::readBody(in, *reply, storage, kMaxAnswerBytes);
     if (!answer) {
       drop();
-      return engineError(ErrorCode::Internal, "the worker of module '" + name +
-                                                  "' sent a malformed answer: " +
-                                                  toString(answer.takeError()));
+      return engineError(ErrorCode::Internal,
+                         "the worker of module '" + name +
+                             "' sent a malformed answer: " + toString(answer.takeError()));
     }
     MessageReader out(*answer);
     Loaded loaded;
@@ -166,8 +166,8 @@ public:
       drop();
     }
     if (!worker) {
-      llvm::Expected<Loaded> restarted = load(options.compileTimeout.count() > 0
-                                                  ? std::optional(options.compileTimeout)
+      llvm::Expected<Loaded> restarted =
+          load(options.compileTimeout.count() > 0 ? std::optional(options.compileTimeout)
                                                   : std::nullopt);
       if (!restarted)
         return llvm::handleErrors(restarted.takeError(),
@@ -301,8 +301,9 @@ private:
     switch (kind) {
     case ErrorCode::KernelCrashed:
       noteDeath(died + " while " + what.str(), /*crashed=*/true);
-      return engineError(crashCode, llvm::formatv("the worker of module '{0}' died while {1}: {2}{3}",
-                                                  name, what, died, next));
+      return engineError(crashCode,
+                         llvm::formatv("the worker of module '{0}' died while {1}: {2}{3}", name,
+                                       what, died, next));
     case ErrorCode::DeadlineExceeded:
       noteDeath("ended at its deadline (" + limit.str() + ") while " + what.str(),
                 /*crashed=*/false);

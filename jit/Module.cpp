@@ -234,8 +234,8 @@ llvm::Error invokeInProcess(const Module::Impl &impl, llvm::StringRef entry,
   for (size_t j = 0; j < numOutputs; ++j) {
     const TensorSpec &spec = signature->outputs[j];
     if (spec.isScalar) {
-      results.push_back(ResultRef{spec.dtype, {}, {},
-                                  reinterpret_cast<const uint8_t *>(&scalars[numInputs + j])});
+      results.push_back(ResultRef{
+          spec.dtype, {}, {}, reinterpret_cast<const uint8_t *>(&scalars[numInputs + j])});
       continue;
     }
     const Descriptor &desc = outputDescs[next++];
@@ -267,8 +267,8 @@ llvm::Expected<std::vector<Tensor>> Module::invoke(llvm::StringRef entry,
   if (llvm::Error error =
           invokeInProcess(*impl, entry, refs, [&](llvm::ArrayRef<ResultRef> results) {
             for (const ResultRef &r : results) {
-              Tensor t{r.dtype, {r.shape.begin(), r.shape.end()},
-                       std::vector<uint8_t>(r.packedBytes())};
+              Tensor t{
+                  r.dtype, {r.shape.begin(), r.shape.end()}, std::vector<uint8_t>(r.packedBytes())};
               r.pack(t.bytes.data());
               outputs.push_back(std::move(t));
             }

@@ -211,8 +211,8 @@ llvm::Error writeBody(MessageWriter &out, llvm::StringRef body, SharedBuffer &fd
   return llvm::Error::success();
 }
 
-llvm::Expected<llvm::StringRef> readBody(MessageReader &in, Message &message,
-                                         SharedBuffer &storage, uint64_t limit) {
+llvm::Expected<llvm::StringRef> readBody(MessageReader &in, Message &message, SharedBuffer &storage,
+                                         uint64_t limit) {
   if (in.u64() != 0) {
     llvm::StringRef body = in.str();
     if (!in.ok())
@@ -239,7 +239,6 @@ namespace {
 
 using moduleproto::MessageReader;
 using moduleproto::MessageWriter;
-
 
 struct Flags {
   pid_t parent = 0;
@@ -431,10 +430,9 @@ private:
     std::vector<TensorRef> refs;
     refs.reserve(inputs.size());
     for (const Input &input : inputs) {
-      std::optional<DType> dtype =
-          input.dtype <= static_cast<uint64_t>(DType::I64)
-              ? std::optional<DType>(static_cast<DType>(input.dtype))
-              : std::nullopt;
+      std::optional<DType> dtype = input.dtype <= static_cast<uint64_t>(DType::I64)
+                                       ? std::optional<DType>(static_cast<DType>(input.dtype))
+                                       : std::nullopt;
       if (!dtype || input.offset > total || total - input.offset < input.size)
         return answerError(llvm::createStringError("an invoke input lies outside its buffer"));
       refs.push_back(TensorRef{*dtype, input.shape, base ? base + input.offset : nullptr,
@@ -469,9 +467,8 @@ private:
           // The result arena is this worker's, sealed so the server can map it safely; it
           // is replaced only when a call's results outgrow it.
           if (resultArena.size() < size) {
-            llvm::Expected<SharedBuffer> created =
-                SharedBuffer::create(std::max<uint64_t>(size, resultArena.size() * 2),
-                                     "courier-module-results");
+            llvm::Expected<SharedBuffer> created = SharedBuffer::create(
+                std::max<uint64_t>(size, resultArena.size() * 2), "courier-module-results");
             if (created)
               packed = created->sealSize();
             else

@@ -22,8 +22,8 @@
 #include <fstream>
 #include <functional>
 #include <string>
-#include <thread>
 #include <sys/wait.h>
+#include <thread>
 #include <unistd.h>
 #include <vector>
 
@@ -59,9 +59,8 @@ public:
     int out[2];
     if (pipe(out) != 0)
       die("pipe failed");
-    std::vector<std::string> args = {COURIER_SERVE_PATH, "--listen",       "127.0.0.1:0",
-                                      "--quiet",         "--max-body-bytes", "1073741824",
-                                      "--cache-dir",     cacheDir};
+    std::vector<std::string> args = {COURIER_SERVE_PATH, "--listen",   "127.0.0.1:0", "--quiet",
+                                     "--max-body-bytes", "1073741824", "--cache-dir", cacheDir};
     args.insert(args.end(), extra.begin(), extra.end());
     pid = fork();
     if (pid == 0) {
@@ -189,8 +188,7 @@ void report(const char *title, std::vector<Path> &paths,
                 microseconds(percentile(path.seconds, 0.9)).c_str(), p50 / base);
   }
   for (auto [a, b] : pairs)
-    std::printf("%s / %s: p50 %.3f×, median of round ratios %.3f×\n", paths[a].name,
-                paths[b].name,
+    std::printf("%s / %s: p50 %.3f×, median of round ratios %.3f×\n", paths[a].name, paths[b].name,
                 percentile(paths[a].seconds, 0.5) / percentile(paths[b].seconds, 0.5),
                 roundRatio(roundP50s, a, b));
   std::fflush(stdout);
@@ -216,9 +214,8 @@ double reloadOnce(httplib::Client &http, const std::string &dir, const std::stri
   std::rename((path + ".tmp").c_str(), path.c_str());
   std::string want = "\"data\":[" + std::to_string(static_cast<int>(expected));
   while (Clock::now() - start < std::chrono::seconds(60)) {
-    httplib::Result res =
-        http.Post("/v1/modules/reload/invoke/main", R"({"inputs": [[1, 2, 3, 4]]})",
-                  "application/json");
+    httplib::Result res = http.Post("/v1/modules/reload/invoke/main",
+                                    R"({"inputs": [[1, 2, 3, 4]]})", "application/json");
     if (res && res->status == 200 && res->body.find(want) != std::string::npos)
       return std::chrono::duration<double>(Clock::now() - start).count();
   }
@@ -244,8 +241,7 @@ int main(int argc, char **argv) {
   EngineOptions isolatedOptions = options;
   isolatedOptions.isolation = Isolation::Process;
   Engine isolatedEngine(isolatedOptions);
-  llvm::Expected<std::shared_ptr<Module>> isolatedModule =
-      isolatedEngine.compile(kModule, "bench");
+  llvm::Expected<std::shared_ptr<Module>> isolatedModule = isolatedEngine.compile(kModule, "bench");
   if (!isolatedModule)
     die("compiling in a worker: " + llvm::toString(isolatedModule.takeError()));
 
@@ -283,8 +279,7 @@ int main(int argc, char **argv) {
               "(16 MiB; %.1f MB as JSON)\n",
               static_cast<long long>(kBigElements), bigJson.size() / 1e6);
 
-  auto local = [&](const std::shared_ptr<Module> &target, const char *entry,
-                   const Tensor &input) {
+  auto local = [&](const std::shared_ptr<Module> &target, const char *entry, const Tensor &input) {
     return [&target, &input, entry] {
       llvm::Expected<std::vector<Tensor>> out = target->invoke(entry, input);
       if (!out)
@@ -333,9 +328,9 @@ int main(int argc, char **argv) {
     bool isolatedFirst = i % 2 == 0;
     for (int k = 0; k < 2; ++k) {
       bool doIsolated = (k == 0) == isolatedFirst;
-      double seconds = reloadOnce(doIsolated ? *isolatedHttp : *noneHttp,
-                                  doIsolated ? isolatedWatch : noneWatch, reloadModule(factor),
-                                  factor);
+      double seconds =
+          reloadOnce(doIsolated ? *isolatedHttp : *noneHttp, doIsolated ? isolatedWatch : noneWatch,
+                     reloadModule(factor), factor);
       (doIsolated ? reloadIsolated : reloadNone).push_back(seconds);
     }
   }

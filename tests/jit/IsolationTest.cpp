@@ -36,7 +36,9 @@ std::pair<ErrorCode, std::string> kindOf(llvm::Error error) {
   std::pair<ErrorCode, std::string> result{ErrorCode::Internal, ""};
   llvm::handleAllErrors(
       std::move(error),
-      [&](const EngineError &e) { result = {e.kind, e.message}; },
+      [&](const EngineError &e) {
+        result = {e.kind, e.message};
+      },
       [&](const llvm::ErrorInfoBase &e) { result.second = e.message(); });
   return result;
 }
@@ -132,8 +134,7 @@ TEST_CASE("a crash fails its call with KernelCrashed; the next call gets a fresh
   CHECK(restarted.pid != first);
 }
 
-TEST_CASE("the sandbox stops a module starting a process or signalling its parent",
-          "[isolation]") {
+TEST_CASE("the sandbox stops a module starting a process or signalling its parent", "[isolation]") {
   Engine engine(isolated());
   auto module = engine.compile(kHostileModule, "app");
   REQUIRE(ok(module));
@@ -150,8 +151,7 @@ TEST_CASE("the sandbox stops a module starting a process or signalling its paren
   REQUIRE(ok(fine));
 }
 
-TEST_CASE("timeouts end the worker with DeadlineExceeded, per engine and per call",
-          "[isolation]") {
+TEST_CASE("timeouts end the worker with DeadlineExceeded, per engine and per call", "[isolation]") {
   EngineOptions options = isolated();
   options.invokeTimeout = std::chrono::milliseconds(200);
   Engine engine(options);

@@ -250,12 +250,12 @@ TEST_CASE("an invoke past its deadline is 504 and its worker is gone", "[serve][
   CHECK(childrenIdle(serve.processId(), std::chrono::milliseconds(500)));
 
   // A request's own deadline replaces the server's, both ways.
-  Reply quick = invoke(*http, "hostile", "spin", R"({"inputs": [1]})",
-                       {{"X-Courier-Deadline-Ms", "100"}});
+  Reply quick =
+      invoke(*http, "hostile", "spin", R"({"inputs": [1]})", {{"X-Courier-Deadline-Ms", "100"}});
   CHECK(quick.status == 504);
   CHECK(errorMessage(quick).find("100 ms") != std::string::npos);
-  Reply bad = invoke(*http, "hostile", "spin", R"({"inputs": [1]})",
-                     {{"X-Courier-Deadline-Ms", "soon"}});
+  Reply bad =
+      invoke(*http, "hostile", "spin", R"({"inputs": [1]})", {{"X-Courier-Deadline-Ms", "soon"}});
   CHECK(bad.status == 400);
   CHECK(errorMessage(bad).find("X-Courier-Deadline-Ms") != std::string::npos);
   // And the module still answers the calls that end.
@@ -368,7 +368,8 @@ TEST_CASE("100 reloads while 4 clients call, isolated: none fails, none mixes ve
   auto http = serve.client();
   int replaced = 0;
   callDuring([&] { return serve.client(); }, kClients, "/v1/modules/scale/invoke/main", kVector,
-             resultA, resultB, tally, [&] {
+             resultA, resultB, tally,
+             [&] {
                for (int i = 0; i < kReloads; ++i) {
                  Reply reply = put(*http, "/v1/modules/scale",
                                    json({{"mlir", i % 2 == 0 ? versionB : versionA}}).dump());

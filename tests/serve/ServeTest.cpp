@@ -22,8 +22,8 @@
 #include <thread>
 #include <unistd.h>
 
-using courier::testing::CallTally;
 using courier::testing::callDuring;
+using courier::testing::CallTally;
 using courier::testing::createBody;
 using courier::testing::errorCode;
 using courier::testing::ExecutorProcess;
@@ -34,10 +34,10 @@ using courier::testing::post;
 using courier::testing::put;
 using courier::testing::Reply;
 using courier::testing::requireCreated;
-using courier::testing::TempDir;
-using courier::testing::toReply;
 using courier::testing::ServeConfig;
 using courier::testing::ServeProcess;
+using courier::testing::TempDir;
+using courier::testing::toReply;
 
 namespace {
 
@@ -786,8 +786,9 @@ TEST_CASE("reloads under load drop no call and never mix versions", "[serve]") {
   constexpr int kThreads = 8, kReloads = 10;
   CallTally tally;
   auto http = serve.client();
-  callDuring([&] { return serve.client(); }, kThreads, "/v1/modules/scale/invoke/main",
-             kInvokeBody, kResultA, kResultB, tally, [&] {
+  callDuring([&] { return serve.client(); }, kThreads, "/v1/modules/scale/invoke/main", kInvokeBody,
+             kResultA, kResultB, tally,
+             [&] {
                for (int i = 0; i < kReloads; ++i) {
                  const std::string &next = i % 2 == 0 ? kVersionB : kVersionA;
                  Reply replaced = put(*http, "/v1/modules/scale", json({{"mlir", next}}).dump());
@@ -950,17 +951,17 @@ TEST_CASE("a constant or object over the server's limits is 422 naming it, and t
 
   // Two constants within the limit, 1.6 MB together: unoptimised, both land whole in the
   // object.
-  Reply object = post(
-      *http, "/v1/modules",
-      createBody("wide",
-                 "module @wide {\n"
-                 "  func.func public @f() -> (tensor<100000xf64>, tensor<100000xf64>) {\n"
-                 "    %a = arith.constant dense<1.0> : tensor<100000xf64>\n"
-                 "    %b = arith.constant dense<2.0> : tensor<100000xf64>\n"
-                 "    return %a, %b : tensor<100000xf64>, tensor<100000xf64>\n"
-                 "  }\n"
-                 "}\n",
-                 {{"optLevel", 0}}));
+  Reply object =
+      post(*http, "/v1/modules",
+           createBody("wide",
+                      "module @wide {\n"
+                      "  func.func public @f() -> (tensor<100000xf64>, tensor<100000xf64>) {\n"
+                      "    %a = arith.constant dense<1.0> : tensor<100000xf64>\n"
+                      "    %b = arith.constant dense<2.0> : tensor<100000xf64>\n"
+                      "    return %a, %b : tensor<100000xf64>, tensor<100000xf64>\n"
+                      "  }\n"
+                      "}\n",
+                      {{"optLevel", 0}}));
   INFO(object.raw);
   CHECK(object.status == 422);
   CHECK(errorCode(object) == "compile_failed");

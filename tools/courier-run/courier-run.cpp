@@ -237,8 +237,7 @@ int main(int argc, char **argv) {
             llvm::MemoryBuffer::getFile(inputFile);
         llvm::Expected<std::shared_ptr<Module>> next =
             text ? engine.compile((*text)->getBuffer(), inputFile)
-                 : llvm::Expected<std::shared_ptr<Module>>(
-                       llvm::errorCodeToError(text.getError()));
+                 : llvm::Expected<std::shared_ptr<Module>>(llvm::errorCodeToError(text.getError()));
         double ms =
             std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
                 .count();
@@ -250,8 +249,8 @@ int main(int argc, char **argv) {
           return;
         }
         if (*next == current) {
-          llvm::errs() << llvm::formatv("courier-run: '{0}' is unchanged, version {1}\n",
-                                        inputFile, version);
+          llvm::errs() << llvm::formatv("courier-run: '{0}' is unchanged, version {1}\n", inputFile,
+                                        version);
           return;
         }
         uint64_t candidate = ++version;

@@ -226,10 +226,8 @@ ModuleStore::compileWithDeadline(Engine &engine, llvm::StringRef name, llvm::Str
     // goes on in the background and the request can wait right here.
     auto start = Clock::now();
     CompileOptions compileOptions;
-    compileOptions.timeout =
-        deadline ? config.compileTimeout : std::chrono::milliseconds(0);
-    llvm::Expected<std::shared_ptr<Module>> compiled =
-        engine.compile(text, name, compileOptions);
+    compileOptions.timeout = deadline ? config.compileTimeout : std::chrono::milliseconds(0);
+    llvm::Expected<std::shared_ptr<Module>> compiled = engine.compile(text, name, compileOptions);
     wallMs = msSince(start);
     stats.compiles++;
     stats.compileNanos += static_cast<uint64_t>(wallMs * 1e6);
@@ -518,8 +516,7 @@ void ModuleStore::recordCallFailure(const Pinned &pinned, ErrorCode code, llvm::
 llvm::Expected<std::vector<Tensor>> ModuleStore::invoke(const Pinned &pinned, llvm::StringRef entry,
                                                         llvm::ArrayRef<Tensor> inputs,
                                                         const InvokeOptions &callOptions) {
-  llvm::Expected<std::vector<Tensor>> outputs =
-      pinned.module->invoke(entry, inputs, callOptions);
+  llvm::Expected<std::vector<Tensor>> outputs = pinned.module->invoke(entry, inputs, callOptions);
   if (outputs) {
     stats.invokes++;
     if (std::shared_ptr<Record> record = find(pinned.name))

@@ -445,10 +445,11 @@ llvm::Error RestService::Impl::putModule(const httplib::Request &req, httplib::R
   return llvm::Error::success();
 }
 
-llvm::Expected<std::vector<Tensor>>
-RestService::Impl::call(const Pinned &pinned, const EntrySignature &entry,
-                        const InvokeOptions &callOptions, llvm::ArrayRef<Tensor> inputs,
-                        bool &called) {
+llvm::Expected<std::vector<Tensor>> RestService::Impl::call(const Pinned &pinned,
+                                                            const EntrySignature &entry,
+                                                            const InvokeOptions &callOptions,
+                                                            llvm::ArrayRef<Tensor> inputs,
+                                                            bool &called) {
   called = true;
   auto started = Clock::now();
   llvm::Expected<std::vector<Tensor>> outputs =
@@ -487,10 +488,9 @@ llvm::Error RestService::Impl::invoke(const httplib::Request &req, httplib::Resp
   res.set_header("X-Courier-Module-Version", std::to_string(pinned->version));
   std::string contentType = req.get_header_value("Content-Type");
   bool called = false;
-  llvm::Error error =
-      llvm::StringRef(contentType).starts_with(wire::kFrameContentType)
-          ? invokeFrame(*pinned, **entry, callOptions, req, res, reader, called)
-          : invokeJson(*pinned, **entry, callOptions, req, res, reader, called);
+  llvm::Error error = llvm::StringRef(contentType).starts_with(wire::kFrameContentType)
+                          ? invokeFrame(*pinned, **entry, callOptions, req, res, reader, called)
+                          : invokeJson(*pinned, **entry, callOptions, req, res, reader, called);
   if (!error || called)
     return error; // The store counted the call and any failure of it.
   return llvm::handleErrors(std::move(error), [&](std::unique_ptr<ServeError> e) -> llvm::Error {
