@@ -391,6 +391,17 @@ TEST_CASE("100 reloads while 4 clients call, isolated: none fails, none mixes ve
   CHECK(childrenOf(serve.processId()).size() <= 2);
 }
 
+TEST_CASE("a cache directory others can write to is refused at start", "[serve][containment]") {
+  TempDir scratch;
+  std::string dir = scratch.path + "/shared";
+  std::filesystem::create_directory(dir);
+  std::filesystem::permissions(dir, std::filesystem::perms::all);
+  auto [status, err] = courier::testing::runServeToExit({"--cache-dir", dir});
+  CHECK(status != 0);
+  CHECK(err.find("writable by group or others") != std::string::npos);
+  CHECK(err.find(dir) != std::string::npos);
+}
+
 TEST_CASE("with --isolation=none the server still serves, in its own process",
           "[serve][containment]") {
   ServeProcess serve({"", {"--isolation", "none"}});

@@ -1,6 +1,7 @@
 // courier-serve: the engine as a REST service (docs/rest.md) until SIGINT or SIGTERM. Prints
 // "listening on HOST:PORT" once bound, so callers can pass port 0. With --watch, loads every
 // *.mlir of a directory as a module named by its stem and reloads it when the file changes.
+#include "jit/DiskCache.h"
 #include "tools/courier-serve/ModuleStore.h"
 #include "tools/courier-serve/RestService.h"
 #include "transport/ServerMain.h"
@@ -231,6 +232,11 @@ std::vector<std::string> mlirFiles(const std::string &dir) {
 int main(int argc, char **argv) {
   ExitOnError exitOnError("courier-serve: ");
   Arguments args = exitOnError(parseArguments(argc, argv));
+  // A cache directory every compile would refuse (another user's, or writable by others) is
+  // refused now, once, rather than in every module's 422.
+  if (std::string dir = args.store.cacheDir.empty() ? defaultCacheDir() : args.store.cacheDir;
+      !dir.empty())
+    exitOnError(DiskCache::open(dir, args.store.cacheMaxBytes));
 
   // Before any thread starts, so only the waiter sees the stop signals.
   transport::StopSignals stopSignals;
