@@ -14,10 +14,14 @@
 #include <cstring>
 #include <fcntl.h>
 #include <fstream>
+#include <linux/capability.h>
 #include <sched.h>
+#include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
+#include <termios.h>
 #include <unistd.h>
 
 namespace courier::executor {
@@ -165,6 +169,14 @@ llvm::Error enterSandbox() {
 llvm::Error enterModuleSandbox() {
   if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
     return systemError("setting no-new-privs");
+  // Not dumpable: other workers (the same user) cannot open this one's /proc/<pid>/mem.
+  // No capabilities: a worker of a root server cannot override that, nor file permissions.
+  if (::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0)
+    return systemError("clearing dumpable");
+  struct __user_cap_header_struct header = {_LINUX_CAPABILITY_VERSION_3, 0};
+  struct __user_cap_data_struct none[2] = {};
+  if (::syscall(SYS_capset, &header, none) != 0)
+    return systemError("dropping capabilities");
   scmp_filter_ctx filter = seccomp_init(SCMP_ACT_ALLOW);
   if (!filter)
     return llvm::createStringError("seccomp_init failed");
@@ -210,6 +222,23 @@ llvm::Error enterModuleSandbox() {
   // tkill names a thread, which may be another process's; raise() uses tgkill.
   if (int rc = seccomp_rule_add(filter, SCMP_ACT_TRAP, SCMP_SYS(tkill), 0))
     return systemError("denying tkill", -rc);
+  // Signals by other routes: a descriptor that signals its owner (F_SETOWN with F_SETSIG
+  // SIGKILL aimed at the server), and input pushed into a terminal the worker shares.
+  struct Refused {
+    int call;
+    scmp_datum_t command;
+    unsigned argument;
+  };
+  for (Refused refused :
+       {Refused{SCMP_SYS(fcntl), F_SETOWN, 1}, Refused{SCMP_SYS(fcntl), F_SETOWN_EX, 1},
+        Refused{SCMP_SYS(fcntl), F_SETSIG, 1}, Refused{SCMP_SYS(ioctl), FIOSETOWN, 1},
+        Refused{SCMP_SYS(ioctl), SIOCSPGRP, 1}, Refused{SCMP_SYS(ioctl), TIOCSTI, 1},
+        // Clearing it would let a spinning worker outlive its server.
+        Refused{SCMP_SYS(prctl), PR_SET_PDEATHSIG, 0}}) {
+    struct scmp_arg_cmp is = {refused.argument, SCMP_CMP_EQ, refused.command, 0};
+    if (int rc = seccomp_rule_add_array(filter, SCMP_ACT_TRAP, refused.call, 1, &is))
+      return systemError("limiting fcntl, ioctl and prctl", -rc);
+  }
   if (int rc = seccomp_load(filter))
     return systemError("loading the seccomp filter", -rc);
   return llvm::Error::success();

@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <csignal>
 #include <cstring>
+#include <fcntl.h>
 #include <poll.h>
 #include <spawn.h>
 #include <sys/socket.h>
@@ -251,14 +252,22 @@ llvm::Error WorkerPool::probe() {
   return llvm::Error::success();
 }
 
-llvm::Expected<std::unique_ptr<WorkerProcess>> WorkerPool::take() {
+llvm::Expected<std::unique_ptr<WorkerProcess>>
+WorkerPool::take(std::optional<Clock::time_point> deadline) {
   std::unique_lock<std::mutex> lock(mutex);
   while (true) {
     uint64_t failuresBefore = failures;
     ++waiting;
     changed.notify_all();
-    changed.wait(lock, [&] { return stopping || !ready.empty() || failures != failuresBefore; });
+    auto wake = [&] { return stopping || !ready.empty() || failures != failuresBefore; };
+    bool woken = true;
+    if (deadline)
+      woken = changed.wait_until(lock, *deadline, wake);
+    else
+      changed.wait(lock, wake);
     --waiting;
+    if (!woken)
+      return makeWireError("deadline_exceeded", "no worker became ready before the deadline");
     if (ready.empty()) {
       if (stopping)
         return makeWireError("worker_unavailable", "the executor is shutting down");
@@ -339,6 +348,8 @@ WorkerProcess::spawn(const std::string &program, const std::vector<std::string> 
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_adddup2(&actions, theirs.get(), kWorkerChannelFd);
+  // Nothing to read, and no terminal to push input into (TIOCSTI).
+  posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
   // A kernel's output goes to the executor's log.
   posix_spawn_file_actions_adddup2(&actions, STDERR_FILENO, STDOUT_FILENO);
   posix_spawnattr_t attributes;

@@ -110,8 +110,10 @@ public:
   /// workers (and their sandbox) work at all.
   llvm::Error probe();
 
-  /// A ready worker: a warm one if there is one, else one started now.
-  llvm::Expected<std::unique_ptr<WorkerProcess>> take();
+  /// A ready worker: a warm one if there is one, else one started now. Past `deadline`
+  /// (when given) the wait ends with deadline_exceeded.
+  llvm::Expected<std::unique_ptr<WorkerProcess>>
+  take(std::optional<Clock::time_point> deadline = std::nullopt);
 
   /// Stops refilling and ends the warm workers.
   void shutdown();

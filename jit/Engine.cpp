@@ -376,7 +376,7 @@ Engine::Impl::compile(llvm::StringRef text, llvm::StringRef name,
     std::lock_guard<std::mutex> lock(mutex);
     auto it = memoryCache.find(memoryKey);
     if (it != memoryCache.end())
-      if (std::shared_ptr<Module> cached = it->second.lock())
+      if (std::shared_ptr<Module> cached = it->second.lock(); cached && !isTerminated(*cached))
         return cached;
   }
   auto remember = [&](llvm::Expected<std::shared_ptr<Module>> loaded) {

@@ -140,7 +140,9 @@ enum class Isolation {
   InProcess,
   /// In a worker process per module (courier-module-worker), sandboxed and limited: a crash
   /// fails only that module's request, deadlines end the worker, and Module::invoke is
-  /// unchanged for the caller. rawEntry() is unavailable.
+  /// unchanged for the caller. rawEntry() is unavailable. Workers run as the calling user:
+  /// a program that must keep its memory from them makes itself not dumpable
+  /// (prctl(PR_SET_DUMPABLE, 0)), as courier-serve does.
   Process,
 };
 

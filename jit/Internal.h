@@ -98,6 +98,8 @@ llvm::LogicalResult checkConstantSizes(mlir::Operation *root, uint64_t maxBytes)
 llvm::LogicalResult checkHostObjectSize(mlir::Operation *module, uint64_t bytes, uint64_t maxBytes);
 
 WorkerState isolatedState(IsolatedWorker &worker);
+/// True once an isolated module was terminated: it must not be handed out again.
+bool isTerminated(const Module &module);
 void terminateIsolated(IsolatedWorker &worker);
 llvm::Expected<std::vector<Tensor>> invokeIsolated(IsolatedWorker &worker, llvm::StringRef entry,
                                                    llvm::ArrayRef<Tensor> inputs,

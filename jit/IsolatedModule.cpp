@@ -11,8 +11,12 @@
 #include "llvm/Support/Path.h"
 #include "llvm/Support/Process.h"
 
+#include <algorithm>
+#include <atomic>
 #include <cstring>
+#include <map>
 #include <mutex>
+#include <tuple>
 #include <unistd.h>
 
 #ifndef COURIER_INSTALL_BINDIR
@@ -39,6 +43,8 @@ constexpr auto kUnloadTimeout = std::chrono::seconds(5);
 constexpr auto kNoDeadline = std::chrono::hours(24 * 365);
 /// Compile answers (entries, diagnostics) larger than this are refused.
 constexpr uint64_t kMaxAnswerBytes = uint64_t(64) << 20;
+/// The most result bytes a call of a worker without a memory limit may claim.
+constexpr uint64_t kUnlimitedResults = uint64_t(64) << 30;
 
 std::string workerProgram(const std::string &configured) {
   if (!configured.empty())
@@ -80,14 +86,7 @@ public:
 
   ~IsolatedWorker() {
     std::lock_guard<std::mutex> lock(requestMutex);
-    if (worker && worker->quiet() && !terminated) {
-      // teardown() and the module's sessions close in the worker; one that does not answer
-      // in time is ended anyway.
-      MessageWriter unload(MessageKind::Unload);
-      llvm::consumeError(
-          worker->request(unload, {}, Clock::now() + kUnloadTimeout, "unloading").takeError());
-    }
-    drop();
+    unload();
   }
 
   struct Loaded {
@@ -96,15 +95,25 @@ public:
     PhaseTimes times;
   };
 
-  /// Starts a worker and compiles the module in it. Called with requestMutex held, or before
-  /// the module is shared.
-  llvm::Expected<Loaded> load(std::optional<std::chrono::milliseconds> timeout) {
-    llvm::Expected<std::unique_ptr<WorkerProcess>> taken = pool->take();
-    if (!taken)
+  /// Starts a worker and compiles the module in it, all before `deadline` (`limit` says what
+  /// it is, for messages). Called with requestMutex held, or before the module is shared.
+  llvm::Expected<Loaded> load(Clock::time_point deadline, llvm::StringRef limit) {
+    llvm::Expected<std::unique_ptr<WorkerProcess>> taken = pool->take(deadline);
+    if (!taken) {
+      ErrorCode kind = ErrorCode::WorkerUnavailable;
+      std::string why;
+      llvm::handleAllErrors(taken.takeError(), [&](const llvm::ErrorInfoBase &e) {
+        kind = transport::codeOf(e, ErrorCode::WorkerUnavailable);
+        why = e.message();
+      });
+      if (kind == ErrorCode::DeadlineExceeded)
+        return engineError(kind, "compiling module '" + name + "' took longer than " + limit.str() +
+                                     ": no worker was ready in time");
       return engineError(ErrorCode::WorkerUnavailable,
-                         "cannot start a worker for module '" + name +
-                             "': " + llvm::toString(taken.takeError()));
-    adopt(std::move(*taken));
+                         "cannot start a worker for module '" + name + "': " + why);
+    }
+    if (!adopt(std::move(*taken)))
+      return engineError(ErrorCode::UnknownModule, "module '" + name + "' was unloaded");
     MessageWriter request(MessageKind::Compile);
     moduleproto::writeOptions(request, options);
     request.str(name);
@@ -117,10 +126,9 @@ public:
     if (body.fd() >= 0)
       fds.push_back(body.fd());
     std::string what = "compiling";
-    llvm::Expected<Message> reply = worker->request(request, fds, deadlineAfter(timeout), what);
+    llvm::Expected<Message> reply = worker->request(request, fds, deadline, what);
     if (!reply) {
-      llvm::Error error = workerFailure(reply.takeError(), what, describeTimeout(timeout),
-                                        ErrorCode::CompileCrashed);
+      llvm::Error error = workerFailure(reply.takeError(), what, limit, ErrorCode::CompileCrashed);
       drop();
       return std::move(error);
     }
@@ -166,9 +174,13 @@ public:
       drop();
     }
     if (!worker) {
+      std::optional<std::chrono::milliseconds> compileLimit;
+      if (options.compileTimeout.count() > 0)
+        compileLimit = options.compileTimeout;
+      // A restart is a compile, bounded as one: were it bounded by the call's deadline, a
+      // module whose calls are short but whose compile is not could never come back.
       llvm::Expected<Loaded> restarted =
-          load(options.compileTimeout.count() > 0 ? std::optional(options.compileTimeout)
-                                                  : std::nullopt);
+          load(deadlineAfter(compileLimit), describeTimeout(compileLimit));
       if (!restarted)
         return llvm::handleErrors(restarted.takeError(),
                                   [&](std::unique_ptr<EngineError> e) -> llvm::Error {
@@ -180,6 +192,10 @@ public:
       current.restarts++;
     }
 
+    std::optional<std::chrono::milliseconds> timeout = call.timeout;
+    if (!timeout && options.invokeTimeout.count() > 0)
+      timeout = options.invokeTimeout;
+    Clock::time_point deadline = deadlineAfter(timeout);
     MessageWriter request(MessageKind::Invoke);
     request.str(entry).u64(inputs.size());
     uint64_t total = 0;
@@ -205,9 +221,12 @@ public:
       if (inputArena.size() < total) {
         llvm::Expected<SharedBuffer> created = SharedBuffer::create(
             std::max<uint64_t>(total, inputArena.size() * 2), "courier-module-inputs");
-        if (!created)
+        // Sealed: the worker keeps the descriptor, and a module that shrank the file would
+        // kill this process with SIGBUS at its next write.
+        llvm::Error sealed = created ? created->sealSize() : created.takeError();
+        if (sealed)
           return engineError(ErrorCode::Internal, "allocating the inputs of '" + entry.str() +
-                                                      "': " + toString(created.takeError()));
+                                                      "': " + toString(std::move(sealed)));
         inputArena = std::move(*created);
         workerHasInputs = false;
       }
@@ -220,18 +239,17 @@ public:
         fds.push_back(inputArena.fd());
     }
 
-    std::optional<std::chrono::milliseconds> timeout = call.timeout;
-    if (!timeout && options.invokeTimeout.count() > 0)
-      timeout = options.invokeTimeout;
     std::string what = "invoking '" + entry.str() + "'";
-    llvm::Expected<Message> reply = worker->request(request, fds, deadlineAfter(timeout), what);
+    llvm::Expected<Message> reply = worker->request(request, fds, deadline, what);
     if (!reply) {
       llvm::Error error = workerFailure(reply.takeError(), what, describeTimeout(timeout),
                                         ErrorCode::KernelCrashed);
       drop();
       return std::move(error);
     }
-    if (!fds.empty())
+    // The worker maps a new arena before it answers anything else; it kept the old one if
+    // it failed, so only a success says the new one is in place.
+    if (!fds.empty() && MessageReader(reply->bytes).u64() == 0)
       workerHasInputs = true;
     return readResults(*reply, entry);
   }
@@ -244,20 +262,44 @@ public:
     return copy;
   }
 
+  /// An idle worker unloads (teardown() runs, sessions close); a busy one is ended, and
+  /// the call it runs fails.
   void terminate() {
-    std::lock_guard<std::mutex> lock(stateMutex);
     terminated = true;
+    if (requestMutex.try_lock()) {
+      std::lock_guard<std::mutex> lock(requestMutex, std::adopt_lock);
+      unload();
+      return;
+    }
+    std::lock_guard<std::mutex> lock(stateMutex);
     if (live)
       live->kill(EndReason::Closed);
   }
 
+  bool isTerminated() const { return terminated; }
+
 private:
-  void adopt(std::unique_ptr<WorkerProcess> next) {
+  /// With requestMutex held: teardown() and the module's sessions close in the worker; one
+  /// that does not answer in time is ended anyway.
+  void unload() {
+    if (worker && worker->quiet()) {
+      MessageWriter request(MessageKind::Unload);
+      llvm::consumeError(
+          worker->request(request, {}, Clock::now() + kUnloadTimeout, "unloading").takeError());
+    }
+    drop();
+  }
+
+  /// Takes `next` as the worker, unless the module was terminated meanwhile.
+  bool adopt(std::unique_ptr<WorkerProcess> next) {
     std::lock_guard<std::mutex> lock(stateMutex);
+    if (terminated)
+      return false; // `next` is ended as it goes.
     worker = std::move(next);
     live = worker.get();
     workerHasInputs = false;
     resultArena = SharedBuffer();
+    return true;
   }
 
   /// Ends and forgets the worker (the next call starts another).
@@ -350,6 +392,22 @@ private:
     }
     uint64_t total = in.u64();
     uint64_t mode = in.u64();
+    // What an honest worker could have produced: no more than its address space. This side
+    // allocates what the answer claims, so a claim beyond it is refused before any is.
+    uint64_t limit = options.workerMemoryMiB ? options.workerMemoryMiB << 20 : kUnlimitedResults;
+    if (total > limit)
+      return malformed("results of " + std::to_string(total) +
+                       " bytes, more than the worker "
+                       "could hold");
+    // Disjoint, and within `total`: overlapping results would multiply what is allocated.
+    std::vector<std::pair<uint64_t, uint64_t>> spans;
+    for (const Result &r : results)
+      spans.emplace_back(r.offset, r.size);
+    std::sort(spans.begin(), spans.end());
+    for (size_t i = 0; i < spans.size(); ++i)
+      if (spans[i].first > total || total - spans[i].first < spans[i].second ||
+          (i && spans[i].first < spans[i - 1].first + spans[i - 1].second))
+        return malformed("results that overlap or lie outside the answer");
     llvm::StringRef bytes;
     if (mode == 1) {
       bytes = in.str();
@@ -358,6 +416,9 @@ private:
         uint64_t size = in.u64();
         if (!in.ok() || reply.fds.size() != 1)
           return malformed("a new result arena without its descriptor");
+        // The worker doubles its arena as results grow: never more than twice the limit.
+        if (size > 2 * limit)
+          return malformed("a result arena larger than the worker could fill");
         // Sealed, or the worker could shrink it under this mapping.
         llvm::Expected<SharedBuffer> mapped =
             SharedBuffer::map(std::move(reply.fds[0]), size, /*requireSealed=*/true);
@@ -402,13 +463,17 @@ private:
   std::mutex stateMutex;
   WorkerProcess *live = nullptr;
   WorkerState current;
-  bool terminated = false;
+  std::atomic<bool> terminated{false};
 };
 
 Module::Impl::Impl() = default;
 Module::Impl::~Impl() = default;
 
 WorkerState isolatedState(IsolatedWorker &worker) { return worker.state(); }
+bool isTerminated(const Module &module) {
+  const Module::Impl &impl = ModuleInternals::impl(module);
+  return impl.isolated && impl.isolated->isTerminated();
+}
 void terminateIsolated(IsolatedWorker &worker) { worker.terminate(); }
 llvm::Expected<std::vector<Tensor>> invokeIsolated(IsolatedWorker &worker, llvm::StringRef entry,
                                                    llvm::ArrayRef<Tensor> inputs,
@@ -421,7 +486,19 @@ WorkerLauncher::WorkerLauncher(const EngineOptions &options) {
   settings.program = workerProgram(options.workerProgram);
   settings.memoryMiB = options.workerMemoryMiB;
   settings.sandbox = options.workerSandbox;
-  pool = std::make_shared<WorkerPool>(std::move(settings), options.warmWorkers);
+  // Engines whose workers start alike share one pool: a server with an engine per option
+  // set (courier-serve) keeps one warm worker, not one per set a client ever named. What
+  // differs between the engines travels in each Compile request.
+  static std::mutex poolsMutex;
+  static std::map<std::tuple<std::string, uint64_t, bool>, std::weak_ptr<WorkerPool>> pools;
+  std::lock_guard<std::mutex> lock(poolsMutex);
+  std::weak_ptr<WorkerPool> &shared =
+      pools[{settings.program, settings.memoryMiB, settings.sandbox}];
+  pool = shared.lock();
+  if (!pool) {
+    pool = std::make_shared<WorkerPool>(std::move(settings), options.warmWorkers);
+    shared = pool;
+  }
 }
 
 WorkerLauncher::~WorkerLauncher() = default;
@@ -430,7 +507,8 @@ llvm::Expected<std::shared_ptr<Module>>
 WorkerLauncher::compile(const EngineOptions &options, llvm::StringRef text, llvm::StringRef name,
                         std::optional<std::chrono::milliseconds> timeout) {
   auto isolated = std::make_unique<IsolatedWorker>(pool, options, name.str(), text.str());
-  llvm::Expected<IsolatedWorker::Loaded> loaded = isolated->load(timeout);
+  llvm::Expected<IsolatedWorker::Loaded> loaded =
+      isolated->load(deadlineAfter(timeout), describeTimeout(timeout));
   if (!loaded) {
     // The sink sees the diagnostics the worker collected, as an in-process compile's would.
     if (!options.diagnosticSink)

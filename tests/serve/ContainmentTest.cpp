@@ -210,6 +210,39 @@ TEST_CASE("a crash in a module's call is its own 500, and every other module kee
   CHECK(get(*http, "/v1/health").status == 200);
 }
 
+TEST_CASE("a module cannot signal, outlive, read or shrink the server through its worker",
+          "[serve][containment]") {
+  ServeProcess serve;
+  auto http = serve.client();
+  requireCreated(*http, "escape", courier::testing::kEscapeModule);
+  std::string server = std::to_string(serve.processId());
+  struct Case {
+    std::string entry, input, call;
+  };
+  for (const Case &c : {Case{"signalOwner", server, "fcntl"}, Case{"keepAlive", "0", "prctl"}}) {
+    INFO(c.entry);
+    Reply refused = invoke(*http, "escape", c.entry, R"({"inputs": [)" + c.input + "]}");
+    INFO(refused.raw);
+    CHECK(refused.status == 500);
+    CHECK(errorCode(refused) == "kernel_crashed");
+    CHECK(errorMessage(refused).find("SIGSYS (system call " + c.call + ")") != std::string::npos);
+  }
+  // The server is not dumpable: its memory cannot be opened by a worker of the same user.
+  Reply opened = invoke(*http, "escape", "openParentMemory", R"({"inputs": [0]})");
+  INFO(opened.raw);
+  REQUIRE(opened.status == 200);
+  CHECK(opened.body["outputs"][0]["data"][0].get<int>() < 0);
+  // The input arena is sealed: shrinking it fails, and the server's next write is safe.
+  std::string big = json({{"inputs", {std::vector<double>(8192, 1.0)}}}).dump();
+  for (int i = 0; i < 2; ++i) {
+    Reply shrunk = invoke(*http, "escape", "shrinkInputs", big);
+    INFO(shrunk.raw);
+    REQUIRE(shrunk.status == 200);
+    CHECK(shrunk.body["outputs"][0]["data"][0] == 0);
+  }
+  CHECK(get(*http, "/v1/health").status == 200);
+}
+
 TEST_CASE("a crash while loading is 500 compile_crashed; a reload that crashes keeps the old "
           "version",
           "[serve][containment]") {
@@ -249,11 +282,15 @@ TEST_CASE("an invoke past its deadline is 504 and its worker is gone", "[serve][
   CHECK_FALSE(running(spinning));
   CHECK(childrenIdle(serve.processId(), std::chrono::milliseconds(500)));
 
-  // A request's own deadline replaces the server's, both ways.
+  // A request's own deadline may shorten the server's, never lengthen it.
   Reply quick =
       invoke(*http, "hostile", "spin", R"({"inputs": [1]})", {{"X-Courier-Deadline-Ms", "100"}});
   CHECK(quick.status == 504);
   CHECK(errorMessage(quick).find("100 ms") != std::string::npos);
+  Reply greedy =
+      invoke(*http, "hostile", "spin", R"({"inputs": [1]})", {{"X-Courier-Deadline-Ms", "600000"}});
+  CHECK(greedy.status == 504);
+  CHECK(errorMessage(greedy).find("300 ms") != std::string::npos);
   Reply bad =
       invoke(*http, "hostile", "spin", R"({"inputs": [1]})", {{"X-Courier-Deadline-Ms", "soon"}});
   CHECK(bad.status == 400);

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <mutex>
 #include <pthread.h>
+#include <sys/prctl.h>
 
 using namespace courier;
 namespace cl = llvm::cl;
@@ -201,6 +202,9 @@ int main(int argc, char **argv) {
   // A watched file is edited while it runs: an edit that crashes must not end the watch.
   bool isolated = isolate.getNumOccurrences() ? isolate.getValue() : watch.getValue();
   if (isolated) {
+    // The module's worker runs as this user: not dumpable, courier-run's memory cannot be
+    // opened through /proc by it.
+    ::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
     options.isolation = Isolation::Process;
     options.invokeTimeout = std::chrono::milliseconds(invokeTimeoutMs);
     options.compileTimeout = std::chrono::milliseconds(compileTimeoutMs);
@@ -245,12 +249,12 @@ int main(int argc, char **argv) {
         if (!next) {
           llvm::errs() << llvm::formatv("courier-run: reload of '{0}' failed after {1:f1} ms, "
                                         "version {2} keeps serving: {3}\n",
-                                        inputFile, ms, version, oneLine(next.takeError()));
+                                        inputFile, ms, serving, oneLine(next.takeError()));
           return;
         }
         if (*next == current) {
           llvm::errs() << llvm::formatv("courier-run: '{0}' is unchanged, version {1}\n", inputFile,
-                                        version);
+                                        serving);
           return;
         }
         uint64_t candidate = ++version;
@@ -258,10 +262,13 @@ int main(int argc, char **argv) {
                                       inputFile, candidate, ms);
         runOnce(**next);
         WorkerState state = (*next)->workerState();
-        if (state.crashes > 0) {
-          llvm::errs() << llvm::formatv("courier-run: version {0} crashed with {1}; version {2} "
-                                        "keeps serving\n",
-                                        candidate, state.lastDeath, serving);
+        // A version whose worker died running the entry, or was ended at its deadline, is
+        // not kept.
+        if (!state.lastDeath.empty()) {
+          llvm::errs() << llvm::formatv("courier-run: version {0} {1} {2}; version {3} keeps "
+                                        "serving\n",
+                                        candidate, state.crashes ? "crashed with" : "was",
+                                        state.lastDeath, serving);
           return;
         }
         current = std::move(*next);

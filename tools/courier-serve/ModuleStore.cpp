@@ -133,6 +133,9 @@ struct ModuleStore::Record {
   /// Versions the module had before `reloadable` was created (its options changed).
   uint64_t versionBase = 0;
   std::shared_ptr<Module> current;
+  /// Every version installed, while anything holds it: removing the module ends them all,
+  /// with any call still running on an old one.
+  std::vector<std::weak_ptr<Module>> versions;
   uint64_t version = 0;
   std::string origin, sha256;
   double compileMs = 0;
@@ -376,6 +379,7 @@ llvm::Expected<LoadResult> ModuleStore::create(llvm::StringRef name, llvm::Strin
     return compileFailure(version.takeError());
   }
   record->current = record->reloadable->current();
+  record->versions.push_back(record->current);
   record->version = *version;
   record->origin = origin.str();
   record->sha256 = sha256Hex(text);
@@ -445,6 +449,8 @@ llvm::Expected<LoadResult> ModuleStore::replace(std::shared_ptr<Record> record,
     }
     retired = std::move(record->current);
     record->current = target->current();
+    llvm::erase_if(record->versions, [](const std::weak_ptr<Module> &v) { return v.expired(); });
+    record->versions.push_back(record->current);
     record->version = record->versionBase + *version;
     record->options = chosen;
     record->origin = origin.str();
@@ -472,14 +478,16 @@ llvm::Error ModuleStore::remove(llvm::StringRef name) {
     removed = std::move(it->second);
     modules.erase(it);
   }
-  // An isolated module's worker ends now, and with it any call still spinning in it.
-  std::shared_ptr<Module> current;
+  // An isolated module's workers end now, and with them any call still spinning in one.
+  std::vector<std::shared_ptr<Module>> live;
   {
     std::lock_guard<std::mutex> lock(removed->mutex);
-    current = removed->current;
+    for (const std::weak_ptr<Module> &version : removed->versions)
+      if (std::shared_ptr<Module> held = version.lock())
+        live.push_back(std::move(held));
   }
-  if (current)
-    current->terminate();
+  for (const std::shared_ptr<Module> &version : live)
+    version->terminate();
   return llvm::Error::success();
 }
 

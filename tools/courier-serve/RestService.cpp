@@ -470,7 +470,8 @@ llvm::Error RestService::Impl::invoke(const httplib::Request &req, httplib::Resp
     drain(reader, res);
     return entry.takeError();
   }
-  // A deadline of the request's own replaces --invoke-timeout-ms (isolated modules).
+  // A deadline of the request's own may shorten --invoke-timeout-ms, never lengthen it: the
+  // operator's limit bounds how long any client can hold a worker.
   InvokeOptions callOptions;
   if (req.has_header(kDeadlineHeader)) {
     uint64_t ms = 0;
@@ -483,6 +484,9 @@ llvm::Error RestService::Impl::invoke(const httplib::Request &req, httplib::Resp
                                 ", got '" + value + "'");
     }
     callOptions.timeout = std::chrono::milliseconds(ms);
+    std::chrono::milliseconds limit = store.options().invokeTimeout;
+    if (limit.count() > 0 && *callOptions.timeout > limit)
+      callOptions.timeout = limit;
   }
   // The version pinned here serves the whole call, even if a reload lands meanwhile.
   res.set_header("X-Courier-Module-Version", std::to_string(pinned->version));

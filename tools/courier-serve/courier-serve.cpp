@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
+#include <sys/prctl.h>
 #include <thread>
 
 using namespace llvm;
@@ -146,6 +147,8 @@ Expected<Arguments> parseArguments(int argc, char **argv) {
   if (maxModules == 0)
     return createStringError("--max-modules must be at least 1");
   args.store.invokeTimeout = std::chrono::milliseconds(invokeTimeoutMs);
+  if (args.store.moduleMemoryMiB > (UINT64_MAX >> 21))
+    return createStringError("--module-memory-mib is at most " + std::to_string(UINT64_MAX >> 21));
   if (maxBody == 0)
     return createStringError("--max-body-bytes must be at least 1");
   // Beyond 2^44 MiB the byte count would wrap round to a small limit.
@@ -232,6 +235,10 @@ std::vector<std::string> mlirFiles(const std::string &dir) {
 int main(int argc, char **argv) {
   ExitOnError exitOnError("courier-serve: ");
   Arguments args = exitOnError(parseArguments(argc, argv));
+  // Module workers run as this user: not dumpable, this process's memory cannot be opened
+  // through /proc by them (nor core-dumped, with modules' data in it).
+  if (args.store.isolation == Isolation::Process)
+    ::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
   // A cache directory every compile would refuse (another user's, or writable by others) is
   // refused now, once, rather than in every module's 422.
   if (std::string dir = args.store.cacheDir.empty() ? defaultCacheDir() : args.store.cacheDir;
