@@ -15,6 +15,7 @@
 #include <fcntl.h>
 #include <fstream>
 #include <linux/capability.h>
+#include <linux/landlock.h>
 #include <sched.h>
 #include <sys/ioctl.h>
 #include <sys/prctl.h>
@@ -164,6 +165,40 @@ llvm::Error enterSandbox() {
   if (int rc = seccomp_load(filter))
     return systemError("loading the seccomp filter", -rc);
   return llvm::Error::success();
+}
+
+// Landlock ABI 3 (Linux 6.2); older headers lack it, the running kernel may still have it.
+#ifndef LANDLOCK_ACCESS_FS_TRUNCATE
+#define LANDLOCK_ACCESS_FS_TRUNCATE (1ULL << 14)
+#endif
+
+llvm::Expected<bool> forbidFileWrites() {
+  int abi = static_cast<int>(
+      ::syscall(SYS_landlock_create_ruleset, nullptr, 0, LANDLOCK_CREATE_RULESET_VERSION));
+  if (abi < 0)
+    return errno == ENOSYS || errno == EOPNOTSUPP ? false
+                                                  : llvm::Expected<bool>(systemError("Landlock"));
+  struct landlock_ruleset_attr attributes = {};
+  attributes.handled_access_fs = LANDLOCK_ACCESS_FS_WRITE_FILE | LANDLOCK_ACCESS_FS_REMOVE_DIR |
+                                 LANDLOCK_ACCESS_FS_REMOVE_FILE | LANDLOCK_ACCESS_FS_MAKE_CHAR |
+                                 LANDLOCK_ACCESS_FS_MAKE_DIR | LANDLOCK_ACCESS_FS_MAKE_REG |
+                                 LANDLOCK_ACCESS_FS_MAKE_SOCK | LANDLOCK_ACCESS_FS_MAKE_FIFO |
+                                 LANDLOCK_ACCESS_FS_MAKE_BLOCK | LANDLOCK_ACCESS_FS_MAKE_SYM;
+  if (abi >= 2)
+    attributes.handled_access_fs |= LANDLOCK_ACCESS_FS_REFER;
+  if (abi >= 3)
+    attributes.handled_access_fs |= LANDLOCK_ACCESS_FS_TRUNCATE;
+  int ruleset =
+      static_cast<int>(::syscall(SYS_landlock_create_ruleset, &attributes, sizeof(attributes), 0));
+  if (ruleset < 0)
+    return systemError("creating a Landlock ruleset");
+  // No rule: no path is writable.
+  long restricted = ::syscall(SYS_landlock_restrict_self, ruleset, 0);
+  int error = errno;
+  ::close(ruleset);
+  if (restricted != 0)
+    return systemError("entering the Landlock ruleset", error);
+  return true;
 }
 
 llvm::Error enterModuleSandbox() {

@@ -47,6 +47,11 @@ llvm::Error enterSandbox();
 /// identity changes, kernel modules, BPF or io_uring. A denied call traps with SIGSYS.
 llvm::Error enterModuleSandbox();
 
+/// Forbids this process, from now on, to create, write, truncate, rename or remove any file
+/// (Landlock, with no path allowed; descriptors already open keep working). False when the
+/// kernel has no Landlock: nothing was changed. Needs no-new-privs (enterModuleSandbox).
+llvm::Expected<bool> forbidFileWrites();
+
 } // namespace courier::executor
 
 #endif // COURIER_EXECUTOR_SANDBOX_H

@@ -38,6 +38,7 @@
 #include "llvm/Support/TargetSelect.h"
 #include "llvm/TargetParser/Host.h"
 
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <map>
@@ -289,7 +290,12 @@ mlir::DialectRegistry makeRegistry() {
   return registry;
 }
 
+/// See setBeforeModuleCode.
+std::atomic<void (*)()> beforeModuleCode{nullptr};
+
 } // namespace
+
+void setBeforeModuleCode(void (*hook)()) { beforeModuleCode = hook; }
 
 struct Engine::Impl {
   EngineOptions options;
@@ -588,6 +594,8 @@ Engine::Impl::link(std::string name, std::string object, llvm::orc::JITTargetMac
   scopeOptions.backend.plugins = options.plugins;
   scopeOptions.objects = std::move(targetObjects);
   impl->scope = std::make_unique<runtime::ModuleScope>(scopeOptions);
+  if (void (*hook)() = beforeModuleCode.load())
+    hook();
   if (setup) {
     start = Clock::now();
     runtime::ModuleScope::Entered entered(*impl->scope);

@@ -97,6 +97,10 @@ llvm::LogicalResult checkConstantSizes(mlir::Operation *root, uint64_t maxBytes)
 /// limit). Target objects are checked where cross-compile-targets emits them.
 llvm::LogicalResult checkHostObjectSize(mlir::Operation *module, uint64_t bytes, uint64_t maxBytes);
 
+/// Called once a compile has written all it writes (the disk cache) and before the module's
+/// own code first runs (its setup()): where a module worker locks its file system down.
+void setBeforeModuleCode(void (*hook)());
+
 WorkerState isolatedState(IsolatedWorker &worker);
 /// True once an isolated module was terminated: it must not be handed out again.
 bool isTerminated(const Module &module);

@@ -283,9 +283,12 @@ llvm::Expected<Flags> parseFlags(int argc, char **argv) {
   return flags;
 }
 
+/// Forbids file writes from here on (executor::forbidFileWrites), or ends the worker.
+void lockFileSystem();
+
 class ModuleWorker {
 public:
-  explicit ModuleWorker(int channel) : channel(channel) {}
+  ModuleWorker(int channel, bool sandboxed) : channel(channel), sandboxed(sandboxed) {}
 
   int serve() {
     Message request;
@@ -352,9 +355,17 @@ private:
     if (!in.ok())
       return answerError(llvm::createStringError("a malformed compile request"));
     engine = std::make_unique<Engine>(std::move(options));
+    // Once the compile has written the cache, the module's code may write no file: it
+    // cannot plant another module's objects there, nor anything anywhere else.
+    if (sandboxed)
+      setBeforeModuleCode(lockFileSystem);
     llvm::Expected<std::shared_ptr<Module>> compiled = engine->compile(*text, name);
     if (!compiled)
       return answerError(compiled.takeError());
+    // Landlock binds the thread that asks and those it starts later: the compile's thread
+    // was locked before setup() ran, and this one, which runs the calls, is locked here.
+    if (sandboxed)
+      lockFileSystem();
     module = std::move(*compiled);
     const Module::Impl &impl = ModuleInternals::impl(*module);
     MessageWriter body(MessageKind::Done);
@@ -494,6 +505,7 @@ private:
   }
 
   int channel;
+  bool sandboxed;
   uint64_t sequence = 0;
   std::unique_ptr<Engine> engine;
   std::shared_ptr<Module> module;
@@ -501,6 +513,17 @@ private:
 };
 
 void outOfMemory() { executor::reportOutOfMemoryAndAbort(); }
+
+void lockFileSystem() {
+  llvm::Expected<bool> locked = executor::forbidFileWrites();
+  if (!locked) {
+    // A module must not run with its file system open when it was meant to be closed: the
+    // compile fails (compile_crashed, SIGABRT) and this says why in the server's log.
+    llvm::errs() << "courier-module-worker: " << llvm::toString(locked.takeError()) << "\n";
+    std::abort();
+  }
+  // Without Landlock in the kernel the worker runs as before: seccomp and no-new-privs only.
+}
 
 /// Compiled once before the worker says it is ready: the first compile in a process pays for
 /// loading dialects, registering passes and translations, and faulting in the compiler's
@@ -567,7 +590,7 @@ int runModuleWorker(int argc, char **argv) {
     llvm::consumeError(std::move(error));
     return 1;
   }
-  return ModuleWorker(channel).serve();
+  return ModuleWorker(channel, flags->sandbox).serve();
 }
 
 } // namespace courier

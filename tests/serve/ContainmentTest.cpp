@@ -13,6 +13,7 @@
 #include <mutex>
 #include <set>
 #include <sstream>
+#include <sys/syscall.h>
 #include <thread>
 #include <unistd.h>
 
@@ -232,6 +233,18 @@ TEST_CASE("a module cannot signal, outlive, read or shrink the server through it
   INFO(opened.raw);
   REQUIRE(opened.status == 200);
   CHECK(opened.body["outputs"][0]["data"][0].get<int>() < 0);
+  // Once compiled, a module writes no file (where the kernel has Landlock).
+  ::unlink("/tmp/courier-module-write-probe");
+  Reply created = invoke(*http, "escape", "createFile", R"({"inputs": [0]})");
+  INFO(created.raw);
+  REQUIRE(created.status == 200);
+  if (::syscall(SYS_landlock_create_ruleset, nullptr, 0, 1) >= 0) {
+    CHECK(created.body["outputs"][0]["data"][0].get<int>() < 0);
+    CHECK(::access("/tmp/courier-module-write-probe", F_OK) != 0);
+  } else {
+    WARN("this kernel has no Landlock: module workers may write files");
+  }
+  ::unlink("/tmp/courier-module-write-probe");
   // The input arena is sealed: shrinking it fails, and the server's next write is safe.
   std::string big = json({{"inputs", {std::vector<double>(8192, 1.0)}}}).dump();
   for (int i = 0; i < 2; ++i) {

@@ -74,10 +74,12 @@ module @app {
 /// signal `target` with SIGKILL when written (F_SETOWN, F_SETSIG, O_ASYNC); `keepAlive`
 /// clears the worker's parent-death signal; `openParentMemory` opens /proc/<parent>/mem for
 /// writing and returns the descriptor; `shrinkInputs` truncates every descriptor it has
-/// (the input arena among them) and returns how many it shrank.
+/// (the input arena among them) and returns how many it shrank; `createFile` creates
+/// /tmp/courier-module-write-probe and returns the descriptor.
 inline constexpr const char *kEscapeModule = R"(
 module @escape {
   llvm.mlir.global internal constant @fmt("/proc/%d/mem\00") {addr_space = 0 : i32}
+  llvm.mlir.global internal constant @probe("/tmp/courier-module-write-probe\00") {addr_space = 0 : i32}
   func.func private @pipe(!llvm.ptr) -> i32
   func.func private @fcntl(i32, i32, i32) -> i32
   func.func private @write(i32, !llvm.ptr, i64) -> i64
@@ -120,6 +122,13 @@ module @escape {
         : (!llvm.ptr, i64, !llvm.ptr, i32) -> i32
     %readWrite = arith.constant 2 : i32
     %fd = func.call @open(%buffer, %readWrite) : (!llvm.ptr, i32) -> i32
+    return %fd : i32
+  }
+  func.func private @creat(!llvm.ptr, i32) -> i32
+  func.func public @createFile(%n: i64) -> i32 {
+    %path = llvm.mlir.addressof @probe : !llvm.ptr
+    %mode = arith.constant 384 : i32
+    %fd = func.call @creat(%path, %mode) : (!llvm.ptr, i32) -> i32
     return %fd : i32
   }
   func.func public @shrinkInputs(%x: tensor<8192xf64>) -> i32 {
