@@ -240,6 +240,13 @@ public:
     }
 
     std::string what = "invoking '" + entry.str() + "'";
+    // Leave room for the sequence number the request gains.
+    if (request.view().size() + 8 > executor::kMaxMessageBytes)
+      return engineError(ErrorCode::InvalidInput,
+                         llvm::formatv("the inputs of '{0}' take {1} bytes to describe, more "
+                                       "than a worker request holds ({2}): too many inputs or "
+                                       "dimensions",
+                                       entry, request.view().size(), executor::kMaxMessageBytes));
     llvm::Expected<Message> reply = worker->request(request, fds, deadline, what);
     if (!reply) {
       llvm::Error error = workerFailure(reply.takeError(), what, describeTimeout(timeout),
@@ -258,7 +265,8 @@ public:
     std::lock_guard<std::mutex> lock(stateMutex);
     WorkerState copy = current;
     copy.isolated = true;
-    copy.pid = live && live->alive() ? live->pid() : 0;
+    // quiet() also notices a worker that died while idle (its channel hung up).
+    copy.pid = live && live->quiet() ? live->pid() : 0;
     return copy;
   }
 
@@ -333,8 +341,10 @@ private:
   llvm::Error workerFailure(llvm::Error cause, llvm::StringRef what, llvm::StringRef limit,
                             ErrorCode crashCode) {
     ErrorCode kind = ErrorCode::WorkerUnavailable;
+    std::string said;
     llvm::handleAllErrors(std::move(cause), [&](const llvm::ErrorInfoBase &e) {
       kind = transport::codeOf(e, ErrorCode::WorkerUnavailable);
+      said = e.message();
     });
     std::string died = worker ? worker->death().cause : "ended";
     // A compile that fails leaves no module behind to call again.
@@ -358,7 +368,7 @@ private:
                          "module '" + name + "' was unloaded while " + what.str() + " ran");
     default:
       return engineError(ErrorCode::WorkerUnavailable,
-                         "the worker of module '" + name + "' is unavailable: " + died);
+                         "the worker of module '" + name + "' is unavailable: " + said);
     }
   }
 

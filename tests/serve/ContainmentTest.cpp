@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <csignal>
 #include <dirent.h>
 #include <fstream>
 #include <iomanip>
@@ -254,6 +255,29 @@ TEST_CASE("a module cannot signal, outlive, read or shrink the server through it
     CHECK(shrunk.body["outputs"][0]["data"][0] == 0);
   }
   CHECK(get(*http, "/v1/health").status == 200);
+}
+
+TEST_CASE("a worker killed from outside while idle shows at once, and the next call restarts it",
+          "[serve][containment]") {
+  ServeProcess serve;
+  auto http = serve.client();
+  requireCreated(*http, "calm", kernelModule(2));
+  int pid = workerPid(*http, "calm");
+  REQUIRE(pid > 0);
+  REQUIRE(::kill(pid, SIGKILL) == 0);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (get(*http, "/v1/modules/calm").body["state"] != "crashed" &&
+         std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  Reply described = get(*http, "/v1/modules/calm");
+  CHECK(described.body["state"] == "crashed");
+  CHECK(described.body["worker"]["pid"].is_null());
+  // Not the call's doing: it runs on a fresh worker.
+  CHECK(outputData(invoke(*http, "calm", "main")) == std::vector<double>{2, 4, 6, 8});
+  Reply after = get(*http, "/v1/modules/calm");
+  CHECK(after.body["state"] == "serving");
+  CHECK(after.body["worker"]["restarts"] == 1);
+  CHECK(after.body["worker"]["crashes"] == 0);
 }
 
 TEST_CASE("a crash while loading is 500 compile_crashed; a reload that crashes keeps the old "

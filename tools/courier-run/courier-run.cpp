@@ -211,6 +211,8 @@ int main(int argc, char **argv) {
     options.workerMemoryMiB = moduleMemoryMiB;
     // One compile at a time, and rarely: no worker need wait warm beside it.
     options.warmWorkers = watch ? 1 : 0;
+    if (moduleMemoryMiB > (UINT64_MAX >> 21))
+      return fail(llvm::formatv("--module-memory-mib is at most {0}", UINT64_MAX >> 21));
   } else if (invokeTimeoutMs || compileTimeoutMs || moduleMemoryMiB) {
     return fail("--invoke-timeout-ms, --compile-timeout-ms and --module-memory-mib need "
                 "isolation (--isolate or --watch)");

@@ -245,10 +245,10 @@ json::Value entriesJson(const std::vector<EntrySignature> &entries) {
   return list;
 }
 
-/// "serving", or "crashed" while an isolated module's worker is down after dying in a call
-/// (the next invoke starts a fresh one).
+/// "serving", or "crashed" while an isolated module's worker is down: it died (in a call, or
+/// killed from outside while idle) or was ended at a deadline. The next invoke starts one.
 llvm::StringRef moduleState(const WorkerState &worker) {
-  return worker.isolated && worker.pid == 0 && !worker.lastDeath.empty() ? "crashed" : "serving";
+  return worker.isolated && worker.pid == 0 ? "crashed" : "serving";
 }
 
 json::Value workerJson(const WorkerState &worker) {
