@@ -23,21 +23,11 @@
 
 using namespace courier;
 using courier::testing::ok;
+using courier::testing::optionsIn;
+using courier::testing::readFile;
+using courier::testing::TempDir;
 
 namespace {
-
-/// A fresh directory per test, removed afterwards (made writable first, for the tests that
-/// take the permissions away).
-struct TempDir {
-  TempDir() {
-    llvm::SmallString<128> dir;
-    REQUIRE(!llvm::sys::fs::createUniqueDirectory("courier-disk-cache-test", dir));
-    path = std::string(dir);
-  }
-  ~TempDir() { llvm::sys::fs::remove_directories(path); }
-  std::string sub(llvm::StringRef name) const { return path + "/" + name.str(); }
-  std::string path;
-};
 
 /// Sets or clears an environment variable for one scope.
 struct ScopedEnv {
@@ -80,12 +70,6 @@ std::string kernelAdding(const std::string &value) {
   std::string text = kKernelModule;
   text.replace(text.find("VALUE"), 5, value);
   return text;
-}
-
-EngineOptions optionsIn(const std::string &dir) {
-  EngineOptions options;
-  options.cacheDir = dir;
-  return options;
 }
 
 std::vector<double> run(const Module &module) {
@@ -134,12 +118,6 @@ std::vector<std::string> objectsIn(const std::string &dir) {
     if (llvm::StringRef(it->path()).ends_with(".o"))
       paths.push_back(it->path());
   return paths;
-}
-
-std::string readFile(const std::string &path) {
-  auto buffer = llvm::MemoryBuffer::getFile(path);
-  REQUIRE(buffer);
-  return (*buffer)->getBuffer().str();
 }
 
 void writeFile(const std::string &path, llvm::StringRef bytes) {

@@ -20,30 +20,14 @@
 using namespace courier;
 using courier::testing::failed;
 using courier::testing::ok;
+using courier::testing::optionsIn;
+using courier::testing::readFile;
+using courier::testing::TempDir;
 
 namespace {
 
 std::string readSample(const std::string &relative) {
-  auto buffer = llvm::MemoryBuffer::getFile(std::string(COURIER_SOURCE_DIR) + "/" + relative);
-  REQUIRE(buffer);
-  return (*buffer)->getBuffer().str();
-}
-
-/// A fresh cache directory per test, removed afterwards.
-struct TempDir {
-  TempDir() {
-    llvm::SmallString<128> dir;
-    REQUIRE(!llvm::sys::fs::createUniqueDirectory("courier-engine-test", dir));
-    path = std::string(dir);
-  }
-  ~TempDir() { llvm::sys::fs::remove_directories(path); }
-  std::string path;
-};
-
-EngineOptions optionsIn(const TempDir &dir) {
-  EngineOptions options;
-  options.cacheDir = dir.path;
-  return options;
+  return readFile(std::string(COURIER_SOURCE_DIR) + "/" + relative);
 }
 
 std::vector<double> values(const Tensor &t) {

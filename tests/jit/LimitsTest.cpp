@@ -13,25 +13,10 @@
 using namespace courier;
 using courier::testing::failed;
 using courier::testing::ok;
+using courier::testing::optionsIn;
+using courier::testing::TempDir;
 
 namespace {
-
-/// A fresh cache directory per test, removed afterwards.
-struct TempDir {
-  TempDir() {
-    llvm::SmallString<128> dir;
-    REQUIRE(!llvm::sys::fs::createUniqueDirectory("courier-limits-test", dir));
-    path = std::string(dir);
-  }
-  ~TempDir() { llvm::sys::fs::remove_directories(path); }
-  std::string path;
-};
-
-EngineOptions optionsIn(const TempDir &dir) {
-  EngineOptions options;
-  options.cacheDir = dir.path;
-  return options;
-}
 
 /// The diagnostics of a CompileError; fails the test for any other outcome.
 std::vector<Diagnostic> diagnosticsOf(llvm::Expected<std::shared_ptr<Module>> module) {

@@ -23,6 +23,9 @@
 using namespace courier;
 using courier::testing::failed;
 using courier::testing::ok;
+using courier::testing::optionsIn;
+using courier::testing::readFile;
+using courier::testing::TempDir;
 
 namespace {
 
@@ -141,29 +144,6 @@ Diagnostic onlyDiagnostic(llvm::Expected<std::shared_ptr<Module>> module) {
       [](const llvm::ErrorInfoBase &e) { FAIL("not a compile error: " << e.message()); });
   REQUIRE(diagnostics.size() == 1);
   return diagnostics[0];
-}
-
-std::string readFile(const std::string &path) {
-  auto buffer = llvm::MemoryBuffer::getFile(path);
-  REQUIRE(buffer);
-  return (*buffer)->getBuffer().str();
-}
-
-/// A fresh cache directory per test, removed afterwards.
-struct TempDir {
-  TempDir() {
-    llvm::SmallString<128> dir;
-    REQUIRE(!llvm::sys::fs::createUniqueDirectory("courier-parse-guard-test", dir));
-    path = std::string(dir);
-  }
-  ~TempDir() { llvm::sys::fs::remove_directories(path); }
-  std::string path;
-};
-
-EngineOptions optionsIn(const TempDir &dir) {
-  EngineOptions options;
-  options.cacheDir = dir.path;
-  return options;
 }
 
 /// Runs `work` on a thread with a 256 KiB stack, too small for any deep parse.

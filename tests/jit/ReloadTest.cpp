@@ -19,18 +19,9 @@
 using namespace courier;
 using courier::testing::failed;
 using courier::testing::ok;
+using courier::testing::TempDir;
 
 namespace {
-
-struct TempDir {
-  TempDir() {
-    llvm::SmallString<128> dir;
-    REQUIRE(!llvm::sys::fs::createUniqueDirectory("courier-reload-test", dir));
-    path = std::string(dir);
-  }
-  ~TempDir() { llvm::sys::fs::remove_directories(path); }
-  std::string path;
-};
 
 /// A program whose kernel computes `x * factor + offset` on `address`, and whose host adds
 /// `hostOffset` afterwards.

@@ -1,8 +1,13 @@
-// Helpers for tests of llvm::Expected-returning APIs.
+// Helpers for the engine's tests: llvm::Expected checks, scratch directories, files.
 #ifndef COURIER_TESTS_JIT_TESTSUPPORT_H
 #define COURIER_TESTS_JIT_TESTSUPPORT_H
 
+#include "jit/Engine.h"
+
+#include "llvm/ADT/SmallString.h"
 #include "llvm/Support/Error.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/MemoryBuffer.h"
 
 #include <catch2/catch.hpp>
 
@@ -22,6 +27,34 @@ template <typename T> bool ok(llvm::Expected<T> &&value) { return ok(value); }
 
 /// True if `value` holds an error, which stays in it, untouched, for the test to inspect.
 template <typename T> bool failed(llvm::Expected<T> &value) { return !value; }
+
+/// A fresh directory per test, removed afterwards.
+struct TempDir {
+  explicit TempDir(const char *prefix = "courier-jit-test") {
+    llvm::SmallString<128> dir;
+    REQUIRE(!llvm::sys::fs::createUniqueDirectory(prefix, dir));
+    path = std::string(dir);
+  }
+  ~TempDir() { llvm::sys::fs::remove_directories(path); }
+  TempDir(const TempDir &) = delete;
+  TempDir &operator=(const TempDir &) = delete;
+  std::string sub(llvm::StringRef name) const { return path + "/" + name.str(); }
+  std::string path;
+};
+
+/// Engine options whose cache lives in `dir`.
+inline EngineOptions optionsIn(const std::string &dir) {
+  EngineOptions options;
+  options.cacheDir = dir;
+  return options;
+}
+inline EngineOptions optionsIn(const TempDir &dir) { return optionsIn(dir.path); }
+
+inline std::string readFile(const std::string &path) {
+  auto buffer = llvm::MemoryBuffer::getFile(path);
+  REQUIRE(buffer);
+  return (*buffer)->getBuffer().str();
+}
 
 } // namespace courier::testing
 
