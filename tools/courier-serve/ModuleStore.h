@@ -47,7 +47,7 @@ llvm::Error makeServeError(ErrorCode code, const llvm::Twine &message,
 bool isModuleName(llvm::StringRef name);
 
 struct StoreOptions {
-  std::string cacheDir;        ///< Engine cache and object dir; empty: the engine's default.
+  std::string cacheDir; ///< Engine cache and object dir; empty: the engine's default.
   uint64_t cacheMaxBytes = uint64_t(1) << 30; ///< Bound on the disk cache (0: none).
   std::string defaultExecutor; ///< --executor: overrides the IR's addresses unless empty.
   std::string executorToken;   ///< Bearer token for HTTP executors.
