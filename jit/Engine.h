@@ -224,7 +224,7 @@ struct WorkerState {
   int pid = 0;           ///< 0 while no worker runs (it died; the next invoke starts one).
   uint64_t restarts = 0; ///< Workers started after the first.
   uint64_t crashes = 0;  ///< Workers that died while running a call.
-  /// How the last worker that ended early died: "SIGSEGV (address 0x0) in invoking 'main'".
+  /// How the last worker that ended early died: "SIGSEGV (address 0x0) while invoking 'main'".
   std::string lastDeath;
 };
 
