@@ -529,8 +529,9 @@ std::optional<ObjectInfo> ObjectHost::describe(StringRef sha256) const {
 
 Error ObjectHost::Impl::link(const ObjectBlob &object, ObjectExports exports) {
   orc::ExecutionSession &session = jit->getExecutionSession();
-  auto dylib = jit->createJITDylib(
-      formatv("object-{0}-{1}", StringRef(object.sha256).take_front(16), dylibCounter++).str());
+  // Numbered, not named by the hash: ORC puts this name in its messages, and the error that
+  // carries them names the object already.
+  auto dylib = jit->createJITDylib(formatv("object-{0}", dylibCounter++).str());
   if (!dylib)
     return makeError(
         formatv("loading object {0}: {1}", object.sha256, toString(dylib.takeError())));
@@ -538,11 +539,11 @@ Error ObjectHost::Impl::link(const ObjectBlob &object, ObjectExports exports) {
 
   auto discard = [&](Error cause) -> Error {
     // ORC reports the root cause (e.g. "Symbols not found: [ foo ]") out of band and
-    // returns a generic "failed to materialize"; lead with the cause.
+    // returns a generic "failed to materialize" listing the entries; the cause says it all.
     std::string message = toString(std::move(cause));
     std::string reported = takeReported();
     if (!reported.empty())
-      message = reported + " (" + message + ")";
+      message = std::move(reported);
     if (Error removal = session.removeJITDylib(*dylib))
       message += "; unloading it also failed: " + toString(std::move(removal));
     takeReported();

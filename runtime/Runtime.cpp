@@ -559,7 +559,7 @@ Error launchImpl(int64_t handle, const char *entryArg, const char *object, int64
   // meant to cost little more than the kernel call.
   std::shared_ptr<Session> session;
   auto where = [&] {
-    std::string text = formatv("launch '{0}' of '{1}'", entry, object).str();
+    std::string text = formatv("launch '{0}'", entry).str();
     if (session)
       text += " on '" + session->address + "'";
     return text;
@@ -742,7 +742,8 @@ int32_t __catalyst__executor__send_binary(int64_t session, const char *path, con
       recordError("send_binary: null path");
       return 1;
     }
-    std::string where = formatv("send_binary '{0}'", path).str();
+    // The object is named where a failure is about it: by the executor, or by the read.
+    std::string where = "send_binary";
     if (!isObjectFormat(format)) {
       recordError(formatv("{0}: format '{1}' is not supported; only \"object\" (a relocatable "
                           "ELF object) is",
@@ -791,7 +792,7 @@ int64_t __catalyst__executor__launch_async(int64_t session, const char *entry, c
       return 0;
     }
     std::string name = entryName(entry);
-    std::string where = formatv("launch_async '{0}' of '{1}'", name, object).str();
+    std::string where = formatv("launch_async '{0}'", name).str();
     std::shared_ptr<Session> found = Registry::get().find(session);
     if (!found) {
       recordError(where + ": " + unknownSession(session));
