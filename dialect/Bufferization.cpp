@@ -88,6 +88,8 @@ struct LaunchModel : ReadsOperandsModel<LaunchModel<LaunchOp>, LaunchOp> {
       return failure();
     Operation *newOp =
         rebuild(rewriter, launch, identityBufferTypes(op->getResultTypes()), *inputs);
+    // Discardable attributes such as catalyst.nonblocking say how the launch runs.
+    newOp->setDiscardableAttrs(op->getDiscardableAttrDictionary());
     replaceOpWithBufferizedValues(rewriter, op, newOp->getResults());
     return success();
   }
@@ -127,7 +129,40 @@ struct CallModel : ReadsOperandsModel<CallModel, executor::CallOp> {
     SmallVector<Value> operands(*args);
     llvm::append_range(operands, outputs);
     executor::CallOp::create(rewriter, loc, TypeRange{}, call.getSession(), call.getCallee(),
-                             operands, call.getNumInputArgs());
+                             operands, rewriter.getI32IntegerAttr(call.getInputCount()));
+    replaceOpWithBufferizedValues(rewriter, op, outputs);
+    return success();
+  }
+};
+
+/// catalyst.custom_call on tensors: the same destination-passing form as executor.call,
+/// with `number_original_arg` marking where the inputs end.
+struct CustomCallModel : ReadsOperandsModel<CustomCallModel, catalyst::CustomCallOp> {
+  LogicalResult bufferize(Operation *op, RewriterBase &rewriter,
+                          const BufferizationOptions &options, BufferizationState &state) const {
+    auto call = cast<catalyst::CustomCallOp>(op);
+    Location loc = op->getLoc();
+    FailureOr<SmallVector<Value>> args =
+        getOperandBuffers(rewriter, call.getInputs(), options, state);
+    if (failed(args) || failed(makeContiguous(rewriter, op, options, *args)))
+      return failure();
+    SmallVector<Value> outputs;
+    for (Type type : identityBufferTypes(op->getResultTypes())) {
+      auto memref = dyn_cast<MemRefType>(type);
+      if (!memref || !memref.hasStaticShape())
+        return op->emitError("custom_call results must be statically shaped tensors, got ")
+               << type;
+      FailureOr<Value> buffer = options.createAlloc(rewriter, loc, memref, {});
+      if (failed(buffer))
+        return op->emitError("could not allocate an output buffer of type ") << type;
+      outputs.push_back(*buffer);
+    }
+    SmallVector<Value> operands(*args);
+    llvm::append_range(operands, outputs);
+    auto bufferized = catalyst::CustomCallOp::create(
+        rewriter, loc, TypeRange{}, operands, call.getCallTargetName(),
+        rewriter.getI32IntegerAttr(args->size()), call.getBackendConfigAttr());
+    bufferized->setDiscardableAttrs(op->getDiscardableAttrDictionary());
     replaceOpWithBufferizedValues(rewriter, op, outputs);
     return success();
   }
@@ -143,6 +178,7 @@ void registerCourierDialects(DialectRegistry &registry) {
   });
   registry.addExtension(+[](MLIRContext *ctx, catalyst::CatalystDialect *) {
     catalyst::LaunchKernelOp::attachInterface<LaunchModel<catalyst::LaunchKernelOp>>(*ctx);
+    catalyst::CustomCallOp::attachInterface<CustomCallModel>(*ctx);
   });
 }
 

@@ -12,21 +12,29 @@ def Catalyst_Dialect : Dialect {
   let cppNamespace = "::courier::catalyst";
   let summary = "Kernel launches into nested target modules and dispatched library calls.";
   let description = [{
-    Host programs reach code that runs elsewhere through two ops: `launch_kernel` calls a
-    public function of a nested module that carries a `catalyst.target` attribute, and
-    `runtime_call` calls a C symbol on an executor. Nested target modules carry three
-    discardable attributes:
+    Host programs reach code that runs elsewhere through three ops: `launch_kernel` calls
+    a public function of a nested module that carries a `catalyst.target` attribute, and
+    `runtime_call` and `custom_call` call a symbol on an executor. Nested target modules
+    carry three discardable attributes:
 
-    - `catalyst.target = {triple = "..."}`: compile this module on its own, for `triple`
-      (the host's when absent);
+    - `catalyst.target = {triple = "...", cpu = "...", features = "..."}`: compile this
+      module on its own, for `triple` (the host's when absent);
     - `catalyst.dispatch = {address = "host:port" | "local"}`: where it runs;
     - `catalyst.object_file = "path"`: the object `cross-compile-targets` wrote.
+
+    Two unit attributes shape how launches run: `catalyst.nonblocking` on a
+    `launch_kernel` of a `() -> ()` entry starts it without waiting (it is awaited before
+    the launching function returns), and `catalyst.backline_bringup` on a host function
+    makes it the one that ships objects: other host functions then launch without shipping.
+    An unknown key or attribute is an error that names the known ones.
   }];
   let hasOperationAttrVerify = 1;
   let extraClassDeclaration = [{
     static constexpr ::llvm::StringLiteral kTargetAttrName = "catalyst.target";
     static constexpr ::llvm::StringLiteral kDispatchAttrName = "catalyst.dispatch";
     static constexpr ::llvm::StringLiteral kObjectFileAttrName = "catalyst.object_file";
+    static constexpr ::llvm::StringLiteral kNonblockingAttrName = "catalyst.nonblocking";
+    static constexpr ::llvm::StringLiteral kBacklineBringupAttrName = "catalyst.backline_bringup";
   }];
 }
 
@@ -86,6 +94,40 @@ def Catalyst_RuntimeCallOp : Catalyst_Op<"runtime_call", [
     (`outs` `(` type($outs)^ `)`)?
   }];
   let hasVerifier = 1;
+}
+
+def Catalyst_CustomCallOp : Catalyst_Op<"custom_call", [
+    DeclareOpInterfaceMethods<MemoryEffectsOpInterface>]> {
+  let summary = "Calls a library symbol with buffers, possibly on an executor.";
+  let description = [{
+    Calls `call_target_name` with the inputs. Before bufferization its results are
+    tensors; one-shot bufferize turns it into the destination-passing form, in which the
+    operands after the first `number_original_arg` are output buffers the callee fills and
+    the op has no results. Inputs and outputs travel packed in order, as for
+    `executor.call`.
+
+    `backend_config = {dispatch = "host:port"}` runs the call on that executor
+    (`dispatch-executor-targets` rewrites it into `executor.call`); `dispatch = ""` binds
+    to the program's single executor, the address of its nested target modules.
+
+    ```mlir
+    catalyst.custom_call fn("scale") (%x, %out)
+        {backend_config = {dispatch = "127.0.0.1:7000"}, number_original_arg = 1 : i32}
+        : (memref<4xf64>, memref<4xf64>) -> ()
+    ```
+  }];
+  let arguments = (ins Variadic<AnyType>:$inputs, StrAttr:$call_target_name,
+                       OptionalAttr<I32Attr>:$number_original_arg,
+                       OptionalAttr<DictionaryAttr>:$backend_config);
+  let results = (outs Variadic<AnyType>:$results);
+  let assemblyFormat = [{
+    `fn` `(` $call_target_name `)` `(` $inputs `)` attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    /// The executor address in `backend_config`, or null when the call is not dispatched.
+    ::mlir::StringAttr getDispatch();
+  }];
 }
 
 #endif // COURIER_DIALECT_CATALYST_TD

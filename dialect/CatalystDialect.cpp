@@ -22,35 +22,85 @@ void CatalystDialect::initialize() {
       >();
 }
 
+namespace {
+/// The keys each dictionary attribute accepts.
+constexpr StringLiteral kTargetKeys[] = {"triple", "cpu", "features"};
+constexpr StringLiteral kDispatchKeys[] = {"address"};
+constexpr StringLiteral kKnownAttributes[] = {
+    CatalystDialect::kTargetAttrName, CatalystDialect::kDispatchAttrName,
+    CatalystDialect::kObjectFileAttrName, CatalystDialect::kNonblockingAttrName,
+    CatalystDialect::kBacklineBringupAttrName};
+
+template <size_t N> std::string quotedList(const StringLiteral (&names)[N]) {
+  std::string text;
+  for (StringRef name : names)
+    text += (text.empty() ? "'" : ", '") + name.str() + "'";
+  return text;
+}
+} // namespace
+
 LogicalResult CatalystDialect::verifyOperationAttribute(Operation *op, NamedAttribute attr) {
   StringRef name = attr.getName().getValue();
-  auto requireStringField = [&](DictionaryAttr dict, StringRef field) -> LogicalResult {
-    Attribute value = dict.get(field);
-    if (value && !isa<StringAttr>(value))
-      return op->emitError() << "'" << name << "' field '" << field << "' must be a string";
-    return success();
-  };
   if (name == kTargetAttrName || name == kDispatchAttrName) {
     if (!isa<ModuleOp>(op))
       return op->emitError() << "'" << name << "' is only valid on a builtin.module";
     auto dict = dyn_cast<DictionaryAttr>(attr.getValue());
     if (!dict)
       return op->emitError() << "'" << name << "' must be a dictionary";
-    if (name == kDispatchAttrName)
-      return requireStringField(dict, "address");
-    for (StringRef field : {"triple", "cpu", "features"})
-      if (failed(requireStringField(dict, field)))
-        return failure();
+    bool isDispatch = name == kDispatchAttrName;
+    ArrayRef<StringLiteral> known = isDispatch ? ArrayRef(kDispatchKeys) : ArrayRef(kTargetKeys);
+    for (NamedAttribute field : dict) {
+      if (!llvm::is_contained(known, field.getName().getValue()))
+        return op->emitError() << "'" << name << "' has unknown key '" << field.getName().getValue()
+                               << "'; the known keys are "
+                               << (isDispatch ? quotedList(kDispatchKeys)
+                                              : quotedList(kTargetKeys));
+      if (!isa<StringAttr>(field.getValue()))
+        return op->emitError() << "'" << name << "' field '" << field.getName().getValue()
+                               << "' must be a string";
+    }
+    if (isDispatch) {
+      auto address = dict.getAs<StringAttr>("address");
+      if (!address)
+        return op->emitError() << "'" << name << "' needs an 'address': \"host:port\", or "
+                               << "\"local\" for the in-process executor";
+      if (address.empty())
+        return op->emitError() << "'" << name << "' has an empty 'address'; write "
+                               << "\"host:port\", or \"local\" for the in-process executor";
+    }
     return success();
   }
   if (name == kObjectFileAttrName) {
     if (!isa<ModuleOp>(op))
       return op->emitError() << "'" << name << "' is only valid on a builtin.module";
-    if (!isa<StringAttr>(attr.getValue()))
+    auto path = dyn_cast<StringAttr>(attr.getValue());
+    if (!path)
       return op->emitError() << "'" << name << "' must be a string (the object's path)";
+    if (path.empty())
+      return op->emitError() << "'" << name << "' must name an object file, not be empty";
     return success();
   }
-  return op->emitError() << "unknown catalyst attribute '" << name << "'";
+  if (name == kNonblockingAttrName || name == kBacklineBringupAttrName) {
+    bool nonblocking = name == kNonblockingAttrName;
+    if (nonblocking ? !isa<LaunchKernelOp>(op) : !isa<FunctionOpInterface>(op))
+      return op->emitError() << "'" << name << "' is only valid on "
+                             << (nonblocking ? "a catalyst.launch_kernel" : "a host function");
+    if (!isa<UnitAttr>(attr.getValue()))
+      return op->emitError() << "'" << name << "' is a unit attribute and takes no value";
+    return success();
+  }
+  return op->emitError() << "unknown catalyst attribute '" << name << "'; the known ones are "
+                         << quotedList(kKnownAttributes);
+}
+
+/// Whether a kernel declared on `declared` elements reads `passed` ones as they are: the same
+/// type, or integers of one width that differ only in signedness (a host entry on ui8 hands
+/// its bytes to a kernel computing on i8, since arith takes signless integers only).
+static bool sameElementBytes(Type passed, Type declared) {
+  if (passed == declared)
+    return true;
+  auto p = dyn_cast<IntegerType>(passed), d = dyn_cast<IntegerType>(declared);
+  return p && d && p.getWidth() == d.getWidth();
 }
 
 LogicalResult LaunchKernelOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
@@ -78,8 +128,19 @@ LogicalResult LaunchKernelOp::verifySymbolUses(SymbolTableCollection &symbolTabl
   // read or write past its buffers on the executor.
   auto check = [&](StringRef what, unsigned index, Type passed, Type declared) -> LogicalResult {
     auto p = dyn_cast<ShapedType>(passed), d = dyn_cast<ShapedType>(declared);
+    for (Type type : {passed, declared})
+      if (auto shaped = dyn_cast<ShapedType>(type); !shaped || !shaped.hasRank()) {
+        InFlightDiagnostic diag = emitOpError()
+                                  << what << " " << index << " has type " << passed << " and "
+                                  << callee << " declares " << declared
+                                  << ", but kernels take and return ranked tensors or memrefs";
+        if (!shaped)
+          diag << "; pass a scalar as a rank-0 tensor, " << RankedTensorType::get({}, type);
+        return diag;
+      }
     bool compatible = p && d && p.hasRank() && d.hasRank() &&
-                      p.getElementType() == d.getElementType() && p.getRank() == d.getRank();
+                      sameElementBytes(p.getElementType(), d.getElementType()) &&
+                      p.getRank() == d.getRank();
     for (int64_t dim = 0; compatible && dim < p.getRank(); ++dim)
       compatible =
           p.isDynamicDim(dim) || d.isDynamicDim(dim) || p.getDimSize(dim) == d.getDimSize(dim);
@@ -191,4 +252,53 @@ LogicalResult RuntimeCallOp::verify() {
       return emitOpError("out buffers need static shapes and integer or float elements, got ")
              << type;
   return success();
+}
+
+StringAttr CustomCallOp::getDispatch() {
+  if (DictionaryAttr config = getBackendConfigAttr())
+    return config.getAs<StringAttr>("dispatch");
+  return nullptr;
+}
+
+LogicalResult CustomCallOp::verify() {
+  if (getCallTargetName().empty())
+    return emitOpError("needs a non-empty fn name");
+  if (DictionaryAttr config = getBackendConfigAttr())
+    if (Attribute dispatch = config.get("dispatch"); dispatch && !isa<StringAttr>(dispatch))
+      return emitOpError("backend_config 'dispatch' must be a string: an executor address, or "
+                         "\"\" for the program's single executor");
+  if (std::optional<int32_t> inputs = getNumberOriginalArg()) {
+    if (*inputs < 0 || static_cast<size_t>(*inputs) > getInputs().size())
+      return emitOpError("number_original_arg (")
+             << *inputs << ") must be between 0 and the operand count (" << getInputs().size()
+             << ")";
+    if (getNumResults() != 0)
+      return emitOpError("has both results and number_original_arg; in the destination-passing "
+                         "form the outputs are the operands after number_original_arg");
+  }
+  bool anyTensor = false, anyMemRef = false;
+  for (Type type : llvm::concat<const Type>(getOperandTypes(), getResultTypes())) {
+    anyTensor |= isa<TensorType>(type);
+    anyMemRef |= isa<BaseMemRefType>(type);
+  }
+  if (anyTensor && anyMemRef)
+    return emitOpError("mixes tensor and memref operands or results");
+  if (anyMemRef && getNumResults() != 0)
+    return emitOpError("returns buffers; after bufferization the outputs are operands after "
+                       "number_original_arg and the op has no results");
+  return success();
+}
+
+void CustomCallOp::getEffects(
+    SmallVectorImpl<SideEffects::EffectInstance<MemoryEffects::Effect>> &effects) {
+  // External code: it may touch anything, and it writes its output buffers.
+  effects.emplace_back(MemoryEffects::Read::get());
+  effects.emplace_back(MemoryEffects::Write::get());
+  size_t inputs = getNumberOriginalArg().value_or(getInputs().size());
+  for (auto [index, operand] : llvm::enumerate(getInputsMutable()))
+    if (isa<BaseMemRefType>(operand.get().getType())) {
+      effects.emplace_back(MemoryEffects::Read::get(), &operand);
+      if (index >= inputs)
+        effects.emplace_back(MemoryEffects::Write::get(), &operand);
+    }
 }

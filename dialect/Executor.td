@@ -61,15 +61,17 @@ def Executor_SendBinaryOp : Executor_Op<"send_binary", [
   let summary = "Ships an object file to a session's executor.";
   let description = [{
     Makes the object file at `path` available to the executor. Objects are
-    content-addressed: one the executor already holds is not uploaded again. `format`
-    names the container; `"object"` (a relocatable ELF object) is the default.
+    content-addressed: one the executor already holds is not uploaded again, and a path
+    already sent over the session is not read again, so shipping at the top of every
+    launching function costs a lookup. `format` is Catalyst's container tag: `0` (the
+    default) is a relocatable ELF object, the only container executors load.
 
     ```mlir
     executor.send_binary %s("/w/k.o") : !executor.session
     ```
   }];
   let arguments = (ins Executor_SessionType:$session, StrAttr:$path,
-                       DefaultValuedStrAttr<StrAttr, "object">:$format);
+                       DefaultValuedAttr<I32Attr, "0">:$format);
   let assemblyFormat = "$session `(` $path `)` attr-dict `:` type($session)";
 }
 
@@ -132,8 +134,8 @@ def Executor_CallOp : Executor_Op<"call", [
   let summary = "Calls a symbol on the executor with a flat byte layout.";
   let description = [{
     Calls `callee` on the session's executor. The first `num_input_args` operands are
-    the inputs, packed in order into one byte buffer; the reply is the outputs packed in
-    order.
+    the inputs (all of them when it is absent), packed in order into one byte buffer; the
+    reply is the outputs packed in order.
 
     Before bufferization the outputs are the op's tensor results. One-shot bufferize
     turns the op into its destination-passing form: the output buffers become trailing
@@ -147,7 +149,8 @@ def Executor_CallOp : Executor_Op<"call", [
     ```
   }];
   let arguments = (ins Executor_SessionType:$session, StrAttr:$callee,
-                       Variadic<Executor_TensorOrMemRef>:$args, I32Attr:$num_input_args);
+                       Variadic<Executor_TensorOrMemRef>:$args,
+                       OptionalAttr<I32Attr>:$num_input_args);
   let results = (outs Variadic<Executor_TensorOrMemRef>:$results);
   let assemblyFormat = [{
     $session `(` $callee `)` `(` $args `)` attr-dict `:` type($session) `,`
@@ -155,14 +158,14 @@ def Executor_CallOp : Executor_Op<"call", [
   }];
   let hasVerifier = 1;
   let extraClassDeclaration = [{
+    /// How many operands are inputs: `num_input_args`, or all of them.
+    unsigned getInputCount() {
+      return static_cast<unsigned>(getNumInputArgs().value_or(getArgs().size()));
+    }
     /// The operands that are inputs (the rest are output buffers).
-    ::mlir::OperandRange getInputs() {
-      return getArgs().take_front(getNumInputArgs());
-    }
+    ::mlir::OperandRange getInputs() { return getArgs().take_front(getInputCount()); }
     /// The output buffers of the destination-passing form.
-    ::mlir::OperandRange getOutputBuffers() {
-      return getArgs().drop_front(getNumInputArgs());
-    }
+    ::mlir::OperandRange getOutputBuffers() { return getArgs().drop_front(getInputCount()); }
   }];
 }
 

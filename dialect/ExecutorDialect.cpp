@@ -81,7 +81,7 @@ void LaunchOp::getEffects(
 void CallOp::getEffects(
     SmallVectorImpl<SideEffects::EffectInstance<MemoryEffects::Effect>> &effects) {
   addExecutorEffects(effects);
-  unsigned numInputs = getNumInputArgs();
+  unsigned numInputs = getInputCount();
   for (auto [index, operand] : llvm::enumerate(getArgsMutable()))
     addOperandEffects(effects, operand, /*written=*/index >= numInputs);
   addResultEffects(effects, getResults());
@@ -119,7 +119,7 @@ LogicalResult LaunchOp::verify() {
 }
 
 LogicalResult CallOp::verify() {
-  int32_t numInputs = getNumInputArgs();
+  int64_t numInputs = getNumInputArgs().value_or(getArgs().size());
   if (numInputs < 0 || static_cast<size_t>(numInputs) > getArgs().size())
     return emitOpError("num_input_args (")
            << numInputs << ") must be between 0 and the operand count (" << getArgs().size() << ")";

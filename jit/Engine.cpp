@@ -56,7 +56,7 @@ double msSince(Clock::time_point start) {
 }
 
 /// Bumped whenever the compiled form changes, so stale disk-cache entries are not used.
-constexpr llvm::StringLiteral kCacheFormat = "courier-host-v2";
+constexpr llvm::StringLiteral kCacheFormat = "courier-host-v3";
 
 /// The name host code ships a target object by: its path in the disk cache, or with no
 /// cache a name that exists only in memory. The runtime takes the bytes from the module's

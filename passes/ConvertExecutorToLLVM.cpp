@@ -7,9 +7,11 @@
 #include "mlir/Conversion/LLVMCommon/TypeConverter.h"
 #include "mlir/Dialect/LLVMIR/FunctionCallUtils.h"
 #include "mlir/Transforms/DialectConversion.h"
-#include "llvm/ADT/StringMap.h"
+#include "runtime/ExecutorABI.h"
 
-#include <deque>
+#include "llvm/ADT/StringMap.h"
+#include "llvm/ADT/TypeSwitch.h"
+#include "llvm/Support/Path.h"
 
 namespace courier {
 #define GEN_PASS_DEF_CONVERTEXECUTORTOLLVM
@@ -21,8 +23,8 @@ using namespace mlir;
 namespace courier {
 namespace {
 
-/// Runtime entry points and their C signatures, in LLVM terms. Kept equal to
-/// runtime/ExecutorABI.h by tests/unit/AbiTest.cpp.
+/// Runtime entry points and their C signatures, in LLVM terms: Catalyst's ExecutorCAPI.h.
+/// Kept equal to runtime/ExecutorABI.h by tests/unit/AbiTest.cpp.
 enum class Abi { Void, I32, I64, Ptr };
 struct RuntimeFunction {
   StringLiteral name;
@@ -31,19 +33,46 @@ struct RuntimeFunction {
 };
 const RuntimeFunction kRuntimeFunctions[] = {
     {"__catalyst__executor__open", Abi::I64, {Abi::Ptr}},
-    {"__catalyst__executor__send_binary", Abi::I32, {Abi::I64, Abi::Ptr, Abi::Ptr}},
+    {"__catalyst__executor__send_binary", Abi::I64, {Abi::I64, Abi::Ptr, Abi::I32}},
     {"__catalyst__executor__launch",
-     Abi::I32,
+     Abi::Void,
      {Abi::I64, Abi::Ptr, Abi::Ptr, Abi::I64, Abi::Ptr, Abi::Ptr, Abi::Ptr, Abi::I64, Abi::Ptr,
       Abi::Ptr, Abi::Ptr}},
     {"__catalyst__executor__launch_async", Abi::I64, {Abi::I64, Abi::Ptr, Abi::Ptr}},
-    {"__catalyst__executor__await", Abi::I32, {Abi::I64}},
+    {"__catalyst__executor__await", Abi::Void, {Abi::I64}},
     {"__catalyst__executor__call_wrapper",
      Abi::I32,
      {Abi::I64, Abi::Ptr, Abi::Ptr, Abi::I64, Abi::Ptr, Abi::Ptr}},
     {"__catalyst__executor__free_result", Abi::Void, {Abi::Ptr}},
-    {"__catalyst__executor__close", Abi::I32, {Abi::I64}},
+    {"__catalyst__executor__close", Abi::I64, {Abi::I64}},
 };
+
+/// The runtime functions an executor op's lowering calls.
+SmallVector<StringRef, 2> runtimeFunctionsOf(Operation *op) {
+  return llvm::TypeSwitch<Operation *, SmallVector<StringRef, 2>>(op)
+      .Case(
+          [](executor::OpenOp) { return SmallVector<StringRef, 2>{"__catalyst__executor__open"}; })
+      .Case([](executor::SendBinaryOp) {
+        return SmallVector<StringRef, 2>{"__catalyst__executor__send_binary"};
+      })
+      .Case([](executor::LaunchOp) {
+        return SmallVector<StringRef, 2>{"__catalyst__executor__launch"};
+      })
+      .Case([](executor::LaunchAsyncOp) {
+        return SmallVector<StringRef, 2>{"__catalyst__executor__launch_async"};
+      })
+      .Case([](executor::AwaitOp) {
+        return SmallVector<StringRef, 2>{"__catalyst__executor__await"};
+      })
+      .Case([](executor::CallOp) {
+        return SmallVector<StringRef, 2>{"__catalyst__executor__call_wrapper",
+                                         "__catalyst__executor__free_result"};
+      })
+      .Case([](executor::CloseOp) {
+        return SmallVector<StringRef, 2>{"__catalyst__executor__close"};
+      })
+      .Default([](Operation *) { return SmallVector<StringRef, 2>{}; });
+}
 
 Type abiType(MLIRContext *ctx, Abi abi) {
   switch (abi) {
@@ -59,20 +88,85 @@ Type abiType(MLIRContext *ctx, Abi abi) {
   llvm_unreachable("unknown ABI kind");
 }
 
-/// What the patterns share: the runtime declarations and the string constants, both
-/// created before conversion so patterns only reference them.
-struct LoweringContext {
-  llvm::StringMap<LLVM::LLVMFuncOp> functions;
-  llvm::StringMap<LLVM::GlobalOp> strings;
+/// `prefix` followed by `name` with every character outside [A-Za-z0-9_] replaced by '_':
+/// the global names Catalyst's lowering gives the constants it emits.
+std::string globalKey(StringRef prefix, StringRef name) {
+  std::string key = prefix.str();
+  for (char c : name)
+    key.push_back(llvm::isAlnum(c) || c == '_' ? c : '_');
+  return key;
+}
 
-  Value string(OpBuilder &builder, Location loc, StringRef text) const {
-    return LLVM::AddressOfOp::create(builder, loc, strings.lookup(text));
+/// What the patterns share: the runtime declarations and the constant globals, all created
+/// before conversion so patterns only reference them.
+class LoweringContext {
+public:
+  explicit LoweringContext(ModuleOp module)
+      : module(module), builder(OpBuilder::atBlockBegin(module.getBody())) {}
+
+  llvm::StringMap<LLVM::LLVMFuncOp> functions;
+
+  /// Creates (or finds) the NUL-terminated string constant `key` holding `text`.
+  void addString(StringRef key, StringRef text) {
+    SmallString<64> bytes(text);
+    bytes.push_back('\0');
+    auto type = LLVM::LLVMArrayType::get(builder.getI8Type(), bytes.size());
+    add(key, type, builder.getStringAttr(bytes));
+  }
+  /// Creates (or finds) the constant `key` holding `values` as 64-bit integers.
+  void addI64Array(StringRef key, ArrayRef<int64_t> values) {
+    if (values.empty())
+      return;
+    auto type = LLVM::LLVMArrayType::get(builder.getI64Type(), values.size());
+    auto tensor =
+        RankedTensorType::get({static_cast<int64_t>(values.size())}, builder.getI64Type());
+    add(key, type, DenseElementsAttr::get(tensor, values));
   }
 
-  Value callRuntime(OpBuilder &builder, Location loc, StringRef name, ValueRange args) const {
-    auto call = LLVM::CallOp::create(builder, loc, functions.lookup(name), args);
+  /// A pointer to the first element of the string constant created for (`key`, `text`).
+  Value string(OpBuilder &at, Location loc, StringRef key, StringRef text) const {
+    SmallString<64> bytes(text);
+    bytes.push_back('\0');
+    return address(at, loc, key, at.getStringAttr(bytes));
+  }
+  /// A pointer to the array constant created for (`key`, `values`); null when empty.
+  Value i64Array(OpBuilder &at, Location loc, StringRef key, ArrayRef<int64_t> values) const {
+    if (values.empty())
+      return LLVM::ZeroOp::create(at, loc, LLVM::LLVMPointerType::get(at.getContext()));
+    auto tensor = RankedTensorType::get({static_cast<int64_t>(values.size())}, at.getI64Type());
+    return address(at, loc, key, DenseElementsAttr::get(tensor, values));
+  }
+
+  Value callRuntime(OpBuilder &at, Location loc, StringRef name, ValueRange args) const {
+    auto call = LLVM::CallOp::create(at, loc, functions.lookup(name), args);
     return call.getNumResults() ? call.getResult() : Value();
   }
+
+private:
+  /// A global named `key` (or `key_<n>` when another constant already took that name)
+  /// holding `value`; one per distinct (key, value).
+  void add(StringRef key, Type type, Attribute value) {
+    std::pair<Attribute, Attribute> id{builder.getStringAttr(key), value};
+    if (globals.count(id))
+      return;
+    std::string name = key.str();
+    for (unsigned suffix = 1; module.lookupSymbol(name); ++suffix)
+      name = key.str() + "_" + std::to_string(suffix);
+    globals[id] = LLVM::GlobalOp::create(builder, module.getLoc(), type, /*isConstant=*/true,
+                                         LLVM::Linkage::Internal, name, value);
+  }
+
+  Value address(OpBuilder &at, Location loc, StringRef key, Attribute value) const {
+    LLVM::GlobalOp global = globals.lookup({at.getStringAttr(key), value});
+    auto ptr = LLVM::LLVMPointerType::get(at.getContext());
+    Value base = LLVM::AddressOfOp::create(at, loc, global);
+    return LLVM::GEPOp::create(at, loc, ptr, global.getGlobalType(), base,
+                               ArrayRef<LLVM::GEPArg>{0, 0}, LLVM::GEPNoWrapFlags::inbounds);
+  }
+
+  ModuleOp module;
+  OpBuilder builder;
+  llvm::DenseMap<std::pair<Attribute, Attribute>, LLVM::GlobalOp> globals;
 };
 
 /// Bytes per element as stored in memory.
@@ -82,6 +176,83 @@ FailureOr<int64_t> elementBytes(Type type) {
   if (type.isIntOrFloat())
     return (type.getIntOrFloatBitWidth() + 7) / 8;
   return failure();
+}
+
+constexpr int64_t kExpectedShapeMarker = COURIER_EXPECTED_SHAPE_MARKER;
+
+/// Packed inputs of an executor.call up to this size live in a stack slot; larger ones on
+/// the heap, so a big call cannot overflow the stack.
+constexpr int64_t kStackPackedBytes = 64 * 1024;
+
+/// The names of the constants each op's lowering uses, shared by the walk that creates
+/// them and the patterns that reference them.
+std::string addressKey(StringRef address) { return globalKey("executor_addr_", address); }
+std::string pathKey(StringRef path) {
+  return globalKey("executor_path_", llvm::sys::path::stem(path));
+}
+std::string symbolKey(StringRef callee) { return globalKey("executor_sym_", callee); }
+std::string objectKey(StringRef callee) { return globalKey("executor_obj_", callee); }
+std::string librarySymbolKey(StringRef symbol) { return globalKey("executor_lib_sym_", symbol); }
+std::string arrayKey(StringRef which, StringRef callee) {
+  return globalKey(("executor_" + which + "_").str(), callee);
+}
+
+/// Ranks and element sizes of a launch's inputs or results.
+struct Shapes {
+  SmallVector<int64_t> ranks, elemSizes;
+};
+Shapes shapesOf(TypeRange types) {
+  Shapes shapes;
+  for (Type type : types) {
+    auto memref = cast<MemRefType>(type);
+    shapes.ranks.push_back(memref.getRank());
+    shapes.elemSizes.push_back(*elementBytes(memref.getElementType()));
+  }
+  return shapes;
+}
+
+/// Whether a launch or call has only contiguous memrefs of integers, floats or index.
+bool hasLowerableBuffers(Operation *op) {
+  for (Type type : llvm::concat<const Type>(op->getOperandTypes(), op->getResultTypes())) {
+    if (isa<executor::SessionType>(type))
+      continue;
+    auto memref = dyn_cast<MemRefType>(type);
+    if (!memref || failed(elementBytes(memref.getElementType())))
+      return false;
+  }
+  return true;
+}
+
+/// Creates the constants `op`'s lowering references.
+void addConstants(Operation *op, LoweringContext &lowering) {
+  llvm::TypeSwitch<Operation *>(op)
+      .Case([&](executor::OpenOp open) {
+        lowering.addString(addressKey(open.getAddress()), open.getAddress());
+      })
+      .Case([&](executor::SendBinaryOp send) {
+        lowering.addString(pathKey(send.getPath()), send.getPath());
+      })
+      .Case([&](executor::LaunchOp launch) {
+        lowering.addString(symbolKey(launch.getCallee()),
+                           executor::entrySymbol(launch.getCallee()));
+        lowering.addString(objectKey(launch.getCallee()), launch.getObject());
+        if (!hasLowerableBuffers(launch))
+          return;
+        Shapes in = shapesOf(launch.getInputs().getTypes());
+        Shapes out = shapesOf(launch.getResultTypes());
+        lowering.addI64Array(arrayKey("in_ranks", launch.getCallee()), in.ranks);
+        lowering.addI64Array(arrayKey("in_sizes", launch.getCallee()), in.elemSizes);
+        lowering.addI64Array(arrayKey("out_ranks", launch.getCallee()), out.ranks);
+        lowering.addI64Array(arrayKey("out_sizes", launch.getCallee()), out.elemSizes);
+      })
+      .Case([&](executor::LaunchAsyncOp launch) {
+        lowering.addString(symbolKey(launch.getCallee()),
+                           executor::entrySymbol(launch.getCallee()));
+        lowering.addString(objectKey(launch.getCallee()), launch.getObject());
+      })
+      .Case([&](executor::CallOp call) {
+        lowering.addString(librarySymbolKey(call.getCallee()), call.getCallee());
+      });
 }
 
 /// A stack slot of `type` in the entry block of the enclosing function, so launches in
@@ -110,7 +281,8 @@ struct OpenLowering : ExecutorPattern<executor::OpenOp> {
   using ExecutorPattern::ExecutorPattern;
   LogicalResult matchAndRewrite(executor::OpenOp op, OpAdaptor,
                                 ConversionPatternRewriter &rewriter) const override {
-    Value address = lowering.string(rewriter, op.getLoc(), op.getAddress());
+    Value address =
+        lowering.string(rewriter, op.getLoc(), addressKey(op.getAddress()), op.getAddress());
     rewriter.replaceOp(
         op, lowering.callRuntime(rewriter, op.getLoc(), "__catalyst__executor__open", address));
     return success();
@@ -122,44 +294,64 @@ struct SendBinaryLowering : ExecutorPattern<executor::SendBinaryOp> {
   LogicalResult matchAndRewrite(executor::SendBinaryOp op, OpAdaptor adaptor,
                                 ConversionPatternRewriter &rewriter) const override {
     Location loc = op.getLoc();
+    Value format = LLVM::ConstantOp::create(rewriter, loc, rewriter.getI32Type(), op.getFormat());
     lowering.callRuntime(rewriter, loc, "__catalyst__executor__send_binary",
-                         {adaptor.getSession(), lowering.string(rewriter, loc, op.getPath()),
-                          lowering.string(rewriter, loc, op.getFormat())});
+                         {adaptor.getSession(),
+                          lowering.string(rewriter, loc, pathKey(op.getPath()), op.getPath()),
+                          format});
     rewriter.eraseOp(op);
     return success();
   }
 };
 
-/// Arrays the launch ABI takes: descriptor pointers, ranks and element sizes.
-struct DescriptorArrays {
-  Value descs, ranks, elemSizes;
-};
+/// Builds `!llvm.array<N x ptr>` of `pointers` with insertvalue and stores it into a stack
+/// slot; null when there are none.
+Value pointerArray(ConversionPatternRewriter &rewriter, Operation *op, ArrayRef<Value> pointers) {
+  Location loc = op->getLoc();
+  auto ptr = LLVM::LLVMPointerType::get(op->getContext());
+  if (pointers.empty())
+    return LLVM::ZeroOp::create(rewriter, loc, ptr);
+  auto arrayType = LLVM::LLVMArrayType::get(ptr, pointers.size());
+  Value slot = entryAlloca(rewriter, op, arrayType);
+  Value array = LLVM::UndefOp::create(rewriter, loc, arrayType);
+  for (auto [index, pointer] : llvm::enumerate(pointers))
+    array = LLVM::InsertValueOp::create(rewriter, loc, array, pointer,
+                                        ArrayRef<int64_t>{static_cast<int64_t>(index)});
+  LLVM::StoreOp::create(rewriter, loc, array, slot);
+  return slot;
+}
 
 struct LaunchLowering : ExecutorPattern<executor::LaunchOp> {
   using ExecutorPattern::ExecutorPattern;
 
   LogicalResult matchAndRewrite(executor::LaunchOp op, OpAdaptor adaptor,
                                 ConversionPatternRewriter &rewriter) const override {
-    for (Type type : llvm::concat<const Type>(op.getInputs().getTypes(), op.getResultTypes()))
-      if (!isa<MemRefType>(type) || failed(elementBytes(cast<MemRefType>(type).getElementType())))
-        return rewriter.notifyMatchFailure(
-            op, "operands and results must be memrefs of integers, floats or index; run "
-                "one-shot bufferize first");
+    if (!hasLowerableBuffers(op))
+      return rewriter.notifyMatchFailure(
+          op, "operands and results must be memrefs of integers, floats or index; run "
+              "one-shot bufferize first");
     Location loc = op.getLoc();
+    auto ptr = LLVM::LLVMPointerType::get(op.getContext());
     // Inputs: the converted descriptors, each stored in its own slot.
     SmallVector<Value> inputSlots;
-    for (auto [value, type] : llvm::zip(adaptor.getInputs(), op.getInputs().getTypes())) {
+    for (Value value : adaptor.getInputs()) {
       Value slot = entryAlloca(rewriter, op, value.getType());
       LLVM::StoreOp::create(rewriter, loc, value, slot);
       inputSlots.push_back(slot);
     }
-    // Results: descriptors pre-filled with the static shape (-1 where dynamic).
+    // Results: descriptors carrying the marker and the static shape (-1 where dynamic) the
+    // reply must have.
     SmallVector<Value> resultSlots;
     SmallVector<Type> resultStructs;
     for (Type type : op.getResultTypes()) {
       auto memref = cast<MemRefType>(type);
       Type structType = getTypeConverter()->convertType(memref);
       auto desc = MemRefDescriptor::poison(rewriter, loc, structType);
+      desc.setAllocatedPtr(rewriter, loc, LLVM::ZeroOp::create(rewriter, loc, ptr));
+      desc.setAlignedPtr(
+          rewriter, loc,
+          LLVM::IntToPtrOp::create(rewriter, loc, ptr, i64(rewriter, loc, kExpectedShapeMarker)));
+      desc.setOffset(rewriter, loc, i64(rewriter, loc, 0));
       for (auto [dim, size] : llvm::enumerate(memref.getShape()))
         desc.setSize(rewriter, loc, dim,
                      i64(rewriter, loc, ShapedType::isDynamic(size) ? -1 : size));
@@ -168,55 +360,28 @@ struct LaunchLowering : ExecutorPattern<executor::LaunchOp> {
       resultSlots.push_back(slot);
       resultStructs.push_back(structType);
     }
-    DescriptorArrays in = arrays(rewriter, op, inputSlots, op.getInputs().getTypes());
-    DescriptorArrays out = arrays(rewriter, op, resultSlots, op.getResultTypes());
-
-    std::string entry = executor::entrySymbol(op.getCallee());
-    lowering.callRuntime(rewriter, loc, "__catalyst__executor__launch",
-                         {adaptor.getSession(), lowering.string(rewriter, loc, entry),
-                          lowering.string(rewriter, loc, op.getObject()),
-                          i64(rewriter, loc, static_cast<int64_t>(inputSlots.size())), in.descs,
-                          in.ranks, in.elemSizes,
-                          i64(rewriter, loc, static_cast<int64_t>(resultSlots.size())), out.descs,
-                          out.ranks, out.elemSizes});
+    StringRef callee = op.getCallee();
+    Shapes in = shapesOf(op.getInputs().getTypes());
+    Shapes out = shapesOf(op.getResultTypes());
+    Value inDescs = pointerArray(rewriter, op, inputSlots);
+    Value outDescs = pointerArray(rewriter, op, resultSlots);
+    lowering.callRuntime(
+        rewriter, loc, "__catalyst__executor__launch",
+        {adaptor.getSession(),
+         lowering.string(rewriter, loc, symbolKey(callee), executor::entrySymbol(callee)),
+         lowering.string(rewriter, loc, objectKey(callee), op.getObject()),
+         i64(rewriter, loc, static_cast<int64_t>(inputSlots.size())), inDescs,
+         lowering.i64Array(rewriter, loc, arrayKey("in_ranks", callee), in.ranks),
+         lowering.i64Array(rewriter, loc, arrayKey("in_sizes", callee), in.elemSizes),
+         i64(rewriter, loc, static_cast<int64_t>(resultSlots.size())), outDescs,
+         lowering.i64Array(rewriter, loc, arrayKey("out_ranks", callee), out.ranks),
+         lowering.i64Array(rewriter, loc, arrayKey("out_sizes", callee), out.elemSizes)});
 
     SmallVector<Value> results;
     for (auto [slot, structType] : llvm::zip(resultSlots, resultStructs))
       results.push_back(LLVM::LoadOp::create(rewriter, loc, structType, slot));
     rewriter.replaceOp(op, results);
     return success();
-  }
-
-  /// Fills the three ABI arrays for `slots`; null pointers when there are none.
-  DescriptorArrays arrays(ConversionPatternRewriter &rewriter, Operation *op, ArrayRef<Value> slots,
-                          TypeRange types) const {
-    Location loc = op->getLoc();
-    auto ptr = LLVM::LLVMPointerType::get(op->getContext());
-    if (slots.empty()) {
-      Value null = LLVM::ZeroOp::create(rewriter, loc, ptr);
-      return {null, null, null};
-    }
-    int64_t n = slots.size();
-    auto ptrArray = LLVM::LLVMArrayType::get(ptr, n);
-    auto i64Array = LLVM::LLVMArrayType::get(rewriter.getI64Type(), n);
-    DescriptorArrays result{entryAlloca(rewriter, op, ptrArray),
-                            entryAlloca(rewriter, op, i64Array),
-                            entryAlloca(rewriter, op, i64Array)};
-    for (auto [position, slot, type] : llvm::enumerate(slots, types)) {
-      auto memref = cast<MemRefType>(type);
-      auto index = static_cast<int32_t>(position);
-      auto at = [&](Value base, Type arrayType) {
-        return LLVM::GEPOp::create(rewriter, loc, ptr, arrayType, base,
-                                   ArrayRef<LLVM::GEPArg>{0, index});
-      };
-      LLVM::StoreOp::create(rewriter, loc, slot, at(result.descs, ptrArray));
-      LLVM::StoreOp::create(rewriter, loc, i64(rewriter, loc, memref.getRank()),
-                            at(result.ranks, i64Array));
-      LLVM::StoreOp::create(rewriter, loc,
-                            i64(rewriter, loc, *elementBytes(memref.getElementType())),
-                            at(result.elemSizes, i64Array));
-    }
-    return result;
   }
 };
 
@@ -225,11 +390,13 @@ struct LaunchAsyncLowering : ExecutorPattern<executor::LaunchAsyncOp> {
   LogicalResult matchAndRewrite(executor::LaunchAsyncOp op, OpAdaptor adaptor,
                                 ConversionPatternRewriter &rewriter) const override {
     Location loc = op.getLoc();
-    std::string entry = executor::entrySymbol(op.getCallee());
+    StringRef callee = op.getCallee();
     rewriter.replaceOp(
-        op, lowering.callRuntime(rewriter, loc, "__catalyst__executor__launch_async",
-                                 {adaptor.getSession(), lowering.string(rewriter, loc, entry),
-                                  lowering.string(rewriter, loc, op.getObject())}));
+        op, lowering.callRuntime(
+                rewriter, loc, "__catalyst__executor__launch_async",
+                {adaptor.getSession(),
+                 lowering.string(rewriter, loc, symbolKey(callee), executor::entrySymbol(callee)),
+                 lowering.string(rewriter, loc, objectKey(callee), op.getObject())}));
     return success();
   }
 };
@@ -255,8 +422,8 @@ struct CloseLowering : ExecutorPattern<executor::CloseOp> {
   }
 };
 
-/// executor.call in destination-passing form: pack the inputs into one heap buffer, call,
-/// copy the reply into the output buffers, release both buffers.
+/// executor.call in destination-passing form: pack the inputs into one buffer, call, copy
+/// the reply into the output buffers, release the reply.
 struct CallLowering : ExecutorPattern<executor::CallOp> {
   using ExecutorPattern::ExecutorPattern;
   LogicalResult matchAndRewrite(executor::CallOp op, OpAdaptor adaptor,
@@ -288,7 +455,7 @@ struct CallLowering : ExecutorPattern<executor::CallOp> {
       }
       return pieces;
     };
-    unsigned numInputs = op.getNumInputArgs();
+    unsigned numInputs = op.getInputCount();
     int64_t inBytes = 0, outBytes = 0;
     FailureOr<SmallVector<Piece>> inputs = layout(op.getArgs().take_front(numInputs),
                                                   adaptor.getArgs().take_front(numInputs), inBytes);
@@ -297,42 +464,49 @@ struct CallLowering : ExecutorPattern<executor::CallOp> {
     if (failed(inputs) || failed(outputs))
       return rewriter.notifyMatchFailure(op, "operands must be memrefs of integers or floats");
 
-    auto module = op->getParentOfType<ModuleOp>();
-    FailureOr<LLVM::LLVMFuncOp> mallocFn =
-        LLVM::lookupOrCreateMallocFn(rewriter, module, rewriter.getI64Type());
-    FailureOr<LLVM::LLVMFuncOp> freeFn = LLVM::lookupOrCreateFreeFn(rewriter, module);
-    if (failed(mallocFn) || failed(freeFn))
-      return rewriter.notifyMatchFailure(op, "malloc/free are declared with other signatures");
-
     // Byte offsets are 64-bit values: packed layouts may exceed what a constant GEP index
     // (32 bits) holds.
     auto at = [&](Value base, int64_t offset) {
       return LLVM::GEPOp::create(rewriter, loc, ptr, i8, base,
                                  ArrayRef<LLVM::GEPArg>{i64(rewriter, loc, offset)});
     };
-    Value packed = inputs->empty()
-                       ? LLVM::ZeroOp::create(rewriter, loc, ptr).getResult()
-                       : LLVM::CallOp::create(rewriter, loc, *mallocFn, i64(rewriter, loc, inBytes))
-                             .getResult();
-    for (const Piece &piece : *inputs) {
-      Value dst = at(packed, piece.offset);
-      LLVM::MemcpyOp::create(rewriter, loc, dst, piece.data, i64(rewriter, loc, piece.bytes),
-                             /*isVolatile=*/false);
+    Value packed;
+    FailureOr<LLVM::LLVMFuncOp> freeFn;
+    if (inBytes <= kStackPackedBytes) {
+      packed =
+          entryAlloca(rewriter, op, LLVM::LLVMArrayType::get(i8, std::max<int64_t>(inBytes, 1)));
+    } else {
+      auto module = op->getParentOfType<ModuleOp>();
+      FailureOr<LLVM::LLVMFuncOp> mallocFn =
+          LLVM::lookupOrCreateMallocFn(rewriter, module, rewriter.getI64Type());
+      freeFn = LLVM::lookupOrCreateFreeFn(rewriter, module);
+      if (failed(mallocFn) || failed(freeFn))
+        return rewriter.notifyMatchFailure(op, "malloc/free are declared with other signatures");
+      packed =
+          LLVM::CallOp::create(rewriter, loc, *mallocFn, i64(rewriter, loc, inBytes)).getResult();
     }
+    for (const Piece &piece : *inputs)
+      LLVM::MemcpyOp::create(rewriter, loc, at(packed, piece.offset), piece.data,
+                             i64(rewriter, loc, piece.bytes), /*isVolatile=*/false);
+    // The reply slot carries the marker saying the size slot holds the expected reply size.
     Value replySlot = entryAlloca(rewriter, op, ptr);
     Value sizeSlot = entryAlloca(rewriter, op, rewriter.getI64Type());
+    LLVM::StoreOp::create(
+        rewriter, loc,
+        LLVM::IntToPtrOp::create(rewriter, loc, ptr, i64(rewriter, loc, kExpectedShapeMarker)),
+        replySlot);
     LLVM::StoreOp::create(rewriter, loc, i64(rewriter, loc, outBytes), sizeSlot);
-    lowering.callRuntime(rewriter, loc, "__catalyst__executor__call_wrapper",
-                         {adaptor.getSession(), lowering.string(rewriter, loc, op.getCallee()),
-                          packed, i64(rewriter, loc, inBytes), replySlot, sizeSlot});
+    lowering.callRuntime(
+        rewriter, loc, "__catalyst__executor__call_wrapper",
+        {adaptor.getSession(),
+         lowering.string(rewriter, loc, librarySymbolKey(op.getCallee()), op.getCallee()), packed,
+         i64(rewriter, loc, inBytes), replySlot, sizeSlot});
     Value reply = LLVM::LoadOp::create(rewriter, loc, ptr, replySlot);
-    for (const Piece &piece : *outputs) {
-      Value src = at(reply, piece.offset);
-      LLVM::MemcpyOp::create(rewriter, loc, piece.data, src, i64(rewriter, loc, piece.bytes),
-                             /*isVolatile=*/false);
-    }
+    for (const Piece &piece : *outputs)
+      LLVM::MemcpyOp::create(rewriter, loc, piece.data, at(reply, piece.offset),
+                             i64(rewriter, loc, piece.bytes), /*isVolatile=*/false);
     lowering.callRuntime(rewriter, loc, "__catalyst__executor__free_result", reply);
-    if (!inputs->empty())
+    if (succeeded(freeFn) && *freeFn)
       LLVM::CallOp::create(rewriter, loc, *freeFn, packed);
     rewriter.eraseOp(op);
     return success();
@@ -344,10 +518,23 @@ struct ConvertExecutorToLLVM : impl::ConvertExecutorToLLVMBase<ConvertExecutorTo
     ModuleOp module = getOperation();
     MLIRContext *ctx = &getContext();
 
-    // A deque keeps the entry names' storage stable while `texts` refers to it.
-    std::deque<std::string> entries;
-    SetVector<StringRef> texts;
-    bool any = false;
+    // Declarations that exist must have the runtime's signatures, whether or not they
+    // are called here.
+    llvm::StringMap<LLVM::LLVMFunctionType> abi;
+    for (const RuntimeFunction &fn : kRuntimeFunctions) {
+      SmallVector<Type> params =
+          llvm::map_to_vector(fn.params, [&](Abi kind) { return abiType(ctx, kind); });
+      abi[fn.name] = LLVM::LLVMFunctionType::get(abiType(ctx, fn.result), params);
+      if (auto existing = module.lookupSymbol<LLVM::LLVMFuncOp>(fn.name);
+          existing && existing.getFunctionType() != abi[fn.name]) {
+        existing.emitError("'") << fn.name << "' is declared as " << existing.getFunctionType()
+                                << " but the executor runtime defines it as " << abi[fn.name];
+        return signalPassFailure();
+      }
+    }
+
+    LoweringContext lowering(module);
+    SetVector<StringRef> needed;
     WalkResult walk = module.walk([&](Operation *op) {
       // Catalyst ops that reach this point have no lowering; say what would give them one.
       if (auto call = dyn_cast<catalyst::RuntimeCallOp>(op)) {
@@ -360,6 +547,16 @@ struct ConvertExecutorToLLVM : impl::ConvertExecutorToLLVMBase<ConvertExecutorTo
                            "executor, whose plugins provide the symbol");
         return WalkResult::interrupt();
       }
+      if (auto call = dyn_cast<catalyst::CustomCallOp>(op)) {
+        if (call.getDispatch())
+          call.emitOpError("is dispatched but was not lowered: dispatch-executor-targets "
+                           "handles calls in functions of the host module only");
+        else
+          call.emitOpError("without backend_config = {dispatch = ...} (an in-process library "
+                           "call) is not supported; add dispatch = \"local\" to run it on the "
+                           "in-process executor, whose plugins provide the symbol");
+        return WalkResult::interrupt();
+      }
       if (auto launch = dyn_cast<catalyst::LaunchKernelOp>(op)) {
         launch.emitOpError("targets module '")
             << launch.getCallee().getRootReference().getValue()
@@ -369,8 +566,7 @@ struct ConvertExecutorToLLVM : impl::ConvertExecutorToLLVMBase<ConvertExecutorTo
       }
       if (!isa<executor::ExecutorDialect>(op->getDialect()))
         return WalkResult::advance();
-      any = true;
-      // Runtime declarations and strings live in this module; stack slots need a function.
+      // Runtime declarations and constants live in this module; stack slots need a function.
       if (op->getParentOfType<ModuleOp>() != module ||
           !op->getParentOfType<FunctionOpInterface>()) {
         op->emitOpError("must be inside a function of the module being converted");
@@ -382,54 +578,23 @@ struct ConvertExecutorToLLVM : impl::ConvertExecutorToLLVMBase<ConvertExecutorTo
                           "convert-executor-to-llvm");
           return WalkResult::interrupt();
         }
-      if (auto open = dyn_cast<executor::OpenOp>(op))
-        texts.insert(open.getAddress());
-      if (auto send = dyn_cast<executor::SendBinaryOp>(op)) {
-        texts.insert(send.getPath());
-        texts.insert(send.getFormat());
-      }
-      if (isa<executor::LaunchOp, executor::LaunchAsyncOp>(op)) {
-        texts.insert(entries.emplace_back(
-            executor::entrySymbol(op->getAttrOfType<StringAttr>("callee").getValue())));
-        texts.insert(op->getAttrOfType<StringAttr>("object").getValue());
-      }
-      if (auto call = dyn_cast<executor::CallOp>(op))
-        texts.insert(call.getCallee());
+      for (StringRef name : runtimeFunctionsOf(op))
+        needed.insert(name);
+      addConstants(op, lowering);
       return WalkResult::advance();
     });
     if (walk.wasInterrupted())
       return signalPassFailure();
-    if (!any)
+    if (needed.empty())
       return;
 
-    LoweringContext lowering;
+    // Only the functions this module calls are declared.
     OpBuilder builder = OpBuilder::atBlockBegin(module.getBody());
-    for (const RuntimeFunction &fn : kRuntimeFunctions) {
-      SmallVector<Type> params =
-          llvm::map_to_vector(fn.params, [&](Abi abi) { return abiType(ctx, abi); });
-      auto type = LLVM::LLVMFunctionType::get(abiType(ctx, fn.result), params);
-      if (auto existing = module.lookupSymbol<LLVM::LLVMFuncOp>(fn.name)) {
-        if (existing.getFunctionType() != type) {
-          existing.emitError("'") << fn.name << "' is declared as " << existing.getFunctionType()
-                                  << " but the executor runtime defines it as " << type;
-          return signalPassFailure();
-        }
-        lowering.functions[fn.name] = existing;
-        continue;
-      }
-      lowering.functions[fn.name] =
-          LLVM::LLVMFuncOp::create(builder, module.getLoc(), fn.name, type);
-    }
-    for (auto [index, text] : llvm::enumerate(texts)) {
-      SmallString<32> bytes(text);
-      bytes.push_back('\0');
-      auto type = LLVM::LLVMArrayType::get(builder.getI8Type(), bytes.size());
-      std::string name = "__courier_str_" + std::to_string(index);
-      for (unsigned suffix = 0; module.lookupSymbol(name); ++suffix)
-        name = "__courier_str_" + std::to_string(index) + "_" + std::to_string(suffix);
-      lowering.strings[text] =
-          LLVM::GlobalOp::create(builder, module.getLoc(), type, /*isConstant=*/true,
-                                 LLVM::Linkage::Internal, name, builder.getStringAttr(bytes));
+    for (StringRef name : needed) {
+      auto existing = module.lookupSymbol<LLVM::LLVMFuncOp>(name);
+      lowering.functions[name] =
+          existing ? existing
+                   : LLVM::LLVMFuncOp::create(builder, module.getLoc(), name, abi.lookup(name));
     }
 
     LLVMTypeConverter converter(ctx);

@@ -1,7 +1,13 @@
-// dispatch-executor-targets: open sessions and ship objects in setup(), rewrite kernel
-// launches into executor.launch, and drop the shipped modules from the host.
+// dispatch-executor-targets: open sessions and ship objects in setup() and at the top of each
+// launching function, rewrite kernel launches into executor.launch (or launch_async and
+// await), dispatched custom calls into executor.call, and drop the shipped modules.
 #include "passes/Passes.h"
 #include "passes/TargetModules.h"
+
+#include "llvm/ADT/SetVector.h"
+
+#include <deque>
+#include <set>
 
 namespace courier {
 #define GEN_PASS_DEF_DISPATCHEXECUTORTARGETS
@@ -38,9 +44,33 @@ FailureOr<func::FuncOp> getOrCreateSetup(ModuleOp host) {
   return setup;
 }
 
+/// Ships objects at the top of functions, once per function and object, after the
+/// function's sessions are open and in the order the launches need them.
+class ShipmentCache {
+public:
+  void ensure(Operation *user, Value session, StringRef object) {
+    auto function = user->getParentOfType<FunctionOpInterface>();
+    if (!shipped.insert({function.getOperation(), object.str()}).second)
+      return;
+    Operation *&last = lastShipment[function.getOperation()];
+    Operation *open = session.getDefiningOp();
+    Operation *after = last && open->isBeforeInBlock(last) ? last : open;
+    OpBuilder builder(after->getContext());
+    builder.setInsertionPointAfter(after);
+    last = executor::SendBinaryOp::create(builder, function.getLoc(), session, object);
+  }
+
+private:
+  std::set<std::pair<Operation *, std::string>> shipped;
+  llvm::DenseMap<Operation *, Operation *> lastShipment;
+};
+
 struct DispatchExecutorTargets : impl::DispatchExecutorTargetsBase<DispatchExecutorTargets> {
   void runOnOperation() override {
     ModuleOp host = getOperation();
+    // The caches key on operations of this run only.
+    sessions = SessionCache();
+    shipments = ShipmentCache();
     llvm::StringMap<DispatchedModule> dispatched;
     SmallVector<StringRef> order;
     for (ModuleOp target : getTargetModules(host)) {
@@ -62,36 +92,25 @@ struct DispatchExecutorTargets : impl::DispatchExecutorTargetsBase<DispatchExecu
       dispatched[*target.getSymName()] = {target, getDispatchAddress(target), object.str()};
       order.push_back(*target.getSymName());
     }
-    if (dispatched.empty())
+    // Library calls inside target modules belong to those modules' own compilation.
+    SmallVector<catalyst::CustomCallOp> customCalls;
+    for (auto function : host.getBody()->getOps<FunctionOpInterface>())
+      function.walk([&](catalyst::CustomCallOp call) {
+        if (call.getDispatch())
+          customCalls.push_back(call);
+      });
+    if (dispatched.empty() && customCalls.empty())
       return;
 
-    FailureOr<func::FuncOp> setup = getOrCreateSetup(host);
-    if (failed(setup))
-      return signalPassFailure();
-    injectSetup(*setup, dispatched, order);
+    if (!dispatched.empty()) {
+      FailureOr<func::FuncOp> setup = getOrCreateSetup(host);
+      if (failed(setup))
+        return signalPassFailure();
+      injectSetup(*setup, dispatched, order);
+    }
 
-    SessionCache sessions;
-    WalkResult walk = host.walk([&](catalyst::LaunchKernelOp launch) {
-      auto it = dispatched.find(launch.getCallee().getRootReference().getValue());
-      if (it == dispatched.end())
-        return WalkResult::advance();
-      // Launches inside a target module belong to that module's own compilation.
-      if (launch->getParentOfType<ModuleOp>() != host)
-        return WalkResult::advance();
-      if (!launch->getParentOfType<FunctionOpInterface>()) {
-        launch.emitOpError("must be inside a function to be dispatched");
-        return WalkResult::interrupt();
-      }
-      OpBuilder builder(launch);
-      const DispatchedModule &target = it->second;
-      auto rewritten = executor::LaunchOp::create(
-          builder, launch.getLoc(), launch.getResultTypes(), sessions.get(launch, target.address),
-          launch.getCallee().getLeafReference().getValue(), target.objectFile, launch.getInputs());
-      launch.replaceAllUsesWith(rewritten.getResults());
-      launch.erase();
-      return WalkResult::advance();
-    });
-    if (walk.wasInterrupted())
+    if (failed(rewriteLaunches(host, dispatched)) ||
+        failed(rewriteCustomCalls(host, customCalls)) || failed(awaitAsyncLaunches(host)))
       return signalPassFailure();
 
     for (StringRef name : order)
@@ -115,9 +134,123 @@ struct DispatchExecutorTargets : impl::DispatchExecutorTargetsBase<DispatchExecu
     for (StringRef name : order) {
       DispatchedModule &target = dispatched[name];
       executor::SendBinaryOp::create(builder, target.module.getLoc(), sessions[target.address],
-                                     target.objectFile, "object");
+                                     target.objectFile);
     }
   }
+
+  /// Each host launch into a dispatched module becomes executor.launch (or, marked
+  /// catalyst.nonblocking, executor.launch_async) on the function's session, after the
+  /// function has shipped the object. With a bring-up function in the program only
+  /// bring-up functions ship.
+  LogicalResult rewriteLaunches(ModuleOp host, llvm::StringMap<DispatchedModule> &dispatched) {
+    bool bringupMode = llvm::any_of(host.getBody()->getOps<FunctionOpInterface>(), [](auto fn) {
+      return fn->hasAttr(catalyst::CatalystDialect::kBacklineBringupAttrName);
+    });
+    SmallVector<catalyst::LaunchKernelOp> launches;
+    host.walk([&](catalyst::LaunchKernelOp launch) {
+      // Launches inside a target module belong to that module's own compilation.
+      if (launch->getParentOfType<ModuleOp>() == host &&
+          dispatched.count(launch.getCallee().getRootReference().getValue()))
+        launches.push_back(launch);
+    });
+    for (catalyst::LaunchKernelOp launch : launches) {
+      auto function = launch->getParentOfType<FunctionOpInterface>();
+      if (!function)
+        return launch.emitOpError("must be inside a function to be dispatched");
+      const DispatchedModule &target =
+          dispatched.find(launch.getCallee().getRootReference().getValue())->second;
+      StringRef callee = launch.getCallee().getLeafReference().getValue();
+      bool nonblocking = launch->hasAttr(catalyst::CatalystDialect::kNonblockingAttrName);
+      if (nonblocking && (!launch.getInputs().empty() || launch.getNumResults() != 0))
+        return launch.emitOpError("nonblocking dispatch requires a '()->()' callee: ")
+               << launch.getCallee() << " takes " << launch.getInputs().size()
+               << " arguments and returns " << launch.getNumResults()
+               << " results; an asynchronous launch has no results to wait for";
+      Value session = sessions.get(launch, target.address);
+      if (!bringupMode || function->hasAttr(catalyst::CatalystDialect::kBacklineBringupAttrName))
+        shipments.ensure(launch, session, target.objectFile);
+      OpBuilder builder(launch);
+      if (nonblocking) {
+        executor::LaunchAsyncOp::create(builder, launch.getLoc(),
+                                        executor::TokenType::get(&getContext()), session, callee,
+                                        target.objectFile);
+        launch.erase();
+        continue;
+      }
+      auto rewritten =
+          executor::LaunchOp::create(builder, launch.getLoc(), launch.getResultTypes(), session,
+                                     callee, target.objectFile, launch.getInputs());
+      launch.replaceAllUsesWith(rewritten.getResults());
+      launch.erase();
+    }
+    return success();
+  }
+
+  /// A custom_call with a `dispatch` in its backend_config becomes executor.call on that
+  /// executor; an empty dispatch binds to the program's single executor.
+  LogicalResult rewriteCustomCalls(ModuleOp host, ArrayRef<catalyst::CustomCallOp> calls) {
+    if (calls.empty())
+      return success();
+    llvm::SetVector<StringRef> programExecutors;
+    std::deque<std::string> addresses;
+    for (ModuleOp target : getTargetModules(host))
+      if (target->hasAttr(catalyst::CatalystDialect::kDispatchAttrName))
+        programExecutors.insert(addresses.emplace_back(getDispatchAddress(target)));
+    for (catalyst::CustomCallOp call : calls) {
+      std::string address = call.getDispatch().str();
+      if (address.empty()) {
+        if (programExecutors.empty())
+          return call.emitOpError("custom_call dispatch has no executor address: its "
+                                  "backend_config dispatch is \"\" and no nested module carries "
+                                  "catalyst.dispatch; name the executor (\"host:port\" or "
+                                  "\"local\")");
+        if (programExecutors.size() > 1) {
+          InFlightDiagnostic diag = call.emitOpError(
+              "ambiguous executor: its backend_config dispatch is \"\" but the program uses ");
+          llvm::interleaveComma(programExecutors, diag,
+                                [&](StringRef a) { diag << "'" << a << "'"; });
+          return diag << "; name one";
+        }
+        address = programExecutors.front().str();
+      }
+      OpBuilder builder(call);
+      std::optional<int32_t> inputs = call.getNumberOriginalArg();
+      auto rewritten = executor::CallOp::create(
+          builder, call.getLoc(), call.getResultTypes(), sessions.get(call, address),
+          call.getCallTargetName(), call.getInputs(),
+          inputs ? builder.getI32IntegerAttr(*inputs) : IntegerAttr());
+      call.replaceAllUsesWith(rewritten.getResults());
+      call.erase();
+    }
+    return success();
+  }
+
+  /// A function that started asynchronous launches waits for them before its entry block's
+  /// terminator, so nothing it launched outlives the call. A launch anywhere else would have
+  /// a token out of scope there.
+  LogicalResult awaitAsyncLaunches(ModuleOp host) {
+    for (auto function : host.getBody()->getOps<FunctionOpInterface>()) {
+      SmallVector<executor::LaunchAsyncOp> started;
+      function.walk([&](executor::LaunchAsyncOp launch) { started.push_back(launch); });
+      if (started.empty())
+        continue;
+      Block &entry = function.getFunctionBody().front();
+      for (executor::LaunchAsyncOp launch : started)
+        if (launch->getBlock() != &entry)
+          return function.emitOpError("async launch must be in the function's entry block: the "
+                                      "launch of '")
+                 << launch.getCallee()
+                 << "' is nested in a region or another block, where the await before the "
+                    "function returns cannot reach its token";
+      OpBuilder builder(entry.getTerminator());
+      for (executor::LaunchAsyncOp launch : started)
+        executor::AwaitOp::create(builder, launch.getLoc(), launch.getToken());
+    }
+    return success();
+  }
+
+  SessionCache sessions;
+  ShipmentCache shipments;
 };
 
 } // namespace

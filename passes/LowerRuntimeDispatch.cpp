@@ -97,7 +97,7 @@ struct LowerRuntimeDispatch : impl::LowerRuntimeDispatchBase<LowerRuntimeDispatc
 
     auto executorCall =
         executor::CallOp::create(builder, loc, resultTypes, session, call.getCallee(), inputs,
-                                 static_cast<int32_t>(inputs.size()));
+                                 builder.getI32IntegerAttr(static_cast<int32_t>(inputs.size())));
 
     SmallVector<Value> replacements;
     ValueRange results = executorCall.getResults();

@@ -329,11 +329,21 @@ std::string unknownSession(int64_t handle) {
   return formatv("unknown session handle {0}", handle).str();
 }
 
-bool isObjectFormat(const char *format) {
-  if (!format)
-    return true;
-  StringRef name(format);
-  return name.empty() || name == "object" || name == "obj" || name == "o" || name == "elf";
+/// Why `format` cannot be shipped, or empty when it can.
+std::string unsupportedFormat(uint32_t format) {
+  if (format == COURIER_BINARY_FORMAT_OBJECT)
+    return "";
+  if (format == 1)
+    return "format 1 (a data asset) is not supported; executors load relocatable ELF "
+           "objects (format 0)";
+  return formatv("unknown binary format {0}; executors load relocatable ELF objects (format 0)",
+                 format)
+      .str();
+}
+
+/// Whether a result descriptor was filled in by Courier's lowering with the expected shape.
+bool carriesExpectedShape(const int64_t *descriptor) {
+  return descriptor[0] == 0 && descriptor[1] == COURIER_EXPECTED_SHAPE_MARKER;
 }
 
 bool isHolder(const ObjectHolds &holds, const ModuleScope::State *scope) {
@@ -447,6 +457,12 @@ std::string entryName(StringRef entry) {
 
 int64_t *words(void *descriptor) { return static_cast<int64_t *>(descriptor); }
 
+/// Bounds on what a launch's argument arrays may describe: beyond them the arrays are not
+/// what lowered host code passes.
+constexpr size_t kMaxLaunchTensors = 1 << 16;
+constexpr size_t kMaxRank = 1 << 10;
+constexpr size_t kMaxElementBytes = 1 << 10;
+
 void rowMajor(ArrayRef<int64_t> sizes, int64_t *strides) {
   int64_t stride = 1;
   for (size_t d = sizes.size(); d-- > 0;) {
@@ -514,20 +530,22 @@ std::string shape(ArrayRef<int64_t> sizes) {
 
 /// Gives every result a zero-filled buffer of its static shape (dynamic dimensions 0), so
 /// host code reading results after a failure sees zeros rather than garbage.
-void fillZeroResults(int64_t count, void **descriptors, const int64_t *ranks,
-                     const int64_t *elemSizes) {
-  if (count <= 0 || !descriptors || !ranks || !elemSizes)
+void fillZeroResults(size_t count, void *const *descriptors, const size_t *ranks,
+                     const size_t *elemSizes) {
+  if (count == 0 || count > kMaxLaunchTensors || !descriptors || !ranks || !elemSizes)
     return;
-  for (int64_t i = 0; i < count; ++i) {
+  for (size_t i = 0; i < count; ++i) {
     int64_t *d = words(descriptors[i]);
-    if (!d)
+    if (!d || ranks[i] > kMaxRank)
       continue;
-    int64_t rank = std::max<int64_t>(0, ranks[i]);
+    int64_t rank = static_cast<int64_t>(ranks[i]);
     int64_t *sizes = d + 3;
+    // Without the marker the sizes are whatever the caller's stack held: unknown, so 0.
+    bool known = carriesExpectedShape(d);
     for (int64_t k = 0; k < rank; ++k)
-      sizes[k] = std::max<int64_t>(0, sizes[k]);
-    int64_t bytes =
-        elementCount(ArrayRef<int64_t>(sizes, rank)) * std::max<int64_t>(1, elemSizes[i]);
+      sizes[k] = known ? std::max<int64_t>(0, sizes[k]) : 0;
+    int64_t bytes = elementCount(ArrayRef<int64_t>(sizes, rank)) *
+                    std::max<int64_t>(1, static_cast<int64_t>(elemSizes[i]));
     void *buffer = std::calloc(std::max<int64_t>(1, bytes), 1);
     d[0] = d[1] = static_cast<int64_t>(reinterpret_cast<intptr_t>(buffer));
     d[2] = 0;
@@ -544,9 +562,10 @@ Error failure(const Twine &context, Error cause) {
 
 /// The body of __catalyst__executor__launch; on success every result descriptor is filled,
 /// on failure none is touched.
-Error launchImpl(int64_t handle, const char *entryArg, const char *object, int64_t nIn,
-                 void **inDescs, const int64_t *inRanks, const int64_t *inElemSizes, int64_t nOut,
-                 void **outDescs, const int64_t *outRanks, const int64_t *outElemSizes) {
+Error launchImpl(int64_t handle, const char *entryArg, const char *object, size_t nIn,
+                 void *const *inDescs, const size_t *inRanks, const size_t *inElemSizes,
+                 size_t nOut, void *const *outDescs, const size_t *outRanks,
+                 const size_t *outElemSizes) {
   if (!entryArg || !object)
     return failure("launch: null entry or object path");
   std::string prefixed;
@@ -564,31 +583,35 @@ Error launchImpl(int64_t handle, const char *entryArg, const char *object, int64
       text += " on '" + session->address + "'";
     return text;
   };
-  if (nIn < 0 || nOut < 0 || (nIn > 0 && (!inDescs || !inRanks || !inElemSizes)) ||
+  if (nIn > kMaxLaunchTensors || nOut > kMaxLaunchTensors ||
+      (nIn > 0 && (!inDescs || !inRanks || !inElemSizes)) ||
       (nOut > 0 && (!outDescs || !outRanks || !outElemSizes)))
     return failure(where() + ": malformed argument arrays");
 
   // Views are reused per thread so a steady stream of launches allocates nothing here.
   thread_local std::vector<TensorView> views;
   views.resize(nIn);
-  for (int64_t i = 0; i < nIn; ++i) {
+  for (size_t i = 0; i < nIn; ++i) {
     const int64_t *d = words(inDescs[i]);
-    int64_t rank = inRanks[i];
-    if (!d || rank < 0 || inElemSizes[i] <= 0)
+    if (!d || inRanks[i] > kMaxRank || inElemSizes[i] == 0 || inElemSizes[i] > kMaxElementBytes)
       return failure(formatv("{0}: input {1} has no descriptor, rank {2} or element size {3}",
-                             where(), i, rank, inElemSizes[i]));
+                             where(), i, inRanks[i], inElemSizes[i]));
+    auto rank = static_cast<int64_t>(inRanks[i]);
+    auto elemSize = static_cast<int64_t>(inElemSizes[i]);
     TensorView &view = views[i];
-    view.data = reinterpret_cast<const char *>(d[1]) + d[2] * inElemSizes[i];
-    view.elemSize = inElemSizes[i];
+    view.data = reinterpret_cast<const char *>(d[1]) + d[2] * elemSize;
+    view.elemSize = elemSize;
     view.sizes.assign(d + 3, d + 3 + rank);
     view.strides.assign(d + 3 + rank, d + 3 + 2 * rank);
   }
   SmallVector<ResultSpec, 4> specs;
-  for (int64_t i = 0; i < nOut; ++i) {
-    if (!outDescs[i] || outRanks[i] < 0 || outElemSizes[i] <= 0)
+  for (size_t i = 0; i < nOut; ++i) {
+    if (!outDescs[i] || outRanks[i] > kMaxRank || outElemSizes[i] == 0 ||
+        outElemSizes[i] > kMaxElementBytes)
       return failure(formatv("{0}: result {1} has no descriptor, rank {2} or element size {3}",
                              where(), i, outRanks[i], outElemSizes[i]));
-    specs.push_back(ResultSpec{outRanks[i], outElemSizes[i]});
+    specs.push_back(
+        ResultSpec{static_cast<int64_t>(outRanks[i]), static_cast<int64_t>(outElemSizes[i])});
   }
 
   session = Registry::get().find(handle);
@@ -601,15 +624,19 @@ Error launchImpl(int64_t handle, const char *entryArg, const char *object, int64
   if (!results)
     return failure(where(), results.takeError());
 
-  if (int64_t(results->size()) != nOut)
+  if (results->size() != nOut)
     return failure(formatv("{0}: the executor returned {1} results, expected {2}", where(),
                            results->size(), nOut));
-  for (int64_t i = 0; i < nOut; ++i) {
+  for (size_t i = 0; i < nOut; ++i) {
     OwnedTensor &tensor = (*results)[i];
-    ArrayRef<int64_t> expected(words(outDescs[i]) + 3, outRanks[i]);
-    bool matches = int64_t(tensor.sizes.size()) == outRanks[i] &&
+    const int64_t *descriptor = words(outDescs[i]);
+    // Host code lowered without the marker says nothing about the shape but its rank.
+    SmallVector<int64_t, 4> expected(outRanks[i], -1);
+    if (carriesExpectedShape(descriptor))
+      expected.assign(descriptor + 3, descriptor + 3 + outRanks[i]);
+    bool matches = tensor.sizes.size() == outRanks[i] &&
                    tensor.strides.size() == tensor.sizes.size() &&
-                   tensor.elemSize == outElemSizes[i];
+                   tensor.elemSize == static_cast<int64_t>(outElemSizes[i]);
     for (size_t d = 0; matches && d < expected.size(); ++d)
       matches = expected[d] < 0 || expected[d] == tensor.sizes[d];
     if (!matches)
@@ -620,10 +647,10 @@ Error launchImpl(int64_t handle, const char *entryArg, const char *object, int64
     if (Error error = makeRowMajor(tensor))
       return failure(where(), std::move(error));
   }
-  for (int64_t i = 0; i < nOut; ++i) {
+  for (size_t i = 0; i < nOut; ++i) {
     OwnedTensor &tensor = (*results)[i];
     int64_t *d = words(outDescs[i]);
-    int64_t rank = outRanks[i];
+    auto rank = static_cast<int64_t>(outRanks[i]);
     d[1] = static_cast<int64_t>(reinterpret_cast<intptr_t>(tensor.data));
     d[0] = static_cast<int64_t>(reinterpret_cast<intptr_t>(tensor.release()));
     d[2] = 0;
@@ -736,19 +763,16 @@ int64_t __catalyst__executor__open(const char *address) {
   });
 }
 
-int32_t __catalyst__executor__send_binary(int64_t session, const char *path, const char *format) {
-  return guarded<int32_t>(1, "send_binary", [&]() -> int32_t {
+int64_t __catalyst__executor__send_binary(int64_t session, const char *path, uint32_t format) {
+  return guarded<int64_t>(1, "send_binary", [&]() -> int64_t {
     if (!path) {
       recordError("send_binary: null path");
       return 1;
     }
     // The object is named where a failure is about it: by the executor, or by the read.
     std::string where = "send_binary";
-    if (!isObjectFormat(format)) {
-      recordError(formatv("{0}: format '{1}' is not supported; only \"object\" (a relocatable "
-                          "ELF object) is",
-                          where, format)
-                      .str());
+    if (std::string why = unsupportedFormat(format); !why.empty()) {
+      recordError(where + ": " + why);
       return 1;
     }
     std::shared_ptr<Session> found = Registry::get().find(session);
@@ -756,7 +780,9 @@ int32_t __catalyst__executor__send_binary(int64_t session, const char *path, con
       recordError(where + ": " + unknownSession(session));
       return 1;
     }
-    auto blob = sendObject(*found, path);
+    // A path already sent over the session is a lookup: lowered code ships at the top of
+    // every launching function.
+    auto blob = objectFor(*found, path);
     if (!blob) {
       recordError(where + " to '" + found->address + "'", blob.takeError());
       return 1;
@@ -765,13 +791,15 @@ int32_t __catalyst__executor__send_binary(int64_t session, const char *path, con
   });
 }
 
-int32_t __catalyst__executor__launch(int64_t session, const char *entry, const char *object,
-                                     int64_t n_in, void **in_descs, const int64_t *in_ranks,
-                                     const int64_t *in_elem_sizes, int64_t n_out, void **out_descs,
-                                     const int64_t *out_ranks, const int64_t *out_elem_sizes) {
+void __catalyst__executor__launch(int64_t session, const char *entry, const char *object,
+                                  size_t num_inputs, void *const *input_descs,
+                                  const size_t *input_ranks, const size_t *input_elem_sizes,
+                                  size_t num_outputs, void *const *output_descs,
+                                  const size_t *output_ranks, const size_t *output_elem_sizes) {
   int32_t status = guarded<int32_t>(1, "launch", [&]() -> int32_t {
-    Error error = launchImpl(session, entry, object, n_in, in_descs, in_ranks, in_elem_sizes, n_out,
-                             out_descs, out_ranks, out_elem_sizes);
+    Error error =
+        launchImpl(session, entry, object, num_inputs, input_descs, input_ranks, input_elem_sizes,
+                   num_outputs, output_descs, output_ranks, output_elem_sizes);
     if (!error)
       return 0;
     recordError(std::move(error));
@@ -779,10 +807,9 @@ int32_t __catalyst__executor__launch(int64_t session, const char *entry, const c
   });
   if (status != 0)
     guarded<int>(0, "launch", [&] {
-      fillZeroResults(n_out, out_descs, out_ranks, out_elem_sizes);
+      fillZeroResults(num_outputs, output_descs, output_ranks, output_elem_sizes);
       return 0;
     });
-  return status;
 }
 
 int64_t __catalyst__executor__launch_async(int64_t session, const char *entry, const char *object) {
@@ -813,11 +840,13 @@ int64_t __catalyst__executor__launch_async(int64_t session, const char *entry, c
   });
 }
 
-int32_t __catalyst__executor__await(int64_t token) {
-  return guarded<int32_t>(1, "await", [&]() -> int32_t {
+void __catalyst__executor__await(int64_t token) {
+  guarded<int32_t>(1, "await", [&]() -> int32_t {
     auto launch = Registry::get().takeToken(token);
     if (!launch) {
-      recordError(formatv("await: unknown token {0} (never issued or already awaited)", token));
+      // A failed launch_async returned 0 and recorded why; awaiting it adds nothing.
+      if (token != 0)
+        recordError(formatv("await: unknown token {0} (never issued or already awaited)", token));
       return 1;
     }
     if (Error error = launch->session->backend->await(launch->session->id, launch->launchId)) {
@@ -829,40 +858,56 @@ int32_t __catalyst__executor__await(int64_t token) {
   });
 }
 
-int32_t __catalyst__executor__call_wrapper(int64_t session, const char *sym, const void *args,
-                                           int64_t args_size, void **out, int64_t *out_size) {
-  if (!out || !out_size) {
+int32_t __catalyst__executor__call_wrapper(int64_t session, const char *symbol,
+                                           const char *args_buf, size_t args_size, void **out_buf,
+                                           size_t *out_size) {
+  if (!out_buf || !out_size) {
     recordError("call: null reply pointers");
     return 1;
   }
-  *out = nullptr;
-  int64_t expected = *out_size;
+  // Only Courier's lowering says how big the reply must be; without it nothing is known.
+  bool sized = reinterpret_cast<intptr_t>(*out_buf) == COURIER_EXPECTED_SHAPE_MARKER;
+  size_t expected = sized ? *out_size : 0;
+  *out_buf = nullptr;
   int32_t status = guarded<int32_t>(1, "call", [&]() -> int32_t {
-    auto reply = callImpl(session, sym, args, args_size, expected);
+    if (!sized) {
+      recordError(formatv("call '{0}': the expected reply size is unknown: host code must set "
+                          "*out_buf to COURIER_EXPECTED_SHAPE_MARKER and *out_size to the reply "
+                          "size, as convert-executor-to-llvm does",
+                          symbol ? symbol : "(null)")
+                      .str());
+      return 1;
+    }
+    if (args_size > static_cast<size_t>(INT64_MAX) || expected > static_cast<size_t>(INT64_MAX)) {
+      recordError(formatv("call '{0}': sizes beyond 2^63 bytes", symbol ? symbol : "(null)"));
+      return 1;
+    }
+    auto reply = callImpl(session, symbol, args_buf, static_cast<int64_t>(args_size),
+                          static_cast<int64_t>(expected));
     if (!reply) {
       recordError(reply.takeError());
       return 1;
     }
-    void *buffer = std::malloc(std::max<int64_t>(1, expected));
+    void *buffer = std::malloc(std::max<size_t>(1, expected));
     if (!buffer) {
-      recordError(formatv("call '{0}': out of memory for a {1}-byte reply", sym, expected));
+      recordError(formatv("call '{0}': out of memory for a {1}-byte reply", symbol, expected));
       return 1;
     }
     std::memcpy(buffer, reply->data(), reply->size());
-    *out = buffer;
+    *out_buf = buffer;
     return 0;
   });
   if (status != 0) {
-    *out_size = std::max<int64_t>(0, expected);
-    *out = std::calloc(std::max<int64_t>(1, *out_size), 1);
+    *out_size = expected;
+    *out_buf = std::calloc(std::max<size_t>(1, expected), 1);
   }
   return status;
 }
 
 void __catalyst__executor__free_result(void *buf) { std::free(buf); }
 
-int32_t __catalyst__executor__close(int64_t session) {
-  return guarded<int32_t>(1, "close", [&]() -> int32_t {
+int64_t __catalyst__executor__close(int64_t session) {
+  return guarded<int64_t>(1, "close", [&]() -> int64_t {
     std::shared_ptr<Session> found = Registry::get().remove(session);
     if (!found) {
       recordError("close: " + unknownSession(session));

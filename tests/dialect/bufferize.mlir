@@ -65,3 +65,33 @@ module {
     func.func public @k(%x: tensor<4xf64>) -> tensor<4xf64> { return %x : tensor<4xf64> }
   }
 }
+
+// -----
+
+// catalyst.custom_call takes the same destination-passing form, marking where its inputs end
+// with number_original_arg, and keeps its backend_config.
+// CHECK-LABEL: func @custom_call
+// CHECK-SAME: (%[[IN:.*]]: memref<8xi8>) -> memref<4xf32>
+// CHECK: %[[O:.*]] = memref.alloc() {{.*}} : memref<4xf32>
+// CHECK: catalyst.custom_call fn("lib") (%[[IN]], %[[O]]) {backend_config = {dispatch = ""}, number_original_arg = 1 : i32} : (memref<8xi8>, memref<4xf32>) -> ()
+// CHECK: return %[[O]]
+func.func @custom_call(%in: tensor<8xi8>) -> tensor<4xf32> {
+  %o = catalyst.custom_call fn("lib") (%in) {backend_config = {dispatch = ""}} : (tensor<8xi8>) -> tensor<4xf32>
+  return %o : tensor<4xf32>
+}
+
+// -----
+
+// How a launch runs survives bufferization (dispatch-executor-targets then refuses this one:
+// an asynchronous launch has no results).
+module {
+  // CHECK-LABEL: func @nonblocking
+  // CHECK: catalyst.launch_kernel @dev::@k(%{{.*}}) {catalyst.nonblocking} : (memref<4xf64>) -> memref<4xf64>
+  func.func @nonblocking(%x: tensor<4xf64>) -> tensor<4xf64> {
+    %y = catalyst.launch_kernel @dev::@k(%x) {catalyst.nonblocking} : (tensor<4xf64>) -> tensor<4xf64>
+    return %y : tensor<4xf64>
+  }
+  module @dev attributes {catalyst.target = {}} {
+    func.func public @k(%x: tensor<4xf64>) -> tensor<4xf64> { return %x : tensor<4xf64> }
+  }
+}

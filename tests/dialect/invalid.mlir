@@ -242,3 +242,109 @@ func.func @index_outs() {
   %o = catalyst.runtime_call fn("f") () {c_params = []} : () -> () outs(tensor<2xindex>)
   return
 }
+
+// -----
+
+// A misspelled key would silently change where the module runs: it is refused, naming the
+// keys there are.
+// expected-error @+1 {{'catalyst.dispatch' has unknown key 'adress'; the known keys are 'address'}}
+module @dev attributes {catalyst.dispatch = {adress = "127.0.0.1:7000"}} {
+}
+
+// -----
+
+// expected-error @+1 {{'catalyst.target' has unknown key 'tripel'; the known keys are 'triple', 'cpu', 'features'}}
+module @dev attributes {catalyst.target = {tripel = "x86_64-unknown-linux-gnu"}} {
+}
+
+// -----
+
+// An empty address is not the in-process executor: that one is spelled "local".
+// expected-error @+1 {{'catalyst.dispatch' has an empty 'address'; write "host:port", or "local" for the in-process executor}}
+module @dev attributes {catalyst.dispatch = {address = ""}} {
+}
+
+// -----
+
+// expected-error @+1 {{'catalyst.dispatch' needs an 'address'}}
+module @dev attributes {catalyst.dispatch = {}} {
+}
+
+// -----
+
+// expected-error @+1 {{'catalyst.object_file' must name an object file, not be empty}}
+module @dev attributes {catalyst.object_file = ""} {
+}
+
+// -----
+
+// expected-error @+1 {{unknown catalyst attribute 'catalyst.nonblock'; the known ones are 'catalyst.target', 'catalyst.dispatch', 'catalyst.object_file', 'catalyst.nonblocking', 'catalyst.backline_bringup'}}
+func.func @f() attributes {catalyst.nonblock} {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{'catalyst.nonblocking' is only valid on a catalyst.launch_kernel}}
+func.func @f() attributes {catalyst.nonblocking} {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{'catalyst.backline_bringup' is only valid on a host function}}
+module @dev attributes {catalyst.backline_bringup} {
+}
+
+// -----
+
+// expected-error @+1 {{'catalyst.backline_bringup' is a unit attribute and takes no value}}
+func.func @f() attributes {catalyst.backline_bringup = true} {
+  return
+}
+
+// -----
+
+// A scalar cannot be a kernel argument; the message says what to write instead.
+module {
+  func.func @main(%x: tensor<4xf32>, %a: f32) -> tensor<4xf32> {
+    // expected-error @+1 {{operand 1 has type 'f32' and @dev::@k declares 'f32', but kernels take and return ranked tensors or memrefs; pass a scalar as a rank-0 tensor, 'tensor<f32>'}}
+    %y = catalyst.launch_kernel @dev::@k(%x, %a) : (tensor<4xf32>, f32) -> tensor<4xf32>
+    return %y : tensor<4xf32>
+  }
+  module @dev attributes {catalyst.target = {}} {
+    func.func public @k(%x: tensor<4xf32>, %a: f32) -> tensor<4xf32> { return %x : tensor<4xf32> }
+  }
+}
+
+// -----
+
+func.func @custom_call_bad_dispatch(%x: memref<4xf64>) {
+  // expected-error @+1 {{backend_config 'dispatch' must be a string}}
+  catalyst.custom_call fn("f") (%x) {backend_config = {dispatch = 7 : i32}, number_original_arg = 1 : i32} : (memref<4xf64>) -> ()
+  return
+}
+
+// -----
+
+func.func @custom_call_too_many_inputs(%x: memref<4xf64>) {
+  // expected-error @+1 {{number_original_arg (2) must be between 0 and the operand count (1)}}
+  catalyst.custom_call fn("f") (%x) {number_original_arg = 2 : i32} : (memref<4xf64>) -> ()
+  return
+}
+
+// -----
+
+func.func @custom_call_buffer_results(%x: memref<4xf64>) -> memref<4xf64> {
+  // expected-error @+1 {{returns buffers; after bufferization the outputs are operands after number_original_arg}}
+  %y = catalyst.custom_call fn("f") (%x) : (memref<4xf64>) -> memref<4xf64>
+  return %y : memref<4xf64>
+}
+
+// -----
+
+func.func @custom_call_empty_name(%x: tensor<4xf64>) -> tensor<4xf64> {
+  // expected-error @+1 {{needs a non-empty fn name}}
+  %y = catalyst.custom_call fn("") (%x) : (tensor<4xf64>) -> tensor<4xf64>
+  return %y : tensor<4xf64>
+}

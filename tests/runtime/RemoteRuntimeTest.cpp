@@ -9,7 +9,9 @@
 #include <chrono>
 #include <cstdlib>
 #include <memory>
+#include <optional>
 #include <thread>
+#include <utility>
 #include <vector>
 
 using namespace courier;
@@ -17,20 +19,29 @@ using namespace courier::runtime;
 
 namespace {
 
+/// Marks result storage as Courier's lowering does, so its sizes are the expected shape.
+void *const kMarker = reinterpret_cast<void *>(COURIER_EXPECTED_SHAPE_MARKER);
+
 struct Descriptor1 {
   void *allocated = nullptr;
-  void *aligned = nullptr;
+  void *aligned = kMarker;
   int64_t offset = 0;
   int64_t sizes[1] = {};
   int64_t strides[1] = {};
 };
 
+/// A message launchVector() took from the thread, kept for takeMessage().
+std::optional<std::string> pendingMessage;
+
 std::string takeMessage() {
+  if (pendingMessage)
+    return std::exchange(pendingMessage, std::nullopt).value();
   llvm::Error error = takeError();
   return error ? llvm::toString(std::move(error)) : std::string();
 }
 
-/// Launches `entry` on a 1-D f64 vector; returns the status and fills `result`.
+/// Launches `entry` on a 1-D f64 vector; returns 1 when it recorded an error (kept for
+/// takeMessage()), else 0, and fills `result`.
 int32_t launchVector(int64_t session, const char *entry, const char *object, std::vector<double> x,
                      std::vector<double> &result, int64_t expected = -1) {
   Descriptor1 in, out;
@@ -39,9 +50,12 @@ int32_t launchVector(int64_t session, const char *entry, const char *object, std
   in.strides[0] = 1;
   out.sizes[0] = expected;
   void *ins[] = {&in}, *outs[] = {&out};
-  int64_t ranks[] = {1}, sizes[] = {8};
-  int32_t status = __catalyst__executor__launch(session, entry, object, 1, ins, ranks, sizes, 1,
-                                                outs, ranks, sizes);
+  size_t ranks[] = {1}, sizes[] = {8};
+  __catalyst__executor__launch(session, entry, object, 1, ins, ranks, sizes, 1, outs, ranks, sizes);
+  llvm::Error error = takeError();
+  int32_t status = error ? 1 : 0;
+  if (error)
+    pendingMessage = llvm::toString(std::move(error));
   auto *data = static_cast<double *>(out.aligned);
   result.assign(data, data + out.sizes[0]);
   std::free(out.allocated);
@@ -56,7 +70,8 @@ TEST_CASE("the C ABI launches and calls on a remote executor", "[runtime][http]"
   int64_t session = __catalyst__executor__open(executor.address().c_str());
   REQUIRE(session != 0);
   CHECK(__catalyst__executor__open(executor.address().c_str()) == session);
-  REQUIRE(__catalyst__executor__send_binary(session, COURIER_KERNEL_SCALE, "object") == 0);
+  REQUIRE(__catalyst__executor__send_binary(session, COURIER_KERNEL_SCALE,
+                                            COURIER_BINARY_FORMAT_OBJECT) == 0);
 
   std::vector<double> y;
   REQUIRE(launchVector(session, "_catalyst_pyface_scale", COURIER_KERNEL_SCALE, {1, 2, 3}, y) == 0);
@@ -66,15 +81,16 @@ TEST_CASE("the C ABI launches and calls on a remote executor", "[runtime][http]"
   CHECK(y == std::vector<double>{3});
 
   double values[2] = {0.5, 0.25};
-  void *out = nullptr;
-  int64_t outSize = 8;
-  REQUIRE(__catalyst__executor__call_wrapper(session, "courier_test_sum", values, 16, &out,
+  void *out = kMarker;
+  size_t outSize = 8;
+  REQUIRE(__catalyst__executor__call_wrapper(session, "courier_test_sum",
+                                             reinterpret_cast<const char *>(values), 16, &out,
                                              &outSize) == 0);
   CHECK(*static_cast<double *>(out) == 0.75);
   __catalyst__executor__free_result(out);
 
   // An empty reply ends like any other (a zero-length stream would never end).
-  out = nullptr;
+  out = kMarker;
   outSize = 0;
   REQUIRE(__catalyst__executor__call_wrapper(session, "courier_test_nothing", nullptr, 0, &out,
                                              &outSize) == 0);
@@ -84,7 +100,7 @@ TEST_CASE("the C ABI launches and calls on a remote executor", "[runtime][http]"
   int64_t token =
       __catalyst__executor__launch_async(session, "_catalyst_pyface_noop", COURIER_KERNEL_SHAPES);
   REQUIRE(token != 0);
-  CHECK(__catalyst__executor__await(token) == 0);
+  __catalyst__executor__await(token);
   CHECK(takeMessage() == "");
   CHECK(__catalyst__executor__close(session) == 0);
 }
@@ -101,12 +117,13 @@ TEST_CASE("remote failures carry the executor's message and the address", "[runt
                                 Catch::Contains("unknown entry '_catalyst_pyface_nope'"));
   CHECK(y == std::vector<double>{0, 0});
 
-  CHECK(__catalyst__executor__send_binary(session, COURIER_KERNEL_SCALE_AARCH64, "object") != 0);
+  CHECK(__catalyst__executor__send_binary(session, COURIER_KERNEL_SCALE_AARCH64,
+                                          COURIER_BINARY_FORMAT_OBJECT) != 0);
   CHECK_THAT(takeMessage(),
              Catch::Contains(executor.address()) && Catch::Contains("is for aarch64"));
 
-  void *out = nullptr;
-  int64_t outSize = 8;
+  void *out = kMarker;
+  size_t outSize = 8;
   CHECK(__catalyst__executor__call_wrapper(session, "courier_nothing", nullptr, 0, &out,
                                            &outSize) != 0);
   CHECK_THAT(takeMessage(), Catch::Contains("courier_nothing"));
@@ -145,7 +162,8 @@ TEST_CASE("an object two scopes shipped is released on the executor when the sec
   auto second = std::make_unique<ModuleScope>(ScopeOptions{});
   for (ModuleScope *scope : {first.get(), second.get()}) {
     ModuleScope::Entered entered(*scope);
-    REQUIRE(__catalyst__executor__send_binary(session, COURIER_KERNEL_SCALE, "object") == 0);
+    REQUIRE(__catalyst__executor__send_binary(session, COURIER_KERNEL_SCALE,
+                                              COURIER_BINARY_FORMAT_OBJECT) == 0);
   }
   CHECK(executor.metric("courier_object_uploads_total") == 1);
   CHECK(executor.metric("courier_attached_objects") == 1);

@@ -13,17 +13,23 @@
 #include <malloc.h>
 
 #include <cstring>
+#include <optional>
 #include <set>
 #include <thread>
+#include <utility>
 
 using namespace courier;
 using namespace courier::runtime;
 
 namespace {
 
+/// Result storage as Courier's lowering prepares it: marked, so its sizes are the shape the
+/// reply must have.
+void *const kMarker = reinterpret_cast<void *>(COURIER_EXPECTED_SHAPE_MARKER);
+
 template <int Rank> struct Descriptor {
   void *allocated = nullptr;
-  void *aligned = nullptr;
+  void *aligned = kMarker;
   int64_t offset = 0;
   int64_t sizes[Rank] = {};
   int64_t strides[Rank] = {};
@@ -31,7 +37,7 @@ template <int Rank> struct Descriptor {
 
 struct Descriptor0 {
   void *allocated = nullptr;
-  void *aligned = nullptr;
+  void *aligned = kMarker;
   int64_t offset = 0;
 };
 
@@ -48,8 +54,29 @@ Descriptor<Rank> describe(T *data, std::array<int64_t, Rank> sizes,
   return d;
 }
 
+/// A message launch() took from the thread, kept for takeMessage().
+std::optional<std::string> pendingMessage;
+
 /// Takes the calling thread's error as text ("" when there is none).
-std::string takeMessage() { return test::messageOf(takeError()); }
+std::string takeMessage() {
+  if (pendingMessage)
+    return std::exchange(pendingMessage, std::nullopt).value();
+  return test::messageOf(takeError());
+}
+
+/// Launches through the ABI, which returns nothing as Catalyst's does, and returns 1 when the
+/// launch recorded an error (kept for takeMessage()), as the engine reads it, else 0.
+int launch(int64_t session, const char *entry, const char *object, size_t nIn, void *const *inDescs,
+           const size_t *inRanks, const size_t *inSizes, size_t nOut, void *const *outDescs,
+           const size_t *outRanks, const size_t *outSizes) {
+  __catalyst__executor__launch(session, entry, object, nIn, inDescs, inRanks, inSizes, nOut,
+                               outDescs, outRanks, outSizes);
+  std::string message = test::messageOf(takeError());
+  if (message.empty())
+    return 0;
+  pendingMessage = message;
+  return 1;
+}
 
 /// A session on "local" that is closed at the end of the test, so tests stay independent
 /// when they share one process.
@@ -70,11 +97,9 @@ std::vector<double> scale(int64_t session, std::vector<double> &x) {
   out.sizes[0] = -1;
   void *ins[] = {&in};
   void *outs[] = {&out};
-  int64_t ranks[] = {1}, sizes[] = {8};
-  int32_t status =
-      __catalyst__executor__launch(session, "_catalyst_pyface_scale", COURIER_KERNEL_SCALE, 1, ins,
-                                   ranks, sizes, 1, outs, ranks, sizes);
-  if (status != 0)
+  size_t ranks[] = {1}, sizes[] = {8};
+  if (launch(session, "_catalyst_pyface_scale", COURIER_KERNEL_SCALE, 1, ins, ranks, sizes, 1, outs,
+             ranks, sizes) != 0)
     FAIL(takeMessage());
   auto *data = static_cast<double *>(out.aligned) + out.offset;
   std::vector<double> result(data, data + out.sizes[0]);
@@ -117,7 +142,8 @@ TEST_CASE("a malformed address fails to open with a message naming it", "[runtim
 
 TEST_CASE("a launch through the C ABI returns the kernel's numbers", "[runtime]") {
   LocalSession session;
-  REQUIRE(__catalyst__executor__send_binary(session.handle, COURIER_KERNEL_SCALE, "object") == 0);
+  REQUIRE(__catalyst__executor__send_binary(session.handle, COURIER_KERNEL_SCALE,
+                                            COURIER_BINARY_FORMAT_OBJECT) == 0);
   std::vector<double> x{1, 2, 3, 4};
   CHECK(scale(session.handle, x) == std::vector<double>{2, 4, 6, 8});
 }
@@ -136,9 +162,9 @@ TEST_CASE("the C ABI marshals ranks 0 to 3, offsets, strides and several results
     double x = 4;
     Descriptor0 in{&x, &x, 0}, out;
     void *ins[] = {&in}, *outs[] = {&out};
-    int64_t ranks[] = {0}, sizes[] = {8};
-    REQUIRE(__catalyst__executor__launch(session.handle, "_catalyst_pyface_square0", shapes, 1, ins,
-                                         ranks, sizes, 1, outs, ranks, sizes) == 0);
+    size_t ranks[] = {0}, sizes[] = {8};
+    REQUIRE(launch(session.handle, "_catalyst_pyface_square0", shapes, 1, ins, ranks, sizes, 1,
+                   outs, ranks, sizes) == 0);
     CHECK(*static_cast<double *>(out.aligned) == 16);
     std::free(out.allocated);
   }
@@ -149,9 +175,9 @@ TEST_CASE("the C ABI marshals ranks 0 to 3, offsets, strides and several results
     out.sizes[0] = 3;
     out.sizes[1] = 2;
     void *ins[] = {&in}, *outs[] = {&out};
-    int64_t ranks[] = {2}, sizes[] = {4};
-    REQUIRE(__catalyst__executor__launch(session.handle, "_catalyst_pyface_transpose2", shapes, 1,
-                                         ins, ranks, sizes, 1, outs, ranks, sizes) == 0);
+    size_t ranks[] = {2}, sizes[] = {4};
+    REQUIRE(launch(session.handle, "_catalyst_pyface_transpose2", shapes, 1, ins, ranks, sizes, 1,
+                   outs, ranks, sizes) == 0);
     auto *data = static_cast<float *>(out.aligned);
     CHECK(std::vector<float>(data, data + 6) == std::vector<float>{1, 2, 3, 4, 5, 6});
     CHECK(out.strides[0] == 2);
@@ -167,9 +193,9 @@ TEST_CASE("the C ABI marshals ranks 0 to 3, offsets, strides and several results
     for (int64_t &size : out.sizes)
       size = 2;
     void *ins[] = {&in}, *outs[] = {&out};
-    int64_t ranks[] = {3}, sizes[] = {8};
-    REQUIRE(__catalyst__executor__launch(session.handle, "_catalyst_pyface_negate3", shapes, 1, ins,
-                                         ranks, sizes, 1, outs, ranks, sizes) == 0);
+    size_t ranks[] = {3}, sizes[] = {8};
+    REQUIRE(launch(session.handle, "_catalyst_pyface_negate3", shapes, 1, ins, ranks, sizes, 1,
+                   outs, ranks, sizes) == 0);
     auto *data = static_cast<int64_t *>(out.aligned);
     CHECK(std::vector<int64_t>(data, data + 8) ==
           std::vector<int64_t>{0, -2, -4, -6, -8, -10, -12, -14});
@@ -182,9 +208,9 @@ TEST_CASE("the C ABI marshals ranks 0 to 3, offsets, strides and several results
     Descriptor<1> prefix;
     prefix.sizes[0] = -1;
     void *ins[] = {&in}, *outs[] = {&sum, &prefix};
-    int64_t inRanks[] = {1}, inSizes[] = {8}, outRanks[] = {0, 1}, outSizes[] = {8, 8};
-    REQUIRE(__catalyst__executor__launch(session.handle, "_catalyst_pyface_stats", shapes, 1, ins,
-                                         inRanks, inSizes, 2, outs, outRanks, outSizes) == 0);
+    size_t inRanks[] = {1}, inSizes[] = {8}, outRanks[] = {0, 1}, outSizes[] = {8, 8};
+    REQUIRE(launch(session.handle, "_catalyst_pyface_stats", shapes, 1, ins, inRanks, inSizes, 2,
+                   outs, outRanks, outSizes) == 0);
     CHECK(*static_cast<double *>(sum.aligned) == 6);
     auto *data = static_cast<double *>(prefix.aligned);
     CHECK(std::vector<double>(data, data + 3) == std::vector<double>{1, 3, 6});
@@ -196,9 +222,9 @@ TEST_CASE("the C ABI marshals ranks 0 to 3, offsets, strides and several results
     out.sizes[0] = 2;
     out.sizes[1] = 3;
     void *outs[] = {&out};
-    int64_t ranks[] = {2}, sizes[] = {8};
-    REQUIRE(__catalyst__executor__launch(session.handle, "_catalyst_pyface_column_major", shapes, 0,
-                                         nullptr, nullptr, nullptr, 1, outs, ranks, sizes) == 0);
+    size_t ranks[] = {2}, sizes[] = {8};
+    REQUIRE(launch(session.handle, "_catalyst_pyface_column_major", shapes, 0, nullptr, nullptr,
+                   nullptr, 1, outs, ranks, sizes) == 0);
     CHECK(out.strides[0] == 3);
     CHECK(out.strides[1] == 1);
     auto *data = static_cast<double *>(out.aligned);
@@ -211,9 +237,9 @@ TEST_CASE("the C ABI marshals ranks 0 to 3, offsets, strides and several results
     Descriptor<1> out;
     out.sizes[0] = 2;
     void *ins[] = {&da, &db}, *outs[] = {&out};
-    int64_t inRanks[] = {1, 1}, inSizes[] = {4, 4}, outRanks[] = {1}, outSizes[] = {4};
-    REQUIRE(__catalyst__executor__launch(session.handle, "add", COURIER_KERNEL_ADD, 2, ins, inRanks,
-                                         inSizes, 1, outs, outRanks, outSizes) == 0);
+    size_t inRanks[] = {1, 1}, inSizes[] = {4, 4}, outRanks[] = {1}, outSizes[] = {4};
+    REQUIRE(launch(session.handle, "add", COURIER_KERNEL_ADD, 2, ins, inRanks, inSizes, 1, outs,
+                   outRanks, outSizes) == 0);
     auto *data = static_cast<int32_t *>(out.aligned);
     CHECK(std::vector<int32_t>(data, data + 2) == std::vector<int32_t>{41, 52});
     std::free(out.allocated);
@@ -222,8 +248,10 @@ TEST_CASE("the C ABI marshals ranks 0 to 3, offsets, strides and several results
 
 TEST_CASE("two objects with the same entry name run their own code in one session", "[runtime]") {
   LocalSession session;
-  REQUIRE(__catalyst__executor__send_binary(session.handle, COURIER_KERNEL_SCALE, "object") == 0);
-  REQUIRE(__catalyst__executor__send_binary(session.handle, COURIER_KERNEL_SCALE3, "object") == 0);
+  REQUIRE(__catalyst__executor__send_binary(session.handle, COURIER_KERNEL_SCALE,
+                                            COURIER_BINARY_FORMAT_OBJECT) == 0);
+  REQUIRE(__catalyst__executor__send_binary(session.handle, COURIER_KERNEL_SCALE3,
+                                            COURIER_BINARY_FORMAT_OBJECT) == 0);
   double x = 1;
   for (auto [path, expected] :
        {std::pair{COURIER_KERNEL_SCALE, 2.0}, std::pair{COURIER_KERNEL_SCALE3, 3.0}}) {
@@ -231,9 +259,9 @@ TEST_CASE("two objects with the same entry name run their own code in one sessio
     Descriptor<1> out;
     out.sizes[0] = 1;
     void *ins[] = {&in}, *outs[] = {&out};
-    int64_t ranks[] = {1}, sizes[] = {8};
-    REQUIRE(__catalyst__executor__launch(session.handle, "_catalyst_pyface_scale", path, 1, ins,
-                                         ranks, sizes, 1, outs, ranks, sizes) == 0);
+    size_t ranks[] = {1}, sizes[] = {8};
+    REQUIRE(launch(session.handle, "_catalyst_pyface_scale", path, 1, ins, ranks, sizes, 1, outs,
+                   ranks, sizes) == 0);
     CHECK(*static_cast<double *>(out.aligned) == expected);
     std::free(out.allocated);
   }
@@ -244,14 +272,14 @@ TEST_CASE("a failed launch reports why and leaves zero-filled results", "[runtim
   std::vector<double> x{1, 2, 3, 4};
   auto in = describe<1>(x.data(), {4}, {1});
   void *ins[] = {&in};
-  int64_t ranks[] = {1}, sizes[] = {8};
+  size_t ranks[] = {1}, sizes[] = {8};
 
   SECTION("unknown entry") {
     Descriptor<1> out;
     out.sizes[0] = 3;
     void *outs[] = {&out};
-    CHECK(__catalyst__executor__launch(session.handle, "_catalyst_pyface_x", COURIER_KERNEL_SCALE,
-                                       1, ins, ranks, sizes, 1, outs, ranks, sizes) != 0);
+    CHECK(launch(session.handle, "_catalyst_pyface_x", COURIER_KERNEL_SCALE, 1, ins, ranks, sizes,
+                 1, outs, ranks, sizes) != 0);
     CHECK_THAT(takeMessage(), Catch::Contains("unknown entry '_catalyst_pyface_x' in object") &&
                                   Catch::Contains("'local'"));
     REQUIRE(out.allocated != nullptr);
@@ -265,9 +293,8 @@ TEST_CASE("a failed launch reports why and leaves zero-filled results", "[runtim
     Descriptor<1> out;
     out.sizes[0] = 5;
     void *outs[] = {&out};
-    CHECK(__catalyst__executor__launch(session.handle, "_catalyst_pyface_scale",
-                                       COURIER_KERNEL_SCALE, 1, ins, ranks, sizes, 1, outs, ranks,
-                                       sizes) != 0);
+    CHECK(launch(session.handle, "_catalyst_pyface_scale", COURIER_KERNEL_SCALE, 1, ins, ranks,
+                 sizes, 1, outs, ranks, sizes) != 0);
     CHECK_THAT(takeMessage(), Catch::Contains("shape [4]") && Catch::Contains("expected [5]"));
     CHECK(out.sizes[0] == 5);
     CHECK(static_cast<double *>(out.aligned)[4] == 0);
@@ -291,10 +318,11 @@ TEST_CASE("a failed launch reports why and leaves zero-filled results", "[runtim
       Descriptor<1> out;
       out.sizes[0] = -1;
       void *outs[] = {&out};
-      CHECK(__catalyst__executor__send_binary(session.handle, path, "object") != 0);
-      CHECK_THAT(takeMessage(), Catch::Contains(path) && Catch::Contains(reason));
-      CHECK(__catalyst__executor__launch(session.handle, "_catalyst_pyface_scale", path, 1, ins,
-                                         ranks, sizes, 1, outs, ranks, sizes) != 0);
+      CHECK(__catalyst__executor__send_binary(session.handle, path, COURIER_BINARY_FORMAT_OBJECT) !=
+            0);
+      CHECK_THAT(takeMessage(), Catch::Contains(reason));
+      CHECK(launch(session.handle, "_catalyst_pyface_scale", path, 1, ins, ranks, sizes, 1, outs,
+                   ranks, sizes) != 0);
       CHECK_THAT(takeMessage(), Catch::Contains(reason));
       CHECK(out.sizes[0] == 0);
       std::free(out.allocated);
@@ -305,8 +333,8 @@ TEST_CASE("a failed launch reports why and leaves zero-filled results", "[runtim
     Descriptor<1> out;
     out.sizes[0] = 4;
     void *outs[] = {&out};
-    CHECK(__catalyst__executor__launch(987654, "_catalyst_pyface_scale", COURIER_KERNEL_SCALE, 1,
-                                       ins, ranks, sizes, 1, outs, ranks, sizes) != 0);
+    CHECK(launch(987654, "_catalyst_pyface_scale", COURIER_KERNEL_SCALE, 1, ins, ranks, sizes, 1,
+                 outs, ranks, sizes) != 0);
     CHECK_THAT(takeMessage(), Catch::Contains("unknown session handle 987654"));
     std::free(out.allocated);
   }
@@ -314,24 +342,57 @@ TEST_CASE("a failed launch reports why and leaves zero-filled results", "[runtim
     Descriptor<1> out;
     out.sizes[0] = 2;
     void *outs[] = {&out};
-    CHECK(__catalyst__executor__launch(session.handle, "_catalyst_pyface_scale",
-                                       COURIER_KERNEL_SCALE, -1, ins, ranks, sizes, 1, outs, ranks,
-                                       sizes) != 0);
+    CHECK(launch(session.handle, "_catalyst_pyface_scale", COURIER_KERNEL_SCALE, -1, ins, ranks,
+                 sizes, 1, outs, ranks, sizes) != 0);
     CHECK_THAT(takeMessage(), Catch::Contains("malformed argument arrays"));
     CHECK(out.sizes[0] == 2);
     CHECK(static_cast<double *>(out.aligned)[1] == 0);
     std::free(out.allocated);
-    CHECK(__catalyst__executor__launch(session.handle, nullptr, COURIER_KERNEL_SCALE, 1, ins, ranks,
-                                       sizes, 0, nullptr, nullptr, nullptr) != 0);
+    CHECK(launch(session.handle, nullptr, COURIER_KERNEL_SCALE, 1, ins, ranks, sizes, 0, nullptr,
+                 nullptr, nullptr) != 0);
     CHECK_THAT(takeMessage(), Catch::Contains("null entry"));
   }
   SECTION("an unsupported binary format") {
-    CHECK(__catalyst__executor__send_binary(session.handle, COURIER_KERNEL_SCALE, "wasm") != 0);
-    CHECK_THAT(takeMessage(), Catch::Contains("format 'wasm' is not supported"));
+    CHECK(__catalyst__executor__send_binary(session.handle, COURIER_KERNEL_SCALE, 7) != 0);
+    CHECK_THAT(takeMessage(), Catch::Contains("unknown binary format 7"));
+    CHECK(__catalyst__executor__send_binary(session.handle, COURIER_KERNEL_SCALE, 1) != 0);
+    CHECK_THAT(takeMessage(), Catch::Contains("format 1 (a data asset) is not supported"));
   }
 
   // The session still serves.
   CHECK(scale(session.handle, x) == std::vector<double>{2, 4, 6, 8});
+}
+
+TEST_CASE("host code that leaves result descriptors unset, as Catalyst's lowering does, gets "
+          "results checked by rank",
+          "[runtime]") {
+  LocalSession session;
+  std::vector<double> x{1, 2, 3};
+  auto in = describe<1>(x.data(), {3}, {1});
+  void *ins[] = {&in};
+  size_t ranks[] = {1}, sizes[] = {8};
+  // What an uninitialized stack slot may hold.
+  Descriptor<1> out;
+  out.allocated = reinterpret_cast<void *>(0x1000);
+  out.aligned = reinterpret_cast<void *>(0x2000);
+  out.sizes[0] = 987654321;
+  void *outs[] = {&out};
+  REQUIRE(launch(session.handle, "_catalyst_pyface_scale", COURIER_KERNEL_SCALE, 1, ins, ranks,
+                 sizes, 1, outs, ranks, sizes) == 0);
+  REQUIRE(out.sizes[0] == 3);
+  auto *data = static_cast<double *>(out.aligned);
+  CHECK(std::vector<double>(data, data + 3) == std::vector<double>{2, 4, 6});
+  std::free(out.allocated);
+
+  // A failure cannot know the shape: the result is an empty, valid buffer.
+  out.aligned = reinterpret_cast<void *>(0x2000);
+  out.sizes[0] = 987654321;
+  CHECK(launch(session.handle, "_catalyst_pyface_x", COURIER_KERNEL_SCALE, 1, ins, ranks, sizes, 1,
+               outs, ranks, sizes) != 0);
+  CHECK_THAT(takeMessage(), Catch::Contains("unknown entry '_catalyst_pyface_x'"));
+  CHECK(out.sizes[0] == 0);
+  CHECK(out.allocated != nullptr);
+  std::free(out.allocated);
 }
 
 TEST_CASE("only the first error since the last clear is kept", "[runtime]") {
@@ -349,8 +410,9 @@ TEST_CASE("an async launch is awaited once through its token", "[runtime]") {
   int64_t token = __catalyst__executor__launch_async(session.handle, "_catalyst_pyface_noop",
                                                      COURIER_KERNEL_SHAPES);
   REQUIRE(token != 0);
-  CHECK(__catalyst__executor__await(token) == 0);
-  CHECK(__catalyst__executor__await(token) != 0);
+  __catalyst__executor__await(token);
+  CHECK(takeMessage() == "");
+  __catalyst__executor__await(token);
   CHECK_THAT(takeMessage(), Catch::Contains("unknown token"));
 
   // An entry the object lacks is refused when the launch starts, locally as remotely.
@@ -374,17 +436,19 @@ TEST_CASE("call_wrapper returns the callee's bytes or a zeroed buffer", "[runtim
   REQUIRE(session != 0);
 
   double values[3] = {1, 2, 3.5};
-  void *out = nullptr;
-  int64_t outSize = 8;
-  REQUIRE(__catalyst__executor__call_wrapper(session, "courier_test_sum", values, 24, &out,
+  const char *args = reinterpret_cast<const char *>(values);
+  void *out = kMarker;
+  size_t outSize = 8;
+  REQUIRE(__catalyst__executor__call_wrapper(session, "courier_test_sum", args, 24, &out,
                                              &outSize) == 0);
   CHECK(outSize == 8);
   CHECK(*static_cast<double *>(out) == 6.5);
   __catalyst__executor__free_result(out);
 
   outSize = 12;
-  CHECK(__catalyst__executor__call_wrapper(session, "courier_test_sum", values, 24, &out,
-                                           &outSize) != 0);
+  out = kMarker;
+  CHECK(__catalyst__executor__call_wrapper(session, "courier_test_sum", args, 24, &out, &outSize) !=
+        0);
   CHECK_THAT(takeMessage(),
              Catch::Contains("call 'courier_test_sum' on 'local'") && Catch::Contains("code 22"));
   REQUIRE(out != nullptr);
@@ -394,15 +458,26 @@ TEST_CASE("call_wrapper returns the callee's bytes or a zeroed buffer", "[runtim
   __catalyst__executor__free_result(out);
 
   outSize = 4;
-  CHECK(__catalyst__executor__call_wrapper(session, "courier_unknown", values, 24, &out,
-                                           &outSize) != 0);
+  out = kMarker;
+  CHECK(__catalyst__executor__call_wrapper(session, "courier_unknown", args, 24, &out, &outSize) !=
+        0);
   CHECK_THAT(takeMessage(), Catch::Contains("unknown symbol 'courier_unknown'"));
   __catalyst__executor__free_result(out);
   __catalyst__executor__free_result(nullptr);
 
+  // Host code that does not say how big the reply is gets an error, not a guess.
+  outSize = 8;
+  out = nullptr;
+  CHECK(__catalyst__executor__call_wrapper(session, "courier_test_sum", args, 24, &out, &outSize) !=
+        0);
+  CHECK_THAT(takeMessage(), Catch::Contains("the expected reply size is unknown"));
+  CHECK(outSize == 0);
+  __catalyst__executor__free_result(out);
+
   // The failures did not disturb the session.
   outSize = 8;
-  REQUIRE(__catalyst__executor__call_wrapper(session, "courier_test_sum", values, 16, &out,
+  out = kMarker;
+  REQUIRE(__catalyst__executor__call_wrapper(session, "courier_test_sum", args, 16, &out,
                                              &outSize) == 0);
   CHECK(*static_cast<double *>(out) == 3);
   __catalyst__executor__free_result(out);
@@ -451,10 +526,10 @@ namespace {
 /// session still holds that object. A failure's message is left to takeMessage().
 bool negates(int64_t session) {
   int32_t values[2] = {3, -4};
-  void *out = nullptr;
-  int64_t outSize = 8;
-  int32_t status = __catalyst__executor__call_wrapper(session, "courier_object_negate", values, 8,
-                                                      &out, &outSize);
+  void *out = kMarker;
+  size_t outSize = 8;
+  int32_t status = __catalyst__executor__call_wrapper(
+      session, "courier_object_negate", reinterpret_cast<const char *>(values), 8, &out, &outSize);
   bool negated = status == 0 && static_cast<int32_t *>(out)[0] == -3;
   __catalyst__executor__free_result(out);
   return negated;
@@ -467,7 +542,8 @@ TEST_CASE("an object two scopes shipped stays until the second scope goes", "[ru
   auto second = std::make_unique<ModuleScope>(ScopeOptions{});
   for (ModuleScope *scope : {first.get(), second.get()}) {
     ModuleScope::Entered entered(*scope);
-    REQUIRE(__catalyst__executor__send_binary(session.handle, COURIER_KERNEL_ADD, "object") == 0);
+    REQUIRE(__catalyst__executor__send_binary(session.handle, COURIER_KERNEL_ADD,
+                                              COURIER_BINARY_FORMAT_OBJECT) == 0);
   }
   REQUIRE(negates(session.handle));
   first.reset();
@@ -479,18 +555,21 @@ TEST_CASE("an object two scopes shipped stays until the second scope goes", "[ru
   // The session itself stays open, and the object can be shipped to it again.
   std::vector<double> x{1};
   CHECK(scale(session.handle, x) == std::vector<double>{2});
-  REQUIRE(__catalyst__executor__send_binary(session.handle, COURIER_KERNEL_ADD, "object") == 0);
+  REQUIRE(__catalyst__executor__send_binary(session.handle, COURIER_KERNEL_ADD,
+                                            COURIER_BINARY_FORMAT_OBJECT) == 0);
   CHECK(negates(session.handle));
 }
 
 TEST_CASE("an object shipped with no scope active outlives the scopes that shipped it too",
           "[runtime]") {
   LocalSession session;
-  REQUIRE(__catalyst__executor__send_binary(session.handle, COURIER_KERNEL_ADD, "object") == 0);
+  REQUIRE(__catalyst__executor__send_binary(session.handle, COURIER_KERNEL_ADD,
+                                            COURIER_BINARY_FORMAT_OBJECT) == 0);
   {
     ModuleScope scope(ScopeOptions{});
     ModuleScope::Entered entered(scope);
-    REQUIRE(__catalyst__executor__send_binary(session.handle, COURIER_KERNEL_ADD, "object") == 0);
+    REQUIRE(__catalyst__executor__send_binary(session.handle, COURIER_KERNEL_ADD,
+                                              COURIER_BINARY_FORMAT_OBJECT) == 0);
   }
   CHECK(negates(session.handle));
 }
@@ -501,7 +580,8 @@ TEST_CASE("a scope that launches an object another scope shipped keeps it loaded
   ModuleScope launcher(ScopeOptions{});
   {
     ModuleScope::Entered entered(*shipper);
-    REQUIRE(__catalyst__executor__send_binary(session.handle, COURIER_KERNEL_ADD, "object") == 0);
+    REQUIRE(__catalyst__executor__send_binary(session.handle, COURIER_KERNEL_ADD,
+                                              COURIER_BINARY_FORMAT_OBJECT) == 0);
   }
   {
     // The add kernel's entry is launched by path, as lowered code names objects.
@@ -512,9 +592,9 @@ TEST_CASE("a scope that launches an object another scope shipped keeps it loaded
     Descriptor<1> out;
     out.sizes[0] = 2;
     void *ins[] = {&da, &db}, *outs[] = {&out};
-    int64_t ranks[] = {1, 1}, sizes[] = {4, 4};
-    REQUIRE(__catalyst__executor__launch(session.handle, "add", COURIER_KERNEL_ADD, 2, ins, ranks,
-                                         sizes, 1, outs, ranks, sizes) == 0);
+    size_t ranks[] = {1, 1}, sizes[] = {4, 4};
+    REQUIRE(launch(session.handle, "add", COURIER_KERNEL_ADD, 2, ins, ranks, sizes, 1, outs, ranks,
+                   sizes) == 0);
     CHECK(static_cast<int32_t *>(out.aligned)[1] == 22);
     std::free(out.allocated);
   }
@@ -524,7 +604,8 @@ TEST_CASE("a scope that launches an object another scope shipped keeps it loaded
 
 TEST_CASE("eight threads launching on one session all get their own results", "[runtime]") {
   LocalSession session;
-  REQUIRE(__catalyst__executor__send_binary(session.handle, COURIER_KERNEL_SCALE, "object") == 0);
+  REQUIRE(__catalyst__executor__send_binary(session.handle, COURIER_KERNEL_SCALE,
+                                            COURIER_BINARY_FORMAT_OBJECT) == 0);
   std::vector<int> wrong(8, 0);
   std::vector<std::thread> threads;
   for (int t = 0; t < 8; ++t)
@@ -537,10 +618,9 @@ TEST_CASE("eight threads launching on one session all get their own results", "[
         in.strides[0] = 1;
         out.sizes[0] = 3;
         void *ins[] = {&in}, *outs[] = {&out};
-        int64_t ranks[] = {1}, sizes[] = {8};
-        if (__catalyst__executor__launch(session.handle, "_catalyst_pyface_scale",
-                                         COURIER_KERNEL_SCALE, 1, ins, ranks, sizes, 1, outs, ranks,
-                                         sizes) != 0) {
+        size_t ranks[] = {1}, sizes[] = {8};
+        if (launch(session.handle, "_catalyst_pyface_scale", COURIER_KERNEL_SCALE, 1, ins, ranks,
+                   sizes, 1, outs, ranks, sizes) != 0) {
           ++wrong[t];
           continue;
         }
@@ -560,16 +640,15 @@ TEST_CASE("a hundred thousand launches do not leak", "[runtime][leak]") {
   double x[4] = {1, 2, 3, 4};
   auto in = describe<1>(x, {4}, {1});
   void *ins[] = {&in};
-  int64_t ranks[] = {1}, sizes[] = {8};
+  size_t ranks[] = {1}, sizes[] = {8};
   auto launchMany = [&](int count) {
     int failures = 0;
     for (int i = 0; i < count; ++i) {
       Descriptor<1> out;
       out.sizes[0] = 4;
       void *outs[] = {&out};
-      failures += __catalyst__executor__launch(session.handle, "_catalyst_pyface_scale",
-                                               COURIER_KERNEL_SCALE, 1, ins, ranks, sizes, 1, outs,
-                                               ranks, sizes) != 0;
+      failures += launch(session.handle, "_catalyst_pyface_scale", COURIER_KERNEL_SCALE, 1, ins,
+                         ranks, sizes, 1, outs, ranks, sizes) != 0;
       std::free(out.allocated);
     }
     return failures;
@@ -606,18 +685,55 @@ TEST_CASE("a file named by a hash its bytes do not have is refused, not shipped"
     REQUIRE(!ec);
     os << (*scale)->getBuffer();
   }
-  CHECK(__catalyst__executor__send_binary(session.handle, named.c_str(), "object") == 0);
+  CHECK(__catalyst__executor__send_binary(session.handle, named.c_str(),
+                                          COURIER_BINARY_FORMAT_OBJECT) == 0);
+  std::string replaced = (dir + "/replaced").str();
+  REQUIRE(!llvm::sys::fs::create_directory(replaced));
+  replaced += "/" + courier::sha256Hex((*scale)->getBuffer()) + ".o";
   {
     auto scale3 = llvm::MemoryBuffer::getFile(COURIER_KERNEL_SCALE3);
     REQUIRE(scale3);
     std::error_code ec;
-    llvm::raw_fd_ostream os(named, ec);
+    llvm::raw_fd_ostream os(replaced, ec);
     REQUIRE(!ec);
     os << (*scale3)->getBuffer();
   }
-  CHECK(__catalyst__executor__send_binary(session.handle, named.c_str(), "object") != 0);
-  CHECK_THAT(takeMessage(), Catch::Contains(named) && Catch::Contains("refusing a replaced"));
+  CHECK(__catalyst__executor__send_binary(session.handle, replaced.c_str(),
+                                          COURIER_BINARY_FORMAT_OBJECT) != 0);
+  CHECK_THAT(takeMessage(), Catch::Contains(replaced) && Catch::Contains("refusing a replaced"));
   llvm::sys::fs::remove_directories(dir);
+}
+
+TEST_CASE("a path sent again over a session is a lookup, not a read", "[runtime]") {
+  LocalSession session;
+  llvm::SmallString<128> path;
+  REQUIRE(!llvm::sys::fs::createTemporaryFile("courier-resent", "o", path));
+  auto scale = llvm::MemoryBuffer::getFile(COURIER_KERNEL_SCALE);
+  REQUIRE(scale);
+  {
+    std::error_code ec;
+    llvm::raw_fd_ostream os(path, ec);
+    REQUIRE(!ec);
+    os << (*scale)->getBuffer();
+  }
+  REQUIRE(__catalyst__executor__send_binary(session.handle, path.c_str(),
+                                            COURIER_BINARY_FORMAT_OBJECT) == 0);
+  // Gone from disk: a second send (as lowered code does at every launching function's top)
+  // and launches still find the object the session holds.
+  llvm::sys::fs::remove(path);
+  CHECK(__catalyst__executor__send_binary(session.handle, path.c_str(),
+                                          COURIER_BINARY_FORMAT_OBJECT) == 0);
+  CHECK(takeMessage() == "");
+  double x = 2;
+  auto in = describe<1>(&x, {1}, {1});
+  Descriptor<1> out;
+  out.sizes[0] = 1;
+  void *ins[] = {&in}, *outs[] = {&out};
+  size_t ranks[] = {1}, sizes[] = {8};
+  REQUIRE(launch(session.handle, "_catalyst_pyface_scale", path.c_str(), 1, ins, ranks, sizes, 1,
+                 outs, ranks, sizes) == 0);
+  CHECK(*static_cast<double *>(out.aligned) == 4);
+  std::free(out.allocated);
 }
 
 TEST_CASE("a scope's objects are shipped from memory, never read from a file", "[runtime]") {
@@ -629,16 +745,17 @@ TEST_CASE("a scope's objects are shipped from memory, never read from a file", "
   ModuleScope scope(options);
   ModuleScope::Entered entered(scope);
   LocalSession session;
-  REQUIRE(__catalyst__executor__send_binary(session.handle, name.c_str(), "object") == 0);
+  REQUIRE(__catalyst__executor__send_binary(session.handle, name.c_str(),
+                                            COURIER_BINARY_FORMAT_OBJECT) == 0);
   std::vector<double> x{1, 2};
   auto in = describe<1>(x.data(), {2}, {1});
   Descriptor<1> out;
   void *ins[] = {&in};
   void *outs[] = {&out};
-  int64_t ranks[] = {1}, sizes[] = {8};
+  size_t ranks[] = {1}, sizes[] = {8};
   out.sizes[0] = -1;
-  if (__catalyst__executor__launch(session.handle, "_catalyst_pyface_scale", name.c_str(), 1, ins,
-                                   ranks, sizes, 1, outs, ranks, sizes) != 0)
+  if (launch(session.handle, "_catalyst_pyface_scale", name.c_str(), 1, ins, ranks, sizes, 1, outs,
+             ranks, sizes) != 0)
     FAIL(takeMessage());
   auto *data = static_cast<double *>(out.aligned) + out.offset;
   CHECK(std::vector<double>(data, data + out.sizes[0]) == std::vector<double>{2, 4});

@@ -50,6 +50,36 @@ const std::map<std::string, std::string> kHeader = {
     COURIER_ABI_ENTRY(__catalyst__executor__close),
 };
 
+/// Catalyst's ExecutorCAPI.h, prototype for prototype: host code lowered by Catalyst's
+/// compiler calls these, so the runtime must define exactly them.
+namespace catalyst_capi {
+using Open = int64_t(const char *addr);
+using SendBinary = int64_t(int64_t session, const char *path, uint32_t format);
+using Launch = void(int64_t session, const char *entry_symbol, const char *object,
+                    size_t num_inputs, void *const *input_descs, const size_t *input_ranks,
+                    const size_t *input_elem_sizes, size_t num_outputs, void *const *output_descs,
+                    const size_t *output_ranks, const size_t *output_elem_sizes);
+using LaunchAsync = int64_t(int64_t session, const char *entry_symbol, const char *object);
+using Await = void(int64_t token);
+using CallWrapper = int32_t(int64_t session, const char *symbol, const char *args_buf,
+                            size_t args_size, void **out_buf, size_t *out_size);
+using FreeResult = void(void *buf);
+using Close = int64_t(int64_t session);
+} // namespace catalyst_capi
+
+static_assert(std::is_same_v<decltype(__catalyst__executor__open), catalyst_capi::Open>);
+static_assert(
+    std::is_same_v<decltype(__catalyst__executor__send_binary), catalyst_capi::SendBinary>);
+static_assert(std::is_same_v<decltype(__catalyst__executor__launch), catalyst_capi::Launch>);
+static_assert(
+    std::is_same_v<decltype(__catalyst__executor__launch_async), catalyst_capi::LaunchAsync>);
+static_assert(std::is_same_v<decltype(__catalyst__executor__await), catalyst_capi::Await>);
+static_assert(
+    std::is_same_v<decltype(__catalyst__executor__call_wrapper), catalyst_capi::CallWrapper>);
+static_assert(
+    std::is_same_v<decltype(__catalyst__executor__free_result), catalyst_capi::FreeResult>);
+static_assert(std::is_same_v<decltype(__catalyst__executor__close), catalyst_capi::Close>);
+
 const char *kEveryOp = R"mlir(
 func.func @all(%x: memref<4xf32>, %in: memref<8xi8>, %out: memref<4xf32>) -> memref<4xf32> {
   %s = executor.open("h:7000") : !executor.session
