@@ -73,6 +73,15 @@ struct ReadsOperandsModel : BufferizableOpInterface::ExternalModel<ConcreteModel
     return {};
   }
   bool bufferizesToAllocation(Operation *, Value) const { return true; }
+  /// Results are fresh identity-layout buffers. Said before bufferization too, so a loop
+  /// carrying a result into its next iteration keeps that type rather than a fully dynamic
+  /// layout that would force a copy per iteration.
+  FailureOr<BufferLikeType> getBufferType(Operation *, Value value, const BufferizationOptions &,
+                                          const BufferizationState &,
+                                          SmallVector<Value> &) const {
+    return cast<BufferLikeType>(
+        getMemRefTypeWithStaticIdentityLayout(cast<TensorType>(value.getType())));
+  }
 };
 
 /// A kernel launch: the same op on the operands' buffers, returning fresh identity-layout

@@ -22,6 +22,9 @@ void addOneShotBufferize(OpPassManager &pm) {
   bufferization::OneShotBufferizePassOptions options;
   options.bufferizeFunctionBoundaries = true;
   options.functionBoundaryTypeConversion = bufferization::LayoutMapOption::IdentityLayoutMap;
+  // A loop that carries a kernel's result into its next iteration yields a fresh buffer, not
+  // its iter_arg's; the ownership-based deallocation below frees each one after its last use.
+  options.allowReturnAllocsFromLoops = true;
   pm.addPass(bufferization::createOneShotBufferizePass(options));
 }
 
