@@ -65,30 +65,16 @@ std::string objectName(const DiskCache *cache, llvm::StringRef sha256) {
   return cache ? cache->objectPath(sha256) : memoryObjectName(sha256);
 }
 
+/// The DType of an element type: the one named by the type's MLIR spelling (the dtype table
+/// in jit/Tensor.cpp is the only list). An index is an i64; a signed si8 holds what i8 does.
 std::optional<DType> dtypeOf(mlir::Type type) {
-  if (type.isF16())
-    return DType::F16;
-  if (type.isF32())
-    return DType::F32;
-  if (type.isF64())
-    return DType::F64;
   if (type.isIndex())
     return DType::I64;
-  if (auto integer = mlir::dyn_cast<mlir::IntegerType>(type)) {
-    switch (integer.getWidth()) {
-    case 1:
-      return DType::I1;
-    case 8:
-      return DType::I8;
-    case 16:
-      return DType::I16;
-    case 32:
-      return DType::I32;
-    case 64:
-      return DType::I64;
-    }
-  }
-  return std::nullopt;
+  if (auto integer = mlir::dyn_cast<mlir::IntegerType>(type); integer && integer.isSigned())
+    type = mlir::IntegerType::get(type.getContext(), integer.getWidth());
+  std::string spelling;
+  llvm::raw_string_ostream(spelling) << type;
+  return parseDType(spelling);
 }
 
 std::optional<TensorSpec> specOf(mlir::Type type) {

@@ -20,14 +20,21 @@
 
 namespace courier {
 
-/// Element types an entry may take or return.
-enum class DType { F16, F32, F64, I1, I8, I16, I32, I64 };
+/// Element types an entry may take or return. Each value is also the type's code on the
+/// module worker's wire: new types go at the end.
+enum class DType { F16, F32, F64, I1, I8, I16, I32, I64, BF16, UI8, UI16, UI32, UI64 };
 
-/// "f32", "i64", ...; the names used on the command line and in JSON.
+/// "f32", "ui8", "bf16", ...: MLIR's spelling of the element type, and the name used on the
+/// command line and in JSON. An entry declared on `tensor<4xui8>` takes and returns "ui8";
+/// the bytes are those of the signless i8 its kernels compute on.
 llvm::StringRef dtypeName(DType dtype);
 std::optional<DType> parseDType(llvm::StringRef name);
 /// Bytes per element in memory (i1 takes a byte).
 size_t dtypeSize(DType dtype);
+/// True for bf16, f16, f32 and f64.
+bool isFloatDType(DType dtype);
+/// The DType whose enum value is `code`, or nullopt if no DType has it.
+std::optional<DType> dtypeFromCode(uint64_t code);
 
 /// The number of elements of `shape`, or nullopt if a dimension is negative or the count of
 /// bytes (`elemSize` each) does not fit in 63 bits.

@@ -390,10 +390,10 @@ private:
     };
     std::vector<Result> results(in.count(32));
     for (Result &r : results) {
-      uint64_t dtype = in.u64();
-      if (dtype > static_cast<uint64_t>(DType::I64))
+      std::optional<DType> dtype = dtypeFromCode(in.u64());
+      if (!dtype)
         return malformed("an unknown dtype");
-      r.dtype = static_cast<DType>(dtype);
+      r.dtype = *dtype;
       r.shape.resize(in.count(8));
       for (int64_t &d : r.shape)
         d = in.i64();

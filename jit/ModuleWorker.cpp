@@ -51,16 +51,10 @@ void writeSpecs(MessageWriter &out, const std::vector<TensorSpec> &specs) {
   }
 }
 
-std::optional<DType> dtypeFromWire(uint64_t value) {
-  if (value > static_cast<uint64_t>(DType::I64))
-    return std::nullopt;
-  return static_cast<DType>(value);
-}
-
 std::vector<TensorSpec> readSpecs(MessageReader &in) {
   std::vector<TensorSpec> specs(in.count(24));
   for (TensorSpec &spec : specs) {
-    std::optional<DType> dtype = dtypeFromWire(in.u64());
+    std::optional<DType> dtype = dtypeFromCode(in.u64());
     spec.dtype = dtype.value_or(DType::F32);
     spec.isScalar = in.u64() != 0;
     spec.shape.resize(in.count(8));
@@ -441,9 +435,7 @@ private:
     std::vector<TensorRef> refs;
     refs.reserve(inputs.size());
     for (const Input &input : inputs) {
-      std::optional<DType> dtype = input.dtype <= static_cast<uint64_t>(DType::I64)
-                                       ? std::optional<DType>(static_cast<DType>(input.dtype))
-                                       : std::nullopt;
+      std::optional<DType> dtype = dtypeFromCode(input.dtype);
       if (!dtype || input.offset > total || total - input.offset < input.size)
         return answerError(llvm::createStringError("an invoke input lies outside its buffer"));
       refs.push_back(TensorRef{*dtype, input.shape, base ? base + input.offset : nullptr,

@@ -3,26 +3,65 @@
 #include "jit/Internal.h"
 
 #include "llvm/ADT/APFloat.h"
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/SmallVector.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/MathExtras.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <cmath>
 #include <cstring>
+#include <iterator>
 #include <limits>
+#include <tuple>
+#include <utility>
 
 namespace courier {
 
 namespace {
+enum class Kind { Float, Bool, Signed, Unsigned };
 struct DTypeInfo {
   DType dtype;
-  llvm::StringLiteral name;
+  llvm::StringLiteral name; ///< MLIR's spelling of the element type.
   size_t size;
+  Kind kind;
 };
+/// The one table of element types, in DType order.
 constexpr DTypeInfo kDTypes[] = {
-    {DType::F16, "f16", 2}, {DType::F32, "f32", 4}, {DType::F64, "f64", 8}, {DType::I1, "i1", 1},
-    {DType::I8, "i8", 1},   {DType::I16, "i16", 2}, {DType::I32, "i32", 4}, {DType::I64, "i64", 8},
+    {DType::F16, "f16", 2, Kind::Float},      {DType::F32, "f32", 4, Kind::Float},
+    {DType::F64, "f64", 8, Kind::Float},      {DType::I1, "i1", 1, Kind::Bool},
+    {DType::I8, "i8", 1, Kind::Signed},       {DType::I16, "i16", 2, Kind::Signed},
+    {DType::I32, "i32", 4, Kind::Signed},     {DType::I64, "i64", 8, Kind::Signed},
+    {DType::BF16, "bf16", 2, Kind::Float},    {DType::UI8, "ui8", 1, Kind::Unsigned},
+    {DType::UI16, "ui16", 2, Kind::Unsigned}, {DType::UI32, "ui32", 4, Kind::Unsigned},
+    {DType::UI64, "ui64", 8, Kind::Unsigned},
 };
+constexpr bool inDTypeOrder() {
+  for (size_t i = 0; i < std::size(kDTypes); ++i)
+    if (static_cast<size_t>(kDTypes[i].dtype) != i)
+      return false;
+  return true;
+}
+static_assert(inDTypeOrder() && std::size(kDTypes) == static_cast<size_t>(DType::UI64) + 1,
+              "kDTypes lists every DType once, in order");
+
+const DTypeInfo &infoOf(DType dtype) { return kDTypes[static_cast<int>(dtype)]; }
+
+/// "bf16, f16, ..., ui32 or ui64" for messages, floats first, then by size; `kind` narrows
+/// it to one kind.
+std::string dtypeList(std::optional<Kind> kind = std::nullopt) {
+  llvm::SmallVector<const DTypeInfo *> listed;
+  for (const DTypeInfo &info : kDTypes)
+    if (!kind || info.kind == *kind)
+      listed.push_back(&info);
+  llvm::sort(listed, [](const DTypeInfo *a, const DTypeInfo *b) {
+    return std::make_tuple(a->kind, a->size, a->name) < std::make_tuple(b->kind, b->size, b->name);
+  });
+  std::string text;
+  for (size_t i = 0; i < listed.size(); ++i)
+    text += (i == 0 ? "" : i + 1 == listed.size() ? " or " : ", ") + listed[i]->name.str();
+  return text;
+}
 
 template <typename T> T load(const uint8_t *p) {
   T value;
@@ -32,9 +71,17 @@ template <typename T> T load(const uint8_t *p) {
 template <typename T> void store(uint8_t *p, T value) { std::memcpy(p, &value, sizeof(T)); }
 } // namespace
 
-llvm::StringRef dtypeName(DType dtype) { return kDTypes[static_cast<int>(dtype)].name; }
+llvm::StringRef dtypeName(DType dtype) { return infoOf(dtype).name; }
 
-size_t dtypeSize(DType dtype) { return kDTypes[static_cast<int>(dtype)].size; }
+size_t dtypeSize(DType dtype) { return infoOf(dtype).size; }
+
+bool isFloatDType(DType dtype) { return infoOf(dtype).kind == Kind::Float; }
+
+std::optional<DType> dtypeFromCode(uint64_t code) {
+  if (code >= std::size(kDTypes))
+    return std::nullopt;
+  return kDTypes[code].dtype;
+}
 
 std::optional<DType> parseDType(llvm::StringRef name) {
   for (const DTypeInfo &info : kDTypes)
@@ -68,10 +115,12 @@ Tensor Tensor::fromDoubles(DType dtype, std::vector<int64_t> shape, llvm::ArrayR
     uint8_t *p = t.bytes.data() + i * size;
     double v = values[i];
     switch (dtype) {
-    case DType::F16: {
+    case DType::F16:
+    case DType::BF16: {
       bool lost;
       llvm::APFloat f(v);
-      f.convert(llvm::APFloat::IEEEhalf(), llvm::APFloat::rmNearestTiesToEven, &lost);
+      f.convert(dtype == DType::F16 ? llvm::APFloat::IEEEhalf() : llvm::APFloat::BFloat(),
+                llvm::APFloat::rmNearestTiesToEven, &lost);
       store<uint16_t>(p, static_cast<uint16_t>(f.bitcastToAPInt().getZExtValue()));
       break;
     }
@@ -96,6 +145,18 @@ Tensor Tensor::fromDoubles(DType dtype, std::vector<int64_t> shape, llvm::ArrayR
     case DType::I64:
       store<int64_t>(p, static_cast<int64_t>(v));
       break;
+    case DType::UI8:
+      store<uint8_t>(p, static_cast<uint8_t>(v));
+      break;
+    case DType::UI16:
+      store<uint16_t>(p, static_cast<uint16_t>(v));
+      break;
+    case DType::UI32:
+      store<uint32_t>(p, static_cast<uint32_t>(v));
+      break;
+    case DType::UI64:
+      store<uint64_t>(p, static_cast<uint64_t>(v));
+      break;
     }
   }
   return t;
@@ -104,8 +165,10 @@ Tensor Tensor::fromDoubles(DType dtype, std::vector<int64_t> shape, llvm::ArrayR
 double Tensor::at(int64_t i) const {
   const uint8_t *p = bytes.data() + i * dtypeSize(dtype);
   switch (dtype) {
-  case DType::F16: {
-    llvm::APFloat f(llvm::APFloat::IEEEhalf(), llvm::APInt(16, load<uint16_t>(p)));
+  case DType::F16:
+  case DType::BF16: {
+    llvm::APFloat f(dtype == DType::F16 ? llvm::APFloat::IEEEhalf() : llvm::APFloat::BFloat(),
+                    llvm::APInt(16, load<uint16_t>(p)));
     return f.convertToFloat();
   }
   case DType::F32:
@@ -122,6 +185,14 @@ double Tensor::at(int64_t i) const {
     return load<int32_t>(p);
   case DType::I64:
     return static_cast<double>(load<int64_t>(p));
+  case DType::UI8:
+    return load<uint8_t>(p);
+  case DType::UI16:
+    return load<uint16_t>(p);
+  case DType::UI32:
+    return load<uint32_t>(p);
+  case DType::UI64:
+    return static_cast<double>(load<uint64_t>(p));
   }
   return 0;
 }
@@ -220,39 +291,40 @@ struct Flattener {
   }
 };
 
+/// `value` as a whole number: its sign and magnitude, or nullopt if it is not one. Whole
+/// numbers written as doubles (2.0) count; so does everything from INT64_MIN to UINT64_MAX.
+std::optional<std::pair<bool, uint64_t>> wholeNumber(const llvm::json::Value &value) {
+  if (std::optional<int64_t> exact = value.getAsInteger())
+    return std::make_pair(*exact < 0, *exact < 0 ? 0 - static_cast<uint64_t>(*exact)
+                                                 : static_cast<uint64_t>(*exact));
+  if (std::optional<uint64_t> large = value.getAsUINT64())
+    return std::make_pair(false, *large);
+  return std::nullopt;
+}
+
 /// Checks that `value` fits `dtype` exactly: integers must be whole and in range.
 llvm::Error checkRange(const llvm::json::Value &value, DType dtype, size_t index) {
-  if (dtype == DType::F16 || dtype == DType::F32 || dtype == DType::F64)
+  const DTypeInfo &info = infoOf(dtype);
+  if (info.kind == Kind::Float)
     return llvm::Error::success();
   if (value.getAsBoolean())
     return llvm::Error::success();
   if (nonFiniteOf(value))
-    return llvm::createStringError("element %zu is %s, which only a float dtype (f16, f32, f64) "
-                                   "can hold, not %s",
+    return llvm::createStringError("element %zu is %s, which only a float dtype (%s) can hold, "
+                                   "not %s",
                                    index, llvm::formatv("{0}", value).str().c_str(),
-                                   dtypeName(dtype).str().c_str());
-  int64_t lo, hi;
-  switch (dtype) {
-  case DType::I1:
-    lo = 0, hi = 1;
-    break;
-  case DType::I8:
-    lo = INT8_MIN, hi = INT8_MAX;
-    break;
-  case DType::I16:
-    lo = INT16_MIN, hi = INT16_MAX;
-    break;
-  case DType::I32:
-    lo = INT32_MIN, hi = INT32_MAX;
-    break;
-  default:
-    lo = INT64_MIN, hi = INT64_MAX;
-  }
-  std::optional<int64_t> exact = value.getAsInteger();
-  if (!exact || *exact < lo || *exact > hi)
-    return llvm::createStringError("element %zu (%s) is not a whole number %s can hold", index,
-                                   llvm::formatv("{0}", value).str().c_str(),
-                                   dtypeName(dtype).str().c_str());
+                                   dtypeList(Kind::Float).c_str(), info.name.str().c_str());
+  // The magnitude a negative and a non-negative value may have.
+  unsigned bits = info.kind == Kind::Bool ? 1 : 8 * info.size;
+  uint64_t maxPositive =
+      info.kind == Kind::Signed ? (uint64_t(1) << (bits - 1)) - 1 : ~uint64_t(0) >> (64 - bits);
+  uint64_t maxNegative = info.kind == Kind::Signed ? uint64_t(1) << (bits - 1) : 0;
+  std::optional<std::pair<bool, uint64_t>> whole = wholeNumber(value);
+  if (!whole || whole->second > (whole->first ? maxNegative : maxPositive))
+    return llvm::createStringError(
+        "element %zu (%s) is not a whole number %s can hold (%s%llu to %llu)", index,
+        llvm::formatv("{0}", value).str().c_str(), info.name.str().c_str(), maxNegative ? "-" : "",
+        static_cast<unsigned long long>(maxNegative), static_cast<unsigned long long>(maxPositive));
   return llvm::Error::success();
 }
 
@@ -320,9 +392,8 @@ llvm::Expected<Tensor> tensorFromJSON(const llvm::json::Value &value, const Tens
     if (std::optional<llvm::StringRef> name = object->getString("dtype")) {
       std::optional<DType> parsed = parseDType(*name);
       if (!parsed)
-        return llvm::createStringError("unknown dtype '%s' (expected f16, f32, f64, i1, i8, "
-                                       "i16, i32 or i64)",
-                                       name->str().c_str());
+        return llvm::createStringError("unknown dtype '%s' (expected %s)", name->str().c_str(),
+                                       dtypeList().c_str());
       dtype = *parsed;
     }
     const llvm::json::Value *payload = object->get("data");
@@ -359,6 +430,7 @@ llvm::Expected<Tensor> tensorFromJSON(const llvm::json::Value &value, const Tens
   else if (!spec.isScalar && shape.empty() && data.size() == 1 && !spec.shape.empty())
     shape.assign(spec.shape.size(), 1);
   // Integers are read as integers: a 64-bit value does not survive a trip through double.
+  bool wide = dtype == DType::I64 || dtype == DType::UI64;
   std::vector<double> numbers;
   for (const llvm::json::Value *v : data) {
     if (std::optional<bool> b = v->getAsBoolean())
@@ -366,13 +438,16 @@ llvm::Expected<Tensor> tensorFromJSON(const llvm::json::Value &value, const Tens
     else if (std::optional<double> special = nonFiniteOf(*v))
       numbers.push_back(*special);
     else
-      numbers.push_back(*v->getAsNumber());
+      numbers.push_back(wide ? 0 : *v->getAsNumber()); // Wide ones are stored exactly below.
   }
   Tensor tensor = Tensor::fromDoubles(dtype, std::move(shape), numbers);
-  if (dtype == DType::I64)
+  if (wide)
     for (size_t i = 0; i < data.size(); ++i)
-      if (std::optional<int64_t> exact = data[i]->getAsInteger())
-        std::memcpy(tensor.bytes.data() + i * sizeof(int64_t), &*exact, sizeof(int64_t));
+      if (std::optional<std::pair<bool, uint64_t>> whole = wholeNumber(*data[i])) {
+        // Two's complement: the bytes of -m are those of 0 - m modulo 2^64.
+        uint64_t bits = whole->first ? 0 - whole->second : whole->second;
+        std::memcpy(tensor.bytes.data() + i * sizeof(uint64_t), &bits, sizeof(bits));
+      }
   return tensor;
 }
 
@@ -382,6 +457,7 @@ llvm::json::Value tensorToJSON(const Tensor &tensor) {
     double v = tensor.at(i);
     switch (tensor.dtype) {
     case DType::F16:
+    case DType::BF16:
     case DType::F32:
     case DType::F64:
       // llvm::json would print "nan" and "inf", which no JSON parser reads; -0 is valid.
@@ -398,6 +474,12 @@ llvm::json::Value tensorToJSON(const Tensor &tensor) {
     case DType::I64: {
       int64_t exact;
       std::memcpy(&exact, tensor.bytes.data() + i * sizeof(int64_t), sizeof(exact));
+      data.push_back(exact);
+      break;
+    }
+    case DType::UI64: {
+      uint64_t exact;
+      std::memcpy(&exact, tensor.bytes.data() + i * sizeof(uint64_t), sizeof(exact));
       data.push_back(exact);
       break;
     }

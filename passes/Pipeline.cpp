@@ -2,6 +2,7 @@
 #include "passes/Passes.h"
 
 #include "mlir/Conversion/Passes.h"
+#include "mlir/Dialect/Arith/Transforms/Passes.h"
 #include "mlir/Dialect/Bufferization/Pipelines/Passes.h"
 #include "mlir/Dialect/Bufferization/Transforms/Passes.h"
 #include "mlir/Dialect/Linalg/Passes.h"
@@ -35,6 +36,10 @@ void addLowerToLLVM(OpPassManager &pm, bool withExecutor) {
   pm.addPass(createConvertBufferizationToMemRefPass());
   pm.addPass(createExpandStridedCopies());
   pm.addNestedPass<func::FuncOp>(createConvertLinalgToLoopsPass());
+  // bf16 arithmetic runs in f32 and is rounded back (to nearest, ties to even) with integer
+  // ops: LLVM would call __truncsfbf2 instead, which neither the JIT nor an executor provides.
+  pm.addPass(arith::createArithEmulateUnsupportedFloats({{"bf16"}, "f32"}));
+  pm.addPass(arith::createArithExpandOpsPass({/*includeBf16=*/true}));
   pm.addPass(memref::createExpandStridedMetadataPass());
   pm.addPass(createLowerAffinePass());
   pm.addPass(createSCFToControlFlowPass());

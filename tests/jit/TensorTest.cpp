@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 using namespace courier;
@@ -116,6 +117,77 @@ TEST_CASE("64-bit integers and half floats survive a round trip", "[tensor]") {
   CHECK(written(*half) == R"({"data":[0.5,-2,65504],"dtype":"f16","shape":[3]})");
 }
 
+TEST_CASE("integer ranges are named when a value does not fit", "[tensor]") {
+  CHECK_THAT(errorOf(read("[1, 128]", tensorOf(DType::I8, {2}))),
+             Catch::Contains("element 1 (128) is not a whole number i8 can hold (-128 to 127)"));
+  CHECK_THAT(errorOf(read("[-1e19]", tensorOf(DType::I64, {1}))),
+             Catch::Contains("i64 can hold (-9223372036854775808 to 9223372036854775807)"));
+  CHECK_THAT(errorOf(read("[true, 2]", tensorOf(DType::I1, {2}))),
+             Catch::Contains("element 1 (2) is not a whole number i1 can hold (0 to 1)"));
+}
+
+TEST_CASE("unsigned integers hold zero to their maximum and no negative number", "[tensor]") {
+  auto bytes = read("[0, 200, 255.0, true]", tensorOf(DType::UI8, {4}));
+  REQUIRE(ok(bytes));
+  CHECK(bytes->bytes == std::vector<uint8_t>{0, 200, 255, 1});
+  CHECK(written(*bytes) == R"({"data":[0,200,255,1],"dtype":"ui8","shape":[4]})");
+  CHECK_THAT(errorOf(read("[256]", tensorOf(DType::UI8, {1}))),
+             Catch::Contains("element 0 (256) is not a whole number ui8 can hold (0 to 255)"));
+  CHECK_THAT(errorOf(read("[3, -1]", tensorOf(DType::UI8, {2}))),
+             Catch::Contains("element 1 (-1) is not a whole number ui8 can hold (0 to 255)"));
+  CHECK_THAT(errorOf(read("[65536]", tensorOf(DType::UI16, {1}))),
+             Catch::Contains("ui16 can hold (0 to 65535)"));
+  auto words = read("[4294967295]", tensorOf(DType::UI32, {1}));
+  REQUIRE(ok(words));
+  CHECK(written(*words) == R"({"data":[4294967295],"dtype":"ui32","shape":[1]})");
+  CHECK_THAT(errorOf(read("[4294967296]", tensorOf(DType::UI32, {1}))),
+             Catch::Contains("ui32 can hold (0 to 4294967295)"));
+  CHECK_THAT(errorOf(read("[1.5]", tensorOf(DType::UI32, {1}))),
+             Catch::Contains("element 0 (1.5) is not a whole number ui32"));
+  CHECK_THAT(errorOf(read(R"(["Infinity"])", tensorOf(DType::UI8, {1}))),
+             Catch::Contains("only a float dtype (bf16, f16, f32 or f64) can hold, not ui8"));
+}
+
+TEST_CASE("ui64 values are exact up to 2^64 - 1", "[tensor]") {
+  auto big = read("[18446744073709551615, 9223372036854775808, 9007199254740993, 0]",
+                  tensorOf(DType::UI64, {4}));
+  REQUIRE(ok(big));
+  uint64_t first;
+  std::memcpy(&first, big->bytes.data(), sizeof(first));
+  CHECK(first == UINT64_MAX);
+  CHECK(written(*big) == R"({"data":[18446744073709551615,9223372036854775808,9007199254740993,)"
+                         R"(0],"dtype":"ui64","shape":[4]})");
+  CHECK_THAT(errorOf(read("[18446744073709551616]", tensorOf(DType::UI64, {1}))),
+             Catch::Contains("ui64 can hold (0 to 18446744073709551615)"));
+  CHECK_THAT(errorOf(read("[-1]", tensorOf(DType::UI64, {1}))),
+             Catch::Contains("element 0 (-1) is not a whole number ui64 can hold"));
+  auto object = read(R"({"dtype": "ui64", "shape": [1], "data": [18446744073709551615]})",
+                     tensorOf(DType::UI64, {1}));
+  REQUIRE(ok(object));
+  CHECK(object->dtype == DType::UI64);
+}
+
+TEST_CASE("bf16 reads JSON numbers rounded to the nearest, ties to even", "[tensor]") {
+  // bf16 keeps 8 significant bits. 1 + 2^-8 lies halfway between 1 and 1 + 2^-7 and goes to
+  // the even one, 1; 1 + 3 * 2^-8 lies halfway between 1 + 2^-7 and 1 + 2^-6 and goes to
+  // 1 + 2^-6; 1 + 2^-8 + 2^-20 is nearer 1 + 2^-7.
+  auto rounded = read("[1.00390625, 1.01171875, 1.0039072036743164, -3.140625, 1e39]",
+                      tensorOf(DType::BF16, {5}));
+  REQUIRE(ok(rounded));
+  CHECK(written(*rounded) ==
+        R"({"data":[1,1.015625,1.0078125,-3.140625,"Infinity"],"dtype":"bf16","shape":[5]})");
+  // The bits are bfloat16's: the top half of the float32 with the same value.
+  uint16_t bits;
+  std::memcpy(&bits, rounded->bytes.data() + 2, sizeof(bits));
+  CHECK(bits == 0x3f82);
+}
+
+TEST_CASE("an unknown dtype's refusal lists every dtype", "[tensor]") {
+  CHECK_THAT(errorOf(read(R"({"dtype": "u8", "data": [1]})", tensorOf(DType::UI8, {1}))),
+             Catch::Contains("unknown dtype 'u8' (expected bf16, f16, f32, f64, i1, i8, i16, "
+                             "i32, i64, ui8, ui16, ui32 or ui64)"));
+}
+
 TEST_CASE("shapes that overflow and input nested too deep are refused", "[tensor]") {
   CHECK_THAT(errorOf(read(R"({"shape": [4611686018427387904, 4], "data": []})",
                           tensorOf(DType::F32, {-1, -1}))),
@@ -136,7 +208,7 @@ TEST_CASE("NaN and the infinities are written as strings a strict JSON parser ac
           "[tensor]") {
   double inf = std::numeric_limits<double>::infinity();
   double nan = std::numeric_limits<double>::quiet_NaN();
-  for (DType dtype : {DType::F16, DType::F32, DType::F64}) {
+  for (DType dtype : {DType::BF16, DType::F16, DType::F32, DType::F64}) {
     INFO(dtypeName(dtype).str());
     std::string text = written(Tensor::fromDoubles(dtype, {5}, {inf, 3, -nan, -inf, -0.0}));
     CHECK(text == R"({"data":["Infinity",3,"NaN","-Infinity",-0],"dtype":")" +
@@ -147,7 +219,7 @@ TEST_CASE("NaN and the infinities are written as strings a strict JSON parser ac
 }
 
 TEST_CASE("\"NaN\", \"Infinity\" and \"-Infinity\" are read back for float dtypes", "[tensor]") {
-  for (DType dtype : {DType::F16, DType::F32, DType::F64}) {
+  for (DType dtype : {DType::BF16, DType::F16, DType::F32, DType::F64}) {
     INFO(dtypeName(dtype).str());
     auto read1 = read(R"(["NaN", "Infinity", "-Infinity", -0.0, 1.5])", tensorOf(dtype, {5}));
     REQUIRE(ok(read1));
@@ -171,8 +243,8 @@ TEST_CASE("\"NaN\", \"Infinity\" and \"-Infinity\" are read back for float dtype
 
 TEST_CASE("non-finite strings are refused for integer dtypes, other strings for all", "[tensor]") {
   CHECK_THAT(errorOf(read(R"([1, "NaN"])", tensorOf(DType::I32, {2}))),
-             Catch::Contains("element 1 is \"NaN\", which only a float dtype (f16, f32, f64) can "
-                             "hold, not i32"));
+             Catch::Contains("element 1 is \"NaN\", which only a float dtype (bf16, f16, f32 or "
+                             "f64) can hold, not i32"));
   CHECK_THAT(errorOf(read(R"(["Infinity"])", tensorOf(DType::I64, {1}))),
              Catch::Contains("only a float dtype"));
   CHECK_THAT(errorOf(read(R"(["-Infinity"])", tensorOf(DType::I1, {1}))),

@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
+#include <limits>
 #include <map>
 #include <regex>
 #include <sstream>
@@ -1035,4 +1036,112 @@ TEST_CASE("MLIR built to exhaust the parser's stack is 422 at its place, and the
   }
   requireCreated(*http, "scale", kVersionA);
   CHECK(outputData(post(*http, "/v1/modules/scale/invoke/main", kInvokeBody)) == kResultA);
+}
+
+namespace {
+
+/// Entries on ui8, ui64 and bf16 whose kernels compute on the same bytes (the integers as
+/// signless ones).
+const std::string kElementTypes = R"mlir(
+module @app {
+  func.func public @inc(%x: tensor<4xui8>) -> tensor<4xui8> {
+    %y = catalyst.launch_kernel @dev::@inc(%x) : (tensor<4xui8>) -> tensor<4xui8>
+    return %y : tensor<4xui8>
+  }
+  func.func public @wide(%x: tensor<2xui64>) -> tensor<2xui64> {
+    %y = catalyst.launch_kernel @dev::@wide(%x) : (tensor<2xui64>) -> tensor<2xui64>
+    return %y : tensor<2xui64>
+  }
+  func.func public @half(%x: tensor<2xbf16>) -> tensor<2xbf16> {
+    %y = catalyst.launch_kernel @dev::@half(%x) : (tensor<2xbf16>) -> tensor<2xbf16>
+    return %y : tensor<2xbf16>
+  }
+  module @dev attributes {catalyst.target = {}, catalyst.dispatch = {address = "local"}} {
+    func.func public @inc(%x: tensor<4xi8>) -> tensor<4xi8> {
+      %one = arith.constant dense<1> : tensor<4xi8>
+      %y = arith.addi %x, %one : tensor<4xi8>
+      return %y : tensor<4xi8>
+    }
+    func.func public @wide(%x: tensor<2xi64>) -> tensor<2xi64> {
+      %one = arith.constant dense<1> : tensor<2xi64>
+      %y = arith.addi %x, %one : tensor<2xi64>
+      return %y : tensor<2xi64>
+    }
+    func.func public @half(%x: tensor<2xbf16>) -> tensor<2xbf16> {
+      %y = arith.addf %x, %x : tensor<2xbf16>
+      return %y : tensor<2xbf16>
+    }
+  }
+}
+)mlir";
+
+} // namespace
+
+TEST_CASE("a module on ui8, ui64 and bf16 is described and invoked with those dtypes",
+          "[serve][dtypes]") {
+  ServeProcess serve;
+  auto http = serve.client();
+  Reply created = post(*http, "/v1/modules", createBody("types", kElementTypes));
+  INFO(created.raw);
+  REQUIRE(created.status == 201);
+  json inc;
+  for (const json &entry : created.body["entries"])
+    if (entry["name"] == "inc")
+      inc = entry;
+  CHECK(inc["inputs"][0] == json({{"dtype", "ui8"}, {"shape", {4}}, {"type", "tensor<4xui8>"}}));
+  CHECK(inc["outputs"][0]["dtype"] == "ui8");
+
+  Reply invoked =
+      post(*http, "/v1/modules/types/invoke/inc", R"({"inputs": [[0, 200, 254, 255]]})");
+  INFO(invoked.raw);
+  REQUIRE(invoked.status == 200);
+  CHECK(invoked.body["outputs"][0] ==
+        json({{"dtype", "ui8"}, {"shape", {4}}, {"data", {1, 201, 255, 0}}}));
+
+  Reply wide =
+      post(*http, "/v1/modules/types/invoke/wide", R"({"inputs": [[18446744073709551614, 7]]})");
+  INFO(wide.raw);
+  REQUIRE(wide.status == 200);
+  CHECK(wide.body["outputs"][0]["data"] ==
+        json::array({std::numeric_limits<uint64_t>::max(), uint64_t(8)}));
+
+  // 1 + 3 * 2^-8 rounds (ties to even) to 1 + 2^-6 before the kernel doubles it.
+  Reply half = post(*http, "/v1/modules/types/invoke/half", R"({"inputs": [[1.01171875, -0.5]]})");
+  INFO(half.raw);
+  REQUIRE(half.status == 200);
+  CHECK(half.body["outputs"][0] ==
+        json({{"dtype", "bf16"}, {"shape", {2}}, {"data", {2.03125, -1}}}));
+
+  struct Refused {
+    const char *body;
+    const char *mentions;
+  };
+  for (const Refused &r : std::vector<Refused>{
+           {R"({"inputs": [[0, 256, 1, 2]]})",
+            "element 1 (256) is not a whole number ui8 can hold (0 to 255)"},
+           {R"({"inputs": [[0, -1, 1, 2]]})",
+            "element 1 (-1) is not a whole number ui8 can hold (0 to 255)"},
+           {R"({"inputs": [{"dtype": "i8", "data": [1, 2, 3, 4]}]})",
+            "input 0 of 'inc' must be ui8, got i8"},
+       }) {
+    Reply reply = post(*http, "/v1/modules/types/invoke/inc", r.body);
+    INFO(r.body << " -> " << reply.raw);
+    CHECK(reply.status == 400);
+    CHECK(errorCode(reply) == "invalid_input");
+    CHECK_THAT(reply.raw, Catch::Contains(r.mentions));
+  }
+
+  // Frames carry the same bytes, labelled ui8 both ways.
+  const std::string type = "application/x-courier-frame";
+  std::string body = json({{"inputs", {{{"dtype", "ui8"}, {"shape", {4}}}}}}).dump() + "\n";
+  body += std::string("\x00\x7f\x80\xff", 4);
+  httplib::Result res = http->Post("/v1/modules/types/invoke/inc", body, type.c_str());
+  REQUIRE(res);
+  INFO(res->body);
+  REQUIRE(res->status == 200);
+  size_t newline = res->body.find('\n');
+  REQUIRE(newline != std::string::npos);
+  CHECK(json::parse(res->body.substr(0, newline))["outputs"][0] ==
+        json({{"dtype", "ui8"}, {"shape", {4}}, {"offset", 0}, {"bytes", 4}}));
+  CHECK(res->body.substr(newline + 1) == std::string("\x01\x80\x81\x00", 4));
 }

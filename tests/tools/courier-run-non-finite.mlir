@@ -7,7 +7,7 @@
 // RUN: not courier-run %s --entry count --arg '[1, "NaN"]' --no-disk-cache 2>&1 | FileCheck %s --check-prefix=INT
 
 // CHECK: {"data":["Infinity","NaN","-Infinity",-0],"dtype":"f32","shape":[4]}
-// INT: courier-run: error: --arg 0: element 1 is "NaN", which only a float dtype (f16, f32, f64) can hold, not i32
+// INT: courier-run: error: --arg 0: element 1 is "NaN", which only a float dtype (bf16, f16, f32 or f64) can hold, not i32
 module {
   func.func public @main(%x: tensor<4xf32>) -> tensor<4xf32> {
     %d = arith.constant dense<[0.0, 0.0, 0.0, -1.0]> : tensor<4xf32>
