@@ -48,6 +48,21 @@ module @app {
     }
     return %r#0, %r#1 : tensor<4xf64>, index
   }
+  // Launches, then tests the launch's result: runs at least once, until element 0 reaches
+  // `limit`.
+  func.func public @until_reached(%x: tensor<4xf64>, %limit: f64) -> tensor<4xf64> {
+    %c0 = arith.constant 0 : index
+    %r = scf.while (%acc = %x) : (tensor<4xf64>) -> (tensor<4xf64>) {
+      %y = catalyst.launch_kernel @dev::@step(%acc) : (tensor<4xf64>) -> tensor<4xf64>
+      %e = tensor.extract %y[%c0] : tensor<4xf64>
+      %go = arith.cmpf olt, %e, %limit : f64
+      scf.condition(%go) %y : tensor<4xf64>
+    } do {
+    ^bb0(%a: tensor<4xf64>):
+      scf.yield %a : tensor<4xf64>
+    }
+    return %r : tensor<4xf64>
+  }
   // Launches on even iterations only: the carried buffer is sometimes the kernel's, sometimes
   // the one from before.
   func.func public @every_other(%x: tensor<4xf64>, %n: index) -> tensor<4xf64> {
@@ -193,6 +208,9 @@ TEST_CASE("an scf.while whose condition reads a kernel result stops where it sho
   REQUIRE(ok(none));
   CHECK(values((*none)[0]) == plus(0));
   CHECK(values((*none)[1]) == std::vector<double>{0});
+  // A condition on the launch's own result runs the kernel at least once.
+  CHECK(run(*module, "until_reached", {start(), limit(10)}) == plus(10));
+  CHECK(run(*module, "until_reached", {start(), limit(-1)}) == plus(1));
 }
 
 TEST_CASE("an scf.if yields either a kernel result or the value from before", "[jit][loops]") {
@@ -227,6 +245,13 @@ TEST_CASE("a million iterations of a loop carrying kernel results hold no more m
           REQUIRE(ok(out));
           CHECK(values((*out)[1]) == std::vector<double>{double(n)});
           CHECK(values((*out)[0]) == plus(double(n)));
+        },
+        kShortTrips, kLongTrips);
+  }
+  SECTION("scf.while testing each launch's result") {
+    checkNoGrowth(
+        [&](int64_t n) {
+          CHECK(run(*module, "until_reached", {start(), limit(double(n))}) == plus(double(n)));
         },
         kShortTrips, kLongTrips);
   }
