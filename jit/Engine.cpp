@@ -104,7 +104,9 @@ std::optional<Diagnostic> checkParseDepth(llvm::StringRef text, llvm::StringRef 
   std::optional<ParseRefusal> refused = findParseRefusal(text);
   if (!refused)
     return std::nullopt;
-  return Diagnostic{name.str(), refused->line, refused->column, "error", refused->message};
+  Diagnostic d{name.str(), refused->line, refused->column, "error", refused->message, {}};
+  SourceLines(name, text).attach(d);
+  return d;
 }
 
 bool isLifecycleFunction(llvm::StringRef name) { return name == "setup" || name == "teardown"; }
@@ -190,11 +192,14 @@ void addPackedWrapper(llvm::Module &module, const EntrySignature &entry) {
   b.CreateRetVoid();
 }
 
-/// Collects diagnostics with their locations, and forwards them to the user's sink.
+/// Collects diagnostics with their locations and the source lines they point into (in `text`
+/// alone: a location naming another file never makes the engine read that file), and
+/// forwards them to the user's sink.
 class DiagnosticCollector {
 public:
-  DiagnosticCollector(mlir::MLIRContext &ctx, const std::function<void(const Diagnostic &)> &sink)
-      : ctx(ctx), sink(sink) {
+  DiagnosticCollector(mlir::MLIRContext &ctx, const std::function<void(const Diagnostic &)> &sink,
+                      llvm::StringRef name, llvm::StringRef text)
+      : ctx(ctx), sink(sink), lines(name, text) {
     id = ctx.getDiagEngine().registerHandler([this](mlir::Diagnostic &diag) {
       record(diag);
       for (mlir::Diagnostic &note : diag.getNotes())
@@ -235,6 +240,7 @@ private:
       break;
     }
     d.message = diag.str();
+    lines.attach(d);
     if (sink)
       sink(d);
     diagnostics.push_back(std::move(d));
@@ -242,6 +248,7 @@ private:
 
   mlir::MLIRContext &ctx;
   const std::function<void(const Diagnostic &)> &sink;
+  SourceLines lines;
   mlir::DiagnosticEngine::HandlerID id;
   std::vector<Diagnostic> diagnostics;
 };
@@ -400,7 +407,7 @@ Engine::Impl::compile(llvm::StringRef text, llvm::StringRef name,
   auto start = Clock::now();
   mlir::MLIRContext ctx(registry, mlir::MLIRContext::Threading::DISABLED);
   ctx.printOpOnDiagnostic(false);
-  DiagnosticCollector diagnostics(ctx, options.diagnosticSink);
+  DiagnosticCollector diagnostics(ctx, options.diagnosticSink, name, text);
   // Verified once the nesting of what aliases built is known to be bounded: verifiers
   // recurse on it.
   mlir::ParserConfig config(&ctx, /*verifyAfterParse=*/false);

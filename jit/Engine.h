@@ -92,12 +92,27 @@ struct Diagnostic {
   unsigned column = 0;
   std::string severity; ///< "error", "warning", "note" or "remark".
   std::string message;
+  /// The line of the compiled text the location points into, without its line break; absent
+  /// when the location is elsewhere (another file, none) or the line is longer than
+  /// kMaxSourceLineBytes.
+  std::optional<std::string> sourceLine;
+
+  /// Longer source lines are not kept: a caret under column 50 000 helps nobody.
+  static constexpr size_t kMaxSourceLineBytes = 4096;
 
   /// "file:line:col: severity: message".
   std::string str() const;
+  /// As mlir-opt prints it: "file:line:col: severity: message" at the start of a line, then
+  /// the source line and a caret under the column; "<unknown>:0: severity: message" without
+  /// a location. Ends with a newline.
+  std::string render() const;
 };
 
-/// A compilation that failed: carries every diagnostic with its location.
+/// Every diagnostic rendered in order, as mlir-opt prints them.
+std::string renderDiagnostics(llvm::ArrayRef<Diagnostic> diagnostics);
+
+/// A compilation that failed: carries every diagnostic with its location. Its message is the
+/// diagnostics rendered as mlir-opt prints them (the summary when there are none).
 class CompileError : public llvm::ErrorInfo<CompileError> {
 public:
   static char ID;

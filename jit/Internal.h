@@ -87,6 +87,20 @@ llvm::Error executorError(llvm::Twine context, llvm::Error cause);
 size_t findExcessNesting(llvm::StringRef text, unsigned maxDepth, llvm::StringRef openers,
                          llvm::StringRef closers, bool lineComments);
 
+/// The lines of one compiled text, indexed when a diagnostic first points into it.
+class SourceLines {
+public:
+  /// `text` must outlive this; `name` is the file name its locations carry.
+  SourceLines(llvm::StringRef name, llvm::StringRef text);
+  /// Sets `d.sourceLine` when `d` points into this text at a line short enough to show.
+  void attach(Diagnostic &d);
+
+private:
+  std::string name;
+  llvm::StringRef text;
+  std::vector<size_t> starts; ///< The offset of each line.
+};
+
 /// Fails, with an error at the op, if an attribute of `root` or of an op nested in it holds
 /// element data (any ElementsAttr) of more than `maxBytes` (0: no limit) counted as it will be
 /// built, every element of a splat included, or of a size that does not fit in 64 bits. Runs

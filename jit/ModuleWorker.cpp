@@ -143,7 +143,13 @@ void writeOutcome(MessageWriter &out, llvm::Error error) {
       [&](const CompileError &e) {
         out.u64(1).str(e.summary).u64(e.diagnostics.size());
         for (const Diagnostic &d : e.diagnostics)
-          out.str(d.file).u64(d.line).u64(d.column).str(d.severity).str(d.message);
+          out.str(d.file)
+              .u64(d.line)
+              .u64(d.column)
+              .str(d.severity)
+              .str(d.message)
+              .u64(d.sourceLine ? 1 : 0)
+              .str(d.sourceLine.value_or(""));
       },
       [&](const transport::CodedError &e) { out.u64(2).str(e.code).str(e.message); },
       [&](const llvm::ErrorInfoBase &e) { out.u64(3).str(e.message()); });
@@ -157,13 +163,17 @@ llvm::Error readOutcome(MessageReader &in) {
                    : llvm::createStringError("the module worker sent a malformed answer");
   case 1: {
     std::string summary = in.str().str();
-    std::vector<Diagnostic> diagnostics(in.count(40));
+    std::vector<Diagnostic> diagnostics(in.count(56));
     for (Diagnostic &d : diagnostics) {
       d.file = in.str().str();
       d.line = static_cast<unsigned>(in.u64());
       d.column = static_cast<unsigned>(in.u64());
       d.severity = in.str().str();
       d.message = in.str().str();
+      bool hasSourceLine = in.u64() != 0;
+      std::string sourceLine = in.str().str();
+      if (hasSourceLine)
+        d.sourceLine = std::move(sourceLine);
     }
     if (!in.ok())
       break;
@@ -553,7 +563,7 @@ void warmUp() {
 int runModuleWorker(int argc, char **argv) {
   constexpr int channel = executor::kWorkerChannelFd;
   auto fail = [](const llvm::Twine &message) {
-    llvm::errs() << "courier-module-worker: " << message << "\n";
+    llvm::errs() << "courier-module-worker: error: " << message << "\n";
     MessageWriter failed(MessageKind::Failed);
     failed.str("worker_unavailable").str(message.str());
     llvm::consumeError(executor::sendMessage(channel, failed.view()));

@@ -222,9 +222,12 @@ void EngineError::log(llvm::raw_ostream &os) const { os << message; }
 char CompileError::ID = 0;
 
 void CompileError::log(llvm::raw_ostream &os) const {
-  os << summary;
-  for (const Diagnostic &d : diagnostics)
-    os << "\n" << d.str();
+  if (diagnostics.empty()) {
+    os << summary;
+    return;
+  }
+  // toString() and friends add no line break of their own after a message.
+  os << llvm::StringRef(renderDiagnostics(diagnostics)).drop_back();
 }
 
 std::error_code CompileError::convertToErrorCode() const { return llvm::inconvertibleErrorCode(); }

@@ -251,6 +251,59 @@ TEST_CASE("a syntax error comes back with its file, line and column", "[engine][
   CHECK_THAT(diagnostics[0].message, Catch::Contains("retrun"));
 }
 
+TEST_CASE("a compile error reads as mlir-opt prints it: location first, then the source line "
+          "and a caret",
+          "[engine][errors]") {
+  TempDir dir;
+  Engine engine(optionsIn(dir));
+  auto module = engine.compile("func.func @main() {\n  retrun\n}\n", "broken.mlir");
+  REQUIRE(failed(module));
+  std::string text = message(module.takeError());
+  CHECK_THAT(text, Catch::StartsWith("broken.mlir:2:3: error: custom op 'retrun' is unknown"));
+  CHECK_THAT(text, Catch::EndsWith("\n  retrun\n  ^"));
+}
+
+TEST_CASE("a diagnostic shows only lines of the compiled text, never another file's",
+          "[engine][errors]") {
+  TempDir dir;
+  std::string secret = dir.sub("secret.mlir");
+  {
+    std::error_code ec;
+    llvm::raw_fd_ostream out(secret, ec);
+    REQUIRE(!ec);
+    out << "the first line of a file the compile must not read\n";
+  }
+  Engine engine(optionsIn(dir));
+  // The failing op's location names another file: the diagnostic names it, and shows none of
+  // that file's text.
+  auto module = engine.compile("func.func @main() {\n  %c = arith.constant 1 : i32\n"
+                               "  func.return %c : i32 loc(\"" +
+                                   secret + "\":1:5)\n}\n",
+                               "elsewhere.mlir");
+  REQUIRE(failed(module));
+  std::vector<Diagnostic> diagnostics = diagnosticsOf(module.takeError());
+  REQUIRE(!diagnostics.empty());
+  CHECK(diagnostics[0].file == secret);
+  CHECK_FALSE(diagnostics[0].sourceLine);
+  CHECK(diagnostics[0].render() == secret + ":1:5: error: " + diagnostics[0].message + "\n");
+}
+
+TEST_CASE("a diagnostic on a line too long to show keeps its location and drops the line",
+          "[engine][errors]") {
+  TempDir dir;
+  Engine engine(optionsIn(dir));
+  std::string padding(Diagnostic::kMaxSourceLineBytes, ' ');
+  auto module = engine.compile("func.func @main() {" + padding + "retrun\n}\n", "wide.mlir");
+  REQUIRE(failed(module));
+  std::vector<Diagnostic> diagnostics = diagnosticsOf(module.takeError());
+  REQUIRE(!diagnostics.empty());
+  CHECK_FALSE(diagnostics[0].sourceLine);
+  CHECK_THAT(
+      diagnostics[0].render(),
+      Catch::StartsWith("wide.mlir:1:" + std::to_string(20 + Diagnostic::kMaxSourceLineBytes) +
+                        ": error: custom op 'retrun'"));
+}
+
 TEST_CASE("a pass failure comes back as diagnostics, not a crash", "[engine][errors]") {
   TempDir dir;
   std::vector<Diagnostic> streamed;

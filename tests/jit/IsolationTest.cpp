@@ -101,6 +101,7 @@ TEST_CASE("a compile error in a worker carries every diagnostic to the caller an
     CHECK(e.diagnostics[0].line == 3);
     CHECK(e.diagnostics[0].column == 12);
     CHECK(e.diagnostics[0].severity == "error");
+    CHECK(e.diagnostics[0].sourceLine == "    return %x : f32");
     checked = true;
   });
   CHECK(checked);
