@@ -419,7 +419,7 @@ private:
 int runWorker(int argc, char **argv) {
   auto fail = [](const llvm::Twine &message) {
     // The executor reads this from its log; the channel closes with the process.
-    llvm::errs() << "courier-worker: " << message << "\n";
+    llvm::errs() << "courier-worker: error: " << message << "\n";
     // A Failed message before Ready tells the executor why the worker could not start.
     MessageWriter failed(MessageKind::Failed);
     failed.str("worker_unavailable").str(message.str());

@@ -3,7 +3,10 @@
 
 #include "transport/HostPort.h"
 
+#include "Version.h"
+
 #include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Path.h"
 
 #include <cstdio>
 #include <cstdlib>
@@ -23,6 +26,10 @@ bool ArgumentReader::next() {
     std::fputs(usage, stdout);
     std::exit(0);
   }
+  if (current == "--version") {
+    std::printf("%s\n", versionText(llvm::sys::path::filename(argv[0]).str()).c_str());
+    std::exit(0);
+  }
   return true;
 }
 
@@ -32,7 +39,7 @@ llvm::Error ArgumentReader::readValue() {
   } else if (index + 1 < argc) {
     currentValue = argv[++index];
   } else {
-    return llvm::createStringError("missing value after " + current + "\n" + usage);
+    return llvm::createStringError("option '" + current + "' needs a value");
   }
   return llvm::Error::success();
 }
@@ -44,7 +51,7 @@ llvm::Error ArgumentReader::number(uint64_t &out) const {
 }
 
 llvm::Error ArgumentReader::unknown() const {
-  return llvm::createStringError("unknown option '" + current + "'\n" + usage);
+  return llvm::createStringError("unknown option '" + name() + "' (see --help)");
 }
 
 llvm::Error parseListenAddress(llvm::StringRef address, HttpListenOptions &options) {

@@ -18,8 +18,10 @@
 namespace courier::transport {
 
 /// Walks a server's command line by hand (LLVM's cl registers an option named "threads" in
-/// the shared library). --help or -h prints `usage` and exits; any other argument is a
-/// switch or a flag whose value follows after '=' or as the next argument.
+/// the shared library). --help or -h prints `usage` and exits, --version prints Courier's
+/// version and exits; any other argument is a switch or a flag whose value follows after '='
+/// or as the next argument. The errors read as LLVM's tools say them: "unknown option '--x'",
+/// "option '--listen' needs a value".
 class ArgumentReader {
 public:
   ArgumentReader(int argc, char **argv, const char *usage);

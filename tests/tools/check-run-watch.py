@@ -57,9 +57,15 @@ def main():
         expect(out, lambda l: l == '{"data":[102,104,106,108],"dtype":"f64","shape":[4]}',
                "the new version's result")
 
+        # The diagnostic first, at the start of its line where an editor finds it, with the
+        # source line and a caret; then what became of the reload.
         save(app, original.replace("arith.addf %d", "arith.bogus %d"))
-        expect(err, lambda l: "failed" in l and "version 2 keeps serving" in l
-               and "arith.bogus" in l, "the failed reload line")
+        expect(err, lambda l: l.startswith(app + ":") and ": error: " in l
+               and "arith.bogus" in l, "the broken edit's diagnostic")
+        expect(err, lambda l: "arith.bogus %d" in l, "the broken edit's source line")
+        expect(err, lambda l: l.strip() == "^", "the caret under the broken edit")
+        expect(err, lambda l: "failed" in l and "version 2 keeps serving" in l,
+               "the failed reload line")
 
         # The kernel loads from address 0: its worker dies, courier-run does not.
         crashing = original.replace(

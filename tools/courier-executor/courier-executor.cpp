@@ -160,7 +160,7 @@ static void enableHugePageMalloc(char **argv) {
 
 int main(int argc, char **argv) {
   enableHugePageMalloc(argv);
-  ExitOnError exitOnError("courier-executor: ");
+  ExitOnError exitOnError("courier-executor: error: ");
   ExecutorServerOptions options = exitOnError(parseArguments(argc, argv));
 
   // Before any thread starts, so only the waiter sees the stop signals.

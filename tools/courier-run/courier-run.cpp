@@ -1,6 +1,7 @@
 // courier-run: compile an MLIR file with the engine, call one entry with JSON arguments and
 // print its results as JSON, one object per result.
 #include "jit/Engine.h"
+#include "tools/common/CommandLine.h"
 
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -8,6 +9,7 @@
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <cstdint>
@@ -21,14 +23,19 @@ namespace cl = llvm::cl;
 namespace {
 
 cl::OptionCategory category("courier-run options");
-cl::opt<std::string> inputFile(cl::Positional, cl::desc("<file.mlir>"), cl::Required,
-                               cl::cat(category));
+cl::opt<std::string> inputFile(cl::Positional, cl::desc("<file.mlir, or - for standard input>"),
+                               cl::Required, cl::cat(category));
 cl::opt<std::string> entryName("entry", cl::desc("Entry to call (default: main)"), cl::init("main"),
                                cl::cat(category));
 cl::list<std::string> args("arg",
                            cl::desc("An input as JSON: a number, nested arrays, or "
                                     "{\"dtype\",\"shape\",\"data\"}; once per input, in order"),
                            cl::cat(category));
+cl::list<std::string> argFiles("arg-file",
+                               cl::desc("A file (or - for standard input) holding inputs as "
+                                        "--arg takes them, one JSON value after another; "
+                                        "they stand where the flag stands among the --arg"),
+                               cl::value_desc("file"), cl::cat(category));
 cl::opt<std::string> executor("executor",
                               cl::desc("Send every target to this executor (\"local\" or "
                                        "host:port) instead of the IR's addresses"),
@@ -103,43 +110,144 @@ int fail(const llvm::Twine &message) {
   return 1;
 }
 
-/// One line, whatever the error: the first error diagnostic stands for a failed compile.
-std::string oneLine(llvm::Error error) {
-  std::string text;
+/// A failure as courier-run reports it: a failed compile's diagnostics as mlir-opt prints
+/// them (each at the start of a line, with its source line and a caret), anything else as
+/// one line.
+struct Failure {
+  std::string diagnostics; ///< Rendered, one or more lines; empty for other failures.
+  std::string line;        ///< The message on one line; empty when diagnostics say it all.
+};
+
+Failure describe(llvm::Error error) {
+  Failure failure;
   llvm::handleAllErrors(
       std::move(error),
       [&](const CompileError &compile) {
-        text = compile.summary;
-        size_t errors = 0;
-        for (const Diagnostic &d : compile.diagnostics)
-          if (d.severity == "error" && errors++ == 0)
-            text = d.str();
-        if (errors > 1)
-          text += llvm::formatv(" (and {0} more errors)", errors - 1).str();
+        failure.diagnostics = renderDiagnostics(compile.diagnostics);
+        if (failure.diagnostics.empty())
+          failure.line = compile.summary;
       },
-      [&](const llvm::ErrorInfoBase &other) { text = other.message(); });
-  for (char &c : text)
+      [&](const llvm::ErrorInfoBase &other) { failure.line = other.message(); });
+  for (char &c : failure.line)
     if (c == '\n')
       c = ' ';
-  return text;
+  return failure;
 }
 
-/// Parses the --arg values for `entry`, calls it, prints its results; returns the exit code.
+int fail(llvm::Error error) {
+  Failure failure = describe(std::move(error));
+  llvm::errs() << failure.diagnostics;
+  if (!failure.line.empty())
+    return fail(failure.line);
+  return 1;
+}
+
+/// One input as given: its JSON text, and how to name it in an error.
+struct InputText {
+  std::string json;
+  std::string label; ///< "--arg 1", "--arg-file 'in.json' value 2 (line 3)"
+};
+std::vector<InputText> inputTexts;
+
+/// Splits `text` into its top-level JSON values (arrays, objects, strings and scalars one
+/// after another, separated by white space), each with the line it starts on. Syntax errors
+/// inside a value are left for the JSON parser to name.
+std::vector<std::pair<llvm::StringRef, unsigned>> splitJSONValues(llvm::StringRef text) {
+  std::vector<std::pair<llvm::StringRef, unsigned>> values;
+  size_t i = 0;
+  unsigned line = 1;
+  auto isSpace = [](char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; };
+  while (true) {
+    for (; i < text.size() && isSpace(text[i]); ++i)
+      line += text[i] == '\n';
+    if (i == text.size())
+      return values;
+    size_t start = i;
+    unsigned startLine = line;
+    int depth = 0;
+    bool inString = false;
+    bool closed = false; // the value's last character has been read
+    while (i < text.size() && !closed) {
+      char c = text[i];
+      if (!inString && depth == 0 && isSpace(c))
+        break; // the end of a scalar
+      line += c == '\n';
+      ++i;
+      if (inString) {
+        if (c == '\\' && i < text.size()) {
+          ++i;
+        } else if (c == '"') {
+          inString = false;
+          closed = depth == 0;
+        }
+      } else if (c == '"') {
+        inString = true;
+      } else if (c == '[' || c == '{') {
+        ++depth;
+      } else if (c == ']' || c == '}') {
+        closed = --depth <= 0;
+      }
+    }
+    values.emplace_back(text.slice(start, i), startLine);
+  }
+}
+
+/// Gathers --arg and --arg-file values in the order they stand on the command line.
+llvm::Error gatherInputs(bool programFromStdin) {
+  std::vector<std::pair<unsigned, InputText>> positioned;
+  for (size_t i = 0; i < args.size(); ++i)
+    positioned.push_back({args.getPosition(i), {args[i], ""}});
+  for (size_t i = 0; i < argFiles.size(); ++i) {
+    const std::string &path = argFiles[i];
+    if (path == "-" && programFromStdin)
+      return llvm::createStringError("the program is read from standard input: --arg-file - "
+                                     "cannot read it too");
+    llvm::ErrorOr<std::unique_ptr<llvm::MemoryBuffer>> file =
+        llvm::MemoryBuffer::getFileOrSTDIN(path);
+    if (!file)
+      return llvm::createStringError("cannot read --arg-file '" + path +
+                                     "': " + file.getError().message());
+    unsigned value = 0;
+    for (auto [text, line] : splitJSONValues((*file)->getBuffer()))
+      positioned.push_back(
+          {argFiles.getPosition(i),
+           {text.str(),
+            llvm::formatv("--arg-file '{0}' value {1} (line {2})", path, value++, line).str()}});
+  }
+  // By position, and the values of one file in their order.
+  std::vector<size_t> order(positioned.size());
+  for (size_t i = 0; i < order.size(); ++i)
+    order[i] = i;
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return std::make_pair(positioned[a].first, a) < std::make_pair(positioned[b].first, b);
+  });
+  for (size_t i : order) {
+    InputText &input = positioned[i].second;
+    if (input.label.empty())
+      input.label = "--arg " + std::to_string(inputTexts.size());
+    inputTexts.push_back(std::move(input));
+  }
+  return llvm::Error::success();
+}
+
+/// Parses the inputs for `entry`, calls it, prints its results; returns the exit code.
 int runOnce(const Module &module) {
   const EntrySignature *entry = module.findEntry(entryName);
   if (!entry) // invoke explains why: no such function, or one it cannot call.
-    return fail(oneLine(module.invoke(entryName, {}).takeError()));
-  if (args.size() != entry->inputs.size())
-    return fail(llvm::formatv("entry '{0}' takes {1} inputs, {2} --arg given", entryName,
-                              entry->inputs.size(), args.size()));
+    return fail(module.invoke(entryName, {}).takeError());
+  if (inputTexts.size() != entry->inputs.size())
+    return fail(llvm::formatv("entry '{0}' takes {1} inputs, {2} given", entryName,
+                              entry->inputs.size(), inputTexts.size()));
   std::vector<Tensor> inputs;
-  for (size_t i = 0; i < args.size(); ++i) {
-    llvm::Expected<llvm::json::Value> json = parseJSON(args[i]);
+  for (size_t i = 0; i < inputTexts.size(); ++i) {
+    const InputText &input = inputTexts[i];
+    llvm::Expected<llvm::json::Value> json = parseJSON(input.json);
     if (!json)
-      return fail(llvm::formatv("--arg {0} is not JSON: {1}", i, llvm::toString(json.takeError())));
+      return fail(
+          llvm::formatv("{0} is not JSON: {1}", input.label, llvm::toString(json.takeError())));
     llvm::Expected<Tensor> tensor = tensorFromJSON(*json, entry->inputs[i]);
     if (!tensor)
-      return fail(llvm::formatv("--arg {0}: {1}", i, llvm::toString(tensor.takeError())));
+      return fail(llvm::formatv("{0}: {1}", input.label, llvm::toString(tensor.takeError())));
     inputs.push_back(std::move(*tensor));
   }
   auto start = std::chrono::steady_clock::now();
@@ -147,7 +255,7 @@ int runOnce(const Module &module) {
   double runMs =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   if (!outputs)
-    return fail(oneLine(outputs.takeError()));
+    return fail(outputs.takeError());
   for (const Tensor &output : *outputs)
     llvm::outs() << tensorToJSON(output) << "\n";
   llvm::outs().flush();
@@ -166,11 +274,22 @@ int runOnce(const Module &module) {
 int main(int argc, char **argv) {
   llvm::InitLLVM init(argc, argv);
   cl::HideUnrelatedOptions(category);
+  tools::setVersionPrinter("courier-run");
+  if (llvm::Error error = tools::checkOptions(argc, argv))
+    return fail(std::move(error));
   cl::ParseCommandLineOptions(argc, argv, "Compile an MLIR program and run one of its entries\n");
 
-  llvm::ErrorOr<std::unique_ptr<llvm::MemoryBuffer>> file = llvm::MemoryBuffer::getFile(inputFile);
+  bool fromStdin = inputFile == "-";
+  if (fromStdin && watch)
+    return fail("--watch needs a file to watch, not standard input");
+  // Named "<stdin>" when read from standard input, as mlir-opt names it in diagnostics.
+  llvm::ErrorOr<std::unique_ptr<llvm::MemoryBuffer>> file =
+      llvm::MemoryBuffer::getFileOrSTDIN(inputFile);
   if (!file)
     return fail("cannot read '" + inputFile + "': " + file.getError().message());
+  std::string programName = (*file)->getBufferIdentifier().str();
+  if (llvm::Error error = gatherInputs(fromStdin))
+    return fail(std::move(error));
 
   if (optLevel > 3)
     return fail(llvm::formatv("-O{0}: the optimisation level is 0 to 3", optLevel.getValue()));
@@ -219,9 +338,9 @@ int main(int argc, char **argv) {
   }
   Engine engine(options);
 
-  llvm::Expected<std::shared_ptr<Module>> first = engine.compile((*file)->getBuffer(), inputFile);
+  llvm::Expected<std::shared_ptr<Module>> first = engine.compile((*file)->getBuffer(), programName);
   if (!first)
-    return fail(oneLine(first.takeError()));
+    return fail(first.takeError());
   std::shared_ptr<Module> current = std::move(*first);
   uint64_t version = 1;
   // The version now serving: the last one whose entry ran without killing its worker.
@@ -249,9 +368,13 @@ int main(int argc, char **argv) {
                 .count();
         std::lock_guard<std::mutex> lock(outputMutex);
         if (!next) {
-          llvm::errs() << llvm::formatv("courier-run: reload of '{0}' failed after {1:f1} ms, "
-                                        "version {2} keeps serving: {3}\n",
-                                        inputFile, ms, serving, oneLine(next.takeError()));
+          // The diagnostics first, where an editor finds them; then what became of the reload.
+          Failure failure = describe(next.takeError());
+          llvm::errs() << failure.diagnostics
+                       << llvm::formatv("courier-run: reload of '{0}' failed after {1:f1} ms, "
+                                        "version {2} keeps serving{3}{4}\n",
+                                        inputFile, ms, serving, failure.line.empty() ? "" : ": ",
+                                        failure.line);
           return;
         }
         if (*next == current) {
@@ -277,7 +400,7 @@ int main(int argc, char **argv) {
         serving = candidate;
       });
   if (!watcher)
-    return fail(llvm::toString(watcher.takeError()));
+    return fail(watcher.takeError());
   llvm::errs() << "courier-run: watching '" << inputFile << "' (Ctrl-C to stop)\n";
   sigset_t signals;
   sigemptyset(&signals);

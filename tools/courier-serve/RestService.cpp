@@ -8,6 +8,8 @@
 #include "transport/HttpService.h"
 #include "transport/Wire.h"
 
+#include "Version.h"
+
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/raw_ostream.h"

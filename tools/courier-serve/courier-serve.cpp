@@ -82,9 +82,16 @@ Expected<Arguments> parseArguments(int argc, char **argv) {
       args.store.sandbox = false;
       continue;
     }
+    StringRef name = flags.name();
+    if (!llvm::is_contained({"--listen", "--token-file", "--executor", "--executor-token-file",
+                             "--watch", "--cache-dir", "--cache-max-mib", "--max-body-bytes",
+                             "--max-modules", "--compile-timeout-ms", "--threads",
+                             "--max-constant-mib", "--max-object-mib", "--invoke-timeout-ms",
+                             "--module-memory-mib", "--isolation"},
+                            name))
+      return flags.unknown();
     if (Error error = flags.readValue())
       return std::move(error);
-    StringRef name = flags.name();
     const std::string &value = flags.value();
     Error error = Error::success();
     if (name == "--listen")
@@ -119,10 +126,8 @@ Expected<Arguments> parseArguments(int argc, char **argv) {
       error = flags.number(args.store.moduleMemoryMiB);
     else if (name == "--isolation" && (value == "process" || value == "none"))
       args.store.isolation = value == "process" ? Isolation::Process : Isolation::InProcess;
-    else if (name == "--isolation")
-      return createStringError("--isolation is 'process' or 'none', got '" + value + "'");
     else
-      return flags.unknown();
+      return createStringError("--isolation is 'process' or 'none', got '" + value + "'");
     if (error)
       return std::move(error);
   }
@@ -233,7 +238,7 @@ std::vector<std::string> mlirFiles(const std::string &dir) {
 } // namespace
 
 int main(int argc, char **argv) {
-  ExitOnError exitOnError("courier-serve: ");
+  ExitOnError exitOnError("courier-serve: error: ");
   Arguments args = exitOnError(parseArguments(argc, argv));
   // Module workers run as this user: not dumpable, this process's memory cannot be opened
   // through /proc by them (nor core-dumped, with modules' data in it).

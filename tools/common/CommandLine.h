@@ -1,0 +1,24 @@
+// Command-line conventions for the tools that parse with llvm::cl (courier-run, courier-opt),
+// so that they answer as courier-serve and courier-executor do.
+#ifndef COURIER_TOOLS_COMMON_COMMANDLINE_H
+#define COURIER_TOOLS_COMMON_COMMANDLINE_H
+
+#include "llvm/ADT/StringRef.h"
+#include "llvm/Support/Error.h"
+
+namespace courier::tools {
+
+/// Makes --version print Courier's version for `tool` (versionText in Version.h) rather than
+/// LLVM's.
+void setVersionPrinter(llvm::StringRef tool);
+
+/// Checks `argv` against the options registered with llvm::cl before cl parses it, and
+/// refuses the first argument no option takes, "unknown option '--x' (see --help)", and an
+/// option that needs a value given last without one, "option '--entry' needs a value".
+/// Accepts what cl accepts: one or two dashes, "=value" or the next argument as the value,
+/// prefix options (-O2), a lone "-" (standard input) and everything after "--".
+llvm::Error checkOptions(int argc, char **argv);
+
+} // namespace courier::tools
+
+#endif // COURIER_TOOLS_COMMON_COMMANDLINE_H
