@@ -48,10 +48,13 @@ def Catalyst_LaunchKernelOp : Catalyst_Op<"launch_kernel", [
   let description = [{
     `callee` is a nested symbol reference `@module::@function`. Operands are read; results
     are fresh values (fresh buffers after bufferization). `dispatch-executor-targets`
-    rewrites the op into `executor.launch` once its module has an object file.
+    rewrites the op into `executor.launch` once its module has an object file. Marked
+    `catalyst.nonblocking`, a launch of a `() -> ()` kernel becomes `executor.launch_async`
+    instead, awaited before the launching function returns.
 
     ```mlir
     %y = catalyst.launch_kernel @dev::@scale(%x) : (tensor<4xf64>) -> tensor<4xf64>
+    catalyst.launch_kernel @dev::@warm_up() {catalyst.nonblocking} : () -> ()
     ```
   }];
   let arguments = (ins SymbolRefAttr:$callee, Variadic<AnyType>:$inputs);

@@ -26,10 +26,18 @@ class Executor_Type<string name, string typeMnemonic> : TypeDef<Executor_Dialect
 
 def Executor_SessionType : Executor_Type<"Session", "session"> {
   let summary = "An open session with one executor.";
+  let description = [{
+    What `executor.open` returns and the other ops take. `convert-executor-to-llvm` turns
+    it into the runtime's `i64` handle.
+  }];
 }
 
 def Executor_TokenType : Executor_Type<"Token", "token"> {
   let summary = "A launch in flight, to be awaited.";
+  let description = [{
+    What `executor.launch_async` returns, awaited once with `executor.await`.
+    `convert-executor-to-llvm` turns it into the runtime's `i64` handle.
+  }];
 }
 
 def Executor_TensorOrMemRef : AnyTypeOf<[AnyRankedTensor, AnyMemRef],
@@ -121,6 +129,9 @@ def Executor_AwaitOp : Executor_Op<"await", [
     DeclareOpInterfaceMethods<MemoryEffectsOpInterface>]> {
   let summary = "Waits for a launch started with executor.launch_async.";
   let description = [{
+    Returns once the launch behind `token` has finished; a launch that failed fails the
+    calling entry with the executor's message. A token is awaited at most once.
+
     ```mlir
     executor.await %t : !executor.token
     ```
@@ -173,6 +184,10 @@ def Executor_CloseOp : Executor_Op<"close", [
     DeclareOpInterfaceMethods<MemoryEffectsOpInterface>]> {
   let summary = "Closes a session.";
   let description = [{
+    Ends the session on its executor, which frees what it held for it (its worker process,
+    its attached objects). Rarely written: sessions still open when the program ends are
+    closed by the runtime.
+
     ```mlir
     executor.close %s : !executor.session
     ```

@@ -51,14 +51,21 @@ def DispatchExecutorTargets : Pass<"dispatch-executor-targets", "::mlir::ModuleO
        `executor.send_binary` once per module, creating a public `setup()` if the host
        has none;
     2. rewrites every host-side `catalyst.launch_kernel` targeting that module into an
-       `executor.launch` carrying the session for the module's address (opened at the top
-       of each function that launches, which returns the already-open session), the entry
-       callee and the object-file path;
-    3. erases the nested module once its launches are rewritten.
+       `executor.launch` carrying the session for the module's address, the entry callee
+       and the object-file path. Each function that launches opens its sessions and ships
+       its objects at its top (the runtime returns the open session, and an object sent
+       over a session is not sent again); when a host function carries
+       `catalyst.backline_bringup`, only such functions ship;
+    3. rewrites a launch marked `catalyst.nonblocking` (of a `() -> ()` kernel, in the
+       function's entry block) into `executor.launch_async`, and awaits its token with
+       `executor.await` before the function returns;
+    4. rewrites every host-side `catalyst.custom_call` whose `backend_config` has a
+       `dispatch` into `executor.call` on that executor (`""`: the program's single one);
+    5. erases the nested module once its launches are rewritten.
 
     Session teardown is the runtime's: it closes every open session at process exit, so
-    no `executor.close` is emitted. The pass is a no-op when no module is dispatched. A
-    dispatched module without an object file is an error.
+    no `executor.close` is emitted. The pass is a no-op when no module is dispatched and
+    no custom call is. A dispatched module without an object file is an error.
   }];
   let dependentDialects = ["::courier::executor::ExecutorDialect", "::mlir::func::FuncDialect"];
 }
