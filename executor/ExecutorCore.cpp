@@ -7,6 +7,8 @@
 #include "executor/WorkerPool.h"
 #include "transport/HttpService.h"
 
+#include "Version.h"
+
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringMap.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -29,10 +31,6 @@
 #include <thread>
 #include <unistd.h>
 #include <unordered_map>
-
-#ifndef COURIER_VERSION
-#define COURIER_VERSION "unknown"
-#endif
 
 namespace courier::executor {
 
@@ -514,8 +512,8 @@ llvm::Error ExecutorCore::Impl::attach(Session &session, llvm::StringRef sha) {
     else
       loaded = linkInto(session, **worker, sha, deadline);
   } else if (llvm::Error error = session.host->addObject(*blob)) {
-    loaded = makeWireError("invalid_object",
-                           "loading object " + sha + ": " + llvm::toString(std::move(error)));
+    // The object host's message names the object.
+    loaded = makeWireError("invalid_object", llvm::toString(std::move(error)));
   }
   if (!attaching.owns_lock())
     attaching.lock();

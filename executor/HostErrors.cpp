@@ -36,7 +36,8 @@ llvm::Error classifyHostError(llvm::Error error, llvm::StringRef missingCode,
         message = e.message;
       },
       [&](const llvm::ErrorInfoBase &e) { message = e.message(); });
-  return makeWireError(code, context + ": " + message);
+  std::string prefix = context.str();
+  return makeWireError(code, prefix.empty() ? message : prefix + ": " + message);
 }
 
 } // namespace courier::executor

@@ -17,7 +17,7 @@ std::pair<std::string, std::string> describeError(llvm::Error error, llvm::Strin
 /// A host failure as a WireError: a WireError keeps its own code (the object host names
 /// unknown objects, entries and symbols so), a symbol ORC could not resolve is `missingCode`,
 /// and anything else is `failureCode`. Kinds come from types, never from message text. The
-/// message is prefixed with `context`.
+/// message is prefixed with `context` unless it is empty.
 llvm::Error classifyHostError(llvm::Error error, llvm::StringRef missingCode,
                               llvm::StringRef failureCode, const llvm::Twine &context);
 

@@ -228,9 +228,9 @@ private:
     if (!bytes)
       return bytes.takeError();
     ObjectBlob blob{sha, std::make_shared<const std::string>(bytes->str())};
+    // The object host's message names the object.
     if (llvm::Error error = host->addObject(blob))
-      return classifyHostError(std::move(error), "invalid_object", "invalid_object",
-                               "loading object " + sha);
+      return classifyHostError(std::move(error), "invalid_object", "invalid_object", "");
     // What the executor checks launches against without asking again.
     std::optional<transport::ObjectInfo> info = host->describe(sha);
     MessageWriter done(MessageKind::Done);

@@ -344,7 +344,8 @@ llvm::Error HttpBackend::closeSession(llvm::StringRef session) {
 }
 
 llvm::Error HttpBackend::upload(const ObjectBlob &object) {
-  std::string operation = "shipping object " + object.sha256.substr(0, 12);
+  // Unnamed here: the executor's refusals name the object.
+  std::string operation = "shipping an object";
   httplib::Request req;
   req.method = "PUT";
   req.path = "/v1/objects/" + object.sha256;
@@ -369,7 +370,7 @@ llvm::Error HttpBackend::attachOrUpload(llvm::StringRef session, const ObjectBlo
   if (!object.bytes || !wire::isSha256(object.sha256))
     return makeCodedError(ErrorCode::BadRequest,
                           where("shipping an object") + ": the object has no bytes or no SHA-256");
-  std::string operation = "shipping object " + object.sha256.substr(0, 12);
+  std::string operation = "shipping an object";
   std::string path = sessionPath(session) + "/objects/" + object.sha256;
   // Attaching first makes shipping an object the executor already holds one small request.
   // The executor may drop an object no session holds once its grace period passes, so an

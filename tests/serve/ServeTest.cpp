@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -718,6 +719,60 @@ TEST_CASE("an executor that cannot be reached is 502 with the executor client's 
   CHECK(twin.status == 502);
   CHECK(twin.body["error"]["message"].get<std::string>().find("of module 'twin'") !=
         std::string::npos);
+}
+
+TEST_CASE("a kernel that cannot be loaded names its object once and no path of the server's host",
+          "[serve]") {
+  ServeProcess serve;
+  auto http = serve.client();
+  const std::string unresolved =
+      "module @app {\n"
+      "  func.func public @main(%x: tensor<4xf64>) -> tensor<4xf64> {\n"
+      "    %y = catalyst.launch_kernel @dev::@broken(%x) : (tensor<4xf64>) -> tensor<4xf64>\n"
+      "    return %y : tensor<4xf64>\n"
+      "  }\n"
+      "  module @dev attributes {catalyst.target = {}, catalyst.dispatch = {address = "
+      "\"local\"}} {\n"
+      "    func.func private @courier_missing_function()\n"
+      "    func.func public @broken(%x: tensor<4xf64>) -> tensor<4xf64> {\n"
+      "      func.call @courier_missing_function() : () -> ()\n"
+      "      return %x : tensor<4xf64>\n"
+      "    }\n"
+      "  }\n"
+      "}\n";
+  // Loading ships the kernel's object, which is where its missing symbol shows.
+  Reply failed = post(*http, "/v1/modules", createBody("unresolved", unresolved));
+  INFO(failed.raw);
+  CHECK(failed.status == 422);
+  CHECK(errorCode(failed) == "executor_failed");
+  std::string message = failed.body["error"]["message"].get<std::string>();
+  CHECK_THAT(message, Catch::Contains("Symbols not found: [ courier_missing_function ]"));
+  // One SHA-256, and no shorter piece of it elsewhere.
+  std::smatch hash;
+  REQUIRE(std::regex_search(message, hash, std::regex("[0-9a-f]{64}")));
+  std::string prefix = hash.str().substr(0, 12);
+  CHECK(message.find(prefix) == message.rfind(prefix));
+  // Nothing of the host: no cache directory, no path at all.
+  CHECK(message.find(serve.directory()) == std::string::npos);
+  CHECK(message.find('/') == std::string::npos);
+  CHECK(get(*http, "/v1/health").status == 200);
+}
+
+TEST_CASE("a module worker that cannot start is 503 naming no path; the server's log has it",
+          "[serve]") {
+  const std::string missing = "/nonexistent/courier-module-worker";
+  ::setenv("COURIER_MODULE_WORKER", missing.c_str(), 1);
+  ServeProcess serve;
+  ::unsetenv("COURIER_MODULE_WORKER");
+  auto http = serve.client();
+  Reply failed = post(*http, "/v1/modules", createBody("scale", kVersionA));
+  INFO(failed.raw);
+  CHECK(failed.status == 503);
+  CHECK(errorCode(failed) == "worker_unavailable");
+  std::string message = failed.body["error"]["message"].get<std::string>();
+  CHECK(message.find('/') == std::string::npos);
+  CHECK_THAT(serve.log(), Catch::Contains(missing));
+  CHECK(get(*http, "/v1/health").status == 200);
 }
 
 TEST_CASE("an executor that refuses the server is 422; --executor-token-file gets it in",

@@ -7,6 +7,7 @@
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <cstdio>
 #include <functional>
 #include <pthread.h>
 
@@ -80,6 +81,16 @@ double msSince(Clock::time_point start) {
   return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
 }
 
+/// What a client is told of an engine failure of `kind`. A worker that cannot be started or
+/// reached is the server's trouble, and its reason names the server's files (the worker
+/// program, its sandbox): that goes to the server's log, the client learns only the kind.
+std::string messageForClients(ErrorCode kind, std::string message) {
+  if (kind != ErrorCode::WorkerUnavailable)
+    return message;
+  std::fprintf(stderr, "courier-serve: %s\n", message.c_str());
+  return "no module worker could be started or reached; the server's log says why";
+}
+
 /// A failed compile as a ServeError: the summary and first error diagnostic for people, every
 /// diagnostic with its location for programs.
 llvm::Error compileFailure(llvm::Error error) {
@@ -100,7 +111,7 @@ llvm::Error compileFailure(llvm::Error error) {
       // Loading runs the module's setup, which opens its executor sessions: an executor
       // that cannot be reached, or refuses, is not the source's fault.
       [&](const EngineError &e) {
-        message = e.message;
+        message = messageForClients(e.kind, e.message);
         switch (e.kind) {
         case ErrorCode::ExecutorUnavailable:
         case ErrorCode::CompileCrashed:
@@ -537,7 +548,7 @@ llvm::Expected<std::vector<Tensor>> ModuleStore::invoke(const Pinned &pinned, ll
   llvm::handleAllErrors(
       outputs.takeError(),
       [&](const EngineError &e) {
-        message = e.message;
+        message = messageForClients(e.kind, e.message);
         code = e.kind;
       },
       [&](const llvm::ErrorInfoBase &e) { message = e.message(); });
