@@ -33,6 +33,9 @@ std::optional<DType> parseDType(llvm::StringRef name);
 size_t dtypeSize(DType dtype);
 /// True for bf16, f16, f32 and f64.
 bool isFloatDType(DType dtype);
+/// Every dtype's name for messages, floats first, then by size: "bf16, f16, f32, ..., ui32 or
+/// ui64", with `last` between the last two.
+std::string dtypeNames(llvm::StringRef last = " or ");
 /// The DType whose enum value is `code`, or nullopt if no DType has it.
 std::optional<DType> dtypeFromCode(uint64_t code);
 

@@ -173,9 +173,8 @@ llvm::Error invokeInProcess(const Module::Impl &impl, llvm::StringRef entry,
     return engineError(
         ErrorCode::UnknownEntry,
         llvm::formatv("entry '{0}' of module '{1}' cannot be invoked: {2}; invoke passes ranked "
-                      "tensors, identity-layout memrefs and scalars of f16, f32, f64, i1, i8, "
-                      "i16, i32, i64 and index",
-                      entry, impl.name, it->second));
+                      "tensors, identity-layout memrefs and scalars of {3} and index",
+                      entry, impl.name, it->second, dtypeNames(", ")));
   if (!signature || fns == impl.functions.end()) {
     std::string known;
     for (const EntrySignature &e : impl.entries)

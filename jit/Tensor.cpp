@@ -48,8 +48,8 @@ static_assert(inDTypeOrder() && std::size(kDTypes) == static_cast<size_t>(DType:
 const DTypeInfo &infoOf(DType dtype) { return kDTypes[static_cast<int>(dtype)]; }
 
 /// "bf16, f16, ..., ui32 or ui64" for messages, floats first, then by size; `kind` narrows
-/// it to one kind.
-std::string dtypeList(std::optional<Kind> kind = std::nullopt) {
+/// it to one kind; `last` separates the last two.
+std::string dtypeList(std::optional<Kind> kind = std::nullopt, llvm::StringRef last = " or ") {
   llvm::SmallVector<const DTypeInfo *> listed;
   for (const DTypeInfo &info : kDTypes)
     if (!kind || info.kind == *kind)
@@ -59,7 +59,7 @@ std::string dtypeList(std::optional<Kind> kind = std::nullopt) {
   });
   std::string text;
   for (size_t i = 0; i < listed.size(); ++i)
-    text += (i == 0 ? "" : i + 1 == listed.size() ? " or " : ", ") + listed[i]->name.str();
+    text += (i == 0 ? "" : i + 1 == listed.size() ? last.str() : ", ") + listed[i]->name.str();
   return text;
 }
 
@@ -76,6 +76,8 @@ llvm::StringRef dtypeName(DType dtype) { return infoOf(dtype).name; }
 size_t dtypeSize(DType dtype) { return infoOf(dtype).size; }
 
 bool isFloatDType(DType dtype) { return infoOf(dtype).kind == Kind::Float; }
+
+std::string dtypeNames(llvm::StringRef last) { return dtypeList(std::nullopt, last); }
 
 std::optional<DType> dtypeFromCode(uint64_t code) {
   if (code >= std::size(kDTypes))

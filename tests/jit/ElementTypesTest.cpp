@@ -71,13 +71,6 @@ module @app {
 }
 )mlir";
 
-std::vector<double> values(const Tensor &t) {
-  std::vector<double> v;
-  for (int64_t i = 0; i < t.numElements(); ++i)
-    v.push_back(t.at(i));
-  return v;
-}
-
 std::string written(const Tensor &t) {
   std::string text;
   llvm::raw_string_ostream os(text);
@@ -216,4 +209,22 @@ TEST_CASE("every dtype is named by MLIR's spelling of a type of its size", "[jit
   }
   CHECK(dtypeFromCode(static_cast<uint64_t>(DType::UI64)) == DType::UI64);
   CHECK(!dtypeFromCode(static_cast<uint64_t>(DType::UI64) + 1));
+}
+
+TEST_CASE("an entry on a type outside the table says so at invoke, listing the types there are",
+          "[jit][dtypes]") {
+  TempDir dir;
+  Engine engine(optionsIn(dir));
+  auto module = engine.compile(R"mlir(
+    func.func public @nibbles(%x: tensor<4xi4>) -> tensor<4xi4> { return %x : tensor<4xi4> }
+  )mlir",
+                               "nibbles");
+  REQUIRE(ok(module));
+  auto out = (*module)->invoke("nibbles", {});
+  REQUIRE(failed(out));
+  CHECK_THAT(llvm::toString(out.takeError()),
+             Catch::Contains("entry 'nibbles' of module 'nibbles' cannot be invoked: argument 0 "
+                             "has type 'tensor<4xi4>'; invoke passes ranked tensors, "
+                             "identity-layout memrefs and scalars of bf16, f16, f32, f64, i1, i8, "
+                             "i16, i32, i64, ui8, ui16, ui32, ui64 and index"));
 }
