@@ -4,6 +4,7 @@
 #include "jit/Engine.h"
 
 #include "tests/jit/TestSupport.h"
+#include "tests/transport/ExecutorProcess.h"
 
 #include <catch2/catch.hpp>
 
@@ -222,6 +223,19 @@ TEST_CASE("an scf.if yields either a kernel result or the value from before", "[
   CHECK(run(*module, "every_other", {start(), count(1)}) == plus(1));
   CHECK(run(*module, "every_other", {start(), count(7)}) == plus(4));
   CHECK(run(*module, "every_other", {start(), count(8)}) == plus(4));
+}
+
+TEST_CASE("loops carry kernel results computed by a courier-executor process", "[jit][loops]") {
+  TempDir dir;
+  testing::ExecutorProcess executor;
+  EngineOptions options = optionsIn(dir);
+  options.executorOverride = executor.address();
+  Engine engine(options);
+  auto module = compileLoops(engine);
+  CHECK(run(*module, "for_steps", {start(), count(100)}) == plus(100));
+  CHECK(run(*module, "while_below", {start(), limit(99.5)}) == plus(100));
+  CHECK(run(*module, "until_reached", {start(), limit(100)}) == plus(100));
+  CHECK(run(*module, "every_other", {start(), count(100)}) == plus(50));
 }
 
 TEST_CASE("a million iterations of a loop carrying kernel results hold no more memory than "
