@@ -228,3 +228,19 @@ TEST_CASE("an entry on a type outside the table says so at invoke, listing the t
                              "identity-layout memrefs and scalars of bf16, f16, f32, f64, i1, i8, "
                              "i16, i32, i64, ui8, ui16, ui32, ui64 and index"));
 }
+
+TEST_CASE("an entry on explicitly signed integers takes and returns the signless dtype",
+          "[jit][dtypes]") {
+  TempDir dir;
+  Engine engine(optionsIn(dir));
+  auto module = engine.compile(R"mlir(
+    func.func public @same(%x: tensor<2xsi8>) -> tensor<2xsi8> { return %x : tensor<2xsi8> }
+  )mlir",
+                               "signed");
+  REQUIRE(ok(module));
+  const EntrySignature *same = (*module)->findEntry("same");
+  REQUIRE(same);
+  CHECK(same->inputs.at(0).dtype == DType::I8);
+  CHECK(invokeJSON(**module, "same", {input(**module, "same", 0, "[-128, 127]")}) ==
+        std::vector<std::string>{R"({"data":[-128,127],"dtype":"i8","shape":[2]})"});
+}
