@@ -24,7 +24,9 @@ void CatalystDialect::initialize() {
 
 namespace {
 /// The keys each dictionary attribute accepts.
-constexpr StringLiteral kTargetKeys[] = {"triple", "cpu", "features"};
+/// `pipeline` and `backend` are Catalyst's: the passes that lower the module, and a label
+/// Catalyst's front end sets (kept, not used).
+constexpr StringLiteral kTargetKeys[] = {"triple", "cpu", "features", "pipeline", "backend"};
 constexpr StringLiteral kDispatchKeys[] = {"address"};
 constexpr StringLiteral kKnownAttributes[] = {
     CatalystDialect::kTargetAttrName, CatalystDialect::kDispatchAttrName,
@@ -275,6 +277,9 @@ LogicalResult CustomCallOp::verify() {
     if (getNumResults() != 0)
       return emitOpError("has both results and number_original_arg; in the destination-passing "
                          "form the outputs are the operands after number_original_arg");
+    if (llvm::any_of(getOperandTypes(), [](Type type) { return isa<TensorType>(type); }))
+      return emitOpError("has number_original_arg on tensors; it marks the destination-passing "
+                         "form on buffers, and on tensors the outputs are the results");
   }
   bool anyTensor = false, anyMemRef = false;
   for (Type type : llvm::concat<const Type>(getOperandTypes(), getResultTypes())) {

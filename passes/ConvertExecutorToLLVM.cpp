@@ -9,6 +9,7 @@
 #include "mlir/Transforms/DialectConversion.h"
 #include "runtime/ExecutorABI.h"
 
+#include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/TypeSwitch.h"
 #include "llvm/Support/Path.h"
@@ -105,6 +106,9 @@ public:
       : module(module), builder(OpBuilder::atBlockBegin(module.getBody())) {}
 
   llvm::StringMap<LLVM::LLVMFuncOp> functions;
+  /// executor.call ops whose inputs are packed on the heap: the stack slots of a function's
+  /// calls together stay within kStackPackedBytes.
+  llvm::DenseSet<Operation *> heapPacked;
 
   /// Creates (or finds) the NUL-terminated string constant `key` holding `text`.
   void addString(StringRef key, StringRef text) {
@@ -180,8 +184,9 @@ FailureOr<int64_t> elementBytes(Type type) {
 
 constexpr int64_t kExpectedShapeMarker = COURIER_EXPECTED_SHAPE_MARKER;
 
-/// Packed inputs of an executor.call up to this size live in a stack slot; larger ones on
-/// the heap, so a big call cannot overflow the stack.
+/// The packed inputs of a function's executor.call ops live in stack slots up to this many
+/// bytes in all; the rest on the heap, so neither a big call nor many calls overflow the
+/// stack.
 constexpr int64_t kStackPackedBytes = 64 * 1024;
 
 /// The names of the constants each op's lowering uses, shared by the walk that creates
@@ -472,7 +477,7 @@ struct CallLowering : ExecutorPattern<executor::CallOp> {
     };
     Value packed;
     FailureOr<LLVM::LLVMFuncOp> freeFn;
-    if (inBytes <= kStackPackedBytes) {
+    if (!lowering.heapPacked.contains(op)) {
       packed =
           entryAlloca(rewriter, op, LLVM::LLVMArrayType::get(i8, std::max<int64_t>(inBytes, 1)));
     } else {
@@ -535,6 +540,7 @@ struct ConvertExecutorToLLVM : impl::ConvertExecutorToLLVMBase<ConvertExecutorTo
 
     LoweringContext lowering(module);
     SetVector<StringRef> needed;
+    llvm::DenseMap<Operation *, int64_t> stackPacked;
     WalkResult walk = module.walk([&](Operation *op) {
       // Catalyst ops that reach this point have no lowering; say what would give them one.
       if (auto call = dyn_cast<catalyst::RuntimeCallOp>(op)) {
@@ -578,6 +584,27 @@ struct ConvertExecutorToLLVM : impl::ConvertExecutorToLLVMBase<ConvertExecutorTo
                           "convert-executor-to-llvm");
           return WalkResult::interrupt();
         }
+      if (isa<executor::LaunchOp, executor::CallOp>(op)) {
+        for (Type type : llvm::concat<const Type>(op->getOperandTypes(), op->getResultTypes()))
+          if (auto memref = dyn_cast<MemRefType>(type);
+              memref && failed(elementBytes(memref.getElementType()))) {
+            op->emitOpError("has elements of type ")
+                << memref.getElementType() << "; executors take integers, floats and index";
+            return WalkResult::interrupt();
+          }
+      }
+      if (auto call = dyn_cast<executor::CallOp>(op)) {
+        int64_t bytes = 0;
+        for (Value input : call.getInputs()) {
+          auto memref = cast<MemRefType>(input.getType());
+          bytes += memref.getNumElements() * *elementBytes(memref.getElementType());
+        }
+        int64_t &used = stackPacked[call->getParentOfType<FunctionOpInterface>()];
+        if (used + std::max<int64_t>(bytes, 1) <= kStackPackedBytes)
+          used += std::max<int64_t>(bytes, 1);
+        else
+          lowering.heapPacked.insert(call);
+      }
       for (StringRef name : runtimeFunctionsOf(op))
         needed.insert(name);
       addConstants(op, lowering);

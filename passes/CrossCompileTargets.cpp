@@ -4,6 +4,7 @@
 #include "passes/Passes.h"
 #include "passes/TargetModules.h"
 
+#include "mlir/Pass/PassRegistry.h"
 #include "mlir/Target/LLVMIR/Dialect/Builtin/BuiltinToLLVMIRTranslation.h"
 #include "mlir/Target/LLVMIR/Dialect/LLVMIR/LLVMToLLVMIRTranslation.h"
 #include "mlir/Target/LLVMIR/Export.h"
@@ -203,8 +204,22 @@ struct CrossCompileTargets : impl::CrossCompileTargetsBase<CrossCompileTargets> 
     if (kernels.empty())
       return target.emitError("target module has no public function to launch");
 
+    // A `pipeline` key (Catalyst's) names the passes that lower this module instead.
     PassManager pm(&getContext(), ModuleOp::getOperationName());
-    buildBufferizeAndLowerToLLVM(pm);
+    if (auto pipeline = spec.getAs<StringAttr>("pipeline"); pipeline && !pipeline.empty()) {
+      std::string why;
+      llvm::raw_string_ostream os(why);
+      if (failed(parsePassPipeline(pipeline.getValue(), pm, os))) {
+        // The parser's first line says what is wrong; the rest repeats the text.
+        StringRef first = StringRef(why).split('\n').first;
+        return target.emitError("'catalyst.target' pipeline '")
+               << pipeline.getValue() << "' is not a pass pipeline: "
+               << first.substr(
+                      first.find("error: ") == StringRef::npos ? 0 : first.find("error: ") + 7);
+      }
+    } else {
+      buildBufferizeAndLowerToLLVM(pm);
+    }
     if (failed(pm.run(*copy)))
       return target.emitError("lowering the target module to LLVM failed");
     for (const Kernel &kernel : kernels) {

@@ -44,13 +44,13 @@ FailureOr<func::FuncOp> getOrCreateSetup(ModuleOp host) {
   return setup;
 }
 
-/// Ships objects at the top of functions, once per function and object, after the
+/// Ships objects at the top of functions, once per function, session and object, after the
 /// function's sessions are open and in the order the launches need them.
 class ShipmentCache {
 public:
   void ensure(Operation *user, Value session, StringRef object) {
     auto function = user->getParentOfType<FunctionOpInterface>();
-    if (!shipped.insert({function.getOperation(), object.str()}).second)
+    if (!shipped.insert({session.getAsOpaquePointer(), object.str()}).second)
       return;
     Operation *&last = lastShipment[function.getOperation()];
     Operation *open = session.getDefiningOp();
@@ -61,7 +61,8 @@ public:
   }
 
 private:
-  std::set<std::pair<Operation *, std::string>> shipped;
+  /// (session value, object); a session value belongs to one function.
+  std::set<std::pair<const void *, std::string>> shipped;
   llvm::DenseMap<Operation *, Operation *> lastShipment;
 };
 
@@ -109,8 +110,9 @@ struct DispatchExecutorTargets : impl::DispatchExecutorTargetsBase<DispatchExecu
       injectSetup(*setup, dispatched, order);
     }
 
-    if (failed(rewriteLaunches(host, dispatched)) ||
-        failed(rewriteCustomCalls(host, customCalls)) || failed(awaitAsyncLaunches(host)))
+    SmallVector<executor::LaunchAsyncOp> started;
+    if (failed(rewriteLaunches(host, dispatched, started)) ||
+        failed(rewriteCustomCalls(host, customCalls)) || failed(awaitAsyncLaunches(started)))
       return signalPassFailure();
 
     for (StringRef name : order)
@@ -142,7 +144,8 @@ struct DispatchExecutorTargets : impl::DispatchExecutorTargetsBase<DispatchExecu
   /// catalyst.nonblocking, executor.launch_async) on the function's session, after the
   /// function has shipped the object. With a bring-up function in the program only
   /// bring-up functions ship.
-  LogicalResult rewriteLaunches(ModuleOp host, llvm::StringMap<DispatchedModule> &dispatched) {
+  LogicalResult rewriteLaunches(ModuleOp host, llvm::StringMap<DispatchedModule> &dispatched,
+                                SmallVectorImpl<executor::LaunchAsyncOp> &started) {
     bool bringupMode = llvm::any_of(host.getBody()->getOps<FunctionOpInterface>(), [](auto fn) {
       return fn->hasAttr(catalyst::CatalystDialect::kBacklineBringupAttrName);
     });
@@ -171,9 +174,9 @@ struct DispatchExecutorTargets : impl::DispatchExecutorTargetsBase<DispatchExecu
         shipments.ensure(launch, session, target.objectFile);
       OpBuilder builder(launch);
       if (nonblocking) {
-        executor::LaunchAsyncOp::create(builder, launch.getLoc(),
-                                        executor::TokenType::get(&getContext()), session, callee,
-                                        target.objectFile);
+        started.push_back(executor::LaunchAsyncOp::create(builder, launch.getLoc(),
+                                                          executor::TokenType::get(&getContext()),
+                                                          session, callee, target.objectFile));
         launch.erase();
         continue;
       }
@@ -225,26 +228,31 @@ struct DispatchExecutorTargets : impl::DispatchExecutorTargetsBase<DispatchExecu
     return success();
   }
 
-  /// A function that started asynchronous launches waits for them before its entry block's
-  /// terminator, so nothing it launched outlives the call. A launch anywhere else would have
-  /// a token out of scope there.
-  LogicalResult awaitAsyncLaunches(ModuleOp host) {
-    for (auto function : host.getBody()->getOps<FunctionOpInterface>()) {
-      SmallVector<executor::LaunchAsyncOp> started;
-      function.walk([&](executor::LaunchAsyncOp launch) { started.push_back(launch); });
-      if (started.empty())
-        continue;
+  /// A function that started asynchronous launches waits for them before it returns, on
+  /// every return, so nothing it launched outlives the call. Only launches in the entry block
+  /// have a token that reaches every return. Launches this pass did not create (written as
+  /// executor ops) are the writer's to await.
+  LogicalResult awaitAsyncLaunches(ArrayRef<executor::LaunchAsyncOp> started) {
+    llvm::MapVector<Operation *, SmallVector<executor::LaunchAsyncOp>> byFunction;
+    for (executor::LaunchAsyncOp launch : started)
+      byFunction[launch->getParentOfType<FunctionOpInterface>()].push_back(launch);
+    for (auto &[op, launches] : byFunction) {
+      auto function = cast<FunctionOpInterface>(op);
       Block &entry = function.getFunctionBody().front();
-      for (executor::LaunchAsyncOp launch : started)
+      for (executor::LaunchAsyncOp launch : launches)
         if (launch->getBlock() != &entry)
           return function.emitOpError("async launch must be in the function's entry block: the "
                                       "launch of '")
                  << launch.getCallee()
                  << "' is nested in a region or another block, where the await before the "
                     "function returns cannot reach its token";
-      OpBuilder builder(entry.getTerminator());
-      for (executor::LaunchAsyncOp launch : started)
-        executor::AwaitOp::create(builder, launch.getLoc(), launch.getToken());
+      for (Block &block : function.getFunctionBody()) {
+        if (block.empty() || !block.back().hasTrait<OpTrait::ReturnLike>())
+          continue;
+        OpBuilder builder(&block.back());
+        for (executor::LaunchAsyncOp launch : launches)
+          executor::AwaitOp::create(builder, launch.getLoc(), launch.getToken());
+      }
     }
     return success();
   }

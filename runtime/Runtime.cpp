@@ -9,6 +9,7 @@
 #include "llvm/ADT/SmallVector.h"
 #include "llvm/ADT/StringMap.h"
 #include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/MathExtras.h"
 #include "llvm/Support/MemoryBuffer.h"
 
 #include <algorithm>
@@ -21,6 +22,8 @@
 #include <optional>
 #include <shared_mutex>
 #include <unordered_map>
+
+#include <sys/mman.h>
 
 using namespace llvm;
 using courier::transport::Backend;
@@ -449,6 +452,40 @@ Expected<std::shared_ptr<const ObjectBlob>> objectFor(Session &session, StringRe
   return sendObject(session, path);
 }
 
+/// What send_binary does: ships the object at `path` and makes the active scope (or, with
+/// none, the session) a holder. A content-addressed name (a path named by its SHA-256, or a
+/// scope's in-memory object) already sent over the session is a lookup, since its bytes
+/// cannot have changed: lowered code ships at the top of every launching function. Any
+/// other path is read again, so a rebuilt object at a fixed path is shipped anew.
+Expected<std::shared_ptr<const ObjectBlob>> shipOrFind(Session &session, StringRef path) {
+  ModuleScope::State *scope = activeState;
+  bool addressed = !claimedContentHash(path).empty() ||
+                   (scope && scope->inMemory.find(path) != scope->inMemory.end());
+  if (!addressed)
+    return sendObject(session, path);
+  auto heldFrom = [&](StringMap<std::shared_ptr<const ObjectBlob>>::iterator found) {
+    return found == session.byPath.end() ? session.holds.end()
+                                         : session.holds.find(found->second->sha256);
+  };
+  {
+    std::shared_lock<std::shared_mutex> lock(session.objectsMutex);
+    auto found = session.byPath.find(path);
+    auto held = heldFrom(found);
+    if (held != session.holds.end() && isHolder(held->second, scope))
+      return found->second;
+  }
+  {
+    std::unique_lock<std::shared_mutex> lock(session.objectsMutex);
+    auto found = session.byPath.find(path);
+    auto held = heldFrom(found);
+    if (held != session.holds.end()) {
+      addHolder(session, held->second, found->second->sha256, scope);
+      return found->second;
+    }
+  }
+  return sendObject(session, path);
+}
+
 std::string entryName(StringRef entry) {
   // A bare function name is never a pyface entry; calling it with the pyface convention
   // would pass the wrong arguments, so it is taken to mean its entry.
@@ -528,6 +565,34 @@ std::string shape(ArrayRef<int64_t> sizes) {
   return text + "]";
 }
 
+/// A read-only gigabyte of zeros, reserved once and never freed, that results point into when
+/// their size is unknown (host code that did not say) or their buffer could not be
+/// allocated: reads see zeros, and a write faults instead of corrupting memory. Null if it
+/// could not be reserved.
+constexpr size_t kZeroRegionBytes = size_t(1) << 30;
+char *zeroRegion() {
+  static char *region = [] {
+    void *mapped = mmap(nullptr, kZeroRegionBytes, PROT_READ,
+                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    return mapped == MAP_FAILED ? nullptr : static_cast<char *>(mapped);
+  }();
+  return region;
+}
+
+bool inZeroRegion(const void *pointer) {
+  const char *region = zeroRegion(), *at = static_cast<const char *>(pointer);
+  return region && at >= region && at < region + kZeroRegionBytes;
+}
+
+/// The bytes of `count` elements of `elemSize` bytes, or nothing on overflow.
+std::optional<int64_t> byteCount(ArrayRef<int64_t> sizes, int64_t elemSize) {
+  int64_t bytes = elemSize;
+  for (int64_t size : sizes)
+    if (size < 0 || llvm::MulOverflow(bytes, size, bytes))
+      return std::nullopt;
+  return bytes;
+}
+
 /// Gives every result a zero-filled buffer of its static shape (dynamic dimensions 0), so
 /// host code reading results after a failure sees zeros rather than garbage.
 void fillZeroResults(size_t count, void *const *descriptors, const size_t *ranks,
@@ -540,14 +605,15 @@ void fillZeroResults(size_t count, void *const *descriptors, const size_t *ranks
       continue;
     int64_t rank = static_cast<int64_t>(ranks[i]);
     int64_t *sizes = d + 3;
-    // Without the marker the sizes are whatever the caller's stack held: unknown, so 0.
+    // Without the marker the sizes are whatever the caller's stack held: unknown.
     bool known = carriesExpectedShape(d);
     for (int64_t k = 0; k < rank; ++k)
       sizes[k] = known ? std::max<int64_t>(0, sizes[k]) : 0;
-    int64_t bytes = elementCount(ArrayRef<int64_t>(sizes, rank)) *
-                    std::max<int64_t>(1, static_cast<int64_t>(elemSizes[i]));
-    void *buffer = std::calloc(std::max<int64_t>(1, bytes), 1);
-    d[0] = d[1] = static_cast<int64_t>(reinterpret_cast<intptr_t>(buffer));
+    std::optional<int64_t> bytes = byteCount(
+        ArrayRef<int64_t>(sizes, rank), std::max<int64_t>(1, static_cast<int64_t>(elemSizes[i])));
+    void *buffer = known && bytes ? std::calloc(std::max<int64_t>(1, *bytes), 1) : nullptr;
+    d[0] = static_cast<int64_t>(reinterpret_cast<intptr_t>(buffer));
+    d[1] = static_cast<int64_t>(reinterpret_cast<intptr_t>(buffer ? buffer : zeroRegion()));
     d[2] = 0;
     rowMajor(ArrayRef<int64_t>(sizes, rank), d + 3 + rank);
   }
@@ -603,6 +669,10 @@ Error launchImpl(int64_t handle, const char *entryArg, const char *object, size_
     view.elemSize = elemSize;
     view.sizes.assign(d + 3, d + 3 + rank);
     view.strides.assign(d + 3 + rank, d + 3 + 2 * rank);
+    if (!byteCount(view.sizes, elemSize))
+      return failure(formatv("{0}: input {1} has shape {2}: a negative size, or more bytes than "
+                             "64 bits count",
+                             where(), i, shape(view.sizes)));
   }
   SmallVector<ResultSpec, 4> specs;
   for (size_t i = 0; i < nOut; ++i) {
@@ -780,9 +850,7 @@ int64_t __catalyst__executor__send_binary(int64_t session, const char *path, uin
       recordError(where + ": " + unknownSession(session));
       return 1;
     }
-    // A path already sent over the session is a lookup: lowered code ships at the top of
-    // every launching function.
-    auto blob = objectFor(*found, path);
+    auto blob = shipOrFind(*found, path);
     if (!blob) {
       recordError(where + " to '" + found->address + "'", blob.takeError());
       return 1;
@@ -898,13 +966,20 @@ int32_t __catalyst__executor__call_wrapper(int64_t session, const char *symbol,
     return 0;
   });
   if (status != 0) {
+    // An unknown reply size (host code that did not say) leaves the caller reading what it
+    // expects from zeros it cannot write.
     *out_size = expected;
-    *out_buf = std::calloc(std::max<size_t>(1, expected), 1);
+    *out_buf = sized ? std::calloc(std::max<size_t>(1, expected), 1) : nullptr;
+    if (!*out_buf)
+      *out_buf = zeroRegion();
   }
   return status;
 }
 
-void __catalyst__executor__free_result(void *buf) { std::free(buf); }
+void __catalyst__executor__free_result(void *buf) {
+  if (!inZeroRegion(buf))
+    std::free(buf);
+}
 
 int64_t __catalyst__executor__close(int64_t session) {
   return guarded<int64_t>(1, "close", [&]() -> int64_t {

@@ -253,7 +253,7 @@ module @dev attributes {catalyst.dispatch = {adress = "127.0.0.1:7000"}} {
 
 // -----
 
-// expected-error @+1 {{'catalyst.target' has unknown key 'tripel'; the known keys are 'triple', 'cpu', 'features'}}
+// expected-error @+1 {{'catalyst.target' has unknown key 'tripel'; the known keys are 'triple', 'cpu', 'features', 'pipeline', 'backend'}}
 module @dev attributes {catalyst.target = {tripel = "x86_64-unknown-linux-gnu"}} {
 }
 
@@ -347,4 +347,20 @@ func.func @custom_call_empty_name(%x: tensor<4xf64>) -> tensor<4xf64> {
   // expected-error @+1 {{needs a non-empty fn name}}
   %y = catalyst.custom_call fn("") (%x) : (tensor<4xf64>) -> tensor<4xf64>
   return %y : tensor<4xf64>
+}
+
+// -----
+
+func.func @custom_call_count_on_tensors(%x: tensor<4xf64>, %y: tensor<4xf64>) {
+  // expected-error @+1 {{has number_original_arg on tensors; it marks the destination-passing form on buffers}}
+  catalyst.custom_call fn("f") (%x, %y) {number_original_arg = 1 : i32} : (tensor<4xf64>, tensor<4xf64>) -> ()
+  return
+}
+
+// -----
+
+// Catalyst's own target keys are known: `pipeline` lowers the module, `backend` is a label.
+module {
+  module @dev attributes {catalyst.target = {backend = "accel", pipeline = "courier-lower-to-llvm"}} {
+  }
 }

@@ -58,3 +58,11 @@ module {
     }
   }
 }
+
+// -----
+
+func.func @complex_launch(%s: !executor.session, %x: memref<4xcomplex<f64>>) {
+  // expected-error @+1 {{has elements of type 'complex<f64>'; executors take integers, floats and index}}
+  executor.launch %s("k", "/w/k.o") (%x) : !executor.session, (memref<4xcomplex<f64>>) -> ()
+  return
+}

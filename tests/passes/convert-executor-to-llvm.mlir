@@ -148,6 +148,23 @@ func.func @shapes(%s: !executor.session, %x: memref<f32>) -> (memref<f32>, memre
 
 // -----
 
+// The stack slots of a function's calls stay within 64 KiB together: a call that would pass
+// the budget packs on the heap.
+// CHECK-LABEL: func @many_calls
+// CHECK-COUNT-1: llvm.alloca %{{.*}} x !llvm.array<40000 x i8>
+// CHECK-NOT: llvm.alloca %{{.*}} x !llvm.array<40000 x i8>
+// CHECK: llvm.call @__catalyst__executor__call_wrapper
+// CHECK: %[[PACK:.*]] = llvm.call @malloc
+// CHECK: llvm.call @__catalyst__executor__call_wrapper(%{{.*}}, %{{.*}}, %[[PACK]],
+// CHECK: llvm.call @free(%[[PACK]])
+func.func @many_calls(%s: !executor.session, %in: memref<40000xi8>, %out: memref<2xf32>) {
+  executor.call %s("sym") (%in, %out) {num_input_args = 1 : i32} : !executor.session, (memref<40000xi8>, memref<2xf32>) -> ()
+  executor.call %s("sym") (%in, %out) {num_input_args = 1 : i32} : !executor.session, (memref<40000xi8>, memref<2xf32>) -> ()
+  return
+}
+
+// -----
+
 // Without executor ops nothing is declared.
 // CHECK-LABEL: func @plain
 // CHECK-NOT: __catalyst__executor__

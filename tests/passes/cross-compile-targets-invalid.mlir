@@ -75,3 +75,13 @@ module {
     }
   }
 }
+
+// -----
+
+// A `pipeline` names the passes that lower the module; one that does not parse says why.
+module {
+  // expected-error @+1 {{'catalyst.target' pipeline 'no-such-pass' is not a pass pipeline: 'no-such-pass' does not refer to a registered pass or pass pipeline}}
+  module @dev attributes {catalyst.target = {pipeline = "no-such-pass"}} {
+    func.func public @k(%x: tensor<4xf64>) -> tensor<4xf64> { return %x : tensor<4xf64> }
+  }
+}

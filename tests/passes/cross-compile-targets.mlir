@@ -9,6 +9,9 @@
 // RUN: ls %t/ws | count 1
 // RUN: courier-opt %t/arm.mlir -cross-compile-targets=workspace=%t/arm-ws | FileCheck %s --check-prefix=ARM
 // RUN: llvm-readelf -h %t/arm-ws/*.o | FileCheck %s --check-prefix=ARM-ELF
+// Catalyst's `pipeline` key lowers the module with the named passes, and `backend` is kept.
+// RUN: courier-opt %t/pipeline.mlir -cross-compile-targets=workspace=%t/pipeline-ws | FileCheck %s --check-prefix=PIPELINE
+// RUN: llvm-nm %t/pipeline-ws/*.o | FileCheck %s --check-prefix=PIPELINE-SYMS
 
 //--- host.mlir
 // A target without a triple is compiled for the host; the host module keeps the original.
@@ -60,3 +63,15 @@ module {
 }
 // ARM-ELF: Type: REL (Relocatable file)
 // ARM-ELF: Machine: AArch64
+
+//--- pipeline.mlir
+// PIPELINE: module @accel attributes {catalyst.object_file = "{{.*}}/pipeline-ws/{{[0-9a-f]+}}.o", catalyst.target = {backend = "accel", pipeline = "courier-lower-to-llvm"}}
+// PIPELINE-SYMS: T _catalyst_pyface_k
+module @app {
+  module @accel attributes {catalyst.target = {backend = "accel", pipeline = "courier-lower-to-llvm"}} {
+    func.func public @k(%x: tensor<4xf64>) -> tensor<4xf64> {
+      %r = arith.addf %x, %x : tensor<4xf64>
+      return %r : tensor<4xf64>
+    }
+  }
+}

@@ -225,12 +225,85 @@ module @library_calls {
 
 // Library calls alone, with no module to ship, still get their session and no setup().
 // CHECK-LABEL: module @calls_only
-// CHECK-NOT: func.func @setup
 // CHECK: executor.open("10.0.0.9:7000")
 // CHECK: executor.call
+// CHECK-NOT: func.func @setup
 module @calls_only {
   func.func @f(%x: memref<8xi8>) {
     catalyst.custom_call fn("log") (%x) {backend_config = {dispatch = "10.0.0.9:7000"}, number_original_arg = 1 : i32} : (memref<8xi8>) -> ()
     return
+  }
+}
+
+// -----
+
+// A function with several blocks awaits before each of its returns, not before the entry
+// block's branch: the launch stays asynchronous across the function's control flow.
+// CHECK-LABEL: module @branches
+module @branches {
+  // CHECK-LABEL: func.func @f
+  // CHECK: %[[T:.*]] = executor.launch_async
+  // CHECK-NEXT: cf.cond_br
+  // CHECK: ^bb1:
+  // CHECK-NEXT: executor.launch
+  // CHECK-NEXT: executor.await %[[T]]
+  // CHECK-NEXT: return
+  // CHECK: ^bb2:
+  // CHECK-NEXT: executor.await %[[T]]
+  // CHECK-NEXT: return
+  func.func @f(%c: i1) {
+    catalyst.launch_kernel @dev::@serve() {catalyst.nonblocking} : () -> ()
+    cf.cond_br %c, ^bb1, ^bb2
+  ^bb1:
+    catalyst.launch_kernel @dev::@connect() : () -> ()
+    return
+  ^bb2:
+    return
+  }
+  module @dev attributes {catalyst.target = {}, catalyst.object_file = "/w/k.o"} {
+    func.func public @serve() { return }
+    func.func public @connect() { return }
+  }
+}
+
+// -----
+
+// Asynchronous launches written as executor ops are their writer's to await: the pass
+// adds no second await.
+// CHECK-LABEL: module @written_async
+// CHECK-COUNT-1: executor.await
+// CHECK-NOT: executor.await
+module @written_async {
+  func.func @f(%s: !executor.session) {
+    %t = executor.launch_async %s("serve", "/w/k.o") : !executor.session -> !executor.token
+    executor.await %t : !executor.token
+    catalyst.launch_kernel @dev::@k() : () -> ()
+    return
+  }
+  module @dev attributes {catalyst.target = {}, catalyst.object_file = "/w/k.o"} {
+    func.func public @k() { return }
+  }
+}
+
+// -----
+
+// One object shipped to two executors is shipped over each session.
+// CHECK-LABEL: module @one_object_two_executors
+// CHECK-LABEL: func.func @f
+// CHECK-DAG: %[[A:.*]] = executor.open("h:1")
+// CHECK-DAG: %[[B:.*]] = executor.open("h:2")
+// CHECK-DAG: executor.send_binary %[[A]]("/w/k.o")
+// CHECK-DAG: executor.send_binary %[[B]]("/w/k.o")
+module @one_object_two_executors {
+  func.func @f() {
+    catalyst.launch_kernel @a::@k() : () -> ()
+    catalyst.launch_kernel @b::@k() : () -> ()
+    return
+  }
+  module @a attributes {catalyst.dispatch = {address = "h:1"}, catalyst.object_file = "/w/k.o"} {
+    func.func public @k() { return }
+  }
+  module @b attributes {catalyst.dispatch = {address = "h:2"}, catalyst.object_file = "/w/k.o"} {
+    func.func public @k() { return }
   }
 }

@@ -384,14 +384,18 @@ TEST_CASE("host code that leaves result descriptors unset, as Catalyst's lowerin
   CHECK(std::vector<double>(data, data + 3) == std::vector<double>{2, 4, 6});
   std::free(out.allocated);
 
-  // A failure cannot know the shape: the result is an empty, valid buffer.
+  // A failure cannot know the shape the caller will read: the result reads as zeros from
+  // memory it cannot write, and there is nothing to free.
   out.aligned = reinterpret_cast<void *>(0x2000);
   out.sizes[0] = 987654321;
   CHECK(launch(session.handle, "_catalyst_pyface_x", COURIER_KERNEL_SCALE, 1, ins, ranks, sizes, 1,
                outs, ranks, sizes) != 0);
   CHECK_THAT(takeMessage(), Catch::Contains("unknown entry '_catalyst_pyface_x'"));
   CHECK(out.sizes[0] == 0);
-  CHECK(out.allocated != nullptr);
+  CHECK(out.allocated == nullptr);
+  REQUIRE(out.aligned != nullptr);
+  auto *zeros = static_cast<const double *>(out.aligned);
+  CHECK(std::vector<double>(zeros, zeros + 1024) == std::vector<double>(1024, 0));
   std::free(out.allocated);
 }
 
@@ -472,6 +476,10 @@ TEST_CASE("call_wrapper returns the callee's bytes or a zeroed buffer", "[runtim
         0);
   CHECK_THAT(takeMessage(), Catch::Contains("the expected reply size is unknown"));
   CHECK(outSize == 0);
+  // What such host code then copies out are zeros.
+  REQUIRE(out != nullptr);
+  CHECK(std::vector<char>(static_cast<char *>(out), static_cast<char *>(out) + 4096) ==
+        std::vector<char>(4096, 0));
   __catalyst__executor__free_result(out);
 
   // The failures did not disturb the session.
@@ -704,12 +712,14 @@ TEST_CASE("a file named by a hash its bytes do not have is refused, not shipped"
   llvm::sys::fs::remove_directories(dir);
 }
 
-TEST_CASE("a path sent again over a session is a lookup, not a read", "[runtime]") {
+TEST_CASE("a content-addressed path sent again over a session is a lookup, not a read",
+          "[runtime]") {
   LocalSession session;
-  llvm::SmallString<128> path;
-  REQUIRE(!llvm::sys::fs::createTemporaryFile("courier-resent", "o", path));
   auto scale = llvm::MemoryBuffer::getFile(COURIER_KERNEL_SCALE);
   REQUIRE(scale);
+  llvm::SmallString<128> dir;
+  REQUIRE(!llvm::sys::fs::createUniqueDirectory("courier-resent", dir));
+  std::string path = (dir + "/" + courier::sha256Hex((*scale)->getBuffer()) + ".o").str();
   {
     std::error_code ec;
     llvm::raw_fd_ostream os(path, ec);
@@ -720,7 +730,7 @@ TEST_CASE("a path sent again over a session is a lookup, not a read", "[runtime]
                                             COURIER_BINARY_FORMAT_OBJECT) == 0);
   // Gone from disk: a second send (as lowered code does at every launching function's top)
   // and launches still find the object the session holds.
-  llvm::sys::fs::remove(path);
+  llvm::sys::fs::remove_directories(dir);
   CHECK(__catalyst__executor__send_binary(session.handle, path.c_str(),
                                           COURIER_BINARY_FORMAT_OBJECT) == 0);
   CHECK(takeMessage() == "");
@@ -734,6 +744,52 @@ TEST_CASE("a path sent again over a session is a lookup, not a read", "[runtime]
                  outs, ranks, sizes) == 0);
   CHECK(*static_cast<double *>(out.aligned) == 4);
   std::free(out.allocated);
+}
+
+TEST_CASE("an object rebuilt at a fixed path is read and shipped again when sent", "[runtime]") {
+  LocalSession session;
+  llvm::SmallString<128> path;
+  REQUIRE(!llvm::sys::fs::createTemporaryFile("courier-rebuilt", "o", path));
+  double x = 1;
+  for (auto [source, expected] :
+       {std::pair{COURIER_KERNEL_SCALE, 2.0}, std::pair{COURIER_KERNEL_SCALE3, 3.0}}) {
+    auto bytes = llvm::MemoryBuffer::getFile(source);
+    REQUIRE(bytes);
+    {
+      std::error_code ec;
+      llvm::raw_fd_ostream os(path, ec);
+      REQUIRE(!ec);
+      os << (*bytes)->getBuffer();
+    }
+    REQUIRE(__catalyst__executor__send_binary(session.handle, path.c_str(),
+                                              COURIER_BINARY_FORMAT_OBJECT) == 0);
+    auto in = describe<1>(&x, {1}, {1});
+    Descriptor<1> out;
+    out.sizes[0] = 1;
+    void *ins[] = {&in}, *outs[] = {&out};
+    size_t ranks[] = {1}, sizes[] = {8};
+    REQUIRE(launch(session.handle, "_catalyst_pyface_scale", path.c_str(), 1, ins, ranks, sizes, 1,
+                   outs, ranks, sizes) == 0);
+    CHECK(*static_cast<double *>(out.aligned) == expected);
+    std::free(out.allocated);
+  }
+  llvm::sys::fs::remove(path);
+}
+
+TEST_CASE("an input descriptor with a negative or overflowing shape is refused", "[runtime]") {
+  LocalSession session;
+  double x[4] = {1, 2, 3, 4};
+  for (int64_t bad : {int64_t(-1), int64_t(1) << 62}) {
+    auto in = describe<1>(x, {bad}, {1});
+    Descriptor<1> out;
+    out.sizes[0] = -1;
+    void *ins[] = {&in}, *outs[] = {&out};
+    size_t ranks[] = {1}, sizes[] = {8};
+    CHECK(launch(session.handle, "_catalyst_pyface_scale", COURIER_KERNEL_SCALE, 1, ins, ranks,
+                 sizes, 1, outs, ranks, sizes) != 0);
+    CHECK_THAT(takeMessage(), Catch::Contains("input 0 has shape"));
+    std::free(out.allocated);
+  }
 }
 
 TEST_CASE("a scope's objects are shipped from memory, never read from a file", "[runtime]") {
