@@ -16,6 +16,7 @@
 
 #include <array>
 #include <atomic>
+#include <optional>
 
 // Ordered, so replies list their keys in the order docs/protocol.md shows them.
 using json = nlohmann::ordered_json;
@@ -125,6 +126,13 @@ struct ExecutorServer::Impl {
   llvm::Expected<Scope> scope(const httplib::Request &req, const httplib::ContentReader *reader);
 
   llvm::Error health(httplib::Response &res);
+  /// `draining` once a drain began, so clients open sessions on another executor.
+  llvm::Error refuseWhileDraining() {
+    if (!service.draining())
+      return llvm::Error::success();
+    return makeWireError("draining", "the executor is draining before it exits; open the "
+                                     "session on another executor");
+  }
   llvm::Error putObject(const httplib::Request &req, httplib::Response &res,
                         const httplib::ContentReader &reader);
   llvm::Error launch(const httplib::Request &req, httplib::Response &res,
@@ -356,9 +364,22 @@ llvm::Error ExecutorServer::Impl::call(const httplib::Request &req, httplib::Res
   uint64_t outputSize = 0;
   bool badSize =
       llvm::StringRef(req.get_header_value(wire::kOutputSizeHeader)).getAsInteger(10, outputSize);
+  // The executor holds a call's input and its reply at once, and the reply's buffer is
+  // committed before the callee runs: the two together stay within the body limit, checked
+  // before the reply is allocated (the reply alone before the body is read, since a
+  // Content-Length is only a claim; with the input once it has arrived).
+  auto replyTooLarge = [&](std::optional<uint64_t> inputBytes) {
+    std::string input =
+        inputBytes ? llvm::formatv(" with its input of {0} bytes", *inputBytes).str() : "";
+    return makeWireError("payload_too_large",
+                         llvm::formatv("a call's reply of {0} bytes ({1}){2} exceeds the "
+                                       "executor's limit of {3} bytes (--max-body-mib)",
+                                       outputSize, wire::kOutputSizeHeader, input,
+                                       options.maxBodyBytes));
+  };
   if (!badSize && outputSize > options.maxBodyBytes) {
     drain(reader);
-    return makeWireError("payload_too_large", "requested output exceeds the executor's limit");
+    return replyTooLarge(std::nullopt);
   }
   std::string input;
   if (llvm::Error error = readBody(req, res, reader, input))
@@ -366,6 +387,8 @@ llvm::Error ExecutorServer::Impl::call(const httplib::Request &req, httplib::Res
   if (badSize)
     return makeWireError("bad_request", "header " + llvm::Twine(wire::kOutputSizeHeader) +
                                             " must give the reply size in bytes");
+  if (outputSize > options.maxBodyBytes - std::min<uint64_t>(input.size(), options.maxBodyBytes))
+    return replyTooLarge(input.size());
   llvm::Expected<std::string> output = core->call(*session, symbol, input, outputSize, deadline);
   if (!output)
     return output.takeError();
@@ -383,6 +406,9 @@ std::string ExecutorServer::Impl::renderMetrics() {
   for (size_t status = 0; status < requestsByStatus.size(); ++status)
     if (uint64_t n = requestsByStatus[status].load())
       out += llvm::formatv("courier_requests_total{{status=\"{0}\"} {1}\n", status, n).str();
+  appendPrometheusGauge(out, "courier_requests_in_flight",
+                        "Requests being served, probes aside: what a drain waits for.",
+                        static_cast<uint64_t>(std::max<int64_t>(0, service.workInFlightNow())));
   appendPrometheusCounter(out, "courier_received_bytes_total", "Request body bytes received.",
                           service.requestStats().bytesIn);
   appendPrometheusCounter(out, "courier_sent_bytes_total", "Response body bytes sent.",
@@ -400,6 +426,13 @@ void ExecutorServer::Impl::installRoutes() {
   server.Get("/v1/health", service.wrap([this](const httplib::Request &, httplib::Response &res) {
     return health(res);
   }));
+  server.Get("/v1/ready",
+             service.wrap([this](const httplib::Request &, httplib::Response &res) -> llvm::Error {
+               if (service.draining())
+                 return makeWireError("draining", "the executor is draining before it exits");
+               sendJson(res, 200, {{"status", "ready"}});
+               return llvm::Error::success();
+             }));
   server.Get("/metrics", service.wrap([this](const httplib::Request &, httplib::Response &res) {
     res.set_content(renderMetrics(), "text/plain; version=0.0.4");
     return llvm::Error::success();
@@ -423,6 +456,8 @@ void ExecutorServer::Impl::installRoutes() {
 
   server.Post("/v1/sessions",
               service.wrap([this](const httplib::Request &, httplib::Response &res) -> llvm::Error {
+                if (llvm::Error error = refuseWhileDraining())
+                  return error;
                 bool created = false;
                 llvm::Expected<SessionRef> s =
                     core->openSession(executor::randomSessionId(), created);
@@ -437,6 +472,14 @@ void ExecutorServer::Impl::installRoutes() {
   // keeps sending it to the same place.
   server.Put(session, service.wrap([this](const httplib::Request &req,
                                           httplib::Response &res) -> llvm::Error {
+    // While draining, only a session that already exists is confirmed.
+    if (service.draining()) {
+      llvm::Expected<SessionRef> existing = core->findSession(req.matches[1].str());
+      if (!existing) {
+        llvm::consumeError(existing.takeError());
+        return refuseWhileDraining();
+      }
+    }
     bool created = false;
     llvm::Expected<SessionRef> s = core->openSession(req.matches[1].str(), created);
     if (!s)
@@ -539,6 +582,11 @@ std::string ExecutorServer::address() const { return impl->service.address(); }
 int ExecutorServer::port() const { return impl->service.port(); }
 
 llvm::Error ExecutorServer::run() { return impl->service.run(); }
+
+void ExecutorServer::drainAndStop() {
+  impl->service.drain();
+  stop();
+}
 
 void ExecutorServer::stop() {
   // Kernels may spin forever: ending their workers is what lets requests finish.

@@ -63,6 +63,10 @@ public:
 
   /// Serves requests on the calling thread until stop() is called.
   llvm::Error run();
+  /// Drains, then stops: /v1/ready answers 503 and new sessions are refused with 503
+  /// `draining` while requests in flight finish, up to the drain timeout. Safe from any
+  /// thread; returns once stop() has been called.
+  void drainAndStop();
   /// Stops serving; safe from any thread, and before or during run().
   void stop();
 

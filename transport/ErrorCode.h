@@ -54,6 +54,7 @@ enum class ErrorCode : uint8_t {
   CompileTimeout,
   TooManyModules,
   CompileCrashed,
+  Draining,
 };
 
 /// Who sends a code in an HTTP error body; a code with neither bit is raised and handled
@@ -106,6 +107,7 @@ inline constexpr ErrorCodeInfo kErrorTable[] = {
     {ErrorCode::CompileTimeout, "compile_timeout", 504, kSentByServe},
     {ErrorCode::TooManyModules, "too_many_modules", 507, kSentByServe},
     {ErrorCode::CompileCrashed, "compile_crashed", 500, kSentByServe},
+    {ErrorCode::Draining, "draining", 503, kBoth},
 };
 
 namespace detail {

@@ -1,4 +1,4 @@
-// Splitting and checking "host:port" addresses.
+// Splitting and checking "host:port" and "unix:/path" addresses.
 #include "transport/HostPort.h"
 
 #include "llvm/ADT/STLExtras.h"
@@ -8,6 +8,16 @@ namespace courier::transport {
 
 llvm::Expected<HostPort> parseHostPort(llvm::StringRef address, PortZero zero) {
   auto bad = [](const char *why) { return llvm::createStringError(why); };
+  if (address.starts_with(kUnixSocketPrefix)) {
+    llvm::StringRef path = address.drop_front(kUnixSocketPrefix.size());
+    if (!path.starts_with("/"))
+      return bad("a unix socket's path must be absolute");
+    if (path.size() > 107)
+      return bad("a unix socket's path is at most 107 bytes");
+    if (path.contains('\0'))
+      return bad("a unix socket's path contains a NUL byte");
+    return HostPort{path.str(), 0, true};
+  }
   size_t colon = address.rfind(':');
   if (colon == llvm::StringRef::npos)
     return bad("no port");

@@ -19,6 +19,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <sys/socket.h>
 
 using json = nlohmann::json;
 
@@ -104,9 +105,8 @@ struct SessionState {
 
 class HttpBackend final : public Backend {
 public:
-  HttpBackend(std::string address, std::string host, int port, BackendOptions options)
-      : addressText(std::move(address)), host(std::move(host)), port(port),
-        options(std::move(options)) {}
+  HttpBackend(std::string address, HostPort target, BackendOptions options)
+      : addressText(std::move(address)), target(std::move(target)), options(std::move(options)) {}
 
   const std::string &address() const override { return addressText; }
 
@@ -172,8 +172,7 @@ private:
   std::string where(const std::string &operation) const { return operation + " on " + addressText; }
 
   std::string addressText;
-  std::string host;
-  int port;
+  HostPort target; ///< A unix socket's path as its host, as httplib's client takes it.
   BackendOptions options;
 
   std::mutex poolMutex;
@@ -205,9 +204,13 @@ HttpBackend::Lease HttpBackend::acquire() {
       stale.swap(idle); // The newest is too old, so all are; close them outside the lock.
     }
   }
-  auto client = std::make_unique<httplib::Client>(host, port);
+  // httplib names a unix socket by its path in place of the host (the port is unused).
+  auto client = std::make_unique<httplib::Client>(
+      target.host, target.unixSocket ? 80 : static_cast<int>(target.port));
+  if (target.unixSocket)
+    client->set_address_family(AF_UNIX);
   client->set_keep_alive(true);
-  client->set_tcp_nodelay(true);
+  client->set_tcp_nodelay(!target.unixSocket);
   client->set_connection_timeout(options.connectTimeout);
   client->set_read_timeout(options.requestTimeout);
   client->set_write_timeout(options.requestTimeout);
@@ -685,10 +688,10 @@ llvm::Expected<std::unique_ptr<Backend>> createHttpBackend(llvm::StringRef addre
   text.consume_front("http://");
   llvm::Expected<HostPort> parsed = parseHostPort(text);
   if (!parsed)
-    return llvm::createStringError("connecting to '" + address + "': " +
-                                   llvm::toString(parsed.takeError()) + "; expected host:port");
-  return std::make_unique<HttpBackend>(address.str(), parsed->host, static_cast<int>(parsed->port),
-                                       options);
+    return llvm::createStringError("connecting to '" + address +
+                                   "': " + llvm::toString(parsed.takeError()) +
+                                   "; expected host:port or unix:PATH");
+  return std::make_unique<HttpBackend>(address.str(), std::move(*parsed), options);
 }
 
 } // namespace courier::transport

@@ -8,8 +8,11 @@
 
 #include <arpa/inet.h>
 #include <cassert>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -32,10 +35,24 @@ thread_local size_t currentRoute = 0;
 // Whether the request being served was counted in flight (httplib logs requests it rejects
 // before routing, too).
 thread_local bool requestCounted = false;
+// Whether that request is work a drain waits for, rather than a probe.
+thread_local bool requestIsWork = false;
 
-/// Shuts down (without closing: the fds stay httplib's) every connected TCP socket of this
-/// process whose local port is `port`, i.e. the connections this server accepted.
-void shutdownAcceptedConnections(int port) {
+/// Listen backlog raised to after httplib's listen() (which uses 5): a burst of connections
+/// beyond the backlog would otherwise be dropped or delayed by SYN retries.
+constexpr int kListenBacklog = 1024;
+
+/// The requests a balancer or a supervisor sends to watch a server; they are answered
+/// during a drain and never keep one going.
+bool isProbe(const httplib::Request &req) {
+  return req.method == "GET" &&
+         (req.path == "/v1/health" || req.path == "/v1/ready" || req.path == "/metrics");
+}
+
+/// Shuts down (without closing: the fds stay httplib's) every connected socket of this
+/// process whose local end is `port` (TCP) or `socketPath` (a unix socket), i.e. the
+/// connections this server accepted.
+void shutdownAcceptedConnections(int port, const std::string &socketPath) {
   std::error_code ec;
   for (const auto &entry : std::filesystem::directory_iterator("/proc/self/fd", ec)) {
     int fd = 0;
@@ -49,11 +66,20 @@ void shutdownAcceptedConnections(int port) {
     if (getsockname(fd, reinterpret_cast<sockaddr *>(&local), &localLength) != 0 ||
         getpeername(fd, reinterpret_cast<sockaddr *>(&peer), &peerLength) != 0)
       continue;
+    if (local.ss_family == AF_UNIX) {
+      const sockaddr_un &named = *reinterpret_cast<const sockaddr_un *>(&local);
+      size_t length = localLength > offsetof(sockaddr_un, sun_path)
+                          ? strnlen(named.sun_path, localLength - offsetof(sockaddr_un, sun_path))
+                          : 0;
+      if (!socketPath.empty() && socketPath == std::string(named.sun_path, length))
+        shutdown(fd, SHUT_RDWR);
+      continue;
+    }
     int localPort =
         local.ss_family == AF_INET    ? ntohs(reinterpret_cast<sockaddr_in *>(&local)->sin_port)
         : local.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6 *>(&local)->sin6_port)
                                       : -1;
-    if (localPort == port)
+    if (socketPath.empty() && localPort == port)
       shutdown(fd, SHUT_RDWR);
   }
 }
@@ -193,6 +219,9 @@ void HttpService::installHandlers() {
     currentRoute = 0;
     requestCounted = true;
     inFlight++;
+    requestIsWork = !isProbe(req);
+    if (requestIsWork)
+      workInFlight++;
     if (authorized(req))
       return httplib::Server::HandlerResponse::Unhandled;
     opts.sendError(res, "unauthorized", "missing or wrong bearer token");
@@ -225,9 +254,11 @@ void HttpService::installHandlers() {
 
   http.set_logger([this](const httplib::Request &req, const httplib::Response &res) {
     bool counted = std::exchange(requestCounted, false);
-    // Only stop() waits for the count to reach zero; waking it on every request would cost
-    // each request a futex call and a context switch.
-    if (counted && --inFlight == 0 && draining) {
+    bool work = counted && std::exchange(requestIsWork, false);
+    // Only drain() and stop() wait for a count to reach zero; waking them on every request
+    // would cost each request a futex call and a context switch.
+    bool lastWork = work && --workInFlight == 0 && drainStarted;
+    if ((counted && --inFlight == 0 && stopWaiting) || lastWork) {
       std::lock_guard<std::mutex> lock(stopMutex);
       stopSignal.notify_all();
     }
@@ -247,23 +278,110 @@ void HttpService::installHandlers() {
   });
 }
 
-llvm::Error HttpService::bind() {
-  if (opts.listen.port == 0) {
-    boundPort = http.bind_to_any_port(opts.listen.host);
-  } else if (http.bind_to_port(opts.listen.host, opts.listen.port)) {
-    boundPort = opts.listen.port;
-  } else {
-    boundPort = -1;
+HttpService::~HttpService() {
+  if (!ownsSocketFile)
+    return;
+  // Only the file this server created: another may have replaced it since.
+  struct stat info;
+  if (lstat(opts.listen.socketPath.c_str(), &info) == 0 && S_ISSOCK(info.st_mode) &&
+      info.st_dev == socketDevice && info.st_ino == socketInode)
+    unlink(opts.listen.socketPath.c_str());
+}
+
+namespace {
+
+/// Readies `path` for a unix socket: nothing there, or a stale socket (nothing accepts on
+/// it), which is removed. A live socket or any other file is refused.
+llvm::Error clearSocketPath(const std::string &path) {
+  struct stat info;
+  if (lstat(path.c_str(), &info) != 0) {
+    if (errno == ENOENT)
+      return llvm::Error::success();
+    return llvm::createStringError("cannot listen on unix:" + path + ": " + std::strerror(errno));
   }
-  if (boundPort <= 0)
-    return llvm::createStringError("cannot listen on " + opts.listen.host + ":" +
-                                   std::to_string(opts.listen.port) + ": " + std::strerror(errno));
+  if (!S_ISSOCK(info.st_mode))
+    return llvm::createStringError("cannot listen on unix:" + path +
+                                   ": the path exists and is not a socket");
+  int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (probe < 0)
+    return llvm::createStringError("cannot listen on unix:" + path + ": " + std::strerror(errno));
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  std::memcpy(address.sun_path, path.data(), path.size());
+  int connected = connect(probe, reinterpret_cast<sockaddr *>(&address), sizeof(address));
+  int connectErrno = errno;
+  close(probe);
+  if (connected == 0)
+    return llvm::createStringError("unix:" + path + " is already in use");
+  if (connectErrno != ECONNREFUSED)
+    return llvm::createStringError(
+        "cannot listen on unix:" + path +
+        ": the socket there could not be probed: " + std::strerror(connectErrno));
+  if (unlink(path.c_str()) != 0)
+    return llvm::createStringError("cannot listen on unix:" + path +
+                                   ": removing the stale socket: " + std::strerror(errno));
+  return llvm::Error::success();
+}
+
+} // namespace
+
+llvm::Error HttpService::bind() {
+  // httplib's default options add SO_REUSEPORT, with which a second server on the same port
+  // binds silently and the two split the requests. SO_REUSEADDR only lets a restarted
+  // server bind while the old one's connections linger in TIME_WAIT.
+  http.set_socket_options([this](socket_t sock) {
+    listenFd = sock;
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+  });
+  const std::string &path = opts.listen.socketPath;
+  if (!path.empty()) {
+    if (llvm::Error error = clearSocketPath(path))
+      return error;
+    http.set_address_family(AF_UNIX);
+    // The socket file is created by bind() with the umask's mode: 0600 from its first
+    // moment, so no other user can connect in between.
+    mode_t previous = umask(0177);
+    bool bound = http.bind_to_port(path, 80);
+    int bindErrno = errno;
+    umask(previous);
+    if (!bound)
+      return llvm::createStringError("cannot listen on unix:" + path + ": " +
+                                     std::strerror(bindErrno));
+    struct stat info;
+    if (lstat(path.c_str(), &info) == 0) {
+      ownsSocketFile = true;
+      socketDevice = info.st_dev;
+      socketInode = info.st_ino;
+    }
+    boundPort = 0;
+  } else {
+    if (opts.listen.port == 0) {
+      boundPort = http.bind_to_any_port(opts.listen.host);
+    } else if (http.bind_to_port(opts.listen.host, opts.listen.port)) {
+      boundPort = opts.listen.port;
+    } else {
+      boundPort = -1;
+    }
+    if (boundPort <= 0) {
+      std::string where = address();
+      if (errno == EADDRINUSE)
+        return llvm::createStringError(where + " is already in use");
+      return llvm::createStringError("cannot listen on " + where + ": " + std::strerror(errno));
+    }
+  }
+  // A second listen() on a listening socket only changes its backlog.
+  if (listenFd >= 0)
+    listen(listenFd, kListenBacklog);
   return llvm::Error::success();
 }
 
 std::string HttpService::address() const {
+  if (!opts.listen.socketPath.empty())
+    return "unix:" + opts.listen.socketPath;
   bool v6 = opts.listen.host.find(':') != std::string::npos;
-  return (v6 ? "[" + opts.listen.host + "]" : opts.listen.host) + ":" + std::to_string(boundPort);
+  int port = boundPort > 0 ? boundPort : opts.listen.port;
+  return (v6 ? "[" + opts.listen.host + "]" : opts.listen.host) + ":" + std::to_string(port);
 }
 
 llvm::Error HttpService::run() {
@@ -298,12 +416,20 @@ void HttpService::stop() {
   // connection waits for the next request until the keep-alive timeout, and run() waits for
   // every worker. Let requests in flight finish (bounded), then wake the idle connections by
   // shutting their sockets down; httplib then closes them.
-  draining = true;
-  {
+  // After a drain the requests in flight have had their time already.
+  stopWaiting = true;
+  if (!drainStarted) {
     std::unique_lock<std::mutex> lock(stopMutex);
     stopSignal.wait_for(lock, std::chrono::seconds(10), [&] { return inFlight <= 0; });
   }
-  shutdownAcceptedConnections(boundPort);
+  shutdownAcceptedConnections(boundPort, opts.listen.socketPath);
+}
+
+void HttpService::drain() {
+  drainStarted = true;
+  std::unique_lock<std::mutex> lock(stopMutex);
+  stopSignal.wait_for(lock, opts.listen.drainTimeout,
+                      [&] { return stopping || workInFlight <= 0; });
 }
 
 bool HttpService::waitForStop(Clock::duration timeout) {

@@ -91,8 +91,10 @@ struct HttpServiceOptions {
 
 /// One httplib server set up the way both servers want it: a thread pool, TCP_NODELAY,
 /// short keep-alive, a body limit, the bearer-token check before routing, httplib's own
-/// statuses in our error shape, one log line per request, and a stop() that does not wait
-/// out idle keep-alive connections. The owner adds its routes through wrap(), then bind()s.
+/// statuses in our error shape, one log line per request, a listener no second server can
+/// share (TCP or a unix socket), a drain that lets requests in flight finish, and a stop()
+/// that does not wait out idle keep-alive connections. The owner adds its routes through
+/// wrap(), then bind()s.
 class HttpService {
 public:
   using Handler = std::function<llvm::Error(const httplib::Request &, httplib::Response &)>;
@@ -100,6 +102,8 @@ public:
                                                   const httplib::ContentReader &)>;
 
   explicit HttpService(HttpServiceOptions options);
+  /// Removes the unix socket file bind() created, if it is still the one.
+  ~HttpService();
 
   const HttpServiceOptions &options() const { return opts; }
   httplib::Server &server() { return http; }
@@ -114,14 +118,24 @@ public:
   httplib::Server::Handler wrap(size_t route, Handler handler);
   httplib::Server::HandlerWithContentReader wrap(size_t route, ReaderHandler handler);
 
-  /// Binds the listener.
+  /// Binds the listener: without SO_REUSEPORT, so an address another server holds is
+  /// refused ("127.0.0.1:7000 is already in use") rather than shared.
   llvm::Error bind();
-  /// "host:port" actually bound.
+  /// "host:port" actually bound, or "unix:PATH".
   std::string address() const;
   int port() const { return boundPort; }
 
   /// Serves requests on the calling thread until stop() is called.
   llvm::Error run();
+  /// Starts a drain and waits until no request other than the probes (/v1/health,
+  /// /v1/ready, /metrics) is in flight, or the drain timeout passes, or stop() is called.
+  /// From then on draining() is true; the listener keeps accepting, so probes and work on
+  /// what already exists keep being answered. Call stop() afterwards.
+  void drain();
+  /// True once drain() began: /v1/ready answers 503 and nothing new is taken on.
+  bool draining() const { return drainStarted; }
+  /// Requests in flight other than the probes: what a drain waits for.
+  int64_t workInFlightNow() const { return workInFlight; }
   /// Stops serving; safe from any thread, and before or during run().
   void stop();
   /// Waits up to `timeout` for stop(); true once it has been called.
@@ -134,6 +148,11 @@ private:
   HttpServiceOptions opts;
   httplib::Server http;
   int boundPort = 0;
+  /// The listening socket, for raising its backlog after httplib's listen().
+  int listenFd = -1;
+  /// The unix socket file created by bind(), removed by the destructor if unchanged.
+  bool ownsSocketFile = false;
+  uint64_t socketDevice = 0, socketInode = 0;
   RequestStats stats;
 
   std::mutex stopMutex;
@@ -142,8 +161,11 @@ private:
   std::atomic<bool> runEntered{false}, runExited{false};
   /// Requests between routing and their response being written.
   std::atomic<int64_t> inFlight{0};
+  /// Requests in flight other than the probes; drain() waits for none.
+  std::atomic<int64_t> workInFlight{0};
+  std::atomic<bool> drainStarted{false};
   /// Set while stop() waits for requests in flight.
-  std::atomic<bool> draining{false};
+  std::atomic<bool> stopWaiting{false};
 };
 
 } // namespace courier::transport

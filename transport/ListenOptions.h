@@ -2,6 +2,7 @@
 #ifndef COURIER_TRANSPORT_LISTENOPTIONS_H
 #define COURIER_TRANSPORT_LISTENOPTIONS_H
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 
@@ -11,6 +12,10 @@ namespace courier::transport {
 struct HttpListenOptions {
   std::string host = "127.0.0.1";
   int port = 0; ///< 0 picks a free port; address() reports it.
+  /// When non-empty, the server listens on this unix-domain socket instead of host:port.
+  /// The socket file is created mode 0600 and removed on a clean exit; a path that exists
+  /// and is not a stale socket (one nothing listens on) is refused.
+  std::string socketPath;
   /// When non-empty, every request must carry "Authorization: Bearer <token>". A server
   /// bound beyond loopback refuses to start without one.
   std::string token;
@@ -20,6 +25,8 @@ struct HttpListenOptions {
   uint64_t maxBodyBytes = uint64_t(4) << 30;
   /// One line per request on stderr: method, path, status, bytes in/out, milliseconds.
   bool logRequests = true;
+  /// How long a drain (SIGTERM) waits for requests in flight before the server stops anyway.
+  std::chrono::milliseconds drainTimeout{30000};
 };
 
 /// True when `host` names only this machine (127.0.0.0/8, ::1, localhost).

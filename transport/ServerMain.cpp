@@ -57,8 +57,12 @@ llvm::Error ArgumentReader::unknown() const {
 llvm::Error parseListenAddress(llvm::StringRef address, HttpListenOptions &options) {
   llvm::Expected<HostPort> parsed = parseHostPort(address, PortZero::Allowed);
   if (!parsed)
-    return llvm::createStringError("--listen expects HOST:PORT, got '" + address +
+    return llvm::createStringError("--listen expects HOST:PORT or unix:PATH, got '" + address +
                                    "': " + llvm::toString(parsed.takeError()));
+  if (parsed->unixSocket) {
+    options.socketPath = std::move(parsed->host);
+    return llvm::Error::success();
+  }
   options.host = std::move(parsed->host);
   options.port = static_cast<int>(parsed->port);
   return llvm::Error::success();
@@ -73,6 +77,16 @@ llvm::Expected<std::string> readTokenFile(llvm::StringRef flag, const std::strin
   if (token.empty())
     return llvm::createStringError(flag + " '" + path + "' is empty");
   return token;
+}
+
+llvm::Error setDrainTimeout(const ArgumentReader &args, HttpListenOptions &options) {
+  uint64_t ms = 0;
+  if (llvm::Error error = args.number(ms))
+    return error;
+  if (ms > 3600000)
+    return llvm::createStringError("--drain-timeout-ms is at most 3600000 (an hour)");
+  options.drainTimeout = std::chrono::milliseconds(ms);
+  return llvm::Error::success();
 }
 
 llvm::Error checkThreadCount(uint64_t threads) {

@@ -48,11 +48,15 @@ private:
   std::string currentValue;
 };
 
-/// Parses --listen's HOST:PORT (an IPv6 host in brackets) into `options`.
+/// Parses --listen's HOST:PORT (an IPv6 host in brackets) or unix:PATH into `options`.
 llvm::Error parseListenAddress(llvm::StringRef address, HttpListenOptions &options);
 
 /// The trimmed, non-empty contents of the token file given to `flag`.
 llvm::Expected<std::string> readTokenFile(llvm::StringRef flag, const std::string &path);
+
+/// --drain-timeout-ms's value (read by `args`) into `options`: milliseconds, 0 to stop at
+/// once.
+llvm::Error setDrainTimeout(const ArgumentReader &args, HttpListenOptions &options);
 
 /// --threads within the range a server accepts.
 llvm::Error checkThreadCount(uint64_t threads);
@@ -60,9 +64,9 @@ llvm::Error checkThreadCount(uint64_t threads);
 /// Prints "listening on HOST:PORT" on stdout, the line callers wait for before connecting.
 void announceListening(const std::string &address);
 
-/// SIGINT and SIGTERM, delivered to one waiter thread: construct before any thread starts
-/// (the signals are blocked from then on, and SIGPIPE ignored), start the waiter with
-/// whenReceived(), and call stopWaiting() once serving ends, by a signal or on its own.
+/// SIGINT and SIGTERM, delivered to one waiter thread (a server drains on either): construct before
+/// any thread starts (the signals are blocked from then on, and SIGPIPE ignored), start the waiter
+/// with whenReceived(), and call stopWaiting() once serving ends, by a signal or on its own.
 class StopSignals {
 public:
   StopSignals();

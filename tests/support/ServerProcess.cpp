@@ -1,7 +1,8 @@
-// Starts a server with --listen 127.0.0.1:PORT, reads the bound address it prints, and polls
-// /v1/health until it answers; never sleeps in place of a readiness check.
+// Starts a server with --listen 127.0.0.1:PORT (or its own --listen), reads the bound address
+// it prints, and polls /v1/health until it answers; never sleeps in place of a readiness check.
 #include "tests/support/ServerProcess.h"
 
+#include <algorithm>
 #include <csignal>
 #include <cstdlib>
 #include <dirent.h>
@@ -11,6 +12,7 @@
 #include <poll.h>
 #include <sstream>
 #include <stdexcept>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <thread>
 #include <unistd.h>
@@ -95,8 +97,11 @@ std::string readFile(const std::string &path) {
 
 ServerProcess::ServerProcess(ServerSpec specIn) : spec(std::move(specIn)) {
   dir = makeTempDir(spec.name);
-  std::vector<std::string> args = {spec.program, "--listen",
-                                   "127.0.0.1:" + std::to_string(spec.port)};
+  std::vector<std::string> args = {spec.program};
+  if (std::find(spec.args.begin(), spec.args.end(), "--listen") == spec.args.end()) {
+    args.push_back("--listen");
+    args.push_back("127.0.0.1:" + std::to_string(spec.port));
+  }
   if (!spec.token.empty()) {
     std::ofstream(dir + "/token") << spec.token << "\n";
     args.push_back("--token-file");
@@ -121,7 +126,10 @@ ServerProcess::ServerProcess(ServerSpec specIn) : spec(std::move(specIn)) {
   if (line.compare(0, prefix.size(), prefix) != 0)
     throw std::runtime_error("unexpected first line from " + spec.name + ": " + line);
   addressText = line.substr(prefix.size());
-  boundPort = std::stoi(addressText.substr(addressText.rfind(':') + 1));
+  if (addressText.compare(0, 5, "unix:") == 0)
+    socket = addressText.substr(5);
+  else
+    boundPort = std::stoi(addressText.substr(addressText.rfind(':') + 1));
 
   std::unique_ptr<httplib::Client> http = client();
   http->set_connection_timeout(std::chrono::seconds(1));
@@ -191,7 +199,10 @@ void ServerProcess::freeze() {
 }
 
 std::unique_ptr<httplib::Client> ServerProcess::client() const {
-  auto http = std::make_unique<httplib::Client>("127.0.0.1", boundPort);
+  auto http = socket.empty() ? std::make_unique<httplib::Client>("127.0.0.1", boundPort)
+                             : std::make_unique<httplib::Client>(socket, 80);
+  if (!socket.empty())
+    http->set_address_family(AF_UNIX);
   http->set_tcp_nodelay(true);
   http->set_keep_alive(true);
   http->set_read_timeout(std::chrono::seconds(60));

@@ -22,6 +22,7 @@ struct ServerSpec {
   std::string token;   ///< Written to a --token-file when non-empty.
   /// Arguments after --listen and --token-file. "{dir}" in one stands for the scratch
   /// directory, which exists before the process starts.
+  /// A --listen among them ("unix:{dir}/server.sock") replaces 127.0.0.1 and `port`.
   std::vector<std::string> args;
 };
 
@@ -32,13 +33,18 @@ public:
   ServerProcess(const ServerProcess &) = delete;
   ServerProcess &operator=(const ServerProcess &) = delete;
 
+  /// As the server announced it: "127.0.0.1:PORT" or "unix:PATH".
   const std::string &address() const { return addressText; }
+  /// The unix socket's path when it listens on one, else "".
+  const std::string &socketPath() const { return socket; }
   /// The server's process id, for looking at the processes it starts.
   pid_t processId() const { return pid; }
+  /// 0 on a unix socket.
   int port() const { return boundPort; }
   /// A scratch directory that lives as long as the fixture.
   const std::string &directory() const { return dir; }
-  /// A keep-alive client that sends the bearer token, if there is one.
+  /// A keep-alive client that sends the bearer token, if there is one; over the unix
+  /// socket when the server listens on one.
   std::unique_ptr<httplib::Client> client() const;
   /// The current /metrics text.
   std::string metrics() const;
@@ -64,6 +70,7 @@ private:
   ServerSpec spec;
   std::string dir;
   std::string addressText;
+  std::string socket;
   int boundPort = 0;
   pid_t pid = -1;
 };

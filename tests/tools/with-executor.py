@@ -3,13 +3,16 @@
 
     with-executor.py EXECUTOR [EXECUTOR-ARGS...] -- COMMAND... [--then COMMAND...]...
 
-Starts EXECUTOR on a free loopback port, waits until it is bound, runs each COMMAND in turn
+Starts EXECUTOR on a free loopback port (or where EXECUTOR-ARGS' own --listen says, such as
+a unix socket), waits until it is bound, runs each COMMAND in turn
 with every "{executor}" in it replaced by the executor's address, and prints each command's
 stdout and stderr (merged, in order) followed by "exit status N" or "killed by SIGNAME".
 Ends by printing "the executor is still serving" if its health check answers; otherwise
 says why, prints the executor's log and exits 1."""
+import http.client
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -34,8 +37,23 @@ def split(argv):
     return executor, commands
 
 
+class UnixConnection(http.client.HTTPConnection):
+    def __init__(self, path):
+        super().__init__("localhost", timeout=10)
+        self.path = path
+
+    def connect(self):
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(10)
+        self.sock.connect(self.path)
+
+
 def healthy(address):
     try:
+        if address.startswith("unix:"):
+            connection = UnixConnection(address[len("unix:"):])
+            connection.request("GET", "/v1/health")
+            return connection.getresponse().status == 200
         with urllib.request.urlopen(f"http://{address}/v1/health", timeout=10) as reply:
             return reply.status == 200
     except OSError:
@@ -45,7 +63,8 @@ def healthy(address):
 def main():
     executor, commands = split(sys.argv[1:])
     with tempfile.TemporaryFile() as log:
-        proc = subprocess.Popen(executor + ["--listen", "127.0.0.1:0", "--quiet"],
+        listen = [] if "--listen" in executor else ["--listen", "127.0.0.1:0"]
+        proc = subprocess.Popen(executor + listen + ["--quiet"],
                                 stdout=subprocess.PIPE, stderr=log, text=True)
         try:
             line = proc.stdout.readline().strip()

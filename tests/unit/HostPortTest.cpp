@@ -49,3 +49,16 @@ TEST_CASE("a malformed host:port is refused with what is wrong", "[hostport]") {
   for (const char *port : {"host:", "host:http", "host:+80", "host:-1", "host:99999999999"})
     CHECK(refusal(port) == "the port must be a number from 1 to 65535");
 }
+
+TEST_CASE("unix:PATH names a unix-domain socket by its absolute path", "[hostport]") {
+  auto socket = parseHostPort("unix:/run/courier/executor.sock");
+  REQUIRE(bool(socket));
+  CHECK(socket->unixSocket);
+  CHECK(socket->host == "/run/courier/executor.sock");
+  CHECK(socket->port == 0);
+  CHECK_FALSE(parseHostPort("127.0.0.1:7000")->unixSocket);
+  CHECK(refusal("unix:") == "a unix socket's path must be absolute");
+  CHECK(refusal("unix:run/executor.sock") == "a unix socket's path must be absolute");
+  CHECK(refusal(("unix:/" + std::string(107, 's')).c_str()) ==
+        "a unix socket's path is at most 107 bytes");
+}

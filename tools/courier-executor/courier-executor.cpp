@@ -1,5 +1,6 @@
 // courier-executor: serves the /v1 executor protocol (docs/protocol.md) until SIGINT or
-// SIGTERM. Prints "listening on HOST:PORT" once bound, so callers can pass port 0.
+// SIGTERM, which start a drain. Prints "listening on HOST:PORT" (or "listening on
+// unix:PATH") once bound, so callers can pass port 0.
 #include "executor/ExecutorServer.h"
 #include "transport/ServerMain.h"
 
@@ -19,9 +20,10 @@ static const char *const kUsage =
     "                        [--max-body-mib N] [--isolation process|none]\n"
     "                        [--launch-timeout-ms N] [--worker-memory-mib N]\n"
     "                        [--worker-cpu-seconds N] [--warm-workers N] [--max-sessions N]\n"
-    "                        [--no-sandbox]\n"
+    "                        [--no-sandbox] [--drain-timeout-ms N]\n"
     "                        [--allow-unsigned-objects] [--quiet]\n"
-    "  --listen        address to bind (default 127.0.0.1:7000; port 0 picks a free one)\n"
+    "  --listen        address to bind: HOST:PORT (default 127.0.0.1:7000; port 0 picks a\n"
+    "                  free one) or unix:PATH (a socket file created mode 0600)\n"
     "  --plugin        shared library whose symbols `call` can reach (repeatable)\n"
     "  --token-file    file holding the bearer token every request must carry\n"
     "  --idle-timeout  close sessions unused for this long (default 600)\n"
@@ -37,6 +39,8 @@ static const char *const kUsage =
     "  --warm-workers  workers started ahead of need (default 2)\n"
     "  --max-sessions  most sessions open at once, each a worker process (default 128)\n"
     "  --no-sandbox    run workers without seccomp (only where seccomp is unavailable)\n"
+    "  --drain-timeout-ms  on SIGTERM, how long requests in flight may take to finish while\n"
+    "                  /v1/ready answers 503 and new sessions are refused (default 30000)\n"
     "  --allow-unsigned-objects  accept objects without signature tables\n"
     "  --quiet         do not log one line per request to stderr\n";
 
@@ -64,7 +68,7 @@ static Expected<ExecutorServerOptions> parseArguments(int argc, char **argv) {
     if (!llvm::is_contained({"--listen", "--plugin", "--token-file", "--idle-timeout",
                              "--object-grace", "--threads", "--max-body-mib", "--isolation",
                              "--launch-timeout-ms", "--worker-memory-mib", "--worker-cpu-seconds",
-                             "--warm-workers", "--max-sessions"},
+                             "--warm-workers", "--max-sessions", "--drain-timeout-ms"},
                             name))
       return args.unknown();
     if (Error e = args.readValue())
@@ -113,6 +117,9 @@ static Expected<ExecutorServerOptions> parseArguments(int argc, char **argv) {
       if (most == 0)
         return createStringError("--max-sessions must be positive");
       options.maxSessions = static_cast<size_t>(most);
+    } else if (name == "--drain-timeout-ms") {
+      if (Error e = courier::transport::setDrainTimeout(args, options))
+        return std::move(e);
     } else if (name == "--warm-workers") {
       if (Error e = args.number(warmWorkers))
         return std::move(e);
@@ -168,7 +175,9 @@ int main(int argc, char **argv) {
   std::unique_ptr<ExecutorServer> server = exitOnError(ExecutorServer::create(std::move(options)));
   courier::transport::announceListening(server->address());
 
-  stopSignals.whenReceived([&] { server->stop(); });
+  // A balancer sees /v1/ready turn 503 and sends new sessions elsewhere while the requests
+  // in flight finish.
+  stopSignals.whenReceived([&] { server->drainAndStop(); });
   Error served = server->run();
   stopSignals.stopWaiting();
   exitOnError(std::move(served));

@@ -186,14 +186,16 @@ llvm::Expected<ModuleOptions> parseOptions(const json::Value &value) {
     } else if (key == "executor") {
       std::optional<llvm::StringRef> executor = field.getAsString();
       if (!executor)
-        return makeServeError(ErrorCode::BadRequest,
-                              "'options.executor' must be \"local\" or \"host:port\"");
+        return makeServeError(
+            ErrorCode::BadRequest,
+            "'options.executor' must be \"local\", \"host:port\" or \"unix:PATH\"");
       if (*executor != "local") {
         llvm::Expected<transport::HostPort> parsed = transport::parseHostPort(*executor);
         if (!parsed)
-          return makeServeError(ErrorCode::BadRequest,
-                                "'options.executor' must be \"local\" or \"host:port\": " +
-                                    llvm::toString(parsed.takeError()));
+          return makeServeError(
+              ErrorCode::BadRequest,
+              "'options.executor' must be \"local\", \"host:port\" or \"unix:PATH\": " +
+                  llvm::toString(parsed.takeError()));
       }
       options.executor = executor->str();
     } else {
@@ -343,6 +345,15 @@ struct RestService::Impl {
   void installRoutes();
   std::string renderMetrics();
 
+  /// `draining` once a drain began: a draining server compiles nothing new. The body is
+  /// left unread, so the connection closes after the reply.
+  llvm::Error refuseWhileDraining(httplib::Response &res) {
+    if (!service.draining())
+      return llvm::Error::success();
+    res.set_header("Connection", "close");
+    return makeServeError(ErrorCode::Draining, "courier-serve is draining before it exits; "
+                                               "submit the module to another server");
+  }
   llvm::Error createModule(const httplib::Request &req, httplib::Response &res,
                            const httplib::ContentReader &reader);
   llvm::Error putModule(const httplib::Request &req, httplib::Response &res,
@@ -381,6 +392,8 @@ HttpServiceOptions RestService::Impl::serviceOptions() {
 
 llvm::Error RestService::Impl::createModule(const httplib::Request &req, httplib::Response &res,
                                             const httplib::ContentReader &reader) {
+  if (llvm::Error error = refuseWhileDraining(res))
+    return error;
   llvm::Expected<std::string> body = readBody(req, res, reader, options.maxBodyBytes);
   if (!body)
     return body.takeError();
@@ -408,6 +421,8 @@ llvm::Error RestService::Impl::createModule(const httplib::Request &req, httplib
 
 llvm::Error RestService::Impl::putModule(const httplib::Request &req, httplib::Response &res,
                                          const httplib::ContentReader &reader) {
+  if (llvm::Error error = refuseWhileDraining(res))
+    return error;
   std::string name = req.matches[1];
   llvm::Expected<std::string> body = readBody(req, res, reader, options.maxBodyBytes);
   if (!body)
@@ -745,6 +760,10 @@ std::string RestService::Impl::renderMetrics() {
                        "# TYPE courier_serve_modules gauge\ncourier_serve_modules {0}\n",
                        store.size())
              .str();
+  transport::appendPrometheusGauge(
+      out, "courier_serve_requests_in_flight",
+      "Requests being served, probes aside: what a drain waits for.",
+      static_cast<uint64_t>(std::max<int64_t>(0, service.workInFlightNow())));
   appendPrometheusCounter(out, "courier_serve_received_bytes_total", "Request body bytes received.",
                           service.requestStats().bytesIn);
   appendPrometheusCounter(out, "courier_serve_sent_bytes_total", "Response body bytes sent.",
@@ -774,6 +793,8 @@ void RestService::Impl::installRoutes() {
   server.Get(
       "/v1/ready",
       service.wrap(Ready, [this](const httplib::Request &, httplib::Response &res) -> llvm::Error {
+        if (service.draining())
+          return makeServeError(ErrorCode::Draining, "courier-serve is draining before it exits");
         if (!ready)
           return makeServeError(ErrorCode::NotReady, "loading watched modules or shutting down");
         sendJson(
@@ -852,6 +873,11 @@ std::string RestService::address() const { return impl->service.address(); }
 void RestService::setReady(bool ready) { impl->ready = ready; }
 
 llvm::Error RestService::run() { return impl->service.run(); }
+
+void RestService::drainAndStop() {
+  impl->service.drain();
+  stop();
+}
 
 void RestService::stop() {
   impl->ready = false;

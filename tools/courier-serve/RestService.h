@@ -29,7 +29,7 @@ public:
                                                              ModuleStore &store);
   ~RestService();
 
-  /// "host:port" actually bound.
+  /// "host:port" actually bound, or "unix:PATH".
   std::string address() const;
 
   /// /v1/ready answers 200 only while ready (after the watched files are loaded, before
@@ -38,6 +38,9 @@ public:
 
   /// Serves requests on the calling thread until stop() is called.
   llvm::Error run();
+  /// Drains, then stops: /v1/ready answers 503 `draining` and new modules (POST, PUT) are
+  /// refused with 503 `draining` while requests in flight finish, up to the drain timeout.
+  void drainAndStop();
   /// Stops serving; safe from any thread, and before or during run().
   void stop();
 

@@ -1,5 +1,6 @@
-// courier-serve: the engine as a REST service (docs/rest.md) until SIGINT or SIGTERM. Prints
-// "listening on HOST:PORT" once bound, so callers can pass port 0. With --watch, loads every
+// courier-serve: the engine as a REST service (docs/rest.md) until SIGINT or SIGTERM, which
+// start a drain. Prints "listening on HOST:PORT" (or "listening on unix:PATH") once bound, so
+// callers can pass port 0. With --watch, loads every
 // *.mlir of a directory as a module named by its stem and reloads it when the file changes.
 #include "jit/DiskCache.h"
 #include "tools/courier-serve/ModuleStore.h"
@@ -30,8 +31,9 @@ static const char *const kUsage =
     "                     [--max-body-bytes N] [--max-modules N] [--compile-timeout-ms N]\n"
     "                     [--max-constant-mib N] [--max-object-mib N] [--threads N] [--quiet]\n"
     "                     [--isolation process|none] [--invoke-timeout-ms N]\n"
-    "                     [--module-memory-mib N] [--no-sandbox]\n"
-    "  --listen              address to bind (default 127.0.0.1:8080; port 0 picks a free one)\n"
+    "                     [--module-memory-mib N] [--no-sandbox] [--drain-timeout-ms N]\n"
+    "  --listen              address to bind: HOST:PORT (default 127.0.0.1:8080; port 0 picks\n"
+    "                        a free one) or unix:PATH (a socket file created mode 0600)\n"
     "  --token-file          file holding the bearer token every request must carry\n"
     "  --executor            send every target module to this executor instead of the IR's\n"
     "                        addresses (a module's options.executor overrides it)\n"
@@ -54,7 +56,9 @@ static const char *const kUsage =
     "  --invoke-timeout-ms   with process isolation, end an invoke that runs longer (default\n"
     "                        60000; 0: no limit; a request's X-Courier-Deadline-Ms replaces it)\n"
     "  --module-memory-mib   address space each module worker may use (default 4096; 0: none)\n"
-    "  --no-sandbox          start module workers without no-new-privs and seccomp\n";
+    "  --no-sandbox          start module workers without no-new-privs and seccomp\n"
+    "  --drain-timeout-ms    on SIGTERM, how long requests in flight may take to finish while\n"
+    "                        /v1/ready answers 503 and new modules are refused (default 30000)\n";
 
 namespace {
 
@@ -87,7 +91,7 @@ Expected<Arguments> parseArguments(int argc, char **argv) {
                              "--watch", "--cache-dir", "--cache-max-mib", "--max-body-bytes",
                              "--max-modules", "--compile-timeout-ms", "--threads",
                              "--max-constant-mib", "--max-object-mib", "--invoke-timeout-ms",
-                             "--module-memory-mib", "--isolation"},
+                             "--module-memory-mib", "--isolation", "--drain-timeout-ms"},
                             name))
       return flags.unknown();
     if (Error error = flags.readValue())
@@ -124,6 +128,8 @@ Expected<Arguments> parseArguments(int argc, char **argv) {
       error = flags.number(invokeTimeoutMs);
     else if (name == "--module-memory-mib")
       error = flags.number(args.store.moduleMemoryMiB);
+    else if (name == "--drain-timeout-ms")
+      error = transport::setDrainTimeout(flags, args.serve);
     else if (name == "--isolation" && (value == "process" || value == "none"))
       args.store.isolation = value == "process" ? Isolation::Process : Isolation::InProcess;
     else
@@ -279,7 +285,7 @@ int main(int argc, char **argv) {
 
   stopSignals.whenReceived([&] {
     stopping = true;
-    service->stop();
+    service->drainAndStop();
   });
   Error served = service->run();
   stopSignals.stopWaiting();

@@ -1,0 +1,139 @@
+// How courier-serve meets its clients: a listener no second server can share, a unix-domain
+// socket, and readiness and drain on SIGTERM.
+#include "tests/serve/RestClient.h"
+#include "tests/serve/ServeProcess.h"
+
+#include <catch2/catch.hpp>
+#include <httplib.h>
+
+#include <arpa/inet.h>
+#include <chrono>
+#include <csignal>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <thread>
+#include <unistd.h>
+
+using namespace courier::testing;
+
+namespace {
+
+const std::string kTwice = "module {\n"
+                           "  func.func public @main(%x: tensor<4xf64>) -> tensor<4xf64> {\n"
+                           "    %y = arith.addf %x, %x : tensor<4xf64>\n"
+                           "    return %y : tensor<4xf64>\n"
+                           "  }\n"
+                           "}\n";
+
+/// A TCP connection to the server for sending a request in pieces.
+class RawConnection {
+public:
+  explicit RawConnection(int port) : fd(::socket(AF_INET, SOCK_STREAM, 0)) {
+    REQUIRE(fd >= 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_port = htons(static_cast<uint16_t>(port));
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    timeval timeout{60, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+    REQUIRE(::connect(fd, reinterpret_cast<sockaddr *>(&address), sizeof(address)) == 0);
+  }
+  ~RawConnection() { ::close(fd); }
+
+  void send(const std::string &bytes) {
+    REQUIRE(::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL) ==
+            static_cast<ssize_t>(bytes.size()));
+  }
+  /// Everything the server sends until it closes the connection.
+  std::string readAll() {
+    std::string reply;
+    char buffer[4096];
+    for (ssize_t n; (n = ::recv(fd, buffer, sizeof(buffer), 0)) > 0;)
+      reply.append(buffer, static_cast<size_t>(n));
+    return reply;
+  }
+
+private:
+  int fd;
+};
+
+} // namespace
+
+TEST_CASE("a second courier-serve on a port in use is refused at start-up, naming the address",
+          "[serve][listen]") {
+  ServeProcess first;
+  std::string address = "127.0.0.1:" + std::to_string(first.port());
+  auto [status, log] = runServeToExit({"--listen", address});
+  CHECK(status > 0);
+  CHECK_THAT(log, Catch::Contains("courier-serve: error: " + address + " is already in use"));
+}
+
+TEST_CASE("courier-serve on a unix socket compiles and invokes a module", "[serve][listen]") {
+  ServeProcess serve(ServeConfig{"", {"--listen", "unix:{dir}/serve.sock"}});
+  const std::string path = serve.directory() + "/serve.sock";
+  CHECK(serve.address() == "unix:" + path);
+  struct stat info;
+  REQUIRE(::lstat(path.c_str(), &info) == 0);
+  CHECK(S_ISSOCK(info.st_mode));
+  CHECK((info.st_mode & 0777) == 0600);
+
+  auto http = serve.client();
+  requireCreated(*http, "twice", kTwice);
+  Reply invoked = post(*http, "/v1/modules/twice/invoke/main", R"({"inputs": [[1, 2, 3, 4]]})");
+  INFO(invoked.raw);
+  REQUIRE(invoked.status == 200);
+  CHECK(outputData(invoked) == std::vector<double>{2, 4, 6, 8});
+
+  int status = serve.terminate();
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  CHECK(::lstat(path.c_str(), &info) != 0);
+}
+
+TEST_CASE("after SIGTERM courier-serve's /v1/ready answers 503 while an in-flight create "
+          "completes",
+          "[serve][drain]") {
+  ServeProcess serve;
+  auto http = serve.client();
+  CHECK(get(*http, "/v1/ready").status == 200);
+
+  // A create whose body has not all arrived is in flight.
+  std::string body = createBody("twice", kTwice);
+  RawConnection inFlight(serve.port());
+  inFlight.send("POST /v1/modules HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                "Content-Type: application/json\r\nContent-Length: " +
+                std::to_string(body.size()) + "\r\n\r\n" + body.substr(0, 10));
+  double seen = serve.metric("courier_serve_requests_in_flight");
+  for (auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+       seen != 1 && std::chrono::steady_clock::now() < deadline;
+       std::this_thread::sleep_for(std::chrono::milliseconds(10)))
+    seen = serve.metric("courier_serve_requests_in_flight");
+  REQUIRE(seen == 1);
+
+  serve.signal(SIGTERM);
+  auto probe = serve.client();
+  Reply ready;
+  for (auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+       std::chrono::steady_clock::now() < deadline;
+       std::this_thread::sleep_for(std::chrono::milliseconds(10))) {
+    ready = get(*probe, "/v1/ready");
+    if (ready.status != 200)
+      break;
+  }
+  CHECK(ready.status == 503);
+  CHECK(errorCode(ready) == "draining");
+  CHECK(get(*probe, "/v1/health").status == 200);
+  Reply refused = post(*probe, "/v1/modules", createBody("other", kTwice));
+  CHECK(refused.status == 503);
+  CHECK(errorCode(refused) == "draining");
+
+  inFlight.send(body.substr(10));
+  std::string reply = inFlight.readAll();
+  INFO(reply);
+  CHECK(reply.rfind("HTTP/1.1 201", 0) == 0);
+  int status = serve.terminate();
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+}
