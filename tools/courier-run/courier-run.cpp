@@ -37,8 +37,8 @@ cl::list<std::string> argFiles("arg-file",
                                         "they stand where the flag stands among the --arg"),
                                cl::value_desc("file"), cl::cat(category));
 cl::opt<std::string> executor("executor",
-                              cl::desc("Send every target to this executor (\"local\" or "
-                                       "host:port) instead of the IR's addresses"),
+                              cl::desc("Send every target to this executor (\"local\", "
+                                       "host:port or unix:PATH) instead of the IR's addresses"),
                               cl::cat(category));
 cl::opt<unsigned> optLevel("O", cl::Prefix, cl::desc("Optimisation level, -O0 to -O3"), cl::init(2),
                            cl::cat(category));
