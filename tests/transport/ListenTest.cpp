@@ -285,6 +285,15 @@ TEST_CASE("after SIGTERM /v1/ready answers 503 while an in-flight call completes
   REQUIRE(refused);
   CHECK(refused->status == 503);
   CHECK(codeOf(refused) == "draining");
+  // A session the executor holds is still confirmed; one it does not hold is new.
+  httplib::Result held =
+      probe->Put(("/v1/sessions/" + session).c_str(), "", wire::kJsonContentType);
+  REQUIRE(held);
+  CHECK(held->status == 200);
+  httplib::Result newcomer = probe->Put("/v1/sessions/newcomer", "", wire::kJsonContentType);
+  REQUIRE(newcomer);
+  CHECK(newcomer->status == 503);
+  CHECK(codeOf(newcomer) == "draining");
 
   inFlight.send(input.substr(8));
   std::string reply = inFlight.readAll();
