@@ -588,6 +588,8 @@ void ExecutorServer::drainAndStop() {
   stop();
 }
 
+void ExecutorServer::cutDrainShort() { impl->service.cutDrainShort(); }
+
 void ExecutorServer::stop() {
   // Kernels may spin forever: ending their workers is what lets requests finish.
   if (impl->core)

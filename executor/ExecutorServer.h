@@ -67,6 +67,8 @@ public:
   /// `draining` while requests in flight finish, up to the drain timeout. Safe from any
   /// thread; returns once stop() has been called.
   void drainAndStop();
+  /// Ends a drain's wait at once, so drainAndStop() stops now; safe from any thread.
+  void cutDrainShort();
   /// Stops serving; safe from any thread, and before or during run().
   void stop();
 

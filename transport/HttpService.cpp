@@ -429,7 +429,15 @@ void HttpService::drain() {
   drainStarted = true;
   std::unique_lock<std::mutex> lock(stopMutex);
   stopSignal.wait_for(lock, opts.listen.drainTimeout,
-                      [&] { return stopping || workInFlight <= 0; });
+                      [&] { return stopping || drainCut || workInFlight <= 0; });
+}
+
+void HttpService::cutDrainShort() {
+  {
+    std::lock_guard<std::mutex> lock(stopMutex);
+    drainCut = true;
+  }
+  stopSignal.notify_all();
 }
 
 bool HttpService::waitForStop(Clock::duration timeout) {

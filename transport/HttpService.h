@@ -132,6 +132,8 @@ public:
   /// From then on draining() is true; the listener keeps accepting, so probes and work on
   /// what already exists keep being answered. Call stop() afterwards.
   void drain();
+  /// Ends a drain's wait at once (a second SIGTERM); safe from any thread.
+  void cutDrainShort();
   /// True once drain() began: /v1/ready answers 503 and nothing new is taken on.
   bool draining() const { return drainStarted; }
   /// Requests in flight other than the probes: what a drain waits for.
@@ -164,6 +166,7 @@ private:
   /// Requests in flight other than the probes; drain() waits for none.
   std::atomic<int64_t> workInFlight{0};
   std::atomic<bool> drainStarted{false};
+  bool drainCut = false; ///< Guarded by stopMutex.
   /// Set while stop() waits for requests in flight.
   std::atomic<bool> stopWaiting{false};
 };

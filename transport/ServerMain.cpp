@@ -108,11 +108,18 @@ StopSignals::StopSignals() {
   std::signal(SIGPIPE, SIG_IGN);
 }
 
-void StopSignals::whenReceived(std::function<void()> onStop) {
-  waiter = std::thread([this, onStop = std::move(onStop)] {
+void StopSignals::whenReceived(std::function<void()> onStop, std::function<void()> onSecond) {
+  waiter = std::thread([this, onStop = std::move(onStop), onSecond = std::move(onSecond)] {
     int signal = 0;
     sigwait(&signals, &signal);
-    onStop();
+    if (finished)
+      return;
+    std::thread first(onStop);
+    // stopWaiting() sends one more signal once serving has ended, to end this wait too.
+    sigwait(&signals, &signal);
+    if (!finished)
+      onSecond();
+    first.join();
   });
 }
 
@@ -120,6 +127,7 @@ void StopSignals::stopWaiting() {
   if (!waiter.joinable())
     return;
   // Serving may also end on its own; wake the waiter so it can be joined.
+  finished = true;
   pthread_kill(waiter.native_handle(), SIGTERM);
   waiter.join();
 }

@@ -9,6 +9,7 @@
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/Error.h"
 
+#include <atomic>
 #include <csignal>
 #include <cstdint>
 #include <functional>
@@ -61,12 +62,13 @@ llvm::Error setDrainTimeout(const ArgumentReader &args, HttpListenOptions &optio
 /// --threads within the range a server accepts.
 llvm::Error checkThreadCount(uint64_t threads);
 
-/// Prints "listening on HOST:PORT" on stdout, the line callers wait for before connecting.
+/// Prints "listening on HOST:PORT" (or "listening on unix:PATH") on stdout, the line callers
+/// wait for before connecting.
 void announceListening(const std::string &address);
 
-/// SIGINT and SIGTERM, delivered to one waiter thread (a server drains on either): construct before
-/// any thread starts (the signals are blocked from then on, and SIGPIPE ignored), start the waiter
-/// with whenReceived(), and call stopWaiting() once serving ends, by a signal or on its own.
+/// SIGINT and SIGTERM, delivered to one waiter thread: construct before any thread starts (the
+/// signals are blocked from then on, and SIGPIPE ignored), start the waiter with
+/// whenReceived(), and call stopWaiting() once serving ends, by a signal or on its own.
 class StopSignals {
 public:
   StopSignals();
@@ -74,12 +76,15 @@ public:
   StopSignals(const StopSignals &) = delete;
   StopSignals &operator=(const StopSignals &) = delete;
 
-  void whenReceived(std::function<void()> onStop);
+  /// The first signal runs `onStop` (a drain, which may take a while) on a thread of its
+  /// own; a second one, while that runs, runs `onSecond` (cutting the drain short).
+  void whenReceived(std::function<void()> onStop, std::function<void()> onSecond);
   void stopWaiting();
 
 private:
   sigset_t signals;
   std::thread waiter;
+  std::atomic<bool> finished{false};
 };
 
 } // namespace courier::transport

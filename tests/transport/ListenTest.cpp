@@ -316,3 +316,23 @@ TEST_CASE("--drain-timeout-ms bounds how long a drain waits", "[listen][drain]")
   CHECK(status > 0);
   CHECK_THAT(log, Catch::Contains("--drain-timeout-ms expects a number, got 'soon'"));
 }
+
+TEST_CASE("a second SIGTERM during a drain stops the executor at once", "[listen][drain]") {
+  // The drain would wait 10 minutes for a request that never finishes its body.
+  ExecutorProcess executor(ExecutorConfig{0, "", {"--drain-timeout-ms", "600000"}});
+  RawConnection stuck(executor.port());
+  stuck.send("PUT /v1/objects/" + std::string(64, 'a') +
+             " HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\nonly a few bytes");
+  REQUIRE(awaitMetric(executor, "courier_requests_in_flight", 1) == 1);
+  executor.signal(SIGTERM);
+  auto probe = executor.client();
+  int status = 200;
+  for (auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+       status == 200 && std::chrono::steady_clock::now() < deadline;
+       std::this_thread::sleep_for(std::chrono::milliseconds(10))) {
+    httplib::Result answer = probe->Get("/v1/ready");
+    status = answer ? answer->status : -1;
+  }
+  REQUIRE(status == 503);
+  CHECK(executor.stop(SIGTERM) == 0);
+}

@@ -176,8 +176,8 @@ int main(int argc, char **argv) {
   courier::transport::announceListening(server->address());
 
   // A balancer sees /v1/ready turn 503 and sends new sessions elsewhere while the requests
-  // in flight finish.
-  stopSignals.whenReceived([&] { server->drainAndStop(); });
+  // in flight finish; a second signal stops at once.
+  stopSignals.whenReceived([&] { server->drainAndStop(); }, [&] { server->cutDrainShort(); });
   Error served = server->run();
   stopSignals.stopWaiting();
   exitOnError(std::move(served));

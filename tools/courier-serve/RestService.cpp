@@ -879,6 +879,8 @@ void RestService::drainAndStop() {
   stop();
 }
 
+void RestService::cutDrainShort() { impl->service.cutDrainShort(); }
+
 void RestService::stop() {
   impl->ready = false;
   impl->service.stop();

@@ -41,6 +41,8 @@ public:
   /// Drains, then stops: /v1/ready answers 503 `draining` and new modules (POST, PUT) are
   /// refused with 503 `draining` while requests in flight finish, up to the drain timeout.
   void drainAndStop();
+  /// Ends a drain's wait at once, so drainAndStop() stops now; safe from any thread.
+  void cutDrainShort();
   /// Stops serving; safe from any thread, and before or during run().
   void stop();
 

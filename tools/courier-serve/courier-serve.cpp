@@ -283,10 +283,13 @@ int main(int argc, char **argv) {
       service->setReady(true);
   });
 
-  stopSignals.whenReceived([&] {
-    stopping = true;
-    service->drainAndStop();
-  });
+  // A second signal, during the drain, stops at once.
+  stopSignals.whenReceived(
+      [&] {
+        stopping = true;
+        service->drainAndStop();
+      },
+      [&] { service->cutDrainShort(); });
   Error served = service->run();
   stopSignals.stopWaiting();
   stopping = true;
