@@ -15,7 +15,6 @@
 #include "mlir/IR/Verifier.h"
 #include "mlir/InitAllDialects.h"
 #include "mlir/InitAllExtensions.h"
-#include "mlir/InitAllPasses.h"
 #include "mlir/Parser/Parser.h"
 #include "mlir/Pass/PassInstrumentation.h"
 #include "mlir/Pass/PassRegistry.h"
@@ -481,8 +480,7 @@ llvm::Expected<std::string> Engine::Impl::lower(mlir::ModuleOp module,
         /*shouldPrintAfterPass=*/[](mlir::Pass *, mlir::Operation *) { return true; },
         /*printModuleScope=*/true, /*printAfterOnlyOnChange=*/false);
   if (!options.extraPipeline.empty()) {
-    static std::once_flag registered;
-    std::call_once(registered, [] { mlir::registerAllPasses(); });
+    registerPassesForParsing();
     std::string parseError;
     llvm::raw_string_ostream os(parseError);
     if (mlir::failed(mlir::parsePassPipeline(options.extraPipeline, pm, os)))

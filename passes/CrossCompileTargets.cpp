@@ -194,6 +194,11 @@ struct CrossCompileTargets : impl::CrossCompileTargetsBase<CrossCompileTargets> 
                  << fn.getName() << "' takes or returns " << type
                  << "; kernel arguments and results must be ranked tensors or memrefs";
       fn->setAttr(LLVM::LLVMDialect::getEmitCWrapperAttrName(), UnitAttr::get(&getContext()));
+      // A kernel reads its tensor arguments and never writes them: on the in-process
+      // executor they are the caller's own buffers.
+      for (unsigned i = 0; i < fn.getNumArguments(); ++i)
+        if (isa<TensorType>(fn.getArgumentTypes()[i]))
+          fn.setArgAttr(i, "bufferization.writable", BoolAttr::get(&getContext(), false));
       for (Type type : llvm::concat<const Type>(fn.getArgumentTypes(), fn.getResultTypes()))
         if (Type element = cast<ShapedType>(type).getElementType();
             !element.isIntOrFloat() && !element.isIndex())
@@ -206,7 +211,9 @@ struct CrossCompileTargets : impl::CrossCompileTargetsBase<CrossCompileTargets> 
 
     // A `pipeline` key (Catalyst's) names the passes that lower this module instead.
     PassManager pm(&getContext(), ModuleOp::getOperationName());
-    if (auto pipeline = spec.getAs<StringAttr>("pipeline"); pipeline && !pipeline.empty()) {
+    auto pipeline = spec.getAs<StringAttr>("pipeline");
+    if (pipeline && !pipeline.empty()) {
+      registerPassesForParsing();
       std::string why;
       llvm::raw_string_ostream os(why);
       if (failed(parsePassPipeline(pipeline.getValue(), pm, os))) {
@@ -222,6 +229,24 @@ struct CrossCompileTargets : impl::CrossCompileTargetsBase<CrossCompileTargets> 
     }
     if (failed(pm.run(*copy)))
       return target.emitError("lowering the target module to LLVM failed");
+    // A named pipeline may stop short of the LLVM dialect, or drop the C interfaces the
+    // entries call.
+    StringRef lowering = pipeline && !pipeline.empty() ? pipeline.getValue() : "the default";
+    WalkResult unlowered = copy->walk([&](Operation *op) {
+      if (op == copy->getOperation() || isa<LLVM::LLVMDialect>(op->getDialect()))
+        return WalkResult::advance();
+      target.emitError("lowering by '")
+          << lowering << "' left '" << op->getName()
+          << "' in the module; the pipeline must lower it to the LLVM dialect";
+      return WalkResult::interrupt();
+    });
+    if (unlowered.wasInterrupted())
+      return failure();
+    for (const Kernel &kernel : kernels)
+      if (!copy->lookupSymbol<LLVM::LLVMFuncOp>("_mlir_ciface_" + kernel.name))
+        return target.emitError("lowering by '")
+               << lowering << "' left no '_mlir_ciface_" << kernel.name
+               << "'; the pipeline must keep llvm.emit_c_interface when it lowers func.func";
     for (const Kernel &kernel : kernels) {
       addPyfaceEntry(*copy, kernel);
       addSignatureTable(*copy, kernel);

@@ -62,6 +62,10 @@ void buildBufferizeAndLowerToLLVM(mlir::OpPassManager &pm);
 /// Registers the passes and the `courier-pipeline` pipeline with the global registry.
 void registerCourierPassesAndPipelines();
 
+/// Makes every upstream and Courier pass and pipeline parseable by name, once per process
+/// and only if nobody registered them already (a tool's main may have).
+void registerPassesForParsing();
+
 /// Runs LLVM's default optimisation pipeline at `optLevel` (0 skips it) on `module`, whose
 /// triple and data layout are set for `machine`, and emits a relocatable object.
 llvm::Error emitObjectFile(llvm::Module &module, llvm::TargetMachine &machine, unsigned optLevel,

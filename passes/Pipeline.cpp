@@ -7,10 +7,13 @@
 #include "mlir/Dialect/Bufferization/Transforms/Passes.h"
 #include "mlir/Dialect/Linalg/Passes.h"
 #include "mlir/Dialect/MemRef/Transforms/Passes.h"
+#include "mlir/InitAllPasses.h"
 #include "mlir/Pass/PassRegistry.h"
 #include "mlir/Transforms/Passes.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Path.h"
+
+#include <mutex>
 
 using namespace mlir;
 
@@ -88,6 +91,16 @@ struct CourierPipelineOptions : public PassPipelineOptions<CourierPipelineOption
                             llvm::cl::init(2)};
 };
 } // namespace
+
+void registerPassesForParsing() {
+  static std::once_flag registered;
+  std::call_once(registered, [] {
+    if (!PassInfo::lookup("canonicalize"))
+      registerAllPasses();
+    if (!PassPipelineInfo::lookup("courier-lower-to-llvm"))
+      registerCourierPassesAndPipelines();
+  });
+}
 
 void registerCourierPassesAndPipelines() {
   registerCourierPasses();

@@ -562,3 +562,30 @@ TEST_CASE("setup runs once after linking and teardown when the module goes", "[e
   }
   CHECK(recorded == std::vector<int64_t>{1, 2, 2, 3});
 }
+
+TEST_CASE("a kernel that computes in place leaves its caller's input as it was", "[engine]") {
+  // On the in-process executor the kernel's argument is the caller's own buffer.
+  TempDir dir;
+  Engine engine(optionsIn(dir));
+  auto module = engine.compile(R"mlir(
+    module @app {
+      func.func public @main(%x: tensor<4xf64>) -> (tensor<4xf64>, tensor<4xf64>) {
+        %y = catalyst.launch_kernel @dev::@twice(%x) : (tensor<4xf64>) -> tensor<4xf64>
+        return %x, %y : tensor<4xf64>, tensor<4xf64>
+      }
+      module @dev attributes {catalyst.target = {}, catalyst.dispatch = {address = "local"}} {
+        func.func public @twice(%x: tensor<4xf64>) -> tensor<4xf64> {
+          %y = arith.addf %x, %x : tensor<4xf64>
+          return %y : tensor<4xf64>
+        }
+      }
+    })mlir",
+                               "in-place");
+  REQUIRE(ok(module));
+  Tensor x = Tensor::fromDoubles(DType::F64, {4}, {1, 2, 3, 4});
+  auto out = (*module)->invoke("main", {x});
+  REQUIRE(ok(out));
+  CHECK(values((*out)[0]) == std::vector<double>{1, 2, 3, 4});
+  CHECK(values((*out)[1]) == std::vector<double>{2, 4, 6, 8});
+  CHECK(values(x) == std::vector<double>{1, 2, 3, 4});
+}
