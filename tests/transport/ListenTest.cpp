@@ -303,7 +303,7 @@ TEST_CASE("after SIGTERM /v1/ready answers 503 while an in-flight call completes
   CHECK(executor.stop(SIGTERM) == 0);
 }
 
-TEST_CASE("--drain-timeout-ms bounds how long a drain waits", "[listen][drain]") {
+TEST_CASE("a drain waits no longer than --drain-timeout-ms", "[listen][drain]") {
   // A request that never finishes its body holds the drain until the timeout.
   ExecutorProcess executor(ExecutorConfig{0, "", {"--drain-timeout-ms", "200"}});
   RawConnection stuck(executor.port());
