@@ -77,8 +77,7 @@ struct ReadsOperandsModel : BufferizableOpInterface::ExternalModel<ConcreteModel
   /// carrying a result into its next iteration keeps that type rather than a fully dynamic
   /// layout that would force a copy per iteration.
   FailureOr<BufferLikeType> getBufferType(Operation *, Value value, const BufferizationOptions &,
-                                          const BufferizationState &,
-                                          SmallVector<Value> &) const {
+                                          const BufferizationState &, SmallVector<Value> &) const {
     return cast<BufferLikeType>(
         getMemRefTypeWithStaticIdentityLayout(cast<TensorType>(value.getType())));
   }
@@ -115,30 +114,43 @@ struct LaunchModel : ReadsOperandsModel<LaunchModel<LaunchOp>, LaunchOp> {
   }
 };
 
+/// The operands of a call's destination-passing form: the inputs' contiguous buffers, then
+/// a freshly allocated (statically shaped) buffer per result, also returned in `outputs`.
+FailureOr<SmallVector<Value>> destinationOperands(Operation *op, ValueRange inputs,
+                                                  RewriterBase &rewriter,
+                                                  const BufferizationOptions &options,
+                                                  BufferizationState &state,
+                                                  SmallVector<Value> &outputs) {
+  FailureOr<SmallVector<Value>> operands = getOperandBuffers(rewriter, inputs, options, state);
+  if (failed(operands) || failed(makeContiguous(rewriter, op, options, *operands)))
+    return failure();
+  for (Type type : identityBufferTypes(op->getResultTypes())) {
+    auto memref = dyn_cast<MemRefType>(type);
+    if (!memref || !memref.hasStaticShape())
+      return op->emitError("custom_call results must be statically shaped tensors, got ") << type;
+    FailureOr<Value> buffer = options.createAlloc(rewriter, op->getLoc(), memref, {});
+    if (failed(buffer))
+      return op->emitError("could not allocate an output buffer of type ") << type;
+    outputs.push_back(*buffer);
+  }
+  llvm::append_range(*operands, outputs);
+  return operands;
+}
+
 /// executor.call on tensors: inputs are read; each result becomes a freshly allocated
 /// output buffer appended to the operands.
 struct CallModel : ReadsOperandsModel<CallModel, executor::CallOp> {
   LogicalResult bufferize(Operation *op, RewriterBase &rewriter,
                           const BufferizationOptions &options, BufferizationState &state) const {
     auto call = cast<executor::CallOp>(op);
-    Location loc = op->getLoc();
-    FailureOr<SmallVector<Value>> args =
-        getOperandBuffers(rewriter, call.getArgs(), options, state);
-    if (failed(args))
-      return failure();
-    if (failed(makeContiguous(rewriter, op, options, *args)))
-      return failure();
     SmallVector<Value> outputs;
-    for (Type type : identityBufferTypes(op->getResultTypes())) {
-      FailureOr<Value> buffer = options.createAlloc(rewriter, loc, cast<MemRefType>(type), {});
-      if (failed(buffer))
-        return op->emitError("could not allocate an output buffer of type ") << type;
-      outputs.push_back(*buffer);
-    }
-    SmallVector<Value> operands(*args);
-    llvm::append_range(operands, outputs);
-    executor::CallOp::create(rewriter, loc, TypeRange{}, call.getSession(), call.getCallee(),
-                             operands, rewriter.getI32IntegerAttr(call.getInputCount()));
+    FailureOr<SmallVector<Value>> operands =
+        destinationOperands(op, call.getArgs(), rewriter, options, state, outputs);
+    if (failed(operands))
+      return failure();
+    executor::CallOp::create(rewriter, op->getLoc(), TypeRange{}, call.getSession(),
+                             call.getCallee(), *operands,
+                             rewriter.getI32IntegerAttr(call.getInputCount()));
     replaceOpWithBufferizedValues(rewriter, op, outputs);
     return success();
   }
@@ -150,27 +162,14 @@ struct CustomCallModel : ReadsOperandsModel<CustomCallModel, catalyst::CustomCal
   LogicalResult bufferize(Operation *op, RewriterBase &rewriter,
                           const BufferizationOptions &options, BufferizationState &state) const {
     auto call = cast<catalyst::CustomCallOp>(op);
-    Location loc = op->getLoc();
-    FailureOr<SmallVector<Value>> args =
-        getOperandBuffers(rewriter, call.getInputs(), options, state);
-    if (failed(args) || failed(makeContiguous(rewriter, op, options, *args)))
-      return failure();
     SmallVector<Value> outputs;
-    for (Type type : identityBufferTypes(op->getResultTypes())) {
-      auto memref = dyn_cast<MemRefType>(type);
-      if (!memref || !memref.hasStaticShape())
-        return op->emitError("custom_call results must be statically shaped tensors, got ")
-               << type;
-      FailureOr<Value> buffer = options.createAlloc(rewriter, loc, memref, {});
-      if (failed(buffer))
-        return op->emitError("could not allocate an output buffer of type ") << type;
-      outputs.push_back(*buffer);
-    }
-    SmallVector<Value> operands(*args);
-    llvm::append_range(operands, outputs);
+    FailureOr<SmallVector<Value>> operands =
+        destinationOperands(op, call.getInputs(), rewriter, options, state, outputs);
+    if (failed(operands))
+      return failure();
     auto bufferized = catalyst::CustomCallOp::create(
-        rewriter, loc, TypeRange{}, operands, call.getCallTargetName(),
-        rewriter.getI32IntegerAttr(args->size()), call.getBackendConfigAttr());
+        rewriter, op->getLoc(), TypeRange{}, *operands, call.getCallTargetName(),
+        rewriter.getI32IntegerAttr(call.getInputs().size()), call.getBackendConfigAttr());
     bufferized->setDiscardableAttrs(op->getDiscardableAttrDictionary());
     replaceOpWithBufferizedValues(rewriter, op, outputs);
     return success();
