@@ -54,6 +54,14 @@ Descriptor<Rank> describe(T *data, std::array<int64_t, Rank> sizes,
   return d;
 }
 
+/// Writes `bytes` to the file at `path`, replacing it.
+void writeBytes(llvm::StringRef path, llvm::StringRef bytes) {
+  std::error_code ec;
+  llvm::raw_fd_ostream os(path, ec);
+  REQUIRE(!ec);
+  os << bytes;
+}
+
 /// A message launch() took from the thread, kept for takeMessage().
 std::optional<std::string> pendingMessage;
 
@@ -687,25 +695,15 @@ TEST_CASE("a file named by a hash its bytes do not have is refused, not shipped"
   REQUIRE(!llvm::sys::fs::createUniqueDirectory("courier-runtime-named", dir));
   // The right bytes under their own hash are shipped; other bytes under that name are not.
   std::string named = (dir + "/" + courier::sha256Hex((*scale)->getBuffer()) + ".o").str();
-  {
-    std::error_code ec;
-    llvm::raw_fd_ostream os(named, ec);
-    REQUIRE(!ec);
-    os << (*scale)->getBuffer();
-  }
+  writeBytes(named, (*scale)->getBuffer());
   CHECK(__catalyst__executor__send_binary(session.handle, named.c_str(),
                                           COURIER_BINARY_FORMAT_OBJECT) == 0);
   std::string replaced = (dir + "/replaced").str();
   REQUIRE(!llvm::sys::fs::create_directory(replaced));
   replaced += "/" + courier::sha256Hex((*scale)->getBuffer()) + ".o";
-  {
-    auto scale3 = llvm::MemoryBuffer::getFile(COURIER_KERNEL_SCALE3);
-    REQUIRE(scale3);
-    std::error_code ec;
-    llvm::raw_fd_ostream os(replaced, ec);
-    REQUIRE(!ec);
-    os << (*scale3)->getBuffer();
-  }
+  auto scale3 = llvm::MemoryBuffer::getFile(COURIER_KERNEL_SCALE3);
+  REQUIRE(scale3);
+  writeBytes(replaced, (*scale3)->getBuffer());
   CHECK(__catalyst__executor__send_binary(session.handle, replaced.c_str(),
                                           COURIER_BINARY_FORMAT_OBJECT) != 0);
   CHECK_THAT(takeMessage(), Catch::Contains(replaced) && Catch::Contains("refusing a replaced"));
@@ -720,12 +718,7 @@ TEST_CASE("a content-addressed path sent again over a session is a lookup, not a
   llvm::SmallString<128> dir;
   REQUIRE(!llvm::sys::fs::createUniqueDirectory("courier-resent", dir));
   std::string path = (dir + "/" + courier::sha256Hex((*scale)->getBuffer()) + ".o").str();
-  {
-    std::error_code ec;
-    llvm::raw_fd_ostream os(path, ec);
-    REQUIRE(!ec);
-    os << (*scale)->getBuffer();
-  }
+  writeBytes(path, (*scale)->getBuffer());
   REQUIRE(__catalyst__executor__send_binary(session.handle, path.c_str(),
                                             COURIER_BINARY_FORMAT_OBJECT) == 0);
   // Gone from disk: a second send (as lowered code does at every launching function's top)
@@ -755,12 +748,7 @@ TEST_CASE("an object rebuilt at a fixed path is read and shipped again when sent
        {std::pair{COURIER_KERNEL_SCALE, 2.0}, std::pair{COURIER_KERNEL_SCALE3, 3.0}}) {
     auto bytes = llvm::MemoryBuffer::getFile(source);
     REQUIRE(bytes);
-    {
-      std::error_code ec;
-      llvm::raw_fd_ostream os(path, ec);
-      REQUIRE(!ec);
-      os << (*bytes)->getBuffer();
-    }
+    writeBytes(path, (*bytes)->getBuffer());
     REQUIRE(__catalyst__executor__send_binary(session.handle, path.c_str(),
                                               COURIER_BINARY_FORMAT_OBJECT) == 0);
     auto in = describe<1>(&x, {1}, {1});
