@@ -2,6 +2,7 @@
 // socket, and readiness and drain on SIGTERM.
 #include "tests/serve/RestClient.h"
 #include "tests/serve/ServeProcess.h"
+#include "tests/support/RawConnection.h"
 
 #include <catch2/catch.hpp>
 #include <httplib.h>
@@ -26,38 +27,6 @@ const std::string kTwice = "module {\n"
                            "    return %y : tensor<4xf64>\n"
                            "  }\n"
                            "}\n";
-
-/// A TCP connection to the server for sending a request in pieces.
-class RawConnection {
-public:
-  explicit RawConnection(int port) : fd(::socket(AF_INET, SOCK_STREAM, 0)) {
-    REQUIRE(fd >= 0);
-    sockaddr_in address{};
-    address.sin_family = AF_INET;
-    address.sin_port = htons(static_cast<uint16_t>(port));
-    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    timeval timeout{60, 0};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
-    REQUIRE(::connect(fd, reinterpret_cast<sockaddr *>(&address), sizeof(address)) == 0);
-  }
-  ~RawConnection() { ::close(fd); }
-
-  void send(const std::string &bytes) {
-    REQUIRE(::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL) ==
-            static_cast<ssize_t>(bytes.size()));
-  }
-  /// Everything the server sends until it closes the connection.
-  std::string readAll() {
-    std::string reply;
-    char buffer[4096];
-    for (ssize_t n; (n = ::recv(fd, buffer, sizeof(buffer), 0)) > 0;)
-      reply.append(buffer, static_cast<size_t>(n));
-    return reply;
-  }
-
-private:
-  int fd;
-};
 
 } // namespace
 

@@ -1,6 +1,7 @@
 // How courier-executor meets its clients: a listener no second server can share, unix-domain
 // sockets, the session and call-reply caps, and readiness and drain on SIGTERM.
 #include "tests/kernels/KernelPaths.h"
+#include "tests/support/RawConnection.h"
 #include "tests/transport/ExecutorProcess.h"
 #include "transport/HttpBackend.h"
 #include "transport/Wire.h"
@@ -69,37 +70,7 @@ void leaveStaleSocket(const std::string &path) {
   ::close(fd);
 }
 
-/// A TCP connection to the executor for sending a request in pieces.
-class RawConnection {
-public:
-  explicit RawConnection(int port) : fd(::socket(AF_INET, SOCK_STREAM, 0)) {
-    REQUIRE(fd >= 0);
-    sockaddr_in address{};
-    address.sin_family = AF_INET;
-    address.sin_port = htons(static_cast<uint16_t>(port));
-    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    timeval timeout{30, 0};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
-    REQUIRE(::connect(fd, reinterpret_cast<sockaddr *>(&address), sizeof(address)) == 0);
-  }
-  ~RawConnection() { ::close(fd); }
-
-  void send(const std::string &bytes) {
-    REQUIRE(::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL) ==
-            static_cast<ssize_t>(bytes.size()));
-  }
-  /// Everything the server sends until it closes the connection.
-  std::string readAll() {
-    std::string reply;
-    char buffer[4096];
-    for (ssize_t n; (n = ::recv(fd, buffer, sizeof(buffer), 0)) > 0;)
-      reply.append(buffer, static_cast<size_t>(n));
-    return reply;
-  }
-
-private:
-  int fd;
-};
+using courier::testing::RawConnection;
 
 /// Polls metric `name` until it reaches `value` or 20 s pass; returns its last value.
 double awaitMetric(const ExecutorProcess &executor, const std::string &name, double value) {
