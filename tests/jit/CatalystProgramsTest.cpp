@@ -19,6 +19,7 @@ using courier::testing::failed;
 using courier::testing::ok;
 using courier::testing::optionsIn;
 using courier::testing::TempDir;
+using courier::testing::values;
 
 namespace {
 
@@ -121,13 +122,6 @@ module @library {
   }
 }
 )mlir";
-
-std::vector<double> values(const Tensor &t) {
-  std::vector<double> v;
-  for (int64_t i = 0; i < t.numElements(); ++i)
-    v.push_back(t.at(i));
-  return v;
-}
 
 Tensor vector3(double a, double b, double c) {
   return Tensor::fromDoubles(DType::F64, {3}, {a, b, c});

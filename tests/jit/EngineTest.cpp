@@ -23,18 +23,12 @@ using courier::testing::ok;
 using courier::testing::optionsIn;
 using courier::testing::readFile;
 using courier::testing::TempDir;
+using courier::testing::values;
 
 namespace {
 
 std::string readSample(const std::string &relative) {
   return readFile(std::string(COURIER_SOURCE_DIR) + "/" + relative);
-}
-
-std::vector<double> values(const Tensor &t) {
-  std::vector<double> v;
-  for (int64_t i = 0; i < t.numElements(); ++i)
-    v.push_back(t.at(i));
-  return v;
 }
 
 std::string message(llvm::Error error) { return llvm::toString(std::move(error)); }

@@ -18,6 +18,7 @@ using namespace courier;
 using courier::testing::ok;
 using courier::testing::optionsIn;
 using courier::testing::TempDir;
+using courier::testing::values;
 
 namespace {
 
@@ -102,13 +103,6 @@ module @app {
   }
 }
 )mlir";
-
-std::vector<double> values(const Tensor &t) {
-  std::vector<double> v;
-  for (int64_t i = 0; i < t.numElements(); ++i)
-    v.push_back(t.at(i));
-  return v;
-}
 
 Tensor start() { return Tensor::fromDoubles(DType::F64, {4}, {0, 1, 2, 3}); }
 Tensor count(int64_t n) { return Tensor::fromDoubles(DType::I64, {}, {double(n)}); }

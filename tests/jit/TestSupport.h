@@ -11,6 +11,8 @@
 
 #include <catch2/catch.hpp>
 
+#include <vector>
+
 namespace courier::testing {
 
 /// True if `value` holds a value; otherwise logs its error with the test's output. The
@@ -49,6 +51,14 @@ inline EngineOptions optionsIn(const std::string &dir) {
   return options;
 }
 inline EngineOptions optionsIn(const TempDir &dir) { return optionsIn(dir.path); }
+
+/// A tensor's elements as doubles, in order.
+inline std::vector<double> values(const Tensor &t) {
+  std::vector<double> v;
+  for (int64_t i = 0; i < t.numElements(); ++i)
+    v.push_back(t.at(i));
+  return v;
+}
 
 inline std::string readFile(const std::string &path) {
   auto buffer = llvm::MemoryBuffer::getFile(path);
