@@ -4,9 +4,6 @@
 #include "passes/Passes.h"
 #include "passes/TargetModules.h"
 
-#include "llvm/ADT/SetVector.h"
-
-#include <deque>
 #include <set>
 
 namespace courier {
@@ -194,11 +191,7 @@ struct DispatchExecutorTargets : impl::DispatchExecutorTargetsBase<DispatchExecu
   LogicalResult rewriteCustomCalls(ModuleOp host, ArrayRef<catalyst::CustomCallOp> calls) {
     if (calls.empty())
       return success();
-    llvm::SetVector<StringRef> programExecutors;
-    std::deque<std::string> addresses;
-    for (ModuleOp target : getTargetModules(host))
-      if (target->hasAttr(catalyst::CatalystDialect::kDispatchAttrName))
-        programExecutors.insert(addresses.emplace_back(getDispatchAddress(target)));
+    SmallVector<std::string> programExecutors = getProgramExecutors(host);
     for (catalyst::CustomCallOp call : calls) {
       std::string address = call.getDispatch().str();
       if (address.empty()) {
@@ -214,7 +207,7 @@ struct DispatchExecutorTargets : impl::DispatchExecutorTargetsBase<DispatchExecu
                                 [&](StringRef a) { diag << "'" << a << "'"; });
           return diag << "; name one";
         }
-        address = programExecutors.front().str();
+        address = programExecutors.front();
       }
       OpBuilder builder(call);
       std::optional<int32_t> inputs = call.getNumberOriginalArg();

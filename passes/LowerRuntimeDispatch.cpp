@@ -4,7 +4,6 @@
 #include "passes/TargetModules.h"
 
 #include "mlir/IR/BuiltinAttributes.h"
-#include "llvm/ADT/SetVector.h"
 
 namespace courier {
 #define GEN_PASS_DEF_LOWERRUNTIMEDISPATCH
@@ -36,14 +35,8 @@ struct LowerRuntimeDispatch : impl::LowerRuntimeDispatchBase<LowerRuntimeDispatc
     if (calls.empty())
       return;
 
-    llvm::SetVector<StringRef> programExecutors;
-    SmallVector<std::string> addresses;
     // As the seed says: the executors named by catalyst.dispatch attributes.
-    for (ModuleOp target : getTargetModules(host))
-      if (target->hasAttr(catalyst::CatalystDialect::kDispatchAttrName))
-        addresses.push_back(getDispatchAddress(target));
-    for (const std::string &address : addresses)
-      programExecutors.insert(address);
+    SmallVector<std::string> programExecutors = getProgramExecutors(host);
 
     SessionCache sessions;
     for (catalyst::RuntimeCallOp call : calls) {
@@ -61,7 +54,7 @@ struct LowerRuntimeDispatch : impl::LowerRuntimeDispatchBase<LowerRuntimeDispatc
                                 [&](StringRef a) { diag << "'" << a << "'"; });
           return signalPassFailure();
         }
-        address = programExecutors.front().str();
+        address = programExecutors.front();
       }
       lower(call, sessions.get(call, address));
     }

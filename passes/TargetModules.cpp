@@ -23,6 +23,15 @@ std::string getDispatchAddress(ModuleOp target) {
   return kLocalAddress.str();
 }
 
+SmallVector<std::string> getProgramExecutors(ModuleOp host) {
+  SmallVector<std::string> addresses;
+  for (ModuleOp target : getTargetModules(host))
+    if (target->hasAttr(catalyst::CatalystDialect::kDispatchAttrName))
+      if (std::string address = getDispatchAddress(target); !llvm::is_contained(addresses, address))
+        addresses.push_back(std::move(address));
+  return addresses;
+}
+
 Value SessionCache::get(Operation *user, StringRef address) {
   auto function = user->getParentOfType<FunctionOpInterface>();
   auto key = std::make_pair(function.getOperation(), StringAttr::get(user->getContext(), address));

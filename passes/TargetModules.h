@@ -22,6 +22,10 @@ llvm::SmallVector<mlir::ModuleOp> getTargetModules(mlir::ModuleOp host);
 /// The executor address of a target module: its `catalyst.dispatch` address, or "local".
 std::string getDispatchAddress(mlir::ModuleOp target);
 
+/// The distinct addresses the `catalyst.dispatch` attributes of `host`'s target modules name,
+/// in order: the executors an empty `dispatch` may bind to (modules without one do not count).
+llvm::SmallVector<std::string> getProgramExecutors(mlir::ModuleOp host);
+
 /// Opens sessions at the top of functions, at most once per function and address.
 class SessionCache {
 public:
