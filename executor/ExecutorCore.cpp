@@ -16,8 +16,6 @@
 #include "llvm/Support/raw_ostream.h"
 #include "llvm/TargetParser/Host.h"
 
-#include <openssl/rand.h>
-
 #include <algorithm>
 #include <atomic>
 #include <climits>
@@ -26,7 +24,6 @@
 #include <future>
 #include <map>
 #include <mutex>
-#include <random>
 #include <set>
 #include <thread>
 #include <unistd.h>
@@ -207,20 +204,7 @@ public:
 private:
   Session *s;
 };
-} // namespace
 
-std::string randomSessionId() {
-  unsigned char bytes[16];
-  if (RAND_bytes(bytes, sizeof(bytes)) != 1) {
-    // Session ids name sessions, they do not guard them (the token does): any source will do.
-    std::random_device device;
-    for (unsigned char &b : bytes)
-      b = static_cast<unsigned char>(device());
-  }
-  return llvm::toHex(llvm::ArrayRef<uint8_t>(bytes, sizeof(bytes)), /*LowerCase=*/true);
-}
-
-namespace {
 constexpr uint64_t kInputAlignment = 64;
 uint64_t alignInput(uint64_t n) { return (n + kInputAlignment - 1) & ~(kInputAlignment - 1); }
 

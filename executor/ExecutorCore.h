@@ -162,8 +162,7 @@ private:
   std::unique_ptr<Impl> impl;
 };
 
-/// A random session id (32 hex digits).
-std::string randomSessionId();
+using transport::wire::randomSessionId;
 
 } // namespace courier::executor
 

@@ -55,11 +55,15 @@ enum class ErrorCode : uint8_t {
   TooManyModules,
   CompileCrashed,
   Draining,
+  TlsFailed,
+  ExecutorLost,
 };
 
 /// Who sends a code in an HTTP error body; a code with neither bit is raised and handled
 /// inside a process and never sent (`unavailable`: the HTTP client could not reach its
-/// executor).
+/// executor; `tls_failed`: it reached it, but TLS failed: an unknown CA, an expired or
+/// misnamed certificate, a handshake that failed, a client certificate the executor asked for
+/// and did not get).
 enum ErrorSender : unsigned {
   kSentByExecutor = 1, ///< courier-executor (docs/protocol.md)
   kSentByServe = 2,    ///< courier-serve (docs/rest.md)
@@ -108,6 +112,8 @@ inline constexpr ErrorCodeInfo kErrorTable[] = {
     {ErrorCode::TooManyModules, "too_many_modules", 507, kSentByServe},
     {ErrorCode::CompileCrashed, "compile_crashed", 500, kSentByServe},
     {ErrorCode::Draining, "draining", 503, kBoth},
+    {ErrorCode::TlsFailed, "tls_failed", 502, 0},
+    {ErrorCode::ExecutorLost, "executor_lost", 502, 0},
 };
 
 namespace detail {

@@ -6,11 +6,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include <openssl/rand.h>
 #include <sys/mman.h>
 
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <random>
 
 using json = nlohmann::json;
 // Encoders keep keys in the documented order, so a frame's first line reads like
@@ -55,6 +57,17 @@ bool isSha256(llvm::StringRef text) {
   return text.size() == 64 && llvm::all_of(text, [](char c) {
            return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
          });
+}
+
+std::string randomSessionId() {
+  unsigned char bytes[16];
+  if (RAND_bytes(bytes, sizeof(bytes)) != 1) {
+    // Session ids name sessions, they do not guard them (the token does): any source will do.
+    std::random_device device;
+    for (unsigned char &b : bytes)
+      b = static_cast<unsigned char>(device());
+  }
+  return llvm::toHex(llvm::ArrayRef<uint8_t>(bytes, sizeof(bytes)), /*LowerCase=*/true);
 }
 
 bool isSessionId(llvm::StringRef text) {

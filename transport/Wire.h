@@ -89,6 +89,11 @@ llvm::Expected<LaunchReply> decodeLaunchReply(llvm::StringRef line);
 
 /// True for a lowercase hex SHA-256.
 bool isSha256(llvm::StringRef text);
+
+/// A fresh session id: 32 random hex digits. Clients choose their sessions' ids (PUT
+/// /v1/sessions/{id}) so that a balancer hashing on the id routes the session's first
+/// request where its later ones go; ids from different clients do not collide.
+std::string randomSessionId();
 /// True for a session id a client may choose: 1-64 of [A-Za-z0-9_-].
 bool isSessionId(llvm::StringRef text);
 /// Lowercase hex SHA-256 of `bytes`: the one implementation, abi/ContentHash.h's.
