@@ -125,6 +125,8 @@ struct ExecutorServer::Impl {
   };
   llvm::Expected<Scope> scope(const httplib::Request &req, const httplib::ContentReader *reader);
 
+  /// The body of a session-opening reply: its id and whether its launches run contained.
+  json sessionReply(const std::string &id) const;
   llvm::Error health(httplib::Response &res);
   /// `draining` once a drain began, so clients open sessions on another executor.
   llvm::Error refuseWhileDraining() {
@@ -190,6 +192,14 @@ ExecutorServer::Impl::scope(const httplib::Request &req, const httplib::ContentR
     return deadline.takeError();
   }
   return Scope{std::move(*session), *deadline};
+}
+
+json ExecutorServer::Impl::sessionReply(const std::string &id) const {
+  // Contained: each session's launches run in its own sandboxed worker, so nothing one did
+  // outlives this executor and a client may run a launch lost with it again elsewhere.
+  bool contained =
+      options.isolation == ExecutorServerOptions::Isolation::Process && options.sandbox;
+  return {{"session", id}, {"contained", contained}};
 }
 
 llvm::Error ExecutorServer::Impl::health(httplib::Response &res) {
@@ -465,7 +475,7 @@ void ExecutorServer::Impl::installRoutes() {
                   return s.takeError();
                 const std::string &id = ExecutorCore::sessionId(**s);
                 res.set_header(wire::kSessionHeader, id);
-                sendJson(res, 201, {{"session", id}});
+                sendJson(res, 201, sessionReply(id));
                 return llvm::Error::success();
               }));
   // A client re-creates a lost session under its old id, so a balancer hashing on the id
@@ -486,7 +496,7 @@ void ExecutorServer::Impl::installRoutes() {
       return s.takeError();
     const std::string &id = ExecutorCore::sessionId(**s);
     res.set_header(wire::kSessionHeader, id);
-    sendJson(res, created ? 201 : 200, {{"session", id}});
+    sendJson(res, created ? 201 : 200, sessionReply(id));
     return llvm::Error::success();
   }));
   server.Get(session, service.wrap([this](const httplib::Request &req,
