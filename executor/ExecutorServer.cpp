@@ -27,6 +27,7 @@ using executor::Clock;
 using executor::ExecutorCore;
 using executor::InputArea;
 using executor::LaunchResults;
+using executor::Session;
 using executor::SessionRef;
 using wire::makeWireError;
 
@@ -46,39 +47,6 @@ void sendError(httplib::Response &res, llvm::StringRef code, llvm::StringRef mes
 void reportFailure(httplib::Response &res, llvm::Error error) {
   auto [code, message] = executor::describeError(std::move(error), "internal");
   sendError(res, code, message);
-}
-
-/// Reads and discards the rest of a body, so a rejected request leaves the keep-alive
-/// connection in step. Returns false when the body could not be read.
-bool drain(const httplib::ContentReader &reader) {
-  return reader([](const char *, size_t) { return true; });
-}
-
-/// What to reserve for a body before it arrives. The Content-Length is only a claim: taken
-/// whole, a request that never sends its body could make the executor reserve up to
-/// --max-body-mib per connection. Past 1 MiB the buffer grows as the bytes actually come.
-size_t initialReserve(const httplib::Request &req) {
-  constexpr uint64_t kMaxInitialReserve = 1 << 20;
-  return static_cast<size_t>(std::min(contentLength(req), kMaxInitialReserve));
-}
-
-/// A read failure is the body being too large (httplib set 413) or cut short.
-llvm::Error readFailure(const httplib::Response &res) {
-  if (res.status == 413)
-    return makeWireError("payload_too_large", "request body exceeds the executor's limit");
-  return makeWireError("bad_frame", "request body could not be read");
-}
-
-/// Reads a whole body into `out`, growing it as the bytes come.
-llvm::Error readBody(const httplib::Request &req, const httplib::Response &res,
-                     const httplib::ContentReader &reader, std::string &out) {
-  out.reserve(initialReserve(req));
-  if (!reader([&](const char *data, size_t size) {
-        out.append(data, size);
-        return true;
-      }))
-    return readFailure(res);
-  return llvm::Error::success();
 }
 
 executor::CoreOptions coreOptions(const ExecutorServerOptions &options) {
@@ -112,7 +80,7 @@ struct ExecutorServer::Impl {
   std::array<std::atomic<uint64_t>, 600> requestsByStatus{};
 
   HttpServiceOptions serviceOptions();
-  void installRoutes();
+  std::vector<HttpService::Route> routes();
 
   llvm::Expected<SessionRef> findSession(const httplib::Request &req);
   /// The deadline a request asks for (X-Courier-Deadline-Ms), within the server's own.
@@ -123,11 +91,8 @@ struct ExecutorServer::Impl {
     SessionRef session;
     Clock::time_point deadline;
   };
-  llvm::Expected<Scope> scope(const httplib::Request &req, const httplib::ContentReader *reader);
-
-  /// The body of a session-opening reply: its id and whether its launches run contained.
-  json sessionReply(const std::string &id) const;
-  llvm::Error health(httplib::Response &res);
+  llvm::Expected<Scope> scope(const httplib::Request &req, httplib::Response &res,
+                              const httplib::ContentReader *reader);
   /// `draining` once a drain began, so clients open sessions on another executor.
   llvm::Error refuseWhileDraining() {
     if (!service.draining())
@@ -135,14 +100,34 @@ struct ExecutorServer::Impl {
     return makeWireError("draining", "the executor is draining before it exits; open the "
                                      "session on another executor");
   }
+
+  // The routes' handlers, in the order of the route table.
+  llvm::Error health(const httplib::Request &req, httplib::Response &res);
+  llvm::Error ready(const httplib::Request &req, httplib::Response &res);
+  llvm::Error metrics(const httplib::Request &req, httplib::Response &res);
+  llvm::Error hasObject(const httplib::Request &req, httplib::Response &res);
   llvm::Error putObject(const httplib::Request &req, httplib::Response &res,
                         const httplib::ContentReader &reader);
+  /// The body of a session-opening reply: its id and whether its launches run contained.
+  json sessionReply(const std::string &id) const;
+  llvm::Error openSession(const httplib::Request &req, httplib::Response &res);
+  llvm::Error reopenSession(const httplib::Request &req, httplib::Response &res);
+  llvm::Error getSession(const httplib::Request &req, httplib::Response &res);
+  llvm::Error closeSession(const httplib::Request &req, httplib::Response &res);
+  llvm::Error attachObject(const httplib::Request &req, httplib::Response &res);
+  llvm::Error detachObject(const httplib::Request &req, httplib::Response &res);
   llvm::Error launch(const httplib::Request &req, httplib::Response &res,
                      const httplib::ContentReader &reader);
   llvm::Error launchAsync(const httplib::Request &req, httplib::Response &res);
   llvm::Error await(const httplib::Request &req, httplib::Response &res);
   llvm::Error call(const httplib::Request &req, httplib::Response &res,
                    const httplib::ContentReader &reader);
+
+  /// A launch frame's header line: decodes it into `request`, attaches its object, checks
+  /// its sizes and prepares `area` for the inputs, whose destinations it returns.
+  llvm::Expected<std::vector<wire::Destination>>
+  acceptLaunchHeader(const httplib::Request &req, Session &session, llvm::StringRef line,
+                     wire::LaunchRequest &request, InputArea &area);
   std::string renderMetrics();
 };
 
@@ -182,27 +167,52 @@ llvm::Expected<Clock::time_point> ExecutorServer::Impl::deadlineFor(const httpli
 }
 
 llvm::Expected<ExecutorServer::Impl::Scope>
-ExecutorServer::Impl::scope(const httplib::Request &req, const httplib::ContentReader *reader) {
+ExecutorServer::Impl::scope(const httplib::Request &req, httplib::Response &res,
+                            const httplib::ContentReader *reader) {
   llvm::Expected<SessionRef> session = findSession(req);
   llvm::Expected<Clock::time_point> deadline =
       session ? deadlineFor(req) : llvm::Expected<Clock::time_point>(session.takeError());
   if (!deadline) {
     if (reader)
-      drain(*reader);
+      discardBody(*reader, res);
     return deadline.takeError();
   }
   return Scope{std::move(*session), *deadline};
 }
 
-json ExecutorServer::Impl::sessionReply(const std::string &id) const {
-  // Contained: each session's launches run in its own sandboxed worker, so nothing one did
-  // outlives this executor and a client may run a launch lost with it again elsewhere.
-  bool contained =
-      options.isolation == ExecutorServerOptions::Isolation::Process && options.sandbox;
-  return {{"session", id}, {"contained", contained}};
+std::vector<HttpService::Route> ExecutorServer::Impl::routes() {
+  using Method = HttpService::Route::Method;
+  const std::string session = R"(/v1/sessions/([A-Za-z0-9_-]{1,64}))";
+  const std::string sha = R"(([0-9a-f]{64}))";
+  const std::string launchId = R"((\d{1,19}))";
+  const std::string symbol = R"(([A-Za-z_.$][A-Za-z0-9_.$]{0,255}))";
+  auto to = [this](auto fn) { return HttpService::to(this, fn); };
+  // GET also answers HEAD (httplib routes one to the other): "do you have this object?".
+  return {
+      {Method::Get, "/v1/health", "GET /v1/health", to(&Impl::health)},
+      {Method::Get, "/v1/ready", "GET /v1/ready", to(&Impl::ready)},
+      {Method::Get, "/metrics", "GET /metrics", to(&Impl::metrics)},
+      {Method::Get, "/v1/objects/" + sha, "GET /v1/objects/{sha256}", to(&Impl::hasObject)},
+      {Method::Put, "/v1/objects/" + sha, "PUT /v1/objects/{sha256}", to(&Impl::putObject)},
+      {Method::Post, "/v1/sessions", "POST /v1/sessions", to(&Impl::openSession)},
+      {Method::Put, session, "PUT /v1/sessions/{id}", to(&Impl::reopenSession)},
+      {Method::Get, session, "GET /v1/sessions/{id}", to(&Impl::getSession)},
+      {Method::Delete, session, "DELETE /v1/sessions/{id}", to(&Impl::closeSession)},
+      {Method::Post, session + "/objects/" + sha, "POST /v1/sessions/{id}/objects/{sha256}",
+       to(&Impl::attachObject)},
+      {Method::Delete, session + "/objects/" + sha, "DELETE /v1/sessions/{id}/objects/{sha256}",
+       to(&Impl::detachObject)},
+      {Method::Post, session + "/launch", "POST /v1/sessions/{id}/launch", to(&Impl::launch)},
+      {Method::Post, session + "/launch_async", "POST /v1/sessions/{id}/launch_async",
+       to(&Impl::launchAsync)},
+      {Method::Post, session + "/launches/" + launchId + "/await",
+       "POST /v1/sessions/{id}/launches/{launch}/await", to(&Impl::await)},
+      {Method::Post, session + "/call/" + symbol, "POST /v1/sessions/{id}/call/{symbol}",
+       to(&Impl::call)},
+  };
 }
 
-llvm::Error ExecutorServer::Impl::health(httplib::Response &res) {
+llvm::Error ExecutorServer::Impl::health(const httplib::Request &, httplib::Response &res) {
   executor::HealthReport report = core->health();
   json body = {{"status", report.healthy ? "ok" : "unhealthy"},
                {"version", report.version},
@@ -224,11 +234,32 @@ llvm::Error ExecutorServer::Impl::health(httplib::Response &res) {
   return llvm::Error::success();
 }
 
+llvm::Error ExecutorServer::Impl::ready(const httplib::Request &, httplib::Response &res) {
+  if (service.draining())
+    return makeWireError("draining", "the executor is draining before it exits");
+  sendJson(res, 200, {{"status", "ready"}});
+  return llvm::Error::success();
+}
+
+llvm::Error ExecutorServer::Impl::metrics(const httplib::Request &, httplib::Response &res) {
+  res.set_content(renderMetrics(), "text/plain; version=0.0.4");
+  return llvm::Error::success();
+}
+
+llvm::Error ExecutorServer::Impl::hasObject(const httplib::Request &req, httplib::Response &res) {
+  std::optional<ObjectBlob> blob = core->findObject(req.matches[1].str());
+  if (!blob)
+    return makeWireError("unknown_object",
+                         "object " + req.matches[1].str() + " is not on this executor");
+  sendJson(res, 200, {{"sha256", blob->sha256}, {"size", blob->bytes->size()}});
+  return llvm::Error::success();
+}
+
 llvm::Error ExecutorServer::Impl::putObject(const httplib::Request &req, httplib::Response &res,
                                             const httplib::ContentReader &reader) {
   std::string sha = req.matches[1];
   auto bytes = std::make_shared<std::string>();
-  if (llvm::Error error = readBody(req, res, reader, *bytes))
+  if (llvm::Error error = service.readBody(req, res, reader, *bytes))
     return error;
   std::string actual = wire::sha256Hex(*bytes);
   if (actual != sha)
@@ -238,69 +269,142 @@ llvm::Error ExecutorServer::Impl::putObject(const httplib::Request &req, httplib
   return llvm::Error::success();
 }
 
+json ExecutorServer::Impl::sessionReply(const std::string &id) const {
+  // Contained: each session's launches run in its own sandboxed worker, so nothing one did
+  // outlives this executor and a client may run a launch lost with it again elsewhere.
+  bool contained =
+      options.isolation == ExecutorServerOptions::Isolation::Process && options.sandbox;
+  return {{"session", id}, {"contained", contained}};
+}
+
+llvm::Error ExecutorServer::Impl::openSession(const httplib::Request &, httplib::Response &res) {
+  if (llvm::Error error = refuseWhileDraining())
+    return error;
+  bool created = false;
+  llvm::Expected<SessionRef> s = core->openSession(executor::randomSessionId(), created);
+  if (!s)
+    return s.takeError();
+  const std::string &id = ExecutorCore::sessionId(**s);
+  res.set_header(wire::kSessionHeader, id);
+  sendJson(res, 201, sessionReply(id));
+  return llvm::Error::success();
+}
+
+// A client re-creates a lost session under its old id, so a balancer hashing on the id keeps
+// sending it to the same place.
+llvm::Error ExecutorServer::Impl::reopenSession(const httplib::Request &req,
+                                                httplib::Response &res) {
+  // While draining, only a session that already exists is confirmed.
+  if (service.draining()) {
+    llvm::Expected<SessionRef> existing = core->findSession(req.matches[1].str());
+    if (!existing) {
+      llvm::consumeError(existing.takeError());
+      return refuseWhileDraining();
+    }
+  }
+  bool created = false;
+  llvm::Expected<SessionRef> s = core->openSession(req.matches[1].str(), created);
+  if (!s)
+    return s.takeError();
+  const std::string &id = ExecutorCore::sessionId(**s);
+  res.set_header(wire::kSessionHeader, id);
+  sendJson(res, created ? 201 : 200, sessionReply(id));
+  return llvm::Error::success();
+}
+
+llvm::Error ExecutorServer::Impl::getSession(const httplib::Request &req, httplib::Response &res) {
+  llvm::Expected<SessionRef> s = findSession(req);
+  if (!s)
+    return s.takeError();
+  sendJson(res, 200, {{"session", ExecutorCore::sessionId(**s)}});
+  return llvm::Error::success();
+}
+
+llvm::Error ExecutorServer::Impl::closeSession(const httplib::Request &req,
+                                               httplib::Response &res) {
+  if (llvm::Error error = core->closeSession(req.matches[1].str()))
+    return error;
+  res.status = 204;
+  return llvm::Error::success();
+}
+
+llvm::Error ExecutorServer::Impl::attachObject(const httplib::Request &req,
+                                               httplib::Response &res) {
+  llvm::Expected<SessionRef> s = findSession(req);
+  if (!s)
+    return s.takeError();
+  if (llvm::Error error = core->attach(**s, req.matches[2].str()))
+    return error;
+  sendJson(res, 200, {{"session", ExecutorCore::sessionId(**s)}, {"sha256", req.matches[2].str()}});
+  return llvm::Error::success();
+}
+
+// Releasing an object the session does not hold is no error ("detached": false): a release
+// may race with a restart that lost the session's objects.
+llvm::Error ExecutorServer::Impl::detachObject(const httplib::Request &req,
+                                               httplib::Response &res) {
+  llvm::Expected<SessionRef> s = findSession(req);
+  if (!s)
+    return s.takeError();
+  bool detached = core->detach(**s, req.matches[2].str());
+  sendJson(res, 200,
+           {{"session", ExecutorCore::sessionId(**s)},
+            {"sha256", req.matches[2].str()},
+            {"detached", detached}});
+  return llvm::Error::success();
+}
+
+llvm::Expected<std::vector<wire::Destination>>
+ExecutorServer::Impl::acceptLaunchHeader(const httplib::Request &req, Session &session,
+                                         llvm::StringRef line, wire::LaunchRequest &request,
+                                         InputArea &area) {
+  llvm::Expected<wire::LaunchRequest> decoded = wire::decodeLaunchRequest(line);
+  if (!decoded)
+    return decoded.takeError();
+  request = std::move(*decoded);
+  if (llvm::Error error = core->attach(session, request.object))
+    return std::move(error);
+  uint64_t total = 0;
+  for (const wire::TensorHeader &t : request.inputs) {
+    if (t.bytes > options.maxBodyBytes - total)
+      return makeWireError("payload_too_large", "launch inputs exceed the executor's limit");
+    total += t.bytes;
+  }
+  // Checked before allocating, so a header cannot make us reserve what the body does not
+  // bring. A chunked body may come with a Content-Length its header line alone exceeds: say
+  // so rather than subtract past zero.
+  uint64_t length = contentLength(req);
+  if (req.has_header("Content-Length") && length != line.size() + 1 + total) {
+    if (length < line.size() + 1)
+      return makeWireError("bad_frame", llvm::formatv("the Content-Length of {0} bytes is shorter "
+                                                      "than the frame's header line ({1} bytes)",
+                                                      length, line.size() + 1));
+    return makeWireError("bad_frame",
+                         llvm::formatv("the frame header declares {0} tensor bytes, the body "
+                                       "holds {1}",
+                                       total, length - line.size() - 1));
+  }
+  llvm::Expected<InputArea> prepared = core->inputArea(session, request.inputs);
+  if (!prepared)
+    return prepared.takeError();
+  area = std::move(*prepared);
+  std::vector<wire::Destination> destinations;
+  for (size_t i = 0; i < request.inputs.size(); ++i)
+    destinations.push_back({area.input(i), request.inputs[i].bytes});
+  return destinations;
+}
+
 llvm::Error ExecutorServer::Impl::launch(const httplib::Request &req, httplib::Response &res,
                                          const httplib::ContentReader &reader) {
-  llvm::Expected<Scope> scoped = scope(req, &reader);
+  llvm::Expected<Scope> scoped = scope(req, res, &reader);
   if (!scoped)
     return scoped.takeError();
   SessionRef &session = scoped->session;
-  Clock::time_point deadline = scoped->deadline;
   wire::LaunchRequest request;
   InputArea area;
   wire::FrameReader frame(
-      [&](llvm::StringRef line) -> llvm::Expected<std::vector<wire::Destination>> {
-        llvm::Expected<wire::LaunchRequest> decoded = wire::decodeLaunchRequest(line);
-        if (!decoded)
-          return decoded.takeError();
-        request = std::move(*decoded);
-        if (llvm::Error error = core->attach(*session, request.object))
-          return std::move(error);
-        uint64_t total = 0;
-        for (const wire::TensorHeader &t : request.inputs) {
-          if (t.bytes > options.maxBodyBytes - total)
-            return makeWireError("payload_too_large", "launch inputs exceed the executor's limit");
-          total += t.bytes;
-        }
-        // Checked before allocating, so a header cannot make us reserve what the body
-        // does not bring. A chunked body may come with a Content-Length its header line
-        // alone exceeds: say so rather than subtract past zero.
-        uint64_t length = contentLength(req);
-        if (req.has_header("Content-Length") && length != line.size() + 1 + total) {
-          if (length < line.size() + 1)
-            return makeWireError("bad_frame",
-                                 llvm::formatv("the Content-Length of {0} bytes is shorter than "
-                                               "the frame's header line ({1} bytes)",
-                                               length, line.size() + 1));
-          return makeWireError("bad_frame",
-                               llvm::formatv("the frame header declares {0} tensor bytes, the "
-                                             "body holds {1}",
-                                             total, length - line.size() - 1));
-        }
-        llvm::Expected<InputArea> prepared = core->inputArea(*session, request.inputs);
-        if (!prepared)
-          return prepared.takeError();
-        area = std::move(*prepared);
-        std::vector<wire::Destination> destinations;
-        for (size_t i = 0; i < request.inputs.size(); ++i)
-          destinations.push_back({area.input(i), request.inputs[i].bytes});
-        return destinations;
-      });
-  // After a framing error keep reading (and discarding) so the connection stays usable.
-  llvm::Error frameError = llvm::Error::success();
-  bool failed = false;
-  if (!reader([&](const char *data, size_t size) {
-        if (!failed) {
-          frameError = frame.feed(data, size);
-          failed = static_cast<bool>(frameError);
-        }
-        return true;
-      })) {
-    llvm::consumeError(std::move(frameError));
-    return readFailure(res);
-  }
-  if (failed)
-    return frameError;
-  if (llvm::Error error = frame.finish())
+      [&](llvm::StringRef line) { return acceptLaunchHeader(req, *session, line, request, area); });
+  if (llvm::Error error = service.readFrame(req, res, reader, frame))
     return error;
 
   std::vector<TensorView> inputs;
@@ -308,12 +412,12 @@ llvm::Error ExecutorServer::Impl::launch(const httplib::Request &req, httplib::R
     const wire::TensorHeader &t = request.inputs[i];
     inputs.push_back(TensorView{area.input(i), t.elemSize, t.sizes, wire::packedStrides(t.sizes)});
   }
-  llvm::Expected<LaunchResults> results = core->launch(*session, request.object, request.entry,
-                                                       &area, inputs, request.results, deadline);
+  llvm::Expected<LaunchResults> results = core->launch(
+      *session, request.object, request.entry, &area, inputs, request.results, scoped->deadline);
   if (!results)
     return results.takeError();
 
-  // The reply streams straight from the result buffers, released once sent.
+  // The reply comes straight from the result buffers, released once sent.
   struct Reply {
     std::shared_ptr<void> keepAlive;
     std::unique_ptr<wire::FrameWriter> writer;
@@ -324,16 +428,14 @@ llvm::Error ExecutorServer::Impl::launch(const httplib::Request &req, httplib::R
   reply->writer = std::make_unique<wire::FrameWriter>(wire::encodeLaunchReply(header),
                                                       std::move(results->views));
   res.status = 200;
-  streamFrame(res, std::shared_ptr<wire::FrameWriter>(reply, reply->writer.get()));
+  sendFrame(res, std::shared_ptr<wire::FrameWriter>(reply, reply->writer.get()));
   return llvm::Error::success();
 }
 
 llvm::Error ExecutorServer::Impl::launchAsync(const httplib::Request &req, httplib::Response &res) {
-  llvm::Expected<Scope> scoped = scope(req, nullptr);
+  llvm::Expected<Scope> scoped = scope(req, res, nullptr);
   if (!scoped)
     return scoped.takeError();
-  SessionRef &session = scoped->session;
-  Clock::time_point deadline = scoped->deadline;
   json body = json::parse(req.body, nullptr, /*allow_exceptions=*/false);
   if (!body.is_object() || !body.contains("object") || !body["object"].is_string() ||
       !body.contains("entry") || !body["entry"].is_string())
@@ -341,7 +443,7 @@ llvm::Error ExecutorServer::Impl::launchAsync(const httplib::Request &req, httpl
   std::string object = body["object"], entry = body["entry"];
   if (!wire::isSha256(object))
     return makeWireError("bad_request", "'object' must be a lowercase hex SHA-256");
-  llvm::Expected<uint64_t> id = core->launchAsync(session, object, entry, deadline);
+  llvm::Expected<uint64_t> id = core->launchAsync(scoped->session, object, entry, scoped->deadline);
   if (!id)
     return id.takeError();
   sendJson(res, 202, {{"launch", *id}});
@@ -349,15 +451,13 @@ llvm::Error ExecutorServer::Impl::launchAsync(const httplib::Request &req, httpl
 }
 
 llvm::Error ExecutorServer::Impl::await(const httplib::Request &req, httplib::Response &res) {
-  llvm::Expected<Scope> scoped = scope(req, nullptr);
+  llvm::Expected<Scope> scoped = scope(req, res, nullptr);
   if (!scoped)
     return scoped.takeError();
-  SessionRef &session = scoped->session;
-  Clock::time_point deadline = scoped->deadline;
   uint64_t id = 0;
   if (llvm::StringRef(req.matches[2].str()).getAsInteger(10, id))
     return makeWireError("bad_request", "launch id must be a number");
-  if (llvm::Error error = core->await(*session, id, deadline))
+  if (llvm::Error error = core->await(*scoped->session, id, scoped->deadline))
     return error;
   sendJson(res, 200, {{"launch", id}});
   return llvm::Error::success();
@@ -365,11 +465,9 @@ llvm::Error ExecutorServer::Impl::await(const httplib::Request &req, httplib::Re
 
 llvm::Error ExecutorServer::Impl::call(const httplib::Request &req, httplib::Response &res,
                                        const httplib::ContentReader &reader) {
-  llvm::Expected<Scope> scoped = scope(req, &reader);
+  llvm::Expected<Scope> scoped = scope(req, res, &reader);
   if (!scoped)
     return scoped.takeError();
-  SessionRef &session = scoped->session;
-  Clock::time_point deadline = scoped->deadline;
   std::string symbol = req.matches[2];
   uint64_t outputSize = 0;
   bool badSize =
@@ -388,18 +486,19 @@ llvm::Error ExecutorServer::Impl::call(const httplib::Request &req, httplib::Res
                                        options.maxBodyBytes));
   };
   if (!badSize && outputSize > options.maxBodyBytes) {
-    drain(reader);
+    discardBody(reader, res);
     return replyTooLarge(std::nullopt);
   }
   std::string input;
-  if (llvm::Error error = readBody(req, res, reader, input))
+  if (llvm::Error error = service.readBody(req, res, reader, input))
     return error;
   if (badSize)
     return makeWireError("bad_request", "header " + llvm::Twine(wire::kOutputSizeHeader) +
                                             " must give the reply size in bytes");
   if (outputSize > options.maxBodyBytes - std::min<uint64_t>(input.size(), options.maxBodyBytes))
     return replyTooLarge(input.size());
-  llvm::Expected<std::string> output = core->call(*session, symbol, input, outputSize, deadline);
+  llvm::Expected<std::string> output =
+      core->call(*scoped->session, symbol, input, outputSize, scoped->deadline);
   if (!output)
     return output.takeError();
   res.status = 200;
@@ -428,137 +527,6 @@ std::string ExecutorServer::Impl::renderMetrics() {
                                         "Time from request line to response written.");
   return out;
 }
-void ExecutorServer::Impl::installRoutes() {
-  const std::string session = R"(/v1/sessions/([A-Za-z0-9_-]{1,64}))";
-  const std::string sha = R"(([0-9a-f]{64}))";
-
-  httplib::Server &server = service.server();
-  server.Get("/v1/health", service.wrap([this](const httplib::Request &, httplib::Response &res) {
-    return health(res);
-  }));
-  server.Get("/v1/ready",
-             service.wrap([this](const httplib::Request &, httplib::Response &res) -> llvm::Error {
-               if (service.draining())
-                 return makeWireError("draining", "the executor is draining before it exits");
-               sendJson(res, 200, {{"status", "ready"}});
-               return llvm::Error::success();
-             }));
-  server.Get("/metrics", service.wrap([this](const httplib::Request &, httplib::Response &res) {
-    res.set_content(renderMetrics(), "text/plain; version=0.0.4");
-    return llvm::Error::success();
-  }));
-
-  // GET (and HEAD, which httplib routes to GET) answers "do you have this object?".
-  server.Get("/v1/objects/" + sha, service.wrap([this](const httplib::Request &req,
-                                                       httplib::Response &res) -> llvm::Error {
-    std::optional<ObjectBlob> blob = core->findObject(req.matches[1].str());
-    if (!blob)
-      return makeWireError("unknown_object",
-                           "object " + req.matches[1].str() + " is not on this executor");
-    sendJson(res, 200, {{"sha256", blob->sha256}, {"size", blob->bytes->size()}});
-    return llvm::Error::success();
-  }));
-  server.Put("/v1/objects/" + sha,
-             service.wrap([this](const httplib::Request &req, httplib::Response &res,
-                                 const httplib::ContentReader &reader) {
-               return putObject(req, res, reader);
-             }));
-
-  server.Post("/v1/sessions",
-              service.wrap([this](const httplib::Request &, httplib::Response &res) -> llvm::Error {
-                if (llvm::Error error = refuseWhileDraining())
-                  return error;
-                bool created = false;
-                llvm::Expected<SessionRef> s =
-                    core->openSession(executor::randomSessionId(), created);
-                if (!s)
-                  return s.takeError();
-                const std::string &id = ExecutorCore::sessionId(**s);
-                res.set_header(wire::kSessionHeader, id);
-                sendJson(res, 201, sessionReply(id));
-                return llvm::Error::success();
-              }));
-  // A client re-creates a lost session under its old id, so a balancer hashing on the id
-  // keeps sending it to the same place.
-  server.Put(session, service.wrap([this](const httplib::Request &req,
-                                          httplib::Response &res) -> llvm::Error {
-    // While draining, only a session that already exists is confirmed.
-    if (service.draining()) {
-      llvm::Expected<SessionRef> existing = core->findSession(req.matches[1].str());
-      if (!existing) {
-        llvm::consumeError(existing.takeError());
-        return refuseWhileDraining();
-      }
-    }
-    bool created = false;
-    llvm::Expected<SessionRef> s = core->openSession(req.matches[1].str(), created);
-    if (!s)
-      return s.takeError();
-    const std::string &id = ExecutorCore::sessionId(**s);
-    res.set_header(wire::kSessionHeader, id);
-    sendJson(res, created ? 201 : 200, sessionReply(id));
-    return llvm::Error::success();
-  }));
-  server.Get(session, service.wrap([this](const httplib::Request &req,
-                                          httplib::Response &res) -> llvm::Error {
-    llvm::Expected<SessionRef> s = findSession(req);
-    if (!s)
-      return s.takeError();
-    sendJson(res, 200, {{"session", ExecutorCore::sessionId(**s)}});
-    return llvm::Error::success();
-  }));
-  server.Delete(session, service.wrap([this](const httplib::Request &req,
-                                             httplib::Response &res) -> llvm::Error {
-    if (llvm::Error error = core->closeSession(req.matches[1].str()))
-      return error;
-    res.status = 204;
-    return llvm::Error::success();
-  }));
-  server.Post(
-      session + "/objects/" + sha,
-      service.wrap([this](const httplib::Request &req, httplib::Response &res) -> llvm::Error {
-        llvm::Expected<SessionRef> s = findSession(req);
-        if (!s)
-          return s.takeError();
-        if (llvm::Error error = core->attach(**s, req.matches[2].str()))
-          return error;
-        sendJson(res, 200,
-                 {{"session", ExecutorCore::sessionId(**s)}, {"sha256", req.matches[2].str()}});
-        return llvm::Error::success();
-      }));
-  // Releasing an object the session does not hold is no error ("detached": false): a
-  // release may race with a restart that lost the session's objects.
-  server.Delete(
-      session + "/objects/" + sha,
-      service.wrap([this](const httplib::Request &req, httplib::Response &res) -> llvm::Error {
-        llvm::Expected<SessionRef> s = findSession(req);
-        if (!s)
-          return s.takeError();
-        bool detached = core->detach(**s, req.matches[2].str());
-        sendJson(res, 200,
-                 {{"session", ExecutorCore::sessionId(**s)},
-                  {"sha256", req.matches[2].str()},
-                  {"detached", detached}});
-        return llvm::Error::success();
-      }));
-  server.Post(session + "/launch",
-              service.wrap([this](const httplib::Request &req, httplib::Response &res,
-                                  const httplib::ContentReader &reader) {
-                return launch(req, res, reader);
-              }));
-  server.Post(session + "/launch_async",
-              service.wrap([this](const httplib::Request &req, httplib::Response &res) {
-                return launchAsync(req, res);
-              }));
-  server.Post(session + R"(/launches/(\d{1,19})/await)",
-              service.wrap([this](const httplib::Request &req, httplib::Response &res) {
-                return await(req, res);
-              }));
-  server.Post(session + R"(/call/([A-Za-z_.$][A-Za-z0-9_.$]{0,255}))",
-              service.wrap(
-                  [this](const httplib::Request &req, httplib::Response &res,
-                         const httplib::ContentReader &reader) { return call(req, res, reader); }));
-}
 
 ExecutorServer::ExecutorServer(std::unique_ptr<Impl> impl) : impl(std::move(impl)) {}
 
@@ -581,7 +549,7 @@ ExecutorServer::create(ExecutorServerOptions options) {
   if (!core)
     return core.takeError();
   impl->core = std::move(*core);
-  impl->installRoutes();
+  impl->service.addRoutes(impl->routes());
   if (llvm::Error error = impl->service.bind())
     return std::move(error);
   return std::unique_ptr<ExecutorServer>(new ExecutorServer(std::move(impl)));

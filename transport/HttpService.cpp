@@ -160,6 +160,90 @@ uint64_t contentLength(const httplib::Request &req) {
   return length;
 }
 
+void sendFrame(httplib::Response &res, std::shared_ptr<wire::FrameWriter> writer) {
+  constexpr uint64_t kStreamAbove = 64 << 10;
+  if (writer->size() > kStreamAbove)
+    return streamFrame(res, std::move(writer));
+  std::string body;
+  body.reserve(writer->size());
+  bool progressed = true;
+  while (body.size() < writer->size() && progressed) {
+    size_t before = body.size();
+    writer->writeNext(body.size(), [&](const char *data, size_t size) {
+      body.append(data, size);
+      return true;
+    });
+    progressed = body.size() > before;
+  }
+  res.set_content(std::move(body), wire::kFrameContentType);
+}
+
+void discardBody(const httplib::ContentReader &reader, httplib::Response &res) {
+  if (!reader([](const char *, size_t) { return true; }))
+    res.set_header("Connection", "close");
+}
+
+namespace {
+
+/// A body that could not be read: over the limit (httplib refuses a Content-Length over it
+/// with 413 itself; a chunked body is counted as it comes) or cut short.
+llvm::Error bodyFailure(httplib::Response &res, bool overLimit, const std::string &tooLarge) {
+  res.set_header("Connection", "close");
+  if (overLimit || res.status == 413)
+    return makeCodedError(ErrorCode::PayloadTooLarge, tooLarge);
+  return makeCodedError(ErrorCode::BadRequest, "request body could not be read");
+}
+
+} // namespace
+
+llvm::Error HttpService::readBody(const httplib::Request &req, httplib::Response &res,
+                                  const httplib::ContentReader &reader, std::string &out) const {
+  // The Content-Length is only a claim: taken whole, a request that never sends its body
+  // could make the server reserve up to the body limit per connection. Past 1 MiB the buffer
+  // grows as the bytes actually come.
+  constexpr uint64_t kMaxInitialReserve = 1 << 20;
+  uint64_t limit = opts.listen.maxBodyBytes;
+  out.reserve(static_cast<size_t>(std::min({contentLength(req), kMaxInitialReserve, limit})));
+  bool overLimit = false;
+  if (!reader([&](const char *data, size_t size) {
+        if (size > limit - std::min<uint64_t>(out.size(), limit)) {
+          overLimit = true;
+          return false;
+        }
+        out.append(data, size);
+        return true;
+      }))
+    return bodyFailure(res, overLimit, opts.payloadTooLargeMessage);
+  return llvm::Error::success();
+}
+
+llvm::Error HttpService::readFrame(const httplib::Request &, httplib::Response &res,
+                                   const httplib::ContentReader &reader,
+                                   wire::FrameReader &frame) const {
+  uint64_t limit = opts.listen.maxBodyBytes;
+  llvm::Error failure = llvm::Error::success();
+  bool failed = false, overLimit = false;
+  uint64_t received = 0;
+  if (!reader([&](const char *data, size_t size) {
+        received += size;
+        if (received > limit) {
+          overLimit = true;
+          return false;
+        }
+        if (!failed) {
+          failure = frame.feed(data, size);
+          failed = static_cast<bool>(failure);
+        }
+        return true;
+      })) {
+    llvm::consumeError(std::move(failure));
+    return bodyFailure(res, overLimit, opts.payloadTooLargeMessage);
+  }
+  if (failed)
+    return failure;
+  return frame.finish();
+}
+
 HttpService::HttpService(HttpServiceOptions options) : opts(std::move(options)) {
   unsigned threads = std::max(1u, opts.listen.threads);
   http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
@@ -211,6 +295,52 @@ httplib::Server::HandlerWithContentReader HttpService::wrap(size_t route, Reader
                      "internal error while serving " + req.method + " " + req.path);
     }
   };
+}
+
+void HttpService::addRoutes(std::vector<Route> table) {
+  using Method = Route::Method;
+  for (Route &route : table) {
+    size_t tag = routeNames.size();
+    routeNames.push_back(route.name);
+    if (Handler *plain = std::get_if<Handler>(&route.handler)) {
+      httplib::Server::Handler wrapped = wrap(tag, std::move(*plain));
+      switch (route.method) {
+      case Method::Get:
+        http.Get(route.pattern, std::move(wrapped));
+        break;
+      case Method::Put:
+        http.Put(route.pattern, std::move(wrapped));
+        break;
+      case Method::Post:
+        http.Post(route.pattern, std::move(wrapped));
+        break;
+      case Method::Delete:
+        http.Delete(route.pattern, std::move(wrapped));
+        break;
+      }
+      continue;
+    }
+    httplib::Server::HandlerWithContentReader wrapped =
+        wrap(tag, std::move(std::get<ReaderHandler>(route.handler)));
+    switch (route.method) {
+    case Method::Get:
+      assert(false && "a GET route has no body to read");
+      break;
+    case Method::Put:
+      http.Put(route.pattern, std::move(wrapped));
+      break;
+    case Method::Post:
+      http.Post(route.pattern, std::move(wrapped));
+      break;
+    case Method::Delete:
+      http.Delete(route.pattern, std::move(wrapped));
+      break;
+    }
+  }
+}
+
+const char *HttpService::routeName(size_t tag) const {
+  return tag < routeNames.size() ? routeNames[tag] : routeNames[0];
 }
 
 void HttpService::installHandlers() {

@@ -21,6 +21,8 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <variant>
+#include <vector>
 
 namespace courier::transport {
 
@@ -58,6 +60,13 @@ uint64_t contentLength(const httplib::Request &req);
 /// Streams a frame as the response body, piece by piece as the socket takes it. `writer`
 /// keeps whatever it reads from (result tensors) alive until the response is sent.
 void streamFrame(httplib::Response &res, std::shared_ptr<wire::FrameWriter> writer);
+/// Sends a frame as the response body: a small one copied out in one piece (a streamed reply
+/// costs extra writes per request), a large one streamed (streamFrame).
+void sendFrame(httplib::Response &res, std::shared_ptr<wire::FrameWriter> writer);
+
+/// Reads and discards the rest of a body, so a refused request leaves the keep-alive
+/// connection in step; when the body cannot be read the connection closes after the reply.
+void discardBody(const httplib::ContentReader &reader, httplib::Response &res);
 
 /// Refuses to serve beyond loopback without a token; `because` says why it matters here.
 llvm::Error requireTokenBeyondLoopback(const std::string &host, const std::string &token,
@@ -101,6 +110,35 @@ public:
   using ReaderHandler = std::function<llvm::Error(const httplib::Request &, httplib::Response &,
                                                   const httplib::ContentReader &)>;
 
+  /// One line of a server's route table. A ReaderHandler reads the body itself; a Handler
+  /// gets it read whole into req.body (GET routes take only a Handler).
+  struct Route {
+    enum class Method { Get, Put, Post, Delete };
+    Method method;
+    /// httplib's regular expression over the path; its groups land in req.matches.
+    std::string pattern;
+    /// The route as a template ("GET /v1/modules/{name}"): what onServed's tag names.
+    const char *name;
+    std::variant<Handler, ReaderHandler> handler;
+  };
+  /// Turns a member function of the server into a route's handler.
+  template <typename Owner>
+  static Handler to(Owner *owner,
+                    llvm::Error (Owner::*fn)(const httplib::Request &, httplib::Response &)) {
+    return [owner, fn](const httplib::Request &req, httplib::Response &res) {
+      return (owner->*fn)(req, res);
+    };
+  }
+  template <typename Owner>
+  static ReaderHandler to(Owner *owner,
+                          llvm::Error (Owner::*fn)(const httplib::Request &, httplib::Response &,
+                                                   const httplib::ContentReader &)) {
+    return [owner, fn](const httplib::Request &req, httplib::Response &res,
+                       const httplib::ContentReader &reader) {
+      return (owner->*fn)(req, res, reader);
+    };
+  }
+
   explicit HttpService(HttpServiceOptions options);
   /// Removes the unix socket file bind() created, if it is still the one.
   ~HttpService();
@@ -117,6 +155,24 @@ public:
   }
   httplib::Server::Handler wrap(size_t route, Handler handler);
   httplib::Server::HandlerWithContentReader wrap(size_t route, ReaderHandler handler);
+
+  /// Installs a route table, each route wrapped; its tag for onServed is its place in the
+  /// table plus one (0: no route ran).
+  void addRoutes(std::vector<Route> table);
+  /// The name of the route `tag` stands for; "none" for 0.
+  const char *routeName(size_t tag) const;
+  /// How many tags there are, "none" included.
+  size_t routeCount() const { return routeNames.size(); }
+
+  /// Reads a whole body into `out`, growing it as the bytes come, up to the body limit. A
+  /// failure is payload_too_large (over the limit) or bad_request (cut short); either way the
+  /// unread rest would be parsed as a next request, so the connection closes after the reply.
+  llvm::Error readBody(const httplib::Request &req, httplib::Response &res,
+                       const httplib::ContentReader &reader, std::string &out) const;
+  /// Feeds a body to `frame`, up to the body limit, failing as readBody does; the frame's own
+  /// first error ends feeding but not reading, so the connection stays in step.
+  llvm::Error readFrame(const httplib::Request &req, httplib::Response &res,
+                        const httplib::ContentReader &reader, wire::FrameReader &frame) const;
 
   /// Binds the listener: without SO_REUSEPORT, so an address another server holds is
   /// refused ("127.0.0.1:7000 is already in use") rather than shared.
@@ -156,6 +212,7 @@ private:
   bool ownsSocketFile = false;
   uint64_t socketDevice = 0, socketInode = 0;
   RequestStats stats;
+  std::vector<const char *> routeNames{"none"};
 
   std::mutex stopMutex;
   std::condition_variable stopSignal;
