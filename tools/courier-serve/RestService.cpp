@@ -36,42 +36,15 @@ using transport::streamFrame;
 
 namespace {
 
-/// The route templates requests are counted under, so labels stay few.
-constexpr const char *kRoutes[] = {
-    "none",
-    "GET /v1/health",
-    "GET /v1/ready",
-    "GET /metrics",
-    "GET /v1/modules",
-    "POST /v1/modules",
-    "GET /v1/modules/{name}",
-    "PUT /v1/modules/{name}",
-    "DELETE /v1/modules/{name}",
-    "POST /v1/modules/{name}/invoke/{entry}",
-};
-constexpr size_t kNumRoutes = sizeof(kRoutes) / sizeof(kRoutes[0]);
-
 /// An invoke's own timeout, in milliseconds (the executor protocol's header, same meaning).
 constexpr const char *kDeadlineHeader = "X-Courier-Deadline-Ms";
 /// A day: beyond it a deadline is a mistake rather than a wish.
 constexpr uint64_t kMaxDeadlineMs = 24ull * 3600 * 1000;
-enum Route : size_t {
-  NoRoute,
-  Health,
-  Ready,
-  MetricsRoute,
-  ListModules,
-  CreateModule,
-  GetModule,
-  PutModule,
-  DeleteModule,
-  Invoke,
-};
 constexpr size_t kMaxStatus = 600;
 
 struct Metrics {
-  /// [route][status]
-  std::array<std::array<std::atomic<uint64_t>, kMaxStatus>, kNumRoutes> requests{};
+  /// [route tag][status], sized to the route table once it is installed.
+  std::unique_ptr<std::array<std::atomic<uint64_t>, kMaxStatus>[]> requests;
   Histogram invokeSeconds, compileSeconds;
 };
 
@@ -118,43 +91,6 @@ void reportFailure(httplib::Response &res, llvm::Error error) {
       std::move(error),
       [&](const ServeError &e) { sendError(res, e.kind, e.message, e.diagnostics); },
       [&](const llvm::ErrorInfoBase &e) { sendError(res, ErrorCode::Internal, e.message()); });
-}
-
-/// Reads and discards the rest of a body, so a refused request leaves the keep-alive
-/// connection in step.
-void drain(const httplib::ContentReader &reader, httplib::Response &res) {
-  if (!reader([](const char *, size_t) { return true; }))
-    res.set_header("Connection", "close");
-}
-
-/// A body cut short, or over the limit: httplib refuses a Content-Length over the limit with
-/// 413 itself; a chunked body is counted here and reading stops at the limit. Either way the
-/// unread rest of the body would be parsed as the next request, so the connection closes.
-llvm::Error readFailure(httplib::Response &res, bool overLimit, uint64_t limit) {
-  res.set_header("Connection", "close");
-  if (overLimit || res.status == 413)
-    return makeServeError(ErrorCode::PayloadTooLarge,
-                          "request body exceeds the server's limit of " + llvm::Twine(limit) +
-                              " bytes");
-  return makeServeError(ErrorCode::BadRequest, "request body could not be read");
-}
-
-llvm::Expected<std::string> readBody(const httplib::Request &req, httplib::Response &res,
-                                     const httplib::ContentReader &reader, uint64_t limit) {
-  std::string body;
-  if (req.has_header("Content-Length"))
-    body.reserve(std::min<uint64_t>(contentLength(req), limit));
-  bool overLimit = false;
-  if (!reader([&](const char *data, size_t size) {
-        if (body.size() + size > limit) {
-          overLimit = true;
-          return false;
-        }
-        body.append(data, size);
-        return true;
-      }))
-    return readFailure(res, overLimit, limit);
-  return body;
 }
 
 llvm::Expected<json::Object> parseObject(llvm::StringRef body, llvm::StringRef what) {
@@ -320,7 +256,7 @@ llvm::Expected<std::optional<uint64_t>> optionalCount(const json::Object &item, 
                                                    "\" must be a non-negative integer");
 }
 
-/// Frame errors from the shared reader keep their message; their code becomes ours.
+/// Errors of the shared body and frame readers keep their message; their code becomes ours.
 llvm::Error frameError(llvm::Error error) {
   return llvm::handleErrors(std::move(error), [](const transport::CodedError &e) {
     return makeServeError(e.kind == ErrorCode::PayloadTooLarge ? ErrorCode::PayloadTooLarge
@@ -342,7 +278,7 @@ struct RestService::Impl {
       : options(std::move(optionsIn)), store(store), service(serviceOptions()) {}
 
   HttpServiceOptions serviceOptions();
-  void installRoutes();
+  std::vector<HttpService::Route> routes();
   std::string renderMetrics();
 
   /// `draining` once a drain began: a draining server compiles nothing new. The body is
@@ -354,10 +290,21 @@ struct RestService::Impl {
     return makeServeError(ErrorCode::Draining, "courier-serve is draining before it exits; "
                                                "submit the module to another server");
   }
+  /// A whole body, up to the server's limit.
+  llvm::Expected<std::string> readBody(const httplib::Request &req, httplib::Response &res,
+                                       const httplib::ContentReader &reader);
+
+  // The routes' handlers, in the order of the route table.
+  llvm::Error health(const httplib::Request &req, httplib::Response &res);
+  llvm::Error readiness(const httplib::Request &req, httplib::Response &res);
+  llvm::Error metricsText(const httplib::Request &req, httplib::Response &res);
+  llvm::Error listModules(const httplib::Request &req, httplib::Response &res);
   llvm::Error createModule(const httplib::Request &req, httplib::Response &res,
                            const httplib::ContentReader &reader);
+  llvm::Error getModule(const httplib::Request &req, httplib::Response &res);
   llvm::Error putModule(const httplib::Request &req, httplib::Response &res,
                         const httplib::ContentReader &reader);
+  llvm::Error deleteModule(const httplib::Request &req, httplib::Response &res);
   llvm::Error invoke(const httplib::Request &req, httplib::Response &res,
                      const httplib::ContentReader &reader);
   llvm::Error invokeJson(const Pinned &pinned, const EntrySignature &entry,
@@ -368,6 +315,14 @@ struct RestService::Impl {
                           const InvokeOptions &callOptions, const httplib::Request &req,
                           httplib::Response &res, const httplib::ContentReader &reader,
                           bool &called);
+  /// A frame's header line: parses its inputs into `inputs`, sized but not yet filled, and
+  /// returns where their bytes go.
+  llvm::Expected<std::vector<wire::Destination>>
+  acceptFrameHeader(const httplib::Request &req, llvm::StringRef line, std::vector<Tensor> &inputs);
+  /// Input `i` of a frame header, which starts at byte `offset` of the payload; its bytes are
+  /// not yet allocated.
+  llvm::Expected<Tensor> frameInput(const json::Value &given, size_t i, uint64_t offset);
+  void sendFrameReply(httplib::Response &res, const Pinned &pinned, std::vector<Tensor> outputs);
   llvm::Expected<std::vector<Tensor>> call(const Pinned &pinned, const EntrySignature &entry,
                                            const InvokeOptions &callOptions,
                                            llvm::ArrayRef<Tensor> inputs, bool &called);
@@ -384,7 +339,8 @@ HttpServiceOptions RestService::Impl::serviceOptions() {
   };
   service.reportFailure = reportFailure;
   service.onServed = [this](const ServedRequest &served) {
-    if (served.status >= 0 && static_cast<size_t>(served.status) < kMaxStatus)
+    if (served.status >= 0 && static_cast<size_t>(served.status) < kMaxStatus &&
+        served.route < this->service.routeCount())
       metrics.requests[served.route][static_cast<size_t>(served.status)]++;
   };
   return service;
@@ -394,7 +350,7 @@ llvm::Error RestService::Impl::createModule(const httplib::Request &req, httplib
                                             const httplib::ContentReader &reader) {
   if (llvm::Error error = refuseWhileDraining(res))
     return error;
-  llvm::Expected<std::string> body = readBody(req, res, reader, options.maxBodyBytes);
+  llvm::Expected<std::string> body = readBody(req, res, reader);
   if (!body)
     return body.takeError();
   llvm::Expected<json::Object> request = parseObject(*body, "the request body");
@@ -424,7 +380,7 @@ llvm::Error RestService::Impl::putModule(const httplib::Request &req, httplib::R
   if (llvm::Error error = refuseWhileDraining(res))
     return error;
   std::string name = req.matches[1];
-  llvm::Expected<std::string> body = readBody(req, res, reader, options.maxBodyBytes);
+  llvm::Expected<std::string> body = readBody(req, res, reader);
   if (!body)
     return body.takeError();
   std::string mlir;
@@ -479,12 +435,12 @@ llvm::Error RestService::Impl::invoke(const httplib::Request &req, httplib::Resp
                                       const httplib::ContentReader &reader) {
   llvm::Expected<Pinned> pinned = store.pin(req.matches[1].str());
   if (!pinned) {
-    drain(reader, res);
+    transport::discardBody(reader, res);
     return pinned.takeError();
   }
   llvm::Expected<const EntrySignature *> entry = store.entry(*pinned, req.matches[2].str());
   if (!entry) {
-    drain(reader, res);
+    transport::discardBody(reader, res);
     return entry.takeError();
   }
   // A deadline of the request's own may shorten --invoke-timeout-ms, never lengthen it: the
@@ -494,7 +450,7 @@ llvm::Error RestService::Impl::invoke(const httplib::Request &req, httplib::Resp
     uint64_t ms = 0;
     std::string value = req.get_header_value(kDeadlineHeader);
     if (llvm::StringRef(value).getAsInteger(10, ms) || ms == 0 || ms > kMaxDeadlineMs) {
-      drain(reader, res);
+      transport::discardBody(reader, res);
       return makeServeError(ErrorCode::BadRequest,
                             llvm::Twine(kDeadlineHeader) + " must be a whole number of " +
                                 "milliseconds from 1 to " + llvm::Twine(kMaxDeadlineMs) +
@@ -524,7 +480,7 @@ llvm::Error RestService::Impl::invokeJson(const Pinned &pinned, const EntrySigna
                                           const InvokeOptions &callOptions,
                                           const httplib::Request &req, httplib::Response &res,
                                           const httplib::ContentReader &reader, bool &called) {
-  llvm::Expected<std::string> body = readBody(req, res, reader, options.maxBodyBytes);
+  llvm::Expected<std::string> body = readBody(req, res, reader);
   if (!body)
     return body.takeError();
   llvm::Expected<json::Object> request = parseObject(*body, "the request body");
@@ -560,123 +516,114 @@ llvm::Error RestService::Impl::invokeJson(const Pinned &pinned, const EntrySigna
   return llvm::Error::success();
 }
 
+llvm::Expected<Tensor> RestService::Impl::frameInput(const json::Value &given, size_t i,
+                                                     uint64_t offset) {
+  const json::Object *item = given.getAsObject();
+  std::optional<llvm::StringRef> dtypeName = item ? item->getString("dtype") : std::nullopt;
+  const json::Array *shape = item ? item->getArray("shape") : nullptr;
+  if (!dtypeName || !shape)
+    return makeServeError(ErrorCode::BadRequest,
+                          "frame input " + llvm::Twine(i) +
+                              " must be {\"dtype\": string, \"shape\": [...]}");
+  std::optional<DType> dtype = parseDType(*dtypeName);
+  if (!dtype)
+    return makeServeError(ErrorCode::InvalidInput,
+                          "frame input " + llvm::Twine(i) + ": unknown dtype '" + *dtypeName + "'");
+  Tensor tensor;
+  tensor.dtype = *dtype;
+  for (const json::Value &d : *shape) {
+    std::optional<int64_t> size = d.getAsInteger();
+    if (!size || *size < 0)
+      return makeServeError(ErrorCode::BadRequest,
+                            "frame input " + llvm::Twine(i) +
+                                ": \"shape\" must hold non-negative integers");
+    tensor.shape.push_back(*size);
+  }
+  llvm::Expected<uint64_t> bytes =
+      wire::packedBytes(static_cast<int64_t>(dtypeSize(*dtype)), tensor.shape);
+  if (!bytes)
+    return frameError(bytes.takeError());
+  llvm::Expected<std::optional<uint64_t>> declared = optionalCount(*item, "bytes", i);
+  if (!declared)
+    return declared.takeError();
+  if (*declared && **declared != *bytes)
+    return makeServeError(ErrorCode::BadRequest,
+                          "frame input " + llvm::Twine(i) + " declares " + llvm::Twine(**declared) +
+                              " bytes, its shape needs " + llvm::Twine(*bytes));
+  llvm::Expected<std::optional<uint64_t>> start = optionalCount(*item, "offset", i);
+  if (!start)
+    return start.takeError();
+  if (*start && **start != offset)
+    return makeServeError(ErrorCode::BadRequest, "frame input " + llvm::Twine(i) +
+                                                     " must start at offset " +
+                                                     llvm::Twine(offset));
+  return tensor;
+}
+
+llvm::Expected<std::vector<wire::Destination>>
+RestService::Impl::acceptFrameHeader(const httplib::Request &req, llvm::StringRef line,
+                                     std::vector<Tensor> &inputs) {
+  llvm::Expected<json::Object> header = parseObject(line, "the frame header");
+  if (!header)
+    return header.takeError();
+  const json::Array *given = header->getArray("inputs");
+  if (!given)
+    return makeServeError(ErrorCode::BadRequest, "expected a frame header {\"inputs\": "
+                                                 "[{\"dtype\", \"shape\"}, ...]}");
+  uint64_t total = 0;
+  for (size_t i = 0; i < given->size(); ++i) {
+    llvm::Expected<Tensor> tensor = frameInput((*given)[i], i, total);
+    if (!tensor)
+      return tensor.takeError();
+    total += static_cast<uint64_t>(tensor->numElements()) * dtypeSize(tensor->dtype);
+    if (total > options.maxBodyBytes)
+      return makeServeError(ErrorCode::PayloadTooLarge,
+                            "frame inputs exceed the server's limit of " +
+                                llvm::Twine(options.maxBodyBytes) + " bytes");
+    inputs.push_back(std::move(*tensor));
+  }
+  // Checked before allocating, so a small request cannot make the server reserve memory for
+  // tensors it never sends.
+  uint64_t length = contentLength(req);
+  if (req.has_header("Content-Length") && length != line.size() + 1 + total)
+    return makeServeError(ErrorCode::BadRequest, "the frame header declares " + llvm::Twine(total) +
+                                                     " bytes of tensors, the body carries " +
+                                                     llvm::Twine(length - line.size() - 1));
+  std::vector<wire::Destination> destinations;
+  for (Tensor &input : inputs) {
+    uint64_t bytes = static_cast<uint64_t>(input.numElements()) * dtypeSize(input.dtype);
+    input.bytes.resize(bytes);
+    destinations.push_back({reinterpret_cast<char *>(input.bytes.data()), bytes});
+  }
+  return destinations;
+}
+
 llvm::Error RestService::Impl::invokeFrame(const Pinned &pinned, const EntrySignature &entry,
                                            const InvokeOptions &callOptions,
                                            const httplib::Request &req, httplib::Response &res,
                                            const httplib::ContentReader &reader, bool &called) {
   std::vector<Tensor> inputs;
-  bool hasLength = req.has_header("Content-Length");
-  uint64_t length = contentLength(req);
-  wire::FrameReader frame([&](llvm::StringRef line)
-                              -> llvm::Expected<std::vector<wire::Destination>> {
-    llvm::Expected<json::Object> header = parseObject(line, "the frame header");
-    if (!header)
-      return header.takeError();
-    const json::Array *given = header->getArray("inputs");
-    if (!given)
-      return makeServeError(ErrorCode::BadRequest,
-                            "expected a frame header {\"inputs\": [{\"dtype\", "
-                            "\"shape\"}, ...]}");
-    uint64_t total = 0;
-    for (size_t i = 0; i < given->size(); ++i) {
-      const json::Object *item = (*given)[i].getAsObject();
-      std::optional<llvm::StringRef> dtypeName = item ? item->getString("dtype") : std::nullopt;
-      const json::Array *shape = item ? item->getArray("shape") : nullptr;
-      if (!dtypeName || !shape)
-        return makeServeError(ErrorCode::BadRequest,
-                              "frame input " + llvm::Twine(i) +
-                                  " must be {\"dtype\": string, \"shape\": [...]}");
-      std::optional<DType> dtype = parseDType(*dtypeName);
-      if (!dtype)
-        return makeServeError(ErrorCode::InvalidInput, "frame input " + llvm::Twine(i) +
-                                                           ": unknown dtype '" + *dtypeName + "'");
-      Tensor tensor;
-      tensor.dtype = *dtype;
-      for (const json::Value &d : *shape) {
-        std::optional<int64_t> size = d.getAsInteger();
-        if (!size || *size < 0)
-          return makeServeError(ErrorCode::BadRequest,
-                                "frame input " + llvm::Twine(i) +
-                                    ": \"shape\" must hold non-negative integers");
-        tensor.shape.push_back(*size);
-      }
-      llvm::Expected<uint64_t> bytes =
-          wire::packedBytes(static_cast<int64_t>(dtypeSize(*dtype)), tensor.shape);
-      if (!bytes)
-        return frameError(bytes.takeError());
-      llvm::Expected<std::optional<uint64_t>> declared = optionalCount(*item, "bytes", i);
-      if (!declared)
-        return declared.takeError();
-      if (*declared && **declared != *bytes)
-        return makeServeError(ErrorCode::BadRequest, "frame input " + llvm::Twine(i) +
-                                                         " declares " + llvm::Twine(**declared) +
-                                                         " bytes, its shape needs " +
-                                                         llvm::Twine(*bytes));
-      llvm::Expected<std::optional<uint64_t>> offset = optionalCount(*item, "offset", i);
-      if (!offset)
-        return offset.takeError();
-      if (*offset && **offset != total)
-        return makeServeError(ErrorCode::BadRequest, "frame input " + llvm::Twine(i) +
-                                                         " must start at offset " +
-                                                         llvm::Twine(total));
-      total += *bytes;
-      if (total > options.maxBodyBytes)
-        return makeServeError(ErrorCode::PayloadTooLarge,
-                              "frame inputs exceed the server's limit of " +
-                                  llvm::Twine(options.maxBodyBytes) + " bytes");
-      inputs.push_back(std::move(tensor));
-    }
-    // Checked before allocating, so a small request cannot make the server reserve memory
-    // for tensors it never sends.
-    if (hasLength && length != line.size() + 1 + total)
-      return makeServeError(ErrorCode::BadRequest, "the frame header declares " +
-                                                       llvm::Twine(total) +
-                                                       " bytes of tensors, the body carries " +
-                                                       llvm::Twine(length - line.size() - 1));
-    std::vector<wire::Destination> destinations;
-    for (size_t i = 0; i < inputs.size(); ++i) {
-      uint64_t bytes = static_cast<uint64_t>(inputs[i].numElements()) * dtypeSize(inputs[i].dtype);
-      inputs[i].bytes.resize(bytes);
-      destinations.push_back({reinterpret_cast<char *>(inputs[i].bytes.data()), bytes});
-    }
-    return destinations;
-  });
-  // After a framing error keep reading (and discarding) so the connection stays usable.
-  llvm::Error failure = llvm::Error::success();
-  bool failed = false, overLimit = false;
-  uint64_t received = 0;
-  if (!reader([&](const char *data, size_t size) {
-        received += size;
-        if (received > options.maxBodyBytes) {
-          overLimit = true;
-          return false;
-        }
-        if (!failed) {
-          failure = frame.feed(data, size);
-          failed = static_cast<bool>(failure);
-        }
-        return true;
-      })) {
-    llvm::consumeError(std::move(failure));
-    return readFailure(res, overLimit, options.maxBodyBytes);
-  }
-  if (failed)
-    return frameError(std::move(failure));
-  if (llvm::Error error = frame.finish())
+  wire::FrameReader frame(
+      [&](llvm::StringRef line) { return acceptFrameHeader(req, line, inputs); });
+  if (llvm::Error error = service.readFrame(req, res, reader, frame))
     return frameError(std::move(error));
-
   llvm::Expected<std::vector<Tensor>> outputs = call(pinned, entry, callOptions, inputs, called);
   if (!outputs)
     return outputs.takeError();
   inputs.clear();
+  sendFrameReply(res, pinned, std::move(*outputs));
+  return llvm::Error::success();
+}
 
-  // The reply streams straight from the output tensors, released once sent.
+void RestService::Impl::sendFrameReply(httplib::Response &res, const Pinned &pinned,
+                                       std::vector<Tensor> outputs) {
+  // The reply comes straight from the output tensors, released once sent.
   struct Reply {
     std::vector<Tensor> tensors;
     std::unique_ptr<wire::FrameWriter> writer;
   };
   auto reply = std::make_shared<Reply>();
-  reply->tensors = std::move(*outputs);
+  reply->tensors = std::move(outputs);
   std::vector<transport::TensorView> views;
   json::Array described;
   uint64_t offset = 0;
@@ -698,36 +645,18 @@ llvm::Error RestService::Impl::invokeFrame(const Pinned &pinned, const EntrySign
                                          {"outputs", std::move(described)}});
   reply->writer = std::make_unique<wire::FrameWriter>(std::move(header), std::move(views));
   res.status = 200;
-  // A small reply goes out in one piece: a streamed one costs extra writes per request.
-  constexpr uint64_t kStreamAbove = 64 << 10;
-  if (reply->writer->size() <= kStreamAbove) {
-    std::string body;
-    body.reserve(reply->writer->size());
-    bool progressed = true;
-    while (body.size() < reply->writer->size() && progressed) {
-      size_t before = body.size();
-      reply->writer->writeNext(body.size(), [&](const char *data, size_t size) {
-        body.append(data, size);
-        return true;
-      });
-      progressed = body.size() > before;
-    }
-    res.set_content(std::move(body), wire::kFrameContentType);
-    return llvm::Error::success();
-  }
-  streamFrame(res, std::shared_ptr<wire::FrameWriter>(reply, reply->writer.get()));
-  return llvm::Error::success();
+  transport::sendFrame(res, std::shared_ptr<wire::FrameWriter>(reply, reply->writer.get()));
 }
 
 std::string RestService::Impl::renderMetrics() {
   std::string out;
   out += "# HELP courier_serve_requests_total HTTP requests served, by route and status.\n"
          "# TYPE courier_serve_requests_total counter\n";
-  for (size_t route = 0; route < kNumRoutes; ++route)
+  for (size_t route = 0; route < service.routeCount(); ++route)
     for (size_t status = 0; status < kMaxStatus; ++status)
       if (uint64_t n = metrics.requests[route][status].load())
         out += llvm::formatv("courier_serve_requests_total{{route=\"{0}\",status=\"{1}\"} {2}\n",
-                             kRoutes[route], status, n)
+                             service.routeName(route), status, n)
                    .str();
   const StoreCounters &c = store.counters();
   appendPrometheusCounter(out, "courier_serve_invokes_total", "Entry invocations.", c.invokes);
@@ -777,78 +706,78 @@ std::string RestService::Impl::renderMetrics() {
   return out;
 }
 
-void RestService::Impl::installRoutes() {
+std::vector<HttpService::Route> RestService::Impl::routes() {
+  using Method = HttpService::Route::Method;
   const std::string module = R"(/v1/modules/([A-Za-z0-9_][A-Za-z0-9_.-]{0,63}))";
   const std::string entry = R"(([A-Za-z_.$][A-Za-z0-9_.$-]{0,255}))";
+  auto to = [this](auto fn) { return HttpService::to(this, fn); };
+  return {
+      {Method::Get, "/v1/health", "GET /v1/health", to(&Impl::health)},
+      {Method::Get, "/v1/ready", "GET /v1/ready", to(&Impl::readiness)},
+      {Method::Get, "/metrics", "GET /metrics", to(&Impl::metricsText)},
+      {Method::Get, "/v1/modules", "GET /v1/modules", to(&Impl::listModules)},
+      {Method::Post, "/v1/modules", "POST /v1/modules", to(&Impl::createModule)},
+      {Method::Get, module, "GET /v1/modules/{name}", to(&Impl::getModule)},
+      {Method::Put, module, "PUT /v1/modules/{name}", to(&Impl::putModule)},
+      {Method::Delete, module, "DELETE /v1/modules/{name}", to(&Impl::deleteModule)},
+      {Method::Post, module + "/invoke/" + entry, "POST /v1/modules/{name}/invoke/{entry}",
+       to(&Impl::invoke)},
+  };
+}
 
-  httplib::Server &server = service.server();
-  server.Get("/v1/health",
-             service.wrap(Health, [this](const httplib::Request &, httplib::Response &res) {
-               sendJson(res, 200,
-                        json::Object{{"status", "ok"},
-                                     {"version", COURIER_VERSION},
-                                     {"modules", static_cast<int64_t>(store.size())}});
-               return llvm::Error::success();
-             }));
-  server.Get(
-      "/v1/ready",
-      service.wrap(Ready, [this](const httplib::Request &, httplib::Response &res) -> llvm::Error {
-        if (service.draining())
-          return makeServeError(ErrorCode::Draining, "courier-serve is draining before it exits");
-        if (!ready)
-          return makeServeError(ErrorCode::NotReady, "loading watched modules or shutting down");
-        sendJson(
-            res, 200,
-            json::Object{{"status", "ready"}, {"modules", static_cast<int64_t>(store.size())}});
-        return llvm::Error::success();
-      }));
-  server.Get("/metrics",
-             service.wrap(MetricsRoute, [this](const httplib::Request &, httplib::Response &res) {
-               res.set_content(renderMetrics(), "text/plain; version=0.0.4");
-               return llvm::Error::success();
-             }));
+llvm::Expected<std::string> RestService::Impl::readBody(const httplib::Request &req,
+                                                        httplib::Response &res,
+                                                        const httplib::ContentReader &reader) {
+  std::string body;
+  if (llvm::Error error = service.readBody(req, res, reader, body))
+    return frameError(std::move(error));
+  return body;
+}
 
-  server.Get("/v1/modules",
-             service.wrap(ListModules, [this](const httplib::Request &, httplib::Response &res) {
-               json::Array list;
-               for (const ModuleInfo &info : store.list())
-                 list.push_back(infoJson(info));
-               sendJson(res, 200, json::Object{{"modules", std::move(list)}});
-               return llvm::Error::success();
-             }));
-  server.Post("/v1/modules",
-              service.wrap(CreateModule, [this](const httplib::Request &req, httplib::Response &res,
-                                                const httplib::ContentReader &reader) {
-                return createModule(req, res, reader);
-              }));
-  server.Get(
-      module,
-      service.wrap(GetModule,
-                   [this](const httplib::Request &req, httplib::Response &res) -> llvm::Error {
-                     llvm::Expected<ModuleInfo> info = store.info(req.matches[1].str());
-                     if (!info)
-                       return info.takeError();
-                     sendJson(res, 200, infoJson(*info));
-                     return llvm::Error::success();
-                   }));
-  server.Put(module,
-             service.wrap(PutModule, [this](const httplib::Request &req, httplib::Response &res,
-                                            const httplib::ContentReader &reader) {
-               return putModule(req, res, reader);
-             }));
-  server.Delete(module, service.wrap(DeleteModule,
-                                     [this](const httplib::Request &req,
-                                            httplib::Response &res) -> llvm::Error {
-                                       if (llvm::Error error = store.remove(req.matches[1].str()))
-                                         return error;
-                                       res.status = 204;
-                                       return llvm::Error::success();
-                                     }));
-  server.Post(module + "/invoke/" + entry,
-              service.wrap(Invoke, [this](const httplib::Request &req, httplib::Response &res,
-                                          const httplib::ContentReader &reader) {
-                return invoke(req, res, reader);
-              }));
+llvm::Error RestService::Impl::health(const httplib::Request &, httplib::Response &res) {
+  sendJson(res, 200,
+           json::Object{{"status", "ok"},
+                        {"version", COURIER_VERSION},
+                        {"modules", static_cast<int64_t>(store.size())}});
+  return llvm::Error::success();
+}
+
+llvm::Error RestService::Impl::readiness(const httplib::Request &, httplib::Response &res) {
+  if (service.draining())
+    return makeServeError(ErrorCode::Draining, "courier-serve is draining before it exits");
+  if (!ready)
+    return makeServeError(ErrorCode::NotReady, "loading watched modules or shutting down");
+  sendJson(res, 200,
+           json::Object{{"status", "ready"}, {"modules", static_cast<int64_t>(store.size())}});
+  return llvm::Error::success();
+}
+
+llvm::Error RestService::Impl::metricsText(const httplib::Request &, httplib::Response &res) {
+  res.set_content(renderMetrics(), "text/plain; version=0.0.4");
+  return llvm::Error::success();
+}
+
+llvm::Error RestService::Impl::listModules(const httplib::Request &, httplib::Response &res) {
+  json::Array list;
+  for (const ModuleInfo &info : store.list())
+    list.push_back(infoJson(info));
+  sendJson(res, 200, json::Object{{"modules", std::move(list)}});
+  return llvm::Error::success();
+}
+
+llvm::Error RestService::Impl::getModule(const httplib::Request &req, httplib::Response &res) {
+  llvm::Expected<ModuleInfo> info = store.info(req.matches[1].str());
+  if (!info)
+    return info.takeError();
+  sendJson(res, 200, infoJson(*info));
+  return llvm::Error::success();
+}
+
+llvm::Error RestService::Impl::deleteModule(const httplib::Request &req, httplib::Response &res) {
+  if (llvm::Error error = store.remove(req.matches[1].str()))
+    return error;
+  res.status = 204;
+  return llvm::Error::success();
 }
 
 RestService::RestService(std::unique_ptr<Impl> impl) : impl(std::move(impl)) {}
@@ -862,7 +791,9 @@ llvm::Expected<std::unique_ptr<RestService>> RestService::create(ServeOptions op
           "submitted modules run native code, so a non-loopback server needs --token-file"))
     return std::move(error);
   auto impl = std::make_unique<Impl>(std::move(options), store);
-  impl->installRoutes();
+  impl->service.addRoutes(impl->routes());
+  impl->metrics.requests =
+      std::make_unique<std::array<std::atomic<uint64_t>, kMaxStatus>[]>(impl->service.routeCount());
   if (llvm::Error error = impl->service.bind())
     return std::move(error);
   return std::unique_ptr<RestService>(new RestService(std::move(impl)));
