@@ -153,7 +153,9 @@ private:
 
   std::shared_ptr<SessionState> stateOf(llvm::StringRef session, bool create);
   llvm::Error attachOrUpload(llvm::StringRef session, const ObjectBlob &object);
-  llvm::Error upload(const ObjectBlob &object);
+  /// Ships `object`; `session` names the session it is for (in X-Courier-Session), so a
+  /// balancer hashing on sessions sends it where the session's launches run.
+  llvm::Error upload(llvm::StringRef session, const ObjectBlob &object);
   /// Re-creates `session` under the same id and ships everything it held.
   llvm::Error reopen(llvm::StringRef session);
   /// Runs `attempt`; if the executor lost the object or the session, repairs that and
@@ -238,9 +240,12 @@ llvm::Expected<int> HttpBackend::send(httplib::Request &req, httplib::Response &
     int64_t deadline = std::max<int64_t>(1, timeout - std::min<int64_t>(1000, timeout / 10));
     req.set_header(wire::kDeadlineHeader, std::to_string(deadline));
   }
-  // httplib's server waits for a body on these methods unless told there is none.
+  // httplib's server waits for a body on these methods unless told there is none. httplib's
+  // client says so itself for an empty POST or PUT, and a second Content-Length there is
+  // refused by a proxy in front (nginx answers 400).
+  bool saysEmptyItself = req.body.empty() && (req.method == "POST" || req.method == "PUT");
   if (req.method != "GET" && req.method != "HEAD" && !req.content_provider_ &&
-      !req.has_header("Content-Length"))
+      !req.has_header("Content-Length") && !saysEmptyItself)
     req.set_header("Content-Length", std::to_string(req.body.size()));
   httplib::Error error = httplib::Error::Success;
   bool sent;
@@ -346,13 +351,14 @@ llvm::Error HttpBackend::closeSession(llvm::StringRef session) {
   return toError(failure);
 }
 
-llvm::Error HttpBackend::upload(const ObjectBlob &object) {
+llvm::Error HttpBackend::upload(llvm::StringRef session, const ObjectBlob &object) {
   // Unnamed here: the executor's refusals name the object.
   std::string operation = "shipping an object";
   httplib::Request req;
   req.method = "PUT";
   req.path = "/v1/objects/" + object.sha256;
   req.set_header("Content-Type", wire::kBytesContentType);
+  req.set_header(wire::kSessionHeader, session.str());
   std::shared_ptr<const std::string> bytes = object.bytes;
   req.content_length_ = bytes->size();
   req.content_provider_ = [bytes](size_t offset, size_t length, httplib::DataSink &sink) {
@@ -385,7 +391,7 @@ llvm::Error HttpBackend::attachOrUpload(llvm::StringRef session, const ObjectBlo
     Failure failure = toFailure(attached.takeError());
     if (failure.code != ErrorCode::UnknownObject || attempt == 2)
       return toError(failure);
-    if (llvm::Error error = upload(object))
+    if (llvm::Error error = upload(session, object))
       return error;
   }
 }
@@ -419,7 +425,7 @@ llvm::Expected<T> HttpBackend::withRecovery(llvm::StringRef session, const Objec
       return std::move(error);
   } else if (failure.code == ErrorCode::UnknownObject && object) {
     // Only our own object can be missing: upload it (the launch attaches it).
-    if (llvm::Error error = upload(*object))
+    if (llvm::Error error = upload(session, *object))
       return std::move(error);
   } else {
     return toError(failure);
