@@ -19,7 +19,8 @@ usage: pool.sh --executors N --listen HOST:PORT [--serve] [--token-file FILE]
   --bin-dir     where courier-executor and courier-serve are (default $COURIER_BIN_DIR,
                 else the build tree's bin/)
   after --       arguments passed to every server
-Prints "listening on HOST:PORT" once every server is ready and nginx answers.
+Prints "listening on HOST:PORT" (https://HOST:PORT with TLS) once every server is ready
+and nginx answers.
 EOF
 }
 
@@ -283,7 +284,12 @@ for _ in 1 2 3 4 5; do
 done
 [ "$up" -eq 1 ] || abort "found no free port for nginx in 5 attempts"
 
-echo "listening on $host:$front_port"
+# As the servers announce themselves: a TLS address with its scheme.
+if [ -n "$tls_cert" ]; then
+  echo "listening on https://$host:$front_port"
+else
+  echo "listening on $host:$front_port"
+fi
 
 # Nothing restarts a server that dies: that is reported, and nginx sends its sessions on.
 while [ $stopping -eq 0 ]; do

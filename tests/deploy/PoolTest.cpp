@@ -1,0 +1,519 @@
+// The front door: scripts/pool.sh starting real courier-executors (and courier-serve
+// instances) on unix sockets behind a real nginx, which pins each session (module) to one
+// server and stands between the servers and hostile or broken clients.
+#include "abi/ContentHash.h"
+#include "tests/support/ServerProcess.h"
+
+#include <catch2/catch.hpp>
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+
+#include <arpa/inet.h>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <csignal>
+#include <fcntl.h>
+#include <fstream>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sstream>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <thread>
+#include <unistd.h>
+
+using courier::testing::ServerProcess;
+using courier::testing::ServerSpec;
+using json = nlohmann::json;
+
+namespace {
+
+std::string readFile(const std::string &path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+enum class Kind { Executors, Serve };
+
+/// A pool of two servers behind nginx, as scripts/pool.sh starts it; stopped with SIGTERM.
+class Pool {
+public:
+  explicit Pool(Kind kind, std::vector<std::string> serverArgs = {})
+      : kind(kind), process(spec(kind, std::move(serverArgs))) {}
+
+  int port() const { return process.port(); }
+  std::string runDir() const { return process.directory() + "/run"; }
+  /// "executor-1", "serve-2", ...
+  std::string serverName(int index) const {
+    return (kind == Kind::Serve ? "serve-" : "executor-") + std::to_string(index + 1);
+  }
+  /// A keep-alive client of the front door.
+  std::unique_ptr<httplib::Client> front() const {
+    auto http = std::make_unique<httplib::Client>("127.0.0.1", port());
+    http->set_keep_alive(true);
+    http->set_read_timeout(std::chrono::seconds(60));
+    return http;
+  }
+  /// A client of server `index` itself, over its unix socket, past nginx.
+  std::unique_ptr<httplib::Client> direct(int index) const {
+    auto http = std::make_unique<httplib::Client>(runDir() + "/" + serverName(index) + ".sock", 80);
+    http->set_address_family(AF_UNIX);
+    http->set_read_timeout(std::chrono::seconds(60));
+    return http;
+  }
+  pid_t serverPid(int index) const {
+    return static_cast<pid_t>(std::stol(readFile(runDir() + "/" + serverName(index) + ".pid")));
+  }
+  pid_t nginxPid() const {
+    return static_cast<pid_t>(std::stol(readFile(runDir() + "/nginx.pid")));
+  }
+
+  static constexpr int kServers = 2;
+  const Kind kind;
+  ServerProcess process;
+
+private:
+  static ServerSpec spec(Kind kind, std::vector<std::string> serverArgs) {
+    ServerSpec s;
+    s.program = COURIER_POOL_SCRIPT;
+    s.name = kind == Kind::Serve ? "serve-pool" : "executor-pool";
+    s.args = {"--executors", std::to_string(kServers), "--run-dir", "{dir}/run",
+              "--bin-dir",   COURIER_BIN_DIR};
+    if (kind == Kind::Serve)
+      s.args.push_back("--serve");
+    s.args.push_back("--");
+    s.args.insert(s.args.end(), serverArgs.begin(), serverArgs.end());
+    return s;
+  }
+};
+
+/// VmRSS of `pid` in KiB.
+long residentKiB(pid_t pid) {
+  std::istringstream status(readFile("/proc/" + std::to_string(pid) + "/status"));
+  std::string line;
+  while (std::getline(status, line))
+    if (line.rfind("VmRSS:", 0) == 0)
+      return std::stol(line.substr(6));
+  FAIL("no VmRSS for process " << pid);
+  return 0;
+}
+
+int connectLoopback(int port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(fd >= 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(static_cast<uint16_t>(port));
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::connect(fd, reinterpret_cast<sockaddr *>(&address), sizeof(address)) == 0);
+  return fd;
+}
+
+/// Sends `request` and reads until the server closes the connection, writing and reading
+/// together so that a server answering before it has read everything is heard; gives up
+/// after 60 s. Returns what came back.
+std::string exchangeRaw(int port, const std::string &request) {
+  int fd = connectLoopback(port);
+  fcntl(fd, F_SETFL, O_NONBLOCK);
+  std::string reply;
+  size_t sent = 0;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (std::chrono::steady_clock::now() < deadline) {
+    pollfd p{fd, static_cast<short>(POLLIN | (sent < request.size() ? POLLOUT : 0)), 0};
+    if (::poll(&p, 1, 1000) <= 0)
+      continue;
+    if (p.revents & POLLOUT) {
+      ssize_t n = ::send(fd, request.data() + sent, request.size() - sent, MSG_NOSIGNAL);
+      if (n > 0)
+        sent += static_cast<size_t>(n);
+      else if (errno != EAGAIN)
+        sent = request.size(); // The server stopped reading; what it says follows.
+    }
+    if (p.revents & (POLLIN | POLLHUP | POLLERR)) {
+      char buffer[65536];
+      ssize_t n = ::recv(fd, buffer, sizeof(buffer), 0);
+      if (n > 0)
+        reply.append(buffer, static_cast<size_t>(n));
+      else if (n == 0 || errno != EAGAIN)
+        break;
+    }
+  }
+  ::close(fd);
+  return reply;
+}
+
+int statusOf(const std::string &reply) {
+  return reply.rfind("HTTP/1.1 ", 0) == 0 ? std::stoi(reply.substr(9, 3)) : -1;
+}
+
+/// The "code" of a raw reply's JSON error body, or what the body was instead.
+std::string errorCodeOf(const std::string &reply) {
+  size_t body = reply.find("\r\n\r\n");
+  json parsed =
+      json::parse(body == std::string::npos ? "" : reply.substr(body + 4), nullptr, false);
+  if (!parsed.is_object() || !parsed.contains("error") || !parsed["error"].contains("message"))
+    return "not an error body: " + reply;
+  return parsed["error"]["code"];
+}
+
+std::string errorCodeOf(const httplib::Result &res) {
+  if (!res)
+    return "no reply: " + httplib::to_string(res.error());
+  return errorCodeOf("HTTP/1.1 " + std::to_string(res->status) + " \r\n\r\n" + res->body);
+}
+
+/// Asks for /v1/health through the front door, over and over on its own thread, until it
+/// goes away; each probe may take 5 s, far above the milliseconds one takes.
+class HealthProbe {
+public:
+  explicit HealthProbe(int port)
+      : thread([this, port] {
+          httplib::Client http("127.0.0.1", port);
+          http.set_keep_alive(true);
+          http.set_connection_timeout(std::chrono::seconds(5));
+          http.set_read_timeout(std::chrono::seconds(5));
+          while (!stop) {
+            httplib::Result res = http.Get("/v1/health");
+            ++(res && res->status == 200 ? answered : failed);
+            std::this_thread::sleep_for(std::chrono::milliseconds(20));
+          }
+        }) {}
+  ~HealthProbe() { finish(); }
+  void finish() {
+    stop = true;
+    if (thread.joinable())
+      thread.join();
+  }
+  std::atomic<int> answered{0};
+  std::atomic<int> failed{0};
+
+private:
+  std::atomic<bool> stop{false};
+  std::thread thread;
+};
+
+/// The servers' resident sets, in KiB.
+std::vector<long> residentSets(const Pool &pool) {
+  std::vector<long> sizes;
+  for (int i = 0; i < Pool::kServers; ++i)
+    sizes.push_back(residentKiB(pool.serverPid(i)));
+  return sizes;
+}
+
+/// Generous: nothing of a flood nginx absorbs should reach a server at all.
+void requireResidentSetsFlat(const std::vector<long> &before, const std::vector<long> &after) {
+  for (size_t i = 0; i < before.size(); ++i) {
+    INFO("server " << i + 1 << ": " << before[i] << " KiB before, " << after[i] << " KiB after");
+    CHECK(after[i] < before[i] + 64 * 1024);
+  }
+}
+
+/// A request whose headers outgrow the front door's 64 KiB: 5000 header lines.
+std::string headerFlood() {
+  std::string request = "GET /v1/health HTTP/1.1\r\nHost: pool\r\n";
+  for (int i = 0; i < 5000; ++i)
+    request += "X-Flood-" + std::to_string(i) + ": 0123456789abcdef\r\n";
+  return request + "\r\n";
+}
+
+void requireHeaderFloodRefused(const Pool &pool) {
+  std::vector<long> before = residentSets(pool);
+  HealthProbe probe(pool.port());
+  constexpr int kConnections = 8;
+  std::vector<std::string> replies(kConnections);
+  {
+    std::vector<std::thread> flooders;
+    for (int i = 0; i < kConnections; ++i)
+      flooders.emplace_back([&, i] { replies[i] = exchangeRaw(pool.port(), headerFlood()); });
+    for (std::thread &t : flooders)
+      t.join();
+  }
+  probe.finish();
+  for (const std::string &reply : replies) {
+    // exchangeRaw returned, so nginx closed the connection after its answer.
+    CHECK(statusOf(reply) == 400);
+    CHECK(errorCodeOf(reply) == "bad_request");
+  }
+  CHECK(probe.failed == 0);
+  CHECK(probe.answered > 0);
+  requireResidentSetsFlat(before, residentSets(pool));
+}
+
+/// 64 connections that send a request's first line and then one byte a second: nginx holds
+/// them, not the servers, and ends each once its header is late (client_header_timeout).
+void requireSlowClientsCutOff(const Pool &pool) {
+  std::vector<long> before = residentSets(pool);
+  HealthProbe probe(pool.port());
+  constexpr int kConnections = 64;
+  std::vector<int> fds;
+  for (int i = 0; i < kConnections; ++i) {
+    int fd = connectLoopback(pool.port());
+    fcntl(fd, F_SETFL, O_NONBLOCK);
+    std::string start = "GET /v1/health HTTP/1.1\r\nHost: pool\r\nX-Slow: ";
+    REQUIRE(::send(fd, start.data(), start.size(), MSG_NOSIGNAL) ==
+            static_cast<ssize_t>(start.size()));
+    fds.push_back(fd);
+  }
+  // Past client_header_timeout (10 s) every connection should be gone; 60 s is the bound.
+  int open = kConnections;
+  for (int second = 0; second < 60 && open > 0; ++second) {
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+    for (int &fd : fds) {
+      if (fd < 0)
+        continue;
+      char byte = 'x';
+      char buffer[4096];
+      ssize_t got = ::recv(fd, buffer, sizeof(buffer), 0);
+      bool closed =
+          got == 0 || (got < 0 && errno != EAGAIN) || ::send(fd, &byte, 1, MSG_NOSIGNAL) < 0;
+      if (closed) {
+        ::close(fd);
+        fd = -1;
+        --open;
+      }
+    }
+  }
+  for (int fd : fds)
+    if (fd >= 0)
+      ::close(fd);
+  probe.finish();
+  CHECK(open == 0);
+  CHECK(probe.failed == 0);
+  CHECK(probe.answered > 0);
+  requireResidentSetsFlat(before, residentSets(pool));
+}
+
+void requireAmbiguousFramingRefused(const Pool &pool, const std::string &path) {
+  std::string head = "PUT " + path + " HTTP/1.1\r\nHost: pool\r\n";
+  std::string twoLengths =
+      exchangeRaw(pool.port(), head + "Content-Length: 0\r\nContent-Length: 5\r\n\r\nhello");
+  CHECK(statusOf(twoLengths) == 400);
+  CHECK(errorCodeOf(twoLengths) == "bad_request");
+  std::string lengthAndChunked = exchangeRaw(
+      pool.port(), head + "Content-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\nhello");
+  CHECK(statusOf(lengthAndChunked) == 400);
+  CHECK(errorCodeOf(lengthAndChunked) == "bad_request");
+  std::string otherCoding =
+      exchangeRaw(pool.port(), head + "Transfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n");
+  CHECK(statusOf(otherCoding) == 400);
+  CHECK(errorCodeOf(otherCoding) == "bad_request");
+  httplib::Result health = pool.front()->Get("/v1/health");
+  REQUIRE(health);
+  CHECK(health->status == 200);
+}
+
+/// The head of a request announcing `bytes` of body, which never follow.
+void requireOversizedBodyRefused(const Pool &pool, const std::string &method,
+                                 const std::string &path, size_t bytes) {
+  std::string reply =
+      exchangeRaw(pool.port(), method + " " + path + " HTTP/1.1\r\nHost: pool\r\nContent-Length: " +
+                                   std::to_string(bytes) + "\r\n\r\n");
+  CHECK(statusOf(reply) == 413);
+  CHECK(errorCodeOf(reply) == "payload_too_large");
+}
+
+httplib::Result openSession(httplib::Client &http, const std::string &id) {
+  return http.Put("/v1/sessions/" + id, {{"X-Courier-Session", id}}, "", "application/json");
+}
+
+/// Which servers answer `path` with 200 when asked directly.
+std::vector<int> serversAnswering(const Pool &pool, const std::string &path) {
+  std::vector<int> found;
+  for (int i = 0; i < Pool::kServers; ++i) {
+    httplib::Result res = pool.direct(i)->Get(path);
+    REQUIRE(res);
+    if (res->status == 200)
+      found.push_back(i);
+  }
+  return found;
+}
+
+} // namespace
+
+TEST_CASE("every request of a session reaches the executor its id hashes to", "[deploy]") {
+  Pool pool(Kind::Executors);
+  auto front = pool.front();
+  std::vector<std::string> ids;
+  for (int i = 0; i < 12; ++i)
+    ids.push_back("pinned-" + std::to_string(i));
+  for (const std::string &id : ids) {
+    httplib::Result res = openSession(*front, id);
+    REQUIRE(res);
+    REQUIRE(res->status == 201);
+  }
+  for (const std::string &id : ids) {
+    INFO("session " << id);
+    // Exactly one executor holds it, and every later request finds it there.
+    CHECK(serversAnswering(pool, "/v1/sessions/" + id).size() == 1);
+    for (int i = 0; i < 5; ++i) {
+      httplib::Result res = front->Get("/v1/sessions/" + id, {{"X-Courier-Session", id}});
+      REQUIRE(res);
+      CHECK(res->status == 200);
+    }
+  }
+  double held = 0;
+  for (int i = 0; i < Pool::kServers; ++i) {
+    httplib::Result res = pool.direct(i)->Get("/v1/health");
+    REQUIRE(res);
+    held += json::parse(res->body)["sessions"].get<double>();
+  }
+  CHECK(held == ids.size());
+}
+
+TEST_CASE("an object upload reaches the executor of the session its header names", "[deploy]") {
+  Pool pool(Kind::Executors);
+  auto front = pool.front();
+  for (int i = 0; i < 4; ++i) {
+    std::string id = "uploader-" + std::to_string(i);
+    REQUIRE(openSession(*front, id)->status == 201);
+    std::string bytes = "object bytes of " + id;
+    std::string sha = courier::sha256Hex(bytes);
+    httplib::Result res = front->Put("/v1/objects/" + sha, {{"X-Courier-Session", id}}, bytes,
+                                     "application/octet-stream");
+    REQUIRE(res);
+    REQUIRE(res->status == 201);
+    INFO("session " << id);
+    CHECK(serversAnswering(pool, "/v1/objects/" + sha) ==
+          serversAnswering(pool, "/v1/sessions/" + id));
+  }
+}
+
+TEST_CASE("behind the front door a session id is the client's, never the executor's", "[deploy]") {
+  Pool pool(Kind::Executors);
+  httplib::Result res = pool.front()->Post("/v1/sessions", "", "application/json");
+  REQUIRE(res);
+  CHECK(res->status == 400);
+  CHECK(errorCodeOf(res) == "bad_request");
+  CHECK(res->body.find("PUT /v1/sessions/{id}") != std::string::npos);
+}
+
+TEST_CASE("an executor pool's front door refuses a header flood and keeps answering health",
+          "[deploy]") {
+  Pool pool(Kind::Executors);
+  requireHeaderFloodRefused(pool);
+}
+
+TEST_CASE("an executor pool's front door cuts off 64 clients sending a byte a second", "[deploy]") {
+  Pool pool(Kind::Executors);
+  requireSlowClientsCutOff(pool);
+}
+
+TEST_CASE("an executor pool's front door refuses ambiguous framing", "[deploy]") {
+  Pool pool(Kind::Executors);
+  requireAmbiguousFramingRefused(pool, "/v1/sessions/framing");
+}
+
+TEST_CASE("an executor pool's front door refuses a body over the executors' limit", "[deploy]") {
+  Pool pool(Kind::Executors, {"--max-body-mib", "1"});
+  std::string sha(64, 'a');
+  requireOversizedBodyRefused(pool, "PUT", "/v1/objects/" + sha, (1u << 20) + 1);
+  // The executors' own limit is the same, so a body under it passes the front door and is
+  // the executor's to judge.
+  httplib::Result res = pool.front()->Put("/v1/objects/" + sha, std::string(1u << 20, 'x'),
+                                          "application/octet-stream");
+  REQUIRE(res);
+  CHECK(errorCodeOf(res) == "hash_mismatch");
+}
+
+TEST_CASE("the front door names a lost executor in Courier's error shape", "[deploy]") {
+  Pool pool(Kind::Executors);
+  for (int i = 0; i < Pool::kServers; ++i)
+    ::kill(pool.serverPid(i), SIGKILL);
+  httplib::Result res = openSession(*pool.front(), "orphan");
+  REQUIRE(res);
+  CHECK(res->status == 502);
+  CHECK(errorCodeOf(res) == "executor_lost");
+}
+
+TEST_CASE("a pool reports a server that dies and sends its new sessions to the others",
+          "[deploy]") {
+  Pool pool(Kind::Executors);
+  ::kill(pool.serverPid(0), SIGKILL);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (pool.process.log().find("executor-1") == std::string::npos &&
+         std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  CHECK(pool.process.log().find("executor-1 (pid " + std::to_string(pool.serverPid(0)) +
+                                ") exited on its own") != std::string::npos);
+  auto front = pool.front();
+  for (int i = 0; i < 6; ++i) {
+    httplib::Result res = openSession(*front, "survivor-" + std::to_string(i));
+    REQUIRE(res);
+    CHECK(res->status == 201);
+  }
+}
+
+TEST_CASE("a pool stops its servers and nginx on SIGTERM and exits 0", "[deploy]") {
+  Pool pool(Kind::Executors);
+  std::vector<pid_t> pids = {pool.nginxPid()};
+  for (int i = 0; i < Pool::kServers; ++i)
+    pids.push_back(pool.serverPid(i));
+  int status = pool.process.terminate(SIGTERM, std::chrono::seconds(30));
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  for (pid_t pid : pids) {
+    INFO("process " << pid);
+    CHECK(::kill(pid, 0) != 0);
+  }
+}
+
+TEST_CASE("every request about a module reaches the courier-serve instance its name hashes to",
+          "[deploy][serve]") {
+  Pool pool(Kind::Serve);
+  auto front = pool.front();
+  std::string mlir = readFile(COURIER_SAMPLE_APP);
+  std::vector<std::string> names = {"scale-a", "scale-b", "scale-c", "scale-d"};
+  for (const std::string &name : names) {
+    httplib::Result res = front->Put("/v1/modules/" + name, mlir, "text/plain");
+    REQUIRE(res);
+    REQUIRE(res->status == 201);
+  }
+  for (const std::string &name : names) {
+    INFO("module " << name);
+    CHECK(serversAnswering(pool, "/v1/modules/" + name).size() == 1);
+    for (int i = 0; i < 3; ++i) {
+      httplib::Result res = front->Post("/v1/modules/" + name + "/invoke/main",
+                                        R"({"inputs": [[1, 2, 3, 4]]})", "application/json");
+      REQUIRE(res);
+      REQUIRE(res->status == 200);
+      CHECK(json::parse(res->body)["outputs"][0]["data"] == json::array({3, 5, 7, 9}));
+    }
+  }
+}
+
+TEST_CASE("behind the front door a module is created with PUT, which names it in the path",
+          "[deploy][serve]") {
+  Pool pool(Kind::Serve);
+  json body = {{"name", "scale"}, {"mlir", readFile(COURIER_SAMPLE_APP)}};
+  httplib::Result res = pool.front()->Post("/v1/modules", body.dump(), "application/json");
+  REQUIRE(res);
+  CHECK(res->status == 400);
+  CHECK(errorCodeOf(res) == "bad_request");
+  CHECK(res->body.find("PUT /v1/modules/{name}") != std::string::npos);
+}
+
+TEST_CASE("a courier-serve pool's front door refuses a header flood and keeps answering health",
+          "[deploy][serve]") {
+  Pool pool(Kind::Serve);
+  requireHeaderFloodRefused(pool);
+}
+
+TEST_CASE("a courier-serve pool's front door cuts off 64 clients sending a byte a second",
+          "[deploy][serve]") {
+  Pool pool(Kind::Serve);
+  requireSlowClientsCutOff(pool);
+}
+
+TEST_CASE("a courier-serve pool's front door refuses ambiguous framing", "[deploy][serve]") {
+  Pool pool(Kind::Serve);
+  requireAmbiguousFramingRefused(pool, "/v1/modules/framing");
+}
+
+TEST_CASE("a courier-serve pool's front door refuses a body over the instances' limit",
+          "[deploy][serve]") {
+  Pool pool(Kind::Serve, {"--max-body-bytes", "65536"});
+  requireOversizedBodyRefused(pool, "PUT", "/v1/modules/big", 65537);
+}
