@@ -563,6 +563,9 @@ llvm::Error ExecutorServer::run() { return impl->service.run(); }
 
 void ExecutorServer::drainAndStop() {
   impl->service.drain();
+  // HTTP first: a launch that came in as the drain ended runs to its end rather than being
+  // cut short with its worker; then the workers go.
+  impl->service.stop();
   stop();
 }
 

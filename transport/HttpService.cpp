@@ -546,11 +546,14 @@ void HttpService::stop() {
   // connection waits for the next request until the keep-alive timeout, and run() waits for
   // every worker. Let requests in flight finish (bounded), then wake the idle connections by
   // shutting their sockets down; httplib then closes them.
-  // After a drain the requests in flight have had their time already.
+  // After a drain, what is still in flight came in as the drain ended (the listener is
+  // closed now, and a keep-alive connection takes no request after this one): it gets a short
+  // while.
   stopWaiting = true;
-  if (!drainStarted) {
+  {
     std::unique_lock<std::mutex> lock(stopMutex);
-    stopSignal.wait_for(lock, std::chrono::seconds(10), [&] { return inFlight <= 0; });
+    stopSignal.wait_for(lock, drainStarted ? std::chrono::seconds(2) : std::chrono::seconds(10),
+                        [&] { return inFlight <= 0; });
   }
   shutdownAcceptedConnections(boundPort, opts.listen.socketPath);
 }

@@ -1,7 +1,7 @@
 /* Kernels that end or abuse the process running them: a null load, abort(), raw system
  * calls (file creation, sockets, exec, fork, signals, exit_group), a loop and a recursion
- * without end, a malloc bomb; beside them a kernel that prints with the raw write call and
- * a well-behaved one, for checking that a worker survives or comes back. An executor must
+ * without end, a malloc bomb; beside them a kernel that prints with the raw write call, a
+ * well-behaved one, for checking that a worker survives or comes back, and a slow one. An executor must
  * contain each one to its own session (tests/executor/ContainmentTest.cpp).
  *
  * Built twice: with signature tables (crashers.o) and, with -DCOURIER_NO_SIGNATURES,
@@ -21,6 +21,7 @@ void abort(void);
 enum {
   SYS_write = 1,
   SYS_open = 2,
+  SYS_nanosleep = 35,
   SYS_socket = 41,
   SYS_fork = 57,
   SYS_execve = 59,
@@ -202,6 +203,19 @@ void _catalyst_pyface_plus_one(void *results, void *args) {
   out->strides[0] = 1;
 }
 SIGNATURE(plus_one, 1, 1, 1, 8, 1, 8)
+
+/* plus_one after sleeping x[0] milliseconds: a launch that stays in flight long enough for
+ * its executor to be killed under it (tests/transport/FailoverTest.cpp). */
+void _catalyst_pyface_slow_plus_one(void *results, void *args) {
+  desc1 *in = ARG(desc1, args, 0);
+  i64 ms = in->sizes[0] > 0 ? (i64)((const double *)in->aligned)[in->offset] : 0;
+  struct {
+    i64 seconds, nanoseconds;
+  } pause = {ms / 1000, (ms % 1000) * 1000000};
+  raw_syscall(SYS_nanosleep, (long)&pause, 0, 0, 0);
+  _catalyst_pyface_plus_one(results, args);
+}
+SIGNATURE(slow_plus_one, 1, 1, 1, 8, 1, 8)
 
 /* Takes an argument and returns a result, so launching it async (no arguments, no
  * results) must be refused; a host that ran it anyway would read through a bad args. */
