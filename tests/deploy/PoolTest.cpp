@@ -2,7 +2,8 @@
 // instances) on unix sockets behind a real nginx, which pins each session (module) to one
 // server and stands between the servers and hostile or broken clients.
 #include "abi/ContentHash.h"
-#include "tests/support/ServerProcess.h"
+#include "tests/deploy/PoolProcess.h"
+#include "tests/support/RawConnection.h"
 
 #include <catch2/catch.hpp>
 #include <httplib.h>
@@ -23,8 +24,9 @@
 #include <thread>
 #include <unistd.h>
 
-using courier::testing::ServerProcess;
-using courier::testing::ServerSpec;
+using courier::testing::PoolKind;
+using courier::testing::PoolProcess;
+using courier::testing::RawConnection;
 using json = nlohmann::json;
 
 namespace {
@@ -36,58 +38,12 @@ std::string readFile(const std::string &path) {
   return text.str();
 }
 
-enum class Kind { Executors, Serve };
-
-/// A pool of two servers behind nginx, as scripts/pool.sh starts it; stopped with SIGTERM.
-class Pool {
+/// Two servers behind nginx: enough to see where a session goes.
+class Pool : public PoolProcess {
 public:
-  explicit Pool(Kind kind, std::vector<std::string> serverArgs = {})
-      : kind(kind), process(spec(kind, std::move(serverArgs))) {}
-
-  int port() const { return process.port(); }
-  std::string runDir() const { return process.directory() + "/run"; }
-  /// "executor-1", "serve-2", ...
-  std::string serverName(int index) const {
-    return (kind == Kind::Serve ? "serve-" : "executor-") + std::to_string(index + 1);
-  }
-  /// A keep-alive client of the front door.
-  std::unique_ptr<httplib::Client> front() const {
-    auto http = std::make_unique<httplib::Client>("127.0.0.1", port());
-    http->set_keep_alive(true);
-    http->set_read_timeout(std::chrono::seconds(60));
-    return http;
-  }
-  /// A client of server `index` itself, over its unix socket, past nginx.
-  std::unique_ptr<httplib::Client> direct(int index) const {
-    auto http = std::make_unique<httplib::Client>(runDir() + "/" + serverName(index) + ".sock", 80);
-    http->set_address_family(AF_UNIX);
-    http->set_read_timeout(std::chrono::seconds(60));
-    return http;
-  }
-  pid_t serverPid(int index) const {
-    return static_cast<pid_t>(std::stol(readFile(runDir() + "/" + serverName(index) + ".pid")));
-  }
-  pid_t nginxPid() const {
-    return static_cast<pid_t>(std::stol(readFile(runDir() + "/nginx.pid")));
-  }
-
+  explicit Pool(PoolKind kind, std::vector<std::string> serverArgs = {})
+      : PoolProcess(kind, kServers, std::move(serverArgs)) {}
   static constexpr int kServers = 2;
-  const Kind kind;
-  ServerProcess process;
-
-private:
-  static ServerSpec spec(Kind kind, std::vector<std::string> serverArgs) {
-    ServerSpec s;
-    s.program = COURIER_POOL_SCRIPT;
-    s.name = kind == Kind::Serve ? "serve-pool" : "executor-pool";
-    s.args = {"--executors", std::to_string(kServers), "--run-dir", "{dir}/run",
-              "--bin-dir",   COURIER_BIN_DIR};
-    if (kind == Kind::Serve)
-      s.args.push_back("--serve");
-    s.args.push_back("--");
-    s.args.insert(s.args.end(), serverArgs.begin(), serverArgs.end());
-    return s;
-  }
 };
 
 /// VmRSS of `pid` in KiB.
@@ -101,22 +57,12 @@ long residentKiB(pid_t pid) {
   return 0;
 }
 
-int connectLoopback(int port) {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  REQUIRE(fd >= 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_port = htons(static_cast<uint16_t>(port));
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(::connect(fd, reinterpret_cast<sockaddr *>(&address), sizeof(address)) == 0);
-  return fd;
-}
-
 /// Sends `request` and reads until the server closes the connection, writing and reading
 /// together so that a server answering before it has read everything is heard; gives up
 /// after 60 s. Returns what came back.
 std::string exchangeRaw(int port, const std::string &request) {
-  int fd = connectLoopback(port);
+  RawConnection connection(port);
+  int fd = connection.descriptor();
   fcntl(fd, F_SETFL, O_NONBLOCK);
   std::string reply;
   size_t sent = 0;
@@ -141,7 +87,6 @@ std::string exchangeRaw(int port, const std::string &request) {
         break;
     }
   }
-  ::close(fd);
   return reply;
 }
 
@@ -248,37 +193,30 @@ void requireSlowClientsCutOff(const Pool &pool) {
   std::vector<long> before = residentSets(pool);
   HealthProbe probe(pool.port());
   constexpr int kConnections = 64;
-  std::vector<int> fds;
+  std::vector<std::unique_ptr<RawConnection>> connections;
+  std::vector<bool> closed(kConnections, false);
   for (int i = 0; i < kConnections; ++i) {
-    int fd = connectLoopback(pool.port());
-    fcntl(fd, F_SETFL, O_NONBLOCK);
-    std::string start = "GET /v1/health HTTP/1.1\r\nHost: pool\r\nX-Slow: ";
-    REQUIRE(::send(fd, start.data(), start.size(), MSG_NOSIGNAL) ==
-            static_cast<ssize_t>(start.size()));
-    fds.push_back(fd);
+    connections.push_back(std::make_unique<RawConnection>(pool.port()));
+    connections.back()->send("GET /v1/health HTTP/1.1\r\nHost: pool\r\nX-Slow: ");
+    fcntl(connections.back()->descriptor(), F_SETFL, O_NONBLOCK);
   }
   // Past client_header_timeout (10 s) every connection should be gone; 60 s is the bound.
   int open = kConnections;
   for (int second = 0; second < 60 && open > 0; ++second) {
     std::this_thread::sleep_for(std::chrono::seconds(1));
-    for (int &fd : fds) {
-      if (fd < 0)
+    for (int i = 0; i < kConnections; ++i) {
+      if (closed[i])
         continue;
+      int fd = connections[i]->descriptor();
       char byte = 'x';
       char buffer[4096];
       ssize_t got = ::recv(fd, buffer, sizeof(buffer), 0);
-      bool closed =
-          got == 0 || (got < 0 && errno != EAGAIN) || ::send(fd, &byte, 1, MSG_NOSIGNAL) < 0;
-      if (closed) {
-        ::close(fd);
-        fd = -1;
+      if (got == 0 || (got < 0 && errno != EAGAIN) || ::send(fd, &byte, 1, MSG_NOSIGNAL) < 0) {
+        closed[i] = true;
         --open;
       }
     }
   }
-  for (int fd : fds)
-    if (fd >= 0)
-      ::close(fd);
   probe.finish();
   CHECK(open == 0);
   CHECK(probe.failed == 0);
@@ -334,7 +272,7 @@ std::vector<int> serversAnswering(const Pool &pool, const std::string &path) {
 } // namespace
 
 TEST_CASE("every request of a session reaches the executor its id hashes to", "[deploy]") {
-  Pool pool(Kind::Executors);
+  Pool pool(PoolKind::Executors);
   auto front = pool.front();
   std::vector<std::string> ids;
   for (int i = 0; i < 12; ++i)
@@ -364,7 +302,7 @@ TEST_CASE("every request of a session reaches the executor its id hashes to", "[
 }
 
 TEST_CASE("an object upload reaches the executor of the session its header names", "[deploy]") {
-  Pool pool(Kind::Executors);
+  Pool pool(PoolKind::Executors);
   auto front = pool.front();
   for (int i = 0; i < 4; ++i) {
     std::string id = "uploader-" + std::to_string(i);
@@ -382,7 +320,7 @@ TEST_CASE("an object upload reaches the executor of the session its header names
 }
 
 TEST_CASE("behind the front door a session id is the client's, never the executor's", "[deploy]") {
-  Pool pool(Kind::Executors);
+  Pool pool(PoolKind::Executors);
   httplib::Result res = pool.front()->Post("/v1/sessions", "", "application/json");
   REQUIRE(res);
   CHECK(res->status == 400);
@@ -392,22 +330,22 @@ TEST_CASE("behind the front door a session id is the client's, never the executo
 
 TEST_CASE("an executor pool's front door refuses a header flood and keeps answering health",
           "[deploy]") {
-  Pool pool(Kind::Executors);
+  Pool pool(PoolKind::Executors);
   requireHeaderFloodRefused(pool);
 }
 
 TEST_CASE("an executor pool's front door cuts off 64 clients sending a byte a second", "[deploy]") {
-  Pool pool(Kind::Executors);
+  Pool pool(PoolKind::Executors);
   requireSlowClientsCutOff(pool);
 }
 
 TEST_CASE("an executor pool's front door refuses ambiguous framing", "[deploy]") {
-  Pool pool(Kind::Executors);
+  Pool pool(PoolKind::Executors);
   requireAmbiguousFramingRefused(pool, "/v1/sessions/framing");
 }
 
 TEST_CASE("an executor pool's front door refuses a body over the executors' limit", "[deploy]") {
-  Pool pool(Kind::Executors, {"--max-body-mib", "1"});
+  Pool pool(PoolKind::Executors, {"--max-body-mib", "1"});
   std::string sha(64, 'a');
   requireOversizedBodyRefused(pool, "PUT", "/v1/objects/" + sha, (1u << 20) + 1);
   // The executors' own limit is the same, so a body under it passes the front door and is
@@ -419,7 +357,7 @@ TEST_CASE("an executor pool's front door refuses a body over the executors' limi
 }
 
 TEST_CASE("the front door names a lost executor in Courier's error shape", "[deploy]") {
-  Pool pool(Kind::Executors);
+  Pool pool(PoolKind::Executors);
   for (int i = 0; i < Pool::kServers; ++i)
     ::kill(pool.serverPid(i), SIGKILL);
   httplib::Result res = openSession(*pool.front(), "orphan");
@@ -430,7 +368,7 @@ TEST_CASE("the front door names a lost executor in Courier's error shape", "[dep
 
 TEST_CASE("a pool reports a server that dies and sends its new sessions to the others",
           "[deploy]") {
-  Pool pool(Kind::Executors);
+  Pool pool(PoolKind::Executors);
   ::kill(pool.serverPid(0), SIGKILL);
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
   while (pool.process.log().find("executor-1") == std::string::npos &&
@@ -447,7 +385,7 @@ TEST_CASE("a pool reports a server that dies and sends its new sessions to the o
 }
 
 TEST_CASE("a pool stops its servers and nginx on SIGTERM and exits 0", "[deploy]") {
-  Pool pool(Kind::Executors);
+  Pool pool(PoolKind::Executors);
   std::vector<pid_t> pids = {pool.nginxPid()};
   for (int i = 0; i < Pool::kServers; ++i)
     pids.push_back(pool.serverPid(i));
@@ -462,7 +400,7 @@ TEST_CASE("a pool stops its servers and nginx on SIGTERM and exits 0", "[deploy]
 
 TEST_CASE("every request about a module reaches the courier-serve instance its name hashes to",
           "[deploy][serve]") {
-  Pool pool(Kind::Serve);
+  Pool pool(PoolKind::Serve);
   auto front = pool.front();
   std::string mlir = readFile(COURIER_SAMPLE_APP);
   std::vector<std::string> names = {"scale-a", "scale-b", "scale-c", "scale-d"};
@@ -486,7 +424,7 @@ TEST_CASE("every request about a module reaches the courier-serve instance its n
 
 TEST_CASE("behind the front door a module is created with PUT, which names it in the path",
           "[deploy][serve]") {
-  Pool pool(Kind::Serve);
+  Pool pool(PoolKind::Serve);
   json body = {{"name", "scale"}, {"mlir", readFile(COURIER_SAMPLE_APP)}};
   httplib::Result res = pool.front()->Post("/v1/modules", body.dump(), "application/json");
   REQUIRE(res);
@@ -497,23 +435,23 @@ TEST_CASE("behind the front door a module is created with PUT, which names it in
 
 TEST_CASE("a courier-serve pool's front door refuses a header flood and keeps answering health",
           "[deploy][serve]") {
-  Pool pool(Kind::Serve);
+  Pool pool(PoolKind::Serve);
   requireHeaderFloodRefused(pool);
 }
 
 TEST_CASE("a courier-serve pool's front door cuts off 64 clients sending a byte a second",
           "[deploy][serve]") {
-  Pool pool(Kind::Serve);
+  Pool pool(PoolKind::Serve);
   requireSlowClientsCutOff(pool);
 }
 
 TEST_CASE("a courier-serve pool's front door refuses ambiguous framing", "[deploy][serve]") {
-  Pool pool(Kind::Serve);
+  Pool pool(PoolKind::Serve);
   requireAmbiguousFramingRefused(pool, "/v1/modules/framing");
 }
 
 TEST_CASE("a courier-serve pool's front door refuses a body over the instances' limit",
           "[deploy][serve]") {
-  Pool pool(Kind::Serve, {"--max-body-bytes", "65536"});
+  Pool pool(PoolKind::Serve, {"--max-body-bytes", "65536"});
   requireOversizedBodyRefused(pool, "PUT", "/v1/modules/big", 65537);
 }

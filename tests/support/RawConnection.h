@@ -34,6 +34,8 @@ public:
     REQUIRE(::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL) ==
             static_cast<ssize_t>(bytes.size()));
   }
+  /// The socket, for a test that polls it or makes it non-blocking.
+  int descriptor() const { return fd; }
   /// Everything the server sends until it closes the connection.
   std::string readAll() {
     std::string reply;
