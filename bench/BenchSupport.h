@@ -8,10 +8,14 @@
 #include "llvm/Support/Error.h"
 #include "llvm/Support/MemoryBuffer.h"
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <string>
+#include <vector>
 
 namespace courier::bench {
 
@@ -38,6 +42,32 @@ inline transport::ObjectBlob loadObject(const char *path) {
   if (!buffer)
     die(std::string("reading ") + path);
   return transport::ObjectBlob::fromBytes((*buffer)->getBuffer().str());
+}
+
+/// Of a run of timings, in the unit they were measured in.
+struct Percentiles {
+  double p50, p99, mean;
+};
+
+/// Runs `once` `warmup` times untimed, then `n` times, appending each call's microseconds.
+inline void measure(int warmup, int n, const std::function<void()> &once, std::vector<double> &us) {
+  for (int i = 0; i < warmup; ++i)
+    once();
+  for (int i = 0; i < n; ++i) {
+    auto start = std::chrono::steady_clock::now();
+    once();
+    us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
+                     .count());
+  }
+}
+
+inline Percentiles percentiles(std::vector<double> us) {
+  double total = 0;
+  for (double u : us)
+    total += u;
+  std::sort(us.begin(), us.end());
+  size_t n = us.size();
+  return {us[n / 2], us[std::min(n - 1, n * 99 / 100)], total / double(n)};
 }
 
 } // namespace courier::bench

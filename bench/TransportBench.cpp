@@ -34,32 +34,11 @@ using Clock = std::chrono::steady_clock;
 using courier::bench::check;
 using courier::bench::die;
 using courier::bench::loadObject;
+using courier::bench::measure;
+using courier::bench::Percentiles;
+using courier::bench::percentiles;
 
 namespace {
-
-struct Percentiles {
-  double p50, p99, mean;
-};
-
-/// Runs `once` `warmup` times untimed, then `n` times, appending each call's microseconds.
-void measure(int warmup, int n, const std::function<void()> &once, std::vector<double> &us) {
-  for (int i = 0; i < warmup; ++i)
-    once();
-  for (int i = 0; i < n; ++i) {
-    auto start = Clock::now();
-    once();
-    us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - start).count());
-  }
-}
-
-Percentiles percentiles(std::vector<double> us) {
-  double total = 0;
-  for (double u : us)
-    total += u;
-  std::sort(us.begin(), us.end());
-  size_t n = us.size();
-  return {us[n / 2], us[std::min(n - 1, n * 99 / 100)], total / double(n)};
-}
 
 /// A connected loopback TCP pair with TCP_NODELAY, as a tuned raw socket would be.
 std::pair<int, int> loopbackPair() {
