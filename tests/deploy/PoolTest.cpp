@@ -455,3 +455,18 @@ TEST_CASE("a courier-serve pool's front door refuses a body over the instances' 
   Pool pool(PoolKind::Serve, {"--max-body-bytes", "65536"});
   requireOversizedBodyRefused(pool, "PUT", "/v1/modules/big", 65537);
 }
+
+TEST_CASE("a pool that cannot start says why and exits non-zero", "[deploy]") {
+  using courier::testing::runServerToExit;
+  auto [badArgument, badArgumentLog] =
+      runServerToExit(COURIER_POOL_SCRIPT, {"--executors", "2", "--listen", "127.0.0.1:0",
+                                            "--bin-dir", COURIER_BIN_DIR, "--", "--frobnicate"});
+  CHECK(badArgument == 1);
+  CHECK(badArgumentLog.find("executor-1 exited before listening") != std::string::npos);
+  CHECK(badArgumentLog.find("unknown option '--frobnicate'") != std::string::npos);
+  auto [exposed, exposedLog] =
+      runServerToExit(COURIER_POOL_SCRIPT,
+                      {"--executors", "1", "--listen", "0.0.0.0:0", "--bin-dir", COURIER_BIN_DIR});
+  CHECK(exposed == 2);
+  CHECK(exposedLog.find("beyond loopback: give --token-file") != std::string::npos);
+}
