@@ -371,19 +371,14 @@ ExecutorServer::Impl::acceptLaunchHeader(const httplib::Request &req, Session &s
     total += t.bytes;
   }
   // Checked before allocating, so a header cannot make us reserve what the body does not
-  // bring. A chunked body may come with a Content-Length its header line alone exceeds: say
-  // so rather than subtract past zero.
+  // bring. The header line came within the Content-Length, so the subtraction stays above
+  // zero (a Content-Length beside Transfer-Encoding is refused before routing).
   uint64_t length = contentLength(req);
-  if (req.has_header("Content-Length") && length != line.size() + 1 + total) {
-    if (length < line.size() + 1)
-      return makeWireError("bad_frame", llvm::formatv("the Content-Length of {0} bytes is shorter "
-                                                      "than the frame's header line ({1} bytes)",
-                                                      length, line.size() + 1));
+  if (req.has_header("Content-Length") && length != line.size() + 1 + total)
     return makeWireError("bad_frame",
                          llvm::formatv("the frame header declares {0} tensor bytes, the body "
                                        "holds {1}",
                                        total, length - line.size() - 1));
-  }
   llvm::Expected<InputArea> prepared = core->inputArea(session, request.inputs);
   if (!prepared)
     return prepared.takeError();

@@ -19,6 +19,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <thread>
 #include <utility>
 
@@ -47,6 +48,26 @@ constexpr int kListenBacklog = 1024;
 bool isProbe(const httplib::Request &req) {
   return req.method == "GET" &&
          (req.path == "/v1/health" || req.path == "/v1/ready" || req.path == "/metrics");
+}
+
+/// Why the end of a request's body is ambiguous, if it is: with two Content-Length headers,
+/// or one beside Transfer-Encoding, a proxy in front and this server could each find a
+/// different body, and bytes one takes for body the other would run as a request of its own.
+/// httplib picks one of the headers itself, silently.
+std::optional<std::string> ambiguousFraming(const httplib::Request &req) {
+  size_t lengths = req.get_header_value_count("Content-Length");
+  if (lengths > 1)
+    return "the request has " + std::to_string(lengths) +
+           " Content-Length headers; send exactly one";
+  if (lengths == 1 && req.has_header("Transfer-Encoding"))
+    return std::string("the request has both Content-Length and Transfer-Encoding headers; "
+                       "send one of them");
+  uint64_t length = 0;
+  if (lengths == 1 &&
+      llvm::StringRef(req.get_header_value("Content-Length")).getAsInteger(10, length))
+    return "the Content-Length header '" + req.get_header_value("Content-Length") +
+           "' is not a number of bytes";
+  return std::nullopt;
 }
 
 /// Shuts down (without closing: the fds stay httplib's) every connected socket of this
@@ -352,6 +373,12 @@ void HttpService::installHandlers() {
     requestIsWork = !isProbe(req);
     if (requestIsWork)
       workInFlight++;
+    if (std::optional<std::string> ambiguity = ambiguousFraming(req)) {
+      opts.sendError(res, "bad_request", *ambiguity);
+      // Where this body ends is the question: nothing after the headers can be trusted.
+      res.set_header("Connection", "close");
+      return httplib::Server::HandlerResponse::Handled;
+    }
     if (authorized(req))
       return httplib::Server::HandlerResponse::Unhandled;
     opts.sendError(res, "unauthorized", "missing or wrong bearer token");
@@ -546,14 +573,11 @@ void HttpService::stop() {
   // connection waits for the next request until the keep-alive timeout, and run() waits for
   // every worker. Let requests in flight finish (bounded), then wake the idle connections by
   // shutting their sockets down; httplib then closes them.
-  // After a drain, what is still in flight came in as the drain ended (the listener is
-  // closed now, and a keep-alive connection takes no request after this one): it gets a short
-  // while.
+  // After a drain the requests in flight have had their time already.
   stopWaiting = true;
-  {
+  if (!drainStarted) {
     std::unique_lock<std::mutex> lock(stopMutex);
-    stopSignal.wait_for(lock, drainStarted ? std::chrono::seconds(2) : std::chrono::seconds(10),
-                        [&] { return inFlight <= 0; });
+    stopSignal.wait_for(lock, std::chrono::seconds(10), [&] { return inFlight <= 0; });
   }
   shutdownAcceptedConnections(boundPort, opts.listen.socketPath);
 }

@@ -2,6 +2,7 @@
 // reloads under load, and watch mode.
 #include "tests/serve/RestClient.h"
 #include "tests/serve/ServeProcess.h"
+#include "tests/support/RawConnection.h"
 #include "tests/transport/ExecutorProcess.h"
 #include "tools/courier-serve/ModuleStore.h"
 
@@ -34,6 +35,7 @@ using courier::testing::json;
 using courier::testing::outputData;
 using courier::testing::post;
 using courier::testing::put;
+using courier::testing::RawConnection;
 using courier::testing::Reply;
 using courier::testing::requireCreated;
 using courier::testing::ServeConfig;
@@ -576,6 +578,44 @@ TEST_CASE("a body over --max-body-bytes is 413, with or without Content-Length",
 
   // Small requests still pass.
   requireCreated(*http, "small", kHostOnly);
+}
+
+TEST_CASE("courier-serve refuses a request whose body could end in two places, before routing",
+          "[serve][security]") {
+  ServeProcess serve;
+  std::string body = createBody("twice", kHostOnly);
+  std::string head = "POST /v1/modules HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                     "Content-Type: application/json\r\n";
+  std::string length = "Content-Length: " + std::to_string(body.size()) + "\r\n";
+  std::ostringstream chunked;
+  chunked << std::hex << body.size() << "\r\n" << body << "\r\n0\r\n\r\n";
+  struct Case {
+    const char *what;
+    std::string request;
+    std::string message;
+  };
+  std::vector<Case> cases = {
+      {"two Content-Length headers", head + length + length + "\r\n" + body,
+       "the request has 2 Content-Length headers; send exactly one"},
+      {"Content-Length beside Transfer-Encoding",
+       head + length + "Transfer-Encoding: chunked\r\n\r\n" + chunked.str(),
+       "the request has both Content-Length and Transfer-Encoding headers; send one of them"},
+  };
+  for (const Case &c : cases) {
+    INFO(c.what);
+    RawConnection connection(serve.port());
+    connection.send(c.request);
+    std::string reply = connection.readAll();
+    CHECK_THAT(reply, Catch::StartsWith("HTTP/1.1 400"));
+    json answer = json::parse(reply.substr(std::min(reply.size(), reply.find("\r\n\r\n") + 4)),
+                              nullptr, false);
+    CHECK(answer["error"]["code"] == "bad_request");
+    CHECK(answer["error"]["message"] == c.message);
+  }
+  // Neither reached its route, and the server goes on serving.
+  auto http = serve.client();
+  CHECK(serve.metric("courier_serve_modules") == 0);
+  requireCreated(*http, "twice", kHostOnly);
 }
 
 TEST_CASE("the module limit refuses one more with 507 until a module is deleted", "[serve]") {

@@ -2,6 +2,7 @@
 // code and status, and the executor keeps serving the requests that follow.
 #include "executor/ExecutorServer.h"
 #include "tests/kernels/KernelPaths.h"
+#include "tests/support/RawConnection.h"
 #include "tests/transport/ExecutorProcess.h"
 #include "transport/Wire.h"
 
@@ -26,6 +27,7 @@
 using namespace courier::transport;
 using courier::testing::ExecutorConfig;
 using courier::testing::ExecutorProcess;
+using courier::testing::RawConnection;
 using json = nlohmann::json;
 
 namespace {
@@ -300,19 +302,52 @@ TEST_CASE("a bad frame header is described once, with the code of what is wrong"
     CHECK(body["error"]["code"] == (c.status == 413 ? "payload_too_large" : "bad_frame"));
     CHECK(body["error"]["message"] == c.message);
   }
+  CHECK(peer.healthy());
+}
 
-  // A chunked body may carry a Content-Length shorter than its own header line.
-  std::string line = withInput("");
+TEST_CASE("the executor refuses a request whose body could end in two places, before routing",
+          "[protocol][security]") {
+  ExecutorProcess executor;
+  Peer peer(executor);
+  std::string session = peer.openSession();
+  std::string line =
+      R"({"object":")" + std::string(64, 'a') + R"(","entry":"e","inputs":[],"results":[]})" + "\n";
   std::ostringstream chunk;
   chunk << std::hex << line.size();
-  std::string reply = rawExchange(
-      executor, "POST " + launch + " HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n" +
-                    "Content-Length: 3\r\nConnection: close\r\n\r\n" + chunk.str() + "\r\n" + line +
-                    "\r\n0\r\n\r\n");
-  CHECK_THAT(reply, Catch::StartsWith("HTTP/1.1 400"));
-  CHECK_THAT(reply, Catch::Contains("the Content-Length of 3 bytes is shorter than the frame's "
-                                    "header line (" +
-                                    std::to_string(line.size()) + " bytes)"));
+  struct Case {
+    const char *what;
+    std::string request;
+    std::string message;
+  };
+  std::vector<Case> cases = {
+      {"two Content-Length headers",
+       "POST /v1/sessions HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nContent-Length: 5\r\n"
+       "Connection: close\r\n\r\nhello",
+       "the request has 2 Content-Length headers; send exactly one"},
+      {"Content-Length beside Transfer-Encoding",
+       "POST /v1/sessions/" + session + "/launch HTTP/1.1\r\nHost: x\r\n" +
+           "Transfer-Encoding: chunked\r\nContent-Length: 3\r\nConnection: close\r\n\r\n" +
+           chunk.str() + "\r\n" + line + "\r\n0\r\n\r\n",
+       "the request has both Content-Length and Transfer-Encoding headers; send one of them"},
+      {"a Content-Length that is a list",
+       "POST /v1/sessions HTTP/1.1\r\nHost: x\r\nContent-Length: 2, 2\r\n"
+       "Connection: close\r\n\r\n{}",
+       "the Content-Length header '2, 2' is not a number of bytes"},
+  };
+  for (const Case &c : cases) {
+    INFO(c.what);
+    RawConnection connection(executor.port());
+    connection.send(c.request);
+    std::string reply = connection.readAll();
+    CHECK_THAT(reply, Catch::StartsWith("HTTP/1.1 400"));
+    std::string body = reply.substr(std::min(reply.size(), reply.find("\r\n\r\n") + 4));
+    json error = json::parse(body, nullptr, false);
+    CHECK(error["error"]["code"] == "bad_request");
+    CHECK(error["error"]["message"] == c.message);
+  }
+  // None of them reached its route: only the session opened above exists.
+  CHECK(executor.metric("courier_sessions_opened_total") == 1);
+  CHECK(executor.metric("courier_launches_total") == 0);
   CHECK(peer.healthy());
 }
 
