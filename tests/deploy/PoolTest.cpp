@@ -156,7 +156,7 @@ void requireResidentSetsFlat(const std::vector<long> &before, const std::vector<
   }
 }
 
-/// A request whose headers outgrow the front door's 64 KiB: 5000 header lines.
+/// A request whose headers outgrow the front door's 32 KiB: 5000 header lines.
 std::string headerFlood() {
   std::string request = "GET /v1/health HTTP/1.1\r\nHost: pool\r\n";
   for (int i = 0; i < 5000; ++i)
