@@ -136,7 +136,7 @@ nginx_pid=""
 signal_servers() {
   local pid
   for pid in "${pids[@]}"; do
-    kill -TERM "$pid" 2>/dev/null || true
+    [ "$pid" -eq 0 ] || kill -TERM "$pid" 2>/dev/null || true
   done
 }
 
@@ -148,7 +148,7 @@ stop_all() {
   signal_servers
   local pid
   for pid in "${pids[@]}"; do
-    while kill -0 "$pid" 2>/dev/null; do
+    while [ "$pid" -ne 0 ] && kill -0 "$pid" 2>/dev/null; do
       wait "$pid" 2>/dev/null || true
     done
   done
@@ -304,6 +304,7 @@ while [ $stopping -eq 0 ]; do
   for ((i = 0; i < ${#pids[@]}; i++)); do
     if [ "${pids[i]}" = "$exited" ]; then
       echo "pool.sh: ${names[i]} (pid $exited) exited on its own; its sessions move to the others" >&2
+      pids[i]=0 # Reaped: its pid may be another process's by the time the pool stops.
     fi
   done
 done
