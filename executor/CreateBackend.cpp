@@ -1,5 +1,5 @@
-// Picks the backend for an address: "local" runs in process, "host:port" or "unix:PATH" goes
-// over HTTP.
+// Picks the backend for an address: "local" runs in process, "host:port", "https://host:port"
+// or "unix:PATH" goes over HTTP.
 #include "executor/LocalBackend.h"
 #include "transport/HostPort.h"
 #include "transport/HttpBackend.h"
@@ -10,14 +10,16 @@ namespace courier::transport {
 
 namespace {
 
-/// Accepts "host:port" and "[v6-host]:port" with a port in 1..65535, and "unix:/path".
+/// Accepts "host:port" and "[v6-host]:port" with a port in 1..65535, either after
+/// "https://", and "unix:/path".
 llvm::Error checkAddress(llvm::StringRef address) {
   llvm::Expected<HostPort> parsed = parseHostPort(address);
   if (parsed)
     return llvm::Error::success();
-  return llvm::createStringError(llvm::formatv(
-      "bad executor address '{0}': {1}; expected \"local\", \"host:port\" or \"unix:PATH\"",
-      address, llvm::toString(parsed.takeError())));
+  return llvm::createStringError(
+      llvm::formatv("bad executor address '{0}': {1}; expected \"local\", \"host:port\", "
+                    "\"https://host:port\" or \"unix:PATH\"",
+                    address, llvm::toString(parsed.takeError())));
 }
 
 } // namespace

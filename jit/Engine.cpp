@@ -582,6 +582,7 @@ Engine::Impl::link(std::string name, std::string object, llvm::orc::JITTargetMac
   scopeOptions.backend.connectTimeout = options.connectTimeout;
   scopeOptions.backend.requestTimeout = options.requestTimeout;
   scopeOptions.backend.bearerToken = options.authToken;
+  scopeOptions.backend.tls = options.tls;
   scopeOptions.backend.plugins = options.plugins;
   scopeOptions.objects = std::move(targetObjects);
   impl->scope = std::make_unique<runtime::ModuleScope>(scopeOptions);

@@ -3,6 +3,7 @@
 #ifndef COURIER_JIT_ENGINE_H
 #define COURIER_JIT_ENGINE_H
 
+#include "transport/Backend.h"
 #include "transport/ErrorCode.h"
 
 #include "llvm/ADT/ArrayRef.h"
@@ -135,7 +136,8 @@ using transport::ErrorCode;
 /// - ErrorCode::InvalidInput: the caller's inputs do not fit the entry's signature;
 /// - ErrorCode::UnknownEntry: no such entry, or one invoke cannot call;
 /// - ErrorCode::ExecutorFailed: an executor reported a failure (or refused a request);
-/// - ErrorCode::ExecutorUnavailable: an executor could not be reached, did not answer in
+/// - ErrorCode::ExecutorUnavailable: an executor could not be reached (or TLS with it
+///   failed: the message carries `tls_failed`), did not answer in
 ///   time, or could not start a worker,
 /// and, for isolated modules (Isolation::Process),
 /// - ErrorCode::KernelCrashed: the module's worker died while running the call;
@@ -199,6 +201,9 @@ struct EngineOptions {
   std::chrono::milliseconds connectTimeout{2000};
   std::chrono::milliseconds requestTimeout{60000};
   std::string authToken; ///< Bearer token for HTTP executors.
+  /// CA and client certificate for "https://" executors; empty settings come from the
+  /// environment (transport/Backend.h).
+  transport::TlsClientOptions tls;
   /// Shared libraries the in-process executor loads for dispatched library calls
   /// (`catalyst.runtime_call` on "local").
   std::vector<std::string> plugins;

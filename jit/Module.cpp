@@ -12,14 +12,16 @@ llvm::Error engineError(ErrorCode kind, std::string message) {
   return llvm::make_error<EngineError>(kind, std::move(message));
 }
 
-/// An executor that could not be reached (the client's `unavailable`) or could not start a
-/// worker for the session (`worker_unavailable`) is unavailable; any other failure is the
-/// executor's. The cause's text, code included, becomes the message.
+/// An executor that could not be reached (the client's `unavailable`), not over TLS
+/// (`tls_failed`), or could not start a worker for the session (`worker_unavailable`) is
+/// unavailable; any other failure is the executor's. The cause's text, code included,
+/// becomes the message.
 llvm::Error executorError(llvm::Twine context, llvm::Error cause) {
   ErrorCode kind = ErrorCode::ExecutorFailed;
   llvm::Error kept = llvm::handleErrors(
       std::move(cause), [&](std::unique_ptr<transport::CodedError> coded) -> llvm::Error {
-        if (coded->kind == ErrorCode::Unavailable || coded->kind == ErrorCode::WorkerUnavailable)
+        if (coded->kind == ErrorCode::Unavailable || coded->kind == ErrorCode::WorkerUnavailable ||
+            coded->kind == ErrorCode::TlsFailed)
           kind = ErrorCode::ExecutorUnavailable;
         return llvm::Error(std::move(coded));
       });

@@ -78,6 +78,7 @@ void writeOptions(MessageWriter &out, const EngineOptions &options) {
     out.str(plugin);
   out.str(options.extraPipeline).u64(options.printIRAfterAll ? 1 : 0);
   out.u64(options.maxConstantBytes).u64(options.maxObjectBytes).u64(options.cacheMaxBytes);
+  out.str(options.tls.caFile).str(options.tls.certFile).str(options.tls.keyFile);
 }
 
 EngineOptions readOptions(MessageReader &in) {
@@ -97,6 +98,9 @@ EngineOptions readOptions(MessageReader &in) {
   options.maxConstantBytes = in.u64();
   options.maxObjectBytes = in.u64();
   options.cacheMaxBytes = in.u64();
+  options.tls.caFile = in.str().str();
+  options.tls.certFile = in.str().str();
+  options.tls.keyFile = in.str().str();
   return options;
 }
 

@@ -76,12 +76,23 @@ struct Health {
   std::vector<std::string> features;
 };
 
+/// How an HTTP backend checks an https:// executor and proves itself to it. The server's
+/// certificate is always verified, its host name included; each empty setting is taken from
+/// the environment when the backend is created (COURIER_TLS_CA, COURIER_TLS_CLIENT_CERT,
+/// COURIER_TLS_CLIENT_KEY), and without a CA file the system's default CA paths are used.
+struct TlsClientOptions {
+  std::string caFile;   ///< PEM certificates of the CAs the executor's certificate may chain to.
+  std::string certFile; ///< PEM client certificate for mutual TLS, with keyFile.
+  std::string keyFile;  ///< Its unencrypted PEM private key.
+};
+
 /// Options shared by every backend; the local backend ignores the network ones.
 struct BackendOptions {
   std::chrono::milliseconds connectTimeout{2000};
   std::chrono::milliseconds requestTimeout{60000};
   std::string bearerToken;          ///< Sent as "Authorization: Bearer <token>" when non-empty.
   std::vector<std::string> plugins; ///< Shared libraries the local executor loads for `call`.
+  TlsClientOptions tls;             ///< For "https://" addresses.
 };
 
 /// A connection to one executor. Implementations are thread-safe: several threads may
@@ -90,7 +101,7 @@ class Backend {
 public:
   virtual ~Backend();
 
-  /// "local" or "host:port"; used in error messages.
+  /// "local", "host:port", "unix:PATH" or "https://host:port"; used in error messages.
   virtual const std::string &address() const = 0;
 
   virtual llvm::Expected<Health> health() = 0;
@@ -128,8 +139,8 @@ public:
                                            llvm::StringRef input, uint64_t outputSize) = 0;
 };
 
-/// Creates the backend for `address`: "local" gives the in-process executor, "host:port"
-/// an HTTP client.
+/// Creates the backend for `address`: "local" gives the in-process executor, "host:port",
+/// "unix:PATH" or "https://host:port" an HTTP client.
 llvm::Expected<std::unique_ptr<Backend>> createBackend(llvm::StringRef address,
                                                        const BackendOptions &options);
 

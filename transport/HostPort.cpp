@@ -1,4 +1,4 @@
-// Splitting and checking "host:port" and "unix:/path" addresses.
+// Splitting and checking "host:port", "https://host:port" and "unix:/path" addresses.
 #include "transport/HostPort.h"
 
 #include "llvm/ADT/STLExtras.h"
@@ -8,6 +8,9 @@ namespace courier::transport {
 
 llvm::Expected<HostPort> parseHostPort(llvm::StringRef address, PortZero zero) {
   auto bad = [](const char *why) { return llvm::createStringError(why); };
+  bool tls = address.consume_front(kHttpsPrefix);
+  if (tls && address.starts_with(kUnixSocketPrefix))
+    return bad("a unix socket's address takes no https:// (its file mode guards it)");
   if (address.starts_with(kUnixSocketPrefix)) {
     llvm::StringRef path = address.drop_front(kUnixSocketPrefix.size());
     if (!path.starts_with("/"))
@@ -40,7 +43,7 @@ llvm::Expected<HostPort> parseHostPort(llvm::StringRef address, PortZero zero) {
       value < lowest || value > 65535)
     return bad(zero == PortZero::Allowed ? "the port must be a number from 0 to 65535"
                                          : "the port must be a number from 1 to 65535");
-  return HostPort{host.str(), value};
+  return HostPort{host.str(), value, false, tls};
 }
 
 } // namespace courier::transport

@@ -6,6 +6,7 @@
 #include "transport/HttpBackend.h"
 
 #include "transport/HostPort.h"
+#include "transport/Tls.h"
 #include "transport/Wire.h"
 
 #include "llvm/ADT/StringExtras.h"
@@ -13,12 +14,15 @@
 
 #include <httplib.h>
 #include <nlohmann/json.hpp>
+#include <openssl/err.h>
 
 #include <chrono>
+#include <csignal>
 #include <cstdlib>
 #include <map>
 #include <mutex>
 #include <optional>
+#include <pthread.h>
 #include <sys/socket.h>
 
 using json = nlohmann::json;
@@ -33,6 +37,42 @@ void appendErrorBody(std::string &body, const char *data, size_t size) {
   if (body.size() < kLimit)
     body.append(data, std::min(size, kLimit - body.size()));
 }
+
+/// OpenSSL writes to its socket with write(), which raises SIGPIPE when the executor has
+/// closed the connection (a server refusing a client certificate does, right after the
+/// handshake). While this lives, SIGPIPE is blocked on the calling thread and one raised
+/// meanwhile is discarded, so the request fails with a write error instead of ending the
+/// program.
+class SigpipeBlocked {
+public:
+  explicit SigpipeBlocked(bool active) : active(active) {
+    if (!active)
+      return;
+    sigemptyset(&pipeSignal);
+    sigaddset(&pipeSignal, SIGPIPE);
+    sigset_t pending;
+    sigpending(&pending);
+    alreadyPending = sigismember(&pending, SIGPIPE) == 1;
+    pthread_sigmask(SIG_BLOCK, &pipeSignal, &previous);
+  }
+  ~SigpipeBlocked() {
+    if (!active)
+      return;
+    if (!alreadyPending) {
+      timespec now{0, 0};
+      while (sigtimedwait(&pipeSignal, nullptr, &now) == SIGPIPE) {
+      }
+    }
+    pthread_sigmask(SIG_SETMASK, &previous, nullptr);
+  }
+  SigpipeBlocked(const SigpipeBlocked &) = delete;
+  SigpipeBlocked &operator=(const SigpipeBlocked &) = delete;
+
+private:
+  bool active;
+  bool alreadyPending = false;
+  sigset_t pipeSignal, previous;
+};
 
 /// Code and message of a failed request; keeps the code so callers can recover.
 struct Failure {
@@ -64,6 +104,10 @@ std::string describeTransportError(httplib::Error error) {
     return "connection timed out";
   case httplib::Error::Read:
     return "connection lost or no reply within the request timeout";
+  case httplib::Error::SSLConnection:
+    return "TLS handshake failed";
+  case httplib::Error::SSLLoadingCerts:
+    return "cannot load the TLS CA certificates";
   case httplib::Error::Write:
     return "connection lost while sending the request";
   case httplib::Error::Canceled:
@@ -129,18 +173,22 @@ private:
   /// A pooled connection, returned to the pool when the lease ends.
   class Lease {
   public:
-    Lease(HttpBackend &owner, std::unique_ptr<httplib::Client> client)
+    Lease(HttpBackend &owner, std::unique_ptr<httplib::ClientImpl> client)
         : owner(owner), client(std::move(client)) {}
     ~Lease() { owner.release(std::move(client)); }
-    httplib::Client &operator*() { return *client; }
+    httplib::ClientImpl &operator*() { return *client; }
 
   private:
     HttpBackend &owner;
-    std::unique_ptr<httplib::Client> client;
+    std::unique_ptr<httplib::ClientImpl> client;
   };
 
   Lease acquire();
-  void release(std::unique_ptr<httplib::Client> client);
+  void release(std::unique_ptr<httplib::ClientImpl> client);
+  /// What a request that never got a reply ran into; with TLS, OpenSSL's verify result and
+  /// whether the executor asked for a client certificate this client lacks say more.
+  llvm::Error transportFailure(const std::string &operation, httplib::Error error,
+                               httplib::ClientImpl &client);
 
   /// Sends `req` and returns the status; a transport failure or an error status becomes a
   /// Failure whose message starts with "<operation> on <address>: ".
@@ -179,7 +227,7 @@ private:
 
   std::mutex poolMutex;
   struct IdleClient {
-    std::unique_ptr<httplib::Client> client;
+    std::unique_ptr<httplib::ClientImpl> client;
     std::chrono::steady_clock::time_point since;
   };
   std::vector<IdleClient> idle; ///< Most recently used last.
@@ -199,7 +247,7 @@ HttpBackend::Lease HttpBackend::acquire() {
     std::lock_guard<std::mutex> lock(poolMutex);
     if (!idle.empty()) {
       if (std::chrono::steady_clock::now() - idle.back().since < kMaxIdleTime) {
-        std::unique_ptr<httplib::Client> client = std::move(idle.back().client);
+        std::unique_ptr<httplib::ClientImpl> client = std::move(idle.back().client);
         idle.pop_back();
         return Lease(*this, std::move(client));
       }
@@ -207,8 +255,22 @@ HttpBackend::Lease HttpBackend::acquire() {
     }
   }
   // httplib names a unix socket by its path in place of the host (the port is unused).
-  auto client = std::make_unique<httplib::Client>(
-      target.host, target.unixSocket ? 80 : static_cast<int>(target.port));
+  std::unique_ptr<httplib::ClientImpl> client;
+  if (target.tls) {
+    auto ssl = std::make_unique<httplib::SSLClient>(target.host, static_cast<int>(target.port),
+                                                    options.tls.certFile, options.tls.keyFile);
+    // Verification (chain and host name) is httplib's default; without a CA file it uses
+    // the system's default CA paths.
+    ssl->enable_server_certificate_verification(true);
+    if (!options.tls.caFile.empty())
+      ssl->set_ca_cert_path(options.tls.caFile);
+    if (SSL_CTX *ctx = ssl->ssl_context())
+      watchCertificateRequests(*ctx);
+    client = std::move(ssl);
+  } else {
+    client = std::make_unique<httplib::ClientImpl>(
+        target.host, target.unixSocket ? 80 : static_cast<int>(target.port));
+  }
   if (target.unixSocket)
     client->set_address_family(AF_UNIX);
   client->set_keep_alive(true);
@@ -219,7 +281,7 @@ HttpBackend::Lease HttpBackend::acquire() {
   return Lease(*this, std::move(client));
 }
 
-void HttpBackend::release(std::unique_ptr<httplib::Client> client) {
+void HttpBackend::release(std::unique_ptr<httplib::ClientImpl> client) {
   // Keep enough idle connections for a handful of concurrent callers; more just hold
   // executor threads.
   constexpr size_t kMaxIdle = 8;
@@ -248,15 +310,49 @@ llvm::Expected<int> HttpBackend::send(httplib::Request &req, httplib::Response &
       !req.has_header("Content-Length") && !saysEmptyItself)
     req.set_header("Content-Length", std::to_string(req.body.size()));
   httplib::Error error = httplib::Error::Success;
-  bool sent;
-  {
-    Lease lease = acquire();
-    sent = (*lease).send(req, res, error);
-  }
-  if (!sent)
-    return makeCodedError(ErrorCode::Unavailable,
-                          where(operation) + ": " + describeTransportError(error));
+  SigpipeBlocked quiet(target.tls);
+  Lease lease = acquire();
+  if (target.tls)
+    ERR_clear_error(); // So a handshake's failure is the only one OpenSSL holds.
+  if (!(*lease).send(req, res, error))
+    return transportFailure(operation, error, *lease);
   return res.status;
+}
+
+llvm::Error HttpBackend::transportFailure(const std::string &operation, httplib::Error error,
+                                          httplib::ClientImpl &client) {
+  auto *ssl = target.tls ? static_cast<httplib::SSLClient *>(&client) : nullptr;
+  std::string reason = describeTransportError(error);
+  if (ssl && ssl->ssl_context() && askedForMissingCertificate(*ssl->ssl_context()))
+    return makeCodedError(ErrorCode::TlsFailed,
+                          where(operation) +
+                              ": the executor asks for a client certificate (mutual TLS) and "
+                              "none was given: set --tls-client-cert and --tls-client-key, or "
+                              "COURIER_TLS_CLIENT_CERT and COURIER_TLS_CLIENT_KEY");
+  switch (error) {
+  case httplib::Error::SSLServerVerification:
+    return makeCodedError(
+        ErrorCode::TlsFailed,
+        where(operation) + ": " +
+            describeVerifyFailure(ssl ? ssl->get_openssl_verify_result() : 0, target.host));
+  case httplib::Error::SSLConnection:
+  case httplib::Error::SSLLoadingCerts: {
+    std::string detail = takeOpenSslReason();
+    return makeCodedError(
+        ErrorCode::TlsFailed,
+        where(operation) + ": " + reason + (detail.empty() ? "" : " (" + detail + ")") +
+            (error == httplib::Error::SSLConnection ? "; is the executor serving TLS on that port?"
+                                                    : ""));
+  }
+  case httplib::Error::Read:
+    // A TLS server closes a plaintext connection without a word.
+    if (!target.tls && !target.unixSocket)
+      reason += " (an executor serving TLS needs an https:// address)";
+    break;
+  default:
+    break;
+  }
+  return makeCodedError(ErrorCode::Unavailable, where(operation) + ": " + reason);
 }
 
 llvm::Expected<json> HttpBackend::exchange(const std::string &method, const std::string &path,
@@ -696,8 +792,15 @@ llvm::Expected<std::unique_ptr<Backend>> createHttpBackend(llvm::StringRef addre
   if (!parsed)
     return llvm::createStringError("connecting to '" + address +
                                    "': " + llvm::toString(parsed.takeError()) +
-                                   "; expected host:port or unix:PATH");
-  return std::make_unique<HttpBackend>(address.str(), std::move(*parsed), options);
+                                   "; expected host:port, https://host:port or unix:PATH");
+  BackendOptions settings = options;
+  if (parsed->tls) {
+    settings.tls = withTlsEnvironment(options.tls);
+    if (llvm::Error error = checkClientFiles(settings.tls))
+      return makeCodedError(ErrorCode::TlsFailed,
+                            "connecting to '" + address + "': " + llvm::toString(std::move(error)));
+  }
+  return std::make_unique<HttpBackend>(address.str(), std::move(*parsed), std::move(settings));
 }
 
 } // namespace courier::transport

@@ -6,15 +6,16 @@
 
 namespace courier::transport {
 
-/// Creates a client for the executor at `address` ("host:port", "[v6]:port"). The client
+/// Creates a client for the executor at `address` ("host:port", "[v6]:port", "unix:PATH",
+/// or "https://host:port" for TLS, verified with options.tls or the environment). The client
 /// is thread-safe: it keeps a small pool of keep-alive connections, so several threads may
 /// launch on one session at once. It remembers what each session shipped, so when the
 /// executor restarted (and answers `unknown_session` or `unknown_object`) it re-creates the
 /// session under the same id, re-ships, and retries the request once. Errors name the
 /// operation and the address and are CodedErrors (transport/ErrorCode.h) with the executor's
-/// code, decoded once from the reply, or `unavailable` when the executor could not be
-/// reached; their text reads "launching '_catalyst_pyface_scale' on 127.0.0.1:7000: ...
-/// [unknown_entry]". Protocol: docs/protocol.md.
+/// code, decoded once from the reply, `unavailable` when the executor could not be
+/// reached, or `tls_failed` when TLS failed (the error says how); their text reads "launching
+/// '_catalyst_pyface_scale' on 127.0.0.1:7000: ... [unknown_entry]". Protocol: docs/protocol.md.
 llvm::Expected<std::unique_ptr<Backend>> createHttpBackend(llvm::StringRef address,
                                                            const BackendOptions &options);
 

@@ -1,6 +1,8 @@
 // The HTTP server plumbing shared by the executor and courier-serve (see HttpService.h).
 #include "transport/HttpService.h"
 
+#include "transport/Tls.h"
+
 #include "llvm/Support/FormatVariadic.h"
 
 #include <openssl/crypto.h>
@@ -265,7 +267,25 @@ llvm::Error HttpService::readFrame(const httplib::Request &, httplib::Response &
   return frame.finish();
 }
 
-HttpService::HttpService(HttpServiceOptions options) : opts(std::move(options)) {
+namespace {
+
+std::unique_ptr<httplib::Server> makeServer(const HttpListenOptions &listen, std::string &problem) {
+  if (!wantsTls(listen))
+    return std::make_unique<httplib::Server>();
+  return std::make_unique<httplib::SSLServer>([&](SSL_CTX &ctx) {
+    llvm::Error error = configureServerContext(ctx, listen);
+    if (!error)
+      return true;
+    problem = llvm::toString(std::move(error));
+    return false;
+  });
+}
+
+} // namespace
+
+HttpService::HttpService(HttpServiceOptions options)
+    : opts(std::move(options)), ownedServer(makeServer(opts.listen, tlsProblem)),
+      http(*ownedServer) {
   unsigned threads = std::max(1u, opts.listen.threads);
   http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   http.set_tcp_nodelay(true);
@@ -483,6 +503,11 @@ llvm::Error clearSocketPath(const std::string &path) {
 } // namespace
 
 llvm::Error HttpService::bind() {
+  if (wantsTls(opts.listen) || !isLoopbackHost(opts.listen.host))
+    if (llvm::Error error = checkListenTls(opts.listen))
+      return error;
+  if (!tlsProblem.empty())
+    return llvm::createStringError(tlsProblem);
   // httplib's default options add SO_REUSEPORT, with which a second server on the same port
   // binds silently and the two split the requests. SO_REUSEADDR only lets a restarted
   // server bind while the old one's connections linger in TIME_WAIT.
@@ -538,7 +563,8 @@ std::string HttpService::address() const {
     return "unix:" + opts.listen.socketPath;
   bool v6 = opts.listen.host.find(':') != std::string::npos;
   int port = boundPort > 0 ? boundPort : opts.listen.port;
-  return (v6 ? "[" + opts.listen.host + "]" : opts.listen.host) + ":" + std::to_string(port);
+  return (wantsTls(opts.listen) ? "https://" : "") +
+         (v6 ? "[" + opts.listen.host + "]" : opts.listen.host) + ":" + std::to_string(port);
 }
 
 llvm::Error HttpService::run() {

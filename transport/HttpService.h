@@ -175,9 +175,11 @@ public:
                         const httplib::ContentReader &reader, wire::FrameReader &frame) const;
 
   /// Binds the listener: without SO_REUSEPORT, so an address another server holds is
-  /// refused ("127.0.0.1:7000 is already in use") rather than shared.
+  /// refused ("127.0.0.1:7000 is already in use") rather than shared. Refuses TLS settings
+  /// that do not fit (transport/Tls.h, checkListenTls) and certificate or key files that do
+  /// not load, naming the file.
   llvm::Error bind();
-  /// "host:port" actually bound, or "unix:PATH".
+  /// "host:port" actually bound ("https://host:port" with TLS), or "unix:PATH".
   std::string address() const;
   int port() const { return boundPort; }
 
@@ -204,7 +206,11 @@ private:
   void installHandlers();
 
   HttpServiceOptions opts;
-  httplib::Server http;
+  /// Why the TLS context could not be set up, reported by bind(); empty when it could.
+  std::string tlsProblem;
+  /// An httplib::SSLServer when the listener has TLS settings.
+  std::unique_ptr<httplib::Server> ownedServer;
+  httplib::Server &http;
   int boundPort = 0;
   /// The listening socket, for raising its backlog after httplib's listen().
   int listenFd = -1;

@@ -27,6 +27,14 @@ struct HttpListenOptions {
   bool logRequests = true;
   /// How long a drain (SIGTERM) waits for requests in flight before the server stops anyway.
   std::chrono::milliseconds drainTimeout{30000};
+  /// When set (both), the server speaks only TLS, with this PEM certificate chain and key.
+  std::string tlsCertFile, tlsKeyFile;
+  /// When set, every client must present a certificate signed by a CA in this PEM file (mutual
+  /// TLS); a client without one is refused at the handshake.
+  std::string tlsClientCaFile;
+  /// Lets a server bound beyond loopback speak plaintext, for a proxy in front that
+  /// terminates TLS. Without it (or TLS), such a server refuses to start.
+  bool insecurePlaintext = false;
 };
 
 /// True when `host` names only this machine (127.0.0.0/8, ::1, localhost).

@@ -55,6 +55,9 @@ llvm::Error ArgumentReader::unknown() const {
 }
 
 llvm::Error parseListenAddress(llvm::StringRef address, HttpListenOptions &options) {
+  if (address.contains("://"))
+    return llvm::createStringError("--listen expects HOST:PORT or unix:PATH, got '" + address +
+                                   "': no scheme; TLS is --tls-cert and --tls-key");
   llvm::Expected<HostPort> parsed = parseHostPort(address, PortZero::Allowed);
   if (!parsed)
     return llvm::createStringError("--listen expects HOST:PORT or unix:PATH, got '" + address +
@@ -93,6 +96,25 @@ llvm::Error checkThreadCount(uint64_t threads) {
   if (threads == 0 || threads > 4096)
     return llvm::createStringError("--threads must be between 1 and 4096");
   return llvm::Error::success();
+}
+
+llvm::Expected<bool> readTlsFlag(ArgumentReader &args, HttpListenOptions &options) {
+  if (args.arg() == "--insecure-plaintext") {
+    options.insecurePlaintext = true;
+    return true;
+  }
+  std::string *file = args.name() == "--tls-cert"        ? &options.tlsCertFile
+                      : args.name() == "--tls-key"       ? &options.tlsKeyFile
+                      : args.name() == "--tls-client-ca" ? &options.tlsClientCaFile
+                                                         : nullptr;
+  if (!file)
+    return false;
+  if (llvm::Error error = args.readValue())
+    return std::move(error);
+  if (args.value().empty())
+    return llvm::createStringError(args.name() + " needs a file");
+  *file = args.value();
+  return true;
 }
 
 void announceListening(const std::string &address) {

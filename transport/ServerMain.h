@@ -1,6 +1,6 @@
 // The pieces of a server's main() that courier-executor and courier-serve share: reading the
-// command line, --listen and --token-file, and stopping on SIGINT or SIGTERM. No HTTP type
-// appears here, so a tool can use it without the HTTP library's headers.
+// command line, --listen, --token-file and the TLS flags, and stopping on SIGINT or SIGTERM. No
+// HTTP type appears here, so a tool can use it without the HTTP library's headers.
 #ifndef COURIER_TRANSPORT_SERVERMAIN_H
 #define COURIER_TRANSPORT_SERVERMAIN_H
 
@@ -62,8 +62,21 @@ llvm::Error setDrainTimeout(const ArgumentReader &args, HttpListenOptions &optio
 /// --threads within the range a server accepts.
 llvm::Error checkThreadCount(uint64_t threads);
 
-/// Prints "listening on HOST:PORT" (or "listening on unix:PATH") on stdout, the line callers
-/// wait for before connecting.
+/// Takes the TLS flags both servers share into `options`: --tls-cert FILE, --tls-key FILE,
+/// --tls-client-ca FILE and --insecure-plaintext. False when the argument is none of them;
+/// HttpService::bind() checks how they combine and loads the files.
+llvm::Expected<bool> readTlsFlag(ArgumentReader &args, HttpListenOptions &options);
+
+/// The usage lines of readTlsFlag's flags, for a server's --help.
+#define COURIER_TLS_USAGE                                                                          \
+  "  --tls-cert FILE --tls-key FILE  serve TLS only (https://), with this PEM certificate\n"       \
+  "                  chain and its key; needed (or --insecure-plaintext) beyond loopback\n"        \
+  "  --tls-client-ca FILE  mutual TLS: refuse, at the handshake, clients without a\n"              \
+  "                  certificate signed by a CA in this PEM file\n"                                \
+  "  --insecure-plaintext  serve plaintext beyond loopback (a TLS-terminating proxy in front)\n"
+
+/// Prints "listening on HOST:PORT" ("listening on https://HOST:PORT" with TLS, or "listening
+/// on unix:PATH") on stdout, the line callers wait for before connecting.
 void announceListening(const std::string &address);
 
 /// SIGINT and SIGTERM, delivered to one waiter thread: construct before any thread starts (the

@@ -199,8 +199,18 @@ void ServerProcess::freeze() {
 }
 
 std::unique_ptr<httplib::Client> ServerProcess::client() const {
-  auto http = socket.empty() ? std::make_unique<httplib::Client>("127.0.0.1", boundPort)
-                             : std::make_unique<httplib::Client>(socket, 80);
+  std::unique_ptr<httplib::Client> http;
+  if (addressText.compare(0, 8, "https://") == 0) {
+    http = std::make_unique<httplib::Client>(addressText, spec.tlsClientCert, spec.tlsClientKey);
+    // Without a CA, only reachability is checked (a test of a certificate clients refuse).
+    if (spec.tlsCaFile.empty())
+      http->enable_server_certificate_verification(false);
+    else
+      http->set_ca_cert_path(spec.tlsCaFile);
+  } else {
+    http = socket.empty() ? std::make_unique<httplib::Client>("127.0.0.1", boundPort)
+                          : std::make_unique<httplib::Client>(socket, 80);
+  }
   if (!socket.empty())
     http->set_address_family(AF_UNIX);
   http->set_tcp_nodelay(true);

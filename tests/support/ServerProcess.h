@@ -24,6 +24,9 @@ struct ServerSpec {
   /// directory, which exists before the process starts.
   /// A --listen among them ("unix:{dir}/server.sock") replaces 127.0.0.1 and `port`.
   std::vector<std::string> args;
+  /// For a server that announces "https://": the CA client() trusts (none: it does not
+  /// verify), and the certificate and key it presents when the server asks for one.
+  std::string tlsCaFile{}, tlsClientCert{}, tlsClientKey{};
 };
 
 class ServerProcess {
@@ -33,7 +36,7 @@ public:
   ServerProcess(const ServerProcess &) = delete;
   ServerProcess &operator=(const ServerProcess &) = delete;
 
-  /// As the server announced it: "127.0.0.1:PORT" or "unix:PATH".
+  /// As the server announced it: "127.0.0.1:PORT", "https://127.0.0.1:PORT" or "unix:PATH".
   const std::string &address() const { return addressText; }
   /// The unix socket's path when it listens on one, else "".
   const std::string &socketPath() const { return socket; }
@@ -44,7 +47,7 @@ public:
   /// A scratch directory that lives as long as the fixture.
   const std::string &directory() const { return dir; }
   /// A keep-alive client that sends the bearer token, if there is one; over the unix
-  /// socket when the server listens on one.
+  /// socket when the server listens on one, over TLS (ServerSpec's files) when it speaks it.
   std::unique_ptr<httplib::Client> client() const;
   /// The current /metrics text.
   std::string metrics() const;

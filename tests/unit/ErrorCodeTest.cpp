@@ -65,6 +65,8 @@ TEST_CASE("a code two servers send has one status, and each server's list is its
   // Raised inside the client, never sent by either server.
   CHECK(executor.count("unavailable") == 0);
   CHECK(serve.count("unavailable") == 0);
+  CHECK(executor.count("tls_failed") == 0);
+  CHECK(serve.count("tls_failed") == 0);
 }
 
 TEST_CASE("a coded error keeps its code through added context and prints it last", "[errors]") {

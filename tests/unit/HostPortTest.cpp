@@ -50,6 +50,22 @@ TEST_CASE("a malformed host:port is refused with what is wrong", "[hostport]") {
     CHECK(refusal(port) == "the port must be a number from 1 to 65535");
 }
 
+TEST_CASE("https://host:port names an executor that speaks TLS", "[hostport]") {
+  auto tls = parseHostPort("https://executor.internal:7443");
+  REQUIRE(bool(tls));
+  CHECK(tls->tls);
+  CHECK(tls->host == "executor.internal");
+  CHECK(tls->port == 7443);
+  auto v6 = parseHostPort("https://[fe80::a]:7443");
+  REQUIRE(bool(v6));
+  CHECK(v6->tls);
+  CHECK(v6->host == "fe80::a");
+  CHECK_FALSE(parseHostPort("127.0.0.1:7000")->tls);
+  CHECK(refusal("https://") == "no port");
+  CHECK(refusal("https://unix:/run/x.sock") ==
+        "a unix socket's address takes no https:// (its file mode guards it)");
+}
+
 TEST_CASE("unix:PATH names a unix-domain socket by its absolute path", "[hostport]") {
   auto socket = parseHostPort("unix:/run/courier/executor.sock");
   REQUIRE(bool(socket));

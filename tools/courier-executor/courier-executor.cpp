@@ -1,6 +1,6 @@
 // courier-executor: serves the /v1 executor protocol (docs/protocol.md) until SIGINT or
-// SIGTERM, which start a drain. Prints "listening on HOST:PORT" (or "listening on
-// unix:PATH") once bound, so callers can pass port 0.
+// SIGTERM, which start a drain. Prints "listening on HOST:PORT" ("https://HOST:PORT" with
+// TLS, or "unix:PATH") once bound, so callers can pass port 0.
 #include "executor/ExecutorServer.h"
 #include "transport/ServerMain.h"
 
@@ -22,6 +22,8 @@ static const char *const kUsage =
     "                        [--worker-cpu-seconds N] [--warm-workers N] [--max-sessions N]\n"
     "                        [--no-sandbox] [--drain-timeout-ms N]\n"
     "                        [--allow-unsigned-objects] [--quiet]\n"
+    "                        [--tls-cert FILE --tls-key FILE [--tls-client-ca FILE]]\n"
+    "                        [--insecure-plaintext]\n"
     "  --listen        address to bind: HOST:PORT (default 127.0.0.1:7000; port 0 picks a\n"
     "                  free one) or unix:PATH (a socket file created mode 0600)\n"
     "  --plugin        shared library whose symbols `call` can reach (repeatable)\n"
@@ -42,7 +44,7 @@ static const char *const kUsage =
     "  --drain-timeout-ms  on SIGTERM, how long requests in flight may take to finish while\n"
     "                  /v1/ready answers 503 and new sessions are refused (default 30000)\n"
     "  --allow-unsigned-objects  accept objects without signature tables\n"
-    "  --quiet         do not log one line per request to stderr\n";
+    "  --quiet         do not log one line per request to stderr\n" COURIER_TLS_USAGE;
 
 static Expected<ExecutorServerOptions> parseArguments(int argc, char **argv) {
   ExecutorServerOptions options;
@@ -64,6 +66,11 @@ static Expected<ExecutorServerOptions> parseArguments(int argc, char **argv) {
       options.allowUnsignedObjects = true;
       continue;
     }
+    Expected<bool> tls = courier::transport::readTlsFlag(args, options);
+    if (!tls)
+      return tls.takeError();
+    if (*tls)
+      continue;
     StringRef name = args.name();
     if (!llvm::is_contained({"--listen", "--plugin", "--token-file", "--idle-timeout",
                              "--object-grace", "--threads", "--max-body-mib", "--isolation",

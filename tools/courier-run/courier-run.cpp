@@ -38,7 +38,8 @@ cl::list<std::string> argFiles("arg-file",
                                cl::value_desc("file"), cl::cat(category));
 cl::opt<std::string> executor("executor",
                               cl::desc("Send every target to this executor (\"local\", "
-                                       "host:port or unix:PATH) instead of the IR's addresses"),
+                                       "host:port, https://host:port or unix:PATH) instead of "
+                                       "the IR's addresses"),
                               cl::cat(category));
 cl::opt<unsigned> optLevel("O", cl::Prefix, cl::desc("Optimisation level, -O0 to -O3"), cl::init(2),
                            cl::cat(category));
@@ -61,6 +62,19 @@ cl::opt<uint64_t> cacheMaxMiB("cache-max-mib",
 cl::opt<std::string> tokenFile("token-file",
                                cl::desc("File holding the bearer token for HTTP executors"),
                                cl::cat(category));
+cl::opt<std::string> tlsCa("tls-ca",
+                           cl::desc("PEM file of the CAs an https:// executor's certificate may "
+                                    "chain to (default: $COURIER_TLS_CA, else the system's)"),
+                           cl::value_desc("file"), cl::cat(category));
+cl::opt<std::string> tlsClientCert("tls-client-cert",
+                                   cl::desc("PEM client certificate for an executor that asks "
+                                            "for one (mutual TLS; default: "
+                                            "$COURIER_TLS_CLIENT_CERT)"),
+                                   cl::value_desc("file"), cl::cat(category));
+cl::opt<std::string> tlsClientKey("tls-client-key",
+                                  cl::desc("The client certificate's PEM key (default: "
+                                           "$COURIER_TLS_CLIENT_KEY)"),
+                                  cl::value_desc("file"), cl::cat(category));
 cl::opt<std::string> extraPipeline("extra-pipeline",
                                    cl::desc("Passes to run before the dispatch pipeline, in "
                                             "mlir-opt syntax (e.g. \"canonicalize,cse\")"),
@@ -305,6 +319,7 @@ int main(int argc, char **argv) {
   options.plugins.assign(plugins.begin(), plugins.end());
   options.extraPipeline = extraPipeline;
   options.requestTimeout = std::chrono::milliseconds(timeoutMs);
+  options.tls = {tlsCa, tlsClientCert, tlsClientKey};
   // Beyond 2^44 MiB the byte count would wrap round to a small limit.
   if (maxConstantMiB > (UINT64_MAX >> 20) || maxObjectMiB > (UINT64_MAX >> 20))
     return fail(

@@ -220,6 +220,7 @@ Engine &ModuleStore::engineFor(const ModuleOptions &options) {
     engineOptions.cacheMaxBytes = config.cacheMaxBytes;
     engineOptions.executorOverride = options.executor;
     engineOptions.authToken = config.executorToken;
+    engineOptions.tls = config.executorTls;
     engineOptions.isolation = config.isolation;
     engineOptions.compileTimeout = config.compileTimeout;
     engineOptions.invokeTimeout = config.invokeTimeout;

@@ -51,6 +51,8 @@ struct StoreOptions {
   uint64_t cacheMaxBytes = uint64_t(1) << 30; ///< Bound on the disk cache (0: none).
   std::string defaultExecutor; ///< --executor: overrides the IR's addresses unless empty.
   std::string executorToken;   ///< Bearer token for HTTP executors.
+  /// CA and client certificate for "https://" executors.
+  transport::TlsClientOptions executorTls;
   size_t maxModules = 64;      ///< Loaded plus being created.
   std::chrono::milliseconds compileTimeout{60000};
   /// Where modules are compiled and run: in a worker process per module version (the

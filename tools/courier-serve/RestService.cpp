@@ -122,16 +122,16 @@ llvm::Expected<ModuleOptions> parseOptions(const json::Value &value) {
     } else if (key == "executor") {
       std::optional<llvm::StringRef> executor = field.getAsString();
       if (!executor)
-        return makeServeError(
-            ErrorCode::BadRequest,
-            "'options.executor' must be \"local\", \"host:port\" or \"unix:PATH\"");
+        return makeServeError(ErrorCode::BadRequest,
+                              "'options.executor' must be \"local\", \"host:port\", "
+                              "\"https://host:port\" or \"unix:PATH\"");
       if (*executor != "local") {
         llvm::Expected<transport::HostPort> parsed = transport::parseHostPort(*executor);
         if (!parsed)
-          return makeServeError(
-              ErrorCode::BadRequest,
-              "'options.executor' must be \"local\", \"host:port\" or \"unix:PATH\": " +
-                  llvm::toString(parsed.takeError()));
+          return makeServeError(ErrorCode::BadRequest,
+                                "'options.executor' must be \"local\", \"host:port\", "
+                                "\"https://host:port\" or \"unix:PATH\": " +
+                                    llvm::toString(parsed.takeError()));
       }
       options.executor = executor->str();
     } else {

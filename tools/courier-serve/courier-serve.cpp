@@ -1,6 +1,6 @@
 // courier-serve: the engine as a REST service (docs/rest.md) until SIGINT or SIGTERM, which
-// start a drain. Prints "listening on HOST:PORT" (or "listening on unix:PATH") once bound, so
-// callers can pass port 0. With --watch, loads every
+// start a drain. Prints "listening on HOST:PORT" ("https://HOST:PORT" with TLS, or
+// "unix:PATH") once bound, so callers can pass port 0. With --watch, loads every
 // *.mlir of a directory as a module named by its stem and reloads it when the file changes.
 #include "jit/DiskCache.h"
 #include "tools/courier-serve/ModuleStore.h"
@@ -32,12 +32,19 @@ static const char *const kUsage =
     "                     [--max-constant-mib N] [--max-object-mib N] [--threads N] [--quiet]\n"
     "                     [--isolation process|none] [--invoke-timeout-ms N]\n"
     "                     [--module-memory-mib N] [--no-sandbox] [--drain-timeout-ms N]\n"
+    "                     [--tls-cert FILE --tls-key FILE [--tls-client-ca FILE]]\n"
+    "                     [--insecure-plaintext] [--tls-ca FILE]\n"
+    "                     [--tls-client-cert FILE --tls-client-key FILE]\n" COURIER_TLS_USAGE
     "  --listen              address to bind: HOST:PORT (default 127.0.0.1:8080; port 0 picks\n"
     "                        a free one) or unix:PATH (a socket file created mode 0600)\n"
     "  --token-file          file holding the bearer token every request must carry\n"
     "  --executor            send every target module to this executor instead of the IR's\n"
     "                        addresses (a module's options.executor overrides it)\n"
     "  --executor-token-file file holding the bearer token for HTTP executors\n"
+    "  --tls-ca              PEM file of the CAs an https:// executor's certificate may chain\n"
+    "                        to (default: $COURIER_TLS_CA, else the system's)\n"
+    "  --tls-client-cert, --tls-client-key  PEM client certificate and key for executors\n"
+    "                        that ask for one (default: $COURIER_TLS_CLIENT_CERT and _KEY)\n"
     "  --watch               load DIR/*.mlir as modules named by their stems; reload on change\n"
     "  --cache-dir           engine cache and object directory (default $XDG_CACHE_HOME/courier)\n"
     "  --cache-max-mib       bound on the cache directory's size; least recently used files\n"
@@ -86,8 +93,16 @@ Expected<Arguments> parseArguments(int argc, char **argv) {
       args.store.sandbox = false;
       continue;
     }
+    Expected<bool> tls = transport::readTlsFlag(flags, args.serve);
+    if (!tls)
+      return tls.takeError();
+    if (*tls)
+      continue;
     StringRef name = flags.name();
-    if (!llvm::is_contained({"--listen", "--token-file", "--executor", "--executor-token-file",
+    bool executorTls =
+        llvm::is_contained({"--tls-ca", "--tls-client-cert", "--tls-client-key"}, name);
+    if (!executorTls &&
+        !llvm::is_contained({"--listen", "--token-file", "--executor", "--executor-token-file",
                              "--watch", "--cache-dir", "--cache-max-mib", "--max-body-bytes",
                              "--max-modules", "--compile-timeout-ms", "--threads",
                              "--max-constant-mib", "--max-object-mib", "--invoke-timeout-ms",
@@ -106,6 +121,12 @@ Expected<Arguments> parseArguments(int argc, char **argv) {
       args.store.defaultExecutor = value;
     else if (name == "--executor-token-file")
       executorTokenFile = value;
+    else if (name == "--tls-ca")
+      args.store.executorTls.caFile = value;
+    else if (name == "--tls-client-cert")
+      args.store.executorTls.certFile = value;
+    else if (name == "--tls-client-key")
+      args.store.executorTls.keyFile = value;
     else if (name == "--watch")
       args.watchDir = value;
     else if (name == "--cache-dir")
