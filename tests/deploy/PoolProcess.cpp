@@ -10,7 +10,8 @@ namespace courier::testing {
 
 namespace {
 
-ServerSpec poolSpec(PoolKind kind, int servers, std::vector<std::string> serverArgs) {
+ServerSpec poolSpec(PoolKind kind, int servers, std::vector<std::string> serverArgs,
+                    const PoolTls &tls) {
   ServerSpec spec;
   spec.program = COURIER_POOL_SCRIPT;
   spec.name = kind == PoolKind::Serve ? "serve-pool" : "executor-pool";
@@ -18,6 +19,10 @@ ServerSpec poolSpec(PoolKind kind, int servers, std::vector<std::string> serverA
                "--bin-dir",   COURIER_BIN_DIR};
   if (kind == PoolKind::Serve)
     spec.args.push_back("--serve");
+  if (!tls.cert.empty()) {
+    spec.args.insert(spec.args.end(), {"--tls-cert", tls.cert, "--tls-key", tls.key});
+    spec.tlsCaFile = tls.ca;
+  }
   spec.args.push_back("--");
   spec.args.insert(spec.args.end(), serverArgs.begin(), serverArgs.end());
   return spec;
@@ -32,8 +37,9 @@ pid_t readPid(const std::string &path) {
 
 } // namespace
 
-PoolProcess::PoolProcess(PoolKind kind, int servers, std::vector<std::string> serverArgs)
-    : kind(kind), process(poolSpec(kind, servers, std::move(serverArgs))), count(servers) {}
+PoolProcess::PoolProcess(PoolKind kind, int servers, std::vector<std::string> serverArgs,
+                         PoolTls tls)
+    : kind(kind), process(poolSpec(kind, servers, std::move(serverArgs), tls)), count(servers) {}
 
 std::string PoolProcess::serverName(int index) const {
   return (kind == PoolKind::Serve ? "serve-" : "executor-") + std::to_string(index + 1);
@@ -44,11 +50,8 @@ std::string PoolProcess::serverSocket(int index) const {
 }
 
 std::unique_ptr<httplib::Client> PoolProcess::front() const {
-  auto http = std::make_unique<httplib::Client>("127.0.0.1", port());
-  http->set_keep_alive(true);
-  http->set_tcp_nodelay(true);
-  http->set_read_timeout(std::chrono::seconds(60));
-  return http;
+  // ServerProcess's client speaks TLS to an https:// address, trusting the pool's CA.
+  return process.client();
 }
 
 std::unique_ptr<httplib::Client> PoolProcess::direct(int index) const {

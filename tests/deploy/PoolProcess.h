@@ -16,14 +16,21 @@ namespace courier::testing {
 
 enum class PoolKind { Executors, Serve };
 
+/// A front door that terminates TLS: pool.sh's --tls-cert and --tls-key, and the CA its
+/// clients trust.
+struct PoolTls {
+  std::string cert, key, ca;
+};
+
 /// `scripts/pool.sh --executors N` (with `--serve` for courier-serve) on a free loopback
 /// port, its run directory inside the fixture's scratch directory; stopped with SIGTERM.
 class PoolProcess {
 public:
-  PoolProcess(PoolKind kind, int servers, std::vector<std::string> serverArgs = {});
+  PoolProcess(PoolKind kind, int servers, std::vector<std::string> serverArgs = {},
+              PoolTls tls = {});
 
   int port() const { return process.port(); }
-  /// "127.0.0.1:PORT", as clients name the front door.
+  /// "127.0.0.1:PORT" (with TLS "https://127.0.0.1:PORT"), as clients name the front door.
   const std::string &address() const { return process.address(); }
   int servers() const { return count; }
   std::string runDir() const { return process.directory() + "/run"; }
@@ -31,7 +38,7 @@ public:
   std::string serverName(int index) const;
   /// The unix socket server `index` listens on, behind nginx.
   std::string serverSocket(int index) const;
-  /// A keep-alive client of the front door.
+  /// A keep-alive client of the front door (over TLS, trusting PoolTls::ca, with TLS).
   std::unique_ptr<httplib::Client> front() const;
   /// A client of server `index` itself, over its unix socket.
   std::unique_ptr<httplib::Client> direct(int index) const;

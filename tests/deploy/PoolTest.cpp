@@ -4,6 +4,7 @@
 #include "abi/ContentHash.h"
 #include "tests/deploy/PoolProcess.h"
 #include "tests/support/RawConnection.h"
+#include "tests/support/TestCertificates.h"
 
 #include <catch2/catch.hpp>
 #include <httplib.h>
@@ -469,4 +470,25 @@ TEST_CASE("a pool that cannot start says why and exits non-zero", "[deploy]") {
                       {"--executors", "1", "--listen", "0.0.0.0:0", "--bin-dir", COURIER_BIN_DIR});
   CHECK(exposed == 2);
   CHECK(exposedLog.find("beyond loopback: give --token-file") != std::string::npos);
+}
+
+TEST_CASE("a front door with TLS serves https and answers plain HTTP in Courier's shape",
+          "[deploy][tls]") {
+  courier::testing::TestCertificates certificates;
+  PoolProcess pool(PoolKind::Executors, 2, {},
+                   {certificates.serverCert, certificates.serverKey, certificates.caCert});
+  CHECK(pool.address() == "https://127.0.0.1:" + std::to_string(pool.port()));
+  auto front = pool.front();
+  httplib::Result opened = openSession(*front, "over-tls");
+  REQUIRE(opened);
+  CHECK(opened->status == 201);
+  httplib::Result found = front->Get("/v1/sessions/over-tls", {{"X-Courier-Session", "over-tls"}});
+  REQUIRE(found);
+  CHECK(found->status == 200);
+  httplib::Client plain("127.0.0.1", pool.port());
+  httplib::Result refused = plain.Get("/v1/health");
+  REQUIRE(refused);
+  CHECK(refused->status == 400);
+  CHECK(errorCodeOf(refused) == "bad_request");
+  CHECK(refused->body.find("https://") != std::string::npos);
 }
