@@ -5,7 +5,7 @@
 #include "executor/HostErrors.h"
 #include "executor/ObjectHost.h"
 #include "executor/WorkerPool.h"
-#include "transport/HttpService.h"
+#include "transport/Metrics.h"
 
 #include "Version.h"
 
@@ -31,7 +31,6 @@
 
 namespace courier::executor {
 
-using transport::Histogram;
 using transport::ObjectHost;
 using transport::ObjectHostOptions;
 using transport::ObjectInfo;
@@ -45,7 +44,7 @@ struct Metrics {
   std::atomic<uint64_t> launches{0}, launchFailures{0}, calls{0}, callFailures{0};
   std::atomic<uint64_t> objectUploads{0}, objectsDropped{0}, sessionsOpened{0}, sessionsExpired{0};
   std::atomic<uint64_t> deadlineKills{0}, workersRestarted{0};
-  Histogram launchSeconds;
+  prometheus::Histogram launchSeconds{transport::durationBuckets()};
   /// Worker deaths by cause ("crash", "deadline", "exit"), crashes by signal.
   std::mutex labelledMutex;
   std::map<std::string, uint64_t> restartsByCause, crashesBySignal;
@@ -918,7 +917,7 @@ llvm::Expected<LaunchResults> ExecutorCore::launch(Session &s, llvm::StringRef s
   Clock::time_point started = timed ? Clock::now() : Clock::time_point();
   auto finished = [&] {
     if (timed)
-      metrics.launchSeconds.observe(std::chrono::duration<double>(Clock::now() - started).count());
+      metrics.launchSeconds.Observe(std::chrono::duration<double>(Clock::now() - started).count());
     metrics.launches++;
   };
   LaunchResults out;
@@ -1107,7 +1106,7 @@ llvm::Expected<uint64_t> ExecutorCore::launchAsync(const SessionRef &session, ll
             return std::move(error);
         return core->ask(*held, **worker, launch, {}, deadline, "'" + entry + "'");
       }();
-      m->launchSeconds.observe(std::chrono::duration<double>(Clock::now() - started).count());
+      m->launchSeconds.Observe(std::chrono::duration<double>(Clock::now() - started).count());
       m->launches++;
       finish(reply ? llvm::Error::success() : reply.takeError());
     });
@@ -1118,7 +1117,7 @@ llvm::Expected<uint64_t> ExecutorCore::launchAsync(const SessionRef &session, ll
     impl->launchPool->async([host = s.host, object, entry, m, finish] {
       auto started = Clock::now();
       llvm::Expected<std::vector<OwnedTensor>> results = host->launch(object, entry, {}, {});
-      m->launchSeconds.observe(std::chrono::duration<double>(Clock::now() - started).count());
+      m->launchSeconds.Observe(std::chrono::duration<double>(Clock::now() - started).count());
       m->launches++;
       finish(results ? llvm::Error::success()
                      : classifyHostError(results.takeError(), "unknown_entry", "launch_failed",
@@ -1266,58 +1265,68 @@ HealthReport ExecutorCore::health() {
   return report;
 }
 
-void ExecutorCore::renderMetrics(std::string &out) {
-  using transport::appendPrometheusCounter;
-  using transport::appendPrometheusGauge;
+std::vector<prometheus::MetricFamily> ExecutorCore::collectMetrics() {
+  using prometheus::MetricType;
+  using transport::singleSample;
   Metrics &metrics = impl->metrics;
-  appendPrometheusCounter(out, "courier_launches_total", "Kernel launches run.", metrics.launches);
-  appendPrometheusCounter(out, "courier_launch_failures_total", "Kernel launches that failed.",
-                          metrics.launchFailures);
-  appendPrometheusCounter(out, "courier_calls_total", "Calls run.", metrics.calls);
-  appendPrometheusCounter(out, "courier_call_failures_total", "Calls that failed.",
-                          metrics.callFailures);
-  appendPrometheusCounter(out, "courier_object_uploads_total", "Objects stored from an upload.",
-                          metrics.objectUploads);
-  appendPrometheusCounter(
-      out, "courier_objects_dropped_total",
-      "Objects dropped from the store after no session held them for the grace period.",
-      metrics.objectsDropped);
-  appendPrometheusCounter(out, "courier_sessions_opened_total", "Sessions created.",
-                          metrics.sessionsOpened);
-  appendPrometheusCounter(out, "courier_sessions_expired_total", "Sessions closed for being idle.",
-                          metrics.sessionsExpired);
+  auto counter = [](const char *name, const char *help, uint64_t value) {
+    return singleSample(name, help, MetricType::Counter, static_cast<double>(value));
+  };
+  auto gauge = [](const char *name, const char *help, uint64_t value) {
+    return singleSample(name, help, MetricType::Gauge, static_cast<double>(value));
+  };
+  std::vector<prometheus::MetricFamily> families = {
+      counter("courier_launches_total", "Kernel launches run.", metrics.launches),
+      counter("courier_launch_failures_total", "Kernel launches that failed.",
+              metrics.launchFailures),
+      counter("courier_calls_total", "Calls run.", metrics.calls),
+      counter("courier_call_failures_total", "Calls that failed.", metrics.callFailures),
+      counter("courier_object_uploads_total", "Objects stored from an upload.",
+              metrics.objectUploads),
+      counter("courier_objects_dropped_total",
+              "Objects dropped from the store after no session held them for the grace period.",
+              metrics.objectsDropped),
+      counter("courier_sessions_opened_total", "Sessions created.", metrics.sessionsOpened),
+      counter("courier_sessions_expired_total", "Sessions closed for being idle.",
+              metrics.sessionsExpired),
+  };
   {
     std::lock_guard<std::mutex> lock(impl->sessionsMutex);
-    appendPrometheusGauge(out, "courier_sessions", "Open sessions.", impl->sessions.size());
+    families.push_back(gauge("courier_sessions", "Open sessions.", impl->sessions.size()));
   }
   {
     std::lock_guard<std::mutex> lock(impl->objectsMutex);
-    appendPrometheusGauge(out, "courier_objects", "Objects held.", impl->objects.size());
-    appendPrometheusGauge(out, "courier_object_bytes", "Bytes of objects held.", impl->objectBytes);
-    appendPrometheusGauge(out, "courier_attached_objects",
-                          "Objects loaded in sessions, once per session holding one.",
-                          impl->attachments);
+    families.push_back(gauge("courier_objects", "Objects held.", impl->objects.size()));
+    families.push_back(gauge("courier_object_bytes", "Bytes of objects held.", impl->objectBytes));
+    families.push_back(gauge("courier_attached_objects",
+                             "Objects loaded in sessions, once per session holding one.",
+                             impl->attachments));
   }
-  metrics.launchSeconds.render(out, "courier_launch_duration_seconds",
-                               "Time spent in kernel entries.");
+  families.push_back(transport::histogramFamily(
+      "courier_launch_duration_seconds", "Time spent in kernel entries.", metrics.launchSeconds));
   if (!impl->isolated())
-    return;
-  appendPrometheusGauge(out, "courier_workers", "Worker processes running, warm or serving.",
-                        WorkerPool::live());
-  appendPrometheusGauge(out, "courier_workers_warm", "Worker processes started ahead of need.",
-                        impl->pool->warmCount());
-  appendPrometheusCounter(out, "courier_deadline_kills_total",
-                          "Workers ended because a launch ran past its deadline.",
-                          metrics.deadlineKills);
+    return families;
+  families.push_back(
+      gauge("courier_workers", "Worker processes running, warm or serving.", WorkerPool::live()));
+  families.push_back(gauge("courier_workers_warm", "Worker processes started ahead of need.",
+                           impl->pool->warmCount()));
+  families.push_back(counter("courier_deadline_kills_total",
+                             "Workers ended because a launch ran past its deadline.",
+                             metrics.deadlineKills));
   std::lock_guard<std::mutex> lock(metrics.labelledMutex);
-  out += "# HELP courier_worker_restarts_total Session workers that died and were replaced, by "
-         "cause.\n# TYPE courier_worker_restarts_total counter\n";
+  prometheus::MetricFamily restarts = transport::metricFamily(
+      "courier_worker_restarts_total", "Session workers that died and were replaced, by cause.",
+      MetricType::Counter);
   for (const auto &[cause, n] : metrics.restartsByCause)
-    out += llvm::formatv("courier_worker_restarts_total{{cause=\"{0}\"} {1}\n", cause, n).str();
-  out += "# HELP courier_kernel_crashes_total Workers killed by a signal while running shipped "
-         "code, by signal.\n# TYPE courier_kernel_crashes_total counter\n";
+    transport::addSample(restarts, static_cast<double>(n), "cause", cause);
+  families.push_back(std::move(restarts));
+  prometheus::MetricFamily crashes = transport::metricFamily(
+      "courier_kernel_crashes_total",
+      "Workers killed by a signal while running shipped code, by signal.", MetricType::Counter);
   for (const auto &[signal, n] : metrics.crashesBySignal)
-    out += llvm::formatv("courier_kernel_crashes_total{{signal=\"{0}\"} {1}\n", signal, n).str();
+    transport::addSample(crashes, static_cast<double>(n), "signal", signal);
+  families.push_back(std::move(crashes));
+  return families;
 }
 
 void ExecutorCore::stop() {

@@ -14,6 +14,8 @@
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/Error.h"
 
+#include <prometheus/metric_family.h>
+
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -150,8 +152,8 @@ public:
                                    uint64_t outputSize, Clock::time_point deadline);
 
   HealthReport health();
-  /// Appends the core's Prometheus metrics.
-  void renderMetrics(std::string &out);
+  /// The core's metrics, read from its counters now.
+  std::vector<prometheus::MetricFamily> collectMetrics();
   /// Ends every worker and stops starting new ones: what runs on them fails at once.
   void stop();
 

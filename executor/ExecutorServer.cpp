@@ -14,8 +14,6 @@
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
-#include <array>
-#include <atomic>
 #include <optional>
 
 // Ordered, so replies list their keys in the order docs/protocol.md shows them.
@@ -77,7 +75,6 @@ struct ExecutorServer::Impl {
   ExecutorServerOptions options;
   HttpService service;
   std::unique_ptr<ExecutorCore> core;
-  std::array<std::atomic<uint64_t>, 600> requestsByStatus{};
 
   HttpServiceOptions serviceOptions();
   std::vector<HttpService::Route> routes();
@@ -128,7 +125,6 @@ struct ExecutorServer::Impl {
   llvm::Expected<std::vector<wire::Destination>>
   acceptLaunchHeader(const httplib::Request &req, Session &session, llvm::StringRef line,
                      wire::LaunchRequest &request, InputArea &area);
-  std::string renderMetrics();
 };
 
 HttpServiceOptions ExecutorServer::Impl::serviceOptions() {
@@ -138,10 +134,7 @@ HttpServiceOptions ExecutorServer::Impl::serviceOptions() {
   service.payloadTooLargeMessage = "request body exceeds the executor's limit";
   service.sendError = sendError;
   service.reportFailure = reportFailure;
-  service.onServed = [this](const ServedRequest &served) {
-    if (served.status >= 0 && static_cast<size_t>(served.status) < requestsByStatus.size())
-      requestsByStatus[static_cast<size_t>(served.status)]++;
-  };
+  service.metricPrefix = "courier";
   return service;
 }
 
@@ -242,7 +235,7 @@ llvm::Error ExecutorServer::Impl::ready(const httplib::Request &, httplib::Respo
 }
 
 llvm::Error ExecutorServer::Impl::metrics(const httplib::Request &, httplib::Response &res) {
-  res.set_content(renderMetrics(), "text/plain; version=0.0.4");
+  res.set_content(service.metricsText(core->collectMetrics()), "text/plain; version=0.0.4");
   return llvm::Error::success();
 }
 
@@ -501,26 +494,6 @@ llvm::Error ExecutorServer::Impl::call(const httplib::Request &req, httplib::Res
   // httplib's "length unknown" and would stream forever.)
   res.set_content(std::move(*output), wire::kBytesContentType);
   return llvm::Error::success();
-}
-
-std::string ExecutorServer::Impl::renderMetrics() {
-  std::string out;
-  out += "# HELP courier_requests_total HTTP requests served, by status.\n"
-         "# TYPE courier_requests_total counter\n";
-  for (size_t status = 0; status < requestsByStatus.size(); ++status)
-    if (uint64_t n = requestsByStatus[status].load())
-      out += llvm::formatv("courier_requests_total{{status=\"{0}\"} {1}\n", status, n).str();
-  appendPrometheusGauge(out, "courier_requests_in_flight",
-                        "Requests being served, probes aside: what a drain waits for.",
-                        static_cast<uint64_t>(std::max<int64_t>(0, service.workInFlightNow())));
-  appendPrometheusCounter(out, "courier_received_bytes_total", "Request body bytes received.",
-                          service.requestStats().bytesIn);
-  appendPrometheusCounter(out, "courier_sent_bytes_total", "Response body bytes sent.",
-                          service.requestStats().bytesOut);
-  core->renderMetrics(out);
-  service.requestStats().seconds.render(out, "courier_request_duration_seconds",
-                                        "Time from request line to response written.");
-  return out;
 }
 
 ExecutorServer::ExecutorServer(std::unique_ptr<Impl> impl) : impl(std::move(impl)) {}

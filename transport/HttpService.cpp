@@ -3,7 +3,9 @@
 
 #include "transport/Tls.h"
 
-#include "llvm/Support/FormatVariadic.h"
+#include "transport/Metrics.h"
+
+#include <prometheus/text_serializer.h>
 
 #include <openssl/crypto.h>
 #include <openssl/sha.h>
@@ -23,6 +25,7 @@
 #include <filesystem>
 #include <optional>
 #include <thread>
+#include <type_traits>
 #include <utility>
 
 namespace courier::transport {
@@ -127,41 +130,6 @@ llvm::Error requireTokenBeyondLoopback(const std::string &host, const std::strin
     return llvm::Error::success();
   return llvm::createStringError("refusing to listen on '" + host +
                                  "' without a token: " + because.str());
-}
-
-std::string prometheusNumber(double value) {
-  char text[32];
-  std::snprintf(text, sizeof(text), "%.9g", value);
-  return text;
-}
-
-void Histogram::observe(double seconds) {
-  size_t i = 0;
-  while (i < kBounds.size() && seconds > kBounds[i])
-    ++i;
-  counts[i].fetch_add(1, std::memory_order_relaxed);
-  sumNanos.fetch_add(static_cast<uint64_t>(seconds * 1e9), std::memory_order_relaxed);
-}
-
-void Histogram::render(std::string &out, const char *name, const char *help) const {
-  out += llvm::formatv("# HELP {0} {1}\n# TYPE {0} histogram\n", name, help).str();
-  uint64_t cumulative = 0;
-  for (size_t i = 0; i <= kBounds.size(); ++i) {
-    cumulative += counts[i].load(std::memory_order_relaxed);
-    std::string le = i < kBounds.size() ? prometheusNumber(kBounds[i]) : "+Inf";
-    out += llvm::formatv("{0}_bucket{{le=\"{1}\"} {2}\n", name, le, cumulative).str();
-  }
-  out += llvm::formatv("{0}_sum {1}\n{0}_count {2}\n", name,
-                       prometheusNumber(static_cast<double>(sumNanos.load()) / 1e9), cumulative)
-             .str();
-}
-
-void appendPrometheusCounter(std::string &out, const char *name, const char *help, uint64_t value) {
-  out += llvm::formatv("# HELP {0} {1}\n# TYPE {0} counter\n{0} {2}\n", name, help, value).str();
-}
-
-void appendPrometheusGauge(std::string &out, const char *name, const char *help, uint64_t value) {
-  out += llvm::formatv("# HELP {0} {1}\n# TYPE {0} gauge\n{0} {2}\n", name, help, value).str();
 }
 
 void streamFrame(httplib::Response &res, std::shared_ptr<wire::FrameWriter> writer) {
@@ -295,6 +263,7 @@ HttpService::HttpService(HttpServiceOptions options)
   http.set_keep_alive_timeout(5);
   http.set_payload_max_length(static_cast<size_t>(opts.listen.maxBodyBytes));
   installHandlers();
+  installMetrics();
 }
 
 bool HttpService::authorized(const httplib::Request &req) const {
@@ -343,41 +312,88 @@ void HttpService::addRoutes(std::vector<Route> table) {
   for (Route &route : table) {
     size_t tag = routeNames.size();
     routeNames.push_back(route.name);
-    if (Handler *plain = std::get_if<Handler>(&route.handler)) {
-      httplib::Server::Handler wrapped = wrap(tag, std::move(*plain));
-      switch (route.method) {
-      case Method::Get:
-        http.Get(route.pattern, std::move(wrapped));
-        break;
-      case Method::Put:
-        http.Put(route.pattern, std::move(wrapped));
-        break;
-      case Method::Post:
-        http.Post(route.pattern, std::move(wrapped));
-        break;
-      case Method::Delete:
-        http.Delete(route.pattern, std::move(wrapped));
-        break;
-      }
-      continue;
-    }
-    httplib::Server::HandlerWithContentReader wrapped =
-        wrap(tag, std::move(std::get<ReaderHandler>(route.handler)));
-    switch (route.method) {
-    case Method::Get:
-      assert(false && "a GET route has no body to read");
-      break;
-    case Method::Put:
-      http.Put(route.pattern, std::move(wrapped));
-      break;
-    case Method::Post:
-      http.Post(route.pattern, std::move(wrapped));
-      break;
-    case Method::Delete:
-      http.Delete(route.pattern, std::move(wrapped));
-      break;
-    }
+    std::visit(
+        [&](auto &handler) {
+          auto wrapped = wrap(tag, std::move(handler));
+          switch (route.method) {
+          case Method::Get:
+            if constexpr (std::is_same_v<decltype(wrapped), httplib::Server::Handler>)
+              http.Get(route.pattern, std::move(wrapped));
+            else
+              assert(false && "a GET route has no body to read");
+            break;
+          case Method::Put:
+            http.Put(route.pattern, std::move(wrapped));
+            break;
+          case Method::Post:
+            http.Post(route.pattern, std::move(wrapped));
+            break;
+          case Method::Delete:
+            http.Delete(route.pattern, std::move(wrapped));
+            break;
+          }
+        },
+        route.handler);
   }
+  if (opts.countByRoute)
+    requestCounters =
+        std::make_unique<std::atomic<prometheus::Counter *>[]>(routeNames.size() * kStatuses);
+}
+
+void HttpService::installMetrics() {
+  registry = std::make_unique<prometheus::Registry>();
+  const std::string &prefix = opts.metricPrefix;
+  requests = &prometheus::BuildCounter()
+                  .Name(prefix + "_requests_total")
+                  .Help(opts.countByRoute ? "HTTP requests served, by route and status."
+                                          : "HTTP requests served, by status.")
+                  .Register(*registry);
+  bytesIn = &prometheus::BuildCounter()
+                 .Name(prefix + "_received_bytes_total")
+                 .Help("Request body bytes received.")
+                 .Register(*registry)
+                 .Add({});
+  bytesOut = &prometheus::BuildCounter()
+                  .Name(prefix + "_sent_bytes_total")
+                  .Help("Response body bytes sent.")
+                  .Register(*registry)
+                  .Add({});
+  workGauge = &prometheus::BuildGauge()
+                   .Name(prefix + "_requests_in_flight")
+                   .Help("Requests being served, probes aside: what a drain waits for.")
+                   .Register(*registry)
+                   .Add({});
+  requestSeconds = &prometheus::BuildHistogram()
+                        .Name(prefix + "_request_duration_seconds")
+                        .Help("Time from request line to response written.")
+                        .Register(*registry)
+                        .Add({}, durationBuckets());
+  requestCounters = std::make_unique<std::atomic<prometheus::Counter *>[]>(kStatuses);
+}
+
+void HttpService::countRequest(size_t route, int status) {
+  if (status < 0 || static_cast<size_t>(status) >= kStatuses)
+    return;
+  size_t tag = opts.countByRoute && route < routeNames.size() ? route : 0;
+  std::atomic<prometheus::Counter *> &slot = requestCounters[tag * kStatuses + status];
+  prometheus::Counter *counter = slot.load(std::memory_order_acquire);
+  if (!counter) {
+    // The family hands out one counter per label set, so two threads racing here both get
+    // the same one.
+    prometheus::Labels labels{{"status", std::to_string(status)}};
+    if (opts.countByRoute)
+      labels.emplace("route", routeNames[tag]);
+    counter = &requests->Add(labels);
+    slot.store(counter, std::memory_order_release);
+  }
+  counter->Increment();
+}
+
+std::string HttpService::metricsText(const std::vector<prometheus::MetricFamily> &more) {
+  workGauge->Set(static_cast<double>(std::max<int64_t>(0, workInFlight)));
+  std::vector<prometheus::MetricFamily> families = registry->Collect();
+  families.insert(families.end(), more.begin(), more.end());
+  return prometheus::TextSerializer().Serialize(families);
 }
 
 const char *HttpService::routeName(size_t tag) const {
@@ -443,11 +459,10 @@ void HttpService::installHandlers() {
         counted ? std::chrono::duration<double>(Clock::now() - requestStart).count() : 0.0;
     uint64_t in = req.body.empty() ? contentLength(req) : req.body.size();
     uint64_t out = res.content_length_ ? res.content_length_ : res.body.size();
-    stats.seconds.observe(seconds);
-    stats.bytesIn += in;
-    stats.bytesOut += out;
-    if (opts.onServed)
-      opts.onServed(ServedRequest{req, res.status, in, out, seconds, counted ? currentRoute : 0});
+    requestSeconds->Observe(seconds);
+    bytesIn->Increment(static_cast<double>(in));
+    bytesOut->Increment(static_cast<double>(out));
+    countRequest(counted ? currentRoute : 0, res.status);
     if (opts.listen.logRequests)
       std::fprintf(stderr, "%s %s %d in=%llu out=%llu %.3fms\n", req.method.c_str(),
                    req.path.c_str(), res.status, static_cast<unsigned long long>(in),
@@ -599,11 +614,14 @@ void HttpService::stop() {
   // connection waits for the next request until the keep-alive timeout, and run() waits for
   // every worker. Let requests in flight finish (bounded), then wake the idle connections by
   // shutting their sockets down; httplib then closes them.
-  // After a drain the requests in flight have had their time already.
+  // After a drain, what is still in flight came in as the drain ended (the listener is
+  // closed now, and a keep-alive connection takes no request after this one): it gets a short
+  // while.
   stopWaiting = true;
-  if (!drainStarted) {
+  {
     std::unique_lock<std::mutex> lock(stopMutex);
-    stopSignal.wait_for(lock, std::chrono::seconds(10), [&] { return inFlight <= 0; });
+    stopSignal.wait_for(lock, drainStarted ? std::chrono::seconds(2) : std::chrono::seconds(10),
+                        [&] { return inFlight <= 0; });
   }
   shutdownAcceptedConnections(boundPort, opts.listen.socketPath);
 }

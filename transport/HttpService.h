@@ -11,6 +11,12 @@
 #include "llvm/Support/Error.h"
 
 #include <httplib.h>
+#include <prometheus/counter.h>
+#include <prometheus/family.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/metric_family.h>
+#include <prometheus/registry.h>
 
 #include <array>
 #include <atomic>
@@ -25,34 +31,6 @@
 #include <vector>
 
 namespace courier::transport {
-
-/// A double in Prometheus text: shortest form that keeps 9 significant digits (formatv
-/// would round to two decimals).
-std::string prometheusNumber(double value);
-
-/// Prometheus histogram with fixed buckets in seconds.
-class Histogram {
-public:
-  void observe(double seconds);
-  void render(std::string &out, const char *name, const char *help) const;
-
-private:
-  static constexpr std::array<double, 14> kBounds = {
-      0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 5, 30};
-  std::array<std::atomic<uint64_t>, kBounds.size() + 1> counts{};
-  std::atomic<uint64_t> sumNanos{0};
-};
-
-/// Appends one counter, or one gauge, with its HELP and TYPE lines in Prometheus text.
-void appendPrometheusCounter(std::string &out, const char *name, const char *help, uint64_t value);
-void appendPrometheusGauge(std::string &out, const char *name, const char *help, uint64_t value);
-
-/// What every server counts about the requests it serves; each renders them under its own
-/// metric names.
-struct RequestStats {
-  Histogram seconds; ///< From request line to response written.
-  std::atomic<uint64_t> bytesIn{0}, bytesOut{0};
-};
 
 /// The declared Content-Length of a request, 0 when absent or malformed.
 uint64_t contentLength(const httplib::Request &req);
@@ -72,16 +50,6 @@ void discardBody(const httplib::ContentReader &reader, httplib::Response &res);
 llvm::Error requireTokenBeyondLoopback(const std::string &host, const std::string &token,
                                        llvm::StringRef because);
 
-/// A request as the logger saw it, for a server's own metrics beyond RequestStats.
-struct ServedRequest {
-  const httplib::Request &request;
-  int status;
-  uint64_t bytesIn, bytesOut;
-  double seconds;
-  /// The tag its route was wrapped with (0 when none, or when no route ran).
-  size_t route;
-};
-
 struct HttpServiceOptions {
   HttpListenOptions listen;
   /// Names the server in run()'s error ("executor", "courier-serve").
@@ -93,9 +61,11 @@ struct HttpServiceOptions {
   /// Turns a handler's failure into an error response (the server's error types may carry
   /// more than a code and a message).
   std::function<void(httplib::Response &, llvm::Error)> reportFailure;
-  /// Called for every request the logger sees, after RequestStats counts it and before its
-  /// log line.
-  std::function<void(const ServedRequest &)> onServed;
+  /// Names the request metrics ("courier": courier_requests_total, courier_sent_bytes_total,
+  /// ...).
+  std::string metricPrefix;
+  /// Whether <prefix>_requests_total counts by route as well as by status.
+  bool countByRoute = false;
 };
 
 /// One httplib server set up the way both servers want it: a thread pool, TCP_NODELAY,
@@ -117,7 +87,8 @@ public:
     Method method;
     /// httplib's regular expression over the path; its groups land in req.matches.
     std::string pattern;
-    /// The route as a template ("GET /v1/modules/{name}"): what onServed's tag names.
+    /// The route as a template ("GET /v1/modules/{name}"): the label requests are counted
+    /// under.
     const char *name;
     std::variant<Handler, ReaderHandler> handler;
   };
@@ -145,10 +116,15 @@ public:
 
   const HttpServiceOptions &options() const { return opts; }
   httplib::Server &server() { return http; }
-  const RequestStats &requestStats() const { return stats; }
+  /// Where the server adds metrics of its own; /metrics serializes them with the request
+  /// metrics.
+  prometheus::Registry &metrics() { return *registry; }
+  /// The Prometheus text of the registry's metrics, then of `more` (families read from
+  /// counters kept elsewhere, see transport/Metrics.h).
+  std::string metricsText(const std::vector<prometheus::MetricFamily> &more = {});
 
   /// The one place failures become responses; nothing thrown below escapes into httplib.
-  /// `route` tags the request for onServed.
+  /// `route` tags the request for the metrics counted by route.
   httplib::Server::Handler wrap(Handler handler) { return wrap(0, std::move(handler)); }
   httplib::Server::HandlerWithContentReader wrap(ReaderHandler handler) {
     return wrap(0, std::move(handler));
@@ -156,8 +132,8 @@ public:
   httplib::Server::Handler wrap(size_t route, Handler handler);
   httplib::Server::HandlerWithContentReader wrap(size_t route, ReaderHandler handler);
 
-  /// Installs a route table, each route wrapped; its tag for onServed is its place in the
-  /// table plus one (0: no route ran).
+  /// Installs a route table, each route wrapped; its tag is its place in the table plus one
+  /// (0: no route ran).
   void addRoutes(std::vector<Route> table);
   /// The name of the route `tag` stands for; "none" for 0.
   const char *routeName(size_t tag) const;
@@ -204,6 +180,7 @@ public:
 private:
   bool authorized(const httplib::Request &req) const;
   void installHandlers();
+  void installMetrics();
 
   HttpServiceOptions opts;
   /// Why the TLS context could not be set up, reported by bind(); empty when it could.
@@ -217,8 +194,18 @@ private:
   /// The unix socket file created by bind(), removed by the destructor if unchanged.
   bool ownsSocketFile = false;
   uint64_t socketDevice = 0, socketInode = 0;
-  RequestStats stats;
   std::vector<const char *> routeNames{"none"};
+
+  /// Counts a request under its route (when counted by route) and status.
+  void countRequest(size_t route, int status);
+  std::unique_ptr<prometheus::Registry> registry;
+  prometheus::Family<prometheus::Counter> *requests = nullptr;
+  prometheus::Histogram *requestSeconds = nullptr;
+  prometheus::Counter *bytesIn = nullptr, *bytesOut = nullptr;
+  prometheus::Gauge *workGauge = nullptr;
+  /// requests' counters, [route tag][status] flattened, each looked up on its first use.
+  static constexpr size_t kStatuses = 600;
+  std::unique_ptr<std::atomic<prometheus::Counter *>[]> requestCounters;
 
   std::mutex stopMutex;
   std::condition_variable stopSignal;

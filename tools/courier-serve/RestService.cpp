@@ -6,6 +6,7 @@
 
 #include "transport/HostPort.h"
 #include "transport/HttpService.h"
+#include "transport/Metrics.h"
 #include "transport/Wire.h"
 
 #include "Version.h"
@@ -16,7 +17,6 @@
 
 #include <httplib.h>
 
-#include <array>
 #include <atomic>
 #include <ctime>
 #include <utility>
@@ -26,12 +26,9 @@ namespace courier::serve {
 namespace json = llvm::json;
 namespace wire = courier::transport::wire;
 using Clock = std::chrono::steady_clock;
-using transport::appendPrometheusCounter;
 using transport::contentLength;
-using transport::Histogram;
 using transport::HttpService;
 using transport::HttpServiceOptions;
-using transport::ServedRequest;
 using transport::streamFrame;
 
 namespace {
@@ -40,13 +37,6 @@ namespace {
 constexpr const char *kDeadlineHeader = "X-Courier-Deadline-Ms";
 /// A day: beyond it a deadline is a mistake rather than a wish.
 constexpr uint64_t kMaxDeadlineMs = 24ull * 3600 * 1000;
-constexpr size_t kMaxStatus = 600;
-
-struct Metrics {
-  /// [route tag][status], sized to the route table once it is installed.
-  std::unique_ptr<std::array<std::atomic<uint64_t>, kMaxStatus>[]> requests;
-  Histogram invokeSeconds, compileSeconds;
-};
 
 /// llvm::json wants valid UTF-8; messages may quote arbitrary source text.
 std::string utf8(llvm::StringRef text) {
@@ -271,15 +261,27 @@ struct RestService::Impl {
   ServeOptions options;
   ModuleStore &store;
   HttpService service;
-  Metrics metrics;
+  /// Time spent in the engine's invoke, and waiting for a create's or replace's compile.
+  prometheus::Histogram &invokeSeconds, &compileSeconds;
   std::atomic<bool> ready{false};
 
   Impl(ServeOptions optionsIn, ModuleStore &store)
-      : options(std::move(optionsIn)), store(store), service(serviceOptions()) {}
+      : options(std::move(optionsIn)), store(store), service(serviceOptions()),
+        invokeSeconds(prometheus::BuildHistogram()
+                          .Name("courier_serve_invoke_duration_seconds")
+                          .Help("Time spent in the engine's invoke.")
+                          .Register(service.metrics())
+                          .Add({}, transport::durationBuckets())),
+        compileSeconds(prometheus::BuildHistogram()
+                           .Name("courier_serve_compile_request_duration_seconds")
+                           .Help("Time a create or replace request waited for its compile.")
+                           .Register(service.metrics())
+                           .Add({}, transport::durationBuckets())) {}
 
   HttpServiceOptions serviceOptions();
   std::vector<HttpService::Route> routes();
-  std::string renderMetrics();
+  /// What the store counted, read at scrape time.
+  std::vector<prometheus::MetricFamily> storeMetrics();
 
   /// `draining` once a drain began: a draining server compiles nothing new. The body is
   /// left unread, so the connection closes after the reply.
@@ -338,11 +340,8 @@ HttpServiceOptions RestService::Impl::serviceOptions() {
     sendError(res, transport::parseErrorCode(code).value_or(ErrorCode::Internal), message);
   };
   service.reportFailure = reportFailure;
-  service.onServed = [this](const ServedRequest &served) {
-    if (served.status >= 0 && static_cast<size_t>(served.status) < kMaxStatus &&
-        served.route < this->service.routeCount())
-      metrics.requests[served.route][static_cast<size_t>(served.status)]++;
-  };
+  service.metricPrefix = "courier_serve";
+  service.countByRoute = true;
   return service;
 }
 
@@ -367,7 +366,7 @@ llvm::Error RestService::Impl::createModule(const httplib::Request &req, httplib
   auto started = Clock::now();
   llvm::Expected<LoadResult> loaded =
       store.load(*name, *mlir, *moduleOptions, ModuleStore::Mode::Create, "api");
-  metrics.compileSeconds.observe(std::chrono::duration<double>(Clock::now() - started).count());
+  compileSeconds.Observe(std::chrono::duration<double>(Clock::now() - started).count());
   if (!loaded)
     return loaded.takeError();
   res.set_header("Location", "/v1/modules/" + loaded->info.name);
@@ -409,7 +408,7 @@ llvm::Error RestService::Impl::putModule(const httplib::Request &req, httplib::R
   auto started = Clock::now();
   llvm::Expected<LoadResult> loaded =
       store.load(name, mlir, moduleOptions, ModuleStore::Mode::Upsert, "api");
-  metrics.compileSeconds.observe(std::chrono::duration<double>(Clock::now() - started).count());
+  compileSeconds.Observe(std::chrono::duration<double>(Clock::now() - started).count());
   if (!loaded)
     return loaded.takeError();
   if (loaded->created)
@@ -427,7 +426,7 @@ llvm::Expected<std::vector<Tensor>> RestService::Impl::call(const Pinned &pinned
   auto started = Clock::now();
   llvm::Expected<std::vector<Tensor>> outputs =
       store.invoke(pinned, entry.name, inputs, callOptions);
-  metrics.invokeSeconds.observe(std::chrono::duration<double>(Clock::now() - started).count());
+  invokeSeconds.Observe(std::chrono::duration<double>(Clock::now() - started).count());
   return outputs;
 }
 
@@ -648,62 +647,35 @@ void RestService::Impl::sendFrameReply(httplib::Response &res, const Pinned &pin
   transport::sendFrame(res, std::shared_ptr<wire::FrameWriter>(reply, reply->writer.get()));
 }
 
-std::string RestService::Impl::renderMetrics() {
-  std::string out;
-  out += "# HELP courier_serve_requests_total HTTP requests served, by route and status.\n"
-         "# TYPE courier_serve_requests_total counter\n";
-  for (size_t route = 0; route < service.routeCount(); ++route)
-    for (size_t status = 0; status < kMaxStatus; ++status)
-      if (uint64_t n = metrics.requests[route][status].load())
-        out += llvm::formatv("courier_serve_requests_total{{route=\"{0}\",status=\"{1}\"} {2}\n",
-                             service.routeName(route), status, n)
-                   .str();
+std::vector<prometheus::MetricFamily> RestService::Impl::storeMetrics() {
+  using prometheus::MetricType;
+  using transport::singleSample;
+  auto counter = [](const char *name, const char *help, double value) {
+    return singleSample(name, help, MetricType::Counter, value);
+  };
   const StoreCounters &c = store.counters();
-  appendPrometheusCounter(out, "courier_serve_invokes_total", "Entry invocations.", c.invokes);
-  appendPrometheusCounter(out, "courier_serve_invoke_failures_total",
-                          "Invocations that failed (inputs or executor).", c.invokeFailures);
-  appendPrometheusCounter(out, "courier_serve_compiles_total",
-                          "Compiles finished (the engine's cache hits included).", c.compiles);
-  appendPrometheusCounter(out, "courier_serve_compile_failures_total", "Compiles that failed.",
-                          c.compileFailures);
-  appendPrometheusCounter(out, "courier_serve_compile_timeouts_total",
-                          "Compiles a request stopped waiting for (compile_timeout).",
-                          c.compileTimeouts);
-  appendPrometheusCounter(
-      out, "courier_serve_compiles_discarded_total",
-      "Compiles that finished after their request gave up; their result was dropped.",
-      c.discardedCompiles);
-  out +=
-      llvm::formatv("# HELP courier_serve_compile_seconds_total Time spent compiling.\n"
-                    "# TYPE courier_serve_compile_seconds_total counter\n"
-                    "courier_serve_compile_seconds_total {0}\n",
-                    transport::prometheusNumber(static_cast<double>(c.compileNanos.load()) / 1e9))
-          .str();
-  out += llvm::formatv("# HELP courier_serve_reloads_total Module replacements, by outcome.\n"
-                       "# TYPE courier_serve_reloads_total counter\n"
-                       "courier_serve_reloads_total{{outcome=\"ok\"} {0}\n"
-                       "courier_serve_reloads_total{{outcome=\"failed\"} {1}\n",
-                       c.reloadsOk.load(), c.reloadsFailed.load())
-             .str();
-  out += llvm::formatv("# HELP courier_serve_modules Modules loaded.\n"
-                       "# TYPE courier_serve_modules gauge\ncourier_serve_modules {0}\n",
-                       store.size())
-             .str();
-  transport::appendPrometheusGauge(
-      out, "courier_serve_requests_in_flight",
-      "Requests being served, probes aside: what a drain waits for.",
-      static_cast<uint64_t>(std::max<int64_t>(0, service.workInFlightNow())));
-  appendPrometheusCounter(out, "courier_serve_received_bytes_total", "Request body bytes received.",
-                          service.requestStats().bytesIn);
-  appendPrometheusCounter(out, "courier_serve_sent_bytes_total", "Response body bytes sent.",
-                          service.requestStats().bytesOut);
-  service.requestStats().seconds.render(out, "courier_serve_request_duration_seconds",
-                                        "Time from request line to response written.");
-  metrics.invokeSeconds.render(out, "courier_serve_invoke_duration_seconds",
-                               "Time spent in the engine's invoke.");
-  metrics.compileSeconds.render(out, "courier_serve_compile_request_duration_seconds",
-                                "Time a create or replace request waited for its compile.");
-  return out;
+  prometheus::MetricFamily reloads = transport::metricFamily(
+      "courier_serve_reloads_total", "Module replacements, by outcome.", MetricType::Counter);
+  transport::addSample(reloads, static_cast<double>(c.reloadsOk.load()), "outcome", "ok");
+  transport::addSample(reloads, static_cast<double>(c.reloadsFailed.load()), "outcome", "failed");
+  return {
+      counter("courier_serve_invokes_total", "Entry invocations.", c.invokes),
+      counter("courier_serve_invoke_failures_total",
+              "Invocations that failed (inputs or executor).", c.invokeFailures),
+      counter("courier_serve_compiles_total",
+              "Compiles finished (the engine's cache hits included).", c.compiles),
+      counter("courier_serve_compile_failures_total", "Compiles that failed.", c.compileFailures),
+      counter("courier_serve_compile_timeouts_total",
+              "Compiles a request stopped waiting for (compile_timeout).", c.compileTimeouts),
+      counter("courier_serve_compiles_discarded_total",
+              "Compiles that finished after their request gave up; their result was dropped.",
+              c.discardedCompiles),
+      counter("courier_serve_compile_seconds_total", "Time spent compiling.",
+              static_cast<double>(c.compileNanos.load()) / 1e9),
+      std::move(reloads),
+      singleSample("courier_serve_modules", "Modules loaded.", MetricType::Gauge,
+                   static_cast<double>(store.size())),
+  };
 }
 
 std::vector<HttpService::Route> RestService::Impl::routes() {
@@ -753,7 +725,7 @@ llvm::Error RestService::Impl::readiness(const httplib::Request &, httplib::Resp
 }
 
 llvm::Error RestService::Impl::metricsText(const httplib::Request &, httplib::Response &res) {
-  res.set_content(renderMetrics(), "text/plain; version=0.0.4");
+  res.set_content(service.metricsText(storeMetrics()), "text/plain; version=0.0.4");
   return llvm::Error::success();
 }
 
@@ -792,8 +764,6 @@ llvm::Expected<std::unique_ptr<RestService>> RestService::create(ServeOptions op
     return std::move(error);
   auto impl = std::make_unique<Impl>(std::move(options), store);
   impl->service.addRoutes(impl->routes());
-  impl->metrics.requests =
-      std::make_unique<std::array<std::atomic<uint64_t>, kMaxStatus>[]>(impl->service.routeCount());
   if (llvm::Error error = impl->service.bind())
     return std::move(error);
   return std::unique_ptr<RestService>(new RestService(std::move(impl)));
