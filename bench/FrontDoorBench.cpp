@@ -1,10 +1,11 @@
 // The front door's cost and what it buys, side by side in one run: noop and 64 MiB launches
-// on a courier-executor reached directly and through nginx (scripts/pool.sh), interleaved,
-// and /v1/health while 64 clients send a byte a second, through nginx and directly. See
-// docs/performance.md.
+// on a courier-executor reached directly and through nginx (scripts/pool.sh), each in
+// plaintext and with TLS, interleaved, and /v1/health while 64 clients send a byte a second,
+// through nginx and directly. See docs/performance.md.
 #include "bench/BenchSupport.h"
 #include "tests/deploy/PoolProcess.h"
 #include "tests/kernels/KernelPaths.h"
+#include "tests/support/TestCertificates.h"
 #include "tests/transport/ExecutorProcess.h"
 #include "transport/HttpBackend.h"
 
@@ -38,32 +39,61 @@ namespace {
 
 /// A session on one executor, reached at `address`, with `object` shipped.
 struct Path {
-  const char *name;
+  std::string name;
   std::unique_ptr<Backend> backend;
   std::string session;
 };
 
-Path openPath(const char *name, const std::string &address, const ObjectBlob &object) {
-  Path path{name, check(createHttpBackend(address, {}), "connecting"), ""};
-  path.session = check(path.backend->openSession(), "opening a session");
-  check(path.backend->shipObject(path.session, object), "shipping");
-  return path;
-}
-
-/// The executor as a direct client reaches it (loopback TCP) and a pool of one behind nginx.
+/// The same executor build four ways: reached directly on loopback TCP or through nginx
+/// (scripts/pool.sh, the executor on a unix socket behind it), each in plaintext and with TLS
+/// (the executor's own, or nginx terminating it).
 struct Executors {
+  courier::testing::TestCertificates certificates;
   ExecutorProcess direct{courier::testing::ExecutorConfig{0, "", {"--quiet"}}};
   PoolProcess pool{PoolKind::Executors, 1, {"--quiet"}};
+  courier::testing::ServerProcess directTls{tlsSpec(certificates)};
+  PoolProcess poolTls{PoolKind::Executors,
+                      1,
+                      {"--quiet"},
+                      {certificates.serverCert, certificates.serverKey, certificates.caCert}};
+
+  static courier::testing::ServerSpec tlsSpec(const courier::testing::TestCertificates &pki) {
+    courier::testing::ServerSpec spec{
+        COURIER_EXECUTOR_PATH,
+        "courier-executor",
+        0,
+        "",
+        {"--quiet", "--tls-cert", pki.serverCert, "--tls-key", pki.serverKey}};
+    spec.tlsCaFile = pki.caCert;
+    return spec;
+  }
+
+  /// In the order the tables print them; the ratios refer to these indices.
+  std::vector<Path> open(const ObjectBlob &object) const {
+    std::vector<std::pair<std::string, std::string>> where = {
+        {"direct", direct.address()},
+        {"through nginx", pool.address()},
+        {"direct, TLS", directTls.address()},
+        {"through nginx, TLS", poolTls.address()}};
+    BackendOptions options;
+    options.tls.caFile = certificates.caCert;
+    std::vector<Path> paths;
+    for (auto &[name, address] : where) {
+      Path path{name, check(createHttpBackend(address, options), "connecting"), ""};
+      path.session = check(path.backend->openSession(), "opening a session");
+      check(path.backend->shipObject(path.session, object), "shipping");
+      paths.push_back(std::move(path));
+    }
+    return paths;
+  }
 };
+enum { kDirect, kNginx, kDirectTls, kNginxTls };
 
 void noop(Executors &executors, int n) {
-  std::printf("== noop launch round trip, direct vs through nginx, %d each, interleaved in "
-              "blocks of %d\n",
-              n, std::min(n, 500));
+  std::printf("== noop launch round trip, %d each, the paths interleaved in blocks of %d\n", n,
+              std::min(n, 500));
   ObjectBlob shapes = loadObject(COURIER_KERNEL_SHAPES);
-  std::vector<Path> paths;
-  paths.push_back(openPath("direct (loopback TCP)", executors.direct.address(), shapes));
-  paths.push_back(openPath("through nginx", executors.pool.address(), shapes));
+  std::vector<Path> paths = executors.open(shapes);
   std::vector<std::vector<double>> times(paths.size());
   int block = std::min(n, 500);
   for (int done = -block; done < n; done += block) // The first block warms up.
@@ -76,30 +106,50 @@ void noop(Executors &executors, int n) {
                 "launching");
           },
           times[i]);
-  std::vector<Percentiles> figures;
+  std::vector<Percentiles> p;
   for (size_t i = 0; i < paths.size(); ++i) {
-    figures.push_back(percentiles(times[i]));
-    std::printf("  %-24s p50 %7.1f us  p99 %7.1f us\n", paths[i].name, figures[i].p50,
-                figures[i].p99);
+    p.push_back(percentiles(times[i]));
+    std::printf("  %-24s p50 %7.1f us  p99 %7.1f us\n", paths[i].name.c_str(), p[i].p50, p[i].p99);
   }
-  std::printf("  through nginx / direct: p50 %.2fx (target <= 2.0x), p99 %.2fx\n",
-              figures[1].p50 / figures[0].p50, figures[1].p99 / figures[0].p99);
+  std::printf("  through nginx / direct: p50 %.2fx (target <= 2.0x), p99 %.2fx; with TLS p50 "
+              "%.2fx\n",
+              p[kNginx].p50 / p[kDirect].p50, p[kNginx].p99 / p[kDirect].p99,
+              p[kNginxTls].p50 / p[kDirectTls].p50);
+  std::printf("  TLS / plaintext p50: direct %.2fx, through nginx %.2fx\n",
+              p[kDirectTls].p50 / p[kDirect].p50, p[kNginxTls].p50 / p[kNginx].p50);
+}
+
+/// The peak resident set (VmHWM) of the only worker of the nginx master `master`, in KiB.
+long nginxWorkerPeakKiB(pid_t master) {
+  long peak = 0;
+  std::string children =
+      "/proc/" + std::to_string(master) + "/task/" + std::to_string(master) + "/children";
+  if (FILE *f = std::fopen(children.c_str(), "r")) {
+    long worker = 0;
+    if (std::fscanf(f, "%ld", &worker) == 1) {
+      std::string status = "/proc/" + std::to_string(worker) + "/status";
+      if (FILE *s = std::fopen(status.c_str(), "r")) {
+        char line[256];
+        while (std::fgets(line, sizeof(line), s))
+          std::sscanf(line, "VmHWM: %ld kB", &peak);
+        std::fclose(s);
+      }
+    }
+    std::fclose(f);
+  }
+  return peak;
 }
 
 void bandwidth(Executors &executors, int mib, int rounds) {
   const size_t bytes = size_t(mib) << 20;
-  std::printf("== %d MiB in + %d MiB out (scale launch), direct vs through nginx, median of %d "
-              "interleaved rounds\n",
-              mib, mib, rounds);
+  std::printf("== %d MiB in + %d MiB out (scale launch), median of %d interleaved rounds\n", mib,
+              mib, rounds);
   ObjectBlob scale = loadObject(COURIER_KERNEL_SCALE);
-  std::vector<Path> paths;
-  paths.push_back(openPath("direct (loopback TCP)", executors.direct.address(), scale));
-  paths.push_back(openPath("through nginx", executors.pool.address(), scale));
+  std::vector<Path> paths = executors.open(scale);
   std::vector<char> input(bytes, 1);
   int64_t n = static_cast<int64_t>(bytes / 8);
   TensorView view{input.data(), 8, {n}, {1}};
   std::vector<std::vector<double>> times(paths.size());
-  long nginxPeakKiB = 0;
   for (int round = -1; round < rounds; ++round) // Round -1 warms up.
     for (size_t i = 0; i < paths.size(); ++i)
       measure(
@@ -112,31 +162,20 @@ void bandwidth(Executors &executors, int mib, int rounds) {
               die("scale returned the wrong size");
           },
           times[i]);
-  // nginx's worker is the master's only child; its peak resident set after the transfers.
-  std::string children = "/proc/" + std::to_string(executors.pool.nginxPid()) + "/task/" +
-                         std::to_string(executors.pool.nginxPid()) + "/children";
-  if (FILE *f = std::fopen(children.c_str(), "r")) {
-    long worker = 0;
-    if (std::fscanf(f, "%ld", &worker) == 1) {
-      std::string status = "/proc/" + std::to_string(worker) + "/status";
-      if (FILE *s = std::fopen(status.c_str(), "r")) {
-        char line[256];
-        while (std::fgets(line, sizeof(line), s))
-          std::sscanf(line, "VmHWM: %ld kB", &nginxPeakKiB);
-        std::fclose(s);
-      }
-    }
-    std::fclose(f);
-  }
-  std::vector<double> medians;
+  std::vector<double> s;
   for (size_t i = 0; i < paths.size(); ++i) {
-    double median = percentiles(times[i]).p50 / 1e6;
-    medians.push_back(median);
-    std::printf("  %-24s %7.1f ms  %5.2f GB/s\n", paths[i].name, median * 1e3,
-                2.0 * double(bytes) / median / 1e9);
+    s.push_back(percentiles(times[i]).p50 / 1e6);
+    std::printf("  %-24s %7.1f ms  %5.2f GB/s\n", paths[i].name.c_str(), s[i] * 1e3,
+                2.0 * double(bytes) / s[i] / 1e9);
   }
-  std::printf("  through nginx = %.0f%% of direct throughput; nginx worker peak RSS %.1f MiB\n",
-              100 * medians[0] / medians[1], double(nginxPeakKiB) / 1024);
+  std::printf("  TLS throughput = %.0f%% of plaintext direct (target >= 70%%), %.0f%% through "
+              "nginx\n",
+              100 * s[kDirect] / s[kDirectTls], 100 * s[kNginx] / s[kNginxTls]);
+  std::printf("  through nginx = %.0f%% of direct throughput (%.0f%% with TLS)\n",
+              100 * s[kDirect] / s[kNginx], 100 * s[kDirectTls] / s[kNginxTls]);
+  std::printf("  nginx worker peak RSS: %.1f MiB plaintext, %.1f MiB TLS\n",
+              double(nginxWorkerPeakKiB(executors.pool.nginxPid())) / 1024,
+              double(nginxWorkerPeakKiB(executors.poolTls.nginxPid())) / 1024);
 }
 
 /// Connections that send a request's first bytes and then one byte a second.
