@@ -38,6 +38,13 @@ void appendErrorBody(std::string &body, const char *data, size_t size) {
     body.append(data, std::min(size, kLimit - body.size()));
 }
 
+/// Whether `req` runs code on the executor (a launch or a call): such a request may have run
+/// even when no reply came back.
+bool runsCode(const httplib::Request &req) {
+  llvm::StringRef path = req.path;
+  return path.contains("/launch") || path.contains("/call/");
+}
+
 /// OpenSSL writes to its socket with write(), which raises SIGPIPE when the executor has
 /// closed the connection (a server refusing a client certificate does, right after the
 /// handshake). While this lives, SIGPIPE is blocked on the calling thread and one raised
@@ -102,8 +109,6 @@ std::string describeTransportError(httplib::Error error) {
     return "cannot connect (connection refused or host unreachable)";
   case httplib::Error::ConnectionTimeout:
     return "connection timed out";
-  case httplib::Error::Read:
-    return "connection lost or no reply within the request timeout";
   case httplib::Error::SSLConnection:
     return "TLS handshake failed";
   case httplib::Error::SSLLoadingCerts:
@@ -137,14 +142,26 @@ Failure parseErrorBody(int status, const std::string &body) {
     }
     return failure;
   }
-  return Failure{status == 401 ? ErrorCode::Unauthorized : ErrorCode::Internal,
-                 "HTTP " + std::to_string(status) + " without an executor error body"};
+  // A reverse proxy's own pages: 502 when the executor behind it went away (or none was
+  // there to take the request), 504 when it did not answer in time.
+  ErrorCode code = ErrorCode::Internal;
+  if (status == 401)
+    code = ErrorCode::Unauthorized;
+  else if (status == 502)
+    code = ErrorCode::ExecutorLost;
+  else if (status == 504)
+    code = ErrorCode::DeadlineExceeded;
+  return Failure{code, "HTTP " + std::to_string(status) + " without an executor error body"};
 }
 
 /// What the client keeps per session to rebuild it on an executor that lost it.
 struct SessionState {
   std::mutex mutex;
   std::map<std::string, ObjectBlob> objects; ///< Shipped objects, by SHA-256.
+  /// The executor said, when the session opened, that it runs the session's launches
+  /// contained (each session in its own sandboxed worker): nothing a launch did outlives
+  /// the executor, so one lost with it may run again elsewhere.
+  std::atomic<bool> contained{false};
 };
 
 class HttpBackend final : public Backend {
@@ -188,7 +205,8 @@ private:
   /// What a request that never got a reply ran into; with TLS, OpenSSL's verify result and
   /// whether the executor asked for a client certificate this client lacks say more.
   llvm::Error transportFailure(const std::string &operation, httplib::Error error,
-                               httplib::ClientImpl &client);
+                               httplib::ClientImpl &client, bool mayHaveRun,
+                               std::chrono::steady_clock::duration waited);
 
   /// Sends `req` and returns the status; a transport failure or an error status becomes a
   /// Failure whose message starts with "<operation> on <address>: ".
@@ -200,14 +218,21 @@ private:
                                 llvm::StringRef session = {});
 
   std::shared_ptr<SessionState> stateOf(llvm::StringRef session, bool create);
+  /// Creates `session` on the executor (PUT, so that a balancer hashing on the id sends it
+  /// where its later requests go) and records what the executor said about it.
+  llvm::Error createSession(llvm::StringRef session, const std::string &operation);
   llvm::Error attachOrUpload(llvm::StringRef session, const ObjectBlob &object);
   /// Ships `object`; `session` names the session it is for (in X-Courier-Session), so a
   /// balancer hashing on sessions sends it where the session's launches run.
   llvm::Error upload(llvm::StringRef session, const ObjectBlob &object);
   /// Re-creates `session` under the same id and ships everything it held.
   llvm::Error reopen(llvm::StringRef session);
-  /// Runs `attempt`; if the executor lost the object or the session, repairs that and
-  /// tries once more.
+  /// Runs `attempt`; when the executor lost the object or the session, or the request never
+  /// reached it, or the executor died under a contained launch, repairs what is needed and
+  /// tries again, a bounded number of times.
+  /// Mends what `failure` says went wrong with `session` so the request can be sent again;
+  /// an error when it cannot be sent again.
+  llvm::Error repair(llvm::StringRef session, const ObjectBlob *object, Failure failure);
   template <typename T>
   llvm::Expected<T> withRecovery(llvm::StringRef session, const ObjectBlob *object,
                                  const std::function<llvm::Expected<T>()> &attempt);
@@ -296,8 +321,7 @@ llvm::Expected<int> HttpBackend::send(httplib::Request &req, httplib::Response &
     req.set_header("Authorization", "Bearer " + options.bearerToken);
   // Work the caller will stop waiting for is ended on the executor too; the deadline is a
   // little shorter than the timeout, so the executor's 504 arrives before the client gives up.
-  if (llvm::StringRef(req.path).contains("/launch") ||
-      llvm::StringRef(req.path).contains("/call/")) {
+  if (runsCode(req)) {
     int64_t timeout = options.requestTimeout.count();
     int64_t deadline = std::max<int64_t>(1, timeout - std::min<int64_t>(1000, timeout / 10));
     req.set_header(wire::kDeadlineHeader, std::to_string(deadline));
@@ -314,13 +338,16 @@ llvm::Expected<int> HttpBackend::send(httplib::Request &req, httplib::Response &
   Lease lease = acquire();
   if (target.tls)
     ERR_clear_error(); // So a handshake's failure is the only one OpenSSL holds.
+  auto started = std::chrono::steady_clock::now();
   if (!(*lease).send(req, res, error))
-    return transportFailure(operation, error, *lease);
+    return transportFailure(operation, error, *lease, runsCode(req),
+                            std::chrono::steady_clock::now() - started);
   return res.status;
 }
 
 llvm::Error HttpBackend::transportFailure(const std::string &operation, httplib::Error error,
-                                          httplib::ClientImpl &client) {
+                                          httplib::ClientImpl &client, bool mayHaveRun,
+                                          std::chrono::steady_clock::duration waited) {
   auto *ssl = target.tls ? static_cast<httplib::SSLClient *>(&client) : nullptr;
   std::string reason = describeTransportError(error);
   if (ssl && ssl->ssl_context() && askedForMissingCertificate(*ssl->ssl_context()))
@@ -344,11 +371,22 @@ llvm::Error HttpBackend::transportFailure(const std::string &operation, httplib:
             (error == httplib::Error::SSLConnection ? "; is the executor serving TLS on that port?"
                                                     : ""));
   }
-  case httplib::Error::Read:
+  case httplib::Error::Read: {
+    // The request went out and no reply came back. After the whole timeout the executor may
+    // still be running it; sooner, the connection dropped. A launch or call may then have
+    // run: the executor died with it in hand. Anything else is safe to send again.
+    if (waited >= options.requestTimeout)
+      return makeCodedError(ErrorCode::DeadlineExceeded,
+                            where(operation) + ": no reply within the request timeout (" +
+                                std::to_string(options.requestTimeout.count()) + " ms)");
+    reason = "connection lost before the reply";
     // A TLS server closes a plaintext connection without a word.
     if (!target.tls && !target.unixSocket)
       reason += " (an executor serving TLS needs an https:// address)";
+    if (mayHaveRun)
+      return makeCodedError(ErrorCode::ExecutorLost, where(operation) + ": " + reason);
     break;
+  }
   default:
     break;
   }
@@ -413,15 +451,23 @@ llvm::Expected<Health> HttpBackend::health() {
   return health;
 }
 
-llvm::Expected<std::string> HttpBackend::openSession() {
-  llvm::Expected<json> reply = exchange("POST", "/v1/sessions", "", "opening a session");
+llvm::Error HttpBackend::createSession(llvm::StringRef session, const std::string &operation) {
+  llvm::Expected<json> reply = exchange("PUT", sessionPath(session), "", operation, session);
   if (!reply)
     return reply.takeError();
-  if (!reply->contains("session") || !(*reply)["session"].is_string())
+  if (!reply->contains("session") || (*reply)["session"] != session.str())
     return makeCodedError(ErrorCode::Internal,
-                          where("opening a session") + ": reply has no session id");
-  std::string id = (*reply)["session"];
-  stateOf(id, /*create=*/true);
+                          where(operation) + ": reply does not confirm the session id");
+  bool contained = reply->contains("contained") && (*reply)["contained"].is_boolean() &&
+                   (*reply)["contained"].get<bool>();
+  stateOf(session, /*create=*/true)->contained = contained;
+  return llvm::Error::success();
+}
+
+llvm::Expected<std::string> HttpBackend::openSession() {
+  std::string id = wire::randomSessionId();
+  if (llvm::Error error = createSession(id, "opening a session"))
+    return std::move(error);
   return id;
 }
 
@@ -441,8 +487,8 @@ llvm::Error HttpBackend::closeSession(llvm::StringRef session) {
     return llvm::Error::success();
   Failure failure = toFailure(reply.takeError());
   // An executor that restarted has already forgotten a session we opened: it is closed.
-  if (state &&
-      (failure.code == ErrorCode::UnknownSession || failure.code == ErrorCode::Unavailable))
+  if (state && (failure.code == ErrorCode::UnknownSession ||
+                failure.code == ErrorCode::Unavailable || failure.code == ErrorCode::ExecutorLost))
     return llvm::Error::success();
   return toError(failure);
 }
@@ -493,8 +539,7 @@ llvm::Error HttpBackend::attachOrUpload(llvm::StringRef session, const ObjectBlo
 }
 
 llvm::Error HttpBackend::reopen(llvm::StringRef session) {
-  std::string operation = "re-creating session '" + session.str() + "'";
-  if (llvm::Error error = exchange("PUT", sessionPath(session), "", operation, session).takeError())
+  if (llvm::Error error = createSession(session, "re-creating session '" + session.str() + "'"))
     return error;
   std::shared_ptr<SessionState> state = stateOf(session, /*create=*/true);
   std::vector<ObjectBlob> objects;
@@ -509,21 +554,39 @@ llvm::Error HttpBackend::reopen(llvm::StringRef session) {
   return llvm::Error::success();
 }
 
-template <typename T>
-llvm::Expected<T> HttpBackend::withRecovery(llvm::StringRef session, const ObjectBlob *object,
-                                            const std::function<llvm::Expected<T>()> &attempt) {
-  llvm::Expected<T> first = attempt();
-  if (first)
-    return first;
-  Failure failure = toFailure(first.takeError());
-  if (failure.code == ErrorCode::UnknownSession) {
+llvm::Error HttpBackend::repair(llvm::StringRef session, const ObjectBlob *object,
+                                Failure failure) {
+  switch (failure.code) {
+  case ErrorCode::UnknownSession:
+    // The executor restarted, or the balancer in front sent the session to another one.
     if (llvm::Error error = reopen(session))
-      return std::move(error);
-  } else if (failure.code == ErrorCode::UnknownObject && object) {
-    // Only our own object can be missing: upload it (the launch attaches it).
+      return error;
+    break;
+  case ErrorCode::UnknownObject:
+    // Only our own object can be missing: upload it (the attach below loads it).
+    if (!object)
+      return toError(failure);
     if (llvm::Error error = upload(session, *object))
-      return std::move(error);
-  } else {
+      return error;
+    break;
+  case ErrorCode::Unavailable:
+    // The request never reached an executor: nothing ran, so sending it again is safe.
+    return llvm::Error::success();
+  case ErrorCode::ExecutorLost: {
+    // The executor died with the request in hand. Running it again is safe only when the
+    // executor kept what its launches do inside the session's own worker, which died too.
+    std::shared_ptr<SessionState> state = stateOf(session, /*create=*/false);
+    if (!state || !state->contained)
+      return makeCodedError(ErrorCode::ExecutorLost,
+                            failure.message + "; the executor does not run launches contained, "
+                                              "so what may have run there is not run again");
+    if (llvm::Error error = reopen(session))
+      return makeCodedError(ErrorCode::ExecutorLost, failure.message +
+                                                         "; moving the session elsewhere failed: " +
+                                                         toFailure(std::move(error)).message);
+    break;
+  }
+  default:
     return toError(failure);
   }
   if (object) {
@@ -533,10 +596,30 @@ llvm::Expected<T> HttpBackend::withRecovery(llvm::StringRef session, const Objec
       std::lock_guard<std::mutex> lock(state->mutex);
       state->objects.emplace(object->sha256, *object);
     }
-    if (llvm::Error error = attachOrUpload(session, *object))
+    if (llvm::Error error = attachOrUpload(session, *object)) {
+      Failure shipping = toFailure(std::move(error));
+      // The executor went away while the object went over; the request itself has not been
+      // sent again, so the next attempt finds out where the session is now.
+      if (shipping.code != ErrorCode::ExecutorLost && shipping.code != ErrorCode::Unavailable)
+        return toError(shipping);
+    }
+  }
+  return llvm::Error::success();
+}
+
+template <typename T>
+llvm::Expected<T> HttpBackend::withRecovery(llvm::StringRef session, const ObjectBlob *object,
+                                            const std::function<llvm::Expected<T>()> &attempt) {
+  // Enough for one failover followed by one missing object; a request that still fails
+  // reports its last error.
+  constexpr int kMaxRepairs = 2;
+  for (int repairs = 0;; ++repairs) {
+    llvm::Expected<T> result = attempt();
+    if (result || repairs == kMaxRepairs)
+      return result;
+    if (llvm::Error error = repair(session, object, toFailure(result.takeError())))
       return std::move(error);
   }
-  return attempt();
 }
 
 llvm::Error HttpBackend::shipObject(llvm::StringRef session, const ObjectBlob &object) {
@@ -549,7 +632,9 @@ llvm::Error HttpBackend::shipObject(llvm::StringRef session, const ObjectBlob &o
   if (!shipped)
     return shipped;
   Failure failure = toFailure(std::move(shipped));
-  if (failure.code != ErrorCode::UnknownSession)
+  // Shipping is safe to repeat: re-creating the session ships this object with the others.
+  if (failure.code != ErrorCode::UnknownSession && failure.code != ErrorCode::ExecutorLost &&
+      failure.code != ErrorCode::Unavailable)
     return toError(failure);
   return reopen(session);
 }
@@ -566,8 +651,8 @@ llvm::Error HttpBackend::releaseObject(llvm::StringRef session, llvm::StringRef 
   if (reply)
     return llvm::Error::success();
   Failure failure = toFailure(reply.takeError());
-  // An executor that lost the session (it restarted) holds nothing for it any more.
-  if (failure.code == ErrorCode::UnknownSession)
+  // An executor that lost the session (it restarted or died) holds nothing for it any more.
+  if (failure.code == ErrorCode::UnknownSession || failure.code == ErrorCode::ExecutorLost)
     return llvm::Error::success();
   return toError(failure);
 }
@@ -717,9 +802,19 @@ llvm::Expected<uint64_t> HttpBackend::launchAsync(llvm::StringRef session, const
 
 llvm::Error HttpBackend::await(llvm::StringRef session, uint64_t launchId) {
   std::string operation = "awaiting launch " + std::to_string(launchId);
-  return exchange("POST", sessionPath(session) + "/launches/" + std::to_string(launchId) + "/await",
-                  "", operation, session)
-      .takeError();
+  std::string path = sessionPath(session) + "/launches/" + std::to_string(launchId) + "/await";
+  llvm::Error awaited = exchange("POST", path, "", operation, session).takeError();
+  if (!awaited)
+    return awaited;
+  Failure failure = toFailure(std::move(awaited));
+  if (failure.code == ErrorCode::Unavailable) // Not delivered: the launch is still there.
+    return exchange("POST", path, "", operation, session).takeError();
+  // A launch whose session is gone (its executor died or restarted) may or may not have run;
+  // it had no results to bring back, and running it again could run it twice.
+  if (failure.code == ErrorCode::UnknownSession || failure.code == ErrorCode::ExecutorLost)
+    return makeCodedError(ErrorCode::ExecutorLost,
+                          failure.message + "; the launch was lost with its executor");
+  return toError(failure);
 }
 
 llvm::Expected<std::string> HttpBackend::callOnce(llvm::StringRef session, llvm::StringRef symbol,

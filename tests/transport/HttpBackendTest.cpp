@@ -494,8 +494,9 @@ TEST_CASE("a frozen executor fails the caller after the request timeout", "[http
   std::string error = errorOf(backend->launch(session, scale, kScale, {view(x, {1})}, {{1, 8}}));
   auto waited = std::chrono::steady_clock::now() - started;
   f.executor.signal(SIGCONT);
-  CHECK_THAT(error, Catch::Contains("launching '_catalyst_pyface_scale' on " +
-                                    f.executor.address() + ": connection lost or no reply"));
+  CHECK_THAT(error,
+             Catch::Contains("launching '_catalyst_pyface_scale' on " + f.executor.address() +
+                             ": no reply within the request timeout"));
   // The lower bound proves the timeout was waited for; the upper one only that the caller
   // did not hang, with room for a loaded machine.
   CHECK(waited >= std::chrono::milliseconds(900));
