@@ -137,8 +137,8 @@ using transport::ErrorCode;
 /// - ErrorCode::UnknownEntry: no such entry, or one invoke cannot call;
 /// - ErrorCode::ExecutorFailed: an executor reported a failure (or refused a request);
 /// - ErrorCode::ExecutorUnavailable: an executor could not be reached (or TLS with it
-///   failed: the message carries `tls_failed`), did not answer in
-///   time, or could not start a worker,
+///   failed: the message carries `tls_failed`), died with a launch in hand that could not
+///   be run again (`executor_lost`), or could not start a worker,
 /// and, for isolated modules (Isolation::Process),
 /// - ErrorCode::KernelCrashed: the module's worker died while running the call;
 /// - ErrorCode::CompileCrashed: the worker died while compiling or setting up the module;

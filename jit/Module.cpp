@@ -13,15 +13,16 @@ llvm::Error engineError(ErrorCode kind, std::string message) {
 }
 
 /// An executor that could not be reached (the client's `unavailable`), not over TLS
-/// (`tls_failed`), or could not start a worker for the session (`worker_unavailable`) is
-/// unavailable; any other failure is the executor's. The cause's text, code included,
-/// becomes the message.
+/// (`tls_failed`), that died with a launch in hand (`executor_lost`), or could not start a
+/// worker for the session (`worker_unavailable`) is unavailable; any other failure is the
+/// executor's. The cause's text, code included, becomes the message.
 llvm::Error executorError(llvm::Twine context, llvm::Error cause) {
   ErrorCode kind = ErrorCode::ExecutorFailed;
   llvm::Error kept = llvm::handleErrors(
       std::move(cause), [&](std::unique_ptr<transport::CodedError> coded) -> llvm::Error {
-        if (coded->kind == ErrorCode::Unavailable || coded->kind == ErrorCode::WorkerUnavailable ||
-            coded->kind == ErrorCode::TlsFailed)
+        if (llvm::is_contained({ErrorCode::Unavailable, ErrorCode::WorkerUnavailable,
+                                ErrorCode::TlsFailed, ErrorCode::ExecutorLost},
+                               coded->kind))
           kind = ErrorCode::ExecutorUnavailable;
         return llvm::Error(std::move(coded));
       });
