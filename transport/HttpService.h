@@ -1,6 +1,7 @@
-// The server plumbing the executor (HttpServer.cpp) and courier-serve (RestService.cpp)
-// share, so the two agree on auth, error shape, logging and shutdown. Internal: only those
-// two files include it, and they are the only ones that touch cpp-httplib's server side.
+// The server plumbing the executor (ExecutorServer.cpp) and courier-serve (RestService.cpp)
+// share, so the two agree on auth, framing, error shape, body reading, metrics, logging and
+// shutdown. Internal: only those two files include it, and they are the only ones that touch
+// cpp-httplib's server side.
 #ifndef COURIER_TRANSPORT_HTTPSERVICE_H
 #define COURIER_TRANSPORT_HTTPSERVICE_H
 
@@ -72,8 +73,8 @@ struct HttpServiceOptions {
 /// short keep-alive, a body limit, the bearer-token check before routing, httplib's own
 /// statuses in our error shape, one log line per request, a listener no second server can
 /// share (TCP or a unix socket), a drain that lets requests in flight finish, and a stop()
-/// that does not wait out idle keep-alive connections. The owner adds its routes through
-/// wrap(), then bind()s.
+/// that does not wait out idle keep-alive connections. The owner installs its route table
+/// (addRoutes), then bind()s.
 class HttpService {
 public:
   using Handler = std::function<llvm::Error(const httplib::Request &, httplib::Response &)>;

@@ -2,6 +2,7 @@
 // reloads under load, and watch mode.
 #include "tests/serve/RestClient.h"
 #include "tests/serve/ServeProcess.h"
+#include "tests/support/PrometheusText.h"
 #include "tests/support/RawConnection.h"
 #include "tests/transport/ExecutorProcess.h"
 #include "tools/courier-serve/ModuleStore.h"
@@ -31,6 +32,8 @@ using courier::testing::createBody;
 using courier::testing::errorCode;
 using courier::testing::ExecutorProcess;
 using courier::testing::get;
+using courier::testing::HistogramSamples;
+using courier::testing::histogramSamples;
 using courier::testing::json;
 using courier::testing::outputData;
 using courier::testing::post;
@@ -38,6 +41,7 @@ using courier::testing::put;
 using courier::testing::RawConnection;
 using courier::testing::Reply;
 using courier::testing::requireCreated;
+using courier::testing::samplesOutsideTheirFamily;
 using courier::testing::ServeConfig;
 using courier::testing::ServeProcess;
 using courier::testing::TempDir;
@@ -123,6 +127,18 @@ TEST_CASE("a fresh server is healthy, ready, and exposes metrics", "[serve]") {
   CHECK(metrics->body.find("courier_serve_request_duration_seconds_bucket{le=\"0.0001\"}") !=
         std::string::npos);
   CHECK(serve.metric("courier_serve_requests_total{route=\"GET /v1/health\",status=\"200\"}") >= 1);
+  // Each family's samples sit under its own # TYPE line; each histogram ends at +Inf with its
+  // _count.
+  CHECK(samplesOutsideTheirFamily(metrics->body).empty());
+  for (const char *name :
+       {"courier_serve_request_duration_seconds", "courier_serve_invoke_duration_seconds",
+        "courier_serve_compile_request_duration_seconds"}) {
+    INFO(name);
+    HistogramSamples histogram = histogramSamples(metrics->body, name);
+    REQUIRE(histogram.buckets.size() == 15);
+    CHECK(histogram.buckets.back().first == "+Inf");
+    CHECK(histogram.buckets.back().second == histogram.count);
+  }
 }
 
 TEST_CASE("a module is created, listed, described, invoked and deleted", "[serve]") {

@@ -2,6 +2,7 @@
 // code and status, and the executor keeps serving the requests that follow.
 #include "executor/ExecutorServer.h"
 #include "tests/kernels/KernelPaths.h"
+#include "tests/support/PrometheusText.h"
 #include "tests/support/RawConnection.h"
 #include "tests/transport/ExecutorProcess.h"
 #include "transport/Wire.h"
@@ -27,7 +28,10 @@
 using namespace courier::transport;
 using courier::testing::ExecutorConfig;
 using courier::testing::ExecutorProcess;
+using courier::testing::HistogramSamples;
+using courier::testing::histogramSamples;
 using courier::testing::RawConnection;
+using courier::testing::samplesOutsideTheirFamily;
 using json = nlohmann::json;
 
 namespace {
@@ -566,7 +570,7 @@ TEST_CASE("metrics are valid Prometheus text with exact histogram bounds", "[pro
   CHECK_THAT(text, Catch::Contains("courier_requests_total{status=\"200\"} "));
   CHECK(executor.metric("courier_request_duration_seconds_sum") > 0);
   CHECK(executor.metric("courier_request_duration_seconds_count") >= 1);
-  // Every sample line is "name[{labels}] value".
+  // Every sample line is "name[{labels}] value", under the # TYPE line of its family.
   std::istringstream lines(text);
   std::string line;
   std::regex sample(R"([a-z_]+(\{[a-z]+="[^"]*"\})? [0-9.e+-]+)");
@@ -575,6 +579,24 @@ TEST_CASE("metrics are valid Prometheus text with exact histogram bounds", "[pro
       INFO(line);
       CHECK(std::regex_match(line, sample));
     }
+  CHECK(samplesOutsideTheirFamily(text).empty());
+  // Each histogram has the documented bounds, counts that never fall, and +Inf = _count.
+  for (const char *name : {"courier_request_duration_seconds", "courier_launch_duration_seconds"}) {
+    INFO(name);
+    HistogramSamples histogram = histogramSamples(text, name);
+    std::vector<std::string> bounds;
+    for (size_t i = 0; i < histogram.buckets.size(); ++i) {
+      bounds.push_back(histogram.buckets[i].first);
+      if (i > 0)
+        CHECK(histogram.buckets[i].second >= histogram.buckets[i - 1].second);
+    }
+    CHECK(bounds == std::vector<std::string>{"0.0001", "0.00025", "0.0005", "0.001", "0.0025",
+                                             "0.005", "0.01", "0.025", "0.05", "0.1", "0.25", "1",
+                                             "5", "30", "+Inf"});
+    REQUIRE_FALSE(histogram.buckets.empty());
+    CHECK(histogram.buckets.back().second == histogram.count);
+    CHECK(histogram.sum >= 0);
+  }
 }
 
 TEST_CASE("the executor logs one line per request", "[protocol]") {
