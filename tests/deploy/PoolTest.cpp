@@ -329,6 +329,39 @@ TEST_CASE("behind the front door a session id is the client's, never the executo
   CHECK(res->body.find("PUT /v1/sessions/{id}") != std::string::npos);
 }
 
+/// Runs sample 02 with courier-run against `executor` (with `extra` flags) and checks its
+/// printed result.
+void requireSampleRunsOn(const std::string &executor, const std::string &extra = "") {
+  std::string command = std::string(COURIER_BIN_DIR) + "/courier-run " + COURIER_SAMPLE_APP +
+                        " --entry main --arg '[1, 2, 3, 4]' --no-disk-cache --executor " +
+                        executor + " " + extra + " 2>&1";
+  FILE *out = popen(command.c_str(), "r");
+  REQUIRE(out);
+  std::string printed;
+  char buffer[4096];
+  for (size_t n; (n = fread(buffer, 1, sizeof(buffer), out)) > 0;)
+    printed.append(buffer, n);
+  int status = pclose(out);
+  INFO(command << "\n" << printed);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  CHECK(printed == "{\"data\":[3,5,7,9],\"dtype\":\"f64\",\"shape\":[4]}\n");
+}
+
+TEST_CASE("a program runs on a pool through its front door", "[deploy]") {
+  Pool pool(PoolKind::Executors);
+  // Each run opens a session of its own, which may hash to either executor.
+  for (int run = 0; run < 4; ++run)
+    requireSampleRunsOn(pool.address());
+}
+
+TEST_CASE("a program runs on a pool through a front door that terminates TLS", "[deploy][tls]") {
+  courier::testing::TestCertificates certificates;
+  PoolProcess pool(PoolKind::Executors, 2, {},
+                   {certificates.serverCert, certificates.serverKey, certificates.caCert});
+  requireSampleRunsOn(pool.address(), "--tls-ca " + certificates.caCert);
+}
+
 TEST_CASE("an executor pool's front door refuses a header flood and keeps answering health",
           "[deploy]") {
   Pool pool(PoolKind::Executors);
