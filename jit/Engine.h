@@ -3,8 +3,8 @@
 #ifndef COURIER_JIT_ENGINE_H
 #define COURIER_JIT_ENGINE_H
 
-#include "transport/Backend.h"
 #include "transport/ErrorCode.h"
+#include "transport/TlsOptions.h"
 
 #include "llvm/ADT/ArrayRef.h"
 #include "llvm/ADT/StringRef.h"
@@ -202,7 +202,7 @@ struct EngineOptions {
   std::chrono::milliseconds requestTimeout{60000};
   std::string authToken; ///< Bearer token for HTTP executors.
   /// CA and client certificate for "https://" executors; empty settings come from the
-  /// environment (transport/Backend.h).
+  /// environment (transport/TlsOptions.h).
   transport::TlsClientOptions tls;
   /// Shared libraries the in-process executor loads for dispatched library calls
   /// (`catalyst.runtime_call` on "local").

@@ -4,6 +4,8 @@
 #ifndef COURIER_TRANSPORT_BACKEND_H
 #define COURIER_TRANSPORT_BACKEND_H
 
+#include "transport/TlsOptions.h"
+
 #include "llvm/ADT/ArrayRef.h"
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/Error.h"
@@ -74,16 +76,6 @@ struct Health {
   std::string triple;
   std::string cpu;
   std::vector<std::string> features;
-};
-
-/// How an HTTP backend checks an https:// executor and proves itself to it. The server's
-/// certificate is always verified, its host name included; each empty setting is taken from
-/// the environment when the backend is created (COURIER_TLS_CA, COURIER_TLS_CLIENT_CERT,
-/// COURIER_TLS_CLIENT_KEY), and without a CA file the system's default CA paths are used.
-struct TlsClientOptions {
-  std::string caFile;   ///< PEM certificates of the CAs the executor's certificate may chain to.
-  std::string certFile; ///< PEM client certificate for mutual TLS, with keyFile.
-  std::string keyFile;  ///< Its unencrypted PEM private key.
 };
 
 /// Options shared by every backend; the local backend ignores the network ones.
