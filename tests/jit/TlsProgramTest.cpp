@@ -50,14 +50,14 @@ std::unique_ptr<ServerProcess> tlsExecutor(const TestCertificates &pki) {
 
 Tensor vector4() { return Tensor::fromDoubles(DType::F64, {4}, {1, 2, 3, 4}); }
 
-} // namespace
-
-TEST_CASE("a program reaches the executor at the https:// address in its IR with the engine's CA",
-          "[engine][tls]") {
+/// Compiles the program for a TLS executor with `isolation` and the test CA, and checks that
+/// it doubles its input there.
+void doublesOnTlsExecutor(Isolation isolation) {
   TestCertificates pki;
   auto executor = tlsExecutor(pki);
   EngineOptions options;
   options.diskCache = false;
+  options.isolation = isolation;
   options.tls.caFile = pki.caCert;
   Engine engine(options);
   auto module = engine.compile(program(executor->address()), "app");
@@ -67,20 +67,16 @@ TEST_CASE("a program reaches the executor at the https:// address in its IR with
   CHECK(values((*out)[0]) == std::vector<double>{2, 4, 6, 8});
 }
 
+} // namespace
+
+TEST_CASE("a program reaches the executor at the https:// address in its IR with the engine's CA",
+          "[engine][tls]") {
+  doublesOnTlsExecutor(Isolation::InProcess);
+}
+
 TEST_CASE("an isolated module's worker verifies the executor with the engine's CA",
           "[engine][tls][isolation]") {
-  TestCertificates pki;
-  auto executor = tlsExecutor(pki);
-  EngineOptions options;
-  options.diskCache = false;
-  options.isolation = Isolation::Process;
-  options.tls.caFile = pki.caCert;
-  Engine engine(options);
-  auto module = engine.compile(program(executor->address()), "app");
-  REQUIRE(ok(module));
-  auto out = (*module)->invoke("main", {vector4()});
-  REQUIRE(ok(out));
-  CHECK(values((*out)[0]) == std::vector<double>{2, 4, 6, 8});
+  doublesOnTlsExecutor(Isolation::Process);
 }
 
 TEST_CASE("a program whose executor's certificate the engine cannot verify fails to load, "

@@ -7,21 +7,12 @@
 #include <catch2/catch.hpp>
 #include <httplib.h>
 
-#include <cstdio>
 #include <fstream>
-#include <sys/wait.h>
 
 using namespace courier::testing;
 using Catch::Contains;
 
 namespace {
-
-const std::string kTwice = "module {\n"
-                           "  func.func public @main(%x: tensor<4xf64>) -> tensor<4xf64> {\n"
-                           "    %y = arith.addf %x, %x : tensor<4xf64>\n"
-                           "    return %y : tensor<4xf64>\n"
-                           "  }\n"
-                           "}\n";
 
 /// Doubles its input in a target module, on whichever executor courier-serve sends it to.
 const std::string kTwiceOnTarget =
@@ -49,18 +40,6 @@ std::unique_ptr<ServerProcess> tlsServer(const TestCertificates &pki, const std:
   return std::make_unique<ServerProcess>(spec);
 }
 
-/// Runs `command` with stderr merged into stdout; returns its exit status and output.
-std::pair<int, std::string> run(const std::string &command) {
-  FILE *pipe = popen((command + " 2>&1").c_str(), "r");
-  REQUIRE(pipe);
-  std::string output;
-  char buffer[512];
-  while (size_t n = std::fread(buffer, 1, sizeof(buffer), pipe))
-    output.append(buffer, n);
-  int status = pclose(pipe);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
-}
-
 } // namespace
 
 TEST_CASE("courier-serve with a certificate serves its REST API over TLS to curl trusting its CA",
@@ -69,22 +48,23 @@ TEST_CASE("courier-serve with a certificate serves its REST API over TLS to curl
   auto serve = tlsServer(pki, COURIER_SERVE_PATH, "courier-serve", {"--cache-dir", "{dir}/cache"});
   REQUIRE(serve->address().rfind("https://127.0.0.1:", 0) == 0);
   std::string body = pki.directory() + "/create.json";
-  std::ofstream(body) << createBody("twice", kTwice);
+  std::ofstream(body) << createBody("twice", kTwiceOnTarget);
   std::string curl = "curl -sS --cacert " + pki.caCert + " ";
-  auto [status, output] = run(curl + "-d @" + body + " -H 'Content-Type: application/json' " +
-                              serve->address() + "/v1/modules");
+  auto [status, output] =
+      runCommand(curl + "-d @" + body + " -H 'Content-Type: application/json' " + serve->address() +
+                 "/v1/modules");
   CHECK(status == 0);
   CHECK_THAT(output, Contains("\"twice\""));
-  std::tie(status, output) = run(curl + "-d '{\"inputs\": [[1, 2, 3, 4]]}' " + serve->address() +
-                                 "/v1/modules/twice/invoke/main");
+  std::tie(status, output) = runCommand(curl + "-d '{\"inputs\": [[1, 2, 3, 4]]}' " +
+                                        serve->address() + "/v1/modules/twice/invoke/main");
   CHECK(status == 0);
   CHECK_THAT(output, Contains("\"data\":[2,4,6,8]"));
   // curl's own CA bundle does not know the test CA.
-  std::tie(status, output) = run("curl -sS " + serve->address() + "/v1/health");
+  std::tie(status, output) = runCommand("curl -sS " + serve->address() + "/v1/health");
   CHECK(status != 0);
   // Nor is plaintext answered on the TLS port.
   std::tie(status, output) =
-      run("curl -sS http://127.0.0.1:" + std::to_string(serve->port()) + "/v1/health");
+      runCommand("curl -sS http://127.0.0.1:" + std::to_string(serve->port()) + "/v1/health");
   CHECK(status != 0);
 }
 

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <csignal>
+#include <cstdio>
 #include <cstdlib>
 #include <dirent.h>
 #include <fcntl.h>
@@ -261,6 +262,18 @@ std::pair<int, std::string> runServerToExit(const std::string &program,
   std::error_code ignored;
   std::filesystem::remove_all(dir, ignored);
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, log};
+}
+
+std::pair<int, std::string> runCommand(const std::string &command) {
+  FILE *pipe = popen((command + " 2>&1").c_str(), "r");
+  if (!pipe)
+    throw std::runtime_error("cannot run " + command);
+  std::string output;
+  char buffer[512];
+  while (size_t n = std::fread(buffer, 1, sizeof(buffer), pipe))
+    output.append(buffer, n);
+  int status = pclose(pipe);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
 }
 
 } // namespace courier::testing

@@ -83,6 +83,10 @@ private:
 std::pair<int, std::string> runServerToExit(const std::string &program,
                                             const std::vector<std::string> &args);
 
+/// Runs a shell `command` (curl, courier-run) to its end; returns its exit status (-1 when a
+/// signal ended it) and its stdout and stderr, merged.
+std::pair<int, std::string> runCommand(const std::string &command);
+
 } // namespace courier::testing
 
 #endif // COURIER_TESTS_SUPPORT_SERVERPROCESS_H

@@ -12,13 +12,12 @@
 
 #include <catch2/catch.hpp>
 
-#include <cstdio>
 #include <cstdlib>
 #include <fstream>
-#include <sys/wait.h>
 
 using namespace courier::transport;
 using Catch::Contains;
+using courier::testing::runCommand;
 using courier::testing::runServerToExit;
 using courier::testing::ServerProcess;
 using courier::testing::ServerSpec;
@@ -75,18 +74,6 @@ ObjectBlob scaleKernel() {
   auto buffer = llvm::MemoryBuffer::getFile(COURIER_KERNEL_SCALE);
   REQUIRE(buffer);
   return ObjectBlob::fromBytes((*buffer)->getBuffer().str());
-}
-
-/// Runs `command` with stderr merged into stdout; returns its exit status and output.
-std::pair<int, std::string> runCommand(const std::string &command) {
-  FILE *pipe = popen((command + " 2>&1").c_str(), "r");
-  REQUIRE(pipe);
-  std::string output;
-  char buffer[512];
-  while (size_t n = std::fread(buffer, 1, sizeof(buffer), pipe))
-    output.append(buffer, n);
-  int status = pclose(pipe);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
 }
 
 } // namespace
