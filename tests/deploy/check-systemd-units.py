@@ -9,7 +9,9 @@ paths point at BIN_DIR and whose /etc/courier files exist:
   value, so any line it prints is a failure);
 - `systemd-analyze security --offline=yes` rates the unit's exposure at most 2.0;
 - every flag of every ExecStart line and of the env file's arguments is one the binary's
-  --help names, and the binary exists.
+  --help names, and the binary exists;
+- `systemctl stop` drains: SIGTERM goes to the server alone (KillMode=mixed), so its workers
+  finish the calls in flight, and the rest get SIGKILL once it has exited.
 Exits 77 (skipped) when systemd-analyze is absent."""
 import os
 import re
@@ -41,6 +43,34 @@ def check_flags(source, line, binary):
     unknown = sorted(flags_of(line) - names)
     if unknown:
         fail(f"{source}: {os.path.basename(binary)} --help names no {', '.join(unknown)}")
+
+
+def service_settings(paths):
+    """The [Service] settings of a unit and its drop-ins, the last assignment winning."""
+    settings = {}
+    for path in paths:
+        section = None
+        with open(path) as f:
+            for line in f:
+                line = line.strip()
+                if line.startswith("[") and line.endswith("]"):
+                    section = line[1:-1]
+                elif section == "Service" and "=" in line and not line.startswith(("#", ";")):
+                    key, value = line.split("=", 1)
+                    settings[key.strip()] = value.strip()
+    return settings
+
+
+def check_stop_drains(unit, paths):
+    settings = service_settings(paths)
+    expected = {"KillSignal": "SIGTERM", "KillMode": "mixed"}
+    for key, value in expected.items():
+        if settings.get(key) != value:
+            fail(f"{unit}: {key} is {settings.get(key, 'unset')}, not {value}: systemctl stop "
+                 "must send SIGTERM to the server alone, which drains while its workers finish")
+    if settings.get("SendSIGKILL", "yes") not in ("yes", "true", "on", "1"):
+        fail(f"{unit}: SendSIGKILL is {settings['SendSIGKILL']}: what is left after the drain "
+             "must be killed")
 
 
 def main():
@@ -87,6 +117,8 @@ def main():
                             if not line.startswith("ExecStart=" + binary + " "):
                                 fail(f"{path}: ExecStart does not run {program}: {line}")
                             check_flags(path, line, binary)
+
+            check_stop_drains(unit, (unit_path, dropin))
 
             # With the drop-in beside it (unit.d/ in the same directory) and without.
             for label, hide in (("with tls.conf", False), ("alone", True)):
