@@ -29,7 +29,6 @@ using Clock = std::chrono::steady_clock;
 using transport::contentLength;
 using transport::HttpService;
 using transport::HttpServiceOptions;
-using transport::streamFrame;
 
 namespace {
 
