@@ -78,12 +78,28 @@ llvm::Expected<PrivateKey> loadKey(const std::string &what, const std::string &p
   return std::move(key);
 }
 
-llvm::Error checkPair(const std::string &certWhat, X509 *cert, const std::string &keyWhat,
-                      EVP_PKEY *key) {
-  if (X509_check_private_key(cert, key) == 1)
-    return llvm::Error::success();
-  ERR_clear_error();
-  return llvm::createStringError(keyWhat + " is not the key of the certificate in " + certWhat);
+/// A certificate chain and the key of its first certificate, each loaded from its file;
+/// `certWhat` and `keyWhat` name the files in errors.
+struct CertifiedKey {
+  std::vector<Certificate> chain;
+  PrivateKey key;
+};
+
+llvm::Expected<CertifiedKey> loadCertifiedKey(const std::string &certWhat,
+                                              const std::string &certPath,
+                                              const std::string &keyWhat,
+                                              const std::string &keyPath) {
+  auto chain = loadCertificates(certWhat, certPath);
+  if (!chain)
+    return chain.takeError();
+  auto key = loadKey(keyWhat, keyPath);
+  if (!key)
+    return key.takeError();
+  if (X509_check_private_key(chain->front().get(), key->get()) != 1) {
+    ERR_clear_error();
+    return llvm::createStringError(keyWhat + " is not the key of the certificate in " + certWhat);
+  }
+  return CertifiedKey{std::move(*chain), std::move(*key)};
 }
 
 std::string quoted(const char *flag, const std::string &path) {
@@ -139,22 +155,18 @@ llvm::Error configureServerContext(SSL_CTX &ctx, const HttpListenOptions &listen
 
   std::string certWhat = quoted("--tls-cert", listen.tlsCertFile);
   std::string keyWhat = quoted("--tls-key", listen.tlsKeyFile);
-  auto chain = loadCertificates(certWhat, listen.tlsCertFile);
-  if (!chain)
-    return chain.takeError();
-  auto key = loadKey(keyWhat, listen.tlsKeyFile);
-  if (!key)
-    return key.takeError();
-  if (llvm::Error error = checkPair(certWhat, chain->front().get(), keyWhat, key->get()))
-    return error;
-  if (SSL_CTX_use_certificate(&ctx, chain->front().get()) != 1)
+  auto pair = loadCertifiedKey(certWhat, listen.tlsCertFile, keyWhat, listen.tlsKeyFile);
+  if (!pair)
+    return pair.takeError();
+  const std::vector<Certificate> &chain = pair->chain;
+  if (SSL_CTX_use_certificate(&ctx, chain.front().get()) != 1)
     return problem(certWhat, "cannot be used");
-  for (size_t i = 1; i < chain->size(); ++i) {
+  for (size_t i = 1; i < chain.size(); ++i) {
     // add1 takes a reference of its own.
-    if (SSL_CTX_add1_chain_cert(&ctx, (*chain)[i].get()) != 1)
+    if (SSL_CTX_add1_chain_cert(&ctx, chain[i].get()) != 1)
       return problem(certWhat, "has an intermediate certificate that cannot be used");
   }
-  if (SSL_CTX_use_PrivateKey(&ctx, key->get()) != 1)
+  if (SSL_CTX_use_PrivateKey(&ctx, pair->key.get()) != 1)
     return problem(keyWhat, "cannot be used");
 
   if (listen.tlsClientCaFile.empty())
@@ -201,13 +213,7 @@ llvm::Error checkClientFiles(const TlsClientOptions &options) {
         "--tls-client-key (or COURIER_TLS_CLIENT_CERT and COURIER_TLS_CLIENT_KEY)");
   std::string certWhat = "the TLS client certificate '" + options.certFile + "'";
   std::string keyWhat = "the TLS client key '" + options.keyFile + "'";
-  auto chain = loadCertificates(certWhat, options.certFile);
-  if (!chain)
-    return chain.takeError();
-  auto key = loadKey(keyWhat, options.keyFile);
-  if (!key)
-    return key.takeError();
-  return checkPair(certWhat, chain->front().get(), keyWhat, key->get());
+  return loadCertifiedKey(certWhat, options.certFile, keyWhat, options.keyFile).takeError();
 }
 
 void watchCertificateRequests(SSL_CTX &ctx) {
