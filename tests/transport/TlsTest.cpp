@@ -12,8 +12,10 @@
 
 #include <catch2/catch.hpp>
 
+#include <csignal>
 #include <cstdlib>
 #include <fstream>
+#include <sys/wait.h>
 
 using namespace courier::transport;
 using Catch::Contains;
@@ -311,4 +313,16 @@ TEST_CASE("courier-run reaches an executor at https:// with --tls-ca, and names 
   CHECK_THAT(output, Contains(executor->address()));
   CHECK_THAT(output, Contains("certificate verify failed: unknown CA"));
   CHECK_THAT(output, Contains("[tls_failed]"));
+}
+
+TEST_CASE("a TLS executor stops cleanly on SIGTERM with a client's connection open", "[tls]") {
+  TestCertificates pki;
+  auto executor = tlsExecutor(pki, pki.serverCert);
+  auto backend = backendFor(executor->address(), {pki.caCert, "", ""});
+  auto session = backend->openSession(); // Leaves a keep-alive TLS connection open.
+  if (!session)
+    FAIL(llvm::toString(session.takeError()));
+  int status = executor->terminate(SIGTERM, std::chrono::seconds(15));
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
 }
