@@ -3,6 +3,12 @@
 # in a run directory, behind nginx on one TCP address; stops them all on SIGINT or SIGTERM.
 set -euo pipefail
 
+# `wait -n -p`, which the pool's last loop waits with, is bash 5.1's; older bash would spin.
+if ((BASH_VERSINFO[0] < 5 || (BASH_VERSINFO[0] == 5 && BASH_VERSINFO[1] < 1))); then
+  echo "pool.sh: needs bash 5.1 or later (for wait -n -p), not $BASH_VERSION" >&2
+  exit 2
+fi
+
 usage() {
   cat <<'EOF'
 usage: pool.sh --executors N --listen HOST:PORT [--serve] [--token-file FILE]
@@ -118,22 +124,26 @@ nginx=$(command -v nginx || true)
 [ -n "$nginx" ] || [ ! -x /usr/sbin/nginx ] || nginx=/usr/sbin/nginx
 [ -n "$nginx" ] || fail "nginx is not installed (Debian: apt-get install nginx)"
 
-remove_run_dir=0
-if [ -z "$run_dir" ]; then
-  run_dir=$(mktemp -d "${TMPDIR:-/tmp}/courier-pool-XXXXXX")
-  remove_run_dir=1
-fi
-mkdir -p "$run_dir"
-run_dir=$(realpath "$run_dir")
-mkdir -p "$run_dir/nginx-temp"
-# A socket's path must fit in sun_path (108 bytes).
-[ ${#run_dir} -le 80 ] || fail "--run-dir '$run_dir' is too long for unix socket paths"
-
-pids=()     # the servers' process ids, by index
+pids=()     # the servers' process ids, by index; 0 once known to have exited
 names=()    # "executor-1", ...
 nginx_pid=""
+header_file="" # curl's Authorization header, kept off its command line
+stopped=0
+remove_run_dir=0
+
+# Forgets the servers (and nginx) that bash has reaped: such a pid may belong to another
+# process by now. One that exited but is not yet reaped is a zombie, whose pid is not reused.
+forget_exited() {
+  local running i
+  running=" $(jobs -rp | tr '\n' ' ') "
+  for ((i = 0; i < ${#pids[@]}; i++)); do
+    [[ $running == *" ${pids[i]} "* ]] || pids[i]=0
+  done
+  [[ -z $nginx_pid || $running == *" $nginx_pid "* ]] || nginx_pid=""
+}
 
 signal_servers() {
+  forget_exited
   local pid
   for pid in "${pids[@]}"; do
     [ "$pid" -eq 0 ] || kill -TERM "$pid" 2>/dev/null || true
@@ -141,6 +151,8 @@ signal_servers() {
 }
 
 stop_all() {
+  [ "$stopped" -eq 0 ] || return 0
+  stopped=1
   # Servers first, with SIGTERM: each drains what it is doing while nginx still passes it
   # the requests of its sessions; nginx goes once nothing is left behind it.
   # A second SIGINT or SIGTERM is passed on: it cuts the servers' drains short.
@@ -159,10 +171,33 @@ stop_all() {
     done
   fi
   trap - TERM INT
+  [ -z "$header_file" ] || rm -f "$header_file"
   if [ "$remove_run_dir" -eq 1 ]; then
     rm -rf "$run_dir"
   fi
 }
+
+# Whatever ends the script once it has started something (a failing command under set -e
+# included) stops the servers and nginx and removes what it made.
+on_exit() {
+  local status=$?
+  [ "$stopped" -eq 0 ] || return 0
+  if [ "$status" -ne 0 ] && [ ${#pids[@]} -gt 0 ]; then
+    echo "pool.sh: stopping the pool after a failure (exit status $status)" >&2
+  fi
+  stop_all
+}
+trap on_exit EXIT
+
+if [ -z "$run_dir" ]; then
+  run_dir=$(mktemp -d "${TMPDIR:-/tmp}/courier-pool-XXXXXX")
+  remove_run_dir=1
+fi
+mkdir -p "$run_dir"
+run_dir=$(realpath "$run_dir")
+mkdir -p "$run_dir/nginx-temp"
+# A socket's path must fit in sun_path (108 bytes).
+[ ${#run_dir} -le 80 ] || fail "--run-dir '$run_dir' is too long for unix socket paths"
 
 # Called with the reason; stops what started and exits 1.
 abort() {
@@ -174,9 +209,16 @@ abort() {
 stopping=0
 trap 'stopping=1' TERM INT
 
+# The token goes to curl in a file only its owner reads: on curl's command line any local user
+# could read it in /proc/PID/cmdline.
 token_header=()
 if [ -n "$token_file" ]; then
-  token_header=(-H "Authorization: Bearer $(head -n1 "$token_file")")
+  header_file=$run_dir/curl-authorization.header
+  (
+    umask 077
+    printf 'Authorization: Bearer %s\n' "$(head -n1 "$token_file")" >"$header_file"
+  )
+  token_header=(-H "@$header_file")
 fi
 
 # Starts server $1 (1-based) in its own process group, so a terminal's Ctrl-C reaches only

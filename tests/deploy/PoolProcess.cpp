@@ -11,8 +11,10 @@ namespace courier::testing {
 namespace {
 
 ServerSpec poolSpec(PoolKind kind, int servers, std::vector<std::string> serverArgs,
-                    const PoolTls &tls) {
+                    const PoolTls &tls, std::string token) {
   ServerSpec spec;
+  // ServerProcess writes it to a file it passes as --token-file, and its client sends it.
+  spec.token = std::move(token);
   spec.program = COURIER_POOL_SCRIPT;
   spec.name = kind == PoolKind::Serve ? "serve-pool" : "executor-pool";
   spec.args = {"--executors", std::to_string(servers), "--run-dir", "{dir}/run",
@@ -38,8 +40,9 @@ pid_t readPid(const std::string &path) {
 } // namespace
 
 PoolProcess::PoolProcess(PoolKind kind, int servers, std::vector<std::string> serverArgs,
-                         PoolTls tls)
-    : kind(kind), process(poolSpec(kind, servers, std::move(serverArgs), tls)), count(servers) {}
+                         PoolTls tls, std::string token)
+    : kind(kind), process(poolSpec(kind, servers, std::move(serverArgs), tls, std::move(token))),
+      count(servers) {}
 
 std::string PoolProcess::serverName(int index) const {
   return (kind == PoolKind::Serve ? "serve-" : "executor-") + std::to_string(index + 1);

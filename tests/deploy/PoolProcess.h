@@ -24,10 +24,11 @@ struct PoolTls {
 
 /// `scripts/pool.sh --executors N` (with `--serve` for courier-serve) on a free loopback
 /// port, its run directory inside the fixture's scratch directory; stopped with SIGTERM.
+/// With a `token`, every server requires it (pool.sh's --token-file) and front() sends it.
 class PoolProcess {
 public:
   PoolProcess(PoolKind kind, int servers, std::vector<std::string> serverArgs = {},
-              PoolTls tls = {});
+              PoolTls tls = {}, std::string token = {});
 
   int port() const { return process.port(); }
   /// "127.0.0.1:PORT" (with TLS "https://127.0.0.1:PORT"), as clients name the front door.

@@ -16,6 +16,7 @@
 #include <chrono>
 #include <csignal>
 #include <fcntl.h>
+#include <filesystem>
 #include <fstream>
 #include <netinet/in.h>
 #include <poll.h>
@@ -503,6 +504,55 @@ TEST_CASE("a pool that cannot start says why and exits non-zero", "[deploy]") {
                       {"--executors", "1", "--listen", "0.0.0.0:0", "--bin-dir", COURIER_BIN_DIR});
   CHECK(exposed == 2);
   CHECK(exposedLog.find("beyond loopback: give --token-file") != std::string::npos);
+}
+
+TEST_CASE("a pool with a token file serves the token's holders and leaves no copy of it behind",
+          "[deploy]") {
+  const std::string token = "pool-token-" + std::to_string(::getpid());
+  PoolProcess pool(PoolKind::Executors, 2, {}, {}, token);
+  httplib::Result opened = openSession(*pool.front(), "with-token");
+  REQUIRE(opened);
+  CHECK(opened->status == 201);
+  httplib::Client stranger("127.0.0.1", pool.port());
+  httplib::Result refused = openSession(stranger, "without-token");
+  REQUIRE(refused);
+  CHECK(refused->status == 401);
+  CHECK(errorCodeOf(refused) == "unauthorized");
+  int status = pool.process.terminate(SIGTERM, std::chrono::seconds(30));
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  // The token file itself is outside the run directory.
+  for (const auto &entry : std::filesystem::recursive_directory_iterator(pool.runDir())) {
+    INFO(entry.path());
+    if (entry.is_regular_file())
+      CHECK(readFile(entry.path()).find(token) == std::string::npos);
+  }
+}
+
+TEST_CASE("a pool that fails after its servers started stops them before it exits", "[deploy]") {
+  std::string dir = "/tmp/courier-pool-failure-XXXXXX";
+  REQUIRE(::mkdtemp(dir.data()));
+  // pool.sh copies courier-limits.conf into its run directory once the servers are ready; a
+  // directory in its place makes that copy fail.
+  std::filesystem::create_directories(dir + "/run/courier-limits.conf");
+  auto [status, log] = courier::testing::runServerToExit(
+      COURIER_POOL_SCRIPT, {"--executors", "2", "--listen", "127.0.0.1:0", "--run-dir",
+                            dir + "/run", "--bin-dir", COURIER_BIN_DIR});
+  INFO(log);
+  CHECK(status == 1);
+  CHECK(log.find("cannot overwrite directory") != std::string::npos);
+  CHECK(log.find("stopping the pool after a failure") != std::string::npos);
+  for (const char *name : {"executor-1", "executor-2"}) {
+    std::string pidFile = dir + "/run/" + name + ".pid";
+    REQUIRE(std::filesystem::exists(pidFile));
+    pid_t pid = static_cast<pid_t>(std::stol(readFile(pidFile)));
+    INFO(name << " (pid " << pid << ")");
+    bool running = ::kill(pid, 0) == 0;
+    CHECK_FALSE(running);
+    if (running) // Left behind: end it here rather than leave it to outlive the test.
+      ::kill(pid, SIGKILL);
+  }
+  std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("a front door with TLS serves https and answers plain HTTP in Courier's shape",
