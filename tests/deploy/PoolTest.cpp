@@ -485,6 +485,19 @@ TEST_CASE("a courier-serve pool's front door refuses ambiguous framing", "[deplo
   requireAmbiguousFramingRefused(pool, "/v1/modules/framing");
 }
 
+TEST_CASE("a courier-serve pool's front door names a lost instance executor_lost",
+          "[deploy][serve]") {
+  Pool pool(PoolKind::Serve);
+  for (int i = 0; i < Pool::kServers; ++i)
+    ::kill(pool.serverPid(i), SIGKILL);
+  // The request may have reached an instance as it died: unavailable would promise it did not.
+  httplib::Result res = pool.front()->Post("/v1/modules/orphan/invoke/main",
+                                           R"({"inputs": [[1, 2, 3, 4]]})", "application/json");
+  REQUIRE(res);
+  CHECK(res->status == 502);
+  CHECK(errorCodeOf(res) == "executor_lost");
+}
+
 TEST_CASE("a courier-serve pool's front door refuses a body over the instances' limit",
           "[deploy][serve]") {
   Pool pool(PoolKind::Serve, {"--max-body-bytes", "65536"});
