@@ -98,49 +98,59 @@ std::string readFile(const std::string &path) {
 
 ServerProcess::ServerProcess(ServerSpec specIn) : spec(std::move(specIn)) {
   dir = makeTempDir(spec.name);
-  std::vector<std::string> args = {spec.program};
-  if (std::find(spec.args.begin(), spec.args.end(), "--listen") == spec.args.end()) {
-    args.push_back("--listen");
-    args.push_back("127.0.0.1:" + std::to_string(spec.port));
-  }
-  if (!spec.token.empty()) {
-    std::ofstream(dir + "/token") << spec.token << "\n";
-    args.push_back("--token-file");
-    args.push_back(dir + "/token");
-  }
-  for (std::string arg : spec.args) {
-    if (size_t at = arg.find("{dir}"); at != std::string::npos)
-      arg.replace(at, 5, dir);
-    args.push_back(std::move(arg));
-  }
-  int out = -1;
-  pid = spawn(args, dir + "/" + spec.name + ".log", out);
-  std::string line;
   try {
-    line = readLine(out, std::chrono::seconds(20), spec.name);
-  } catch (const std::exception &e) {
+    std::vector<std::string> args = {spec.program};
+    if (std::find(spec.args.begin(), spec.args.end(), "--listen") == spec.args.end()) {
+      args.push_back("--listen");
+      args.push_back("127.0.0.1:" + std::to_string(spec.port));
+    }
+    if (!spec.token.empty()) {
+      std::ofstream(dir + "/token") << spec.token << "\n";
+      args.push_back("--token-file");
+      args.push_back(dir + "/token");
+    }
+    for (std::string arg : spec.args) {
+      if (size_t at = arg.find("{dir}"); at != std::string::npos)
+        arg.replace(at, 5, dir);
+      args.push_back(std::move(arg));
+    }
+    int out = -1;
+    pid = spawn(args, dir + "/" + spec.name + ".log", out);
+    std::string line;
+    try {
+      line = readLine(out, std::chrono::seconds(20), spec.name);
+    } catch (const std::exception &e) {
+      close(out);
+      throw std::runtime_error(std::string(e.what()) + "\n" + log());
+    }
     close(out);
-    throw std::runtime_error(std::string(e.what()) + "\n" + log());
-  }
-  close(out);
-  const std::string prefix = "listening on ";
-  if (line.compare(0, prefix.size(), prefix) != 0)
-    throw std::runtime_error("unexpected first line from " + spec.name + ": " + line);
-  addressText = line.substr(prefix.size());
-  if (addressText.compare(0, 5, "unix:") == 0)
-    socket = addressText.substr(5);
-  else
-    boundPort = std::stoi(addressText.substr(addressText.rfind(':') + 1));
+    const std::string prefix = "listening on ";
+    if (line.compare(0, prefix.size(), prefix) != 0)
+      throw std::runtime_error("unexpected first line from " + spec.name + ": " + line);
+    addressText = line.substr(prefix.size());
+    if (addressText.compare(0, 5, "unix:") == 0)
+      socket = addressText.substr(5);
+    else
+      boundPort = std::stoi(addressText.substr(addressText.rfind(':') + 1));
 
-  std::unique_ptr<httplib::Client> http = client();
-  http->set_connection_timeout(std::chrono::seconds(1));
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  while (true) {
-    httplib::Result res = http->Get("/v1/health");
-    if (res && res->status == 200)
-      break;
-    if (std::chrono::steady_clock::now() > deadline)
-      throw std::runtime_error(spec.name + " at " + addressText + " never became healthy");
+    std::unique_ptr<httplib::Client> http = client();
+    http->set_connection_timeout(std::chrono::seconds(1));
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (true) {
+      httplib::Result res = http->Get("/v1/health");
+      if (res && res->status == 200)
+        break;
+      if (std::chrono::steady_clock::now() > deadline)
+        throw std::runtime_error(spec.name + " at " + addressText + " never became healthy");
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  } catch (...) {
+    // A constructor that throws gets no destructor: end the process it started (with SIGTERM
+    // first, so that a pool script stops its own servers) and remove the directory here.
+    terminate(SIGTERM, std::chrono::seconds(15));
+    std::error_code ignored;
+    std::filesystem::remove_all(dir, ignored);
+    throw;
   }
 }
 
