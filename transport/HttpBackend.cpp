@@ -38,11 +38,15 @@ void appendErrorBody(std::string &body, const char *data, size_t size) {
     body.append(data, std::min(size, kLimit - body.size()));
 }
 
-/// Whether `req` runs code on the executor (a launch or a call): such a request may have run
-/// even when no reply came back.
+/// Whether `req` runs code on the executor (a launch, an await of one, or a call): such a
+/// request may have run even when no reply came back.
 bool runsCode(const httplib::Request &req) {
   llvm::StringRef path = req.path;
-  return path.contains("/launch") || path.contains("/call/");
+  if (!path.consume_front("/v1/sessions/"))
+    return false;
+  llvm::StringRef route = path.split('/').second; // What follows the session id.
+  return route == "launch" || route == "launch_async" || route.starts_with("call/") ||
+         (route.starts_with("launches/") && route.ends_with("/await"));
 }
 
 /// OpenSSL writes to its socket with write(), which raises SIGPIPE when the executor has

@@ -55,10 +55,11 @@ bool isProbe(const httplib::Request &req) {
          (req.path == "/v1/health" || req.path == "/v1/ready" || req.path == "/metrics");
 }
 
-/// Why the end of a request's body is ambiguous, if it is: with two Content-Length headers,
-/// or one beside Transfer-Encoding, a proxy in front and this server could each find a
-/// different body, and bytes one takes for body the other would run as a request of its own.
-/// httplib picks one of the headers itself, silently.
+/// Why the end of a request's body is ambiguous or unbounded, if it is: with two
+/// Content-Length headers, or one beside Transfer-Encoding, a proxy in front and this server
+/// could each find a different body, and bytes one takes for body the other would run as a
+/// request of its own (httplib picks one of the headers itself, silently); a POST or PUT with
+/// neither, or with a coding other than chunked, would be read until the connection closes.
 std::optional<std::string> ambiguousFraming(const httplib::Request &req) {
   size_t lengths = req.get_header_value_count("Content-Length");
   if (lengths > 1)
@@ -72,6 +73,19 @@ std::optional<std::string> ambiguousFraming(const httplib::Request &req) {
       llvm::StringRef(req.get_header_value("Content-Length")).getAsInteger(10, length))
     return "the Content-Length header '" + req.get_header_value("Content-Length") +
            "' is not a number of bytes";
+  // httplib decodes only "chunked"; with any other coding, or none at all, it would read a
+  // POST's or PUT's body until the connection closes, past every body limit.
+  size_t codings = req.get_header_value_count("Transfer-Encoding");
+  if (codings > 1 || (codings == 1 && !llvm::StringRef(req.get_header_value("Transfer-Encoding"))
+                                           .trim()
+                                           .equals_insensitive("chunked")))
+    return "the only Transfer-Encoding accepted is one 'chunked'; got '" +
+           req.get_header_value("Transfer-Encoding") + "'";
+  if (lengths == 0 && codings == 0 &&
+      (req.method == "POST" || req.method == "PUT" || req.method == "PATCH"))
+    return "a " + req.method +
+           " needs a Content-Length header (Content-Length: 0 when there is no body) or "
+           "Transfer-Encoding: chunked";
   return std::nullopt;
 }
 
@@ -410,6 +424,10 @@ void HttpService::installHandlers() {
       res.set_header("Connection", "close");
       return httplib::Server::HandlerResponse::Handled;
     }
+    // A draining server is about to close its connections: each reply says so, so that no
+    // client (nor a proxy's connection pool) sends another request on one.
+    if (drainStarted)
+      res.set_header("Connection", "close");
     if (authorized(req))
       return httplib::Server::HandlerResponse::Unhandled;
     opts.sendError(res, "unauthorized", "missing or wrong bearer token");

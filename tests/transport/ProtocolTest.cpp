@@ -337,6 +337,16 @@ TEST_CASE("the executor refuses a request whose body could end in two places, be
        "POST /v1/sessions HTTP/1.1\r\nHost: x\r\nContent-Length: 2, 2\r\n"
        "Connection: close\r\n\r\n{}",
        "the Content-Length header '2, 2' is not a number of bytes"},
+      // Without either header httplib would read the body until the connection closes.
+      {"a POST with neither Content-Length nor Transfer-Encoding",
+       "POST /v1/sessions/" + session + "/launch_async HTTP/1.1\r\nHost: x\r\n\r\n" +
+           "sixteen bytes...",
+       "a POST needs a Content-Length header (Content-Length: 0 when there is no body) or "
+       "Transfer-Encoding: chunked"},
+      {"a Transfer-Encoding httplib does not decode",
+       "PUT /v1/sessions/other HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, chunked\r\n"
+       "\r\nsixteen bytes...",
+       "the only Transfer-Encoding accepted is one 'chunked'; got 'gzip, chunked'"},
   };
   for (const Case &c : cases) {
     INFO(c.what);
