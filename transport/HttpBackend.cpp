@@ -346,6 +346,12 @@ llvm::Expected<int> HttpBackend::send(httplib::Request &req, httplib::Response &
   if (!(*lease).send(req, res, error))
     return transportFailure(operation, error, *lease, runsCode(req),
                             std::chrono::steady_clock::now() - started);
+  // A server that asks for a client certificate without requiring one (optional mutual
+  // TLS) accepted this client anyway: forget the request, so that a later failure on this
+  // connection is not taken for a refused certificate.
+  if (target.tls)
+    if (SSL_CTX *ctx = static_cast<httplib::SSLClient &>(*lease).ssl_context())
+      (void)askedForMissingCertificate(*ctx);
   return res.status;
 }
 
