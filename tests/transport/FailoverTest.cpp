@@ -4,6 +4,7 @@
 // symbolic link, and moving the link to the other socket is what a balancer does when an
 // executor goes away.
 #include "tests/kernels/KernelPaths.h"
+#include "tests/support/Require.h"
 #include "tests/transport/ExecutorProcess.h"
 #include "transport/Backend.h"
 #include "transport/ErrorCode.h"
@@ -25,6 +26,8 @@
 using namespace courier::transport;
 using courier::testing::ExecutorConfig;
 using courier::testing::ExecutorProcess;
+using courier::testing::require;
+using courier::testing::requireOk;
 
 namespace {
 
@@ -35,17 +38,6 @@ ObjectBlob crashers() {
   auto buffer = llvm::MemoryBuffer::getFile(COURIER_KERNEL_CRASHERS);
   REQUIRE(buffer);
   return ObjectBlob::fromBytes((*buffer)->getBuffer().str());
-}
-
-template <typename T> T require(llvm::Expected<T> value) {
-  if (!value)
-    FAIL(llvm::toString(value.takeError()));
-  return std::move(*value);
-}
-
-void requireOk(llvm::Error error) {
-  if (error)
-    FAIL(llvm::toString(std::move(error)));
 }
 
 /// The code and message of a failure; the test fails if there was none.
@@ -104,6 +96,24 @@ struct Pair {
     }
   }
 
+  /// Starts a launch of slow_plus_one ({1000}: a second's sleep) on `session` and kills the
+  /// first executor once it is serving it; with `moveFirst` the link moves to the second
+  /// executor beforehand. Returns the launch's outcome.
+  llvm::Expected<std::vector<OwnedTensor>> killFirstUnder(Backend &backend,
+                                                          const std::string &session,
+                                                          const ObjectBlob &object,
+                                                          bool moveFirst) {
+    std::vector<double> x = {1000};
+    auto running = std::async(std::launch::async, [&] {
+      return backend.launch(session, object, kSlowPlusOne, {view(x)}, {{1, 8}});
+    });
+    awaitLaunchInFlight(first);
+    if (moveFirst)
+      point(second);
+    first.kill();
+    return running.get();
+  }
+
   ExecutorProcess first, second;
   std::string front;
 };
@@ -133,16 +143,9 @@ TEST_CASE("a contained launch whose executor dies under it runs again where its 
   std::string session = require(backend->openSession());
   ObjectBlob object = crashers();
   requireOk(backend->shipObject(session, object));
-  std::vector<double> x = {1000, 2, 3};
-  auto running = std::async(std::launch::async, [&] {
-    return backend->launch(session, object, kSlowPlusOne, {view(x)}, {{1, 8}});
-  });
-  Pair::awaitLaunchInFlight(pair.first);
-  pair.point(pair.second);
-  pair.first.kill();
-
-  std::vector<OwnedTensor> results = require(running.get());
-  CHECK(valuesOf(results.at(0)) == std::vector<double>{1001, 3, 4});
+  std::vector<OwnedTensor> results =
+      require(pair.killFirstUnder(*backend, session, object, /*moveFirst=*/true));
+  CHECK(valuesOf(results.at(0)) == std::vector<double>{1001});
   // The session moved under its id, with its object, and the launch ran there once.
   CHECK(pair.second.metric("courier_sessions") == 1);
   CHECK(pair.second.metric("courier_object_uploads_total") == 1);
@@ -156,15 +159,8 @@ TEST_CASE("a launch lost with an executor that does not contain it fails with ex
   std::string session = require(backend->openSession());
   ObjectBlob object = crashers();
   requireOk(backend->shipObject(session, object));
-  std::vector<double> x = {1000};
-  auto running = std::async(std::launch::async, [&] {
-    return backend->launch(session, object, kSlowPlusOne, {view(x)}, {{1, 8}});
-  });
-  Pair::awaitLaunchInFlight(pair.first);
-  pair.point(pair.second);
-  pair.first.kill();
-
-  auto [code, message] = failureOf(running.get());
+  auto [code, message] =
+      failureOf(pair.killFirstUnder(*backend, session, object, /*moveFirst=*/true));
   CHECK(code == ErrorCode::ExecutorLost);
   CHECK_THAT(message, Catch::Contains("launching '_catalyst_pyface_slow_plus_one'") &&
                           Catch::Contains("is not run again"));
@@ -182,14 +178,8 @@ TEST_CASE("with no executor to move to, a lost launch says so under executor_los
   std::string session = require(backend->openSession());
   ObjectBlob object = crashers();
   requireOk(backend->shipObject(session, object));
-  std::vector<double> x = {1000};
-  auto running = std::async(std::launch::async, [&] {
-    return backend->launch(session, object, kSlowPlusOne, {view(x)}, {{1, 8}});
-  });
-  Pair::awaitLaunchInFlight(pair.first);
-  pair.first.kill();
-
-  auto [code, message] = failureOf(running.get());
+  auto [code, message] =
+      failureOf(pair.killFirstUnder(*backend, session, object, /*moveFirst=*/false));
   CHECK(code == ErrorCode::ExecutorLost);
   CHECK_THAT(message, Catch::Contains("moving the session elsewhere failed") &&
                           Catch::Contains("cannot connect"));

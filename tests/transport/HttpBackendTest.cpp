@@ -3,6 +3,7 @@
 // and restarts.
 #include "transport/HttpBackend.h"
 #include "tests/kernels/KernelPaths.h"
+#include "tests/support/Require.h"
 #include "tests/transport/ExecutorProcess.h"
 #include "transport/Backend.h"
 #include "transport/Wire.h"
@@ -24,6 +25,8 @@
 using namespace courier::transport;
 using courier::testing::ExecutorConfig;
 using courier::testing::ExecutorProcess;
+using courier::testing::require;
+using courier::testing::requireOk;
 
 namespace {
 
@@ -36,17 +39,6 @@ ObjectBlob loadObject(const char *path) {
   auto buffer = llvm::MemoryBuffer::getFile(path);
   REQUIRE(buffer);
   return ObjectBlob::fromBytes((*buffer)->getBuffer().str());
-}
-
-template <typename T> T require(llvm::Expected<T> value) {
-  if (!value)
-    FAIL(llvm::toString(value.takeError()));
-  return std::move(*value);
-}
-
-void requireOk(llvm::Error error) {
-  if (error)
-    FAIL(llvm::toString(std::move(error)));
 }
 
 /// The error's message, or "" on success.
