@@ -1,8 +1,8 @@
 /* Kernels that end or abuse the process running them: a null load, abort(), raw system
  * calls (file creation, sockets, exec, fork, signals, exit_group), a loop and a recursion
  * without end, a malloc bomb; beside them a kernel that prints with the raw write call, a
- * well-behaved one, for checking that a worker survives or comes back, and a slow one. An executor must
- * contain each one to its own session (tests/executor/ContainmentTest.cpp).
+ * well-behaved one, for checking that a worker survives or comes back, and a slow one. An
+ * executor must contain each one to its own session (tests/executor/ContainmentTest.cpp).
  *
  * Built twice: with signature tables (crashers.o) and, with -DCOURIER_NO_SIGNATURES,
  * without them (crashers-unsigned.o), the object an executor refuses by default. */
