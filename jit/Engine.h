@@ -72,6 +72,11 @@ llvm::Expected<llvm::json::Value> parseJSON(llvm::StringRef text, unsigned maxDe
 /// {"dtype": "f32", "shape": [2, 2], "data": [...]} with flat, row-major data.
 llvm::json::Value tensorToJSON(const Tensor &tensor);
 
+/// The same object written straight to `os`, each number in the shortest text that reads
+/// back as the same value of the tensor's own element type (an f32 as a float, not as the
+/// double it widens to), with no llvm::json::Value per element.
+void writeTensorJSON(llvm::raw_ostream &os, const Tensor &tensor);
+
 /// The type of one argument or result of an entry.
 struct TensorSpec {
   DType dtype = DType::F32;

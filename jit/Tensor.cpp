@@ -9,6 +9,7 @@
 #include "llvm/Support/MathExtras.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <charconv>
 #include <cmath>
 #include <cstring>
 #include <iterator>
@@ -497,6 +498,123 @@ llvm::json::Value tensorToJSON(const Tensor &tensor) {
     shape.push_back(d);
   return llvm::json::Object{
       {"dtype", dtypeName(tensor.dtype)}, {"shape", std::move(shape)}, {"data", std::move(data)}};
+}
+
+namespace {
+
+/// Appends the text of one tensor's elements to a fixed buffer, handing it to `os` as it
+/// fills: a 16 MiB tensor is twenty million bytes of text, and nothing per element is allocated.
+class ElementWriter {
+public:
+  explicit ElementWriter(llvm::raw_ostream &os) : os(os) {}
+  ~ElementWriter() { flush(); }
+
+  void separator(bool first) {
+    if (!first)
+      put(",");
+  }
+  void put(llvm::StringRef text) {
+    if (text.size() > sizeof(buffer) - used)
+      flush();
+    std::memcpy(buffer + used, text.data(), text.size());
+    used += text.size();
+  }
+  /// A float or double in the shortest text that reads back as the same value of its own
+  /// type; NaN and the infinities as the strings JSON carries them in.
+  template <typename T> void real(T v) {
+    if (std::isnan(v))
+      return put("\"NaN\"");
+    if (std::isinf(v))
+      return put(v > 0 ? "\"Infinity\"" : "\"-Infinity\"");
+    number(v);
+  }
+  template <typename T> void number(T v) {
+    if (sizeof(buffer) - used < kMaxNumber)
+      flush();
+    std::to_chars_result r = std::to_chars(buffer + used, buffer + sizeof(buffer), v);
+    used = static_cast<size_t>(r.ptr - buffer);
+  }
+
+private:
+  /// More than the longest number: "-2.2250738585072014e-308" is 24 characters.
+  static constexpr size_t kMaxNumber = 32;
+  void flush() {
+    os.write(buffer, used);
+    used = 0;
+  }
+  llvm::raw_ostream &os;
+  char buffer[1 << 16];
+  size_t used = 0;
+};
+
+/// Writes every element of `bytes` read as T, each through `write`.
+template <typename T, typename Write>
+void writeElements(ElementWriter &out, const Tensor &tensor, Write write) {
+  for (int64_t i = 0, n = tensor.numElements(); i < n; ++i) {
+    T v;
+    std::memcpy(&v, tensor.bytes.data() + i * sizeof(T), sizeof(T));
+    out.separator(i == 0);
+    write(v);
+  }
+}
+
+} // namespace
+
+void writeTensorJSON(llvm::raw_ostream &os, const Tensor &tensor) {
+  // The keys in the order llvm::json prints an object's: sorted.
+  os << "{\"data\":[";
+  {
+    ElementWriter out(os);
+    auto integer = [&](auto v) { out.number(v); };
+    switch (tensor.dtype) {
+    case DType::F16:
+    case DType::BF16:
+      // Every half and bfloat16 is exactly a float, and the shortest float text reads back
+      // to it.
+      for (int64_t i = 0, n = tensor.numElements(); i < n; ++i) {
+        out.separator(i == 0);
+        out.real(static_cast<float>(tensor.at(i)));
+      }
+      break;
+    case DType::F32:
+      writeElements<float>(out, tensor, [&](float v) { out.real(v); });
+      break;
+    case DType::F64:
+      writeElements<double>(out, tensor, [&](double v) { out.real(v); });
+      break;
+    case DType::I1:
+      writeElements<uint8_t>(out, tensor, [&](uint8_t v) { out.put(v & 1 ? "true" : "false"); });
+      break;
+    case DType::I8:
+      writeElements<int8_t>(out, tensor, [&](int8_t v) { out.number(int{v}); });
+      break;
+    case DType::I16:
+      writeElements<int16_t>(out, tensor, integer);
+      break;
+    case DType::I32:
+      writeElements<int32_t>(out, tensor, integer);
+      break;
+    case DType::I64:
+      writeElements<int64_t>(out, tensor, integer);
+      break;
+    case DType::UI8:
+      writeElements<uint8_t>(out, tensor, [&](uint8_t v) { out.number(unsigned{v}); });
+      break;
+    case DType::UI16:
+      writeElements<uint16_t>(out, tensor, integer);
+      break;
+    case DType::UI32:
+      writeElements<uint32_t>(out, tensor, integer);
+      break;
+    case DType::UI64:
+      writeElements<uint64_t>(out, tensor, integer);
+      break;
+    }
+  }
+  os << "],\"dtype\":\"" << dtypeName(tensor.dtype) << "\",\"shape\":[";
+  for (size_t d = 0; d < tensor.shape.size(); ++d)
+    os << (d ? "," : "") << tensor.shape[d];
+  os << "]}";
 }
 
 } // namespace courier

@@ -1039,6 +1039,26 @@ TEST_CASE("NaN and the infinities travel as JSON strings both ways", "[serve]") 
   }
 }
 
+TEST_CASE("outputs are printed in the shortest text that reads back in their own element type",
+          "[serve]") {
+  ServeProcess serve;
+  auto http = serve.client();
+  requireCreated(*http, "twice", kHostOnly);
+  // 0.1 as an f32, doubled, is the float nearest 0.2: "0.2", where a double's digits would
+  // be 0.20000000298023224.
+  Reply invoked =
+      post(*http, "/v1/modules/twice/invoke/twice", R"({"inputs": [[0.1, 1.5, -2.5, 8388608]]})");
+  INFO(invoked.raw);
+  REQUIRE(invoked.status == 200);
+  CHECK(invoked.raw.find(R"("data":[0.2,3,-5,16777216],"dtype":"f32")") != std::string::npos);
+  // Each text, read back as a float, is exactly the kernel's result.
+  const std::vector<float> inputs = {0.1f, 1.5f, -2.5f, 8388608.0f};
+  const json &data = invoked.body["outputs"][0]["data"];
+  REQUIRE(data.size() == inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i)
+    CHECK(static_cast<float>(data[i].get<double>()) == inputs[i] + inputs[i]);
+}
+
 TEST_CASE("a constant or object over the server's limits is 422 naming it, and the server "
           "keeps serving",
           "[serve]") {

@@ -504,13 +504,25 @@ llvm::Error RestService::Impl::invokeJson(const Pinned &pinned, const EntrySigna
   llvm::Expected<std::vector<Tensor>> outputs = call(pinned, entry, callOptions, inputs, called);
   if (!outputs)
     return outputs.takeError();
-  json::Array list;
-  for (const Tensor &output : *outputs)
-    list.push_back(tensorToJSON(output));
-  sendJson(res, 200,
-           json::Object{{"module", pinned.name},
-                        {"version", static_cast<int64_t>(pinned.version)},
-                        {"outputs", std::move(list)}});
+  // Written straight into the body, in the key order sendJson would print.
+  std::string text;
+  {
+    llvm::raw_string_ostream os(text);
+    json::OStream out(os);
+    out.object([&] {
+      out.attribute("module", pinned.name);
+      out.attributeArray("outputs", [&] {
+        for (const Tensor &output : *outputs)
+          out.rawValue([&](llvm::raw_ostream &raw) { writeTensorJSON(raw, output); });
+      });
+      out.attribute("version", static_cast<int64_t>(pinned.version));
+    });
+  }
+  text += "\n";
+  res.status = 200;
+  // set_content would copy the body; a large reply is tens of megabytes.
+  res.body = std::move(text);
+  res.set_header("Content-Type", wire::kJsonContentType);
   return llvm::Error::success();
 }
 
