@@ -3,6 +3,7 @@
 // HttpService's wrapper, which turns an llvm::Error (or a stray exception) into
 // {"error":{"code","message"}} with the status of its code, so handlers never throw.
 #include "tools/courier-serve/RestService.h"
+#include "tools/courier-serve/JsonInputs.h"
 
 #include "transport/HostPort.h"
 #include "transport/HttpService.h"
@@ -231,6 +232,31 @@ json::Value infoJson(const ModuleInfo &info) {
 /// A frame input's optional `bytes` or `offset`. A key that is present but not a
 /// non-negative integer (a fraction, a string, a number beyond uint64) is refused rather
 /// than taken as absent: skipping it would let the client believe its check was made.
+/// The inputs of an invoke body read with llvm::json: every body readInputsFast takes, with the
+/// same tensors, and every other, with the error naming what is wrong.
+llvm::Expected<std::vector<Tensor>> inputsFromJSON(llvm::StringRef body,
+                                                   const EntrySignature &entry) {
+  llvm::Expected<json::Object> request = parseObject(body, "the request body");
+  if (!request)
+    return request.takeError();
+  const json::Array *given = request->getArray("inputs");
+  if (!given)
+    return makeServeError(ErrorCode::BadRequest, "expected {\"inputs\": [tensor, ...]}");
+  if (given->size() != entry.inputs.size())
+    return makeServeError(ErrorCode::InvalidInput,
+                          "entry '" + entry.name + "' takes " + llvm::Twine(entry.inputs.size()) +
+                              " inputs, got " + llvm::Twine(given->size()));
+  std::vector<Tensor> inputs;
+  for (size_t i = 0; i < given->size(); ++i) {
+    llvm::Expected<Tensor> tensor = tensorFromJSON((*given)[i], entry.inputs[i]);
+    if (!tensor)
+      return makeServeError(ErrorCode::InvalidInput,
+                            "input " + llvm::Twine(i) + ": " + llvm::toString(tensor.takeError()));
+    inputs.push_back(std::move(*tensor));
+  }
+  return std::move(inputs);
+}
+
 llvm::Expected<std::optional<uint64_t>> optionalCount(const json::Object &item, llvm::StringRef key,
                                                       size_t input) {
   const json::Value *value = item.get(key);
@@ -481,24 +507,11 @@ llvm::Error RestService::Impl::invokeJson(const Pinned &pinned, const EntrySigna
   llvm::Expected<std::string> body = readBody(req, res, reader);
   if (!body)
     return body.takeError();
-  llvm::Expected<json::Object> request = parseObject(*body, "the request body");
-  if (!request)
-    return request.takeError();
-  const json::Array *given = request->getArray("inputs");
-  if (!given)
-    return makeServeError(ErrorCode::BadRequest, "expected {\"inputs\": [tensor, ...]}");
-  if (given->size() != entry.inputs.size())
-    return makeServeError(ErrorCode::InvalidInput,
-                          "entry '" + entry.name + "' takes " + llvm::Twine(entry.inputs.size()) +
-                              " inputs, got " + llvm::Twine(given->size()));
-  std::vector<Tensor> inputs;
-  for (size_t i = 0; i < given->size(); ++i) {
-    llvm::Expected<Tensor> tensor = tensorFromJSON((*given)[i], entry.inputs[i]);
-    if (!tensor)
-      return makeServeError(ErrorCode::InvalidInput,
-                            "input " + llvm::Twine(i) + ": " + llvm::toString(tensor.takeError()));
-    inputs.push_back(std::move(*tensor));
-  }
+  std::optional<std::vector<Tensor>> fast = readInputsFast(*body, entry);
+  llvm::Expected<std::vector<Tensor>> read = fast ? std::move(*fast) : inputsFromJSON(*body, entry);
+  if (!read)
+    return read.takeError();
+  std::vector<Tensor> inputs = std::move(*read);
   body->clear();
   body->shrink_to_fit();
   llvm::Expected<std::vector<Tensor>> outputs = call(pinned, entry, callOptions, inputs, called);

@@ -1,0 +1,285 @@
+// simdjson's on-demand API walks the body once, front to back; every value is looked at in
+// that walk (nothing skipped, so nothing goes unchecked), and any surprise gives up on the
+// whole body rather than guessing.
+#include "tools/courier-serve/JsonInputs.h"
+
+#include <simdjson.h>
+
+#include <cstring>
+#include <limits>
+#include <string_view>
+#include <type_traits>
+
+namespace courier::serve {
+
+namespace od = simdjson::ondemand;
+
+namespace {
+
+/// parseJSON's bound: deeper input is refused there, so it is not taken here.
+constexpr size_t kMaxDepth = 128;
+
+/// The elements of one tensor, appended in the bytes of its dtype as they are read, with
+/// the shape their nesting gives (the rules of tensorFromJSON's Flattener).
+class TensorReader {
+public:
+  TensorReader(DType dtype, size_t baseDepth) : dtype(dtype), baseDepth(baseDepth) {}
+
+  bool visit(od::value value, size_t depth) {
+    od::json_type type;
+    if (value.type().get(type) || baseDepth + depth >= kMaxDepth)
+      return false;
+    if (type != od::json_type::array)
+      return leaf(value, type, depth);
+    if (leafDepth && depth >= *leafDepth)
+      return false;
+    bool first = depth == shape.size();
+    if (first)
+      shape.push_back(-1);
+    od::array array;
+    if (value.get_array().get(array))
+      return false;
+    int64_t size = 0;
+    for (auto element : array) {
+      od::value child;
+      if (element.get(child) || !visit(child, depth + 1))
+        return false;
+      ++size;
+    }
+    if (first)
+      shape[depth] = size;
+    return shape[depth] == size;
+  }
+
+  DType dtype;
+  std::vector<int64_t> shape;
+  std::vector<uint8_t> bytes;
+  int64_t count = 0;
+
+private:
+  bool leaf(od::value value, od::json_type type, size_t depth) {
+    if (!leafDepth)
+      leafDepth = depth;
+    if (depth != *leafDepth || depth != shape.size())
+      return false;
+    ++count;
+    switch (type) {
+    case od::json_type::boolean: {
+      bool b;
+      return !value.get_bool().get(b) && store(b ? 1.0 : 0.0);
+    }
+    case od::json_type::string:
+      return nonFinite(value);
+    case od::json_type::number:
+      return number(value);
+    default:
+      return false;
+    }
+  }
+
+  bool nonFinite(od::value value) {
+    std::string_view text;
+    if (!isFloat() || value.get_string().get(text))
+      return false;
+    if (text == "NaN")
+      return store(std::numeric_limits<double>::quiet_NaN());
+    if (text == "Infinity")
+      return store(std::numeric_limits<double>::infinity());
+    if (text == "-Infinity")
+      return store(-std::numeric_limits<double>::infinity());
+    return false;
+  }
+
+  bool number(od::value value) {
+    if (isFloat()) {
+      double v;
+      return !value.get_double().get(v) && store(v);
+    }
+    od::number_type kind;
+    if (value.get_number_type().get(kind))
+      return false;
+    if (kind == od::number_type::signed_integer) {
+      int64_t v;
+      return !value.get_int64().get(v) &&
+             integer(v < 0, v < 0 ? 0 - static_cast<uint64_t>(v) : static_cast<uint64_t>(v));
+    }
+    if (kind == od::number_type::unsigned_integer) {
+      uint64_t v;
+      return !value.get_uint64().get(v) && integer(false, v);
+    }
+    return false; // 2.0 and the like: whole, but left to the full reading.
+  }
+
+  bool isFloat() const {
+    return dtype == DType::F16 || dtype == DType::BF16 || dtype == DType::F32 ||
+           dtype == DType::F64;
+  }
+
+  /// A whole number of magnitude `m`, stored if the integer dtype holds it.
+  bool integer(bool negative, uint64_t m) {
+    switch (dtype) {
+    case DType::I1:
+      return !negative && m <= 1 && append<uint8_t>(static_cast<uint8_t>(m));
+    case DType::I8:
+      return fits<int8_t>(negative, m);
+    case DType::I16:
+      return fits<int16_t>(negative, m);
+    case DType::I32:
+      return fits<int32_t>(negative, m);
+    case DType::I64:
+      return fits<int64_t>(negative, m);
+    case DType::UI8:
+      return fits<uint8_t>(negative, m);
+    case DType::UI16:
+      return fits<uint16_t>(negative, m);
+    case DType::UI32:
+      return fits<uint32_t>(negative, m);
+    case DType::UI64:
+      return fits<uint64_t>(negative, m);
+    default:
+      return false;
+    }
+  }
+
+  template <typename T> bool fits(bool negative, uint64_t m) {
+    if (negative) {
+      if (!std::is_signed_v<T> || m > static_cast<uint64_t>(std::numeric_limits<T>::max()) + 1)
+        return false;
+      // Two's complement: the bytes of -m are those of 0 - m modulo 2^64, truncated.
+      return append<T>(static_cast<T>(0 - m));
+    }
+    return m <= static_cast<uint64_t>(std::numeric_limits<T>::max()) &&
+           append<T>(static_cast<T>(m));
+  }
+
+  /// A value of any dtype, as Tensor::fromDoubles would store it.
+  bool store(double v) {
+    switch (dtype) {
+    case DType::F32:
+      return append<float>(static_cast<float>(v));
+    case DType::F64:
+      return append<double>(v);
+    case DType::F16:
+    case DType::BF16: {
+      Tensor one = Tensor::fromDoubles(dtype, {}, {v});
+      bytes.insert(bytes.end(), one.bytes.begin(), one.bytes.end());
+      return true;
+    }
+    default: // A boolean for an integer dtype: 0 or 1.
+      return integer(false, static_cast<uint64_t>(v));
+    }
+  }
+
+  template <typename T> bool append(T v) {
+    size_t at = bytes.size();
+    bytes.resize(at + sizeof(T));
+    std::memcpy(bytes.data() + at, &v, sizeof(T));
+    return true;
+  }
+
+  size_t baseDepth;
+  std::optional<size_t> leafDepth;
+};
+
+/// One input: nested arrays, a lone value, or {"dtype", "shape", "data"}.
+std::optional<Tensor> readTensor(od::value value, const TensorSpec &spec) {
+  // The body's object, "inputs", and this value: three levels.
+  TensorReader reader(spec.dtype, 3);
+  od::json_type type;
+  if (value.type().get(type))
+    return std::nullopt;
+  std::optional<std::vector<int64_t>> declared;
+  if (type == od::json_type::object) {
+    od::object object;
+    if (value.get_object().get(object))
+      return std::nullopt;
+    bool sawDtype = false, sawData = false;
+    for (auto item : object) {
+      od::field field;
+      std::string_view key;
+      if (std::move(item).get(field) || field.unescaped_key().get(key))
+        return std::nullopt;
+      if (key == "dtype" && !sawDtype) {
+        std::string_view name;
+        if (field.value().get_string().get(name) ||
+            llvm::StringRef(name.data(), name.size()) != dtypeName(spec.dtype))
+          return std::nullopt;
+        sawDtype = true;
+      } else if (key == "shape" && !declared) {
+        od::array sizes;
+        if (field.value().get_array().get(sizes))
+          return std::nullopt;
+        declared.emplace();
+        for (auto size : sizes) {
+          int64_t d;
+          if (size.get_int64().get(d) || d < 0)
+            return std::nullopt;
+          declared->push_back(d);
+        }
+      } else if (key == "data" && !sawData) {
+        TensorReader nested(spec.dtype, 4);
+        if (!nested.visit(field.value(), 0))
+          return std::nullopt;
+        reader = std::move(nested);
+        sawData = true;
+      } else {
+        return std::nullopt;
+      }
+    }
+    if (!sawData)
+      return std::nullopt;
+  } else if (!reader.visit(value, 0)) {
+    return std::nullopt;
+  }
+  std::vector<int64_t> shape = std::move(reader.shape);
+  if (declared) {
+    std::optional<int64_t> count = checkedElementCount(*declared, dtypeSize(spec.dtype));
+    if (!count || *count != reader.count)
+      return std::nullopt;
+    shape = std::move(*declared);
+  }
+  if (spec.isScalar && reader.count == 1)
+    shape.clear();
+  else if (!spec.isScalar && shape.empty() && reader.count == 1 && !spec.shape.empty())
+    shape.assign(spec.shape.size(), 1);
+  return Tensor{spec.dtype, std::move(shape), std::move(reader.bytes)};
+}
+
+} // namespace
+
+std::optional<std::vector<Tensor>> readInputsFast(llvm::StringRef body,
+                                                  const EntrySignature &entry) {
+  simdjson::padded_string padded(body.data(), body.size());
+  od::parser parser;
+  od::document doc;
+  od::object request;
+  if (parser.iterate(padded).get(doc) || doc.get_object().get(request))
+    return std::nullopt;
+  std::vector<Tensor> inputs;
+  bool sawInputs = false;
+  for (auto item : request) {
+    od::field field;
+    std::string_view key;
+    od::array given;
+    if (std::move(item).get(field) || field.unescaped_key().get(key) || key != "inputs" ||
+        sawInputs || field.value().get_array().get(given))
+      return std::nullopt;
+    sawInputs = true;
+    for (auto element : given) {
+      od::value value;
+      if (element.get(value) || inputs.size() == entry.inputs.size())
+        return std::nullopt;
+      std::optional<Tensor> tensor = readTensor(value, entry.inputs[inputs.size()]);
+      if (!tensor)
+        return std::nullopt;
+      inputs.push_back(std::move(*tensor));
+    }
+  }
+  if (!sawInputs || inputs.size() != entry.inputs.size() ||
+      // Past the object there must be nothing but whitespace.
+      doc.current_location().error() != simdjson::OUT_OF_BOUNDS)
+    return std::nullopt;
+  return inputs;
+}
+
+} // namespace courier::serve
