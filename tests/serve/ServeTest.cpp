@@ -1262,6 +1262,25 @@ TEST_CASE("a module on ui8, ui64 and bf16 is described and invoked with those dt
     CHECK_THAT(reply.raw, Catch::Contains(r.mentions));
   }
 
+  // Every spelling of the same input gives the same answer, whichever reading takes it: keys
+  // in any order, booleans, 200.0 for 200, a key the server does not read.
+  for (const char *same : {
+           R"({"inputs": [{"data": [false, 200, 254, 255], "dtype": "ui8", "shape": [4]}]})",
+           R"({"inputs": [{"shape": [4], "data": [0.0, 200.0, 254, 255]}]})",
+           R"({"note": "ignored", "inputs": [[0, 200, 254, 255]]})",
+           R"({"inputs": [[0, 200, 254, 255]], "inputs": [[0, 200, 254, 255]]})",
+       }) {
+    Reply reply = post(*http, "/v1/modules/types/invoke/inc", same);
+    INFO(same << " -> " << reply.raw);
+    REQUIRE(reply.status == 200);
+    CHECK(reply.body["outputs"][0]["data"] == json({1, 201, 255, 0}));
+  }
+  // Nothing may follow the object.
+  Reply trailing = post(*http, "/v1/modules/types/invoke/inc", R"({"inputs": [[0, 1, 2, 3]]} [])");
+  INFO(trailing.raw);
+  CHECK(trailing.status == 400);
+  CHECK_THAT(trailing.raw, Catch::Contains("the request body is not JSON"));
+
   // Frames carry the same bytes, labelled ui8 both ways.
   const std::string type = "application/x-courier-frame";
   std::string body = json({{"inputs", {{{"dtype", "ui8"}, {"shape", {4}}}}}}).dump() + "\n";

@@ -5,6 +5,7 @@
 
 #include <simdjson.h>
 
+#include <algorithm>
 #include <cstring>
 #include <limits>
 #include <string_view>
@@ -23,7 +24,15 @@ constexpr size_t kMaxDepth = 128;
 /// the shape their nesting gives (the rules of tensorFromJSON's Flattener).
 class TensorReader {
 public:
-  TensorReader(DType dtype, size_t baseDepth) : dtype(dtype), baseDepth(baseDepth) {}
+  /// `expected`: the bytes the elements are likely to take, allocated up front.
+  TensorReader(DType dtype, size_t baseDepth, size_t expected)
+      : dtype(dtype), bytes(expected), baseDepth(baseDepth) {}
+
+  /// The bytes of the elements read, and nothing past them.
+  std::vector<uint8_t> take() {
+    bytes.resize(used);
+    return std::move(bytes);
+  }
 
   bool visit(od::value value, size_t depth) {
     od::json_type type;
@@ -39,11 +48,25 @@ public:
     od::array array;
     if (value.get_array().get(array))
       return false;
+    // Numbers where numbers were before go straight in; a float's text is read once (simdjson
+    // leaves a value it could not read as a double for the general path).
+    bool numbers = isFloat() && dtype != DType::F16 && dtype != DType::BF16 && leafDepth &&
+                   *leafDepth == depth + 1 && shape.size() == depth + 1;
     int64_t size = 0;
     for (auto element : array) {
       od::value child;
-      if (element.get(child) || !visit(child, depth + 1))
+      double v;
+      if (element.get(child))
         return false;
+      if (numbers && !child.get_double().get(v)) {
+        ++count;
+        if (dtype == DType::F32)
+          append<float>(static_cast<float>(v));
+        else
+          append<double>(v);
+      } else if (!visit(child, depth + 1)) {
+        return false;
+      }
       ++size;
     }
     if (first)
@@ -53,7 +76,6 @@ public:
 
   DType dtype;
   std::vector<int64_t> shape;
-  std::vector<uint8_t> bytes;
   int64_t count = 0;
 
 private:
@@ -161,9 +183,9 @@ private:
       return append<double>(v);
     case DType::F16:
     case DType::BF16: {
-      Tensor one = Tensor::fromDoubles(dtype, {}, {v});
-      bytes.insert(bytes.end(), one.bytes.begin(), one.bytes.end());
-      return true;
+      uint16_t half;
+      std::memcpy(&half, Tensor::fromDoubles(dtype, {}, {v}).bytes.data(), sizeof(half));
+      return append<uint16_t>(half);
     }
     default: // A boolean for an integer dtype: 0 or 1.
       return integer(false, static_cast<uint64_t>(v));
@@ -171,20 +193,33 @@ private:
   }
 
   template <typename T> bool append(T v) {
-    size_t at = bytes.size();
-    bytes.resize(at + sizeof(T));
-    std::memcpy(bytes.data() + at, &v, sizeof(T));
+    if (used + sizeof(T) > bytes.size())
+      bytes.resize(std::max<size_t>(2 * bytes.size(), 64));
+    std::memcpy(bytes.data() + used, &v, sizeof(T));
+    used += sizeof(T);
     return true;
   }
 
+  std::vector<uint8_t> bytes;
+  size_t used = 0;
   size_t baseDepth;
   std::optional<size_t> leafDepth;
 };
 
+/// The bytes `spec`'s elements take if its shape is static, bounded by what `bodySize` bytes
+/// of JSON can hold (two per element, "0,"), so a small body never allocates a large tensor.
+size_t expectedBytes(const TensorSpec &spec, size_t bodySize) {
+  size_t size = dtypeSize(spec.dtype);
+  std::optional<int64_t> count = checkedElementCount(spec.shape, size);
+  if (!count) // A dynamic dimension (-1) or an overflow.
+    return 0;
+  return std::min<size_t>(static_cast<size_t>(*count), bodySize / 2 + 1) * size;
+}
+
 /// One input: nested arrays, a lone value, or {"dtype", "shape", "data"}.
-std::optional<Tensor> readTensor(od::value value, const TensorSpec &spec) {
+std::optional<Tensor> readTensor(od::value value, const TensorSpec &spec, size_t bodySize) {
   // The body's object, "inputs", and this value: three levels.
-  TensorReader reader(spec.dtype, 3);
+  TensorReader reader(spec.dtype, 3, expectedBytes(spec, bodySize));
   od::json_type type;
   if (value.type().get(type))
     return std::nullopt;
@@ -217,7 +252,7 @@ std::optional<Tensor> readTensor(od::value value, const TensorSpec &spec) {
           declared->push_back(d);
         }
       } else if (key == "data" && !sawData) {
-        TensorReader nested(spec.dtype, 4);
+        TensorReader nested(spec.dtype, 4, expectedBytes(spec, bodySize));
         if (!nested.visit(field.value(), 0))
           return std::nullopt;
         reader = std::move(nested);
@@ -242,7 +277,7 @@ std::optional<Tensor> readTensor(od::value value, const TensorSpec &spec) {
     shape.clear();
   else if (!spec.isScalar && shape.empty() && reader.count == 1 && !spec.shape.empty())
     shape.assign(spec.shape.size(), 1);
-  return Tensor{spec.dtype, std::move(shape), std::move(reader.bytes)};
+  return Tensor{spec.dtype, std::move(shape), reader.take()};
 }
 
 } // namespace
@@ -269,7 +304,7 @@ std::optional<std::vector<Tensor>> readInputsFast(llvm::StringRef body,
       od::value value;
       if (element.get(value) || inputs.size() == entry.inputs.size())
         return std::nullopt;
-      std::optional<Tensor> tensor = readTensor(value, entry.inputs[inputs.size()]);
+      std::optional<Tensor> tensor = readTensor(value, entry.inputs[inputs.size()], body.size());
       if (!tensor)
         return std::nullopt;
       inputs.push_back(std::move(*tensor));
