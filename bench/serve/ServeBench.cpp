@@ -44,6 +44,10 @@ const char *const kModule = R"(module @bench {
     %y = arith.addf %x, %x : tensor<4194304xf32>
     return %y : tensor<4194304xf32>
   }
+  func.func public @absorb(%x: tensor<4194304xf32>) -> tensor<1xf32> {
+    %y = tensor.extract_slice %x[0] [1] [1] : tensor<4194304xf32> to tensor<1xf32>
+    return %y : tensor<1xf32>
+  }
 }
 )";
 
@@ -308,7 +312,7 @@ int main(int argc, char **argv) {
   measure(smallPaths, smoke ? 1 : 20, smoke ? 10 : 500, roundP50s);
   report("small tensor (16 B in, 16 B out)", smallPaths, roundP50s, pairs);
 
-  // JSON at 16 MiB takes about a second a call and says nothing about workers: frames only.
+  // JSON says nothing about workers: frames only here, JSON in its own table below.
   std::vector<Path> bigPaths = {
       {"Module::invoke (in-process)", local(*module, "big", big), {}},
       {"Module::invoke (isolated)", local(*isolatedModule, "big", big), {}},
@@ -319,6 +323,24 @@ int main(int argc, char **argv) {
   report("16 MiB tensor (16 MiB in, 16 MiB out)", bigPaths, roundP50s, {{1, 0}, {3, 2}});
   std::printf("throughput isolated / none (REST frame): %.3f (median of round ratios)\n",
               roundRatio(roundP50s, 2, 3));
+
+  // JSON at 16 MiB: the whole call, and one that reads the same JSON but answers a single
+  // element, so the time of each way can be told apart.
+  size_t bigReplyBytes = post(*noneHttp, "/v1/modules/bench/invoke/big", bigJson, json).size();
+  std::vector<Path> jsonPaths = {
+      {"Module::invoke (in-process)", local(*module, "big", big), {}},
+      {"REST none, JSON", rest(*noneHttp, "big", bigJson, json), {}},
+      {"REST none, JSON in, one element out", rest(*noneHttp, "absorb", bigJson, json), {}},
+  };
+  measure(jsonPaths, smoke ? 1 : 7, 1, roundP50s);
+  report("16 MiB tensor as JSON", jsonPaths, roundP50s, {});
+  double whole = percentile(jsonPaths[1].seconds, 0.5);
+  double in = percentile(jsonPaths[2].seconds, 0.5);
+  std::printf("JSON in: %.1f MB in %s, %.0f MB/s; JSON out: %.1f MB in %s (the difference), "
+              "%.0f MB/s\n",
+              bigJson.size() / 1e6, microseconds(in).c_str(), bigJson.size() / 1e6 / in,
+              bigReplyBytes / 1e6, microseconds(whole - in).c_str(),
+              bigReplyBytes / 1e6 / (whole - in));
 
   // Hot reload, alternating servers; each save changes the answer.
   std::vector<double> reloadIsolated, reloadNone;
