@@ -1329,21 +1329,6 @@ std::vector<prometheus::MetricFamily> ExecutorCore::collectMetrics() {
   return families;
 }
 
-size_t ExecutorCore::unawaitedLaunches() {
-  std::vector<std::shared_ptr<Session>> all;
-  {
-    std::lock_guard<std::mutex> lock(impl->sessionsMutex);
-    for (auto &[id, session] : impl->sessions)
-      all.push_back(session);
-  }
-  size_t count = 0;
-  for (const std::shared_ptr<Session> &session : all) {
-    std::lock_guard<std::mutex> lock(session->launchesMutex);
-    count += session->launches.size();
-  }
-  return count;
-}
-
 void ExecutorCore::stop() {
   {
     std::lock_guard<std::mutex> lock(impl->stopMutex);

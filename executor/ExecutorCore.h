@@ -154,8 +154,6 @@ public:
   HealthReport health();
   /// The core's metrics, read from its counters now.
   std::vector<prometheus::MetricFamily> collectMetrics();
-  /// Async launches started and not yet awaited, over every session: work a drain waits for.
-  size_t unawaitedLaunches();
   /// Ends every worker and stops starting new ones: what runs on them fails at once.
   void stop();
 

@@ -14,9 +14,7 @@
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
-#include <chrono>
 #include <optional>
-#include <thread>
 
 // Ordered, so replies list their keys in the order docs/protocol.md shows them.
 using json = nlohmann::ordered_json;
@@ -532,13 +530,6 @@ int ExecutorServer::port() const { return impl->service.port(); }
 llvm::Error ExecutorServer::run() { return impl->service.run(); }
 
 void ExecutorServer::drainAndStop() {
-  auto giveUp = std::chrono::steady_clock::now() + impl->options.drainTimeout;
-  impl->service.drain();
-  // An async launch not yet awaited is work in flight too: serve on until its await has
-  // come (and the requests it brought are done), within the same drain timeout.
-  while (impl->core->unawaitedLaunches() > 0 && std::chrono::steady_clock::now() < giveUp &&
-         !impl->service.drainCutShort())
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
   impl->service.drain();
   // HTTP first: a launch that came in as the drain ended runs to its end rather than being
   // cut short with its worker; then the workers go.

@@ -654,11 +654,6 @@ void HttpService::cutDrainShort() {
   stopSignal.notify_all();
 }
 
-bool HttpService::drainCutShort() {
-  std::lock_guard<std::mutex> lock(stopMutex);
-  return drainCut;
-}
-
 bool HttpService::waitForStop(Clock::duration timeout) {
   std::unique_lock<std::mutex> lock(stopMutex);
   return stopSignal.wait_for(lock, timeout, [&] { return stopping; });

@@ -169,8 +169,6 @@ public:
   void drain();
   /// Ends a drain's wait at once (a second SIGTERM); safe from any thread.
   void cutDrainShort();
-  /// True once cutDrainShort() was called.
-  bool drainCutShort();
   /// True once drain() began: /v1/ready answers 503 and nothing new is taken on.
   bool draining() const { return drainStarted; }
   /// Requests in flight other than the probes: what a drain waits for.

@@ -217,15 +217,6 @@ void _catalyst_pyface_slow_plus_one(void *results, void *args) {
 }
 SIGNATURE(slow_plus_one, 1, 1, 1, 8, 1, 8)
 
-/* Sleeps half a second: an async launch still running when its executor starts a drain. */
-void _catalyst_pyface_nap(void *results, void *args) {
-  struct {
-    i64 seconds, nanoseconds;
-  } pause = {0, 500000000};
-  raw_syscall(SYS_nanosleep, (long)&pause, 0, 0, 0);
-}
-SIGNATURE(nap, 0, 0)
-
 /* Takes an argument and returns a result, so launching it async (no arguments, no
  * results) must be refused; a host that ran it anyway would read through a bad args. */
 void _catalyst_pyface_first_element(void *results, void *args) {

@@ -2,7 +2,6 @@
 // sockets, the session and call-reply caps, and readiness and drain on SIGTERM.
 #include "tests/kernels/KernelPaths.h"
 #include "tests/support/RawConnection.h"
-#include "tests/support/Require.h"
 #include "tests/transport/ExecutorProcess.h"
 #include "transport/HttpBackend.h"
 #include "transport/Wire.h"
@@ -29,8 +28,6 @@
 using namespace courier::transport;
 using courier::testing::ExecutorConfig;
 using courier::testing::ExecutorProcess;
-using courier::testing::require;
-using courier::testing::requireOk;
 using courier::testing::runServerToExit;
 using json = nlohmann::json;
 
@@ -274,30 +271,6 @@ TEST_CASE("after SIGTERM /v1/ready answers 503 while an in-flight call completes
   CHECK(reply.rfind("HTTP/1.1 200", 0) == 0);
   CHECK(reply.size() >= 8);
   CHECK(reply.substr(reply.size() - 8) == doubles({7}));
-  CHECK(executor.stop(SIGTERM) == 0);
-}
-
-TEST_CASE("a drain serves on until an async launch started before it has been awaited",
-          "[listen][drain]") {
-  ExecutorProcess executor;
-  std::unique_ptr<Backend> backend = require(createHttpBackend(executor.address(), {}));
-  std::string session = require(backend->openSession());
-  auto object = llvm::MemoryBuffer::getFile(COURIER_KERNEL_CRASHERS);
-  REQUIRE(object);
-  uint64_t launch = require(backend->launchAsync(
-      session, ObjectBlob::fromBytes((*object)->getBuffer().str()), "_catalyst_pyface_nap"));
-
-  // No request is in flight now; the launch is.
-  executor.signal(SIGTERM);
-  auto probe = executor.client();
-  for (auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-       std::chrono::steady_clock::now() < deadline;
-       std::this_thread::sleep_for(std::chrono::milliseconds(10))) {
-    httplib::Result answer = probe->Get("/v1/ready");
-    if (!answer || answer->status != 200)
-      break;
-  }
-  requireOk(backend->await(session, launch));
   CHECK(executor.stop(SIGTERM) == 0);
 }
 
