@@ -53,7 +53,7 @@ struct StoreOptions {
   std::string executorToken;   ///< Bearer token for HTTP executors.
   /// CA and client certificate for "https://" executors.
   transport::TlsClientOptions executorTls;
-  size_t maxModules = 64;      ///< Loaded plus being created.
+  size_t maxModules = 64; ///< Loaded plus being created.
   std::chrono::milliseconds compileTimeout{60000};
   /// Where modules are compiled and run: in a worker process per module version (the
   /// default), or in this process (no containment; for debugging and comparison).
