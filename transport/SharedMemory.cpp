@@ -1,0 +1,325 @@
+// Shared memory, descriptor passing, field encoding and futex doorbells between processes on
+// one host.
+#include "transport/SharedMemory.h"
+
+#include "llvm/Support/FormatVariadic.h"
+
+#include <cerrno>
+#include <climits>
+#include <cstring>
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <poll.h>
+#include <sched.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+namespace courier::transport {
+
+namespace {
+llvm::Error systemError(const llvm::Twine &what) {
+  return llvm::createStringError(std::error_code(errno, std::generic_category()),
+                                 what + ": " + std::strerror(errno));
+}
+} // namespace
+
+UniqueFd &UniqueFd::operator=(UniqueFd &&other) noexcept {
+  if (this != &other)
+    reset(other.release());
+  return *this;
+}
+
+void UniqueFd::reset(int next) {
+  if (fd >= 0)
+    ::close(fd);
+  fd = next;
+}
+
+SharedBuffer::SharedBuffer(SharedBuffer &&other) noexcept { *this = std::move(other); }
+
+SharedBuffer &SharedBuffer::operator=(SharedBuffer &&other) noexcept {
+  if (this == &other)
+    return *this;
+  if (base)
+    ::munmap(base, mapped);
+  file = std::move(other.file);
+  base = std::exchange(other.base, nullptr);
+  length = std::exchange(other.length, 0);
+  mapped = std::exchange(other.mapped, 0);
+  return *this;
+}
+
+SharedBuffer::~SharedBuffer() {
+  if (base)
+    ::munmap(base, mapped);
+}
+
+llvm::Expected<SharedBuffer> SharedBuffer::create(uint64_t size, const char *name) {
+  UniqueFd fd(::memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING));
+  if (!fd)
+    return systemError("creating shared memory");
+  if (::ftruncate(fd.get(), static_cast<off_t>(size)) != 0)
+    return systemError(llvm::formatv("sizing shared memory to {0} bytes", size));
+  return map(std::move(fd), size);
+}
+
+llvm::Expected<SharedBuffer> SharedBuffer::mapAll(UniqueFd fd) {
+  struct stat info;
+  if (::fstat(fd.get(), &info) != 0)
+    return systemError("inspecting shared memory");
+  return map(std::move(fd), static_cast<uint64_t>(info.st_size));
+}
+
+llvm::Error SharedBuffer::sealSize() {
+  if (::fcntl(file.get(), F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0)
+    return systemError("sealing shared memory");
+  return llvm::Error::success();
+}
+
+llvm::Expected<SharedBuffer> SharedBuffer::map(UniqueFd fd, uint64_t size, bool requireSealed) {
+  if (requireSealed) {
+    int seals = ::fcntl(fd.get(), F_GET_SEALS);
+    if (seals < 0 || !(seals & F_SEAL_SHRINK))
+      return llvm::createStringError("shared memory that is not sealed against shrinking");
+  }
+  struct stat info;
+  if (::fstat(fd.get(), &info) != 0)
+    return systemError("inspecting shared memory");
+  if (!S_ISREG(info.st_mode) || static_cast<uint64_t>(info.st_size) < size)
+    return llvm::createStringError(
+        llvm::formatv("shared memory holds {0} bytes, {1} expected", uint64_t(info.st_size), size)
+            .str());
+  SharedBuffer buffer;
+  buffer.mapped = std::max<uint64_t>(size, 1);
+  void *base = ::mmap(nullptr, buffer.mapped, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
+  if (base == MAP_FAILED)
+    return systemError(llvm::formatv("mapping {0} bytes of shared memory", size));
+  buffer.base = static_cast<char *>(base);
+  buffer.length = size;
+  buffer.file = std::move(fd);
+  return std::move(buffer);
+}
+
+ByteWriter &ByteWriter::u64(uint64_t value) {
+  char raw[8];
+  for (int i = 0; i < 8; ++i)
+    raw[i] = static_cast<char>(value >> (8 * i));
+  bytes.append(raw, 8);
+  return *this;
+}
+
+ByteWriter &ByteWriter::str(llvm::StringRef text) {
+  u64(text.size());
+  bytes.append(text.data(), text.size());
+  return *this;
+}
+
+uint8_t ByteReader::u8() {
+  if (!good || pos >= bytes.size()) {
+    good = false;
+    return 0;
+  }
+  return static_cast<uint8_t>(bytes[pos++]);
+}
+
+uint64_t ByteReader::u64() {
+  if (!good || bytes.size() - pos < 8) {
+    good = false;
+    return 0;
+  }
+  uint64_t value = 0;
+  for (int i = 0; i < 8; ++i)
+    value |= uint64_t(static_cast<unsigned char>(bytes[pos + i])) << (8 * i);
+  pos += 8;
+  return value;
+}
+
+uint64_t ByteReader::count(uint64_t minItemBytes) {
+  uint64_t n = u64();
+  if (good && minItemBytes && n > (bytes.size() - pos) / minItemBytes)
+    good = false;
+  return good ? n : 0;
+}
+
+llvm::StringRef ByteReader::str() {
+  uint64_t size = u64();
+  if (!good || size > bytes.size() - pos) {
+    good = false;
+    return {};
+  }
+  llvm::StringRef text = bytes.substr(pos, size);
+  pos += size;
+  return text;
+}
+
+llvm::StringRef ByteReader::rest() {
+  if (!good)
+    return {};
+  llvm::StringRef text = bytes.substr(pos);
+  pos = bytes.size();
+  return text;
+}
+
+namespace {
+constexpr size_t kMaxFds = 4;
+} // namespace
+
+llvm::Error sendMessage(int socket, llvm::StringRef bytes, llvm::ArrayRef<int> fds) {
+  if (fds.size() > kMaxFds)
+    return llvm::createStringError("too many descriptors for one message");
+  struct iovec iov {
+    const_cast<char *>(bytes.data()), bytes.size()
+  };
+  struct msghdr msg {};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  alignas(struct cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxFds)];
+  if (!fds.empty()) {
+    msg.msg_control = control;
+    msg.msg_controllen = CMSG_SPACE(sizeof(int) * fds.size());
+    struct cmsghdr *header = CMSG_FIRSTHDR(&msg);
+    header->cmsg_level = SOL_SOCKET;
+    header->cmsg_type = SCM_RIGHTS;
+    header->cmsg_len = CMSG_LEN(sizeof(int) * fds.size());
+    std::memcpy(CMSG_DATA(header), fds.data(), sizeof(int) * fds.size());
+  }
+  while (true) {
+    ssize_t sent = ::sendmsg(socket, &msg, MSG_NOSIGNAL);
+    if (sent == static_cast<ssize_t>(bytes.size()))
+      return llvm::Error::success();
+    if (sent < 0 && errno == EINTR)
+      continue;
+    if (sent < 0)
+      return systemError("sending on a local channel");
+    return llvm::createStringError("short send on a local channel");
+  }
+}
+
+llvm::Expected<ReceiveStatus>
+receiveMessage(int socket, Message &out, size_t maxBytes,
+               std::optional<std::chrono::steady_clock::time_point> deadline,
+               std::chrono::microseconds spin) {
+  out.bytes.clear();
+  out.fds.clear();
+  if (spin.count() > 0) {
+    auto until = std::chrono::steady_clock::now() + spin;
+    if (deadline)
+      until = std::min(until, *deadline);
+    struct pollfd ready {
+      socket, POLLIN, 0
+    };
+    // Yielding rather than pausing: on a busy machine the peer may need this very core.
+    while (::poll(&ready, 1, 0) == 0 && std::chrono::steady_clock::now() < until)
+      ::sched_yield();
+  }
+  // Without a deadline a blocking receive does what a poll and then a receive would, with
+  // one system call fewer.
+  while (deadline) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        *deadline - std::chrono::steady_clock::now());
+    // Round up, so a deadline a fraction of a millisecond away is still waited for.
+    int timeout =
+        left.count() < 0 ? 0 : static_cast<int>(std::min<int64_t>(left.count() + 1, 1 << 30));
+    struct pollfd ready {
+      socket, POLLIN, 0
+    };
+    int polled = ::poll(&ready, 1, timeout);
+    if (polled < 0 && errno == EINTR)
+      continue;
+    if (polled < 0)
+      return systemError("waiting on a local channel");
+    if (polled == 0)
+      return ReceiveStatus::TimedOut;
+    break;
+  }
+  // One receive buffer per thread: sizing a fresh string for the largest message would
+  // clear 100 KiB on every small reply.
+  thread_local std::vector<char> buffer;
+  if (buffer.size() < maxBytes)
+    buffer.resize(maxBytes);
+  struct iovec iov {
+    buffer.data(), maxBytes
+  };
+  struct msghdr msg {};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  alignas(struct cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxFds)];
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof(control);
+  ssize_t got;
+  do {
+    got = ::recvmsg(socket, &msg, MSG_CMSG_CLOEXEC);
+  } while (got < 0 && errno == EINTR);
+  if (got < 0) {
+    if (errno == ECONNRESET)
+      return ReceiveStatus::Closed;
+    return systemError("receiving from a local channel");
+  }
+  for (struct cmsghdr *header = CMSG_FIRSTHDR(&msg); header; header = CMSG_NXTHDR(&msg, header))
+    if (header->cmsg_level == SOL_SOCKET && header->cmsg_type == SCM_RIGHTS) {
+      size_t n = (header->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+      for (size_t i = 0; i < n; ++i) {
+        int fd;
+        std::memcpy(&fd, CMSG_DATA(header) + i * sizeof(int), sizeof(int));
+        out.fds.emplace_back(fd);
+      }
+    }
+  if (got == 0 && out.fds.empty())
+    return ReceiveStatus::Closed;
+  if (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC))
+    return llvm::createStringError("oversized message on a local channel");
+  out.bytes.assign(buffer.data(), static_cast<size_t>(got));
+  return ReceiveStatus::Message;
+}
+
+llvm::Expected<AlignedBytes> copyAligned(llvm::StringRef bytes) {
+  if (bytes.empty())
+    return AlignedBytes();
+  AlignedBytes copy(
+      static_cast<char *>(std::aligned_alloc(kPayloadAlignment, alignPayload(bytes.size()))));
+  if (!copy)
+    return llvm::createStringError("out of memory for " + llvm::Twine(bytes.size()) +
+                                   " bytes of inputs");
+  std::memcpy(copy.get(), bytes.data(), bytes.size());
+  return std::move(copy);
+}
+
+namespace doorbell {
+
+void ring(std::atomic<uint32_t> &word) {
+  // Shared (not FUTEX_PRIVATE_FLAG): the waiter is another process mapping the same page.
+  ::syscall(SYS_futex, reinterpret_cast<uint32_t *>(&word), FUTEX_WAKE, INT_MAX, nullptr, nullptr,
+            0);
+}
+
+void sleep(std::atomic<uint32_t> &word, uint32_t seen, std::chrono::nanoseconds timeout) {
+  if (timeout.count() <= 0)
+    return;
+  struct timespec relative {
+    static_cast<time_t>(timeout.count() / 1000000000),
+        static_cast<long>(timeout.count() % 1000000000)
+  };
+  ::syscall(SYS_futex, reinterpret_cast<uint32_t *>(&word), FUTEX_WAIT, seen, &relative, nullptr,
+            0);
+}
+
+bool spin(const std::atomic<uint32_t> &word, uint32_t seen, std::chrono::nanoseconds spin) {
+  if (word.load(std::memory_order_acquire) != seen)
+    return true;
+  auto until = std::chrono::steady_clock::now() + spin;
+  for (unsigned i = 0;; ++i) {
+    if (word.load(std::memory_order_acquire) != seen)
+      return true;
+    // Yielding rather than pausing: on a busy machine the peer may need this very core.
+    if ((i & 15) == 15 && std::chrono::steady_clock::now() >= until)
+      return false;
+    ::sched_yield();
+  }
+}
+
+} // namespace doorbell
+
+} // namespace courier::transport

@@ -1,0 +1,175 @@
+// Shared memory between processes on one host: memfd-backed buffers, descriptors passed
+// beside SOCK_SEQPACKET messages (SCM_RIGHTS), little-endian field encoding, and futex
+// doorbells on words in shared pages. The executor's workers (executor/WorkerProtocol.h)
+// and the same-host channel between a client and an executor (transport/SharedChannel.h)
+// are built from these. Whatever arrives from the other process is untrusted.
+#ifndef COURIER_TRANSPORT_SHAREDMEMORY_H
+#define COURIER_TRANSPORT_SHAREDMEMORY_H
+
+#include "llvm/ADT/ArrayRef.h"
+#include "llvm/ADT/StringRef.h"
+#include "llvm/Support/Error.h"
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstdlib>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace courier::transport {
+
+/// A file descriptor closed when it goes.
+class UniqueFd {
+public:
+  UniqueFd() = default;
+  explicit UniqueFd(int fd) : fd(fd) {}
+  UniqueFd(UniqueFd &&other) noexcept : fd(other.release()) {}
+  UniqueFd &operator=(UniqueFd &&other) noexcept;
+  UniqueFd(const UniqueFd &) = delete;
+  UniqueFd &operator=(const UniqueFd &) = delete;
+  ~UniqueFd() { reset(); }
+
+  int get() const { return fd; }
+  explicit operator bool() const { return fd >= 0; }
+  int release() {
+    int f = fd;
+    fd = -1;
+    return f;
+  }
+  void reset(int next = -1);
+
+private:
+  int fd = -1;
+};
+
+/// A shared-memory buffer: a memfd mapped read-write. Either side creates one, fills it and
+/// passes its descriptor; the other maps the same pages.
+class SharedBuffer {
+public:
+  SharedBuffer() = default;
+  SharedBuffer(SharedBuffer &&other) noexcept;
+  SharedBuffer &operator=(SharedBuffer &&other) noexcept;
+  SharedBuffer(const SharedBuffer &) = delete;
+  SharedBuffer &operator=(const SharedBuffer &) = delete;
+  ~SharedBuffer();
+
+  /// A new zero-filled buffer of `size` bytes (at least one page is mapped).
+  static llvm::Expected<SharedBuffer> create(uint64_t size, const char *name);
+  /// Maps `fd`, which must be at least `size` bytes long (checked: the peer may lie). With
+  /// `requireSealed`, the file must also be sealed against shrinking: a peer that kept its
+  /// descriptor could otherwise truncate the file under this mapping, and the next read of
+  /// it would kill this process with SIGBUS.
+  static llvm::Expected<SharedBuffer> map(UniqueFd fd, uint64_t size, bool requireSealed = false);
+
+  /// Maps all of `fd`, however long it is.
+  static llvm::Expected<SharedBuffer> mapAll(UniqueFd fd);
+
+  /// Seals the file's size (F_SEAL_SHRINK, F_SEAL_GROW, F_SEAL_SEAL): what a receiver that
+  /// requires a sealed buffer needs before it maps it.
+  llvm::Error sealSize();
+
+  char *data() const { return base; }
+  uint64_t size() const { return length; }
+  int fd() const { return file.get(); }
+
+private:
+  UniqueFd file;
+  char *base = nullptr;
+  uint64_t length = 0;
+  uint64_t mapped = 0;
+};
+
+/// Tensors are laid out at this alignment in payloads and shared buffers: compiled code may
+/// assume its elements (and vectors of them) are aligned.
+inline constexpr uint64_t kPayloadAlignment = 64;
+inline uint64_t alignPayload(uint64_t n) {
+  return (n + kPayloadAlignment - 1) & ~(kPayloadAlignment - 1);
+}
+
+/// Bytes in memory aligned to kPayloadAlignment, freed when they go.
+struct FreeAligned {
+  void operator()(char *bytes) const { std::free(bytes); }
+};
+using AlignedBytes = std::unique_ptr<char, FreeAligned>;
+
+/// A copy of inline payload bytes at kPayloadAlignment; null for none.
+llvm::Expected<AlignedBytes> copyAligned(llvm::StringRef bytes);
+
+/// Appends fixed-width little-endian fields and length-prefixed strings.
+class ByteWriter {
+public:
+  ByteWriter &u8(uint8_t value) {
+    bytes.push_back(static_cast<char>(value));
+    return *this;
+  }
+  ByteWriter &u64(uint64_t value);
+  ByteWriter &i64(int64_t value) { return u64(static_cast<uint64_t>(value)); }
+  ByteWriter &str(llvm::StringRef text);
+  std::string take() { return std::move(bytes); }
+  const std::string &view() const { return bytes; }
+
+private:
+  std::string bytes;
+};
+
+/// Reads what ByteWriter wrote; every read is bounds-checked, and a short or malformed
+/// message leaves the reader failed rather than reading past the end.
+class ByteReader {
+public:
+  explicit ByteReader(llvm::StringRef bytes) : bytes(bytes) {}
+  uint8_t u8();
+  uint64_t u64();
+  int64_t i64() { return static_cast<int64_t>(u64()); }
+  /// A count of items that each take at least `minItemBytes`, refused past what is left.
+  uint64_t count(uint64_t minItemBytes);
+  llvm::StringRef str();
+  llvm::StringRef rest();
+  bool ok() const { return good; }
+  bool atEnd() const { return good && pos == bytes.size(); }
+
+private:
+  llvm::StringRef bytes;
+  size_t pos = 0;
+  bool good = true;
+};
+
+/// One message with the descriptors that came with it.
+struct Message {
+  std::string bytes;
+  std::vector<UniqueFd> fds;
+};
+
+/// Sends one message (and up to 4 descriptors) on a SOCK_SEQPACKET socket.
+llvm::Error sendMessage(int socket, llvm::StringRef bytes, llvm::ArrayRef<int> fds = {});
+
+/// How a receive ended.
+enum class ReceiveStatus { Message, Closed, TimedOut, Interrupted };
+
+/// Receives one message; waits until `deadline` (none: forever). A message larger than
+/// `maxBytes`, or one that brought more descriptors than it may, is an error. For the
+/// first `spin` the caller polls, yielding the core between polls, instead of sleeping: a
+/// reply due within microseconds then costs no wake-up, most of a small launch's round trip.
+llvm::Expected<ReceiveStatus>
+receiveMessage(int socket, Message &out, size_t maxBytes,
+               std::optional<std::chrono::steady_clock::time_point> deadline = std::nullopt,
+               std::chrono::microseconds spin = std::chrono::microseconds(0));
+
+/// Futex doorbells: a 32-bit word in a shared mapping that one process changes and another
+/// waits on. The word is the whole state; a wake without a change is harmless.
+namespace doorbell {
+/// Wakes every process waiting on `word` (after the caller changed it).
+void ring(std::atomic<uint32_t> &word);
+/// Sleeps while `word` holds `seen`, for at most `timeout`; returns early when it changes,
+/// on a signal, or spuriously: callers re-read the word.
+void sleep(std::atomic<uint32_t> &word, uint32_t seen, std::chrono::nanoseconds timeout);
+/// Polls `word` while it holds `seen`, yielding the core between reads, for at most `spin`.
+/// True if it changed.
+bool spin(const std::atomic<uint32_t> &word, uint32_t seen, std::chrono::nanoseconds spin);
+} // namespace doorbell
+
+} // namespace courier::transport
+
+#endif // COURIER_TRANSPORT_SHAREDMEMORY_H
