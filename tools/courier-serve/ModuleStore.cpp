@@ -15,19 +15,6 @@ namespace courier::serve {
 
 using Clock = std::chrono::steady_clock;
 
-char ServeError::ID = 0;
-
-void ServeError::log(llvm::raw_ostream &os) const {
-  os << message << " [" << code << "]";
-  for (const Diagnostic &d : diagnostics)
-    os << "\n" << d.str();
-}
-
-llvm::Error makeServeError(ErrorCode code, const llvm::Twine &message,
-                           std::vector<Diagnostic> diagnostics) {
-  return llvm::make_error<ServeError>(code, message.str(), std::move(diagnostics));
-}
-
 bool isModuleName(llvm::StringRef name) {
   if (name.empty() || name.size() > 64 || name.front() == '.' || name.front() == '-')
     return false;

@@ -5,6 +5,7 @@
 #define COURIER_TOOLS_SERVE_MODULESTORE_H
 
 #include "jit/Engine.h"
+#include "tools/courier-serve/ServeError.h"
 
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/Error.h"
@@ -28,20 +29,6 @@ using transport::ErrorCodeInfo;
 /// (transport/ErrorCode.h) marked kSentByServe. docs/rest.md lists the same pairs;
 /// tests/serve checks that the two agree.
 inline constexpr auto kErrorCodes = transport::codesSentBy<transport::kSentByServe>();
-
-/// A refusal or failure with its REST error code (one of kErrorCodes); compile failures
-/// carry the diagnostics.
-class ServeError : public llvm::ErrorInfo<ServeError, transport::CodedError> {
-public:
-  static char ID;
-  ServeError(ErrorCode kind, std::string message, std::vector<Diagnostic> diagnostics = {})
-      : ErrorInfo(kind, std::move(message)), diagnostics(std::move(diagnostics)) {}
-  void log(llvm::raw_ostream &os) const override;
-
-  std::vector<Diagnostic> diagnostics;
-};
-llvm::Error makeServeError(ErrorCode code, const llvm::Twine &message,
-                           std::vector<Diagnostic> diagnostics = {});
 
 /// True for a module name: 1-64 of [A-Za-z0-9_.-], not starting with '.' or '-'.
 bool isModuleName(llvm::StringRef name);

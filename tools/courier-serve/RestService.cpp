@@ -3,9 +3,8 @@
 // HttpService's wrapper, which turns an llvm::Error (or a stray exception) into
 // {"error":{"code","message"}} with the status of its code, so handlers never throw.
 #include "tools/courier-serve/RestService.h"
-#include "tools/courier-serve/JsonInputs.h"
+#include "tools/courier-serve/RequestBodies.h"
 
-#include "transport/HostPort.h"
 #include "transport/HttpService.h"
 #include "transport/Metrics.h"
 #include "transport/Wire.h"
@@ -81,66 +80,6 @@ void reportFailure(httplib::Response &res, llvm::Error error) {
       std::move(error),
       [&](const ServeError &e) { sendError(res, e.kind, e.message, e.diagnostics); },
       [&](const llvm::ErrorInfoBase &e) { sendError(res, ErrorCode::Internal, e.message()); });
-}
-
-llvm::Expected<json::Object> parseObject(llvm::StringRef body, llvm::StringRef what) {
-  // Bounded nesting: llvm::json parses recursively, on the stack of the thread serving.
-  llvm::Expected<json::Value> parsed = parseJSON(body);
-  if (!parsed)
-    return makeServeError(ErrorCode::BadRequest,
-                          what + " is not JSON: " + llvm::toString(parsed.takeError()));
-  json::Object *object = parsed->getAsObject();
-  if (!object)
-    return makeServeError(ErrorCode::BadRequest, what + " must be a JSON object");
-  return std::move(*object);
-}
-
-/// {"optLevel": 0-3, "executor": "local" | "host:port"}; unknown keys are refused so a typo
-/// does not go unnoticed.
-llvm::Expected<ModuleOptions> parseOptions(const json::Value &value) {
-  const json::Object *object = value.getAsObject();
-  if (!object)
-    return makeServeError(ErrorCode::BadRequest, "'options' must be an object");
-  ModuleOptions options;
-  for (const auto &[key, field] : *object) {
-    if (key == "optLevel") {
-      std::optional<int64_t> level = field.getAsInteger();
-      if (!level || *level < 0 || *level > 3)
-        return makeServeError(ErrorCode::BadRequest,
-                              "'options.optLevel' must be an integer from 0 to 3");
-      options.optLevel = static_cast<unsigned>(*level);
-    } else if (key == "executor") {
-      std::optional<llvm::StringRef> executor = field.getAsString();
-      if (!executor)
-        return makeServeError(ErrorCode::BadRequest,
-                              "'options.executor' must be \"local\", \"host:port\", "
-                              "\"https://host:port\" or \"unix:PATH\"");
-      if (*executor != "local") {
-        llvm::Expected<transport::HostPort> parsed = transport::parseHostPort(*executor);
-        if (!parsed)
-          return makeServeError(ErrorCode::BadRequest,
-                                "'options.executor' must be \"local\", \"host:port\", "
-                                "\"https://host:port\" or \"unix:PATH\": " +
-                                    llvm::toString(parsed.takeError()));
-      }
-      options.executor = executor->str();
-    } else {
-      return makeServeError(ErrorCode::BadRequest,
-                            "unknown option '" + key.str() + "' (known: optLevel, executor)");
-    }
-  }
-  return options;
-}
-
-/// The body's "options", parsed, or none when the body has none.
-llvm::Expected<std::optional<ModuleOptions>> optionsOf(const json::Object &request) {
-  const json::Value *given = request.get("options");
-  if (!given)
-    return std::nullopt;
-  llvm::Expected<ModuleOptions> parsed = parseOptions(*given);
-  if (!parsed)
-    return parsed.takeError();
-  return std::optional<ModuleOptions>(std::move(*parsed));
 }
 
 std::string isoTime(std::chrono::system_clock::time_point time) {
@@ -229,57 +168,6 @@ json::Value infoJson(const ModuleInfo &info) {
   };
 }
 
-/// A frame input's optional `bytes` or `offset`. A key that is present but not a
-/// non-negative integer (a fraction, a string, a number beyond uint64) is refused rather
-/// than taken as absent: skipping it would let the client believe its check was made.
-/// The inputs of an invoke body read with llvm::json: every body readInputsFast takes, with the
-/// same tensors, and every other, with the error naming what is wrong.
-llvm::Expected<std::vector<Tensor>> inputsFromJSON(llvm::StringRef body,
-                                                   const EntrySignature &entry) {
-  llvm::Expected<json::Object> request = parseObject(body, "the request body");
-  if (!request)
-    return request.takeError();
-  const json::Array *given = request->getArray("inputs");
-  if (!given)
-    return makeServeError(ErrorCode::BadRequest, "expected {\"inputs\": [tensor, ...]}");
-  if (given->size() != entry.inputs.size())
-    return makeServeError(ErrorCode::InvalidInput,
-                          "entry '" + entry.name + "' takes " + llvm::Twine(entry.inputs.size()) +
-                              " inputs, got " + llvm::Twine(given->size()));
-  std::vector<Tensor> inputs;
-  for (size_t i = 0; i < given->size(); ++i) {
-    llvm::Expected<Tensor> tensor = tensorFromJSON((*given)[i], entry.inputs[i]);
-    if (!tensor)
-      return makeServeError(ErrorCode::InvalidInput,
-                            "input " + llvm::Twine(i) + ": " + llvm::toString(tensor.takeError()));
-    inputs.push_back(std::move(*tensor));
-  }
-  return std::move(inputs);
-}
-
-llvm::Expected<std::optional<uint64_t>> optionalCount(const json::Object &item, llvm::StringRef key,
-                                                      size_t input) {
-  const json::Value *value = item.get(key);
-  if (!value)
-    return std::nullopt;
-  if (std::optional<uint64_t> count = value->getAsUINT64())
-    return count;
-  // 32.0 is a JSON spelling of 32, as "shape" accepts it.
-  if (std::optional<int64_t> whole = value->getAsInteger(); whole && *whole >= 0)
-    return static_cast<uint64_t>(*whole);
-  return makeServeError(ErrorCode::BadRequest, "frame input " + llvm::Twine(input) + ": \"" + key +
-                                                   "\" must be a non-negative integer");
-}
-
-/// Errors of the shared body and frame readers keep their message; their code becomes ours.
-llvm::Error frameError(llvm::Error error) {
-  return llvm::handleErrors(std::move(error), [](const transport::CodedError &e) {
-    return makeServeError(e.kind == ErrorCode::PayloadTooLarge ? ErrorCode::PayloadTooLarge
-                                                               : ErrorCode::BadRequest,
-                          e.message);
-  });
-}
-
 } // namespace
 
 struct RestService::Impl {
@@ -346,9 +234,6 @@ struct RestService::Impl {
   /// returns where their bytes go.
   llvm::Expected<std::vector<wire::Destination>>
   acceptFrameHeader(const httplib::Request &req, llvm::StringRef line, std::vector<Tensor> &inputs);
-  /// Input `i` of a frame header, which starts at byte `offset` of the payload; its bytes are
-  /// not yet allocated.
-  llvm::Expected<Tensor> frameInput(const json::Value &given, size_t i, uint64_t offset);
   void sendFrameReply(httplib::Response &res, const Pinned &pinned, std::vector<Tensor> outputs);
   llvm::Expected<std::vector<Tensor>> call(const Pinned &pinned, const EntrySignature &entry,
                                            const InvokeOptions &callOptions,
@@ -377,20 +262,12 @@ llvm::Error RestService::Impl::createModule(const httplib::Request &req, httplib
   llvm::Expected<std::string> body = readBody(req, res, reader);
   if (!body)
     return body.takeError();
-  llvm::Expected<json::Object> request = parseObject(*body, "the request body");
+  llvm::Expected<ModuleRequest> request = readCreateBody(*body);
   if (!request)
     return request.takeError();
-  std::optional<llvm::StringRef> name = request->getString("name");
-  std::optional<llvm::StringRef> mlir = request->getString("mlir");
-  if (!name || !mlir)
-    return makeServeError(ErrorCode::BadRequest,
-                          "expected {\"name\": string, \"mlir\": string, \"options\": {...}}");
-  llvm::Expected<std::optional<ModuleOptions>> moduleOptions = optionsOf(*request);
-  if (!moduleOptions)
-    return moduleOptions.takeError();
   auto started = Clock::now();
   llvm::Expected<LoadResult> loaded =
-      store.load(*name, *mlir, *moduleOptions, ModuleStore::Mode::Create, "api");
+      store.load(request->name, request->mlir, request->options, ModuleStore::Mode::Create, "api");
   compileSeconds.Observe(std::chrono::duration<double>(Clock::now() - started).count());
   if (!loaded)
     return loaded.takeError();
@@ -407,32 +284,14 @@ llvm::Error RestService::Impl::putModule(const httplib::Request &req, httplib::R
   llvm::Expected<std::string> body = readBody(req, res, reader);
   if (!body)
     return body.takeError();
-  std::string mlir;
-  std::optional<ModuleOptions> moduleOptions;
-  // Plain MLIR text is accepted too, so `curl --data-binary @file.mlir` replaces a module.
-  if (llvm::StringRef(req.get_header_value("Content-Type")).starts_with("text/plain")) {
-    mlir = std::move(*body);
-  } else {
-    llvm::Expected<json::Object> request = parseObject(*body, "the request body");
-    if (!request)
-      return request.takeError();
-    std::optional<llvm::StringRef> text = request->getString("mlir");
-    if (!text)
-      return makeServeError(ErrorCode::BadRequest,
-                            "expected {\"mlir\": string, \"options\": {...}}");
-    if (std::optional<llvm::StringRef> bodyName = request->getString("name"))
-      if (*bodyName != name)
-        return makeServeError(ErrorCode::BadRequest,
-                              "the body names module '" + *bodyName + "', the path '" + name + "'");
-    mlir = text->str();
-    llvm::Expected<std::optional<ModuleOptions>> given = optionsOf(*request);
-    if (!given)
-      return given.takeError();
-    moduleOptions = std::move(*given);
-  }
+  llvm::Expected<ModuleRequest> request = readReplaceBody(
+      name, std::move(*body),
+      llvm::StringRef(req.get_header_value("Content-Type")).starts_with("text/plain"));
+  if (!request)
+    return request.takeError();
   auto started = Clock::now();
   llvm::Expected<LoadResult> loaded =
-      store.load(name, mlir, moduleOptions, ModuleStore::Mode::Upsert, "api");
+      store.load(name, request->mlir, request->options, ModuleStore::Mode::Upsert, "api");
   compileSeconds.Observe(std::chrono::duration<double>(Clock::now() - started).count());
   if (!loaded)
     return loaded.takeError();
@@ -507,8 +366,7 @@ llvm::Error RestService::Impl::invokeJson(const Pinned &pinned, const EntrySigna
   llvm::Expected<std::string> body = readBody(req, res, reader);
   if (!body)
     return body.takeError();
-  std::optional<std::vector<Tensor>> fast = readInputsFast(*body, entry);
-  llvm::Expected<std::vector<Tensor>> read = fast ? std::move(*fast) : inputsFromJSON(*body, entry);
+  llvm::Expected<std::vector<Tensor>> read = readInvokeBody(*body, entry);
   if (!read)
     return read.takeError();
   std::vector<Tensor> inputs = std::move(*read);
@@ -539,72 +397,14 @@ llvm::Error RestService::Impl::invokeJson(const Pinned &pinned, const EntrySigna
   return llvm::Error::success();
 }
 
-llvm::Expected<Tensor> RestService::Impl::frameInput(const json::Value &given, size_t i,
-                                                     uint64_t offset) {
-  const json::Object *item = given.getAsObject();
-  std::optional<llvm::StringRef> dtypeName = item ? item->getString("dtype") : std::nullopt;
-  const json::Array *shape = item ? item->getArray("shape") : nullptr;
-  if (!dtypeName || !shape)
-    return makeServeError(ErrorCode::BadRequest,
-                          "frame input " + llvm::Twine(i) +
-                              " must be {\"dtype\": string, \"shape\": [...]}");
-  std::optional<DType> dtype = parseDType(*dtypeName);
-  if (!dtype)
-    return makeServeError(ErrorCode::InvalidInput,
-                          "frame input " + llvm::Twine(i) + ": unknown dtype '" + *dtypeName + "'");
-  Tensor tensor;
-  tensor.dtype = *dtype;
-  for (const json::Value &d : *shape) {
-    std::optional<int64_t> size = d.getAsInteger();
-    if (!size || *size < 0)
-      return makeServeError(ErrorCode::BadRequest,
-                            "frame input " + llvm::Twine(i) +
-                                ": \"shape\" must hold non-negative integers");
-    tensor.shape.push_back(*size);
-  }
-  llvm::Expected<uint64_t> bytes =
-      wire::packedBytes(static_cast<int64_t>(dtypeSize(*dtype)), tensor.shape);
-  if (!bytes)
-    return frameError(bytes.takeError());
-  llvm::Expected<std::optional<uint64_t>> declared = optionalCount(*item, "bytes", i);
-  if (!declared)
-    return declared.takeError();
-  if (*declared && **declared != *bytes)
-    return makeServeError(ErrorCode::BadRequest,
-                          "frame input " + llvm::Twine(i) + " declares " + llvm::Twine(**declared) +
-                              " bytes, its shape needs " + llvm::Twine(*bytes));
-  llvm::Expected<std::optional<uint64_t>> start = optionalCount(*item, "offset", i);
-  if (!start)
-    return start.takeError();
-  if (*start && **start != offset)
-    return makeServeError(ErrorCode::BadRequest, "frame input " + llvm::Twine(i) +
-                                                     " must start at offset " +
-                                                     llvm::Twine(offset));
-  return tensor;
-}
-
 llvm::Expected<std::vector<wire::Destination>>
 RestService::Impl::acceptFrameHeader(const httplib::Request &req, llvm::StringRef line,
                                      std::vector<Tensor> &inputs) {
-  llvm::Expected<json::Object> header = parseObject(line, "the frame header");
-  if (!header)
-    return header.takeError();
-  const json::Array *given = header->getArray("inputs");
-  if (!given)
-    return makeServeError(ErrorCode::BadRequest, "expected a frame header {\"inputs\": "
-                                                 "[{\"dtype\", \"shape\"}, ...]}");
-  uint64_t total = 0;
-  for (size_t i = 0; i < given->size(); ++i) {
-    llvm::Expected<Tensor> tensor = frameInput((*given)[i], i, total);
-    if (!tensor)
-      return tensor.takeError();
-    total += static_cast<uint64_t>(tensor->numElements()) * dtypeSize(tensor->dtype);
-    if (total > options.maxBodyBytes)
-      return makeServeError(ErrorCode::PayloadTooLarge,
-                            "frame inputs exceed the server's limit of " +
-                                llvm::Twine(options.maxBodyBytes) + " bytes");
-    inputs.push_back(std::move(*tensor));
-  }
+  llvm::Expected<FrameInputs> frame = readFrameHeader(line, options.maxBodyBytes);
+  if (!frame)
+    return frame.takeError();
+  inputs = std::move(frame->inputs);
+  uint64_t total = frame->payloadBytes;
   // Checked before allocating, so a small request cannot make the server reserve memory for
   // tensors it never sends.
   uint64_t length = contentLength(req);

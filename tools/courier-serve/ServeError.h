@@ -1,0 +1,32 @@
+// courier-serve's error: a REST error code with its message, and a failed compile's
+// diagnostics. What every layer of the tool returns and RestService turns into a reply.
+#ifndef COURIER_TOOLS_SERVE_SERVEERROR_H
+#define COURIER_TOOLS_SERVE_SERVEERROR_H
+
+#include "jit/Engine.h"
+#include "transport/ErrorCode.h"
+
+#include "llvm/Support/Error.h"
+
+#include <string>
+#include <vector>
+
+namespace courier::serve {
+
+/// A refusal or failure with its REST error code (one of ModuleStore.h's kErrorCodes); compile
+/// failures carry the diagnostics.
+class ServeError : public llvm::ErrorInfo<ServeError, transport::CodedError> {
+public:
+  static char ID;
+  ServeError(ErrorCode kind, std::string message, std::vector<Diagnostic> diagnostics = {})
+      : ErrorInfo(kind, std::move(message)), diagnostics(std::move(diagnostics)) {}
+  void log(llvm::raw_ostream &os) const override;
+
+  std::vector<Diagnostic> diagnostics;
+};
+llvm::Error makeServeError(ErrorCode code, const llvm::Twine &message,
+                           std::vector<Diagnostic> diagnostics = {});
+
+} // namespace courier::serve
+
+#endif // COURIER_TOOLS_SERVE_SERVEERROR_H
