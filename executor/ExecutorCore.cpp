@@ -782,6 +782,7 @@ llvm::Expected<std::unique_ptr<ExecutorCore>> ExecutorCore::create(CoreOptions o
                                      " is missing; it is built and installed beside "
                                      "courier-executor (or run with --isolation=none)");
     settings.plugins = impl->options.plugins;
+    settings.doorbell = true;
     settings.memoryMiB = impl->options.workerMemoryMiB;
     settings.cpuSeconds = impl->options.workerCpuSeconds;
     settings.sandbox = impl->options.sandbox;

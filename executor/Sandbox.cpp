@@ -52,6 +52,7 @@ llvm::Error setLimit(int resource, rlim_t value, const char *name) {
 }
 
 int crashChannel = -1;
+std::atomic<uint32_t> *crashRequest = nullptr, *crashReply = nullptr;
 /// Set once a report has been sent, so the abort that follows it does not replace it.
 volatile sig_atomic_t crashReported = 0;
 
@@ -61,6 +62,11 @@ void sendReport(const CrashReport &report) {
   std::memcpy(message + 1, &report, sizeof(report));
   if (crashChannel >= 0)
     (void)::send(crashChannel, message, sizeof(message), MSG_NOSIGNAL | MSG_DONTWAIT);
+  if (crashReply) {
+    // Lock-free atomics and a futex wake: both safe in a signal handler.
+    crashReply->store(crashRequest->load() ^ 0x80000000u);
+    transport::doorbell::ring(*crashReply);
+  }
 }
 alignas(16) char alternateStack[64 * 1024];
 
@@ -79,6 +85,11 @@ void reportCrash(int signal, siginfo_t *info, void *) {
 }
 
 } // namespace
+
+void ringOnCrash(std::atomic<uint32_t> &request, std::atomic<uint32_t> &reply) {
+  crashRequest = &request;
+  crashReply = &reply;
+}
 
 void reportOutOfMemoryAndAbort() {
   CrashReport report;

@@ -6,6 +6,8 @@
 
 #include "llvm/Support/Error.h"
 
+#include <atomic>
+
 #include <cstdint>
 
 namespace courier::executor {
@@ -31,6 +33,11 @@ llvm::Error applyLimits(const SandboxLimits &limits);
 /// overflow is reported too). Each writes a CrashReport to `channel` and then lets the
 /// signal kill the process with its default action.
 llvm::Error installCrashReporter(int channel);
+
+/// After its report, the crash reporter also changes `reply` to a number other than
+/// `request`'s and wakes whoever waits on it: an executor waiting on a doorbell page
+/// (executor/WorkerProtocol.h) then reads the report at once.
+void ringOnCrash(std::atomic<uint32_t> &request, std::atomic<uint32_t> &reply);
 
 /// Reports "out of memory" on the crash reporter's channel and aborts: for a worker's
 /// new-handler, so a compile that reaches its memory limit is named as such.

@@ -120,20 +120,7 @@ public:
   /// Serves requests until the executor closes the channel.
   int serve() {
     Message request;
-    while (true) {
-      // No waiting awake for the next request: measured on two cores, a spinning worker takes
-      // the core its own executor needs to answer (docs/performance.md).
-      llvm::Expected<ReceiveStatus> status = receiveMessage(channel, request);
-      if (!status || *status != ReceiveStatus::Message) {
-        llvm::consumeError(status.takeError());
-        return 0;
-      }
-      // Every request ends with its sequence number, which its answer repeats: the executor
-      // can then tell an answer from something a kernel wrote to the channel.
-      std::optional<uint64_t> number = takeSequence(request.bytes);
-      if (!number)
-        return 1;
-      sequence = *number;
+    while (channel.next(request)) {
       llvm::Error handled = handle(request);
       if (handled) {
         auto [code, message] = describeError(std::move(handled), "launch_failed");
@@ -147,13 +134,13 @@ public:
         }
       }
     }
+    return 0;
   }
 
 private:
   /// Sends the answer to the current request.
   llvm::Error answer(MessageWriter &message, llvm::ArrayRef<int> fds = {}) {
-    message.u64(sequence);
-    return sendMessage(channel, message.view(), fds);
+    return channel.answer(message, fds);
   }
 
   /// The payload of a request: inline bytes or a shared buffer of `size` bytes.
@@ -407,9 +394,8 @@ private:
     return &found->second;
   }
 
-  int channel;
+  WorkerChannel channel;
   std::unique_ptr<ObjectHost> host;
-  uint64_t sequence = 0;
   static constexpr size_t kMappedArenas = 8;
   std::map<uint64_t, SharedBuffer> arenas;
 };

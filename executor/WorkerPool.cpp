@@ -22,6 +22,7 @@ extern char **environ;
 namespace courier::executor {
 
 using transport::wire::makeWireError;
+namespace doorbell = transport::doorbell;
 
 namespace {
 
@@ -33,6 +34,8 @@ constexpr auto kStartTimeout = std::chrono::seconds(20);
 constexpr auto kDyingTimeout = std::chrono::seconds(1);
 /// How long a request polls for its reply before sleeping on it.
 constexpr std::chrono::microseconds kAwaitReplyAwake{50};
+/// How long a request sleeps on its doorbell before it looks at the socket again.
+constexpr std::chrono::milliseconds kDoorbellSlice{10};
 
 /// The codes a worker may report for a request it failed; anything else it sends is
 /// treated as a launch failure (a kernel can write to the channel).
@@ -70,6 +73,8 @@ void WorkerProcess::kill(EndReason reason) {
   endReason.compare_exchange_strong(none, reason);
   dead = true;
   ::kill(processId, SIGKILL);
+  if (page)
+    doorbell::ring(page->reply); // A request sleeping on it looks again, and finds it dead.
 }
 
 int WorkerProcess::reap() {
@@ -138,10 +143,77 @@ llvm::Error WorkerProcess::died(llvm::StringRef what, Clock::time_point deadline
 bool WorkerProcess::quiet() const {
   if (dead)
     return false;
+  if (page && page->reply.load(std::memory_order_acquire) != ticket)
+    return false;
   struct pollfd ready {
     channel.get(), POLLIN, 0
   };
   return ::poll(&ready, 1, 0) == 0;
+}
+
+llvm::Error WorkerProcess::shareDoorbell() {
+  llvm::Expected<SharedBuffer> buffer =
+      SharedBuffer::create(sizeof(DoorbellPage), "courier-doorbell");
+  if (!buffer)
+    return buffer.takeError();
+  MessageWriter share(MessageKind::Doorbell);
+  llvm::Expected<Message> done =
+      request(share, {buffer->fd()}, Clock::now() + kStartTimeout, "sharing a doorbell page");
+  if (!done)
+    return done.takeError();
+  doorbellBuffer = std::move(*buffer);
+  page = reinterpret_cast<DoorbellPage *>(doorbellBuffer.data());
+  return llvm::Error::success();
+}
+
+llvm::Expected<std::optional<Message>> WorkerProcess::ringDoorbell(Clock::time_point deadline,
+                                                                   llvm::StringRef what,
+                                                                   llvm::ArrayRef<int> fds,
+                                                                   const std::string &bytes) {
+  bool inSlot = fds.empty() && bytes.size() <= kMaxMessageBytes;
+  if (inSlot) {
+    std::memcpy(page->requestSlot, bytes.data(), bytes.size());
+  } else if (llvm::Error error = sendMessage(channel.get(), bytes, fds)) {
+    llvm::consumeError(std::move(error));
+    return died(what, deadline);
+  }
+  page->requestBytes.store(inSlot ? static_cast<uint32_t>(bytes.size()) : 0,
+                           std::memory_order_release);
+  uint32_t before = page->reply.load(std::memory_order_acquire);
+  page->request.store(++ticket, std::memory_order_release);
+  doorbell::ring(page->request);
+  // A small kernel answers within microseconds: wait for it awake, briefly. Then sleep in
+  // slices, looking at the socket between them for a death the crash reporter could not
+  // announce (SIGKILL).
+  if (!doorbell::spin(page->reply, before, kAwaitReplyAwake)) {
+    while (page->reply.load(std::memory_order_acquire) == before) {
+      Clock::time_point now = Clock::now();
+      if (now >= deadline || dead)
+        return std::nullopt; // The socket receive that follows sees the deadline or death.
+      doorbell::sleep(page->reply, before,
+                      std::min<Clock::duration>(deadline - now, kDoorbellSlice));
+      if (page->reply.load(std::memory_order_acquire) != before)
+        break;
+      struct pollfd ready {
+        channel.get(), POLLIN, 0
+      };
+      if (::poll(&ready, 1, 0) != 0)
+        return std::nullopt;
+    }
+  }
+  if (page->reply.load(std::memory_order_acquire) != ticket)
+    return std::nullopt;
+  uint32_t size = page->replyBytes.load(std::memory_order_acquire);
+  if (size == 0)
+    return std::nullopt;
+  if (size > kMaxMessageBytes) {
+    kill(EndReason::None);
+    return died(what, deadline);
+  }
+  // Copied once: the worker can go on writing the page.
+  Message reply;
+  reply.bytes.assign(page->replySlot, size);
+  return std::optional<Message>(std::move(reply));
 }
 
 llvm::Expected<Message> WorkerProcess::request(MessageWriter &message, llvm::ArrayRef<int> fds,
@@ -149,31 +221,42 @@ llvm::Expected<Message> WorkerProcess::request(MessageWriter &message, llvm::Arr
   if (dead)
     return died(what, deadline);
   message.u64(++sequence);
-  if (llvm::Error error = sendMessage(channel.get(), message.view(), fds)) {
+  std::optional<Message> fromPage;
+  if (page) {
+    llvm::Expected<std::optional<Message>> rung = ringDoorbell(deadline, what, fds, message.view());
+    if (!rung)
+      return rung.takeError();
+    fromPage = std::move(*rung);
+  } else if (llvm::Error error = sendMessage(channel.get(), message.view(), fds)) {
     llvm::consumeError(std::move(error));
     return died(what, deadline);
   }
   Message reply;
   while (true) {
-    // A small kernel answers within microseconds: wait for it awake, briefly.
-    llvm::Expected<ReceiveStatus> status =
-        receiveMessage(channel.get(), reply, deadline, kAwaitReplyAwake);
-    if (!status) {
-      // Only the worker's end can make a receive fail (an oversized or broken message).
-      llvm::consumeError(status.takeError());
-      kill(EndReason::None);
-      return died(what, deadline);
-    }
-    if (*status == ReceiveStatus::TimedOut) {
-      if (crash) {
+    if (fromPage) {
+      reply = std::move(*fromPage);
+      fromPage.reset();
+    } else {
+      // A small kernel answers within microseconds: wait for it awake, briefly.
+      llvm::Expected<ReceiveStatus> status = receiveMessage(
+          channel.get(), reply, deadline, page ? std::chrono::microseconds(0) : kAwaitReplyAwake);
+      if (!status) {
+        // Only the worker's end can make a receive fail (an oversized or broken message).
+        llvm::consumeError(status.takeError());
         kill(EndReason::None);
         return died(what, deadline);
       }
-      kill(EndReason::Deadline);
-      return died(what, deadline);
+      if (*status == ReceiveStatus::TimedOut) {
+        if (crash) {
+          kill(EndReason::None);
+          return died(what, deadline);
+        }
+        kill(EndReason::Deadline);
+        return died(what, deadline);
+      }
+      if (*status == ReceiveStatus::Closed)
+        return died(what, deadline);
     }
-    if (*status == ReceiveStatus::Closed)
-      return died(what, deadline);
     MessageReader peek(reply.bytes);
     if (peek.kind() == MessageKind::Done || peek.kind() == MessageKind::Failed) {
       // An answer to another request (or to none) is a kernel writing to the channel.
@@ -328,7 +411,12 @@ llvm::Expected<std::unique_ptr<WorkerProcess>> WorkerPool::start() {
   if (settings.allowUnsignedObjects)
     args.push_back("--allow-unsigned-objects");
   args.insert(args.end(), settings.extraArguments.begin(), settings.extraArguments.end());
-  return WorkerProcess::spawn(settings.program, args);
+  llvm::Expected<std::unique_ptr<WorkerProcess>> worker =
+      WorkerProcess::spawn(settings.program, args);
+  if (worker && settings.doorbell)
+    if (llvm::Error error = (*worker)->shareDoorbell())
+      return std::move(error);
+  return worker;
 }
 
 llvm::Expected<std::unique_ptr<WorkerProcess>>

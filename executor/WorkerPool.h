@@ -32,6 +32,9 @@ struct WorkerSettings {
   uint64_t cpuSeconds = 0;
   bool sandbox = true;
   bool allowUnsignedObjects = false;
+  /// Share a doorbell page with each worker (executor/WorkerProtocol.h), which courier-worker
+  /// understands: requests without descriptors then cross without a socket round trip.
+  bool doorbell = false;
   /// Passed after the flags above: what a program other than courier-worker needs.
   std::vector<std::string> extraArguments;
 };
@@ -82,6 +85,14 @@ public:
 private:
   friend class WorkerPool;
   WorkerProcess(pid_t pid, UniqueFd channel) : processId(pid), channel(std::move(channel)) {}
+  /// Sends the worker a doorbell page; later requests go through it.
+  llvm::Error shareDoorbell();
+  /// Puts the request in the doorbell page and waits for the reply there: the reply if it
+  /// came in the page, nothing if it is to be read from the socket (it went there, or the
+  /// reply word changed otherwise), or the error that ended the request.
+  llvm::Expected<std::optional<Message>> ringDoorbell(Clock::time_point deadline,
+                                                      llvm::StringRef what, llvm::ArrayRef<int> fds,
+                                                      const std::string &bytes);
   /// Kills (if needed) and reaps the process once; later calls return what the first saw.
   int reap();
   /// Reaps the process and works out `howItDied`.
@@ -98,6 +109,9 @@ private:
   std::optional<CrashReport> crash;
   WorkerDeath howItDied;
   uint64_t sequence = 0; ///< Of the last request sent.
+  SharedBuffer doorbellBuffer;
+  DoorbellPage *page = nullptr;
+  uint32_t ticket = 0; ///< Of the last request sent through `page`.
 };
 
 /// Starts workers, keeping `warm` of them ready. Thread-safe.

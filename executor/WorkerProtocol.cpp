@@ -2,6 +2,8 @@
 // signals a worker dies of (the encoding and shared memory are transport/SharedMemory.h).
 #include "executor/WorkerProtocol.h"
 
+#include "executor/Sandbox.h"
+
 #include "llvm/Support/FormatVariadic.h"
 
 #include <seccomp.h>
@@ -9,8 +11,11 @@
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
+#include <poll.h>
 
 namespace courier::executor {
+
+namespace doorbell = transport::doorbell;
 
 std::optional<uint64_t> takeSequence(std::string &bytes) {
   if (bytes.size() < 9)
@@ -20,6 +25,98 @@ std::optional<uint64_t> takeSequence(std::string &bytes) {
     sequence |= uint64_t(static_cast<unsigned char>(bytes[bytes.size() - 8 + i])) << (8 * i);
   bytes.resize(bytes.size() - 8);
   return sequence;
+}
+
+bool WorkerChannel::next(Message &request) {
+  while (true) {
+    request.fds.clear();
+    if (page) {
+      // No waiting awake for the next request: measured on two cores, a worker that spins
+      // takes the core its own executor needs to answer (docs/performance.md).
+      while (page->request.load(std::memory_order_acquire) == ticket) {
+        doorbell::sleep(page->request, ticket, std::chrono::seconds(1));
+        if (page->request.load(std::memory_order_acquire) != ticket)
+          break;
+        struct pollfd closed {
+          socket, POLLIN, 0
+        };
+        if (::poll(&closed, 1, 0) > 0 && (closed.revents & (POLLHUP | POLLERR)))
+          return false;
+      }
+      ticket = page->request.load(std::memory_order_acquire);
+      uint32_t size = page->requestBytes.load(std::memory_order_acquire);
+      if (size > kMaxMessageBytes)
+        return false;
+      if (size) {
+        request.bytes.assign(page->requestSlot, size);
+      } else {
+        llvm::Expected<ReceiveStatus> status = receiveMessage(socket, request);
+        if (!status || *status != ReceiveStatus::Message) {
+          llvm::consumeError(status.takeError());
+          return false;
+        }
+      }
+    } else {
+      llvm::Expected<ReceiveStatus> status = receiveMessage(socket, request);
+      if (!status || *status != ReceiveStatus::Message) {
+        llvm::consumeError(status.takeError());
+        return false;
+      }
+    }
+    // Every request ends with its sequence number, which its answer repeats: the executor
+    // can then tell an answer from something a kernel wrote to the channel.
+    std::optional<uint64_t> number = takeSequence(request.bytes);
+    if (!number)
+      return false;
+    sequence = *number;
+    if (MessageReader(request.bytes).kind() != MessageKind::Doorbell)
+      return true;
+    if (!installDoorbell(request))
+      return false;
+  }
+}
+
+bool WorkerChannel::installDoorbell(Message &request) {
+  if (page || request.fds.size() != 1)
+    return false;
+  llvm::Expected<SharedBuffer> mapped =
+      SharedBuffer::map(std::move(request.fds[0]), sizeof(DoorbellPage));
+  if (!mapped) {
+    llvm::consumeError(mapped.takeError());
+    return false;
+  }
+  // Where requests start counting, read before the answer: once it is sent the executor
+  // may ring at once.
+  auto *shared = reinterpret_cast<DoorbellPage *>(mapped->data());
+  uint32_t first = shared->request.load(std::memory_order_acquire);
+  // Answered on the socket, where the executor waits for this one answer.
+  MessageWriter done(MessageKind::Done);
+  if (llvm::Error error = answer(done)) {
+    llvm::consumeError(std::move(error));
+    return false;
+  }
+  pageBuffer = std::move(*mapped);
+  page = shared;
+  ticket = first;
+  ringOnCrash(page->request, page->reply);
+  return true;
+}
+
+llvm::Error WorkerChannel::answer(MessageWriter &message, llvm::ArrayRef<int> fds) {
+  message.u64(sequence);
+  const std::string &bytes = message.view();
+  if (!page)
+    return sendMessage(socket, bytes, fds);
+  bool inSlot = fds.empty() && bytes.size() <= kMaxMessageBytes;
+  if (inSlot)
+    std::memcpy(page->replySlot, bytes.data(), bytes.size());
+  else if (llvm::Error error = sendMessage(socket, bytes, fds))
+    return error;
+  page->replyBytes.store(inSlot ? static_cast<uint32_t>(bytes.size()) : 0,
+                         std::memory_order_release);
+  page->reply.store(ticket, std::memory_order_release);
+  doorbell::ring(page->reply);
+  return llvm::Error::success();
 }
 
 std::string signalName(int signal) {

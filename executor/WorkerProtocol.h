@@ -11,6 +11,7 @@
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/Error.h"
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
@@ -41,6 +42,7 @@ enum class MessageKind : uint8_t {
   RemoveObject,
   Launch,
   Call,
+  Doorbell, ///< Carries a DoorbellPage's descriptor; later requests arrive through it.
   // server -> module worker (jit/ModuleWorker.h)
   Compile = 16,
   Invoke,
@@ -88,6 +90,43 @@ receiveMessage(int socket, Message &out,
                std::chrono::microseconds spin = std::chrono::microseconds(0)) {
   return transport::receiveMessage(socket, out, kMaxMessageBytes, deadline, spin);
 }
+
+/// The page the executor shares with a worker once it has started: a request slot and a reply
+/// slot with a futex word each, so a request that brings no descriptors crosses without a
+/// socket round trip. The executor bumps `request` once the request is in its slot (or, with
+/// `requestBytes` 0, on the socket); the worker sets `reply` to the same number once its
+/// answer is in its slot (or, with `replyBytes` 0, on the socket). Any other change of `reply`
+/// (the crash reporter makes one) sends the executor to the socket. The worker writes this
+/// page, so the executor copies what it reads once and checks it like a socket message.
+struct DoorbellPage {
+  std::atomic<uint32_t> request;
+  std::atomic<uint32_t> reply;
+  std::atomic<uint32_t> requestBytes;
+  std::atomic<uint32_t> replyBytes;
+  char requestSlot[kMaxMessageBytes];
+  char replySlot[kMaxMessageBytes];
+};
+static_assert(std::atomic<uint32_t>::is_always_lock_free, "doorbells need lock-free words");
+
+/// A worker's end of its channel: requests on the socket until the executor sends a
+/// doorbell page, then through the page.
+class WorkerChannel {
+public:
+  explicit WorkerChannel(int socket) : socket(socket) {}
+  /// Waits for the next request (a Doorbell request is taken here) and strips its sequence
+  /// number. False once the executor has closed the channel or broken the protocol.
+  bool next(Message &request);
+  /// Sends the answer to the current request.
+  llvm::Error answer(MessageWriter &message, llvm::ArrayRef<int> fds = {});
+
+private:
+  bool installDoorbell(Message &request);
+  int socket;
+  SharedBuffer pageBuffer;
+  DoorbellPage *page = nullptr;
+  uint32_t ticket = 0;   ///< Of the request being served.
+  uint64_t sequence = 0; ///< The current request's sequence number.
+};
 
 /// Bytes of a Crashed message: the signal, its si_code, the fault address and, for SIGSYS,
 /// the system call number; fixed-size so the signal handler needs no allocation.
