@@ -72,9 +72,13 @@ llvm::Expected<llvm::json::Value> parseJSON(llvm::StringRef text, unsigned maxDe
 /// {"dtype": "f32", "shape": [2, 2], "data": [...]} with flat, row-major data.
 llvm::json::Value tensorToJSON(const Tensor &tensor);
 
-/// The same object written straight to `os`, each number in the shortest text that reads
-/// back as the same value of the tensor's own element type (an f32 as a float, not as the
-/// double it widens to), with no llvm::json::Value per element.
+/// The same object appended to `out`, each number in the shortest text that reads back as the
+/// same value of the tensor's own element type, as std::to_chars writes it (an f32 as a float:
+/// 0.6865874, not the 0.68658739328384399 of the double it widens to; integers exactly), with
+/// no llvm::json::Value per element. Reserves the most the text can take first, so that it is
+/// written once, never copied to grow.
+void writeTensorJSON(std::string &out, const Tensor &tensor);
+/// The same object written to `os`.
 void writeTensorJSON(llvm::raw_ostream &os, const Tensor &tensor);
 
 /// The type of one argument or result of an entry.

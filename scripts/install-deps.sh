@@ -5,7 +5,7 @@ set -euo pipefail
 packages=(cmake ninja-build pkg-config g++ python3 git curl
   llvm-22-dev libmlir-22-dev mlir-22-tools clang-22 lld-22
   libcpp-httplib-dev nlohmann-json3-dev catch2 libssl-dev openssl libbenchmark-dev libseccomp-dev
-  prometheus-cpp-dev libsimdjson-dev nginx)
+  prometheus-cpp-dev libsimdjson-dev libdragonbox-dev nginx)
 
 missing=()
 for p in "${packages[@]}"; do

@@ -6,9 +6,12 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <random>
 
 using namespace courier;
 using courier::testing::failed;
@@ -254,4 +257,166 @@ TEST_CASE("non-finite strings are refused for integer dtypes, other strings for 
     CHECK_THAT(errorOf(read(typo, tensorOf(DType::F32, {1}))),
                Catch::Contains("expected a number, got") &&
                    Catch::Contains(R"("NaN", "Infinity" and "-Infinity")"));
+}
+
+namespace {
+
+/// What writeTensorJSON writes for `values` of `dtype`, checked against std::to_chars's
+/// shortest text of each value in its own type.
+template <typename T> void checkWrittenAsToChars(DType dtype, const std::vector<T> &values) {
+  Tensor tensor{dtype, {static_cast<int64_t>(values.size())}, {}};
+  tensor.bytes.resize(values.size() * sizeof(T));
+  std::memcpy(tensor.bytes.data(), values.data(), tensor.bytes.size());
+  std::string expected = "{\"data\":[";
+  for (size_t i = 0; i < values.size(); ++i) {
+    char text[64];
+    std::to_chars_result r = std::to_chars(text, text + sizeof(text), values[i]);
+    expected += (i ? "," : "") + std::string(text, r.ptr);
+  }
+  expected += "],\"dtype\":\"" + dtypeName(dtype).str() + "\",\"shape\":[" +
+              std::to_string(values.size()) + "]}";
+  std::string text;
+  writeTensorJSON(text, tensor);
+  // One CHECK for the whole tensor; on a mismatch, the first element that differs.
+  if (text != expected) {
+    size_t at = std::mismatch(text.begin(), text.end(), expected.begin(), expected.end()).first -
+                text.begin();
+    size_t from = text.rfind(',', at) == std::string::npos ? 0 : text.rfind(',', at);
+    FAIL("written " << text.substr(from, 40) << " where std::to_chars gives "
+                    << expected.substr(from, 40));
+  }
+}
+
+template <typename T> bool isFinite(T v) { return std::isfinite(v); }
+
+} // namespace
+
+TEST_CASE("an f32 element is written in float's shortest text, not in the double's it widens to",
+          "[tensor]") {
+  std::string text;
+  writeTensorJSON(text, Tensor::fromDoubles(DType::F32, {3}, {0.6865874f, 0.1f, 1.0f / 3}));
+  CHECK(text == R"({"data":[0.6865874,0.1,0.33333334],"dtype":"f32","shape":[3]})");
+  text.clear();
+  writeTensorJSON(text, Tensor::fromDoubles(DType::F64, {3}, {0.6865874f, 0.1, 1.0 / 3}));
+  CHECK(text == R"({"data":[0.686587393283844,0.1,0.3333333333333333],"dtype":"f64","shape":[3]})");
+}
+
+TEST_CASE("floats are written in std::to_chars's notation: fixed unless scientific is shorter, "
+          "whole numbers exact",
+          "[tensor]") {
+  std::string text;
+  writeTensorJSON(text, Tensor::fromDoubles(DType::F32, {10},
+                                            {99999, 100000, 123456, 0.0001f, 0.00012f, 1e-5f,
+                                             123456790528.0f, 3.4028235e38f, 1e-45f, -0.0f}));
+  CHECK(text == R"({"data":[99999,1e+05,123456,1e-04,0.00012,1e-05,123456790528,3.4028235e+38,)"
+                R"(1e-45,-0],"dtype":"f32","shape":[10]})");
+  text.clear();
+  writeTensorJSON(text, Tensor::fromDoubles(DType::F64, {5},
+                                            {18446744073709551616.0, 1e22, 5e-324, 1e-300,
+                                             -2.2250738585072014e-308}));
+  CHECK(text == R"({"data":[18446744073709551616,1e+22,5e-324,1e-300,-2.2250738585072014e-308],)"
+                R"("dtype":"f64","shape":[5]})");
+}
+
+TEST_CASE("f32 elements across the whole float range are written as std::to_chars writes them",
+          "[tensor]") {
+  std::vector<float> values;
+  // Every 4099th bit pattern (a prime stride, so every exponent and many significand endings
+  // come up), then every float from 2^24 - 2^10 up, where whole numbers stop being exact, and
+  // the subnormals' lowest.
+  auto add = [&](uint32_t bits) {
+    float v;
+    std::memcpy(&v, &bits, sizeof(v));
+    if (isFinite(v))
+      values.push_back(v);
+  };
+  for (uint64_t bits = 0; bits <= 0xffffffffu; bits += 4099)
+    add(static_cast<uint32_t>(bits));
+  for (uint32_t bits = 0x4b7ffc00; bits < 0x4b800400; ++bits) // around 2^24
+    add(bits);
+  for (uint32_t bits = 0; bits < 4096; ++bits)
+    add(bits);
+  for (int64_t whole = 99000; whole < 101000; ++whole)
+    values.push_back(static_cast<float>(whole));
+  checkWrittenAsToChars(DType::F32, values);
+}
+
+// All 2^32 bit patterns take minutes, so this one runs only when asked for:
+// courier-jit-tests "[exhaustive]".
+TEST_CASE("every finite f32 is written as std::to_chars writes it", "[.][exhaustive]") {
+  constexpr uint64_t kChunk = uint64_t(1) << 24;
+  for (uint64_t start = 0; start <= 0xffffffffu; start += kChunk) {
+    std::vector<float> values;
+    for (uint64_t bits = start; bits < start + kChunk; ++bits) {
+      auto pattern = static_cast<uint32_t>(bits);
+      float v;
+      std::memcpy(&v, &pattern, sizeof(v));
+      if (isFinite(v))
+        values.push_back(v);
+    }
+    checkWrittenAsToChars(DType::F32, values);
+  }
+}
+
+TEST_CASE("f64 elements are written as std::to_chars writes them", "[tensor]") {
+  std::vector<double> values;
+  std::mt19937_64 random(12);
+  for (int i = 0; i < 200000; ++i) {
+    uint64_t bits = random();
+    double v;
+    std::memcpy(&v, &bits, sizeof(v));
+    if (isFinite(v))
+      values.push_back(v);
+    // Whole numbers of every size, past 2^53 and 2^64; short decimals.
+    values.push_back(std::ldexp(static_cast<double>(bits >> 11), static_cast<int>(bits % 90) - 20));
+    values.push_back(static_cast<double>(bits % 100000000) / 1000);
+  }
+  for (int k = -20; k <= 25; ++k)
+    for (double m : {1.0, 3.0, 9.5}) {
+      values.push_back(m * std::pow(10.0, k));
+      values.push_back(std::nextafter(m * std::pow(10.0, k), 0.0));
+    }
+  checkWrittenAsToChars(DType::F64, values);
+}
+
+TEST_CASE("integers are written exactly, booleans as true and false", "[tensor]") {
+  auto writtenAs = [](DType dtype, std::vector<uint8_t> bytes, std::vector<int64_t> shape) {
+    std::string text;
+    writeTensorJSON(text, Tensor{dtype, std::move(shape), std::move(bytes)});
+    return text;
+  };
+  auto bytesOf = [](auto... v) {
+    std::vector<uint8_t> bytes;
+    for (auto x : {v...}) {
+      const auto *p = reinterpret_cast<const uint8_t *>(&x);
+      bytes.insert(bytes.end(), p, p + sizeof(x));
+    }
+    return bytes;
+  };
+  CHECK(writtenAs(DType::I64,
+                  bytesOf(std::numeric_limits<int64_t>::min(), int64_t(9007199254740993)), {2}) ==
+        R"({"data":[-9223372036854775808,9007199254740993],"dtype":"i64","shape":[2]})");
+  CHECK(writtenAs(DType::UI64, bytesOf(std::numeric_limits<uint64_t>::max()), {1, 1}) ==
+        R"({"data":[18446744073709551615],"dtype":"ui64","shape":[1,1]})");
+  CHECK(writtenAs(DType::I8, bytesOf(int8_t(-128), int8_t(127)), {2}) ==
+        R"({"data":[-128,127],"dtype":"i8","shape":[2]})");
+  CHECK(writtenAs(DType::I1, {1, 0}, {2}) == R"({"data":[true,false],"dtype":"i1","shape":[2]})");
+  CHECK(writtenAs(DType::F32, {}, {0, 3}) == R"({"data":[],"dtype":"f32","shape":[0,3]})");
+}
+
+TEST_CASE("writing to a stream gives the same text, and writing to a string appends to it",
+          "[tensor]") {
+  std::vector<double> values;
+  for (int i = 0; i < 50000; ++i) // More text than one buffer of the writer holds.
+    values.push_back(i * 0.37);
+  Tensor tensor = Tensor::fromDoubles(DType::F32, {50000}, values);
+  std::string streamed;
+  {
+    llvm::raw_string_ostream os(streamed);
+    writeTensorJSON(os, tensor);
+  }
+  std::string appended = "[";
+  writeTensorJSON(appended, tensor);
+  CHECK(appended == "[" + streamed);
+  CHECK(streamed.size() > (size_t(1) << 16));
 }

@@ -270,8 +270,11 @@ int runOnce(const Module &module) {
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   if (!outputs)
     return fail(outputs.takeError());
-  for (const Tensor &output : *outputs)
-    llvm::outs() << tensorToJSON(output) << "\n";
+  // Each number in the shortest text of its own element type, as courier-serve prints it.
+  for (const Tensor &output : *outputs) {
+    writeTensorJSON(llvm::outs(), output);
+    llvm::outs() << "\n";
+  }
   llvm::outs().flush();
   if (showTime) {
     const PhaseTimes &t = module.compileTimes();

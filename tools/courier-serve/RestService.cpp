@@ -376,20 +376,13 @@ llvm::Error RestService::Impl::invokeJson(const Pinned &pinned, const EntrySigna
   if (!outputs)
     return outputs.takeError();
   // Written straight into the body, in the key order sendJson would print.
-  std::string text;
-  {
-    llvm::raw_string_ostream os(text);
-    json::OStream out(os);
-    out.object([&] {
-      out.attribute("module", pinned.name);
-      out.attributeArray("outputs", [&] {
-        for (const Tensor &output : *outputs)
-          out.rawValue([&](llvm::raw_ostream &raw) { writeTensorJSON(raw, output); });
-      });
-      out.attribute("version", static_cast<int64_t>(pinned.version));
-    });
+  std::string text = "{\"module\":" + dump(json::Value(pinned.name)) + ",\"outputs\":[";
+  for (size_t i = 0; i < outputs->size(); ++i) {
+    if (i)
+      text += ',';
+    writeTensorJSON(text, (*outputs)[i]);
   }
-  text += "\n";
+  text += "],\"version\":" + std::to_string(pinned.version) + "}\n";
   res.status = 200;
   // set_content would copy the body; a large reply is tens of megabytes.
   res.body = std::move(text);
