@@ -1263,10 +1263,12 @@ TEST_CASE("a module on ui8, ui64 and bf16 is described and invoked with those dt
   }
 
   // Every spelling of the same input gives the same answer, whichever reading takes it: keys
-  // in any order, booleans, 200.0 for 200, a key the server does not read.
+  // in any order, booleans, 200.0 for 200 (also last, after numbers read in one step each), a
+  // key the server does not read.
   for (const char *same : {
            R"({"inputs": [{"data": [false, 200, 254, 255], "dtype": "ui8", "shape": [4]}]})",
            R"({"inputs": [{"shape": [4], "data": [0.0, 200.0, 254, 255]}]})",
+           R"({"inputs": [[0, 200, 254, 255.0]]})",
            R"({"note": "ignored", "inputs": [[0, 200, 254, 255]]})",
            R"({"inputs": [[0, 200, 254, 255]], "inputs": [[0, 200, 254, 255]]})",
        }) {

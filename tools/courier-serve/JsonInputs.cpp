@@ -8,7 +8,10 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
+#include <memory>
+#include <mutex>
 #include <string_view>
+#include <thread>
 #include <type_traits>
 
 namespace courier::serve {
@@ -48,25 +51,19 @@ public:
     od::array array;
     if (value.get_array().get(array))
       return false;
-    // Numbers where numbers were before go straight in; a float's text is read once (simdjson
-    // leaves a value it could not read as a double for the general path).
-    bool numbers = isFloat() && dtype != DType::F16 && dtype != DType::BF16 && leafDepth &&
-                   *leafDepth == depth + 1 && shape.size() == depth + 1;
     int64_t size = 0;
     for (auto element : array) {
       od::value child;
-      double v;
+      bool read = false;
       if (element.get(child))
         return false;
-      if (numbers && !child.get_double().get(v)) {
-        ++count;
-        if (dtype == DType::F32)
-          append<float>(static_cast<float>(v));
-        else
-          append<double>(v);
-      } else if (!visit(child, depth + 1)) {
+      // Once the numbers are known to lie at depth + 1 (from the first element of this array
+      // or of an earlier one), each is read in one step, its type not asked first.
+      if (leafDepth && *leafDepth == depth + 1 && shape.size() == depth + 1 &&
+          !quickNumber(child, read))
         return false;
-      }
+      if (!read && !visit(child, depth + 1))
+        return false;
       ++size;
     }
     if (first)
@@ -79,6 +76,36 @@ public:
   int64_t count = 0;
 
 private:
+  /// Reads `value` in one step if it is a number that the dtype's general reading would take
+  /// with no more checks than storing it (a double for f32 and f64, an int64 for the integer
+  /// dtypes), and says so in `read`; anything else is left unread for the general reading
+  /// (simdjson leaves a value it could not read as asked). False: the number is refused.
+  bool quickNumber(od::value &value, bool &read) {
+    switch (dtype) {
+    case DType::F32:
+    case DType::F64: {
+      double v;
+      if (value.get_double().get(v))
+        return true;
+      read = true;
+      ++count;
+      return dtype == DType::F32 ? append<float>(static_cast<float>(v)) : append<double>(v);
+    }
+    case DType::F16:
+    case DType::BF16:
+    case DType::I1:
+      return true;
+    default: {
+      int64_t v;
+      if (value.get_int64().get(v))
+        return true;
+      read = true;
+      ++count;
+      return integer(v < 0, v < 0 ? 0 - static_cast<uint64_t>(v) : static_cast<uint64_t>(v));
+    }
+    }
+  }
+
   bool leaf(od::value value, od::json_type type, size_t depth) {
     if (!leafDepth)
       leafDepth = depth;
@@ -218,11 +245,13 @@ size_t expectedBytes(const TensorSpec &spec, size_t bodySize) {
 
 /// One input: nested arrays, a lone value, or {"dtype", "shape", "data"}.
 std::optional<Tensor> readTensor(od::value value, const TensorSpec &spec, size_t bodySize) {
-  // The body's object, "inputs", and this value: three levels.
-  TensorReader reader(spec.dtype, 3, expectedBytes(spec, bodySize));
   od::json_type type;
   if (value.type().get(type))
     return std::nullopt;
+  // The body's object, "inputs", and this value: three levels. An object's elements are read
+  // by a reader of its "data", so this one allocates nothing up front for it.
+  TensorReader reader(spec.dtype, 3,
+                      type == od::json_type::object ? 0 : expectedBytes(spec, bodySize));
   std::optional<std::vector<int64_t>> declared;
   if (type == od::json_type::object) {
     od::object object;
@@ -280,15 +309,63 @@ std::optional<Tensor> readTensor(od::value value, const TensorSpec &spec, size_t
   return Tensor{spec.dtype, std::move(shape), reader.take()};
 }
 
+/// Parsers kept between calls. A parser sizes its buffers to the largest body it has read
+/// (about five bytes per byte of JSON), and making them anew for a 20 MB body cost as much as
+/// reading it; so at most one per core is kept, each only while it is no larger than
+/// kKeptCapacity, and a parser in use belongs to one call.
+class ParserPool {
+public:
+  std::unique_ptr<od::parser> take() {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (idle.empty())
+      return std::make_unique<od::parser>();
+    std::unique_ptr<od::parser> parser = std::move(idle.back());
+    idle.pop_back();
+    return parser;
+  }
+  void give(std::unique_ptr<od::parser> parser) {
+    if (parser->capacity() > kKeptCapacity)
+      return;
+    std::lock_guard<std::mutex> lock(mutex);
+    if (idle.size() < std::max(1u, std::thread::hardware_concurrency()))
+      idle.push_back(std::move(parser));
+  }
+
+private:
+  static constexpr size_t kKeptCapacity = size_t(64) << 20;
+  std::mutex mutex;
+  std::vector<std::unique_ptr<od::parser>> idle;
+};
+
+ParserPool &parsers() {
+  static ParserPool *pool = new ParserPool; // Never destroyed: threads may outlive statics.
+  return *pool;
+}
+
+/// A parser from the pool for one call, returned to it at the end.
+struct PooledParser {
+  PooledParser() : parser(parsers().take()) {}
+  ~PooledParser() { parsers().give(std::move(parser)); }
+  std::unique_ptr<od::parser> parser;
+};
+
 } // namespace
 
-std::optional<std::vector<Tensor>> readInputsFast(llvm::StringRef body,
-                                                  const EntrySignature &entry) {
-  simdjson::padded_string padded(body.data(), body.size());
-  od::parser parser;
+std::optional<std::vector<Tensor>> readInputsFast(llvm::StringRef body, const EntrySignature &entry,
+                                                  size_t allocated) {
+  // simdjson reads up to SIMDJSON_PADDING bytes past the end; a body without that much room
+  // after it is read from a padded copy.
+  std::optional<simdjson::padded_string> copy;
+  simdjson::padded_string_view json(body.data(), body.size(), std::max(allocated, body.size()));
+  if (json.padding() < simdjson::SIMDJSON_PADDING) {
+    copy.emplace(body.data(), body.size());
+    json = *copy;
+  }
+  PooledParser pooled;
+  od::parser &parser = *pooled.parser;
   od::document doc;
   od::object request;
-  if (parser.iterate(padded).get(doc) || doc.get_object().get(request))
+  if (parser.iterate(json).get(doc) || doc.get_object().get(request))
     return std::nullopt;
   std::vector<Tensor> inputs;
   bool sawInputs = false;

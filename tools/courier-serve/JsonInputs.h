@@ -16,7 +16,9 @@ namespace courier::serve {
 /// leaves to it (a dtype other than the entry's, a number like 2.0 for an integer dtype, a key
 /// besides "inputs", a duplicate key, ...). A nullopt is never an answer: the caller reads the
 /// body again with llvm::json, which accepts the same bodies and names what is wrong.
-std::optional<std::vector<Tensor>> readInputsFast(llvm::StringRef body,
-                                                  const EntrySignature &entry);
+/// `allocated` is how many bytes from body.data() may be read (a std::string's capacity): with
+/// 64 to spare past the body it is read in place, else from a padded copy.
+std::optional<std::vector<Tensor>> readInputsFast(llvm::StringRef body, const EntrySignature &entry,
+                                                  size_t allocated = 0);
 
 } // namespace courier::serve

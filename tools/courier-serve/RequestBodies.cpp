@@ -175,8 +175,8 @@ llvm::Expected<ModuleRequest> readReplaceBody(llvm::StringRef name, std::string 
 }
 
 llvm::Expected<std::vector<Tensor>> readInvokeBody(llvm::StringRef body,
-                                                   const EntrySignature &entry) {
-  if (std::optional<std::vector<Tensor>> fast = readInputsFast(body, entry))
+                                                   const EntrySignature &entry, size_t allocated) {
+  if (std::optional<std::vector<Tensor>> fast = readInputsFast(body, entry, allocated))
     return std::move(*fast);
   return inputsFromJSON(body, entry);
 }

@@ -31,9 +31,9 @@ llvm::Expected<ModuleRequest> readReplaceBody(llvm::StringRef name, std::string 
                                               bool plainText);
 
 /// An invoke's JSON body {"inputs": [tensor, ...]} for `entry`: read on demand when that
-/// reading takes it (JsonInputs.h), else with llvm::json.
-llvm::Expected<std::vector<Tensor>> readInvokeBody(llvm::StringRef body,
-                                                   const EntrySignature &entry);
+/// reading takes it (JsonInputs.h), else with llvm::json. `allocated`: as for readInputsFast.
+llvm::Expected<std::vector<Tensor>>
+readInvokeBody(llvm::StringRef body, const EntrySignature &entry, size_t allocated = 0);
 /// The llvm::json reading alone: every body readInputsFast takes, with the same tensors, and
 /// every other, with the error naming what is wrong.
 llvm::Expected<std::vector<Tensor>> inputsFromJSON(llvm::StringRef body,

@@ -366,7 +366,7 @@ llvm::Error RestService::Impl::invokeJson(const Pinned &pinned, const EntrySigna
   llvm::Expected<std::string> body = readBody(req, res, reader);
   if (!body)
     return body.takeError();
-  llvm::Expected<std::vector<Tensor>> read = readInvokeBody(*body, entry);
+  llvm::Expected<std::vector<Tensor>> read = readInvokeBody(*body, entry, body->capacity());
   if (!read)
     return read.takeError();
   std::vector<Tensor> inputs = std::move(*read);
