@@ -1,6 +1,7 @@
 // Transport benchmarks, each against its own floor measured in the same run: HTTP launch
 // latency vs a raw TCP ping-pong, 64 MiB launches vs raw sockets and bare cpp-httplib
-// streaming, and local launches vs a direct call. Prints figures and ratios (see
+// streaming, local launches vs a direct call, and the same-host shared-memory channel vs
+// raw TCP. Prints figures and ratios (see
 // docs/performance.md).
 #include "bench/BenchSupport.h"
 #include "executor/LocalBackend.h"
@@ -284,6 +285,130 @@ void bandwidth(int mib, int reps) {
               100 * bare / (courier - kernel));
 }
 
+/// The same-host channel against the socket it replaces: a noop launch through shared memory
+/// against a raw loopback TCP 64-byte ping-pong, and a 64 MiB scale launch (64 MiB in, 64 MiB
+/// out) against 64 MiB sent over loopback TCP and echoed back. The executor is a real
+/// courier-executor process on a unix socket, sessions in sandboxed workers as deployed.
+void shared(int n, int mib, int reps) {
+  std::printf("== same-host shared memory: noop launch vs raw TCP 64-byte ping-pong, %d each, "
+              "interleaved in blocks of %d; %d MiB in + out, median of %d rounds\n",
+              n, std::min(n, 1000), mib, reps);
+  ExecutorProcess executor(
+      courier::testing::ExecutorConfig{0, "", {"--quiet", "--listen", "unix:{dir}/executor.sock"}});
+  BackendOptions sharedOptions, httpOptions;
+  sharedOptions.sharedMemory = SharedMemory::On;
+  httpOptions.sharedMemory = SharedMemory::Off;
+  auto backend = check(createHttpBackend(executor.address(), sharedOptions), "connecting");
+  auto http = check(createHttpBackend(executor.address(), httpOptions), "connecting");
+  std::string session = check(backend->openSession(), "opening a session");
+  std::string httpSession = check(http->openSession(), "opening a session");
+  ObjectBlob shapes = loadObject(COURIER_KERNEL_SHAPES);
+  ObjectBlob scale = loadObject(COURIER_KERNEL_SCALE);
+  check(backend->shipObject(session, shapes), "shipping");
+  check(backend->shipObject(session, scale), "shipping");
+  check(http->shipObject(httpSession, shapes), "shipping");
+  auto shmOnce = [&] {
+    check(backend->launch(session, shapes, "_catalyst_pyface_noop", {}, {}), "launching");
+  };
+  auto httpOnce = [&] {
+    check(http->launch(httpSession, shapes, "_catalyst_pyface_noop", {}, {}), "launching");
+  };
+
+  auto [rawClient, rawServer] = loopbackPair();
+  std::thread echo([fd = rawServer, mib] {
+    std::vector<char> buf(size_t(mib) << 20);
+    char header[8];
+    // Each exchange starts with its length: 64 bytes for the ping-pong, the whole tensor
+    // for the bandwidth rounds.
+    while (recvAll(fd, header, sizeof(header))) {
+      uint64_t length;
+      std::memcpy(&length, header, sizeof(length));
+      if (length > buf.size() || !recvAll(fd, buf.data(), length) ||
+          !sendAll(fd, buf.data(), length))
+        break;
+    }
+  });
+  char ping[8 + 64] = {};
+  uint64_t pingLength = 64;
+  std::memcpy(ping, &pingLength, 8);
+  auto rawOnce = [&, fd = rawClient] {
+    sendAll(fd, ping, sizeof(ping));
+    recvAll(fd, ping + 8, 64);
+  };
+
+  std::vector<double> raws, shms, https;
+  int block = std::min(n, 1000);
+  measure(block, 0, rawOnce, raws);
+  measure(block, 0, shmOnce, shms);
+  measure(block, 0, httpOnce, https);
+  for (int done = 0; done < n; done += block) {
+    measure(0, block, rawOnce, raws);
+    measure(0, block, shmOnce, shms);
+    measure(0, block, httpOnce, https);
+  }
+  Percentiles raw = percentiles(raws), shm = percentiles(shms), overHttp = percentiles(https);
+
+  const size_t bytes = size_t(mib) << 20;
+  std::vector<char> input(bytes + 8, 1), output(bytes);
+  uint64_t length = bytes;
+  std::memcpy(input.data(), &length, 8);
+  auto rawBulk = [&, fd = rawClient] {
+    std::thread sender([&] { sendAll(fd, input.data(), input.size()); });
+    recvAll(fd, output.data(), bytes);
+    sender.join();
+  };
+  int64_t elements = static_cast<int64_t>(bytes / 8);
+  TensorView view{input.data() + 8, 8, {elements}, {1}};
+  auto shmBulk = [&] {
+    auto r = check(backend->launch(session, scale, "_catalyst_pyface_scale", {view}, {{1, 8}}),
+                   "launching");
+    if (r[0].sizes[0] != elements)
+      die("scale returned the wrong size");
+  };
+  auto time = [](const std::function<void()> &once) {
+    auto start = Clock::now();
+    once();
+    return std::chrono::duration<double>(Clock::now() - start).count();
+  };
+  rawBulk();
+  shmBulk();
+  double kernelBefore = executor.metric("courier_launch_duration_seconds_sum");
+  double launchesBefore = executor.metric("courier_shm_launches_total");
+  std::vector<double> rawTimes, shmTimes;
+  for (int i = 0; i < reps; ++i) {
+    rawTimes.push_back(time(rawBulk));
+    shmTimes.push_back(time(shmBulk));
+  }
+  double kernel =
+      (executor.metric("courier_launch_duration_seconds_sum") - kernelBefore) / double(reps);
+  double overShm = executor.metric("courier_shm_launches_total") - launchesBefore;
+  shutdown(rawClient, SHUT_RDWR);
+  echo.join();
+  close(rawClient);
+  close(rawServer);
+  if (overShm != reps)
+    die("the bandwidth launches did not all cross shared memory");
+
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  double rawBulkTime = median(rawTimes), shmBulkTime = median(shmTimes);
+  auto rate = [&](double s) { return 2.0 * double(bytes) / s / 1e9; };
+  std::printf("  raw TCP ping-pong        p50 %7.1f us  p99 %7.1f us\n", raw.p50, raw.p99);
+  std::printf("  shm noop launch          p50 %7.1f us  p99 %7.1f us\n", shm.p50, shm.p99);
+  std::printf("  HTTP noop launch (unix)  p50 %7.1f us  p99 %7.1f us\n", overHttp.p50,
+              overHttp.p99);
+  std::printf("  raw TCP %d MiB echo      %7.1f ms  %5.2f GB/s\n", mib, rawBulkTime * 1e3,
+              rate(rawBulkTime));
+  std::printf("  shm scale launch         %7.1f ms  %5.2f GB/s\n", shmBulkTime * 1e3,
+              rate(shmBulkTime));
+  std::printf("    of which in the kernel %7.1f ms (mean, from the executor's metrics)\n",
+              kernel * 1e3);
+  std::printf("ratio shm-launch/raw-tcp p50 %.2fx (target <= 0.50x)\n", shm.p50 / raw.p50);
+  std::printf("ratio shm-bandwidth/raw-tcp %.2fx (target >= 1.50x)\n", rawBulkTime / shmBulkTime);
+}
+
 void noopFunction(void *, void *) {}
 
 void local(int n) {
@@ -335,5 +460,7 @@ int main(int argc, char **argv) {
     bandwidth(smoke ? 4 : 64, smoke ? 1 : 9);
   if (which == "all" || which == "local" || smoke)
     local(smoke ? 10000 : 1000000);
+  if (which == "all" || which == "shm" || smoke)
+    shared(smoke ? 200 : 20000, smoke ? 4 : 64, smoke ? 1 : 9);
   return 0;
 }

@@ -26,6 +26,7 @@
 #include <mutex>
 #include <set>
 #include <thread>
+#include <tuple>
 #include <unistd.h>
 #include <unordered_map>
 
@@ -68,6 +69,8 @@ using MallocBuffer = std::unique_ptr<char, MallocDeleter>;
 struct Arena {
   uint64_t id = 0;
   SharedBuffer buffer;
+  /// False for a same-host client's regions (SharedRegions), which no pool takes back.
+  bool pooled = true;
 };
 
 /// A session's idle arenas, for inputs and for results. Bounded: arenas larger than
@@ -106,6 +109,8 @@ public:
 
   /// Gives `arena` back for reuse, or drops it (and tells the worker to, with the next launch).
   void give(std::vector<std::shared_ptr<Arena>> &idle, std::shared_ptr<Arena> arena) {
+    if (!arena->pooled)
+      return;
     std::lock_guard<std::mutex> lock(mutex);
     if (arena->buffer.size() <= kMaxArenaBytes && idle.size() < kIdleArenas) {
       idle.push_back(std::move(arena));
@@ -219,7 +224,7 @@ struct AreaBytes {
   uint64_t total = 0;
   char *base() { return arena ? arena->buffer.data() : inlineBytes.data(); }
   ~AreaBytes() {
-    if (arena)
+    if (arena && pool)
       pool->give(pool->idleInputs, std::move(arena));
   }
 };
@@ -317,6 +322,38 @@ decodeWorkerResults(Message &reply, llvm::ArrayRef<ResultSpec> expected, llvm::S
 } // namespace
 
 struct InputArea::Impl : AreaBytes {};
+
+struct SharedRegions::Impl {
+  std::shared_ptr<Arena> inputs, results;
+};
+
+SharedRegions::SharedRegions() : impl(std::make_unique<Impl>()) {}
+SharedRegions::~SharedRegions() = default;
+const SharedBuffer &SharedRegions::inputs() const { return impl->inputs->buffer; }
+const SharedBuffer &SharedRegions::results() const { return impl->results->buffer; }
+
+llvm::Expected<std::shared_ptr<SharedRegions>> SharedRegions::create(uint64_t inputBytes,
+                                                                     uint64_t resultBytes) {
+  // Worker arena ids of their own: a session's pool counts from 1, these from 2^63.
+  static std::atomic<uint64_t> lastId{0};
+  std::shared_ptr<SharedRegions> regions(new SharedRegions());
+  for (auto [bytes, slot, name] :
+       {std::tuple{inputBytes, &regions->impl->inputs, "courier-shm-inputs"},
+        std::tuple{resultBytes, &regions->impl->results, "courier-shm-results"}}) {
+    llvm::Expected<SharedBuffer> buffer = SharedBuffer::create(bytes, name);
+    if (!buffer)
+      return buffer.takeError();
+    // The client and the worker both get the descriptor: neither may shrink what the other maps.
+    if (llvm::Error error = buffer->sealSize())
+      return std::move(error);
+    auto arena = std::make_shared<Arena>();
+    arena->buffer = std::move(*buffer);
+    arena->pooled = false;
+    arena->id = (uint64_t(1) << 63) | ++lastId;
+    *slot = std::move(arena);
+  }
+  return regions;
+}
 
 InputArea::InputArea() : impl(std::make_unique<Impl>()) {}
 InputArea::InputArea(InputArea &&) noexcept = default;
@@ -907,11 +944,22 @@ llvm::Expected<InputArea> ExecutorCore::inputArea(Session &session,
   return std::move(area);
 }
 
-llvm::Expected<LaunchResults> ExecutorCore::launch(Session &s, llvm::StringRef sha,
-                                                   llvm::StringRef entry, InputArea *area,
-                                                   llvm::ArrayRef<TensorView> inputs,
-                                                   llvm::ArrayRef<ResultSpec> results,
-                                                   Clock::time_point deadline) {
+InputArea ExecutorCore::inputAreaIn(SharedRegions &regions,
+                                    llvm::ArrayRef<wire::TensorHeader> headers) {
+  InputArea area;
+  AreaBytes &bytes = *area.impl;
+  bytes.arena = regions.impl->inputs;
+  for (const wire::TensorHeader &t : headers) {
+    bytes.offsets.push_back(t.offset);
+    bytes.total = std::max(bytes.total, t.offset + t.bytes);
+  }
+  return area;
+}
+
+llvm::Expected<LaunchResults>
+ExecutorCore::launch(Session &s, llvm::StringRef sha, llvm::StringRef entry, InputArea *area,
+                     llvm::ArrayRef<TensorView> inputs, llvm::ArrayRef<ResultSpec> results,
+                     Clock::time_point deadline, SharedRegions *resultsInto) {
   BusyGuard busy(s, impl->isolated());
   Metrics &metrics = impl->metrics;
   bool timed = impl->options.timeLaunches;
@@ -954,7 +1002,9 @@ llvm::Expected<LaunchResults> ExecutorCore::launch(Session &s, llvm::StringRef s
     ArenaPool &pool = *s.arenas;
     std::shared_ptr<Arena> resultArena;
     uint64_t expectResults = std::max(bytes.total, pool.lastResultBytes.load());
-    if (expectResults > kInlineBytes) {
+    if (resultsInto) {
+      resultArena = resultsInto->impl->results;
+    } else if (expectResults > kInlineBytes) {
       llvm::Expected<std::shared_ptr<Arena>> lent = pool.take(pool.idleResults, expectResults);
       if (lent)
         resultArena = std::move(*lent);

@@ -82,6 +82,26 @@ private:
   std::unique_ptr<Impl> impl;
 };
 
+/// Shared memory a same-host client maps (transport/SharedChannel.h): the region it writes a
+/// launch's inputs into and the region the results come back in. With isolation the
+/// session's worker maps both too, so a kernel reads its inputs where the client wrote them
+/// and the worker packs results where the client reads them.
+class SharedRegions {
+public:
+  /// Two sealed memfds of these sizes.
+  static llvm::Expected<std::shared_ptr<SharedRegions>> create(uint64_t inputBytes,
+                                                               uint64_t resultBytes);
+  ~SharedRegions();
+  const SharedBuffer &inputs() const;
+  const SharedBuffer &results() const;
+
+  struct Impl;
+  std::unique_ptr<Impl> impl;
+
+private:
+  SharedRegions();
+};
+
 /// A launch's results: views of packed or kernel-owned tensors, alive as long as this is.
 struct LaunchResults {
   std::vector<TensorView> views;
@@ -136,12 +156,18 @@ public:
   /// go to shared memory the session reuses from launch to launch.
   llvm::Expected<InputArea> inputArea(Session &session,
                                       llvm::ArrayRef<transport::wire::TensorHeader> headers);
+  /// An area whose inputs are already in `regions`' input region, at the offsets `headers`
+  /// give (checked by the caller to lie inside it).
+  InputArea inputAreaIn(SharedRegions &regions,
+                        llvm::ArrayRef<transport::wire::TensorHeader> headers);
   /// Runs `entry` of `sha` (attached) on inputs in `area` (or, without isolation and with
-  /// no area, on `inputs` in the caller's memory).
+  /// no area, on `inputs` in the caller's memory). With `resultsInto`, an isolated launch's
+  /// worker packs large results into its result region.
   llvm::Expected<LaunchResults> launch(Session &session, llvm::StringRef sha, llvm::StringRef entry,
                                        InputArea *area, llvm::ArrayRef<TensorView> inputs,
                                        llvm::ArrayRef<ResultSpec> results,
-                                       Clock::time_point deadline);
+                                       Clock::time_point deadline,
+                                       SharedRegions *resultsInto = nullptr);
   /// Starts `entry` (takes and returns nothing) without waiting; the launch's id.
   llvm::Expected<uint64_t> launchAsync(const SessionRef &session, llvm::StringRef sha,
                                        llvm::StringRef entry, Clock::time_point deadline);

@@ -6,6 +6,7 @@
 
 #include "executor/ExecutorCore.h"
 #include "executor/HostErrors.h"
+#include "executor/SharedChannelServer.h"
 #include "transport/HttpService.h"
 #include "transport/Wire.h"
 
@@ -75,6 +76,8 @@ struct ExecutorServer::Impl {
   ExecutorServerOptions options;
   HttpService service;
   std::unique_ptr<ExecutorCore> core;
+  /// Same-host channels; made once the core is.
+  std::unique_ptr<executor::SharedChannelServer> channels;
 
   HttpServiceOptions serviceOptions();
   std::vector<HttpService::Route> routes();
@@ -111,6 +114,7 @@ struct ExecutorServer::Impl {
   llvm::Error reopenSession(const httplib::Request &req, httplib::Response &res);
   llvm::Error getSession(const httplib::Request &req, httplib::Response &res);
   llvm::Error closeSession(const httplib::Request &req, httplib::Response &res);
+  llvm::Error offerChannel(const httplib::Request &req, httplib::Response &res);
   llvm::Error attachObject(const httplib::Request &req, httplib::Response &res);
   llvm::Error detachObject(const httplib::Request &req, httplib::Response &res);
   llvm::Error launch(const httplib::Request &req, httplib::Response &res,
@@ -191,6 +195,7 @@ std::vector<HttpService::Route> ExecutorServer::Impl::routes() {
       {Method::Put, session, "PUT /v1/sessions/{id}", to(&Impl::reopenSession)},
       {Method::Get, session, "GET /v1/sessions/{id}", to(&Impl::getSession)},
       {Method::Delete, session, "DELETE /v1/sessions/{id}", to(&Impl::closeSession)},
+      {Method::Post, session + "/shm", "POST /v1/sessions/{id}/shm", to(&Impl::offerChannel)},
       {Method::Post, session + "/objects/" + sha, "POST /v1/sessions/{id}/objects/{sha256}",
        to(&Impl::attachObject)},
       {Method::Delete, session + "/objects/" + sha, "DELETE /v1/sessions/{id}/objects/{sha256}",
@@ -235,7 +240,10 @@ llvm::Error ExecutorServer::Impl::ready(const httplib::Request &, httplib::Respo
 }
 
 llvm::Error ExecutorServer::Impl::metrics(const httplib::Request &, httplib::Response &res) {
-  res.set_content(service.metricsText(core->collectMetrics()), "text/plain; version=0.0.4");
+  std::vector<prometheus::MetricFamily> families = core->collectMetrics();
+  for (prometheus::MetricFamily &family : channels->collectMetrics())
+    families.push_back(std::move(family));
+  res.set_content(service.metricsText(families), "text/plain; version=0.0.4");
   return llvm::Error::success();
 }
 
@@ -317,7 +325,35 @@ llvm::Error ExecutorServer::Impl::closeSession(const httplib::Request &req,
                                                httplib::Response &res) {
   if (llvm::Error error = core->closeSession(req.matches[1].str()))
     return error;
+  channels->endSession(req.matches[1].str());
   res.status = 204;
+  return llvm::Error::success();
+}
+
+llvm::Error ExecutorServer::Impl::offerChannel(const httplib::Request &req,
+                                               httplib::Response &res) {
+  llvm::Expected<SessionRef> s = findSession(req);
+  if (!s)
+    return s.takeError();
+  uint64_t requested = 0;
+  if (!req.body.empty()) {
+    json body = json::parse(req.body, nullptr, /*allow_exceptions=*/false);
+    if (!body.is_object() ||
+        (body.contains("arena_bytes") && !body["arena_bytes"].is_number_unsigned()))
+      return makeWireError("bad_request", "expected {\"arena_bytes\": N} or no body");
+    if (body.contains("arena_bytes"))
+      requested = body["arena_bytes"].get<uint64_t>();
+  }
+  llvm::Expected<executor::SharedChannelOffer> offer =
+      channels->offer(ExecutorCore::sessionId(**s), requested);
+  if (!offer)
+    return offer.takeError();
+  sendJson(res, 200,
+           {{"socket", offer->socket},
+            {"token", offer->token},
+            {"input_bytes", offer->inputBytes},
+            {"result_bytes", offer->resultBytes},
+            {"host", offer->host}});
   return llvm::Error::success();
 }
 
@@ -500,6 +536,7 @@ ExecutorServer::ExecutorServer(std::unique_ptr<Impl> impl) : impl(std::move(impl
 
 ExecutorServer::~ExecutorServer() {
   stop();
+  impl->channels.reset();
   // The core's destructor lets async launches already started finish, as requests in
   // flight do.
   impl->core.reset();
@@ -517,6 +554,8 @@ ExecutorServer::create(ExecutorServerOptions options) {
   if (!core)
     return core.takeError();
   impl->core = std::move(*core);
+  impl->channels =
+      std::make_unique<executor::SharedChannelServer>(*impl->core, impl->options.shmArenaMiB << 20);
   impl->service.addRoutes(impl->routes());
   if (llvm::Error error = impl->service.bind())
     return std::move(error);
@@ -543,6 +582,8 @@ void ExecutorServer::stop() {
   // Kernels may spin forever: ending their workers is what lets requests finish.
   if (impl->core)
     impl->core->stop();
+  if (impl->channels)
+    impl->channels->stop();
   impl->service.stop();
 }
 

@@ -49,6 +49,9 @@ struct ExecutorServerOptions : HttpListenOptions {
   bool allowUnsignedObjects = false;
   /// The worker program; empty means courier-worker beside this process's executable.
   std::string workerProgram;
+  /// Shared memory each session's same-host channel may take (its input and result regions,
+  /// half each); 0 offers no channels (transport/SharedChannel.h).
+  uint64_t shmArenaMiB = 256;
 };
 
 /// An executor listening on a bound socket. Create binds; run() serves until stop().

@@ -78,41 +78,6 @@ llvm::Expected<WorkerOptions> parseOptions(int argc, char **argv) {
   return options;
 }
 
-/// Copies `view` row-major into `out`.
-void packRowMajor(const TensorView &view, char *out) {
-  size_t rank = view.sizes.size();
-  int64_t count = 1;
-  for (int64_t s : view.sizes)
-    count *= s;
-  if (count <= 0)
-    return;
-  bool contiguous = true;
-  int64_t expected = 1;
-  for (size_t d = rank; d-- > 0;) {
-    if (view.sizes[d] != 1 && view.strides[d] != expected)
-      contiguous = false;
-    expected *= view.sizes[d];
-  }
-  const char *base = static_cast<const char *>(view.data);
-  if (contiguous) {
-    std::memcpy(out, base, static_cast<size_t>(count * view.elemSize));
-    return;
-  }
-  std::vector<int64_t> index(rank, 0);
-  for (int64_t n = 0; n < count; ++n) {
-    int64_t offset = 0;
-    for (size_t d = 0; d < rank; ++d)
-      offset += index[d] * view.strides[d];
-    std::memcpy(out + n * view.elemSize, base + offset * view.elemSize,
-                static_cast<size_t>(view.elemSize));
-    for (size_t d = rank; d-- > 0;) {
-      if (++index[d] < view.sizes[d])
-        break;
-      index[d] = 0;
-    }
-  }
-}
-
 class Worker {
 public:
   Worker(int channel, std::unique_ptr<ObjectHost> host) : channel(channel), host(std::move(host)) {}
@@ -340,7 +305,8 @@ private:
     auto pack = [&](char *out) {
       for (size_t i = 0; i < outcome->size(); ++i) {
         const OwnedTensor &t = (*outcome)[i];
-        packRowMajor(TensorView{t.data, t.elemSize, t.sizes, t.strides}, out + offsets[i]);
+        transport::wire::packInto(TensorView{t.data, t.elemSize, t.sizes, t.strides},
+                                  out + offsets[i]);
       }
     };
     if (resultArena && size > kInlineBytes && size <= resultArena->size()) {

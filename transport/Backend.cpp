@@ -2,6 +2,7 @@
 #include "transport/Backend.h"
 
 #include "abi/ContentHash.h"
+#include "transport/ErrorCode.h"
 
 #include <cstdlib>
 
@@ -31,5 +32,16 @@ ObjectBlob ObjectBlob::fromBytes(std::string bytes) {
 }
 
 Backend::~Backend() = default;
+
+llvm::Expected<SharedMemory> parseSharedMemory(llvm::StringRef text) {
+  if (text == "auto")
+    return SharedMemory::Auto;
+  if (text == "on")
+    return SharedMemory::On;
+  if (text == "off")
+    return SharedMemory::Off;
+  return makeCodedError(ErrorCode::BadRequest,
+                        "shared memory is auto, on or off, not '" + text + "'");
+}
 
 } // namespace courier::transport

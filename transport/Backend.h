@@ -78,6 +78,16 @@ struct Health {
   std::vector<std::string> features;
 };
 
+/// Whether an HTTP backend runs launches through a same-host shared-memory channel
+/// (transport/SharedChannel.h) when the executor offers one.
+enum class SharedMemory {
+  Auto, ///< For "unix:" addresses only: a unix socket proves the executor shares the host.
+  On,   ///< For any address whose executor reports this host and network namespace.
+  Off,  ///< Never.
+};
+/// "auto", "on" or "off".
+llvm::Expected<SharedMemory> parseSharedMemory(llvm::StringRef text);
+
 /// Options shared by every backend; the local backend ignores the network ones.
 struct BackendOptions {
   std::chrono::milliseconds connectTimeout{2000};
@@ -85,6 +95,7 @@ struct BackendOptions {
   std::string bearerToken;          ///< Sent as "Authorization: Bearer <token>" when non-empty.
   std::vector<std::string> plugins; ///< Shared libraries the local executor loads for `call`.
   TlsClientOptions tls;             ///< For "https://" addresses.
+  SharedMemory sharedMemory = SharedMemory::Auto;
 };
 
 /// A connection to one executor. Implementations are thread-safe: several threads may

@@ -5,6 +5,8 @@
 // repopulated transparently on the next request.
 #include "transport/HttpBackend.h"
 
+#include "transport/SharedChannel.h"
+
 #include "transport/HostPort.h"
 #include "transport/Tls.h"
 #include "transport/Wire.h"
@@ -158,6 +160,16 @@ Failure parseErrorBody(int status, const std::string &body) {
   return Failure{code, "HTTP " + std::to_string(status) + " without an executor error body"};
 }
 
+/// True if every view has as many strides as sizes, a positive element size and data unless
+/// it is empty.
+bool checkViews(llvm::ArrayRef<TensorView> views) {
+  for (const TensorView &view : views)
+    if (view.sizes.size() != view.strides.size() || view.elemSize <= 0 ||
+        (!view.data && !llvm::is_contained(view.sizes, 0)))
+      return false;
+  return true;
+}
+
 /// What the client keeps per session to rebuild it on an executor that lost it.
 struct SessionState {
   std::mutex mutex;
@@ -166,6 +178,11 @@ struct SessionState {
   /// contained (each session in its own sandboxed worker): nothing a launch did outlives
   /// the executor, so one lost with it may run again elsewhere.
   std::atomic<bool> contained{false};
+  /// The session's same-host channel, once one was granted; `channelRefused` once asking
+  /// for one failed, so the session's launches stay on HTTP.
+  std::mutex channelMutex;
+  std::shared_ptr<shm::Client> channel;
+  bool channelRefused = false;
 };
 
 class HttpBackend final : public Backend {
@@ -244,6 +261,9 @@ private:
   llvm::Expected<std::vector<OwnedTensor>>
   launchOnce(llvm::StringRef session, const ObjectBlob &object, llvm::StringRef entry,
              llvm::ArrayRef<TensorView> inputs, llvm::ArrayRef<ResultSpec> results);
+  /// The session's same-host channel: asked for on first use when the options and the
+  /// address allow one; null when the launch is to go over HTTP.
+  std::shared_ptr<shm::Client> channelFor(llvm::StringRef session);
   llvm::Expected<std::string> callOnce(llvm::StringRef session, llvm::StringRef symbol,
                                        llvm::StringRef input, uint64_t outputSize);
 
@@ -672,8 +692,7 @@ HttpBackend::launchOnce(llvm::StringRef session, const ObjectBlob &object, llvm:
                         llvm::ArrayRef<TensorView> inputs, llvm::ArrayRef<ResultSpec> results) {
   std::string operation = "launching '" + entry.str() + "'";
   for (size_t i = 0; i < inputs.size(); ++i)
-    if (inputs[i].sizes.size() != inputs[i].strides.size() || inputs[i].elemSize <= 0 ||
-        (!inputs[i].data && !llvm::is_contained(inputs[i].sizes, 0)))
+    if (!checkViews(inputs[i]))
       return makeCodedError(ErrorCode::BadRequest, where(operation) + ": input " +
                                                        std::to_string(i) +
                                                        " is not a valid tensor view");
@@ -792,7 +811,64 @@ llvm::Expected<std::vector<OwnedTensor>>
 HttpBackend::launch(llvm::StringRef session, const ObjectBlob &object, llvm::StringRef entry,
                     llvm::ArrayRef<TensorView> inputs, llvm::ArrayRef<ResultSpec> results) {
   return withRecovery<std::vector<OwnedTensor>>(
-      session, &object, [&] { return launchOnce(session, object, entry, inputs, results); });
+      session, &object, [&]() -> llvm::Expected<std::vector<OwnedTensor>> {
+        if (std::shared_ptr<shm::Client> channel = channelFor(session);
+            channel && checkViews(inputs) && channel->fits(inputs)) {
+          // A launch that finds the channel busy with another thread's goes over HTTP.
+          std::optional<llvm::Expected<std::vector<OwnedTensor>>> done =
+              channel->launch(object.sha256, entry, inputs, results, options.requestTimeout,
+                              where("launching '" + entry.str() + "'"));
+          if (done)
+            return std::move(*done);
+        }
+        return launchOnce(session, object, entry, inputs, results);
+      });
+}
+
+std::shared_ptr<shm::Client> HttpBackend::channelFor(llvm::StringRef session) {
+  if (options.sharedMemory == SharedMemory::Off ||
+      (options.sharedMemory == SharedMemory::Auto && !target.unixSocket))
+    return nullptr;
+  std::shared_ptr<SessionState> state = stateOf(session, /*create=*/false);
+  if (!state)
+    return nullptr;
+  std::lock_guard<std::mutex> lock(state->channelMutex);
+  if (state->channel && state->channel->usable())
+    return state->channel;
+  // A channel that broke (its executor went) is asked for again: the session may have
+  // moved to an executor that offers one.
+  state->channel.reset();
+  if (state->channelRefused)
+    return nullptr;
+  llvm::Expected<json> offer = exchange("POST", sessionPath(session) + "/shm", "",
+                                        "asking for a shared-memory channel", session);
+  if (!offer) {
+    Failure failure = toFailure(offer.takeError());
+    // A session the executor lost is repaired by the HTTP launch that follows; anything
+    // else (an executor without channels, or one that cannot make them) keeps HTTP.
+    if (failure.code != ErrorCode::UnknownSession && failure.code != ErrorCode::Unavailable &&
+        failure.code != ErrorCode::ExecutorLost)
+      state->channelRefused = true;
+    return nullptr;
+  }
+  auto text = [&](const char *key) {
+    return offer->contains(key) && (*offer)[key].is_string() ? (*offer)[key].get<std::string>()
+                                                             : std::string();
+  };
+  // Another host, or another network namespace, cannot reach the executor's socket.
+  if (text("host") != shm::hostIdentity()) {
+    state->channelRefused = true;
+    return nullptr;
+  }
+  llvm::Expected<std::unique_ptr<shm::Client>> client =
+      shm::Client::connect(text("socket"), text("token"), options.connectTimeout);
+  if (!client) {
+    llvm::consumeError(client.takeError());
+    state->channelRefused = true;
+    return nullptr;
+  }
+  state->channel = std::move(*client);
+  return state->channel;
 }
 
 llvm::Expected<uint64_t> HttpBackend::launchAsync(llvm::StringRef session, const ObjectBlob &object,

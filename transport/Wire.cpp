@@ -97,6 +97,40 @@ llvm::Expected<uint64_t> packedBytes(int64_t elemSize, llvm::ArrayRef<int64_t> s
   return total;
 }
 
+void packInto(const TensorView &view, char *out) {
+  size_t rank = view.sizes.size();
+  int64_t count = 1;
+  for (int64_t s : view.sizes)
+    count *= s;
+  if (count <= 0)
+    return;
+  bool contiguous = true;
+  int64_t expected = 1;
+  for (size_t d = rank; d-- > 0;) {
+    if (view.sizes[d] != 1 && view.strides[d] != expected)
+      contiguous = false;
+    expected *= view.sizes[d];
+  }
+  const char *base = static_cast<const char *>(view.data);
+  if (contiguous) {
+    std::memcpy(out, base, static_cast<size_t>(count * view.elemSize));
+    return;
+  }
+  std::vector<int64_t> index(rank, 0);
+  for (int64_t n = 0; n < count; ++n) {
+    int64_t offset = 0;
+    for (size_t d = 0; d < rank; ++d)
+      offset += index[d] * view.strides[d];
+    std::memcpy(out + n * view.elemSize, base + offset * view.elemSize,
+                static_cast<size_t>(view.elemSize));
+    for (size_t d = rank; d-- > 0;) {
+      if (++index[d] < view.sizes[d])
+        break;
+      index[d] = 0;
+    }
+  }
+}
+
 std::vector<TensorHeader> describePacked(llvm::ArrayRef<TensorView> tensors) {
   std::vector<TensorHeader> headers;
   uint64_t offset = 0;

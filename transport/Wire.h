@@ -78,6 +78,9 @@ struct LaunchReply {
   std::vector<TensorHeader> results;
 };
 
+/// Copies `view` packed row-major into `out`, which holds its packedBytes.
+void packInto(const TensorView &view, char *out);
+
 /// Describes `tensors` packed back to back, filling in offsets and byte counts.
 std::vector<TensorHeader> describePacked(llvm::ArrayRef<TensorView> tensors);
 

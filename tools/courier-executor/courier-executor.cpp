@@ -20,7 +20,7 @@ static const char *const kUsage =
     "                        [--max-body-mib N] [--isolation process|none]\n"
     "                        [--launch-timeout-ms N] [--worker-memory-mib N]\n"
     "                        [--worker-cpu-seconds N] [--warm-workers N] [--max-sessions N]\n"
-    "                        [--no-sandbox] [--drain-timeout-ms N]\n"
+    "                        [--no-sandbox] [--drain-timeout-ms N] [--shm-arena-mib N]\n"
     "                        [--allow-unsigned-objects] [--quiet]\n"
     "                        [--tls-cert FILE --tls-key FILE [--tls-client-ca FILE]]\n"
     "                        [--insecure-plaintext]\n"
@@ -43,6 +43,8 @@ static const char *const kUsage =
     "  --no-sandbox    run workers without seccomp (only where seccomp is unavailable)\n"
     "  --drain-timeout-ms  on SIGTERM, how long requests in flight may take to finish while\n"
     "                  /v1/ready answers 503 and new sessions are refused (default 30000)\n"
+    "  --shm-arena-mib  shared memory a same-host client's session may use for its launches'\n"
+    "                  inputs and results, half each (default 256; 0 offers no channel)\n"
     "  --allow-unsigned-objects  accept objects without signature tables\n"
     "  --quiet         do not log one line per request to stderr\n" COURIER_TLS_USAGE;
 
@@ -75,7 +77,8 @@ static Expected<ExecutorServerOptions> parseArguments(int argc, char **argv) {
     if (!llvm::is_contained({"--listen", "--plugin", "--token-file", "--idle-timeout",
                              "--object-grace", "--threads", "--max-body-mib", "--isolation",
                              "--launch-timeout-ms", "--worker-memory-mib", "--worker-cpu-seconds",
-                             "--warm-workers", "--max-sessions", "--drain-timeout-ms"},
+                             "--warm-workers", "--max-sessions", "--drain-timeout-ms",
+                             "--shm-arena-mib"},
                             name))
       return args.unknown();
     if (Error e = args.readValue())
@@ -127,6 +130,11 @@ static Expected<ExecutorServerOptions> parseArguments(int argc, char **argv) {
     } else if (name == "--drain-timeout-ms") {
       if (Error e = courier::transport::setDrainTimeout(args, options))
         return std::move(e);
+    } else if (name == "--shm-arena-mib") {
+      if (Error e = args.number(options.shmArenaMiB))
+        return std::move(e);
+      if (options.shmArenaMiB > (uint64_t(1) << 20))
+        return createStringError("--shm-arena-mib allows at most 1048576 (1 TiB)");
     } else if (name == "--warm-workers") {
       if (Error e = args.number(warmWorkers))
         return std::move(e);

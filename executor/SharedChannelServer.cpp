@@ -1,0 +1,516 @@
+// Same-host channels: offers, the handshake on the abstract socket, and the channel threads.
+#include "executor/SharedChannelServer.h"
+
+#include "executor/HostErrors.h"
+#include "transport/ErrorCode.h"
+#include "transport/Metrics.h"
+#include "transport/SharedChannel.h"
+
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/FormatVariadic.h"
+
+#include <cerrno>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <poll.h>
+#include <random>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <thread>
+#include <unistd.h>
+
+namespace courier::executor {
+
+namespace shm = transport::shm;
+namespace doorbell = transport::doorbell;
+using transport::ByteReader;
+using transport::ByteWriter;
+using transport::ErrorCode;
+using transport::makeCodedError;
+
+namespace {
+
+/// An offer's token is good for one connection within this long.
+constexpr auto kOfferLifetime = std::chrono::seconds(10);
+/// Offers not yet taken; past this many, the oldest go.
+constexpr size_t kMaxOffers = 256;
+/// A client that connected has this long to present its token.
+constexpr auto kHandshakeTimeout = std::chrono::seconds(2);
+/// After a reply, the next request of a client launching in a loop follows within
+/// microseconds: wait for it awake, briefly, before sleeping on the doorbell.
+constexpr std::chrono::microseconds kAwaitRequestAwake{50};
+/// How long a channel sleeps before it looks at its connection again.
+constexpr std::chrono::milliseconds kSleepSlice{100};
+
+std::string randomHex(size_t bytes) {
+  std::random_device random;
+  std::string out;
+  for (size_t i = 0; i < bytes; ++i)
+    out += llvm::utohexstr(random() & 0xff, /*LowerCase=*/true, /*Width=*/2);
+  return out;
+}
+
+/// Half of `bytes`, whole pages.
+uint64_t halfInPages(uint64_t bytes) {
+  uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  return std::max(page, (bytes / 2) / page * page);
+}
+
+std::string failureOf(llvm::Error error) {
+  ErrorCode code = ErrorCode::Internal;
+  std::string message;
+  llvm::handleAllErrors(
+      std::move(error),
+      [&](const transport::CodedError &coded) {
+        code = coded.kind;
+        message = coded.message;
+      },
+      [&](const llvm::ErrorInfoBase &other) { message = other.message(); });
+  return shm::encodeFailure(code, message);
+}
+
+} // namespace
+
+struct Channel {
+  std::string sessionId;
+  transport::UniqueFd connection;
+  transport::SharedBuffer control;
+  shm::ControlPage *page = nullptr;
+  std::shared_ptr<SharedRegions> regions;
+  std::atomic<bool> ending{false};
+  std::atomic<bool> finished{false};
+  std::thread thread;
+
+  void end() {
+    ending = true;
+    page->closed.store(1, std::memory_order_release);
+    doorbell::ring(page->request);
+    doorbell::ring(page->reply);
+  }
+};
+
+struct SharedChannelServer::Impl {
+  Impl(ExecutorCore &core, uint64_t arenaBytes) : core(core), arenaBytes(arenaBytes) {}
+
+  ExecutorCore &core;
+  uint64_t arenaBytes;
+  std::string host = shm::hostIdentity();
+
+  std::mutex mutex;
+  bool stopping = false;
+  std::string socketName;
+  transport::UniqueFd listener, wake;
+  std::thread acceptor;
+  struct Offer {
+    std::string sessionId;
+    uint64_t bytes;
+    Clock::time_point expires;
+  };
+  std::map<std::string, Offer> offers;                                   ///< By token.
+  std::map<std::string, std::shared_ptr<Channel>, std::less<>> channels; ///< By session.
+  std::vector<std::shared_ptr<Channel>> retired; ///< Ended, their threads not yet joined.
+
+  std::atomic<uint64_t> opened{0}, refused{0}, launches{0}, launchFailures{0};
+
+  llvm::Error listen();
+  void accept();
+  void handshake(transport::UniqueFd connection);
+  void serve(Channel &channel);
+  std::string handle(Channel &channel, llvm::StringRef request);
+  /// Joins the threads of channels that ended; under `mutex`.
+  void reap(std::vector<std::shared_ptr<Channel>> &joining);
+};
+
+llvm::Error SharedChannelServer::Impl::listen() {
+  transport::UniqueFd fd(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
+  if (!fd)
+    return makeCodedError(ErrorCode::Internal,
+                          llvm::Twine("shared-memory socket: ") + std::strerror(errno));
+  // Abstract: nothing on disk to clean up, reachable only from this network namespace.
+  std::string name = "courier-shm-" + std::to_string(::getpid()) + "-" + randomHex(8);
+  struct sockaddr_un address {};
+  address.sun_family = AF_UNIX;
+  std::memcpy(address.sun_path + 1, name.data(), name.size());
+  socklen_t length =
+      static_cast<socklen_t>(offsetof(struct sockaddr_un, sun_path) + 1 + name.size());
+  if (::bind(fd.get(), reinterpret_cast<struct sockaddr *>(&address), length) != 0 ||
+      ::listen(fd.get(), 64) != 0)
+    return makeCodedError(ErrorCode::Internal,
+                          "binding the shared-memory socket: " + llvm::Twine(std::strerror(errno)));
+  transport::UniqueFd event(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  if (!event)
+    return makeCodedError(ErrorCode::Internal, llvm::Twine("eventfd: ") + std::strerror(errno));
+  listener = std::move(fd);
+  wake = std::move(event);
+  socketName = "@" + name;
+  acceptor = std::thread([this] { accept(); });
+  return llvm::Error::success();
+}
+
+void SharedChannelServer::Impl::accept() {
+  while (true) {
+    struct pollfd ready[2] = {{listener.get(), POLLIN, 0}, {wake.get(), POLLIN, 0}};
+    int polled = ::poll(ready, 2, -1);
+    if (polled < 0 && errno != EINTR)
+      return;
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      if (stopping)
+        return;
+      if (polled > 0 && (ready[1].revents & POLLIN)) {
+        // A channel ended: its thread is joined here, and its memory unmapped.
+        uint64_t count;
+        (void)!::read(wake.get(), &count, sizeof(count));
+        std::vector<std::shared_ptr<Channel>> joining;
+        reap(joining);
+      }
+    }
+    if (polled <= 0 || !(ready[0].revents & POLLIN))
+      continue;
+    int fd = ::accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd >= 0)
+      handshake(transport::UniqueFd(fd));
+  }
+}
+
+void SharedChannelServer::Impl::handshake(transport::UniqueFd connection) {
+  auto refuse = [&](ErrorCode code, const std::string &message) {
+    refused++;
+    ByteWriter out;
+    out.u8(0).str(transport::errorCodeName(code)).str(message);
+    llvm::consumeError(transport::sendMessage(connection.get(), out.view()));
+  };
+  transport::Message token;
+  llvm::Expected<transport::ReceiveStatus> status =
+      transport::receiveMessage(connection.get(), token, 256, Clock::now() + kHandshakeTimeout);
+  if (!status) {
+    refuse(ErrorCode::BadRequest, "a malformed token: " + llvm::toString(status.takeError()));
+    return;
+  }
+  if (*status != transport::ReceiveStatus::Message) {
+    refuse(ErrorCode::BadRequest, "no token");
+    return;
+  }
+  Offer offer;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    auto found = offers.find(token.bytes);
+    if (found == offers.end() || found->second.expires < Clock::now()) {
+      if (found != offers.end())
+        offers.erase(found);
+      refuse(ErrorCode::Unauthorized, "no such offer, or it expired");
+      return;
+    }
+    offer = std::move(found->second);
+    offers.erase(found);
+  }
+  llvm::Expected<SessionRef> session = core.findSession(offer.sessionId);
+  if (!session) {
+    llvm::consumeError(session.takeError());
+    refuse(ErrorCode::UnknownSession, "session '" + offer.sessionId + "' is not open");
+    return;
+  }
+  auto channel = std::make_shared<Channel>();
+  channel->sessionId = offer.sessionId;
+  llvm::Expected<std::shared_ptr<SharedRegions>> regions =
+      SharedRegions::create(halfInPages(offer.bytes), halfInPages(offer.bytes));
+  llvm::Expected<transport::SharedBuffer> control =
+      transport::SharedBuffer::create(sizeof(shm::ControlPage), "courier-shm-control");
+  if (!regions || !control) {
+    std::string why =
+        !regions ? llvm::toString(regions.takeError()) : llvm::toString(control.takeError());
+    if (regions)
+      llvm::consumeError(control.takeError());
+    refuse(ErrorCode::Unavailable, "cannot make the shared memory: " + why);
+    return;
+  }
+  if (llvm::Error error = control->sealSize()) {
+    refuse(ErrorCode::Unavailable, llvm::toString(std::move(error)));
+    return;
+  }
+  channel->regions = std::move(*regions);
+  channel->control = std::move(*control);
+  channel->page = reinterpret_cast<shm::ControlPage *>(channel->control.data());
+  ByteWriter grant;
+  grant.u8(1).u64(channel->regions->inputs().size()).u64(channel->regions->results().size());
+  if (llvm::Error error =
+          transport::sendMessage(connection.get(), grant.view(),
+                                 {channel->control.fd(), channel->regions->inputs().fd(),
+                                  channel->regions->results().fd()})) {
+    llvm::consumeError(std::move(error));
+    return;
+  }
+  channel->connection = std::move(connection);
+  std::vector<std::shared_ptr<Channel>> joining;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (stopping)
+      return;
+    // One channel per session: a client that asks again replaces its old one.
+    auto &slot = channels[channel->sessionId];
+    if (slot) {
+      slot->end();
+      retired.push_back(std::move(slot));
+    }
+    slot = channel;
+    channel->thread = std::thread([this, raw = channel.get()] { serve(*raw); });
+    reap(joining);
+  }
+  opened++;
+}
+
+void SharedChannelServer::Impl::reap(std::vector<std::shared_ptr<Channel>> &joining) {
+  for (auto it = retired.begin(); it != retired.end();) {
+    if ((*it)->finished.load()) {
+      joining.push_back(std::move(*it));
+      it = retired.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  // Joined by the caller's vector going out of scope, after the lock is released.
+  for (std::shared_ptr<Channel> &channel : joining)
+    if (channel->thread.joinable())
+      channel->thread.join();
+}
+
+void SharedChannelServer::Impl::serve(Channel &channel) {
+  shm::ControlPage &page = *channel.page;
+  // A fresh page counts from 0; the client may ring before this thread runs.
+  uint32_t seen = 0;
+  while (!channel.ending.load()) {
+    if (!doorbell::spin(page.request, seen, kAwaitRequestAwake)) {
+      while (page.request.load(std::memory_order_acquire) == seen && !channel.ending.load() &&
+             !page.closed.load(std::memory_order_acquire)) {
+        doorbell::sleep(page.request, seen, kSleepSlice);
+        if (page.request.load(std::memory_order_acquire) != seen)
+          break;
+        struct pollfd gone {
+          channel.connection.get(), 0, 0
+        };
+        if (::poll(&gone, 1, 0) > 0 && (gone.revents & (POLLHUP | POLLERR)))
+          channel.ending = true;
+      }
+    }
+    if (channel.ending.load() || page.closed.load(std::memory_order_acquire))
+      break;
+    seen = page.request.load(std::memory_order_acquire);
+    uint32_t size = page.requestBytes.load(std::memory_order_acquire);
+    std::string reply =
+        size > shm::kSlotBytes
+            ? shm::encodeFailure(ErrorCode::BadFrame, "a request larger than its slot")
+            : handle(channel, llvm::StringRef(page.requestSlot, size).str());
+    std::memcpy(page.replySlot, reply.data(), reply.size());
+    page.replyBytes.store(static_cast<uint32_t>(reply.size()), std::memory_order_release);
+    page.reply.store(seen, std::memory_order_release);
+    doorbell::ring(page.reply);
+  }
+  channel.ending = true;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    auto found = channels.find(channel.sessionId);
+    if (found != channels.end() && found->second.get() == &channel) {
+      retired.push_back(std::move(found->second));
+      channels.erase(found);
+    }
+  }
+  channel.finished = true;
+  uint64_t one = 1;
+  (void)!::write(wake.get(), &one, sizeof(one));
+}
+
+std::string SharedChannelServer::Impl::handle(Channel &channel, llvm::StringRef bytes) {
+  // Copied out of the page before it is read: the client may go on writing there.
+  launches++;
+  auto failed = [&](llvm::Error error) {
+    launchFailures++;
+    return failureOf(std::move(error));
+  };
+  SharedRegions &regions = *channel.regions;
+  llvm::Expected<shm::LaunchRequest> request =
+      shm::decodeLaunchRequest(bytes, regions.inputs().size());
+  if (!request)
+    return failed(request.takeError());
+  transport::wire::LaunchRequest &launch = request->launch;
+  llvm::Expected<SessionRef> session = core.findSession(channel.sessionId);
+  if (!session)
+    return failed(session.takeError());
+  if (llvm::Error error = core.attach(**session, launch.object))
+    return failed(std::move(error));
+  Clock::time_point deadline = core.deadline(
+      request->deadlineMs ? std::optional<std::chrono::milliseconds>(request->deadlineMs)
+                          : std::nullopt);
+  InputArea area = core.inputAreaIn(regions, launch.inputs);
+  std::vector<TensorView> inputs;
+  for (const transport::wire::TensorHeader &t : launch.inputs)
+    inputs.push_back(TensorView{regions.inputs().data() + t.offset, t.elemSize, t.sizes,
+                                transport::wire::packedStrides(t.sizes)});
+  llvm::Expected<LaunchResults> results = core.launch(**session, launch.object, launch.entry, &area,
+                                                      inputs, launch.results, deadline, &regions);
+  if (!results)
+    return failed(results.takeError());
+
+  // Results the worker packed into the result region are already where the client reads
+  // them; others (small ones, inline; a kernel's own buffers without isolation) are packed
+  // there now, or, larger than the region, into a buffer of their own.
+  const transport::SharedBuffer &region = regions.results();
+  shm::LaunchReply reply;
+  bool inRegion = true;
+  for (const TensorView &view : results->views) {
+    const char *data = static_cast<const char *>(view.data);
+    transport::wire::TensorHeader t;
+    t.elemSize = view.elemSize;
+    t.sizes = view.sizes;
+    llvm::Expected<uint64_t> size = transport::wire::packedBytes(view.elemSize, view.sizes);
+    if (!size)
+      return failed(size.takeError());
+    t.bytes = *size;
+    if (data < region.data() || data > region.data() + region.size() ||
+        static_cast<uint64_t>(region.data() + region.size() - data) < t.bytes)
+      inRegion = false;
+    else
+      t.offset = static_cast<uint64_t>(data - region.data());
+    reply.results.push_back(std::move(t));
+  }
+  if (!inRegion) {
+    uint64_t total = 0;
+    for (transport::wire::TensorHeader &t : reply.results) {
+      t.offset = shm::align(total);
+      total = t.offset + t.bytes;
+    }
+    transport::SharedBuffer separate;
+    char *base = region.data();
+    if (total > region.size()) {
+      llvm::Expected<transport::SharedBuffer> made =
+          transport::SharedBuffer::create(total, "courier-shm-reply");
+      if (!made)
+        return failed(
+            makeCodedError(ErrorCode::PayloadTooLarge,
+                           "cannot allocate " + llvm::Twine(total) +
+                               " bytes for the results: " + llvm::toString(made.takeError())));
+      separate = std::move(*made);
+      base = separate.data();
+      reply.placement = shm::Placement::SentBuffer;
+    }
+    for (size_t i = 0; i < reply.results.size(); ++i)
+      if (reply.results[i].bytes)
+        transport::wire::packInto(results->views[i], base + reply.results[i].offset);
+    if (reply.placement == shm::Placement::SentBuffer) {
+      if (llvm::Error error = separate.sealSize())
+        return failed(std::move(error));
+      if (llvm::Error error =
+              transport::sendMessage(channel.connection.get(), "R", {separate.fd()}))
+        return failed(makeCodedError(ErrorCode::Internal,
+                                     "sending the results: " + llvm::toString(std::move(error))));
+    }
+  }
+  return shm::encodeLaunchReply(reply);
+}
+
+SharedChannelServer::SharedChannelServer(ExecutorCore &core, uint64_t arenaBytes)
+    : impl(std::make_unique<Impl>(core, arenaBytes)) {}
+
+SharedChannelServer::~SharedChannelServer() { stop(); }
+
+bool SharedChannelServer::enabled() const { return impl->arenaBytes > 0; }
+
+llvm::Expected<SharedChannelOffer> SharedChannelServer::offer(const std::string &sessionId,
+                                                              uint64_t requestedBytes) {
+  if (!enabled())
+    return makeCodedError(ErrorCode::NotFound,
+                          "this executor runs with --shm-arena-mib 0: no shared-memory channels");
+  uint64_t bytes = requestedBytes ? std::min(requestedBytes, impl->arenaBytes) : impl->arenaBytes;
+  std::lock_guard<std::mutex> lock(impl->mutex);
+  if (impl->stopping)
+    return makeCodedError(ErrorCode::Draining, "the executor is stopping");
+  if (!impl->listener)
+    if (llvm::Error error = impl->listen())
+      return std::move(error);
+  Clock::time_point now = Clock::now();
+  for (auto it = impl->offers.begin(); it != impl->offers.end();)
+    it = it->second.expires < now ? impl->offers.erase(it) : std::next(it);
+  if (impl->offers.size() >= kMaxOffers) {
+    auto oldest = std::min_element(
+        impl->offers.begin(), impl->offers.end(),
+        [](const auto &a, const auto &b) { return a.second.expires < b.second.expires; });
+    impl->offers.erase(oldest);
+  }
+  SharedChannelOffer offer;
+  offer.socket = impl->socketName;
+  offer.token = randomHex(16);
+  offer.inputBytes = halfInPages(bytes);
+  offer.resultBytes = halfInPages(bytes);
+  offer.host = impl->host;
+  impl->offers[offer.token] = Impl::Offer{sessionId, bytes, now + kOfferLifetime};
+  return offer;
+}
+
+void SharedChannelServer::endSession(llvm::StringRef sessionId) {
+  std::lock_guard<std::mutex> lock(impl->mutex);
+  auto found = impl->channels.find(sessionId);
+  if (found == impl->channels.end())
+    return;
+  found->second->end();
+  impl->retired.push_back(std::move(found->second));
+  impl->channels.erase(found);
+}
+
+void SharedChannelServer::stop() {
+  std::vector<std::shared_ptr<Channel>> ending;
+  {
+    std::lock_guard<std::mutex> lock(impl->mutex);
+    if (impl->stopping && !impl->acceptor.joinable() && impl->channels.empty() &&
+        impl->retired.empty())
+      return;
+    impl->stopping = true;
+    for (auto &entry : impl->channels) {
+      entry.second->end();
+      ending.push_back(std::move(entry.second));
+    }
+    impl->channels.clear();
+    for (auto &channel : impl->retired)
+      ending.push_back(std::move(channel));
+    impl->retired.clear();
+    impl->offers.clear();
+  }
+  if (impl->wake) {
+    uint64_t one = 1;
+    (void)!::write(impl->wake.get(), &one, sizeof(one));
+  }
+  if (impl->acceptor.joinable())
+    impl->acceptor.join();
+  for (std::shared_ptr<Channel> &channel : ending) {
+    channel->end();
+    if (channel->thread.joinable())
+      channel->thread.join();
+  }
+}
+
+std::vector<prometheus::MetricFamily> SharedChannelServer::collectMetrics() {
+  using prometheus::MetricType;
+  using transport::singleSample;
+  uint64_t open = 0;
+  {
+    std::lock_guard<std::mutex> lock(impl->mutex);
+    open = impl->channels.size();
+  }
+  return {
+      singleSample("courier_shm_channels", "Same-host shared-memory channels open.",
+                   MetricType::Gauge, static_cast<double>(open)),
+      singleSample("courier_shm_channels_opened_total", "Same-host channels granted.",
+                   MetricType::Counter, static_cast<double>(impl->opened.load())),
+      singleSample("courier_shm_channels_refused_total",
+                   "Connections to the shared-memory socket refused (a bad or expired token, a "
+                   "closed session, no memory).",
+                   MetricType::Counter, static_cast<double>(impl->refused.load())),
+      singleSample("courier_shm_launches_total", "Launches requested over same-host channels.",
+                   MetricType::Counter, static_cast<double>(impl->launches.load())),
+      singleSample("courier_shm_launch_failures_total",
+                   "Launches over same-host channels that failed.", MetricType::Counter,
+                   static_cast<double>(impl->launchFailures.load())),
+  };
+}
+
+} // namespace courier::executor

@@ -1,0 +1,58 @@
+// The executor's end of same-host channels (transport/SharedChannel.h): offers made over
+// HTTP, the abstract unix socket clients connect to with an offer's token, and one thread
+// per channel that runs the launches its client rings for, through the same ExecutorCore
+// calls (sessions, attach, deadlines, workers, metrics) as an HTTP launch.
+#ifndef COURIER_EXECUTOR_SHAREDCHANNELSERVER_H
+#define COURIER_EXECUTOR_SHAREDCHANNELSERVER_H
+
+#include "executor/ExecutorCore.h"
+
+#include "llvm/ADT/StringRef.h"
+#include "llvm/Support/Error.h"
+
+#include <prometheus/metric_family.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace courier::executor {
+
+/// What a client needs to connect: the socket, a token good for one connection within a
+/// few seconds, and the bytes of each of its two data regions.
+struct SharedChannelOffer {
+  std::string socket; ///< "@name": an abstract unix socket.
+  std::string token;
+  uint64_t inputBytes = 0, resultBytes = 0;
+  std::string host; ///< transport::shm::hostIdentity() of this process.
+};
+
+class SharedChannelServer {
+public:
+  /// Each session's regions take at most `arenaBytes` (inputs and results, half each); 0
+  /// turns channels off.
+  SharedChannelServer(ExecutorCore &core, uint64_t arenaBytes);
+  ~SharedChannelServer();
+
+  bool enabled() const;
+  /// An offer for session `sessionId`, whose regions take at most `requestedBytes` (0: the
+  /// server's bound). Opens the socket on first use.
+  llvm::Expected<SharedChannelOffer> offer(const std::string &sessionId, uint64_t requestedBytes);
+  /// Ends session `sessionId`'s channel, if it has one.
+  void endSession(llvm::StringRef sessionId);
+  /// Ends every channel and stops accepting; a launch running on one finishes first (the
+  /// core's stop() ends its worker).
+  void stop();
+
+  std::vector<prometheus::MetricFamily> collectMetrics();
+
+  struct Impl;
+
+private:
+  std::unique_ptr<Impl> impl;
+};
+
+} // namespace courier::executor
+
+#endif // COURIER_EXECUTOR_SHAREDCHANNELSERVER_H

@@ -1,0 +1,338 @@
+// The same-host channel: a real courier-executor on a unix socket, the HTTP backend choosing
+// the channel for its launches, and what the executor's metrics say went over it.
+#include "transport/SharedChannel.h"
+#include "tests/kernels/KernelPaths.h"
+#include "tests/support/Require.h"
+#include "tests/transport/ExecutorProcess.h"
+#include "transport/Backend.h"
+#include "transport/ErrorCode.h"
+
+#include "llvm/Support/Error.h"
+#include "llvm/Support/MemoryBuffer.h"
+
+#include <catch2/catch.hpp>
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+
+#include <dirent.h>
+#include <fstream>
+#include <string>
+#include <vector>
+
+using namespace courier::transport;
+using courier::testing::ExecutorConfig;
+using courier::testing::ExecutorProcess;
+using courier::testing::require;
+using courier::testing::requireOk;
+
+namespace {
+
+ObjectBlob loadObject(const char *path) {
+  auto buffer = llvm::MemoryBuffer::getFile(path);
+  REQUIRE(buffer);
+  return ObjectBlob::fromBytes((*buffer)->getBuffer().str());
+}
+
+ExecutorConfig onUnixSocket(std::vector<std::string> extra = {}) {
+  extra.insert(extra.begin(), {"--listen", "unix:{dir}/executor.sock", "--quiet"});
+  return ExecutorConfig{0, "", std::move(extra)};
+}
+
+std::unique_ptr<Backend> backendFor(const ExecutorProcess &executor,
+                                    SharedMemory mode = SharedMemory::Auto,
+                                    std::chrono::milliseconds timeout = std::chrono::seconds(60)) {
+  BackendOptions options;
+  options.sharedMemory = mode;
+  options.requestTimeout = timeout;
+  return require(createBackend(executor.address(), options));
+}
+
+TensorView view(const std::vector<double> &data) {
+  return TensorView{data.data(), 8, {static_cast<int64_t>(data.size())}, {1}};
+}
+
+std::vector<double> valuesOf(const OwnedTensor &tensor) {
+  const double *data = static_cast<const double *>(tensor.data);
+  return std::vector<double>(data, data + tensor.sizes.at(0));
+}
+
+std::vector<double> ramp(size_t n) {
+  std::vector<double> values(n);
+  for (size_t i = 0; i < n; ++i)
+    values[i] = 0.5 * static_cast<double>(i) - 3;
+  return values;
+}
+
+/// Doubles `values` through `_catalyst_pyface_scale` and checks every element.
+void requireScaled(Backend &backend, const std::string &session, const ObjectBlob &scale,
+                   const std::vector<double> &values) {
+  std::vector<OwnedTensor> out =
+      require(backend.launch(session, scale, "_catalyst_pyface_scale", {view(values)}, {{1, 8}}));
+  REQUIRE(out.size() == 1);
+  std::vector<double> got = valuesOf(out[0]);
+  REQUIRE(got.size() == values.size());
+  for (size_t i = 0; i < values.size(); ++i)
+    REQUIRE(got[i] == 2 * values[i]);
+}
+
+ErrorCode codeOf(llvm::Error error, std::string &message) {
+  ErrorCode code = ErrorCode::Internal;
+  llvm::handleAllErrors(
+      std::move(error),
+      [&](const CodedError &e) {
+        code = e.kind;
+        message = e.message;
+      },
+      [&](const llvm::ErrorInfoBase &e) { message = e.message(); });
+  return code;
+}
+
+double shmLaunches(const ExecutorProcess &executor) {
+  return executor.metric("courier_shm_launches_total");
+}
+
+/// Descriptors and mappings of process `pid` that are shared memory made by Courier.
+struct SharedHoldings {
+  size_t descriptors = 0, mappings = 0;
+};
+
+SharedHoldings sharedHoldingsOf(pid_t pid) {
+  SharedHoldings holdings;
+  std::string fdDir = "/proc/" + std::to_string(pid) + "/fd";
+  if (DIR *dir = ::opendir(fdDir.c_str())) {
+    while (struct dirent *entry = ::readdir(dir)) {
+      char target[256];
+      std::string link = fdDir + "/" + entry->d_name;
+      ssize_t n = ::readlink(link.c_str(), target, sizeof(target) - 1);
+      if (n > 0 && std::string(target, n).find("/memfd:courier-shm") == 0)
+        holdings.descriptors++;
+    }
+    ::closedir(dir);
+  }
+  std::ifstream maps("/proc/" + std::to_string(pid) + "/maps");
+  for (std::string line; std::getline(maps, line);)
+    if (line.find("/memfd:courier-shm") != std::string::npos)
+      holdings.mappings++;
+  return holdings;
+}
+
+} // namespace
+
+TEST_CASE("over a unix socket launches cross shared memory and answer as over HTTP", "[shm]") {
+  ExecutorProcess executor(onUnixSocket());
+  ObjectBlob scale = loadObject(COURIER_KERNEL_SCALE);
+  std::unique_ptr<Backend> shared = backendFor(executor);
+  std::unique_ptr<Backend> http = backendFor(executor, SharedMemory::Off);
+  std::string a = require(shared->openSession());
+  std::string b = require(http->openSession());
+  requireOk(shared->shipObject(a, scale));
+  requireOk(http->shipObject(b, scale));
+  for (size_t n : {size_t(0), size_t(1), size_t(1000), size_t(200000)}) {
+    requireScaled(*shared, a, scale, ramp(n));
+    requireScaled(*http, b, scale, ramp(n));
+  }
+  CHECK(shmLaunches(executor) == 4);
+  // A strided view is packed into the input region as the HTTP frame packs it.
+  std::vector<double> every(20);
+  for (size_t i = 0; i < every.size(); ++i)
+    every[i] = static_cast<double>(i);
+  TensorView evens{every.data(), 8, {10}, {2}};
+  std::vector<OwnedTensor> out =
+      require(shared->launch(a, scale, "_catalyst_pyface_scale", {evens}, {{1, 8}}));
+  for (int64_t i = 0; i < 10; ++i)
+    CHECK(valuesOf(out[0])[i] == 4.0 * static_cast<double>(i));
+  CHECK(shmLaunches(executor) == 5);
+  requireOk(shared->closeSession(a));
+  requireOk(http->closeSession(b));
+}
+
+TEST_CASE("without isolation the kernel reads the input region in place and results come back "
+          "through the result region",
+          "[shm]") {
+  ExecutorProcess executor(onUnixSocket({"--isolation", "none"}));
+  ObjectBlob scale = loadObject(COURIER_KERNEL_SCALE);
+  ObjectBlob shapes = loadObject(COURIER_KERNEL_SHAPES);
+  std::unique_ptr<Backend> backend = backendFor(executor);
+  std::string session = require(backend->openSession());
+  requireOk(backend->shipObject(session, scale));
+  requireOk(backend->shipObject(session, shapes));
+  requireScaled(*backend, session, scale, ramp(100000));
+  // One buffer returned as both results: each is a copy of its own.
+  std::vector<OwnedTensor> twice =
+      require(backend->launch(session, shapes, "_catalyst_pyface_twice", {}, {{1, 8}, {1, 8}}));
+  REQUIRE(twice.size() == 2);
+  CHECK(valuesOf(twice[0]) == std::vector<double>{1, 2});
+  CHECK(valuesOf(twice[1]) == std::vector<double>{1, 2});
+  CHECK(twice[0].allocated != twice[1].allocated);
+  CHECK(shmLaunches(executor) == 2);
+}
+
+TEST_CASE("a kernel that crashes over shared memory gets kernel_crashed naming the signal and the "
+          "next launch works",
+          "[shm]") {
+  ExecutorProcess executor(onUnixSocket());
+  ObjectBlob crashers = loadObject(COURIER_KERNEL_CRASHERS);
+  std::unique_ptr<Backend> backend = backendFor(executor);
+  std::string session = require(backend->openSession());
+  requireOk(backend->shipObject(session, crashers));
+  std::vector<double> one{41};
+  std::vector<OwnedTensor> before = require(
+      backend->launch(session, crashers, "_catalyst_pyface_plus_one", {view(one)}, {{1, 8}}));
+  CHECK(valuesOf(before[0]) == std::vector<double>{42});
+  llvm::Expected<std::vector<OwnedTensor>> crashed =
+      backend->launch(session, crashers, "_catalyst_pyface_null_load", {}, {});
+  REQUIRE(!crashed);
+  std::string message;
+  CHECK(codeOf(crashed.takeError(), message) == ErrorCode::KernelCrashed);
+  CHECK_THAT(message, Catch::Contains("SIGSEGV") && Catch::Contains("null_load"));
+  std::vector<OwnedTensor> after = require(
+      backend->launch(session, crashers, "_catalyst_pyface_plus_one", {view(one)}, {{1, 8}}));
+  CHECK(valuesOf(after[0]) == std::vector<double>{42});
+  CHECK(shmLaunches(executor) == 3);
+}
+
+TEST_CASE("a kernel that spins past the deadline over shared memory gets deadline_exceeded",
+          "[shm]") {
+  ExecutorProcess executor(onUnixSocket({"--launch-timeout-ms", "300"}));
+  ObjectBlob shapes = loadObject(COURIER_KERNEL_SHAPES);
+  std::unique_ptr<Backend> backend = backendFor(executor);
+  std::string session = require(backend->openSession());
+  requireOk(backend->shipObject(session, shapes));
+  llvm::Expected<std::vector<OwnedTensor>> spun =
+      backend->launch(session, shapes, "_catalyst_pyface_spin", {}, {});
+  REQUIRE(!spun);
+  std::string message;
+  CHECK(codeOf(spun.takeError(), message) == ErrorCode::DeadlineExceeded);
+  CHECK(shmLaunches(executor) == 1);
+  std::vector<OwnedTensor> none =
+      require(backend->launch(session, shapes, "_catalyst_pyface_noop", {}, {}));
+  CHECK(none.empty());
+}
+
+TEST_CASE("inputs larger than the input region go over HTTP and results larger than the result "
+          "region come in a buffer of their own",
+          "[shm]") {
+  // 1 MiB: 512 KiB each for inputs and results.
+  ExecutorProcess executor(onUnixSocket({"--shm-arena-mib", "1"}));
+  ObjectBlob scale = loadObject(COURIER_KERNEL_SCALE);
+  ObjectBlob shapes = loadObject(COURIER_KERNEL_SHAPES);
+  std::unique_ptr<Backend> backend = backendFor(executor);
+  std::string session = require(backend->openSession());
+  requireOk(backend->shipObject(session, scale));
+  requireOk(backend->shipObject(session, shapes));
+  requireScaled(*backend, session, scale, ramp(1000));
+  CHECK(shmLaunches(executor) == 1);
+  requireScaled(*backend, session, scale, ramp(100000)); // 800 KB: over HTTP.
+  CHECK(shmLaunches(executor) == 1);
+  // 512 KiB in fills the input region; 16 bytes more out do not fit the result region.
+  std::vector<double> values = ramp(65536);
+  std::vector<OwnedTensor> padded =
+      require(backend->launch(session, shapes, "_catalyst_pyface_pad", {view(values)}, {{1, 8}}));
+  CHECK(shmLaunches(executor) == 2);
+  std::vector<double> got = valuesOf(padded[0]);
+  REQUIRE(got.size() == values.size() + 2);
+  CHECK(got.front() == 0);
+  CHECK(got.back() == 0);
+  for (size_t i = 0; i < values.size(); ++i)
+    REQUIRE(got[i + 1] == values[i]);
+}
+
+TEST_CASE("an executor with --shm-arena-mib 0 or a backend told off keeps launches on HTTP",
+          "[shm]") {
+  ObjectBlob scale = loadObject(COURIER_KERNEL_SCALE);
+  {
+    ExecutorProcess executor(onUnixSocket({"--shm-arena-mib", "0"}));
+    std::unique_ptr<Backend> backend = backendFor(executor);
+    std::string session = require(backend->openSession());
+    requireOk(backend->shipObject(session, scale));
+    requireScaled(*backend, session, scale, ramp(10));
+    requireScaled(*backend, session, scale, ramp(10));
+    CHECK(shmLaunches(executor) == 0);
+  }
+  ExecutorProcess executor(onUnixSocket());
+  std::unique_ptr<Backend> backend = backendFor(executor, SharedMemory::Off);
+  std::string session = require(backend->openSession());
+  requireOk(backend->shipObject(session, scale));
+  requireScaled(*backend, session, scale, ramp(10));
+  CHECK(shmLaunches(executor) == 0);
+  CHECK(executor.metric("courier_shm_channels_opened_total") == 0);
+}
+
+TEST_CASE("a loopback TCP executor gets the channel only when asked, and after a check of the host",
+          "[shm]") {
+  ExecutorProcess executor(ExecutorConfig{0, "", {"--quiet"}});
+  ObjectBlob scale = loadObject(COURIER_KERNEL_SCALE);
+  std::unique_ptr<Backend> automatic = backendFor(executor);
+  std::string a = require(automatic->openSession());
+  requireOk(automatic->shipObject(a, scale));
+  requireScaled(*automatic, a, scale, ramp(10));
+  CHECK(shmLaunches(executor) == 0);
+  std::unique_ptr<Backend> asked = backendFor(executor, SharedMemory::On);
+  std::string b = require(asked->openSession());
+  requireOk(asked->shipObject(b, scale));
+  requireScaled(*asked, b, scale, ramp(10));
+  CHECK(shmLaunches(executor) == 1);
+}
+
+TEST_CASE("the channel socket refuses a wrong or reused token and the executor keeps serving",
+          "[shm]") {
+  ExecutorProcess executor(onUnixSocket());
+  auto http = executor.client();
+  httplib::Result opened = http->Post("/v1/sessions");
+  REQUIRE(opened);
+  std::string session = nlohmann::json::parse(opened->body)["session"];
+  httplib::Result offered = http->Post("/v1/sessions/" + session + "/shm");
+  REQUIRE(offered);
+  REQUIRE(offered->status == 200);
+  nlohmann::json offer = nlohmann::json::parse(offered->body);
+  std::string socket = offer["socket"];
+  std::string token = offer["token"];
+  CHECK(offer["host"] == shm::hostIdentity());
+  for (const std::string &wrong : {std::string("0123"), std::string(), std::string(300, 'x')}) {
+    llvm::Expected<std::unique_ptr<shm::Client>> refused =
+        shm::Client::connect(socket, wrong, std::chrono::seconds(5));
+    REQUIRE(!refused);
+    std::string message;
+    CHECK(codeOf(refused.takeError(), message) == ErrorCode::Unavailable);
+  }
+  std::unique_ptr<shm::Client> granted =
+      require(shm::Client::connect(socket, token, std::chrono::seconds(5)));
+  CHECK(granted->usable());
+  CHECK(granted->inputCapacity() == offer["input_bytes"].get<uint64_t>());
+  llvm::Expected<std::unique_ptr<shm::Client>> reused =
+      shm::Client::connect(socket, token, std::chrono::seconds(5));
+  REQUIRE(!reused);
+  llvm::consumeError(reused.takeError());
+  CHECK(executor.metric("courier_shm_channels_refused_total") == 4);
+  httplib::Result unknown = http->Post("/v1/sessions/nosuchsession/shm");
+  REQUIRE(unknown);
+  CHECK(unknown->status == 404);
+  httplib::Result malformed =
+      http->Post("/v1/sessions/" + session + "/shm", "[1]", "application/json");
+  REQUIRE(malformed);
+  CHECK(malformed->status == 400);
+  CHECK(http->Get("/v1/health")->status == 200);
+}
+
+TEST_CASE("10k sessions with a channel each leave no shared-memory descriptors or mappings behind",
+          "[shm][leaks]") {
+  ExecutorProcess executor(onUnixSocket({"--isolation", "none"}));
+  ObjectBlob shapes = loadObject(COURIER_KERNEL_SHAPES);
+  std::unique_ptr<Backend> backend = backendFor(executor);
+  for (int i = 0; i < 10000; ++i) {
+    std::string session = require(backend->openSession());
+    requireOk(backend->shipObject(session, shapes));
+    require(backend->launch(session, shapes, "_catalyst_pyface_noop", {}, {}));
+    requireOk(backend->closeSession(session));
+  }
+  CHECK(shmLaunches(executor) == 10000);
+  CHECK(executor.metric("courier_shm_channels_opened_total") == 10000);
+  // Channels end as their sessions close; their threads are joined as the next one opens.
+  CHECK(executor.awaitMetricAtMost("courier_shm_channels", 0) == 0);
+  SharedHoldings server = sharedHoldingsOf(executor.processId());
+  SharedHoldings client = sharedHoldingsOf(::getpid());
+  CHECK(server.descriptors <= 3);
+  CHECK(server.mappings <= 3);
+  CHECK(client.descriptors == 0);
+  CHECK(client.mappings == 0);
+}

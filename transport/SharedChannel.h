@@ -1,0 +1,142 @@
+// The same-host channel between a client and courier-executor: launches whose requests,
+// replies and tensors cross shared memory instead of HTTP. The client asks for it over HTTP
+// (POST /v1/sessions/{id}/shm), connects to the unix socket the reply names, presents the
+// reply's token and receives three memfds: a control page (one request slot, one reply slot,
+// a futex word each) and two data regions, for inputs and for results, which the session's
+// worker maps too. Inputs are written once into the input region and read there by the
+// kernel; results come back in the result region (or, larger than it, in a memfd sent on the
+// connection). The connection stays open: either side closing it ends the channel.
+// docs/protocol.md describes the exchange; each side treats what the other wrote as untrusted.
+#ifndef COURIER_TRANSPORT_SHAREDCHANNEL_H
+#define COURIER_TRANSPORT_SHAREDCHANNEL_H
+
+#include "transport/Backend.h"
+#include "transport/SharedMemory.h"
+#include "transport/Wire.h"
+
+#include "llvm/ADT/ArrayRef.h"
+#include "llvm/ADT/StringRef.h"
+#include "llvm/Support/Error.h"
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace courier::transport::shm {
+
+/// Bytes of each slot of the control page: a launch request or reply with kMaxFrameTensors
+/// tensors of high rank would not fit, and goes over HTTP instead.
+inline constexpr uint32_t kSlotBytes = 64 * 1024;
+
+/// The control page. The client writes a request into `requestSlot`, stores its size and
+/// bumps `request`; the executor answers in `replySlot` and sets `reply` to `request`'s value.
+/// Either side sets `closed` when it ends the channel (and rings both words).
+struct ControlPage {
+  std::atomic<uint32_t> request;
+  std::atomic<uint32_t> reply;
+  std::atomic<uint32_t> requestBytes;
+  std::atomic<uint32_t> replyBytes;
+  std::atomic<uint32_t> closed;
+  char requestSlot[kSlotBytes];
+  char replySlot[kSlotBytes];
+};
+
+/// Tensors start at this alignment in the data regions.
+inline constexpr uint64_t kAlignment = 64;
+inline uint64_t align(uint64_t n) { return (n + kAlignment - 1) & ~(kAlignment - 1); }
+
+/// What the executor sends on the connection once the token checks out: the control page,
+/// the input region and the result region, with their sizes.
+struct Layout {
+  uint64_t inputBytes = 0;
+  uint64_t resultBytes = 0;
+};
+
+enum class ReplyKind : uint8_t { Done = 1, Failed = 2 };
+/// Where a Done reply's results are.
+enum class Placement : uint8_t { ResultRegion = 0, SentBuffer = 1 };
+
+/// A launch as it crosses the control page: the HTTP frame header's fields, with input
+/// offsets into the input region and the deadline the client asks for (0: the executor's).
+struct LaunchRequest {
+  wire::LaunchRequest launch;
+  uint64_t deadlineMs = 0;
+};
+
+std::string encodeLaunchRequest(const LaunchRequest &request);
+/// Decodes and checks a request against an input region of `inputBytes`: the same limits and
+/// error codes as an HTTP launch frame's header (`bad_frame`).
+llvm::Expected<LaunchRequest> decodeLaunchRequest(llvm::StringRef bytes, uint64_t inputBytes);
+
+struct LaunchReply {
+  std::vector<wire::TensorHeader> results; ///< Offsets into where `placement` says.
+  Placement placement = Placement::ResultRegion;
+  /// A Failed reply: the executor's code (an unknown one is `internal`) and message.
+  std::optional<std::pair<ErrorCode, std::string>> failure;
+};
+
+std::string encodeLaunchReply(const LaunchReply &reply);
+std::string encodeFailure(ErrorCode code, llvm::StringRef message);
+/// Decodes a Done or Failed reply (`bad_frame` if it is neither) and checks the results lie
+/// in a region of `regionBytes`.
+llvm::Expected<LaunchReply> decodeLaunchReply(llvm::StringRef bytes, uint64_t regionBytes);
+/// True if every result of `reply` lies in a region of `regionBytes`.
+bool checkPlaced(const LaunchReply &reply, uint64_t regionBytes);
+
+/// This host and network namespace: the boot id and the netns inode. Equal on both sides
+/// means an abstract unix socket of one is reachable by the other.
+std::string hostIdentity();
+
+/// The client's end of a channel. Thread-safe: one launch runs at a time, and a launch that
+/// finds the channel busy is told so (the caller sends it over HTTP instead).
+class Client {
+public:
+  ~Client();
+
+  /// Connects to `socketName` (an abstract unix socket, "@name"), presents `token` and maps
+  /// what the executor sends back. Errors are `unavailable`: the caller uses HTTP.
+  static llvm::Expected<std::unique_ptr<Client>>
+  connect(llvm::StringRef socketName, llvm::StringRef token, std::chrono::milliseconds timeout);
+
+  /// Whether a launch with these inputs can go over the channel (they fit its input region
+  /// and the request fits its slot); otherwise it goes over HTTP.
+  bool fits(llvm::ArrayRef<TensorView> inputs) const;
+
+  /// Runs a launch through the channel. Nothing when the channel is busy with another
+  /// launch. Failures carry the executor's code; a channel that broke is `executor_lost`
+  /// (the launch may have run) and stays broken. `where` prefixes every message.
+  std::optional<llvm::Expected<std::vector<OwnedTensor>>>
+  launch(const std::string &sha256, llvm::StringRef entry, llvm::ArrayRef<TensorView> inputs,
+         llvm::ArrayRef<ResultSpec> results, std::chrono::milliseconds timeout,
+         const std::string &where);
+
+  /// False once the executor ended the channel or a launch found it broken.
+  bool usable() const { return !broken.load(); }
+  uint64_t inputCapacity() const { return layout.inputBytes; }
+
+private:
+  Client() = default;
+  llvm::Expected<std::vector<OwnedTensor>>
+  launchLocked(const std::string &sha256, llvm::StringRef entry, llvm::ArrayRef<TensorView> inputs,
+               llvm::ArrayRef<ResultSpec> results, std::chrono::milliseconds timeout,
+               const std::string &where);
+  /// Waits for the reply to request `ticket`; false if the channel broke or `until` passed.
+  bool awaitReply(uint32_t ticket, std::chrono::steady_clock::time_point until);
+
+  UniqueFd connection;
+  SharedBuffer control, inputs, results;
+  ControlPage *page = nullptr;
+  Layout layout;
+  std::mutex busy;
+  uint32_t ticket = 0;
+  std::atomic<bool> broken{false};
+};
+
+} // namespace courier::transport::shm
+
+#endif // COURIER_TRANSPORT_SHAREDCHANNEL_H
