@@ -289,12 +289,15 @@ void bandwidth(int mib, int reps) {
 /// against a raw loopback TCP 64-byte ping-pong, and a 64 MiB scale launch (64 MiB in, 64 MiB
 /// out) against 64 MiB sent over loopback TCP and echoed back. The executor is a real
 /// courier-executor process on a unix socket, sessions in sandboxed workers as deployed.
-void shared(int n, int mib, int reps) {
+void shared(int n, int mib, int reps, bool isolated) {
   std::printf("== same-host shared memory: noop launch vs raw TCP 64-byte ping-pong, %d each, "
               "interleaved in blocks of %d; %d MiB in + out, median of %d rounds\n",
               n, std::min(n, 1000), mib, reps);
-  ExecutorProcess executor(
-      courier::testing::ExecutorConfig{0, "", {"--quiet", "--listen", "unix:{dir}/executor.sock"}});
+  std::vector<std::string> args = {"--quiet", "--listen", "unix:{dir}/executor.sock"};
+  if (!isolated)
+    args.insert(args.end(), {"--isolation", "none"});
+  std::printf("  executor with --isolation %s\n", isolated ? "process" : "none");
+  ExecutorProcess executor(courier::testing::ExecutorConfig{0, "", args});
   BackendOptions sharedOptions, httpOptions;
   sharedOptions.sharedMemory = SharedMemory::On;
   httpOptions.sharedMemory = SharedMemory::Off;
@@ -461,6 +464,8 @@ int main(int argc, char **argv) {
   if (which == "all" || which == "local" || smoke)
     local(smoke ? 10000 : 1000000);
   if (which == "all" || which == "shm" || smoke)
-    shared(smoke ? 200 : 20000, smoke ? 4 : 64, smoke ? 1 : 9);
+    // "shm none": the executor runs kernels in its own process, for the channel's cost alone.
+    shared(smoke ? 200 : 20000, smoke ? 4 : 64, smoke ? 1 : 9,
+           !(argc > 2 && std::string(argv[2]) == "none"));
   return 0;
 }

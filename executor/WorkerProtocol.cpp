@@ -17,6 +17,11 @@ namespace courier::executor {
 
 namespace doorbell = transport::doorbell;
 
+namespace {
+/// How long a worker waits awake for its next request before sleeping on the doorbell.
+constexpr std::chrono::microseconds kAwaitRequestAwake{50};
+} // namespace
+
 std::optional<uint64_t> takeSequence(std::string &bytes) {
   if (bytes.size() < 9)
     return std::nullopt;
@@ -31,8 +36,10 @@ bool WorkerChannel::next(Message &request) {
   while (true) {
     request.fds.clear();
     if (page) {
-      // No waiting awake for the next request: measured on two cores, a worker that spins
-      // takes the core its own executor needs to answer (docs/performance.md).
+      // Awake briefly for the next request, yielding the core between looks: a client
+      // launching in a loop rings again within microseconds, and a worker woken from sleep
+      // costs most of a small launch (docs/performance.md).
+      doorbell::spin(page->request, ticket, kAwaitRequestAwake);
       while (page->request.load(std::memory_order_acquire) == ticket) {
         doorbell::sleep(page->request, ticket, std::chrono::seconds(1));
         if (page->request.load(std::memory_order_acquire) != ticket)
