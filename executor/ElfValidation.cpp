@@ -5,6 +5,7 @@
 #include "runtime/ExecutorABI.h"
 
 #include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/DenseSet.h"
 #include "llvm/BinaryFormat/Dwarf.h"
 #include "llvm/BinaryFormat/ELF.h"
 #include "llvm/Object/ELFObjectFile.h"
@@ -182,11 +183,13 @@ bool isSafePointerEncoding(uint8_t encoding) {
   return (encoding & 0xf0) == dwarf::DW_EH_PE_absptr || (encoding & 0xf0) == dwarf::DW_EH_PE_pcrel;
 }
 
-/// Checks the CIEs of an .eh_frame section for what JITLink's parser would trip over
-/// instead of reporting: more than three augmentation fields overflow a fixed array, and
-/// unexpected pointer encodings reach unreachable code.
+/// Checks the records of an .eh_frame section for what JITLink's parser would trip over
+/// instead of reporting: more than three augmentation fields overflow a fixed array,
+/// unexpected pointer encodings reach unreachable code, and an FDE whose CIE pointer names no
+/// CIE before it fails the link with an error that is corrupt by the time it is reported.
 Error checkEHFrame(StringRef contents, bool littleEndian, uint8_t pointerSize, StringRef sha256) {
   DataExtractor data(contents, littleEndian, pointerSize);
+  DenseSet<uint64_t> cies; ///< Offsets of the CIEs read so far.
   uint64_t offset = 0;
   while (offset < contents.size()) {
     uint64_t start = offset;
@@ -207,10 +210,18 @@ Error checkEHFrame(StringRef contents, bool littleEndian, uint8_t pointerSize, S
       return damaged("its length runs past the end of the section");
     offset = body + length;
     DataExtractor record(contents.take_front(offset), littleEndian, pointerSize);
-    if (record.getU32(cursor) != 0 || !cursor) {
-      consumeError(cursor.takeError());
-      continue; // An FDE: its fields are read with bounds checks, by its CIE's encodings.
+    uint64_t idField = cursor.tell();
+    uint32_t id = record.getU32(cursor);
+    if (!cursor)
+      return damaged(toString(cursor.takeError()));
+    if (id != 0) {
+      // An FDE, whose id is the distance back to its CIE; its other fields are read with
+      // bounds checks, by that CIE's encodings.
+      if (id > idField || !cies.contains(idField - id))
+        return damaged(formatv("its CIE pointer {0:x} names no CIE before it", id).str());
+      continue;
     }
+    cies.insert(start);
     record.getU8(cursor); // version; an unexpected one is reported by the linker
     StringRef augmentation = record.getCStrRef(cursor);
     if (!cursor)

@@ -872,3 +872,41 @@ TEST_CASE("section headers with damaged types or alignments never crash the link
   auto shapes = kernel(COURIER_KERNEL_SHAPES);
   REQUIRE_OK(host->addObject(shapes));
 }
+
+TEST_CASE("an unwind record whose CIE pointer names no CIE is refused, not linked into a crash",
+          "[objecthost]") {
+  // Found by tests/fuzz (object-intake): one byte more in an FDE's CIE pointer failed the
+  // link with an error that was corrupt when the host read it.
+  auto host = makeHost();
+  std::string original = readFile(COURIER_KERNEL_SHAPES);
+  auto object = llvm::object::ObjectFile::createObjectFile(
+      llvm::MemoryBufferRef(original, COURIER_KERNEL_SHAPES));
+  REQUIRE(bool(object));
+  uint64_t ehFrame = 0;
+  for (const llvm::object::SectionRef &section : (*object)->sections()) {
+    auto name = section.getName();
+    REQUIRE(bool(name));
+    if (*name == ".eh_frame")
+      ehFrame = llvm::object::ELFSectionRef(section).getOffset();
+  }
+  REQUIRE(ehFrame != 0);
+  // The first record is the CIE; the second, an FDE, points back to it from its offset 4.
+  uint32_t cieLength = 0;
+  std::memcpy(&cieLength, original.data() + ehFrame, 4);
+  size_t pointerAt = ehFrame + 4 + cieLength + 4;
+  uint32_t pointer = 0;
+  std::memcpy(&pointer, original.data() + pointerAt, 4);
+  REQUIRE(pointer == pointerAt - ehFrame);
+  for (uint32_t damaged : {pointer + 1, pointer - 1, pointer + 4096, uint32_t(4)}) {
+    INFO("CIE pointer " << damaged);
+    std::string bytes = original;
+    std::memcpy(bytes.data() + pointerAt, &damaged, 4);
+    auto blob = transport::ObjectBlob::fromBytes(bytes);
+    CHECK_THAT(failure(host->addObject(blob)), Catch::Contains(blob.sha256) &&
+                                                   Catch::Contains(".eh_frame record") &&
+                                                   Catch::Contains("names no CIE before it"));
+    CHECK_FALSE(host->hasObject(blob.sha256));
+  }
+  auto shapes = kernel(COURIER_KERNEL_SHAPES);
+  REQUIRE_OK(host->addObject(shapes));
+}
