@@ -174,6 +174,14 @@ int trackedPosixMemalign(void **out, size_t alignment, size_t size) {
   return status;
 }
 
+/// Frees what a kernel allocated during a launch and still holds, for a launch refused after
+/// the kernel ran: none of its results is handed over, so nothing else could free them.
+void freeAll(LaunchAllocations &allocations) {
+  for (const auto &[pointer, size] : allocations.live)
+    std::free(pointer);
+  allocations.live.clear();
+}
+
 /// Tracks the calling thread's allocations while it lives.
 class TrackAllocations {
 public:
@@ -449,7 +457,7 @@ struct ObjectHost::Impl {
                                                   ArrayRef<TensorView> inputs,
                                                   ArrayRef<ResultSpec> results,
                                                   const LoadedObject &object,
-                                                  const LaunchAllocations &allocations);
+                                                  LaunchAllocations &allocations);
 };
 
 Expected<std::unique_ptr<ObjectHost>> ObjectHost::create(std::shared_ptr<PluginSet> plugins,
@@ -640,7 +648,7 @@ Error ObjectHost::removeObject(StringRef sha256) {
 Expected<std::vector<OwnedTensor>>
 ObjectHost::Impl::adoptResults(StringRef entry, ArrayRef<int64_t> words,
                                ArrayRef<TensorView> inputs, ArrayRef<ResultSpec> results,
-                               const LoadedObject &object, const LaunchAllocations &allocations) {
+                               const LoadedObject &object, LaunchAllocations &allocations) {
   // Where each result's elements may lie: the kernel's own allocations of this launch, the
   // inputs, and the object's sections (MLIR returns a constant global with the allocated
   // pointer 0xdeadbeef and the aligned one into the object's data). Everything is checked before
@@ -729,17 +737,7 @@ ObjectHost::Impl::adoptResults(StringRef entry, ArrayRef<int64_t> words,
   }
 
   if (!problem.empty()) {
-    // Free what the kernel allocated for its results; other memory is not ours to free.
-    SmallVector<void *, 8> freed;
-    pos = 0;
-    for (size_t i = 0; i < results.size(); ++i) {
-      void *allocated = reinterpret_cast<void *>(words[pos]);
-      pos += 3 + 2 * results[i].rank;
-      if (allocationOf(allocated) && !llvm::is_contained(freed, allocated)) {
-        freed.push_back(allocated);
-        std::free(allocated);
-      }
-    }
+    freeAll(allocations);
     return makeError(formatv("entry '{0}' returned a bad descriptor: {1}", entry, problem));
   }
 
@@ -873,15 +871,19 @@ Expected<std::vector<OwnedTensor>> ObjectHost::launch(StringRef sha256, StringRe
     return "[" + text + "]";
   };
   for (size_t w = outWords; w < outBuffer.size(); ++w)
-    if (outBuffer[w] != kUnwritten)
+    if (outBuffer[w] != kUnwritten) {
+      freeAll(allocations);
       return makeError(formatv("entry '{0}' wrote more result descriptors than {1} result(s) "
                                "of rank(s) {2}: its results do not match the caller's",
                                entry, results.size(), expectedRanks()));
+    }
   for (size_t w = 0; w < outWords; ++w)
-    if (outBuffer[w] == kUnwritten)
+    if (outBuffer[w] == kUnwritten) {
+      freeAll(allocations);
       return makeError(formatv("entry '{0}' wrote fewer result descriptors than {1} result(s) "
                                "of rank(s) {2}: its results do not match the caller's",
                                entry, results.size(), expectedRanks()));
+    }
   return impl->adoptResults(entry, ArrayRef<int64_t>(outBuffer).take_front(outWords), inputs,
                             results, *running, allocations);
 }
