@@ -2,17 +2,22 @@
 // courier-serve processes alive at once, one isolated (each module in its worker, the
 // default) and one with --isolation none, as JSON tensors and as raw-bytes frames, and
 // through Module::invoke in this process (in-process and isolated engines), for a 16-byte and
-// a 16 MiB tensor; then hot reload latency (save -> first answer from the new version) of
+// a 16 MiB tensor; the 16 MiB tensor as JSON each way, beside courier-serve's reading and
+// printing of it in this process and their floors (a bare simdjson walk, a bare std::to_chars
+// loop); then hot reload latency (save -> first answer from the new version) of
 // the two servers in watch mode. Paths alternate so outside load falls on all of them alike.
 // Prints each path's times, its ratio to the in-process call and the isolated/none ratios
 // (see docs/performance.md).
 #include "jit/Engine.h"
+#include "tools/courier-serve/JsonInputs.h"
 
 #include "llvm/Support/JSON.h"
 
 #include <httplib.h>
+#include <simdjson.h>
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -21,6 +26,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <random>
 #include <string>
 #include <sys/wait.h>
 #include <thread>
@@ -279,6 +285,8 @@ int main(int argc, char **argv) {
   Tensor big = Tensor::fromDoubles(DType::F32, {kBigElements}, values);
   std::string smallJson = jsonBody(small), smallFrame = frameBody(small);
   std::string bigJson = jsonBody(big), bigFrame = frameBody(big);
+  // Room past the end, as the server's body has: simdjson reads up to 64 bytes beyond it.
+  bigJson.reserve(bigJson.size() + simdjson::SIMDJSON_PADDING);
   std::printf("courier-serve-bench: small = tensor<4xf32> (16 B), big = tensor<%lldxf32> "
               "(16 MiB; %.1f MB as JSON)\n",
               static_cast<long long>(kBigElements), bigJson.size() / 1e6);
@@ -325,22 +333,93 @@ int main(int argc, char **argv) {
               roundRatio(roundP50s, 2, 3));
 
   // JSON at 16 MiB: the whole call, and one that reads the same JSON but answers a single
-  // element, so the time of each way can be told apart.
-  size_t bigReplyBytes = post(*noneHttp, "/v1/modules/bench/invoke/big", bigJson, json).size();
+  // element, so the time of each way can be told apart; beside them the frame path, and the
+  // pieces of the server's work done in this process (its reading and its printing), each next
+  // to its floor: a bare simdjson walk of the same body and a bare std::to_chars loop over the
+  // same numbers. The results of `big` are whole numbers, so the printing is measured on
+  // random floats in [0, 1) (nine significant digits) too.
+  std::string bigReply = post(*noneHttp, "/v1/modules/bench/invoke/big", bigJson, json);
+  const EntrySignature *bigEntry = (*module)->findEntry("big");
+  llvm::Expected<std::vector<Tensor>> bigOut = (*module)->invoke("big", big);
+  if (!bigEntry || !bigOut)
+    die("calling big in this process");
+  std::vector<double> fractions(kBigElements);
+  std::mt19937 random(1);
+  std::uniform_real_distribution<float> unit(0, 1);
+  for (double &v : fractions)
+    v = unit(random);
+  Tensor results = std::move(bigOut->front());
+  Tensor randomFloats = Tensor::fromDoubles(DType::F32, {kBigElements}, fractions);
+  std::vector<char> toCharsText(static_cast<size_t>(kBigElements) * 16 + 64);
+  size_t resultsTextBytes = 0, randomTextBytes = 0;
+  auto print = [](const Tensor &tensor, size_t &bytes) {
+    return [&tensor, &bytes] {
+      std::string text;
+      writeTensorJSON(text, tensor);
+      bytes = text.size();
+    };
+  };
+  auto toChars = [&toCharsText](const Tensor &tensor) {
+    return [&tensor, &toCharsText] {
+      char *p = toCharsText.data(), *end = p + toCharsText.size();
+      for (int64_t i = 0; i < kBigElements; ++i) {
+        float v;
+        std::memcpy(&v, tensor.bytes.data() + i * sizeof(float), sizeof(v));
+        p = std::to_chars(p, end, v).ptr;
+        *p++ = ',';
+      }
+    };
+  };
+  simdjson::ondemand::parser bareParser;
+  std::vector<float> bareFloats(kBigElements);
+  auto bareWalk = [&] {
+    simdjson::ondemand::document doc;
+    simdjson::ondemand::array data;
+    if (bareParser.iterate(bigJson.data(), bigJson.size(), bigJson.capacity()).get(doc) ||
+        doc["inputs"].at(0)["data"].get_array().get(data))
+      die("the bare simdjson walk could not read the body");
+    size_t k = 0;
+    for (auto element : data) {
+      double v;
+      if (element.get_double().get(v) || k == bareFloats.size())
+        die("the bare simdjson walk found no number");
+      bareFloats[k++] = static_cast<float>(v);
+    }
+  };
+  auto serverReading = [&] {
+    if (!serve::readInputsFast(bigJson, *bigEntry, bigJson.capacity()))
+      die("courier-serve's reading did not take the body");
+  };
   std::vector<Path> jsonPaths = {
       {"Module::invoke (in-process)", local(*module, "big", big), {}},
       {"REST none, JSON", rest(*noneHttp, "big", bigJson, json), {}},
       {"REST none, JSON in, one element out", rest(*noneHttp, "absorb", bigJson, json), {}},
+      {"REST none, frame", rest(*noneHttp, "big", bigFrame, frame), {}},
+      {"in-process: courier-serve's reading of the body", serverReading, {}},
+      {"in-process: bare simdjson walk of the body", bareWalk, {}},
+      {"in-process: writeTensorJSON of the results", print(results, resultsTextBytes), {}},
+      {"in-process: std::to_chars loop over the results", toChars(results), {}},
+      {"in-process: writeTensorJSON of random floats", print(randomFloats, randomTextBytes), {}},
+      {"in-process: std::to_chars loop over random floats", toChars(randomFloats), {}},
   };
   measure(jsonPaths, smoke ? 1 : 7, 1, roundP50s);
   report("16 MiB tensor as JSON", jsonPaths, roundP50s, {});
-  double whole = percentile(jsonPaths[1].seconds, 0.5);
-  double in = percentile(jsonPaths[2].seconds, 0.5);
+  auto p50 = [&](size_t i) { return percentile(jsonPaths[i].seconds, 0.5); };
+  auto rate = [](size_t bytes, double seconds) { return bytes / 1e6 / seconds; };
+  double whole = p50(1), in = p50(2);
   std::printf("JSON in: %.1f MB in %s, %.0f MB/s; JSON out: %.1f MB in %s (the difference), "
               "%.0f MB/s\n",
-              bigJson.size() / 1e6, microseconds(in).c_str(), bigJson.size() / 1e6 / in,
-              bigReplyBytes / 1e6, microseconds(whole - in).c_str(),
-              bigReplyBytes / 1e6 / (whole - in));
+              bigJson.size() / 1e6, microseconds(in).c_str(), rate(bigJson.size(), in),
+              bigReply.size() / 1e6, microseconds(whole - in).c_str(),
+              rate(bigReply.size(), whole - in));
+  std::printf("in-process, reading %.1f MB: courier-serve's %.0f MB/s, bare simdjson walk "
+              "%.0f MB/s\n",
+              bigJson.size() / 1e6, rate(bigJson.size(), p50(4)), rate(bigJson.size(), p50(5)));
+  std::printf("in-process, printing the results (%.1f MB): writeTensorJSON %.0f MB/s, "
+              "std::to_chars %.0f MB/s; random floats (%.1f MB): %.0f and %.0f MB/s\n",
+              resultsTextBytes / 1e6, rate(resultsTextBytes, p50(6)),
+              rate(resultsTextBytes, p50(7)), randomTextBytes / 1e6, rate(randomTextBytes, p50(8)),
+              rate(randomTextBytes, p50(9)));
 
   // Hot reload, alternating servers; each save changes the answer.
   std::vector<double> reloadIsolated, reloadNone;
