@@ -541,8 +541,8 @@ uint64_t writeDigits(char *end, uint64_t v, int n) {
 /// per float here; Dragonbox finds the same digits several times faster, and they are laid out
 /// here by std::to_chars's rules: fixed notation unless scientific is shorter, and a whole
 /// number in fixed notation written out exactly (123456790528, not 123456790000).
-/// tests/jit/TensorTest.cpp compares the two on a million floats and as many doubles, and on
-/// every finite float when asked ("[exhaustive]").
+/// tests/jit/TensorTest.cpp compares the two on a million floats and 600,000 doubles; all
+/// 4,278,190,080 finite floats gave the same text too (a one-off run of about ten minutes).
 template <typename T> char *writeShortest(char *out, T v) {
   if (std::signbit(v))
     *out++ = '-';

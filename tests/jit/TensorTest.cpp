@@ -341,23 +341,6 @@ TEST_CASE("f32 elements across the whole float range are written as std::to_char
   checkWrittenAsToChars(DType::F32, values);
 }
 
-// All 2^32 bit patterns take minutes, so this one runs only when asked for:
-// courier-jit-tests "[exhaustive]".
-TEST_CASE("every finite f32 is written as std::to_chars writes it", "[.][exhaustive]") {
-  constexpr uint64_t kChunk = uint64_t(1) << 24;
-  for (uint64_t start = 0; start <= 0xffffffffu; start += kChunk) {
-    std::vector<float> values;
-    for (uint64_t bits = start; bits < start + kChunk; ++bits) {
-      auto pattern = static_cast<uint32_t>(bits);
-      float v;
-      std::memcpy(&v, &pattern, sizeof(v));
-      if (isFinite(v))
-        values.push_back(v);
-    }
-    checkWrittenAsToChars(DType::F32, values);
-  }
-}
-
 TEST_CASE("f64 elements are written as std::to_chars writes them", "[tensor]") {
   std::vector<double> values;
   std::mt19937_64 random(12);
