@@ -845,6 +845,11 @@ llvm::Expected<SessionRef> ExecutorCore::openSession(const std::string &id, bool
   return impl->createSession(id, created);
 }
 
+bool ExecutorCore::hasSession(llvm::StringRef id) {
+  std::lock_guard<std::mutex> lock(impl->sessionsMutex);
+  return impl->sessions.count(id.str()) != 0;
+}
+
 llvm::Expected<SessionRef> ExecutorCore::findSession(llvm::StringRef id) {
   std::lock_guard<std::mutex> lock(impl->sessionsMutex);
   auto it = impl->sessions.find(id.str());

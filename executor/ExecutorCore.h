@@ -133,6 +133,8 @@ public:
 
   /// Opens session `id`, or returns it if it is open (`created` says which).
   llvm::Expected<SessionRef> openSession(const std::string &id, bool &created);
+  /// Whether session `id` is open (without marking it used).
+  bool hasSession(llvm::StringRef id);
   /// The open session `id` (and marks it used), or `unknown_session`.
   llvm::Expected<SessionRef> findSession(llvm::StringRef id);
   /// Closes `id`: its holds end and its worker (if any) is ended; `unknown_session` if absent.

@@ -10,12 +10,15 @@
 #include "llvm/Support/FormatVariadic.h"
 
 #include <cerrno>
+#include <condition_variable>
 #include <cstring>
+#include <linux/sockios.h>
 #include <map>
 #include <mutex>
 #include <poll.h>
 #include <random>
 #include <sys/eventfd.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <thread>
@@ -36,6 +39,8 @@ namespace {
 constexpr auto kOfferLifetime = std::chrono::seconds(10);
 /// Offers not yet taken; past this many, the oldest go.
 constexpr size_t kMaxOffers = 256;
+/// Handshakes under way at once; a connection past them is closed at once.
+constexpr unsigned kMaxHandshakes = 16;
 /// A client that connected has this long to present its token.
 constexpr auto kHandshakeTimeout = std::chrono::seconds(2);
 /// After a reply, the next request of a client launching in a loop follows within
@@ -113,6 +118,9 @@ struct SharedChannelServer::Impl {
   std::vector<std::shared_ptr<Channel>> retired; ///< Ended, their threads not yet joined.
 
   std::atomic<uint64_t> opened{0}, refused{0}, launches{0}, launchFailures{0};
+  /// Handshakes under way, each on its own thread; stop() waits for them.
+  unsigned handshakes = 0;
+  std::condition_variable handshakesDone;
 
   llvm::Error listen();
   void accept();
@@ -170,8 +178,34 @@ void SharedChannelServer::Impl::accept() {
     if (polled <= 0 || !(ready[0].revents & POLLIN))
       continue;
     int fd = ::accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC);
-    if (fd >= 0)
-      handshake(transport::UniqueFd(fd));
+    if (fd < 0) {
+      // Out of descriptors (or another passing failure): do not spin on it.
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      continue;
+    }
+    transport::UniqueFd connection(fd);
+    // Only this executor's user (or root) may map a session's memory.
+    struct ucred peer {};
+    socklen_t length = sizeof(peer);
+    if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &peer, &length) != 0 ||
+        (peer.uid != ::geteuid() && peer.uid != 0)) {
+      refused++;
+      continue;
+    }
+    // Each handshake on a thread of its own, so a client that connects and says nothing
+    // holds up no other; a bounded number at once.
+    std::lock_guard<std::mutex> lock(mutex);
+    if (handshakes >= kMaxHandshakes) {
+      refused++;
+      continue;
+    }
+    ++handshakes;
+    std::thread([this, connection = std::move(connection)]() mutable {
+      handshake(std::move(connection));
+      std::lock_guard<std::mutex> lock(mutex);
+      --handshakes;
+      handshakesDone.notify_all();
+    }).detach();
   }
 }
 
@@ -242,6 +276,11 @@ void SharedChannelServer::Impl::handshake(transport::UniqueFd connection) {
     llvm::consumeError(std::move(error));
     return;
   }
+  // A send to a client that stopped reading fails rather than holding the channel's thread.
+  struct timeval patience {
+    5, 0
+  };
+  ::setsockopt(connection.get(), SOL_SOCKET, SO_SNDTIMEO, &patience, sizeof(patience));
   channel->connection = std::move(connection);
   std::vector<std::shared_ptr<Channel>> joining;
   {
@@ -292,6 +331,9 @@ void SharedChannelServer::Impl::serve(Channel &channel) {
         };
         if (::poll(&gone, 1, 0) > 0 && (gone.revents & (POLLHUP | POLLERR)))
           channel.ending = true;
+        // A session that expired, or went with a stop, takes its channel with it.
+        if (!core.hasSession(channel.sessionId))
+          channel.ending = true;
       }
     }
     if (channel.ending.load() || page.closed.load(std::memory_order_acquire))
@@ -302,12 +344,17 @@ void SharedChannelServer::Impl::serve(Channel &channel) {
         size > shm::kSlotBytes
             ? shm::encodeFailure(ErrorCode::BadFrame, "a request larger than its slot")
             : handle(channel, llvm::StringRef(page.requestSlot, size).str());
+    if (reply.size() > shm::kSlotBytes)
+      reply = shm::encodeFailure(ErrorCode::PayloadTooLarge,
+                                 "the reply does not fit the channel's reply slot");
     std::memcpy(page.replySlot, reply.data(), reply.size());
     page.replyBytes.store(static_cast<uint32_t>(reply.size()), std::memory_order_release);
     page.reply.store(seen, std::memory_order_release);
     doorbell::ring(page.reply);
   }
-  channel.ending = true;
+  // The client sees the channel closed before it rings again, and sends that launch over
+  // HTTP instead.
+  channel.end();
   {
     std::lock_guard<std::mutex> lock(mutex);
     auto found = channels.find(channel.sessionId);
@@ -339,9 +386,12 @@ std::string SharedChannelServer::Impl::handle(Channel &channel, llvm::StringRef 
     return failed(session.takeError());
   if (llvm::Error error = core.attach(**session, launch.object))
     return failed(std::move(error));
-  Clock::time_point deadline = core.deadline(
-      request->deadlineMs ? std::optional<std::chrono::milliseconds>(request->deadlineMs)
-                          : std::nullopt);
+  // As X-Courier-Deadline-Ms is read: bounded, and never past the executor's own.
+  constexpr uint64_t kLongestDeadlineMs = uint64_t(1) << 40;
+  Clock::time_point deadline =
+      core.deadline(request->deadlineMs ? std::optional<std::chrono::milliseconds>(
+                                              std::min(request->deadlineMs, kLongestDeadlineMs))
+                                        : std::nullopt);
   InputArea area = core.inputAreaIn(regions, launch.inputs);
   std::vector<TensorView> inputs;
   for (const transport::wire::TensorHeader &t : launch.inputs)
@@ -398,6 +448,13 @@ std::string SharedChannelServer::Impl::handle(Channel &channel, llvm::StringRef 
       if (reply.results[i].bytes)
         transport::wire::packInto(results->views[i], base + reply.results[i].offset);
     if (reply.placement == shm::Placement::SentBuffer) {
+      // A client that left earlier results unreceived would have this process hold every
+      // one of them in the connection's queue.
+      int pending = 0;
+      if (::ioctl(channel.connection.get(), SIOCOUTQ, &pending) != 0 || pending > 0)
+        return failed(makeCodedError(ErrorCode::BadRequest,
+                                     "the client has not received the previous launch's "
+                                     "results from the connection"));
       if (llvm::Error error = separate.sealSize())
         return failed(std::move(error));
       if (llvm::Error error =
@@ -481,6 +538,11 @@ void SharedChannelServer::stop() {
   }
   if (impl->acceptor.joinable())
     impl->acceptor.join();
+  {
+    // A handshake that finishes now finds `stopping` and grants nothing.
+    std::unique_lock<std::mutex> lock(impl->mutex);
+    impl->handshakesDone.wait(lock, [&] { return impl->handshakes == 0; });
+  }
   for (std::shared_ptr<Channel> &channel : ending) {
     channel->end();
     if (channel->thread.joinable())

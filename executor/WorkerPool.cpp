@@ -156,6 +156,10 @@ llvm::Error WorkerProcess::shareDoorbell() {
       SharedBuffer::create(sizeof(DoorbellPage), "courier-doorbell");
   if (!buffer)
     return buffer.takeError();
+  // The worker runs shipped code with the descriptor: a page it could shrink would kill this
+  // process with SIGBUS at the next read.
+  if (llvm::Error error = buffer->sealSize())
+    return error;
   MessageWriter share(MessageKind::Doorbell);
   llvm::Expected<Message> done =
       request(share, {buffer->fd()}, Clock::now() + kStartTimeout, "sharing a doorbell page");

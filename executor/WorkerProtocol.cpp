@@ -117,12 +117,14 @@ llvm::Error WorkerChannel::answer(MessageWriter &message, llvm::ArrayRef<int> fd
   bool inSlot = fds.empty() && bytes.size() <= kMaxMessageBytes;
   if (inSlot)
     std::memcpy(page->replySlot, bytes.data(), bytes.size());
-  else if (llvm::Error error = sendMessage(socket, bytes, fds))
-    return error;
+  // The word first, the socket after: the executor reads the socket only once the word says
+  // the answer is there, or once the socket holds something (a crash report).
   page->replyBytes.store(inSlot ? static_cast<uint32_t>(bytes.size()) : 0,
                          std::memory_order_release);
   page->reply.store(ticket, std::memory_order_release);
   doorbell::ring(page->reply);
+  if (!inSlot)
+    return sendMessage(socket, bytes, fds);
   return llvm::Error::success();
 }
 

@@ -222,6 +222,12 @@ private:
   };
 
   Lease acquire();
+  /// Closes every idle pooled connection.
+  void dropIdleConnections() {
+    std::vector<IdleClient> stale;
+    std::lock_guard<std::mutex> lock(poolMutex);
+    stale.swap(idle);
+  }
   void release(std::unique_ptr<httplib::ClientImpl> client);
   /// What a request that never got a reply ran into; with TLS, OpenSSL's verify result and
   /// whether the executor asked for a client certificate this client lacks say more.
@@ -813,13 +819,18 @@ HttpBackend::launch(llvm::StringRef session, const ObjectBlob &object, llvm::Str
   return withRecovery<std::vector<OwnedTensor>>(
       session, &object, [&]() -> llvm::Expected<std::vector<OwnedTensor>> {
         if (std::shared_ptr<shm::Client> channel = channelFor(session);
-            channel && checkViews(inputs) && channel->fits(inputs)) {
+            channel && checkViews(inputs) && channel->fits(entry, inputs, results)) {
           // A launch that finds the channel busy with another thread's goes over HTTP.
           std::optional<llvm::Expected<std::vector<OwnedTensor>>> done =
               channel->launch(object.sha256, entry, inputs, results, options.requestTimeout,
                               where("launching '" + entry.str() + "'"));
-          if (done)
+          if (done) {
+            // The executor behind the channel is gone: the idle connections to it are too,
+            // and the repair that follows must not be sent down one of them.
+            if (!channel->usable())
+              dropIdleConnections();
             return std::move(*done);
+          }
         }
         return launchOnce(session, object, entry, inputs, results);
       });

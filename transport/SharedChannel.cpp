@@ -107,9 +107,26 @@ llvm::Expected<LaunchRequest> decodeLaunchRequest(llvm::StringRef bytes, uint64_
                       " and elemSize > 0");
     request.launch.results.push_back(spec);
   }
+  if (replyBytes(request.launch.results) > kSlotBytes)
+    return badFrame("the results' shapes would not fit the reply slot; launch over HTTP");
   if (!in.atEnd())
     return badFrame("malformed request");
   return request;
+}
+
+uint64_t requestBytes(llvm::StringRef entry, llvm::ArrayRef<wire::TensorHeader> inputs,
+                      size_t results) {
+  uint64_t bytes = 1 + 8 + 64 + 8 + entry.size() + 8 + 8 + 8 + 16 * uint64_t(results);
+  for (const wire::TensorHeader &t : inputs)
+    bytes += 24 + 8 * t.sizes.size();
+  return bytes;
+}
+
+uint64_t replyBytes(llvm::ArrayRef<ResultSpec> results) {
+  uint64_t bytes = 2 + 8;
+  for (const ResultSpec &r : results)
+    bytes += 24 + 8 * static_cast<uint64_t>(std::max<int64_t>(r.rank, 0));
+  return bytes;
 }
 
 std::string encodeLaunchReply(const LaunchReply &reply) {
@@ -262,11 +279,12 @@ llvm::Expected<std::unique_ptr<Client>> Client::connect(llvm::StringRef socketNa
   return std::move(client);
 }
 
-bool Client::fits(llvm::ArrayRef<TensorView> views) const {
-  if (views.size() > wire::kMaxFrameTensors)
+bool Client::fits(llvm::StringRef entry, llvm::ArrayRef<TensorView> views,
+                  llvm::ArrayRef<ResultSpec> specs) const {
+  if (views.size() > wire::kMaxFrameTensors || specs.size() > wire::kMaxFrameTensors)
     return false;
   uint64_t total = 0;
-  uint64_t header = 1024;
+  std::vector<wire::TensorHeader> headers;
   for (const TensorView &t : views) {
     llvm::Expected<uint64_t> bytes = wire::packedBytes(t.elemSize, t.sizes);
     if (!bytes) {
@@ -276,9 +294,10 @@ bool Client::fits(llvm::ArrayRef<TensorView> views) const {
     if (*bytes > layout.inputBytes || align(total) > layout.inputBytes - *bytes)
       return false;
     total = align(total) + *bytes;
-    header += 32 + 8 * t.sizes.size();
+    headers.push_back(wire::TensorHeader{t.elemSize, t.sizes, 0, *bytes});
   }
-  return header <= kSlotBytes;
+  return requestBytes(entry, headers, specs.size()) <= kSlotBytes &&
+         replyBytes(specs) <= kSlotBytes;
 }
 
 bool Client::awaitReply(uint32_t ticket, std::chrono::steady_clock::time_point until) {
@@ -309,6 +328,12 @@ Client::launch(const std::string &sha256, llvm::StringRef entry, llvm::ArrayRef<
   std::unique_lock<std::mutex> lock(busy, std::try_to_lock);
   if (!lock.owns_lock())
     return std::nullopt;
+  // Ended by the executor (its session expired or closed, or it is stopping): this launch
+  // goes over HTTP, which says what became of the session.
+  if (page->closed.load(std::memory_order_acquire)) {
+    broken = true;
+    return std::nullopt;
+  }
   return launchLocked(sha256, entry, views, specs, timeout, where);
 }
 
@@ -358,6 +383,9 @@ Client::launchLocked(const std::string &sha256, llvm::StringRef entry,
 
   auto until = std::chrono::steady_clock::now() + timeout + kReplyGrace;
   if (!awaitReply(sent, until)) {
+    // Out of step with the executor from here on: its late reply must not be taken for the
+    // next launch's.
+    broken = true;
     if (std::chrono::steady_clock::now() >= until)
       return makeCodedError(ErrorCode::DeadlineExceeded,
                             where + ": no reply within the request timeout (" +

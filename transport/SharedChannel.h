@@ -81,6 +81,11 @@ struct LaunchReply {
 };
 
 std::string encodeLaunchReply(const LaunchReply &reply);
+/// Bytes of the request for a launch of `entry` with `inputs` and `results` results, and of
+/// its Done reply: neither may exceed kSlotBytes.
+uint64_t requestBytes(llvm::StringRef entry, llvm::ArrayRef<wire::TensorHeader> inputs,
+                      size_t results);
+uint64_t replyBytes(llvm::ArrayRef<ResultSpec> results);
 std::string encodeFailure(ErrorCode code, llvm::StringRef message);
 /// Decodes a Done or Failed reply (`bad_frame` if it is neither) and checks the results lie
 /// in a region of `regionBytes`.
@@ -103,13 +108,15 @@ public:
   static llvm::Expected<std::unique_ptr<Client>>
   connect(llvm::StringRef socketName, llvm::StringRef token, std::chrono::milliseconds timeout);
 
-  /// Whether a launch with these inputs can go over the channel (they fit its input region
-  /// and the request fits its slot); otherwise it goes over HTTP.
-  bool fits(llvm::ArrayRef<TensorView> inputs) const;
+  /// Whether a launch of `entry` with these inputs and results can go over the channel (the
+  /// inputs fit its input region, the request and its reply their slots); otherwise it goes
+  /// over HTTP.
+  bool fits(llvm::StringRef entry, llvm::ArrayRef<TensorView> inputs,
+            llvm::ArrayRef<ResultSpec> results) const;
 
   /// Runs a launch through the channel. Nothing when the channel is busy with another
-  /// launch. Failures carry the executor's code; a channel that broke is `executor_lost`
-  /// (the launch may have run) and stays broken. `where` prefixes every message.
+  /// launch, or the executor has ended it. Failures carry the executor's code; a channel that broke
+  /// is `executor_lost` (the launch may have run) and stays broken. `where` prefixes every message.
   std::optional<llvm::Expected<std::vector<OwnedTensor>>>
   launch(const std::string &sha256, llvm::StringRef entry, llvm::ArrayRef<TensorView> inputs,
          llvm::ArrayRef<ResultSpec> results, std::chrono::milliseconds timeout,

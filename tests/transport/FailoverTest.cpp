@@ -86,11 +86,13 @@ struct Pair {
     return require(createHttpBackend("unix:" + front, options));
   }
 
-  /// Waits until `executor` is serving a launch (its requests in flight, which leave out
-  /// probes such as /metrics, reach one).
+  /// Waits until `executor` is serving a launch: its HTTP requests in flight, which leave
+  /// out probes such as /metrics, reach one, or (the client on the executor's host takes the
+  /// same-host channel) a launch came over the channel.
   static void awaitLaunchInFlight(const ExecutorProcess &executor) {
     auto giveUp = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-    while (executor.metric("courier_requests_in_flight") < 1) {
+    while (executor.metric("courier_requests_in_flight") < 1 &&
+           executor.metric("courier_shm_launches_total") < 1) {
       REQUIRE(std::chrono::steady_clock::now() < giveUp);
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }

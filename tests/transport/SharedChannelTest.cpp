@@ -17,6 +17,7 @@
 #include <dirent.h>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 using namespace courier::transport;
@@ -327,12 +328,34 @@ TEST_CASE("10k sessions with a channel each leave no shared-memory descriptors o
   }
   CHECK(shmLaunches(executor) == 10000);
   CHECK(executor.metric("courier_shm_channels_opened_total") == 10000);
-  // Channels end as their sessions close; their threads are joined as the next one opens.
+  // Channels end as their sessions close.
   CHECK(executor.awaitMetricAtMost("courier_shm_channels", 0) == 0);
+  // Their threads are joined, and their memory unmapped, just after.
   SharedHoldings server = sharedHoldingsOf(executor.processId());
+  for (int i = 0; i < 500 && (server.descriptors > 3 || server.mappings > 3); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    server = sharedHoldingsOf(executor.processId());
+  }
   SharedHoldings client = sharedHoldingsOf(::getpid());
   CHECK(server.descriptors <= 3);
   CHECK(server.mappings <= 3);
   CHECK(client.descriptors == 0);
   CHECK(client.mappings == 0);
+}
+
+TEST_CASE("a session that expires takes its channel with it, and the client carries on over a "
+          "new one",
+          "[shm]") {
+  ExecutorProcess executor(onUnixSocket({"--idle-timeout", "1"}));
+  ObjectBlob scale = loadObject(COURIER_KERNEL_SCALE);
+  std::unique_ptr<Backend> backend = backendFor(executor);
+  std::string session = require(backend->openSession());
+  requireOk(backend->shipObject(session, scale));
+  requireScaled(*backend, session, scale, ramp(10));
+  CHECK(executor.metric("courier_shm_channels") == 1);
+  // The reaper runs about once a second; the channel notices within a tenth of that.
+  CHECK(executor.awaitMetricAtMost("courier_shm_channels", 0) == 0);
+  requireScaled(*backend, session, scale, ramp(10));
+  CHECK(shmLaunches(executor) == 2);
+  CHECK(executor.metric("courier_shm_channels_opened_total") == 2);
 }
