@@ -59,7 +59,9 @@ bool isProbe(const httplib::Request &req) {
 /// Content-Length headers, or one beside Transfer-Encoding, a proxy in front and this server
 /// could each find a different body, and bytes one takes for body the other would run as a
 /// request of its own (httplib picks one of the headers itself, silently); a POST or PUT with
-/// neither, or with a coding other than chunked, would be read until the connection closes.
+/// neither, or with a coding other than chunked, would be read until the connection closes;
+/// and httplib reads no body of a GET, HEAD or OPTIONS at all, so one such request declaring
+/// a body would have that body run as the next request, which a proxy in front never sees.
 std::optional<std::string> ambiguousFraming(const httplib::Request &req) {
   size_t lengths = req.get_header_value_count("Content-Length");
   if (lengths > 1)
@@ -86,6 +88,13 @@ std::optional<std::string> ambiguousFraming(const httplib::Request &req) {
     return "a " + req.method +
            " needs a Content-Length header (Content-Length: 0 when there is no body) or "
            "Transfer-Encoding: chunked";
+  // The methods whose bodies httplib reads (detail::expect_content), and so discards or
+  // hands to a route.
+  bool bodyIsRead = req.method == "POST" || req.method == "PUT" || req.method == "PATCH" ||
+                    req.method == "DELETE";
+  if (!bodyIsRead && (length > 0 || codings > 0))
+    return "a " + req.method + " carries no body; this one declares " +
+           (codings > 0 ? std::string("a chunked one") : std::to_string(length) + " bytes");
   return std::nullopt;
 }
 

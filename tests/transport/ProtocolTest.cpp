@@ -318,6 +318,8 @@ TEST_CASE("the executor refuses a request whose body could end in two places, be
       R"({"object":")" + std::string(64, 'a') + R"(","entry":"e","inputs":[],"results":[]})" + "\n";
   std::ostringstream chunk;
   chunk << std::hex << line.size();
+  // What a client hiding a request in a body would have run: closing the session.
+  std::string smuggled = "DELETE /v1/sessions/" + session + " HTTP/1.1\r\nHost: x\r\n\r\n";
   struct Case {
     const char *what;
     std::string request;
@@ -347,6 +349,15 @@ TEST_CASE("the executor refuses a request whose body could end in two places, be
        "PUT /v1/sessions/other HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, chunked\r\n"
        "\r\nsixteen bytes...",
        "the only Transfer-Encoding accepted is one 'chunked'; got 'gzip, chunked'"},
+      // httplib reads no body of a GET: this one's would be run as a request of its own.
+      {"a GET with a body",
+       "GET /v1/sessions/" + session + " HTTP/1.1\r\nHost: x\r\nContent-Length: " +
+           std::to_string(smuggled.size()) + "\r\n\r\n" + smuggled,
+       "a GET carries no body; this one declares " + std::to_string(smuggled.size()) + " bytes"},
+      {"a GET with a chunked body",
+       "GET /v1/health HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n" +
+           smuggled,
+       "a GET carries no body; this one declares a chunked one"},
   };
   for (const Case &c : cases) {
     INFO(c.what);
@@ -359,8 +370,9 @@ TEST_CASE("the executor refuses a request whose body could end in two places, be
     CHECK(error["error"]["code"] == "bad_request");
     CHECK(error["error"]["message"] == c.message);
   }
-  // None of them reached its route: only the session opened above exists.
+  // None of them reached its route: only the session opened above exists, still open.
   CHECK(executor.metric("courier_sessions_opened_total") == 1);
+  CHECK(executor.metric("courier_sessions") == 1);
   CHECK(executor.metric("courier_launches_total") == 0);
   CHECK(peer.healthy());
 }
