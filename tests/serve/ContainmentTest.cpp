@@ -398,7 +398,7 @@ TEST_CASE("a compile past --compile-timeout-ms ends with its worker; nothing goe
 }
 
 TEST_CASE("a compile that outgrows --module-memory-mib ends its worker, naming the cause",
-          "[serve][containment]") {
+          "[serve][containment][oom]") {
   ServeProcess serve({"", {"--module-memory-mib", "300", "--max-constant-mib", "0"}});
   auto http = serve.client();
   Reply big = post(*http, "/v1/modules", createBody("huge", kHugeConstant));

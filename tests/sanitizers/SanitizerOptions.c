@@ -1,0 +1,25 @@
+/* The sanitizer runtime's defaults, linked into every executable of a sanitized build, so
+ * each of them, and each process it starts whatever environment that process gets, runs
+ * with what the suite needs; ASAN_OPTIONS, UBSAN_OPTIONS and LSAN_OPTIONS still override
+ * them. Why each option is here: docs/reliability.md, "The sanitizer configuration". */
+
+#define COURIER_SANITIZER_HOOK __attribute__((visibility("default"), used))
+
+COURIER_SANITIZER_HOOK const char *__asan_default_options(void) {
+  /* LLVM gives each thread an alternate signal stack of its own; ASan's would replace it
+     and then fail to free it at thread exit (error code 22 from UnsetAlternateSignalStack). */
+  return "use_sigaltstack=0"
+         /* Servers and workers meet a failed allocation as in production: a null pointer,
+            which they turn into an error, or the out-of-memory report of a worker. */
+         ":allocator_may_return_null=1"
+         ":external_symbolizer_path=" COURIER_LLVM_SYMBOLIZER;
+}
+
+COURIER_SANITIZER_HOOK const char *__ubsan_default_options(void) {
+  /* Undefined behaviour fails the process, as an ASan report does, so no test passes over it. */
+  return "halt_on_error=1:print_stacktrace=1";
+}
+
+COURIER_SANITIZER_HOOK const char *__lsan_default_options(void) {
+  return "suppressions=" COURIER_LSAN_SUPPRESSIONS;
+}
