@@ -10,7 +10,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 targets=(frame-header json-tensors serve-requests executor-requests object-intake mlir-intake
-  worker-messages)
+  worker-messages shared-memory)
 usage() {
   echo "usage: fuzz.sh TARGET|all SECONDS [libFuzzer flags...]; targets: ${targets[*]}" >&2
   exit 2
