@@ -8,53 +8,58 @@
 # target for SECONDS each. Flags after SECONDS go to libFuzzer.
 #   usage: fuzz.sh TARGET|all SECONDS [libFuzzer flags...]
 set -euo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
-targets=(frame-header json-tensors serve-requests executor-requests object-intake mlir-intake
-  worker-messages shared-memory)
-usage() {
-  echo "usage: fuzz.sh TARGET|all SECONDS [libFuzzer flags...]; targets: ${targets[*]}" >&2
-  exit 2
-}
-[ $# -ge 2 ] || usage
-target=$1 seconds=$2
-shift 2
-[[ $seconds =~ ^[1-9][0-9]*$ ]] || { echo "fuzz.sh: SECONDS must be a positive number, got '$seconds'" >&2; exit 2; }
-if [ "$target" = all ]; then
-  chosen=("${targets[@]}")
-elif [[ " ${targets[*]} " == *" $target "* ]]; then
-  chosen=("$target")
-else
-  echo "fuzz.sh: unknown target '$target'" >&2
-  usage
-fi
-
-build=${COURIER_FUZZ_BUILD_DIR:-$root/build-fuzz}
-seed=${COURIER_FUZZ_SEED:-1}
-flags="-O1 -gline-tables-only -DNDEBUG"
-start=$(date +%s)
-COURIER_BUILD_DIR=$build COURIER_BUILD_TARGET=courier-fuzzers "$root/scripts/build.sh" \
-  -DCOURIER_FUZZ=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=$flags" \
-  "-DCMAKE_C_FLAGS_RELWITHDEBINFO=$flags"
-echo "fuzz.sh: fuzz targets built in $(($(date +%s) - start)) s"
-
-for name in "${chosen[@]}"; do
-  binary=$build/bin/courier-fuzz-$name
-  artifacts=$build/fuzz-artifacts/$name
-  corpus=$build/fuzz-corpus/$name
-  mkdir -p "$artifacts" "$corpus"
-  regressions=("$root/tests/fuzz/regressions/$name"/*)
-  if [ -e "${regressions[0]}" ]; then
-    echo "fuzz.sh: $name: replaying ${#regressions[@]} regression inputs"
-    "$binary" -artifact_prefix="$artifacts/" "${regressions[@]}"
+# One function, called on the last line: bash reads the whole script before running any of it,
+# so a checkout that rewrites this file during a long run cannot change what runs.
+main() {
+  root=$(cd "$(dirname "$0")/.." && pwd)
+  targets=(frame-header json-tensors serve-requests executor-requests object-intake mlir-intake
+    worker-messages shared-memory)
+  usage() {
+    echo "usage: fuzz.sh TARGET|all SECONDS [libFuzzer flags...]; targets: ${targets[*]}" >&2
+    exit 2
+  }
+  [ $# -ge 2 ] || usage
+  target=$1 seconds=$2
+  shift 2
+  [[ $seconds =~ ^[1-9][0-9]*$ ]] || { echo "fuzz.sh: SECONDS must be a positive number, got '$seconds'" >&2; exit 2; }
+  if [ "$target" = all ]; then
+    chosen=("${targets[@]}")
+  elif [[ " ${targets[*]} " == *" $target "* ]]; then
+    chosen=("$target")
+  else
+    echo "fuzz.sh: unknown target '$target'" >&2
+    usage
   fi
-  seeds=()
-  for dir in "$root/tests/fuzz/corpus/$name" "$build/tests/fuzz/corpus/$name"; do
-    [ -d "$dir" ] && seeds+=("$dir")
+
+  build=${COURIER_FUZZ_BUILD_DIR:-$root/build-fuzz}
+  seed=${COURIER_FUZZ_SEED:-1}
+  flags="-O1 -gline-tables-only -DNDEBUG"
+  start=$(date +%s)
+  COURIER_BUILD_DIR=$build COURIER_BUILD_TARGET=courier-fuzzers "$root/scripts/build.sh" \
+    -DCOURIER_FUZZ=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=$flags" \
+    "-DCMAKE_C_FLAGS_RELWITHDEBINFO=$flags"
+  echo "fuzz.sh: fuzz targets built in $(($(date +%s) - start)) s"
+
+  for name in "${chosen[@]}"; do
+    binary=$build/bin/courier-fuzz-$name
+    artifacts=$build/fuzz-artifacts/$name
+    corpus=$build/fuzz-corpus/$name
+    mkdir -p "$artifacts" "$corpus"
+    regressions=("$root/tests/fuzz/regressions/$name"/*)
+    if [ -e "${regressions[0]}" ]; then
+      echo "fuzz.sh: $name: replaying ${#regressions[@]} regression inputs"
+      "$binary" -artifact_prefix="$artifacts/" "${regressions[@]}"
+    fi
+    seeds=()
+    for dir in "$root/tests/fuzz/corpus/$name" "$build/tests/fuzz/corpus/$name"; do
+      [ -d "$dir" ] && seeds+=("$dir")
+    done
+    dictionary=()
+    [ -f "$root/tests/fuzz/dicts/$name.dict" ] && dictionary=(-dict="$root/tests/fuzz/dicts/$name.dict")
+    echo "fuzz.sh: $name: fuzzing for $seconds s with seed $seed"
+    "$binary" -seed="$seed" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=4096 \
+      -print_final_stats=1 -artifact_prefix="$artifacts/" "${dictionary[@]}" "$@" \
+      "$corpus" "${seeds[@]}"
   done
-  dictionary=()
-  [ -f "$root/tests/fuzz/dicts/$name.dict" ] && dictionary=(-dict="$root/tests/fuzz/dicts/$name.dict")
-  echo "fuzz.sh: $name: fuzzing for $seconds s with seed $seed"
-  "$binary" -seed="$seed" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=4096 \
-    -print_final_stats=1 -artifact_prefix="$artifacts/" "${dictionary[@]}" "$@" \
-    "$corpus" "${seeds[@]}"
-done
+}
+main "$@"

@@ -9,8 +9,9 @@ COURIER_SANITIZER_HOOK const char *__asan_default_options(void) {
   /* LLVM gives each thread an alternate signal stack of its own; ASan's would replace it
      and then fail to free it at thread exit (error code 22 from UnsetAlternateSignalStack). */
   return "use_sigaltstack=0"
-         /* Servers and workers meet a failed allocation as in production: a null pointer,
-            which they turn into an error, or the out-of-memory report of a worker. */
+         /* A malloc that fails returns null as in production (a kernel's malloc bomb, a
+            buffer the executor cannot have), rather than ending the process with a report;
+            operator new cannot return null and still reports (the [oom] tests). */
          ":allocator_may_return_null=1"
          ":external_symbolizer_path=" COURIER_LLVM_SYMBOLIZER;
 }
