@@ -17,6 +17,7 @@
 #include "llvm/TargetParser/Triple.h"
 
 #include <cstring>
+#include <optional>
 
 using namespace llvm;
 
@@ -59,11 +60,46 @@ unsigned relocationWidth(uint16_t machine, uint32_t type) {
 /// Byte ranges of one section that relocations patch.
 using PatchedRanges = std::vector<std::pair<uint64_t, unsigned>>;
 
+/// Why JITLink makes no symbol of `named` (index `index`) for relocations to point at, if it
+/// makes none: a relocation naming such a symbol fails the link with an error that crashes the
+/// host as it is built. JITLink makes a symbol of an undefined global or weak one, of the null
+/// placeholder, of a common one, and of one of these types defined in a section it maps.
+template <class ELFT>
+std::optional<std::string> unlinkableSymbol(const typename ELFT::Sym &named, unsigned index,
+                                            StringRef name, typename ELFT::ShdrRange sections) {
+  uint8_t type = named.getType(), binding = named.getBinding();
+  unsigned defining = named.st_shndx;
+  if (type == ELF::STT_FILE)
+    return formatv("symbol {0} is a file symbol", index).str();
+  if (defining == ELF::SHN_UNDEF) {
+    bool placeholder = binding == ELF::STB_LOCAL && type == ELF::STT_NOTYPE &&
+                       named.st_value == 0 && named.st_size == 0 && name.empty();
+    if (binding == ELF::STB_GLOBAL || binding == ELF::STB_WEAK || placeholder)
+      return std::nullopt;
+    return formatv("symbol {0} is undefined with binding {1}, neither global nor weak", index,
+                   unsigned(binding))
+        .str();
+  }
+  if (defining == ELF::SHN_COMMON)
+    return std::nullopt;
+  if (defining >= ELF::SHN_LORESERVE)
+    return formatv("symbol {0} lies in the reserved section index {1:x}", index, defining).str();
+  if (type != ELF::STT_NOTYPE && type != ELF::STT_FUNC && type != ELF::STT_OBJECT &&
+      type != ELF::STT_SECTION && type != ELF::STT_TLS)
+    return formatv("symbol {0} has type {1}", index, unsigned(type)).str();
+  if (defining >= sections.size())
+    return formatv("symbol {0} lies in section {1} of {2}", index, defining, sections.size()).str();
+  if (sections[defining].sh_type == ELF::SHT_NULL)
+    return formatv("symbol {0} lies in section {1}, of type SHT_NULL", index, defining).str();
+  return std::nullopt;
+}
+
 /// Checks every relocation against the section it patches and the symbol table it names,
 /// which the linker itself trusts, and records where each section is patched. Loaded code
 /// or data must not refer to a section the linker does not allocate: JITLink gives such a
 /// section no memory in the executing process, so a reference to it would read wherever
-/// its placeholder address points.
+/// its placeholder address points. Every relocation must name a symbol JITLink makes, in the
+/// symbol table JITLink reads (the object's one SHT_SYMTAB, whatever sh_link says).
 template <class ELFT>
 Error checkRelocations(const object::ELFObjectFile<ELFT> &object, StringRef sha256,
                        DenseMap<unsigned, PatchedRanges> &patched) {
@@ -82,6 +118,22 @@ Error checkRelocations(const object::ELFObjectFile<ELFT> &object, StringRef sha2
     return formatv("{0}", index).str();
   };
   uint16_t machine = file.getHeader().e_machine;
+  const typename ELFT::Shdr *linkerTable = nullptr;
+  for (const auto &section : *sections)
+    if (section.sh_type == ELF::SHT_SYMTAB && !linkerTable)
+      linkerTable = &section;
+  typename object::ELFFile<ELFT>::Elf_Sym_Range linkerSymbols;
+  StringRef linkerNames;
+  if (linkerTable) {
+    auto range = file.symbols(linkerTable);
+    if (!range)
+      return damaged(toString(range.takeError()));
+    auto names = file.getStringTableForSymtab(*linkerTable, *sections);
+    if (!names)
+      return damaged(toString(names.takeError()));
+    linkerSymbols = *range;
+    linkerNames = *names;
+  }
   for (size_t index = 0; index < sections->size(); ++index) {
     const auto &section = (*sections)[index];
     bool rela = section.sh_type == ELF::SHT_RELA;
@@ -119,6 +171,18 @@ Error checkRelocations(const object::ELFObjectFile<ELFT> &object, StringRef sha2
                                "{3}",
                                offset, section.sh_info, symbol, symbolCount));
       ranges.emplace_back(offset, width);
+      if (symbol >= linkerSymbols.size())
+        return damaged(formatv("relocation at offset {0:x} of section {1} names symbol {2}, which "
+                               "the symbol table the linker reads does not hold",
+                               offset, section.sh_info, symbol));
+      const auto &named = linkerSymbols[symbol];
+      auto name = named.getName(linkerNames);
+      if (!name)
+        return damaged(toString(name.takeError()));
+      if (std::optional<std::string> why = unlinkableSymbol<ELFT>(named, symbol, *name, *sections))
+        return damaged(formatv("relocation at offset {0:x} of section {1} names a symbol the "
+                               "linker gives no address: {2}",
+                               offset, section.sh_info, *why));
       if (!loaded || symbols.empty())
         return Error::success();
       unsigned defining = symbols[symbol].st_shndx;

@@ -10,6 +10,7 @@
 #include <atomic>
 #include <cmath>
 #include <csignal>
+#include <functional>
 #include <random>
 #include <sys/wait.h>
 #include <thread>
@@ -909,4 +910,67 @@ TEST_CASE("an unwind record whose CIE pointer names no CIE is refused, not linke
   }
   auto shapes = kernel(COURIER_KERNEL_SHAPES);
   REQUIRE_OK(host->addObject(shapes));
+}
+
+TEST_CASE("a relocation naming a symbol the linker makes nothing of is refused, not linked into a "
+          "crash",
+          "[objecthost]") {
+  // Found by tests/fuzz (object-intake): JITLink makes no symbol of a file symbol, nor of an
+  // undefined local one, and failed the link of a relocation naming one with an error that
+  // crashed the host as it was built.
+  auto host = makeHost();
+  std::string original = readFile(COURIER_KERNEL_ADD);
+  auto object = llvm::object::ObjectFile::createObjectFile(
+      llvm::MemoryBufferRef(original, COURIER_KERNEL_ADD));
+  REQUIRE(bool(object));
+  uint64_t textRelocations = 0, symbolTable = 0;
+  for (const llvm::object::SectionRef &section : (*object)->sections()) {
+    auto name = section.getName();
+    REQUIRE(bool(name));
+    uint64_t offset = llvm::object::ELFSectionRef(section).getOffset();
+    if (*name == ".rela.text")
+      textRelocations = offset;
+    if (*name == ".symtab")
+      symbolTable = offset;
+  }
+  REQUIRE(textRelocations != 0);
+  REQUIRE(symbolTable != 0);
+  llvm::ELF::Elf64_Rela relocation;
+  std::memcpy(&relocation, original.data() + textRelocations, sizeof(relocation));
+  uint32_t named = relocation.getSymbol(); // malloc, undefined and global
+  struct Damage {
+    const char *what;
+    std::function<void(std::string &)> apply;
+    const char *message;
+  };
+  std::vector<Damage> damages = {
+      {"the relocation names the file symbol",
+       [&](std::string &bytes) {
+         llvm::ELF::Elf64_Rela changed = relocation;
+         changed.setSymbolAndType(1, relocation.getType());
+         std::memcpy(bytes.data() + textRelocations, &changed, sizeof(changed));
+       },
+       "symbol 1 is a file symbol"},
+      {"the symbol it names turns local",
+       [&](std::string &bytes) {
+         llvm::ELF::Elf64_Sym symbol;
+         size_t at = symbolTable + named * sizeof(symbol);
+         std::memcpy(&symbol, bytes.data() + at, sizeof(symbol));
+         symbol.setBinding(llvm::ELF::STB_LOCAL);
+         std::memcpy(bytes.data() + at, &symbol, sizeof(symbol));
+       },
+       "is undefined with binding 0, neither global nor weak"},
+  };
+  for (const Damage &damage : damages) {
+    INFO(damage.what);
+    std::string bytes = original;
+    damage.apply(bytes);
+    auto blob = transport::ObjectBlob::fromBytes(bytes);
+    CHECK_THAT(failure(host->addObject(blob)),
+               Catch::Contains(blob.sha256) &&
+                   Catch::Contains("names a symbol the linker gives no address") &&
+                   Catch::Contains(damage.message));
+  }
+  auto add = kernel(COURIER_KERNEL_ADD);
+  REQUIRE_OK(host->addObject(add));
 }
