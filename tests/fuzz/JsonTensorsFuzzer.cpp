@@ -37,6 +37,14 @@ bool sameTensor(const Tensor &a, const Tensor &b) {
   return true;
 }
 
+/// The tensor as writeTensorJSON writes it, for messages.
+std::string describe(const Tensor &t) {
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  writeTensorJSON(os, t);
+  return text;
+}
+
 /// What a tensor read from JSON promises: as many bytes as its shape takes, and a reading
 /// back of what writeTensorJSON writes of it that gives it again. Its dtype and shape follow
 /// the JSON ({"dtype": ...} overrides the spec's); invoke checks both against the entry.
@@ -98,7 +106,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       broken("the two readings of an invoke body give different numbers of inputs");
     for (size_t i = 0; i < fast->size(); ++i)
       if (!sameTensor((*fast)[i], (*slow)[i]))
-        broken("the two readings of an invoke body give different input " + llvm::Twine(i));
+        broken("the two readings of an invoke body give different input " + llvm::Twine(i) +
+               ": " + describe((*fast)[i]) + " on demand, " + describe((*slow)[i]) +
+               " with llvm::json");
   }
   return 0;
 }

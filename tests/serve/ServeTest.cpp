@@ -1039,6 +1039,30 @@ TEST_CASE("NaN and the infinities travel as JSON strings both ways", "[serve]") 
   }
 }
 
+TEST_CASE("numbers with more digits than a double keeps are read as the nearest value", "[serve]") {
+  // Found by tests/fuzz (json-tensors): the on-demand reading got about one such number in
+  // ten wrong by powers of ten (0.221737119476327930079 as 0.000376...).
+  ServeProcess serve;
+  auto http = serve.client();
+  requireCreated(*http, "twice", kHostOnly);
+  const std::vector<std::string> numbers = {"0.221737119476327930079", "-0.36632425591253007892",
+                                            "0.1234567890123456789012",
+                                            "0.261601769254984650318634e-19"};
+  std::string body = R"({"inputs": [[)";
+  for (size_t i = 0; i < numbers.size(); ++i)
+    body += (i ? "," : "") + numbers[i];
+  body += "]]}";
+  Reply invoked = post(*http, "/v1/modules/twice/invoke/twice", body);
+  INFO(invoked.raw);
+  REQUIRE(invoked.status == 200);
+  const json &data = invoked.body["outputs"][0]["data"];
+  REQUIRE(data.size() == numbers.size());
+  for (size_t i = 0; i < numbers.size(); ++i) {
+    float x = static_cast<float>(std::strtod(numbers[i].c_str(), nullptr));
+    CHECK(static_cast<float>(data[i].get<double>()) == x + x);
+  }
+}
+
 TEST_CASE("outputs are printed in the shortest text that reads back in their own element type",
           "[serve]") {
   ServeProcess serve;
