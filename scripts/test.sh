@@ -4,45 +4,50 @@
 # UndefinedBehaviorSanitizer and LeakSanitizer and runs the suite there, leaving out by label
 # only the tests that measure memory or link uninstrumented code (docs/reliability.md).
 set -euo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
-case "${1:-}" in
-  "") sanitize=false ;;
-  --sanitize) sanitize=true ;;
-  *) echo "test.sh: unknown option '$1' (usage: test.sh [--sanitize])" >&2; exit 2 ;;
-esac
-"$root/scripts/install-deps.sh"
-if ! $sanitize; then
-  "$root/scripts/build.sh"
-  exec ctest --test-dir "${COURIER_BUILD_DIR:-$root/build}" --output-on-failure -j2
-fi
+# One function, called on the last line: bash reads all of it before running any, so a
+# checkout that rewrites this file during a long run cannot change what runs.
+main() {
+  root=$(cd "$(dirname "$0")/.." && pwd)
+  case "${1:-}" in
+    "") sanitize=false ;;
+    --sanitize) sanitize=true ;;
+    *) echo "test.sh: unknown option '$1' (usage: test.sh [--sanitize])" >&2; exit 2 ;;
+  esac
+  "$root/scripts/install-deps.sh"
+  if ! $sanitize; then
+    "$root/scripts/build.sh"
+    exec ctest --test-dir "${COURIER_BUILD_DIR:-$root/build}" --output-on-failure -j2
+  fi
 
-build=${COURIER_SANITIZE_BUILD_DIR:-$root/build-asan}
-# -O1 with line tables: the sanitizers' usual trade of build and run time against reports
-# that still name file and line.
-flags="-O1 -gline-tables-only -DNDEBUG"
-start=$(date +%s)
-COURIER_BUILD_DIR=$build "$root/scripts/build.sh" -DCOURIER_SANITIZE=ON \
-  -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=$flags" \
-  "-DCMAKE_C_FLAGS_RELWITHDEBINFO=$flags"
-built=$(date +%s)
-# The runtime options are built into every executable (tests/sanitizers/SanitizerOptions.c).
-# Reports go to files, one per process, so that a server or worker a test started and stopped
-# cannot leak, or touch memory it does not own, without failing the run.
-reports=$build/sanitizer-reports
-rm -rf "$reports"
-mkdir -p "$reports"
-export ASAN_OPTIONS="log_path=$reports/report${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
-export UBSAN_OPTIONS="log_path=$reports/report${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}"
-status=0
-ctest --test-dir "$build" --output-on-failure -j2 -LE '^(memory|uninstrumented)$' || status=$?
-echo "test.sh --sanitize: built in $((built - start)) s, tested in $(($(date +%s) - built)) s"
-found=("$reports"/report*)
-if [ -e "${found[0]}" ]; then
-  echo "test.sh --sanitize: ${#found[@]} processes wrote sanitizer reports:" >&2
-  for report in "${found[@]}"; do
-    echo "== $report" >&2
-    cat "$report" >&2
-  done
-  status=1
-fi
-exit $status
+  build=${COURIER_SANITIZE_BUILD_DIR:-$root/build-asan}
+  # -O1 with line tables: the sanitizers' usual trade of build and run time against reports
+  # that still name file and line.
+  flags="-O1 -gline-tables-only -DNDEBUG"
+  start=$(date +%s)
+  COURIER_BUILD_DIR=$build "$root/scripts/build.sh" -DCOURIER_SANITIZE=ON \
+    -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=$flags" \
+    "-DCMAKE_C_FLAGS_RELWITHDEBINFO=$flags"
+  built=$(date +%s)
+  # The runtime options are built into every executable (tests/sanitizers/SanitizerOptions.c).
+  # Reports go to files, one per process, so that a server or worker a test started and stopped
+  # cannot leak, or touch memory it does not own, without failing the run.
+  reports=$build/sanitizer-reports
+  rm -rf "$reports"
+  mkdir -p "$reports"
+  export ASAN_OPTIONS="log_path=$reports/report${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
+  export UBSAN_OPTIONS="log_path=$reports/report${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}"
+  status=0
+  ctest --test-dir "$build" --output-on-failure -j2 -LE '^(memory|uninstrumented)$' || status=$?
+  echo "test.sh --sanitize: built in $((built - start)) s, tested in $(($(date +%s) - built)) s"
+  found=("$reports"/report*)
+  if [ -e "${found[0]}" ]; then
+    echo "test.sh --sanitize: ${#found[@]} processes wrote sanitizer reports:" >&2
+    for report in "${found[@]}"; do
+      echo "== $report" >&2
+      cat "$report" >&2
+    done
+    status=1
+  fi
+  exit $status
+}
+main "$@"
