@@ -56,6 +56,27 @@ constexpr uint64_t kMaxCallReply = uint64_t{1} << 32;
 /// Words of a descriptor of the largest rank a launch may declare.
 constexpr size_t kMaxDescriptorWords = 3 + 2 * kMaxLaunchRank;
 
+/// Registers the LLVM target of the machine this code runs on. InitializeNativeTarget()
+/// reads that machine from llvm-config.h, which names the target of whoever built the
+/// headers: a cross build (cmake/aarch64-linux-gnu.cmake) compiles against the build
+/// machine's headers and would register x86-64 in an aarch64 executor. The compiler knows.
+void initializeHostTarget() {
+#if defined(__aarch64__)
+  LLVMInitializeAArch64TargetInfo();
+  LLVMInitializeAArch64Target();
+  LLVMInitializeAArch64TargetMC();
+  LLVMInitializeAArch64AsmPrinter();
+#elif defined(__x86_64__)
+  LLVMInitializeX86TargetInfo();
+  LLVMInitializeX86Target();
+  LLVMInitializeX86TargetMC();
+  LLVMInitializeX86AsmPrinter();
+#else
+  InitializeNativeTarget();
+  InitializeNativeTargetAsmPrinter();
+#endif
+}
+
 /// Null pointers after the input descriptors' pointers in `args`: a kernel reading more
 /// inputs than a launch declared (possible only for an object without signature tables)
 /// faults on a null descriptor instead of reading stack contents as one.
@@ -463,10 +484,7 @@ struct ObjectHost::Impl {
 Expected<std::unique_ptr<ObjectHost>> ObjectHost::create(std::shared_ptr<PluginSet> plugins,
                                                          ObjectHostOptions options) {
   static std::once_flag targetsReady;
-  std::call_once(targetsReady, [] {
-    InitializeNativeTarget();
-    InitializeNativeTargetAsmPrinter();
-  });
+  std::call_once(targetsReady, initializeHostTarget);
   if (!nullArguments())
     return makeError("mapping the object host's null arguments failed");
 

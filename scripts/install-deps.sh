@@ -1,11 +1,36 @@
 #!/usr/bin/env bash
 # Installs Courier's build and test dependencies from Debian packages; skips what is present.
+# With --aarch64, also what the aarch64 executor's cross build and its tests under qemu need
+# (docs/deploy.md, "An executor on an ARM board"): the arm64 architecture, the arm64
+# libraries the executor links, qemu-user-static and its binfmt_misc entry.
 set -euo pipefail
 
 packages=(cmake ninja-build pkg-config g++ python3 git curl
   llvm-22-dev libmlir-22-dev mlir-22-tools clang-22 lld-22 libclang-rt-22-dev
   libcpp-httplib-dev nlohmann-json3-dev catch2 libssl-dev openssl libbenchmark-dev libseccomp-dev
   prometheus-cpp-dev libsimdjson-dev libdragonbox-dev nginx)
+
+case "${1:-}" in
+  "") aarch64=false ;;
+  --aarch64) aarch64=true ;;
+  *) echo "install-deps: unknown option '$1' (usage: install-deps.sh [--aarch64])" >&2; exit 2 ;;
+esac
+
+sudo=""
+[ "$(id -u)" -eq 0 ] || sudo="sudo"
+
+if $aarch64; then
+  # The C and C++ runtimes and the libraries courier-executor links, for arm64 (Multi-Arch:
+  # same, so they sit beside the amd64 ones); the headers of LLVM and prometheus-cpp are the
+  # amd64 ones above, since their arm64 -dev packages cannot be installed beside them.
+  packages+=(qemu-user-static binfmt-support libc6-dev:arm64 libstdc++-12-dev:arm64
+    libllvm22:arm64 libcpp-httplib-dev:arm64 libssl-dev:arm64 libseccomp-dev:arm64
+    libprometheus-cpp-core1.0:arm64)
+  if ! dpkg --print-foreign-architectures | grep -qx arm64; then
+    echo "install-deps: adding the arm64 architecture"
+    $sudo dpkg --add-architecture arm64
+  fi
+fi
 
 missing=()
 for p in "${packages[@]}"; do
@@ -14,11 +39,28 @@ done
 
 if [ ${#missing[@]} -eq 0 ]; then
   echo "install-deps: all ${#packages[@]} packages present"
-  exit 0
+else
+  echo "install-deps: installing ${missing[*]}"
+  $sudo apt-get update -qq
+  # --no-remove: an arm64 library must have its amd64 twin's version; should apt want to
+  # remove packages to get there, stop and say so rather than take the toolchain away.
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends --no-remove \
+    "${missing[@]}"
 fi
 
-sudo=""
-[ "$(id -u)" -eq 0 ] || sudo="sudo"
-echo "install-deps: installing ${missing[*]}"
-$sudo apt-get update -qq
-DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+if $aarch64; then
+  # The kernel runs an aarch64 program through qemu once binfmt_misc has the entry: then a
+  # cross-built executor starts its aarch64 workers as it does on an ARM board. Containers
+  # without systemd may not have the file system mounted.
+  binfmt=/proc/sys/fs/binfmt_misc
+  if [ ! -e "$binfmt/register" ]; then
+    $sudo mount -t binfmt_misc binfmt_misc "$binfmt" || {
+      echo "install-deps: cannot mount binfmt_misc on $binfmt: aarch64 programs will not run" >&2
+      exit 1
+    }
+  fi
+  if ! grep -qx enabled "$binfmt/qemu-aarch64" 2>/dev/null; then
+    $sudo update-binfmts --enable qemu-aarch64
+  fi
+  echo "install-deps: aarch64 programs run here through $(sed -n 's/^interpreter //p' "$binfmt/qemu-aarch64")"
+fi
