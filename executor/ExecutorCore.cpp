@@ -2,6 +2,7 @@
 // worker process (or, without isolation, in this one). See executor/ExecutorCore.h.
 #include "executor/ExecutorCore.h"
 
+#include "executor/HostCpu.h"
 #include "executor/HostErrors.h"
 #include "executor/ObjectHost.h"
 #include "executor/WorkerPool.h"
@@ -1295,11 +1296,9 @@ HealthReport ExecutorCore::health() {
   HealthReport report;
   report.version = COURIER_VERSION;
   report.triple = llvm::sys::getProcessTriple();
-  report.cpu = llvm::sys::getHostCPUName().str();
-  for (const auto &f : llvm::sys::getHostCPUFeatures())
-    if (f.second)
-      report.features.push_back(f.first().str());
-  std::sort(report.features.begin(), report.features.end());
+  HostCpu cpu = describeHostCpu();
+  report.cpu = std::move(cpu.name);
+  report.features = std::move(cpu.features);
   {
     std::lock_guard<std::mutex> lock(impl->sessionsMutex);
     report.sessions = impl->sessions.size();

@@ -1,0 +1,75 @@
+// The host CPU's name and features for health reports (executor/HostCpu.h).
+#include "executor/HostCpu.h"
+
+#include "llvm/ADT/StringMap.h"
+#include "llvm/TargetParser/Host.h"
+
+#include <algorithm>
+
+#if defined(__aarch64__) && defined(__linux__)
+#include <sys/auxv.h>
+#endif
+
+namespace courier::executor {
+
+namespace {
+
+// Bits of the kernel's AT_HWCAP and AT_HWCAP2 words (arch/arm64/include/uapi/asm/hwcap.h),
+// spelled out so that the table below compiles, and is tested, on any host.
+constexpr uint64_t kHwcapFp = 1 << 0, kHwcapAsimd = 1 << 1, kHwcapAes = 1 << 3,
+                   kHwcapPmull = 1 << 4, kHwcapSha1 = 1 << 5, kHwcapSha2 = 1 << 6,
+                   kHwcapCrc32 = 1 << 7, kHwcapAtomics = 1 << 8, kHwcapSha3 = 1 << 17,
+                   kHwcapSm4 = 1 << 19, kHwcapSve = 1 << 22;
+constexpr uint64_t kHwcap2Sve2 = 1 << 1, kHwcap2SveAes = 1 << 2, kHwcap2SveSha3 = 1 << 5,
+                   kHwcap2SveSm4 = 1 << 6, kHwcap2Rng = 1 << 16;
+
+struct FeatureBits {
+  uint64_t hwcap, hwcap2; ///< Every bit must be set.
+  const char *llvmName;
+};
+
+// The words of the Features line LLVM 22 maps to features, by the bits the kernel prints
+// them for; LLVM needs both halves of each crypto pair.
+constexpr FeatureBits kFeatures[] = {
+    {kHwcapFp, 0, "fp-armv8"},
+    {kHwcapAsimd, 0, "neon"},
+    {kHwcapAes | kHwcapPmull, 0, "aes"},
+    {kHwcapSha1 | kHwcapSha2, 0, "sha2"},
+    {kHwcapCrc32, 0, "crc"},
+    {kHwcapAtomics, 0, "lse"},
+    {kHwcapSha3, 0, "sha3"},
+    {kHwcapSm4, 0, "sm4"},
+    {kHwcapSve, 0, "sve"},
+    {0, kHwcap2Sve2, "sve2"},
+    {0, kHwcap2SveAes, "sve-aes"},
+    {0, kHwcap2SveSha3, "sve-sha3"},
+    {0, kHwcap2SveSm4, "sve-sm4"},
+    {0, kHwcap2Rng, "rand"},
+};
+
+} // namespace
+
+std::vector<std::string> aarch64FeaturesFromHwcaps(uint64_t hwcap, uint64_t hwcap2) {
+  std::vector<std::string> features;
+  for (const FeatureBits &f : kFeatures)
+    if ((hwcap & f.hwcap) == f.hwcap && (hwcap2 & f.hwcap2) == f.hwcap2)
+      features.push_back(f.llvmName);
+  std::sort(features.begin(), features.end());
+  return features;
+}
+
+HostCpu describeHostCpu() {
+  HostCpu cpu;
+  cpu.name = llvm::sys::getHostCPUName().str();
+  for (const auto &feature : llvm::sys::getHostCPUFeatures())
+    if (feature.second)
+      cpu.features.push_back(feature.first().str());
+#if defined(__aarch64__) && defined(__linux__)
+  if (cpu.features.empty())
+    cpu.features = aarch64FeaturesFromHwcaps(getauxval(AT_HWCAP), getauxval(AT_HWCAP2));
+#endif
+  std::sort(cpu.features.begin(), cpu.features.end());
+  return cpu;
+}
+
+} // namespace courier::executor

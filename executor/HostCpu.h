@@ -1,0 +1,30 @@
+// The host CPU as health reports it: LLVM's name for it and its enabled features by LLVM's
+// names, with what 64-bit ARM Linux says when LLVM's own reading finds nothing.
+#ifndef COURIER_EXECUTOR_HOSTCPU_H
+#define COURIER_EXECUTOR_HOSTCPU_H
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace courier::executor {
+
+struct HostCpu {
+  std::string name;                  ///< llvm::sys::getHostCPUName(): "znver3", "generic".
+  std::vector<std::string> features; ///< Enabled features, sorted: "avx2", "neon".
+};
+
+/// This machine's CPU. On aarch64 Linux, LLVM reads the features from the "Features" line of
+/// /proc/cpuinfo, which the kernel writes from the hardware capability words it also puts in
+/// every process's auxiliary vector; under qemu-user the file is the emulating machine's and
+/// has no such line, so when LLVM finds no feature the words themselves are read.
+HostCpu describeHostCpu();
+
+/// The LLVM features that LLVM 22 reads from a /proc/cpuinfo "Features" line the kernel writes
+/// for these AT_HWCAP and AT_HWCAP2 words (asm/hwcap.h): "asimd" is neon, "aes" with "pmull"
+/// is aes, and so on. Sorted. Defined on every host, for its tests.
+std::vector<std::string> aarch64FeaturesFromHwcaps(uint64_t hwcap, uint64_t hwcap2);
+
+} // namespace courier::executor
+
+#endif // COURIER_EXECUTOR_HOSTCPU_H
