@@ -1,7 +1,8 @@
 // Transport benchmarks, each against its own floor measured in the same run: HTTP launch
 // latency vs a raw TCP ping-pong, 64 MiB launches vs raw sockets and bare cpp-httplib
 // streaming, local launches vs a direct call, and the same-host shared-memory channel vs
-// raw TCP. Prints figures and ratios (see
+// raw TCP; and, with the aarch64 executor of cmake/Aarch64Executor.cmake, the same launches on
+// it under qemu-user beside the native executor's. Prints figures and ratios (see
 // docs/performance.md).
 #include "bench/BenchSupport.h"
 #include "executor/LocalBackend.h"
@@ -31,6 +32,8 @@
 
 using namespace courier::transport;
 using courier::testing::ExecutorProcess;
+using courier::testing::ServerProcess;
+using courier::testing::ServerSpec;
 using Clock = std::chrono::steady_clock;
 using courier::bench::check;
 using courier::bench::die;
@@ -412,6 +415,111 @@ void shared(int n, int mib, int reps, bool isolated) {
   std::printf("ratio shm-bandwidth/raw-tcp %.2fx (target >= 1.50x)\n", rawBulkTime / shmBulkTime);
 }
 
+#ifdef COURIER_AARCH64_EXECUTOR
+/// One executor of the emulation comparison, with a session holding its machine's objects.
+struct EmulationSide {
+  std::unique_ptr<ServerProcess> executor;
+  std::unique_ptr<Backend> backend;
+  std::string session;
+  ObjectBlob shapes, scale;
+};
+
+EmulationSide startSide(const std::string &program, const std::string &name, const char *shapesPath,
+                        const char *scalePath) {
+  EmulationSide side;
+  // --no-sandbox on both sides: qemu-user cannot load the seccomp filter, and the comparison
+  // is of the machines, not of the filter.
+  side.executor = std::make_unique<ServerProcess>(
+      ServerSpec{program, name, 0, "", {"--quiet", "--no-sandbox"}});
+  side.backend = check(createHttpBackend(side.executor->address(), {}), "connecting");
+  side.session = check(side.backend->openSession(), "opening a session");
+  side.shapes = loadObject(shapesPath);
+  side.scale = loadObject(scalePath);
+  check(side.backend->shipObject(side.session, side.shapes), "shipping");
+  check(side.backend->shipObject(side.session, side.scale), "shipping");
+  return side;
+}
+
+/// The aarch64 executor under qemu-user against the native x86-64 one, in the same run: a
+/// noop launch round trip and a 64 MiB scale launch (64 MiB in, 64 MiB out) on each, over
+/// loopback TCP, each in a worker process as deployed.
+void emulated(int n, int mib, int reps) {
+  std::printf("== aarch64 executor under qemu-user vs the native one, both --no-sandbox: noop "
+              "launch round trip, %d each, interleaved in blocks of %d; %d MiB in + %d MiB out, "
+              "median of %d interleaved rounds\n",
+              n, std::min(n, 200), mib, mib, reps);
+  EmulationSide native = startSide(COURIER_EXECUTOR_PATH, "courier-executor", COURIER_KERNEL_SHAPES,
+                                   COURIER_KERNEL_SCALE);
+  EmulationSide arm = startSide(COURIER_AARCH64_EXECUTOR, "courier-executor-aarch64",
+                                COURIER_KERNEL_SHAPES_AARCH64, COURIER_KERNEL_SCALE_AARCH64);
+  auto noop = [](EmulationSide &side) {
+    return [&side] {
+      check(side.backend->launch(side.session, side.shapes, "_catalyst_pyface_noop", {}, {}),
+            "launching");
+    };
+  };
+  std::function<void()> nativeNoop = noop(native), armNoop = noop(arm);
+  std::vector<double> nativeTimes, armTimes;
+  int block = std::min(n, 200);
+  measure(block, 0, nativeNoop, nativeTimes);
+  measure(block, 0, armNoop, armTimes);
+  for (int done = 0; done < n; done += block) {
+    measure(0, block, nativeNoop, nativeTimes);
+    measure(0, block, armNoop, armTimes);
+  }
+  Percentiles nativeLaunch = percentiles(nativeTimes), armLaunch = percentiles(armTimes);
+
+  const size_t bytes = size_t(mib) << 20;
+  std::vector<char> input(bytes, 1);
+  int64_t elements = static_cast<int64_t>(bytes / 8);
+  TensorView view{input.data(), 8, {elements}, {1}};
+  auto scale = [&](EmulationSide &side) {
+    auto r = check(
+        side.backend->launch(side.session, side.scale, "_catalyst_pyface_scale", {view}, {{1, 8}}),
+        "launching");
+    if (r[0].sizes[0] != elements)
+      die("scale returned the wrong size");
+  };
+  auto time = [](const std::function<void()> &once) {
+    auto start = Clock::now();
+    once();
+    return std::chrono::duration<double>(Clock::now() - start).count();
+  };
+  scale(native);
+  scale(arm);
+  auto kernelSum = [](EmulationSide &side) {
+    return side.executor->metric("courier_launch_duration_seconds_sum");
+  };
+  double nativeKernelBefore = kernelSum(native), armKernelBefore = kernelSum(arm);
+  std::vector<double> nativeBulk, armBulk;
+  for (int i = 0; i < reps; ++i) {
+    nativeBulk.push_back(time([&] { scale(native); }));
+    armBulk.push_back(time([&] { scale(arm); }));
+  }
+  double nativeKernel = (kernelSum(native) - nativeKernelBefore) / double(reps);
+  double armKernel = (kernelSum(arm) - armKernelBefore) / double(reps);
+
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  double nativeBulkTime = median(nativeBulk), armBulkTime = median(armBulk);
+  auto rate = [&](double s) { return 2.0 * double(bytes) / s / 1e9; };
+  std::printf("  native noop launch       p50 %8.1f us  p99 %8.1f us\n", nativeLaunch.p50,
+              nativeLaunch.p99);
+  std::printf("  emulated noop launch     p50 %8.1f us  p99 %8.1f us\n", armLaunch.p50,
+              armLaunch.p99);
+  std::printf("  native %d MiB scale      %8.1f ms  %5.2f GB/s  (kernel %.1f ms)\n", mib,
+              nativeBulkTime * 1e3, rate(nativeBulkTime), nativeKernel * 1e3);
+  std::printf("  emulated %d MiB scale    %8.1f ms  %5.2f GB/s  (kernel %.1f ms)\n", mib,
+              armBulkTime * 1e3, rate(armBulkTime), armKernel * 1e3);
+  std::printf("  ratio emulated/native: noop launch p50 %.1fx, %d MiB launch %.1fx, its kernel "
+              "%.1fx\n",
+              armLaunch.p50 / nativeLaunch.p50, mib, armBulkTime / nativeBulkTime,
+              armKernel / nativeKernel);
+}
+#endif
+
 void noopFunction(void *, void *) {}
 
 void local(int n) {
@@ -467,5 +575,16 @@ int main(int argc, char **argv) {
     // "shm none": the executor runs kernels in its own process, for the channel's cost alone.
     shared(smoke ? 200 : 20000, smoke ? 4 : 64, smoke ? 1 : 9,
            !(argc > 2 && std::string(argv[2]) == "none"));
+  // Not in "all" or "smoke": only a build with the aarch64 executor has it ("emulated-smoke"
+  // is its own ctest).
+  if (which == "emulated" || which == "emulated-smoke") {
+#ifdef COURIER_AARCH64_EXECUTOR
+    bool brief = which == "emulated-smoke";
+    emulated(brief ? 50 : 2000, brief ? 4 : 64, brief ? 1 : 5);
+#else
+    die("this build has no aarch64 executor: scripts/install-deps.sh --aarch64 installs what "
+        "it needs, then configure again");
+#endif
+  }
   return 0;
 }

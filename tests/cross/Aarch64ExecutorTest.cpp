@@ -1,0 +1,300 @@
+// The aarch64 courier-executor (cmake/aarch64-linux-gnu.cmake) under qemu-user on a loopback
+// port, driven by this x86-64 process: programs whose target module names the aarch64 triple
+// run there with their numbers checked, an x86-64 object is refused, health names the board.
+// The kernel runs the executor and its workers through binfmt_misc's qemu-aarch64 entry, as
+// it would any program; qemu-user cannot load a seccomp filter (the filter would apply to
+// qemu's own system calls), so the executor runs with --no-sandbox (docs/deploy.md).
+#include "jit/Engine.h"
+#include "transport/HttpBackend.h"
+
+#include "tests/jit/TestSupport.h"
+#include "tests/kernels/KernelPaths.h"
+#include "tests/support/ServerProcess.h"
+
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include <dirent.h>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+using namespace courier;
+using courier::testing::failed;
+using courier::testing::ok;
+using courier::testing::optionsIn;
+using courier::testing::TempDir;
+using courier::testing::values;
+
+namespace {
+
+std::string readText(const std::string &path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+/// Fails the test, saying how to fix it, unless the kernel runs aarch64 programs here.
+void requireAarch64Programs() {
+  std::string entry = readText("/proc/sys/fs/binfmt_misc/qemu-aarch64");
+  INFO("aarch64 programs run here through binfmt_misc's qemu-aarch64 entry, which is "
+       << (entry.empty() ? "absent" : "disabled")
+       << "; scripts/install-deps.sh --aarch64 installs and enables it");
+  REQUIRE(entry.compare(0, 7, "enabled") == 0);
+}
+
+/// The aarch64 executor with the aarch64 build of tests/kernels/plugin.c, in the worker
+/// model it has on x86-64 (one sandboxed worker process per session) less the seccomp filter.
+std::unique_ptr<testing::ServerProcess> startAarch64Executor() {
+  requireAarch64Programs();
+  return std::make_unique<testing::ServerProcess>(
+      testing::ServerSpec{COURIER_AARCH64_EXECUTOR,
+                          "courier-executor-aarch64",
+                          0,
+                          "",
+                          {"--no-sandbox", "--quiet", "--plugin", COURIER_AARCH64_PLUGIN}});
+}
+
+/// `text` with every ADDRESS replaced by `address`.
+std::string at(std::string text, const std::string &address) {
+  for (size_t i = text.find("ADDRESS"); i != std::string::npos; i = text.find("ADDRESS", i))
+    text.replace(i, 7, address);
+  return text;
+}
+
+// One entry per case; the kernels compute with numbers whose results are exact, so any
+// difference is an error in shipping, linking or the aarch64 code, not rounding.
+const char *kBoardProgram = R"mlir(
+module @app {
+  func.func public @f32_rank0(%x: tensor<f32>) -> tensor<f32> {
+    %y = catalyst.launch_kernel @board::@halve_plus_quarter(%x) : (tensor<f32>) -> tensor<f32>
+    return %y : tensor<f32>
+  }
+  func.func public @f64_rank1(%x: tensor<5xf64>) -> tensor<5xf64> {
+    %y = catalyst.launch_kernel @board::@square_plus_one(%x) : (tensor<5xf64>) -> tensor<5xf64>
+    return %y : tensor<5xf64>
+  }
+  func.func public @i32_rank2(%x: tensor<2x3xi32>) -> tensor<2x3xi32> {
+    %y = catalyst.launch_kernel @board::@triple_minus_seven(%x)
+        : (tensor<2x3xi32>) -> tensor<2x3xi32>
+    return %y : tensor<2x3xi32>
+  }
+  func.func public @i64_rank3(%x: tensor<2x2x2xi64>) -> tensor<2x2x2xi64> {
+    %y = catalyst.launch_kernel @board::@times_2_33_plus_one(%x)
+        : (tensor<2x2x2xi64>) -> tensor<2x2x2xi64>
+    return %y : tensor<2x2x2xi64>
+  }
+  func.func public @two_results(%a: tensor<3xf64>, %b: tensor<3xi32>)
+      -> (tensor<3xf64>, tensor<3xi32>) {
+    %q, %m = catalyst.launch_kernel @board::@quarter_and_times_minus_two(%a, %b)
+        : (tensor<3xf64>, tensor<3xi32>) -> (tensor<3xf64>, tensor<3xi32>)
+    return %q, %m : tensor<3xf64>, tensor<3xi32>
+  }
+  func.func public @sum_on_board(%a: f64, %b: f64, %c: f64) -> f64 {
+    %r = catalyst.runtime_call fn("courier_test_sum") (%a, %b, %c)
+        {c_params = ["f64", "f64", "f64"], c_result = "f64", dispatch = "ADDRESS"}
+        : (f64, f64, f64) -> f64
+    return %r : f64
+  }
+  module @board attributes {catalyst.target = {triple = "aarch64-unknown-linux-gnu"},
+                            catalyst.dispatch = {address = "ADDRESS"}} {
+    func.func public @halve_plus_quarter(%x: tensor<f32>) -> tensor<f32> {
+      %half = arith.constant dense<0.5> : tensor<f32>
+      %quarter = arith.constant dense<0.25> : tensor<f32>
+      %h = arith.mulf %x, %half : tensor<f32>
+      %y = arith.addf %h, %quarter : tensor<f32>
+      return %y : tensor<f32>
+    }
+    func.func public @square_plus_one(%x: tensor<5xf64>) -> tensor<5xf64> {
+      %one = arith.constant dense<1.0> : tensor<5xf64>
+      %s = arith.mulf %x, %x : tensor<5xf64>
+      %y = arith.addf %s, %one : tensor<5xf64>
+      return %y : tensor<5xf64>
+    }
+    func.func public @triple_minus_seven(%x: tensor<2x3xi32>) -> tensor<2x3xi32> {
+      %three = arith.constant dense<3> : tensor<2x3xi32>
+      %seven = arith.constant dense<7> : tensor<2x3xi32>
+      %t = arith.muli %x, %three : tensor<2x3xi32>
+      %y = arith.subi %t, %seven : tensor<2x3xi32>
+      return %y : tensor<2x3xi32>
+    }
+    func.func public @times_2_33_plus_one(%x: tensor<2x2x2xi64>) -> tensor<2x2x2xi64> {
+      %big = arith.constant dense<8589934592> : tensor<2x2x2xi64>
+      %t = arith.muli %x, %big : tensor<2x2x2xi64>
+      %y = arith.addi %t, %x : tensor<2x2x2xi64>
+      return %y : tensor<2x2x2xi64>
+    }
+    func.func public @quarter_and_times_minus_two(%a: tensor<3xf64>, %b: tensor<3xi32>)
+        -> (tensor<3xf64>, tensor<3xi32>) {
+      %four = arith.constant dense<4.0> : tensor<3xf64>
+      %minus_two = arith.constant dense<-2> : tensor<3xi32>
+      %q = arith.divf %a, %four : tensor<3xf64>
+      %m = arith.muli %b, %minus_two : tensor<3xi32>
+      return %q, %m : tensor<3xf64>, tensor<3xi32>
+    }
+  }
+}
+)mlir";
+
+/// The shape and element type of `t`, then its values.
+void checkTensor(const Tensor &t, DType dtype, std::vector<int64_t> shape,
+                 std::vector<double> expected) {
+  CHECK(t.dtype == dtype);
+  CHECK(t.shape == shape);
+  CHECK(values(t) == expected);
+}
+
+} // namespace
+
+TEST_CASE("the aarch64 executor reports its triple, its CPU's features and its workers",
+          "[cross]") {
+  auto executor = startAarch64Executor();
+  httplib::Result res = executor->client()->Get("/v1/health");
+  REQUIRE(res);
+  REQUIRE(res->status == 200);
+  auto health = nlohmann::json::parse(res->body);
+  INFO(res->body);
+  CHECK(health["triple"] == "aarch64-unknown-linux-gnu");
+  // Every Armv8-A CPU Linux runs on has these two; qemu's emulated CPU has many more.
+  std::vector<std::string> features = health["features"];
+  CHECK(std::find(features.begin(), features.end(), "neon") != features.end());
+  CHECK(std::find(features.begin(), features.end(), "fp-armv8") != features.end());
+  CHECK(std::is_sorted(features.begin(), features.end()));
+  CHECK(health["isolation"] == "process");
+
+  // A session is served by an aarch64 worker process of its own, a child of the executor.
+  res = executor->client()->Post("/v1/sessions", "", "application/json");
+  REQUIRE(res);
+  REQUIRE(res->status == 201);
+  int workers = 0;
+  DIR *proc = opendir("/proc");
+  REQUIRE(proc);
+  while (dirent *entry = readdir(proc)) {
+    std::string pid = entry->d_name;
+    if (pid.find_first_not_of("0123456789") != std::string::npos)
+      continue;
+    std::string stat = readText("/proc/" + pid + "/stat");
+    size_t close = stat.rfind(')');
+    if (close == std::string::npos)
+      continue;
+    std::istringstream fields(stat.substr(close + 2));
+    char state;
+    pid_t parent = 0;
+    fields >> state >> parent;
+    std::string cmdline = readText("/proc/" + pid + "/cmdline");
+    if (parent == executor->processId() &&
+        cmdline.find(COURIER_AARCH64_WORKER) != std::string::npos)
+      ++workers;
+  }
+  closedir(proc);
+  CHECK(workers > 0);
+}
+
+TEST_CASE("a program whose target module names aarch64 runs on the aarch64 executor", "[cross]") {
+  auto executor = startAarch64Executor();
+  TempDir dir;
+  Engine engine(optionsIn(dir));
+  auto module = engine.compile(at(kBoardProgram, executor->address()), "board.mlir");
+  REQUIRE(ok(module));
+  Module &board = **module;
+
+  SECTION("f32 of rank 0") {
+    auto out = board.invoke("f32_rank0", {Tensor::fromDoubles(DType::F32, {}, {-1.75})});
+    REQUIRE(ok(out));
+    REQUIRE(out->size() == 1);
+    checkTensor((*out)[0], DType::F32, {}, {-0.625});
+  }
+  SECTION("f64 of rank 1") {
+    auto out = board.invoke("f64_rank1",
+                            {Tensor::fromDoubles(DType::F64, {5}, {0.5, -1.5, 2, 3.25, -4096})});
+    REQUIRE(ok(out));
+    REQUIRE(out->size() == 1);
+    checkTensor((*out)[0], DType::F64, {5}, {1.25, 3.25, 5, 11.5625, 16777217});
+  }
+  SECTION("i32 of rank 2") {
+    auto out = board.invoke(
+        "i32_rank2",
+        {Tensor::fromDoubles(DType::I32, {2, 3}, {0, 1, -1, 1000, -1000, 1000000000})});
+    REQUIRE(ok(out));
+    REQUIRE(out->size() == 1);
+    // 3 * 10^9 wraps in 32 bits, to 3 * 10^9 - 2^32.
+    checkTensor((*out)[0], DType::I32, {2, 3}, {-7, -4, -10, 2993, -3007, -1294967303});
+  }
+  SECTION("i64 of rank 3") {
+    auto out = board.invoke(
+        "i64_rank3", {Tensor::fromDoubles(DType::I64, {2, 2, 2}, {0, 1, -1, 2, -3, 4, 100, -255})});
+    REQUIRE(ok(out));
+    REQUIRE(out->size() == 1);
+    const double k = 8589934593.0; // 2^33 + 1: products beyond 32 bits, exact as doubles
+    checkTensor((*out)[0], DType::I64, {2, 2, 2},
+                {0, k, -k, 2 * k, -3 * k, 4 * k, 100 * k, -255 * k});
+  }
+  SECTION("two results of two element types") {
+    auto out =
+        board.invoke("two_results", {Tensor::fromDoubles(DType::F64, {3}, {1, -2.5, 10}),
+                                     Tensor::fromDoubles(DType::I32, {3}, {3, -4, 2147483647})});
+    REQUIRE(ok(out));
+    REQUIRE(out->size() == 2);
+    checkTensor((*out)[0], DType::F64, {3}, {0.25, -0.625, 2.5});
+    // -2 * (2^31 - 1) = -2^32 + 2 wraps to 2 in 32 bits.
+    checkTensor((*out)[1], DType::I32, {3}, {-6, 8, 2});
+  }
+  SECTION("a call into the aarch64 plugin") {
+    auto out = board.invoke("sum_on_board", {Tensor::fromDoubles(DType::F64, {}, {0.5}),
+                                             Tensor::fromDoubles(DType::F64, {}, {1.25}),
+                                             Tensor::fromDoubles(DType::F64, {}, {-3})});
+    REQUIRE(ok(out));
+    REQUIRE(out->size() == 1);
+    checkTensor((*out)[0], DType::F64, {}, {-1.25});
+  }
+  CHECK(executor->metric("courier_sessions") == 1);
+}
+
+TEST_CASE("an x86-64 object sent to the aarch64 executor is refused naming both machines",
+          "[cross]") {
+  auto executor = startAarch64Executor();
+  TempDir dir;
+  Engine engine(optionsIn(dir));
+  std::string text = at(kBoardProgram, executor->address());
+  text.replace(text.find("aarch64-unknown-linux-gnu"), 25, "x86_64-unknown-linux-gnu");
+  auto module = engine.compile(text, "x86.mlir");
+  REQUIRE(failed(module));
+  std::string message;
+  llvm::handleAllErrors(module.takeError(), [&](const EngineError &e) {
+    CHECK(e.kind == ErrorCode::ExecutorFailed);
+    message = e.message;
+  });
+  CHECK_THAT(message, Catch::Contains("is for x86_64 but this executor runs aarch64"));
+
+  // The executor's own word for it, to a client that ships a compiled x86-64 kernel.
+  auto backend = transport::createHttpBackend(executor->address(), {});
+  REQUIRE(ok(backend));
+  auto session = (*backend)->openSession();
+  REQUIRE(ok(session));
+  auto bytes = llvm::MemoryBuffer::getFile(COURIER_KERNEL_SCALE);
+  REQUIRE(bytes);
+  auto object = transport::ObjectBlob::fromBytes((*bytes)->getBuffer().str());
+  llvm::Error shipped = (*backend)->shipObject(*session, object);
+  REQUIRE(static_cast<bool>(shipped));
+  llvm::handleAllErrors(std::move(shipped), [&](const transport::CodedError &e) {
+    CHECK(e.kind == ErrorCode::InvalidObject);
+    CHECK_THAT(e.message, Catch::Contains("is for x86_64 but this executor runs aarch64"));
+  });
+  // The executor goes on serving.
+  httplib::Result res = executor->client()->Get("/v1/health");
+  REQUIRE(res);
+  CHECK(res->status == 200);
+}
+
+TEST_CASE("under qemu-user the aarch64 executor cannot sandbox its workers and says so",
+          "[cross]") {
+  requireAarch64Programs();
+  auto [status, log] =
+      testing::runServerToExit(COURIER_AARCH64_EXECUTOR, {"--listen", "127.0.0.1:0", "--quiet"});
+  CHECK(status != 0);
+  CHECK_THAT(log, Catch::Contains("loading the seccomp filter"));
+  CHECK_THAT(log, Catch::Contains("--no-sandbox"));
+}
