@@ -61,6 +61,19 @@ inline void measure(int warmup, int n, const std::function<void()> &once, std::v
   }
 }
 
+/// The seconds one call of `once` takes.
+inline double secondsOf(const std::function<void()> &once) {
+  auto start = std::chrono::steady_clock::now();
+  once();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+/// The middle of a run of timings (the upper one of an even count).
+inline double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
 inline Percentiles percentiles(std::vector<double> us) {
   double total = 0;
   for (double u : us)

@@ -39,8 +39,10 @@ using courier::bench::check;
 using courier::bench::die;
 using courier::bench::loadObject;
 using courier::bench::measure;
+using courier::bench::median;
 using courier::bench::Percentiles;
 using courier::bench::percentiles;
+using courier::bench::secondsOf;
 
 namespace {
 
@@ -85,6 +87,15 @@ bool recvAll(int fd, char *data, size_t size) {
     size -= static_cast<size_t>(n);
   }
   return true;
+}
+
+/// A launch of tests/kernels/scale.c's `scale` on `view`, a 1-D f64 tensor, checked for size.
+void launchScale(Backend &backend, const std::string &session, const ObjectBlob &scale,
+                 const TensorView &view) {
+  auto r = check(backend.launch(session, scale, "_catalyst_pyface_scale", {view}, {{1, 8}}),
+                 "launching");
+  if (r[0].sizes[0] != view.sizes[0])
+    die("scale returned the wrong size");
 }
 
 /// A courier-executor process, as deployed, on a free loopback port.
@@ -234,12 +245,7 @@ void bandwidth(int mib, int reps) {
   check(backend->shipObject(session, scale), "shipping");
   int64_t n = static_cast<int64_t>(bytes / 8);
   TensorView view{input.data(), 8, {n}, {1}};
-  auto courierOnce = [&] {
-    auto r = check(backend->launch(session, scale, "_catalyst_pyface_scale", {view}, {{1, 8}}),
-                   "launching");
-    if (r[0].sizes[0] != n)
-      die("scale returned the wrong size");
-  };
+  auto courierOnce = [&] { launchScale(*backend, session, scale, view); };
 
   // Rounds alternate the three paths, so load from elsewhere on the machine falls on all
   // of them alike.
@@ -248,15 +254,10 @@ void bandwidth(int mib, int reps) {
   courierOnce();
   double kernelBefore = executor.metric("courier_launch_duration_seconds_sum");
   std::vector<double> raws, bares, couriers;
-  auto time = [](const std::function<void()> &once) {
-    auto start = Clock::now();
-    once();
-    return std::chrono::duration<double>(Clock::now() - start).count();
-  };
   for (int i = 0; i < reps; ++i) {
-    raws.push_back(time(rawOnce));
-    bares.push_back(time(bareOnce));
-    couriers.push_back(time(courierOnce));
+    raws.push_back(secondsOf(rawOnce));
+    bares.push_back(secondsOf(bareOnce));
+    couriers.push_back(secondsOf(courierOnce));
   }
   // The executor's own account of time spent inside the kernel (allocating its result and
   // computing), which the bare transfers do not do.
@@ -271,10 +272,6 @@ void bandwidth(int mib, int reps) {
   server.stop();
   serving.join();
 
-  auto median = [](std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-  };
   double raw = median(raws), bare = median(bares), courier = median(couriers);
   auto rate = [&](double s) { return 2.0 * double(bytes) / s / 1e9; };
   std::printf("  raw loopback socket      %7.1f ms  %5.2f GB/s\n", raw * 1e3, rate(raw));
@@ -365,25 +362,15 @@ void shared(int n, int mib, int reps, bool isolated) {
   };
   int64_t elements = static_cast<int64_t>(bytes / 8);
   TensorView view{input.data() + 8, 8, {elements}, {1}};
-  auto shmBulk = [&] {
-    auto r = check(backend->launch(session, scale, "_catalyst_pyface_scale", {view}, {{1, 8}}),
-                   "launching");
-    if (r[0].sizes[0] != elements)
-      die("scale returned the wrong size");
-  };
-  auto time = [](const std::function<void()> &once) {
-    auto start = Clock::now();
-    once();
-    return std::chrono::duration<double>(Clock::now() - start).count();
-  };
+  auto shmBulk = [&] { launchScale(*backend, session, scale, view); };
   rawBulk();
   shmBulk();
   double kernelBefore = executor.metric("courier_launch_duration_seconds_sum");
   double launchesBefore = executor.metric("courier_shm_launches_total");
   std::vector<double> rawTimes, shmTimes;
   for (int i = 0; i < reps; ++i) {
-    rawTimes.push_back(time(rawBulk));
-    shmTimes.push_back(time(shmBulk));
+    rawTimes.push_back(secondsOf(rawBulk));
+    shmTimes.push_back(secondsOf(shmBulk));
   }
   double kernel =
       (executor.metric("courier_launch_duration_seconds_sum") - kernelBefore) / double(reps);
@@ -395,10 +382,6 @@ void shared(int n, int mib, int reps, bool isolated) {
   if (overShm != reps)
     die("the bandwidth launches did not all cross shared memory");
 
-  auto median = [](std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-  };
   double rawBulkTime = median(rawTimes), shmBulkTime = median(shmTimes);
   auto rate = [&](double s) { return 2.0 * double(bytes) / s / 1e9; };
   std::printf("  raw TCP ping-pong        p50 %7.1f us  p99 %7.1f us\n", raw.p50, raw.p99);
@@ -474,16 +457,7 @@ void emulated(int n, int mib, int reps) {
   int64_t elements = static_cast<int64_t>(bytes / 8);
   TensorView view{input.data(), 8, {elements}, {1}};
   auto scale = [&](EmulationSide &side) {
-    auto r = check(
-        side.backend->launch(side.session, side.scale, "_catalyst_pyface_scale", {view}, {{1, 8}}),
-        "launching");
-    if (r[0].sizes[0] != elements)
-      die("scale returned the wrong size");
-  };
-  auto time = [](const std::function<void()> &once) {
-    auto start = Clock::now();
-    once();
-    return std::chrono::duration<double>(Clock::now() - start).count();
+    launchScale(*side.backend, side.session, side.scale, view);
   };
   scale(native);
   scale(arm);
@@ -493,16 +467,12 @@ void emulated(int n, int mib, int reps) {
   double nativeKernelBefore = kernelSum(native), armKernelBefore = kernelSum(arm);
   std::vector<double> nativeBulk, armBulk;
   for (int i = 0; i < reps; ++i) {
-    nativeBulk.push_back(time([&] { scale(native); }));
-    armBulk.push_back(time([&] { scale(arm); }));
+    nativeBulk.push_back(secondsOf([&] { scale(native); }));
+    armBulk.push_back(secondsOf([&] { scale(arm); }));
   }
   double nativeKernel = (kernelSum(native) - nativeKernelBefore) / double(reps);
   double armKernel = (kernelSum(arm) - armKernelBefore) / double(reps);
 
-  auto median = [](std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-  };
   double nativeBulkTime = median(nativeBulk), armBulkTime = median(armBulk);
   auto rate = [&](double s) { return 2.0 * double(bytes) / s / 1e9; };
   std::printf("  native noop launch       p50 %8.1f us  p99 %8.1f us\n", nativeLaunch.p50,
