@@ -60,6 +60,9 @@ if $aarch64; then
     }
   fi
   if ! grep -qx enabled "$binfmt/qemu-aarch64" 2>/dev/null; then
+    # The package's entry is imported when binfmt-support is configured before it, which one
+    # apt run does not promise.
+    [ -e /var/lib/binfmts/qemu-aarch64 ] || $sudo update-binfmts --import qemu-aarch64
     $sudo update-binfmts --enable qemu-aarch64
   fi
   echo "install-deps: aarch64 programs run here through $(sed -n 's/^interpreter //p' "$binfmt/qemu-aarch64")"
