@@ -253,6 +253,51 @@ TEST_CASE("a program whose target module names aarch64 runs on the aarch64 execu
   CHECK(executor->metric("courier_sessions") == 1);
 }
 
+TEST_CASE("a kernel that aborts on the aarch64 executor costs its own call, not the session",
+          "[cross]") {
+  auto executor = startAarch64Executor();
+  TempDir dir;
+  Engine engine(optionsIn(dir));
+  auto module = engine.compile(at(R"mlir(
+module @app {
+  func.func public @give_up(%x: tensor<2xf32>) -> tensor<2xf32> {
+    %y = catalyst.launch_kernel @board::@give_up(%x) : (tensor<2xf32>) -> tensor<2xf32>
+    return %y : tensor<2xf32>
+  }
+  func.func public @negate(%x: tensor<2xf32>) -> tensor<2xf32> {
+    %y = catalyst.launch_kernel @board::@negate(%x) : (tensor<2xf32>) -> tensor<2xf32>
+    return %y : tensor<2xf32>
+  }
+  module @board attributes {catalyst.target = {triple = "aarch64-unknown-linux-gnu"},
+                            catalyst.dispatch = {address = "ADDRESS"}} {
+    func.func private @abort()
+    func.func public @give_up(%x: tensor<2xf32>) -> tensor<2xf32> {
+      func.call @abort() : () -> ()
+      return %x : tensor<2xf32>
+    }
+    func.func public @negate(%x: tensor<2xf32>) -> tensor<2xf32> {
+      %y = arith.negf %x : tensor<2xf32>
+      return %y : tensor<2xf32>
+    }
+  }
+}
+)mlir",
+                                  executor->address()),
+                               "give-up.mlir");
+  REQUIRE(ok(module));
+  Tensor x = Tensor::fromDoubles(DType::F32, {2}, {1.5, -2});
+  auto crashed = (*module)->invoke("give_up", {x});
+  REQUIRE(failed(crashed));
+  std::string message;
+  llvm::handleAllErrors(crashed.takeError(), [&](const EngineError &e) { message = e.message; });
+  CHECK_THAT(message, Catch::Contains("SIGABRT"));
+  CHECK(executor->metric("courier_kernel_crashes_total{signal=\"SIGABRT\"}") == 1);
+  // The worker died with the call; the session goes on in a new one.
+  auto out = (*module)->invoke("negate", {x});
+  REQUIRE(ok(out));
+  checkTensor((*out)[0], DType::F32, {2}, {-1.5, 2});
+}
+
 TEST_CASE("an x86-64 object sent to the aarch64 executor is refused naming both machines",
           "[cross]") {
   auto executor = startAarch64Executor();
