@@ -488,12 +488,13 @@ llvm::Expected<std::string> Engine::Impl::lower(mlir::ModuleOp module,
                                      options.extraPipeline.c_str(), parseError.c_str());
   }
   // Objects stay in memory until the compile succeeds; only then are they stored.
-  ObjectSink keep = [&](llvm::StringRef sha256,
-                        llvm::StringRef bytes) -> llvm::Expected<std::string> {
+  ObjectSink keep = [&](llvm::StringRef sha256, llvm::StringRef bytes,
+                        llvm::StringRef) -> llvm::Expected<std::string> {
     objects.push_back({sha256.str(), bytes.str()});
     return objectName(cache, sha256);
   };
-  buildCourierPipeline(pm, {"", options.optLevel, options.maxObjectBytes, std::move(keep)});
+  buildCourierPipeline(
+      pm, {"", options.optLevel, options.maxObjectBytes, 0, {std::move(keep), {}, nullptr}});
   pm.addInstrumentation(std::make_unique<PipelineObserver>(times));
   if (mlir::failed(pm.run(module)))
     return diagnostics.error("lowering '" + module.getSymName().value_or("module").str() +

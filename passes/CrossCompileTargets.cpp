@@ -1,14 +1,18 @@
 // cross-compile-targets: each nested `catalyst.target` module is lowered on its own and
-// emitted as an object file for its triple, named by the SHA-256 of its bytes.
+// emitted as an object file for its triple, named by the SHA-256 of its bytes; code
+// generation runs on a pool of threads, and a cache may supply objects it already holds.
 #include "abi/ContentHash.h"
+#include "passes/CompilePool.h"
 #include "passes/Passes.h"
 #include "passes/TargetModules.h"
 
+#include "mlir/IR/Diagnostics.h"
 #include "mlir/Pass/PassRegistry.h"
 #include "mlir/Target/LLVMIR/Dialect/Builtin/BuiltinToLLVMIRTranslation.h"
 #include "mlir/Target/LLVMIR/Dialect/LLVMIR/LLVMToLLVMIRTranslation.h"
 #include "mlir/Target/LLVMIR/Export.h"
 #include "llvm/ADT/StringExtras.h"
+#include "llvm/Config/llvm-config.h"
 #include "llvm/IR/LLVMContext.h"
 #include "llvm/IR/Module.h"
 #include "llvm/MC/MCSubtargetInfo.h"
@@ -16,11 +20,15 @@
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
+#include "llvm/Support/SHA256.h"
 #include "llvm/Support/TargetSelect.h"
 #include "llvm/Target/TargetMachine.h"
 #include "llvm/TargetParser/Host.h"
 
+#include <limits>
+#include <map>
 #include <mutex>
+#include <tuple>
 
 namespace courier {
 #define GEN_PASS_DEF_CROSSCOMPILETARGETS
@@ -102,6 +110,54 @@ void addPyfaceEntry(ModuleOp module, const Kernel &kernel) {
   LLVM::ReturnOp::create(builder, loc, ValueRange());
 }
 
+/// Bumped whenever what this pass makes of a module changes in a way its fingerprint does
+/// not see (the default lowering, the entries it adds), so older cached objects are not used.
+constexpr llvm::StringLiteral kFingerprintFormat = "courier-target-v1";
+
+/// A raw_ostream whose bytes go into a SHA-256: a module is fingerprinted as it is printed,
+/// never held as text.
+class HashingStream : public llvm::raw_ostream {
+public:
+  HashingStream() { SetUnbuffered(); }
+  std::string hex() {
+    flush();
+    return llvm::toHex(hash.final(), /*LowerCase=*/true);
+  }
+
+private:
+  void write_impl(const char *bytes, size_t size) override {
+    hash.update(llvm::ArrayRef<uint8_t>(reinterpret_cast<const uint8_t *>(bytes), size));
+    written += size;
+  }
+  uint64_t current_pos() const override { return written; }
+  llvm::SHA256 hash;
+  uint64_t written = 0;
+};
+
+/// A triple, CPU and features checked once per run, for every module that names them.
+struct TargetConfig {
+  llvm::Triple triple;
+  std::string cpu, features;
+  const llvm::Target *backend = nullptr;
+  /// Why the three are refused (the diagnostic each module naming them gets); empty if not.
+  std::string refusal;
+};
+
+/// One target module on its way to an object.
+struct TargetJob {
+  ModuleOp target;
+  const TargetConfig *config = nullptr;
+  std::string fingerprint;
+  /// Set when the cache holds the object: the name to annotate the module with.
+  std::optional<std::string> cachedName;
+  /// The module in LLVM IR, in a context of its own, for the code generation task.
+  std::unique_ptr<llvm::LLVMContext> llvmContext;
+  std::unique_ptr<llvm::Module> llvmModule;
+  /// What the code generation task made: the object, or why there is none.
+  SmallString<0> object;
+  std::string failure;
+};
+
 struct CrossCompileTargets : impl::CrossCompileTargetsBase<CrossCompileTargets> {
   using Base::Base;
 
@@ -113,44 +169,109 @@ struct CrossCompileTargets : impl::CrossCompileTargetsBase<CrossCompileTargets> 
     registerLLVMDialectTranslation(registry);
   }
 
-  /// Set by the engine: objects go to it rather than to the workspace.
-  ObjectSink sink;
+  /// Set by the engine: where objects go and come from, and where code generation runs.
+  CrossCompileHooks hooks;
+
+  struct Lowering {
+    std::unique_ptr<PassManager> pm;
+    std::string error; ///< Why the pipeline does not parse, when `pm` is null.
+  };
+  /// What one run builds once: checked target configurations and lowering pass managers.
+  struct RunState {
+    std::map<std::tuple<std::string, std::string, std::string>, TargetConfig> configs;
+    std::map<std::string, Lowering> lowerings;
+  };
+  /// Set during runOnOperation (a member, so the pass stays copyable).
+  RunState *run = nullptr;
 
   void runOnOperation() override {
     initializeAllTargets();
-    std::string dir = sink || !workspace.empty() ? std::string(workspace) : defaultWorkspace();
-    for (ModuleOp target : getTargetModules(getOperation())) {
-      if (!target->hasAttr(catalyst::CatalystDialect::kTargetAttrName))
-        continue;
-      FailureOr<std::string> path = compile(target, dir);
-      if (failed(path))
-        return signalPassFailure();
-      target->setAttr(catalyst::CatalystDialect::kObjectFileAttrName,
-                      StringAttr::get(&getContext(), *path));
+    std::string dir =
+        hooks.sink || !workspace.empty() ? std::string(workspace) : defaultWorkspace();
+    std::vector<TargetJob> jobs;
+    for (ModuleOp target : getTargetModules(getOperation()))
+      if (target->hasAttr(catalyst::CatalystDialect::kTargetAttrName))
+        jobs.emplace_back().target = target;
+    if (jobs.empty())
+      return;
+    RunState state;
+    run = &state;
+
+    std::unique_ptr<CompilePool> ownPool;
+    CompilePool *pool = hooks.pool;
+    unsigned threads = this->jobs ? this->jobs : defaultCompileJobs();
+    if (!pool && threads > 1 && jobs.size() > 1)
+      pool = (ownPool = std::make_unique<CompilePool>(std::min<size_t>(threads, jobs.size()) - 1,
+                                                      /*stackBytes=*/0))
+                 .get();
+
+    std::vector<bool> failed(jobs.size(), false);
+    {
+      // Diagnostics come out in the order of the modules, whichever step raised them: a
+      // module's lowering runs before the code generation of one above it has finished.
+      ParallelDiagnosticHandler ordered(&getContext());
+      {
+        CompileBatch batch(pool);
+        for (size_t i = 0; i < jobs.size(); ++i) {
+          ordered.setOrderIDForThread(i);
+          TargetJob &job = jobs[i];
+          failed[i] = mlir::failed(prepare(job));
+          if (!failed[i] && job.llvmModule)
+            batch.add([&job, level = unsigned(optLevel)] { generate(job, level); });
+          ordered.eraseOrderIDForThread();
+        }
+        batch.wait();
+      }
+      for (size_t i = 0; i < jobs.size(); ++i) {
+        if (failed[i])
+          continue;
+        ordered.setOrderIDForThread(i);
+        FailureOr<std::string> name = finish(jobs[i], dir);
+        if (mlir::failed(name))
+          failed[i] = true;
+        else
+          jobs[i].target->setAttr(catalyst::CatalystDialect::kObjectFileAttrName,
+                                  StringAttr::get(&getContext(), *name));
+        ordered.eraseOrderIDForThread();
+      }
     }
+    run = nullptr;
+    if (llvm::is_contained(failed, true))
+      signalPassFailure();
   }
 
-  /// Lowers, optimises and emits one target module; returns the object's path.
-  FailureOr<std::string> compile(ModuleOp target, StringRef dir) {
-    auto spec = target->getAttrOfType<DictionaryAttr>(catalyst::CatalystDialect::kTargetAttrName);
+  /// The triple, CPU and features `spec` names, checked (once per run for each three).
+  const TargetConfig &configFor(DictionaryAttr spec) {
     auto tripleAttr = spec.getAs<StringAttr>("triple");
-    llvm::Triple triple(tripleAttr && !tripleAttr.empty() ? tripleAttr.str()
-                                                          : llvm::sys::getProcessTriple());
+    std::string tripleName =
+        tripleAttr && !tripleAttr.empty() ? tripleAttr.str() : llvm::sys::getProcessTriple();
     std::string cpu = "generic", features;
     if (auto attr = spec.getAs<StringAttr>("cpu"))
       cpu = attr.str();
     if (auto attr = spec.getAs<StringAttr>("features"))
       features = attr.str();
-
+    auto [it, inserted] = run->configs.try_emplace({tripleName, cpu, features});
+    TargetConfig &config = it->second;
+    if (!inserted)
+      return config;
+    config.triple = llvm::Triple(tripleName);
+    config.cpu = cpu;
+    config.features = features;
+    llvm::raw_string_ostream refusal(config.refusal);
+    const llvm::Triple &triple = config.triple;
     std::string lookupError;
-    const llvm::Target *backend = llvm::TargetRegistry::lookupTarget(triple, lookupError);
-    if (!backend)
-      return target.emitError("unknown target triple '") << triple.str() << "': " << lookupError;
+    config.backend = llvm::TargetRegistry::lookupTarget(triple, lookupError);
+    if (!config.backend) {
+      refusal << "unknown target triple '" << triple.str() << "': " << lookupError;
+      return config;
+    }
     // An unknown CPU or feature makes LLVM abort deep in code generation; refuse it here.
     std::unique_ptr<llvm::MCSubtargetInfo> subtarget(
-        backend->createMCSubtargetInfo(triple, "", ""));
-    if (!subtarget || !subtarget->isCPUStringValid(cpu))
-      return target.emitError("unknown CPU '") << cpu << "' for '" << triple.str() << "'";
+        config.backend->createMCSubtargetInfo(triple, "", ""));
+    if (!subtarget || !subtarget->isCPUStringValid(cpu)) {
+      refusal << "unknown CPU '" << cpu << "' for '" << triple.str() << "'";
+      return config;
+    }
     for (StringRef feature : llvm::split(features, ',')) {
       feature = feature.trim();
       if (feature.empty())
@@ -158,16 +279,55 @@ struct CrossCompileTargets : impl::CrossCompileTargetsBase<CrossCompileTargets> 
       StringRef name = feature.drop_front();
       if ((!feature.starts_with("+") && !feature.starts_with("-")) ||
           llvm::none_of(subtarget->getAllProcessorFeatures(),
-                        [&](const llvm::SubtargetFeatureKV &kv) { return name == kv.Key; }))
-        return target.emitError("unknown feature '")
-               << feature << "' for '" << triple.str()
-               << "' (features are +name or -name, comma-separated)";
+                        [&](const llvm::SubtargetFeatureKV &kv) { return name == kv.Key; })) {
+        refusal << "unknown feature '" << feature << "' for '" << triple.str()
+                << "' (features are +name or -name, comma-separated)";
+        return config;
+      }
     }
-    std::unique_ptr<llvm::TargetMachine> machine(backend->createTargetMachine(
-        triple, cpu, features, llvm::TargetOptions(), llvm::Reloc::PIC_, std::nullopt,
-        optLevel >= 2 ? llvm::CodeGenOptLevel::Default : llvm::CodeGenOptLevel::None));
-    if (!machine)
-      return target.emitError("cannot create a code generator for '") << triple.str() << "'";
+    return config;
+  }
+
+  /// The pass manager that lowers modules by `pipeline` (empty: the default), built once per
+  /// run; null, with an error at `target`, if `pipeline` does not parse.
+  PassManager *loweringFor(ModuleOp target, StringRef pipeline) {
+    auto [it, inserted] = run->lowerings.try_emplace(pipeline.str());
+    Lowering &lowering = it->second;
+    if (inserted) {
+      lowering.pm = std::make_unique<PassManager>(&getContext(), ModuleOp::getOperationName());
+      if (pipeline.empty()) {
+        buildBufferizeAndLowerToLLVM(*lowering.pm);
+      } else {
+        registerPassesForParsing();
+        std::string why;
+        llvm::raw_string_ostream os(why);
+        if (failed(parsePassPipeline(pipeline, *lowering.pm, os))) {
+          // The parser's first line says what is wrong; the rest repeats the text.
+          StringRef first = StringRef(why).split('\n').first;
+          size_t at = first.find("error: ");
+          lowering.error =
+              ("'catalyst.target' pipeline '" + pipeline +
+               "' is not a pass pipeline: " + first.substr(at == StringRef::npos ? 0 : at + 7))
+                  .str();
+          lowering.pm.reset();
+        }
+      }
+    }
+    if (!lowering.pm)
+      target.emitError(lowering.error);
+    return lowering.pm.get();
+  }
+
+  /// Checks a target module and, unless the cache holds its object, lowers a copy of it to
+  /// LLVM IR for code generation.
+  LogicalResult prepare(TargetJob &job) {
+    ModuleOp target = job.target;
+    auto spec = target->getAttrOfType<DictionaryAttr>(catalyst::CatalystDialect::kTargetAttrName);
+    job.config = &configFor(spec);
+    if (!job.config->refusal.empty())
+      return target.emitError(job.config->refusal);
+    auto pipelineAttr = spec.getAs<StringAttr>("pipeline");
+    StringRef pipeline = pipelineAttr ? pipelineAttr.getValue() : StringRef();
 
     // Lower a detached copy, so the host keeps the original for later passes.
     OwningOpRef<ModuleOp> copy = cast<ModuleOp>(target->clone());
@@ -184,6 +344,8 @@ struct CrossCompileTargets : impl::CrossCompileTargetsBase<CrossCompileTargets> 
     });
     if (nested.wasInterrupted())
       return failure();
+    job.fingerprint = fingerprint(*copy, *job.config, pipeline);
+
     SmallVector<Kernel> kernels;
     for (auto fn : copy->getOps<func::FuncOp>()) {
       if (!fn.isPublic() || fn.isExternal())
@@ -208,30 +370,19 @@ struct CrossCompileTargets : impl::CrossCompileTargetsBase<CrossCompileTargets> 
     }
     if (kernels.empty())
       return target.emitError("target module has no public function to launch");
+    if (hooks.lookup)
+      if ((job.cachedName = hooks.lookup(job.fingerprint)))
+        return success();
 
     // A `pipeline` key (Catalyst's) names the passes that lower this module instead.
-    PassManager pm(&getContext(), ModuleOp::getOperationName());
-    auto pipeline = spec.getAs<StringAttr>("pipeline");
-    if (pipeline && !pipeline.empty()) {
-      registerPassesForParsing();
-      std::string why;
-      llvm::raw_string_ostream os(why);
-      if (failed(parsePassPipeline(pipeline.getValue(), pm, os))) {
-        // The parser's first line says what is wrong; the rest repeats the text.
-        StringRef first = StringRef(why).split('\n').first;
-        return target.emitError("'catalyst.target' pipeline '")
-               << pipeline.getValue() << "' is not a pass pipeline: "
-               << first.substr(
-                      first.find("error: ") == StringRef::npos ? 0 : first.find("error: ") + 7);
-      }
-    } else {
-      buildBufferizeAndLowerToLLVM(pm);
-    }
-    if (failed(pm.run(*copy)))
+    PassManager *pm = loweringFor(target, pipeline);
+    if (!pm)
+      return failure();
+    if (failed(pm->run(*copy)))
       return target.emitError("lowering the target module to LLVM failed");
     // A named pipeline may stop short of the LLVM dialect, or drop the C interfaces the
     // entries call.
-    StringRef lowering = pipeline && !pipeline.empty() ? pipeline.getValue() : "the default";
+    StringRef lowering = pipeline.empty() ? "the default" : pipeline;
     WalkResult unlowered = copy->walk([&](Operation *op) {
       if (op == copy->getOperation() || isa<LLVM::LLVMDialect>(op->getDialect()))
         return WalkResult::advance();
@@ -252,17 +403,65 @@ struct CrossCompileTargets : impl::CrossCompileTargetsBase<CrossCompileTargets> 
       addSignatureTable(*copy, kernel);
     }
 
-    llvm::LLVMContext llvmContext;
-    std::unique_ptr<llvm::Module> module =
-        translateModuleToLLVMIR(*copy, llvmContext, target.getSymName().value_or("target"));
-    if (!module)
+    // Translated here, where the MLIR context is used by one thread only; code generation
+    // needs nothing of it.
+    job.llvmContext = std::make_unique<llvm::LLVMContext>();
+    job.llvmModule =
+        translateModuleToLLVMIR(*copy, *job.llvmContext, target.getSymName().value_or("target"));
+    if (!job.llvmModule)
       return target.emitError("translating the target module to LLVM IR failed");
-    module->setTargetTriple(triple);
-    module->setDataLayout(machine->createDataLayout());
-    SmallString<0> object;
-    if (llvm::Error error = emitObjectFile(*module, *machine, optLevel, object))
-      return target.emitError("emitting the object for '")
-             << triple.str() << "' failed: " << llvm::toString(std::move(error));
+    job.llvmModule->setTargetTriple(job.config->triple);
+    return success();
+  }
+
+  /// The fingerprint of `copy` (see ObjectLookup).
+  std::string fingerprint(ModuleOp copy, const TargetConfig &config, StringRef pipeline) {
+    HashingStream hash;
+    hash << kFingerprintFormat << '\0' << LLVM_VERSION_STRING << '\0' << config.triple.str() << '\0'
+         << config.cpu << '\0' << config.features << '\0' << pipeline << '\0' << optLevel << '\0';
+    // Set one by one: the defaults follow the command line (--mlir-elide-elementsattrs-if-
+    // larger, say), and a fingerprint that left anything out could name another object.
+    OpPrintingFlags flags;
+    flags.enableDebugInfo(false)
+        .printGenericOpForm()
+        .skipRegions(false)
+        .elideLargeElementsAttrs(std::numeric_limits<int64_t>::max())
+        .elideLargeResourceString(std::numeric_limits<int64_t>::max())
+        .printNameLocAsPrefix(false)
+        .printValueUsers(false);
+    copy->print(hash, flags);
+    return hash.hex();
+  }
+
+  /// Optimises and emits one module's object, on a thread of the pool: the module, its
+  /// context and its target machine are the task's alone.
+  static void generate(TargetJob &job, unsigned optLevel) {
+    const TargetConfig &config = *job.config;
+    std::unique_ptr<llvm::TargetMachine> machine(config.backend->createTargetMachine(
+        config.triple, config.cpu, config.features, llvm::TargetOptions(), llvm::Reloc::PIC_,
+        std::nullopt,
+        optLevel >= 2 ? llvm::CodeGenOptLevel::Default : llvm::CodeGenOptLevel::None));
+    if (!machine) {
+      job.failure = "cannot create a code generator for '" + config.triple.str() + "'";
+    } else {
+      job.llvmModule->setDataLayout(machine->createDataLayout());
+      if (llvm::Error error = emitObjectFile(*job.llvmModule, *machine, optLevel, job.object))
+        job.failure = "emitting the object for '" + config.triple.str() +
+                      "' failed: " + llvm::toString(std::move(error));
+    }
+    job.llvmModule.reset();
+    job.llvmContext.reset();
+  }
+
+  /// Reports what code generation made of a module, hands its object on and returns the
+  /// name to annotate the module with.
+  FailureOr<std::string> finish(TargetJob &job, StringRef dir) {
+    if (job.cachedName)
+      return *job.cachedName;
+    ModuleOp target = job.target;
+    if (!job.failure.empty())
+      return target.emitError(job.failure);
+    StringRef object = job.object;
     // Refused before it is written: the workspace is a cache that outlives this compile.
     if (maxObjectBytes && object.size() > maxObjectBytes)
       return target.emitError("'")
@@ -270,12 +469,12 @@ struct CrossCompileTargets : impl::CrossCompileTargetsBase<CrossCompileTargets> 
              << target.getSymName().value_or("") << " compiled to an object of " << object.size()
              << " bytes, more than the limit of " << uint64_t(maxObjectBytes)
              << " (max-object-bytes)";
-    if (!sink)
+    if (!hooks.sink)
       return write(target, dir, object);
-    llvm::Expected<std::string> name = sink(sha256Hex(object), object);
+    llvm::Expected<std::string> name = hooks.sink(sha256Hex(object), object, job.fingerprint);
     if (!name)
       return target.emitError("storing the object for '")
-             << triple.str() << "' failed: " << llvm::toString(name.takeError());
+             << job.config->triple.str() << "' failed: " << llvm::toString(name.takeError());
     return *name;
   }
 
@@ -305,9 +504,9 @@ struct CrossCompileTargets : impl::CrossCompileTargetsBase<CrossCompileTargets> 
 } // namespace
 
 std::unique_ptr<Pass> createCrossCompileTargets(const CrossCompileTargetsOptions &options,
-                                                ObjectSink sink) {
+                                                CrossCompileHooks hooks) {
   auto pass = std::make_unique<CrossCompileTargets>(options);
-  pass->sink = std::move(sink);
+  pass->hooks = std::move(hooks);
   return pass;
 }
 

@@ -13,6 +13,7 @@
 #include "dialect/Dialects.h"
 
 #include <functional>
+#include <optional>
 #include <string>
 
 namespace llvm {
@@ -28,31 +29,56 @@ namespace courier {
 #define GEN_PASS_REGISTRATION
 #include "passes/Passes.h.inc"
 
-/// Receives each object cross-compile-targets emits, with the SHA-256 of its bytes, and
-/// returns the name the target module is annotated with (`catalyst.object_file`), which host
-/// code ships it by; an error fails the pass. Lets the pass's user decide where objects live
-/// (a checked cache, memory) instead of the pass writing them to a workspace.
-using ObjectSink =
-    std::function<llvm::Expected<std::string>(llvm::StringRef sha256, llvm::StringRef object)>;
+/// Receives each object cross-compile-targets emits, with the SHA-256 of its bytes and the
+/// fingerprint of the module it was compiled from (see ObjectLookup), and returns the name
+/// the target module is annotated with (`catalyst.object_file`), which host code ships it by;
+/// an error fails the pass. Lets the pass's user decide where objects live (a checked cache,
+/// memory) instead of the pass writing them to a workspace. Called on the pass's thread, in
+/// the order of the modules.
+using ObjectSink = std::function<llvm::Expected<std::string>(
+    llvm::StringRef sha256, llvm::StringRef object, llvm::StringRef fingerprint)>;
+
+/// Asked before a target module is compiled, with its fingerprint: the lowercase hex SHA-256
+/// of everything its object depends on (the module in generic form, without locations and
+/// the `catalyst.*` attributes; its triple, CPU, features and lowering pipeline; the opt
+/// level; LLVM's version). Returns the name to annotate the module with if the object is at
+/// hand, so that the module is not compiled, or nullopt to compile it.
+using ObjectLookup = std::function<std::optional<std::string>(llvm::StringRef fingerprint)>;
+
+class CompilePool;
+
+/// What the engine gives cross-compile-targets beyond its options.
+struct CrossCompileHooks {
+  ObjectSink sink;     ///< Empty: objects go to the workspace.
+  ObjectLookup lookup; ///< Empty: every module is compiled.
+  /// Where code generation runs; null: on threads the pass starts for the run (`jobs`).
+  CompilePool *pool = nullptr;
+};
 
 /// Options of the whole dispatch pipeline.
 struct PipelineOptions {
   std::string workspace; ///< Where target objects go (see cross-compile-targets).
   unsigned optLevel = 2;
   uint64_t maxObjectBytes = 0; ///< See cross-compile-targets' max-object-bytes.
-  ObjectSink objectSink{};     ///< When set, objects go here and `workspace` is not used.
+  unsigned jobs = 0;           ///< See cross-compile-targets' jobs.
+  CrossCompileHooks hooks{};   ///< With a sink, objects go there and `workspace` is not used.
 };
 
-/// cross-compile-targets handing each object to `sink` instead of writing it to the
-/// workspace (which an empty sink means).
+/// cross-compile-targets with `hooks`.
 std::unique_ptr<mlir::Pass> createCrossCompileTargets(const CrossCompileTargetsOptions &options,
-                                                      ObjectSink sink);
+                                                      CrossCompileHooks hooks);
 
 /// Tensor-level host module with nested target modules -> LLVM dialect:
 /// lower-runtime-dispatch, one-shot bufferize, cross-compile-targets,
 /// dispatch-executor-targets, buffer deallocation, convert-executor-to-llvm and the
 /// standard lowering to LLVM.
 void buildCourierPipeline(mlir::OpPassManager &pm, const PipelineOptions &options);
+
+/// courier-pipeline in two halves. The first, up to and including dispatch-executor-targets,
+/// leaves host code alone (target modules compiled, shipped by name and erased); the second
+/// lowers that to the LLVM dialect. The engine keys the host's object on the IR between them.
+void buildDispatchPipeline(mlir::OpPassManager &pm, const PipelineOptions &options);
+void buildHostLowering(mlir::OpPassManager &pm);
 
 /// Bufferize (one-shot, identity layouts at function boundaries), free buffers and lower to
 /// the LLVM dialect: the pipeline cross-compile-targets runs on each target module. The host

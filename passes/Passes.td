@@ -21,7 +21,22 @@ def CrossCompileTargets : Pass<"cross-compile-targets", "::mlir::ModuleOp"> {
     `args` points to a struct of pointers, one per input, each to a ranked memref
     descriptor; `results` points to where the entry stores its result descriptor(s), as
     `_mlir_ciface_<fn>` returns them. An unknown triple is a diagnostic, and so is an object
-    larger than `max-object-bytes`: it would fill the workspace and be shipped whole.
+    larger than `max-object-bytes`: it would fill the workspace and be shipped whole. A
+    module that fails does not stop the others: every failing module is reported, in the
+    order the modules appear.
+
+    Each module is lowered to LLVM IR on the pass's thread (the MLIR context is shared), in
+    a context of its own, and its code generation (LLVM's optimisation pipeline and
+    instruction selection, most of a module's cost) runs on one of `jobs` threads with a
+    target machine of its own, while the next module is lowered. The objects are the same
+    bytes whatever `jobs` is. Modules of one triple, CPU and features look their target up
+    once, and modules of one lowering pipeline share its pass manager.
+
+    Before a module is lowered, the engine's cache is asked for the object of its
+    fingerprint: the SHA-256 of the module as this pass compiles it (in generic form,
+    without locations and the `catalyst.*` attributes) with the triple, CPU, features,
+    lowering pipeline, opt level and LLVM version. A module whose object the cache holds is
+    not compiled again.
 
     ```mlir
     module @dev attributes {catalyst.target = {triple = "aarch64-unknown-linux-gnu"}} {...}
@@ -37,7 +52,10 @@ def CrossCompileTargets : Pass<"cross-compile-targets", "::mlir::ModuleOp"> {
            "LLVM optimisation level for the target objects (0-3)">,
     Option<"maxObjectBytes", "max-object-bytes", "uint64_t", /*default=*/"0",
            "Largest object a target module may compile to (0: no limit); one larger is an "
-           "error at the module and is not written">
+           "error at the module and is not written">,
+    Option<"jobs", "jobs", "unsigned", /*default=*/"0",
+           "Threads that generate code for target modules at once, the pass's own among "
+           "them (0: one per core)">
   ];
 }
 

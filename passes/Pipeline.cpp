@@ -67,13 +67,19 @@ void buildBufferizeAndLowerToLLVM(OpPassManager &pm) {
   addLowerToLLVM(pm, /*withExecutor=*/false);
 }
 
-void buildCourierPipeline(OpPassManager &pm, const PipelineOptions &options) {
+void buildDispatchPipeline(OpPassManager &pm, const PipelineOptions &options) {
   pm.addPass(createLowerRuntimeDispatch());
   addOneShotBufferize(pm);
   pm.addPass(createCrossCompileTargets(
-      {options.workspace, options.optLevel, options.maxObjectBytes}, options.objectSink));
+      {options.workspace, options.optLevel, options.maxObjectBytes, options.jobs}, options.hooks));
   pm.addPass(createDispatchExecutorTargets());
-  addLowerToLLVM(pm, /*withExecutor=*/true);
+}
+
+void buildHostLowering(OpPassManager &pm) { addLowerToLLVM(pm, /*withExecutor=*/true); }
+
+void buildCourierPipeline(OpPassManager &pm, const PipelineOptions &options) {
+  buildDispatchPipeline(pm, options);
+  buildHostLowering(pm);
 }
 
 std::string defaultWorkspace() {
@@ -89,6 +95,9 @@ struct CourierPipelineOptions : public PassPipelineOptions<CourierPipelineOption
                                 llvm::cl::desc("Directory for target object files")};
   Option<unsigned> optLevel{*this, "opt-level", llvm::cl::desc("Target optimisation level"),
                             llvm::cl::init(2)};
+  Option<unsigned> jobs{*this, "jobs",
+                        llvm::cl::desc("Threads generating target code (0: one per core)"),
+                        llvm::cl::init(0)};
 };
 } // namespace
 
@@ -110,7 +119,7 @@ void registerCourierPassesAndPipelines() {
       "lower-runtime-dispatch, one-shot bufferize, cross-compile-targets, "
       "dispatch-executor-targets, convert-executor-to-llvm and the standard lowering",
       [](OpPassManager &pm, const CourierPipelineOptions &options) {
-        buildCourierPipeline(pm, {options.workspace, options.optLevel});
+        buildCourierPipeline(pm, {options.workspace, options.optLevel, 0, options.jobs});
       });
   PassPipelineRegistration<>(
       "courier-lower-to-llvm",

@@ -12,6 +12,14 @@
 // Catalyst's `pipeline` key lowers the module with the named passes, and `backend` is kept.
 // RUN: courier-opt %t/pipeline.mlir -cross-compile-targets=workspace=%t/pipeline-ws | FileCheck %s --check-prefix=PIPELINE
 // RUN: llvm-nm %t/pipeline-ws/*.o | FileCheck %s --check-prefix=PIPELINE-SYMS
+// Code generation on four threads makes the bytes one thread makes: each object is named by
+// its SHA-256, so equal names are equal objects, module by module.
+// RUN: courier-opt %t/many.mlir -cross-compile-targets="workspace=%t/serial jobs=1" | grep -o 'object_file = "[^"]*"' | sed 's|.*/||' > %t/serial.names
+// RUN: courier-opt %t/many.mlir -cross-compile-targets="workspace=%t/parallel jobs=4" | grep -o 'object_file = "[^"]*"' | sed 's|.*/||' > %t/parallel.names
+// RUN: diff %t/serial.names %t/parallel.names
+// RUN: cat %t/serial.names | count 6
+// RUN: ls %t/parallel | count 6
+// RUN: cd %t/serial && for f in *.o; do cmp $f ../parallel/$f || exit 1; done
 
 //--- host.mlir
 // A target without a triple is compiled for the host; the host module keeps the original.
@@ -72,6 +80,52 @@ module @app {
     func.func public @k(%x: tensor<4xf64>) -> tensor<4xf64> {
       %r = arith.addf %x, %x : tensor<4xf64>
       return %r : tensor<4xf64>
+    }
+  }
+}
+
+//--- many.mlir
+// Six modules, each its own object (their constants differ).
+module {
+  module @k0 attributes {catalyst.target = {}} {
+    func.func public @f(%x: tensor<64xf64>) -> tensor<64xf64> {
+      %c = arith.constant dense<0.5> : tensor<64xf64>
+      %r = arith.mulf %x, %c : tensor<64xf64>
+      return %r : tensor<64xf64>
+    }
+  }
+  module @k1 attributes {catalyst.target = {}} {
+    func.func public @f(%x: tensor<64xf64>) -> tensor<64xf64> {
+      %c = arith.constant dense<1.5> : tensor<64xf64>
+      %r = arith.mulf %x, %c : tensor<64xf64>
+      return %r : tensor<64xf64>
+    }
+  }
+  module @k2 attributes {catalyst.target = {triple = "aarch64-unknown-linux-gnu"}} {
+    func.func public @f(%x: tensor<64xf64>) -> tensor<64xf64> {
+      %c = arith.constant dense<2.5> : tensor<64xf64>
+      %r = arith.addf %x, %c : tensor<64xf64>
+      return %r : tensor<64xf64>
+    }
+  }
+  module @k3 attributes {catalyst.target = {}} {
+    func.func public @f(%x: tensor<64xi32>) -> tensor<64xi32> {
+      %c = arith.constant dense<3> : tensor<64xi32>
+      %r = arith.muli %x, %c : tensor<64xi32>
+      return %r : tensor<64xi32>
+    }
+  }
+  module @k4 attributes {catalyst.target = {triple = "aarch64-unknown-linux-gnu"}} {
+    func.func public @f(%x: tensor<64xf32>) -> tensor<64xf32> {
+      %c = arith.constant dense<4.5> : tensor<64xf32>
+      %r = arith.mulf %x, %c : tensor<64xf32>
+      return %r : tensor<64xf32>
+    }
+  }
+  module @k5 attributes {catalyst.target = {}} {
+    func.func public @f(%x: tensor<8x8xf64>) -> tensor<8x8xf64> {
+      %r = arith.addf %x, %x : tensor<8x8xf64>
+      return %r : tensor<8x8xf64>
     }
   }
 }
