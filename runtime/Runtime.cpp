@@ -391,12 +391,24 @@ Expected<std::shared_ptr<const ObjectBlob>> readObject(StringRef path) {
   return blob;
 }
 
+/// The object the active scope holds under `path`, or null. Such a name means the scope's
+/// own copy, whatever it means to another scope (two versions of one module name their
+/// kernels alike while both are loaded), so it is found by the copy's hash, never by name.
+std::shared_ptr<const ObjectBlob> scopeObject(StringRef path) {
+  if (!activeState)
+    return nullptr;
+  auto held = activeState->inMemory.find(path);
+  return held == activeState->inMemory.end() ? nullptr : held->second;
+}
+
 Expected<std::shared_ptr<const ObjectBlob>> sendObject(Session &session, StringRef path) {
   Expected<std::shared_ptr<const ObjectBlob>> read = readObject(path);
   if (!read)
     return read.takeError();
   std::shared_ptr<const ObjectBlob> blob = std::move(*read);
   ModuleScope::State *scope = activeState;
+  // Launches find a scope's own objects through the scope; `byPath` is for files.
+  bool remember = !scopeObject(path);
   // Held already: one more holder needs no shipping, and a release cannot be under way,
   // since a release first removes the entry under this lock.
   auto addIfHeld = [&] {
@@ -405,7 +417,8 @@ Expected<std::shared_ptr<const ObjectBlob>> sendObject(Session &session, StringR
     if (held == session.holds.end())
       return false;
     addHolder(session, held->second, blob->sha256, scope);
-    session.byPath[path] = blob;
+    if (remember)
+      session.byPath[path] = blob;
     return true;
   };
   if (addIfHeld())
@@ -418,14 +431,30 @@ Expected<std::shared_ptr<const ObjectBlob>> sendObject(Session &session, StringR
     return std::move(error);
   std::unique_lock<std::shared_mutex> lock(session.objectsMutex);
   addHolder(session, session.holds[blob->sha256], blob->sha256, scope);
-  session.byPath[path] = blob;
+  if (remember)
+    session.byPath[path] = blob;
   return blob;
+}
+
+/// What a launch or a ship of a scope's own object does: a lookup when the session holds it
+/// for the scope already, else what sendObject does (a holder more, or the bytes shipped).
+Expected<std::shared_ptr<const ObjectBlob>> useScopeObject(Session &session, StringRef path,
+                                                           std::shared_ptr<const ObjectBlob> blob) {
+  {
+    std::shared_lock<std::shared_mutex> lock(session.objectsMutex);
+    auto held = session.holds.find(blob->sha256);
+    if (held != session.holds.end() && isHolder(held->second, activeState))
+      return blob;
+  }
+  return sendObject(session, path);
 }
 
 /// The object a launch names by `path`: the one last sent from there, shipped first if it
 /// never was (or was released since). A launch from a scope that does not hold the object
 /// yet makes it a holder, so the object stays while that scope's module may launch it.
 Expected<std::shared_ptr<const ObjectBlob>> objectFor(Session &session, StringRef path) {
+  if (std::shared_ptr<const ObjectBlob> own = scopeObject(path))
+    return useScopeObject(session, path, std::move(own));
   ModuleScope::State *scope = activeState;
   {
     std::shared_lock<std::shared_mutex> lock(session.objectsMutex);
@@ -453,15 +482,15 @@ Expected<std::shared_ptr<const ObjectBlob>> objectFor(Session &session, StringRe
 }
 
 /// What send_binary does: ships the object at `path` and makes the active scope (or, with
-/// none, the session) a holder. A content-addressed name (a path named by its SHA-256, or a
-/// scope's in-memory object) already sent over the session is a lookup, since its bytes
-/// cannot have changed: lowered code ships at the top of every launching function. Any
-/// other path is read again, so a rebuilt object at a fixed path is shipped anew.
+/// none, the session) a holder. A scope's in-memory object, or a path named by its SHA-256,
+/// already sent over the session is a lookup, since its bytes cannot have changed: lowered
+/// code ships at the top of every launching function. Any other path is read again, so a
+/// rebuilt object at a fixed path is shipped anew.
 Expected<std::shared_ptr<const ObjectBlob>> shipOrFind(Session &session, StringRef path) {
+  if (std::shared_ptr<const ObjectBlob> own = scopeObject(path))
+    return useScopeObject(session, path, std::move(own));
   ModuleScope::State *scope = activeState;
-  bool addressed = !claimedContentHash(path).empty() ||
-                   (scope && scope->inMemory.find(path) != scope->inMemory.end());
-  if (!addressed)
+  if (claimedContentHash(path).empty())
     return sendObject(session, path);
   auto heldFrom = [&](StringMap<std::shared_ptr<const ObjectBlob>>::iterator found) {
     return found == session.byPath.end() ? session.holds.end()

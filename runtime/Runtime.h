@@ -9,8 +9,9 @@
 // - `send_binary` re-reads the file every time (an edited object is shipped anew) and
 //   ships only bytes the session does not hold yet; `launch` names the object by the path
 //   last sent, sending it first if it never was. A name the active scope holds the bytes
-//   of (ScopeOptions::objects) is not read from disk at all. A file named `<sha256>.o` must
-//   hold bytes with that hash, or it is refused.
+//   of (ScopeOptions::objects) is not read from disk at all, and means those bytes whatever
+//   another scope holds under the same name. A file named `<sha256>.o` must hold bytes with
+//   that hash, or it is refused.
 // - `launch` accepts a bare function name for `entry` and calls its `_catalyst_pyface_`
 //   entry. Results arrive contiguous (row-major), as identity-layout host code assumes.
 // - `close` ends the session for every holder of the handle, scopes included.

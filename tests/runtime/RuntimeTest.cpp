@@ -805,3 +805,39 @@ TEST_CASE("a scope's objects are shipped from memory, never read from a file", "
   CHECK(std::vector<double>(data, data + out.sizes[0]) == std::vector<double>{2, 4});
   std::free(out.allocated);
 }
+
+TEST_CASE("two scopes naming different objects alike each launch their own", "[runtime]") {
+  // Two versions of one module, both loaded: each names its kernel "target:0-dev".
+  auto scale = llvm::MemoryBuffer::getFile(COURIER_KERNEL_SCALE);
+  auto scale3 = llvm::MemoryBuffer::getFile(COURIER_KERNEL_SCALE3);
+  REQUIRE(scale);
+  REQUIRE(scale3);
+  const char *name = "target:0-dev";
+  ScopeOptions first, second;
+  first.objects[name] = (*scale)->getBuffer().str();
+  second.objects[name] = (*scale3)->getBuffer().str();
+  ModuleScope one(first), two(second);
+  LocalSession session;
+  auto run = [&](ModuleScope &scope) {
+    ModuleScope::Entered entered(scope);
+    REQUIRE(__catalyst__executor__send_binary(session.handle, name, COURIER_BINARY_FORMAT_OBJECT) ==
+            0);
+    double x = 1;
+    auto in = describe<1>(&x, {1}, {1});
+    Descriptor<1> out;
+    out.sizes[0] = 1;
+    void *ins[] = {&in}, *outs[] = {&out};
+    size_t ranks[] = {1}, sizes[] = {8};
+    if (launch(session.handle, "_catalyst_pyface_scale", name, 1, ins, ranks, sizes, 1, outs, ranks,
+               sizes) != 0)
+      FAIL(takeMessage());
+    double result = *static_cast<double *>(out.aligned);
+    std::free(out.allocated);
+    return result;
+  };
+  // Interleaved, as calls into both versions are during a reload.
+  CHECK(run(one) == 2.0);
+  CHECK(run(two) == 3.0);
+  CHECK(run(one) == 2.0);
+  CHECK(run(two) == 3.0);
+}
