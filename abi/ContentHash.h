@@ -10,6 +10,7 @@
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/SHA256.h"
+#include "llvm/Support/raw_ostream.h"
 
 #include <string>
 
@@ -19,6 +20,26 @@ namespace courier {
 inline std::string sha256Hex(llvm::StringRef bytes) {
   return llvm::toHex(llvm::SHA256::hash(llvm::arrayRefFromStringRef(bytes)), /*LowerCase=*/true);
 }
+
+/// A stream whose bytes go into a SHA-256 and are not kept: what a fingerprint of printed IR
+/// is taken with, the IR never held as text. hex() is sha256Hex of everything written.
+class Sha256Stream : public llvm::raw_ostream {
+public:
+  Sha256Stream() { SetUnbuffered(); }
+  std::string hex() {
+    flush();
+    return llvm::toHex(hash.final(), /*LowerCase=*/true);
+  }
+
+private:
+  void write_impl(const char *bytes, size_t size) override {
+    hash.update(llvm::ArrayRef<uint8_t>(reinterpret_cast<const uint8_t *>(bytes), size));
+    written += size;
+  }
+  uint64_t current_pos() const override { return written; }
+  llvm::SHA256 hash;
+  uint64_t written = 0;
+};
 
 /// The SHA-256 an object's name claims for its bytes: `<hash>` for a name whose last
 /// component (after the last '/' or ':') is `<64 lowercase hex>.o`, as the cache, the

@@ -29,6 +29,7 @@ namespace {
 
 constexpr llvm::StringLiteral kHostDir = "host";
 constexpr llvm::StringLiteral kObjectsDir = "objects";
+constexpr llvm::StringLiteral kTargetsDir = "targets";
 /// Files being written are named with this prefix until they are renamed into place.
 constexpr llvm::StringLiteral kTempPrefix = ".tmp.";
 /// A temporary file this old was left by a writer that died; younger ones may be in use.
@@ -39,6 +40,12 @@ std::string errnoText() { return std::strerror(errno); }
 bool isHex(llvm::StringRef text, size_t length) {
   return text.size() == length &&
          llvm::all_of(text, [](char c) { return llvm::isDigit(c) || (c >= 'a' && c <= 'f'); });
+}
+
+/// What a target object's name is made of (targetObjectName): nothing a manifest line
+/// splits on.
+bool isNameCharacter(char c) {
+  return llvm::isAlnum(c) || c == '_' || c == '.' || c == '-' || c == ':';
 }
 
 /// Opens directory `name` under `parentFd` (AT_FDCWD for a path), creating it 0700 if it is
@@ -160,13 +167,22 @@ std::string defaultCacheDir() {
   return std::string(dir);
 }
 
-std::string memoryObjectName(llvm::StringRef sha256) { return ("memory:" + sha256 + ".o").str(); }
+std::string targetObjectName(unsigned index, llvm::StringRef symbol) {
+  std::string name = "target:" + std::to_string(index);
+  if (!symbol.empty())
+    name += "-";
+  for (char c : symbol)
+    name += llvm::isAlnum(c) || c == '_' || c == '.' || c == '-' ? c : '_';
+  return name;
+}
 
-DiskCache::DiskCache(std::string dir, uint64_t maxBytes, int rootFd, int hostFd, int objectsFd)
-    : dir(std::move(dir)), maxBytes(maxBytes), rootFd(rootFd), hostFd(hostFd),
-      objectsFd(objectsFd) {}
+DiskCache::DiskCache(std::string dir, uint64_t maxBytes, int rootFd, int hostFd, int objectsFd,
+                     int targetsFd)
+    : dir(std::move(dir)), maxBytes(maxBytes), rootFd(rootFd), hostFd(hostFd), objectsFd(objectsFd),
+      targetsFd(targetsFd) {}
 
 DiskCache::~DiskCache() {
+  ::close(targetsFd);
   ::close(objectsFd);
   ::close(hostFd);
   ::close(rootFd);
@@ -202,7 +218,16 @@ llvm::Expected<std::unique_ptr<DiskCache>> DiskCache::open(llvm::StringRef dir, 
     ::close(*root);
     return objects.takeError();
   }
-  return std::unique_ptr<DiskCache>(new DiskCache(shown, maxBytes, *root, *host, *objects));
+  llvm::Expected<int> targets =
+      openPrivateDirectory(*root, kTargetsDir.str(), (shown + "/" + kTargetsDir).str());
+  if (!targets) {
+    ::close(*objects);
+    ::close(*host);
+    ::close(*root);
+    return targets.takeError();
+  }
+  return std::unique_ptr<DiskCache>(
+      new DiskCache(shown, maxBytes, *root, *host, *objects, *targets));
 }
 
 std::string DiskCache::objectPath(llvm::StringRef sha256) const {
@@ -238,17 +263,18 @@ std::optional<DiskCache::HostEntry> DiskCache::loadHost(llvm::StringRef key) {
     removeFile(hostFd, objectName);
     return std::nullopt;
   };
-  // "sha256 <hex>" for the host object, then "object <sha256>" per target object.
+  // "sha256 <hex>" for the host object, then "object <sha256>[ <name>]" per target object.
   std::string expected;
-  std::vector<std::string> targets;
+  std::vector<std::pair<std::string, std::string>> targets;
   llvm::SmallVector<llvm::StringRef> lines;
   llvm::StringRef(*manifest).split(lines, '\n', -1, /*KeepEmpty=*/false);
   for (llvm::StringRef line : lines) {
-    auto [kind, value] = line.split(' ');
-    if (kind == "sha256" && isHex(value, 64) && expected.empty())
+    auto [kind, rest] = line.split(' ');
+    auto [value, name] = rest.split(' ');
+    if (kind == "sha256" && isHex(value, 64) && name.empty() && expected.empty())
       expected = value.str();
-    else if (kind == "object" && isHex(value, 64))
-      targets.push_back(value.str());
+    else if (kind == "object" && isHex(value, 64) && llvm::all_of(name, isNameCharacter))
+      targets.emplace_back(value.str(), name.str());
     else
       return discard();
   }
@@ -260,12 +286,12 @@ std::optional<DiskCache::HostEntry> DiskCache::loadHost(llvm::StringRef key) {
   if (sha256Hex(*object) != expected)
     return discard();
   HostEntry entry{std::move(*object), {}};
-  for (std::string &sha : targets) {
+  for (auto &[sha, name] : targets) {
     // A missing or damaged target object is rebuilt by compiling again, which stores it.
     std::optional<std::string> bytes = loadObject(sha);
     if (!bytes)
       return std::nullopt;
-    entry.targets.push_back({std::move(sha), std::move(*bytes)});
+    entry.targets.push_back({std::move(sha), std::move(*bytes), std::move(name)});
   }
   return entry;
 }
@@ -277,7 +303,9 @@ void DiskCache::storeHost(llvm::StringRef key, llvm::StringRef object,
   std::string manifest = "sha256 " + sha256Hex(object) + "\n";
   uint64_t size = object.size();
   for (const CachedObject &target : targets) {
-    manifest += "object " + target.sha256 + "\n";
+    if (!llvm::all_of(target.name, isNameCharacter))
+      return;
+    manifest += "object " + target.sha256 + (target.name.empty() ? "" : " ") + target.name + "\n";
     size += target.bytes.size();
   }
   size += manifest.size();
@@ -292,6 +320,34 @@ void DiskCache::storeHost(llvm::StringRef key, llvm::StringRef object,
       !writeFile(hostFd, (key + ".manifest").str(), manifest))
     return;
   evict();
+}
+
+std::optional<CachedObject> DiskCache::loadTarget(llvm::StringRef fingerprint) {
+  if (!isHex(fingerprint, 64))
+    return std::nullopt;
+  std::optional<std::string> record = readFile(targetsFd, fingerprint.str());
+  if (!record)
+    return std::nullopt;
+  // "sha256 <hex>": the object compiled from the module with this fingerprint.
+  auto [kind, sha] = llvm::StringRef(*record).trim().split(' ');
+  if (kind != "sha256" || !isHex(sha, 64)) {
+    removeFile(targetsFd, fingerprint.str());
+    return std::nullopt;
+  }
+  std::optional<std::string> bytes = loadObject(sha);
+  if (!bytes)
+    return std::nullopt;
+  return CachedObject{sha.str(), std::move(*bytes)};
+}
+
+void DiskCache::storeTarget(llvm::StringRef fingerprint, const CachedObject &object) {
+  if (!isHex(fingerprint, 64) || !isHex(object.sha256, 64))
+    return;
+  if (maxBytes && object.bytes.size() > maxBytes)
+    return;
+  if (!writeFile(objectsFd, objectFileName(object.sha256), object.bytes) ||
+      !writeFile(targetsFd, fingerprint.str(), "sha256 " + object.sha256 + "\n"))
+    return;
 }
 
 namespace {
@@ -346,6 +402,7 @@ void DiskCache::evict() {
   uint64_t total = 0;
   listFiles(hostFd, files, total);
   listFiles(objectsFd, files, total);
+  listFiles(targetsFd, files, total);
   if (total <= maxBytes)
     return;
   std::sort(files.begin(), files.end(), [](const CacheFile &a, const CacheFile &b) {
@@ -366,6 +423,7 @@ uint64_t DiskCache::totalBytes() {
   uint64_t total = 0;
   listFiles(hostFd, files, total);
   listFiles(objectsFd, files, total);
+  listFiles(targetsFd, files, total);
   return total;
 }
 

@@ -1,6 +1,7 @@
-// The engine's disk cache: compiled host objects and the target objects they ship, each
-// checked against the SHA-256 it is recorded under before it is used, in a directory only
-// its owner can write, bounded in size by evicting the least recently used files.
+// The engine's disk cache: compiled host objects, the target objects they ship and which
+// object each target module's fingerprint compiled to, each object checked against the
+// SHA-256 it is recorded under before it is used, in a directory only its owner can write,
+// bounded in size by evicting the least recently used files.
 #ifndef COURIER_JIT_DISKCACHE_H
 #define COURIER_JIT_DISKCACHE_H
 
@@ -20,10 +21,13 @@ namespace courier {
 struct CachedObject {
   std::string sha256;
   std::string bytes;
+  /// The name host code ships it by, where a host entry records one (see targetObjectName).
+  std::string name = {};
 };
 
-/// One cache directory, holding `host/<key>.o` with `host/<key>.manifest` and
-/// `objects/<sha256>.o`. The directories are opened once, without following symbolic links,
+/// One cache directory, holding `host/<key>.o` with `host/<key>.manifest`,
+/// `objects/<sha256>.o` and `targets/<fingerprint>`, which names the object of the target
+/// module with that fingerprint. The directories are opened once, without following symbolic links,
 /// and every file is read and written relative to them, so a directory swapped for a link
 /// afterwards is never entered. Several processes may share one directory: files are
 /// replaced by rename, and a file another process evicts is a miss, never an error.
@@ -64,6 +68,15 @@ public:
   /// and a failed write only costs a later compile.
   void storeHost(llvm::StringRef key, llvm::StringRef object, llvm::ArrayRef<CachedObject> targets);
 
+  /// The object of the target module whose fingerprint is `fingerprint` (lowercase hex), if
+  /// it is recorded and its object is stored and intact (as loadObject checks it).
+  std::optional<CachedObject> loadTarget(llvm::StringRef fingerprint);
+
+  /// Records `object` as that of the target module with `fingerprint`: the object first,
+  /// then the record naming it. Best effort, as storeHost. Does not evict: a compile stores
+  /// many, then evicts once (storeHost, or evict()).
+  void storeTarget(llvm::StringRef fingerprint, const CachedObject &object);
+
   /// Deletes least recently used files until the total is at most the bound.
   void evict();
 
@@ -71,11 +84,12 @@ public:
   uint64_t totalBytes();
 
 private:
-  DiskCache(std::string dir, uint64_t maxBytes, int rootFd, int hostFd, int objectsFd);
+  DiskCache(std::string dir, uint64_t maxBytes, int rootFd, int hostFd, int objectsFd,
+            int targetsFd);
 
   std::string dir;
   uint64_t maxBytes;
-  int rootFd, hostFd, objectsFd;
+  int rootFd, hostFd, objectsFd, targetsFd;
 };
 
 /// The cache directory used when EngineOptions::cacheDir is empty: $XDG_CACHE_HOME/courier,
@@ -83,9 +97,12 @@ private:
 /// cache (a shared temporary directory would let other users choose what runs).
 std::string defaultCacheDir();
 
-/// The name of a target object kept in memory only (no disk cache): `memory:<sha256>.o`.
-/// Host code ships it by that name, and the runtime takes the bytes from the module's scope.
-std::string memoryObjectName(llvm::StringRef sha256);
+/// The name host code ships the object of target module `index` (its place among the
+/// program's target modules) by: `target:<index>-<symbol>`, the symbol's characters other
+/// than letters, digits, '_', '.' and '-' as '_'. The runtime takes the bytes from the
+/// module's scope, and the name does not change with them: an edit of a kernel leaves the
+/// host code, and so its compiled object, as it was.
+std::string targetObjectName(unsigned index, llvm::StringRef symbol);
 
 } // namespace courier
 

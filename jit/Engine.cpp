@@ -7,6 +7,7 @@
 
 #include "abi/ContentHash.h"
 #include "dialect/Dialects.h"
+#include "passes/CompilePool.h"
 #include "passes/Passes.h"
 #include "runtime/Runtime.h"
 
@@ -22,6 +23,7 @@
 #include "mlir/Target/LLVMIR/Export.h"
 
 #include "llvm/ADT/StringExtras.h"
+#include "llvm/Config/llvm-config.h"
 #include "llvm/ExecutionEngine/Orc/AbsoluteSymbols.h"
 #include "llvm/ExecutionEngine/Orc/ExecutionUtils.h"
 #include "llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h"
@@ -55,13 +57,28 @@ double msSince(Clock::time_point start) {
 }
 
 /// Bumped whenever the compiled form changes, so stale disk-cache entries are not used.
-constexpr llvm::StringLiteral kCacheFormat = "courier-host-v3";
+constexpr llvm::StringLiteral kCacheFormat = "courier-host-v4";
 
-/// The name host code ships a target object by: its path in the disk cache, or with no
-/// cache a name that exists only in memory. The runtime takes the bytes from the module's
-/// scope either way.
-std::string objectName(const DiskCache *cache, llvm::StringRef sha256) {
-  return cache ? cache->objectPath(sha256) : memoryObjectName(sha256);
+/// Code generation threads of the engines in this process that ask for `jobs`: a compile
+/// runs on its own thread and jobs - 1 of these. Shared, so that engines with one option set
+/// each (courier-serve's) do not each keep threads of their own.
+std::shared_ptr<CompilePool> sharedCompilePool(unsigned jobs) {
+  static std::mutex mutex;
+  static std::map<unsigned, std::weak_ptr<CompilePool>> pools;
+  std::lock_guard<std::mutex> lock(mutex);
+  std::weak_ptr<CompilePool> &shared = pools[jobs];
+  std::shared_ptr<CompilePool> pool = shared.lock();
+  if (!pool) {
+    pool = std::make_shared<CompilePool>(jobs - 1, kMinCompileStackBytes);
+    shared = pool;
+  }
+  return pool;
+}
+
+/// Drops the entries of `cache` whose objects no live module holds.
+template <typename Map> void dropExpired(Map &cache) {
+  for (auto it = cache.begin(); it != cache.end();)
+    it = it->second.expired() ? cache.erase(it) : std::next(it);
 }
 
 /// The DType of an element type: the one named by the type's MLIR spelling (the dtype table
@@ -273,6 +290,14 @@ private:
   Clock::time_point start;
 };
 
+/// Prints the IR after every pass of `pm` to stderr, the whole module each time.
+void enablePrinting(mlir::PassManager &pm) {
+  pm.enableIRPrinting(
+      /*shouldPrintBeforePass=*/nullptr,
+      /*shouldPrintAfterPass=*/[](mlir::Pass *, mlir::Operation *) { return true; },
+      /*printModuleScope=*/true, /*printAfterOnlyOnChange=*/false);
+}
+
 mlir::DialectRegistry makeRegistry() {
   mlir::DialectRegistry registry;
   mlir::registerAllDialects(registry);
@@ -294,6 +319,12 @@ struct Engine::Impl {
   mlir::DialectRegistry registry = makeRegistry();
   std::mutex mutex;
   std::unordered_map<std::string, std::weak_ptr<Module>> memoryCache;
+  /// The objects of live modules by fingerprint: target objects by their module's, host
+  /// objects by hostKey. Guarded by `mutex`.
+  std::unordered_map<std::string, std::weak_ptr<const CachedObject>> targetObjects;
+  std::unordered_map<std::string, std::weak_ptr<const std::string>> hostObjects;
+  /// Set on first use when jobs > 1.
+  std::shared_ptr<CompilePool> compilePool;
   /// The host's code generation settings, detected once: they key caches and build JITs.
   std::optional<llvm::orc::JITTargetMachineBuilder> host;
   std::string hostError;
@@ -307,24 +338,95 @@ struct Engine::Impl {
     return options.cacheDir.empty() ? defaultCacheDir() : options.cacheDir;
   }
 
+  /// The key of a whole program: its text and the options that change its code.
   std::string cacheKey(llvm::StringRef text, llvm::StringRef cpu) const {
-    std::string material;
-    llvm::raw_string_ostream os(material);
-    os << kCacheFormat << '\0' << llvm::sys::getProcessTriple() << '\0' << cpu << '\0'
-       << options.optLevel << '\0' << options.extraPipeline << '\0' << cacheDir() << '\0' << text;
-    return sha256Hex(material);
+    Sha256Stream key;
+    key << kCacheFormat << '\0' << llvm::sys::getProcessTriple() << '\0' << cpu << '\0'
+        << options.optLevel << '\0' << options.extraPipeline << '\0' << text;
+    return key.hex();
   }
+
+  /// The key of host code once its target modules are compiled and dispatched (shipped by
+  /// names that do not change with their objects, see targetObjectName): the module as
+  /// printForFingerprint prints it, its entries, and the options that change its code.
+  std::string hostKey(mlir::ModuleOp module, const std::vector<EntrySignature> &entries,
+                      llvm::StringRef cpu) const {
+    Sha256Stream key;
+    key << kCacheFormat << "-host" << '\0' << LLVM_VERSION_STRING << '\0'
+        << llvm::sys::getProcessTriple() << '\0' << cpu << '\0' << options.optLevel << '\0';
+    for (const EntrySignature &entry : entries) {
+      key << entry.name << '(';
+      for (const TensorSpec &spec : entry.inputs)
+        key << spec.str() << ',';
+      key << ")->(";
+      for (const TensorSpec &spec : entry.outputs)
+        key << spec.str() << ',';
+      key << ')';
+    }
+    key << '\0';
+    printForFingerprint(module, key);
+    return key.hex();
+  }
+
+  /// The object compiled from the target module with `fingerprint`: a live module's, else
+  /// the disk cache's (checked, and kept in memory while this compile's module lives).
+  std::shared_ptr<const CachedObject> findTarget(llvm::StringRef fingerprint, DiskCache *cache) {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      auto it = targetObjects.find(fingerprint.str());
+      if (it != targetObjects.end())
+        if (std::shared_ptr<const CachedObject> live = it->second.lock())
+          return live;
+    }
+    std::optional<CachedObject> stored = cache ? cache->loadTarget(fingerprint) : std::nullopt;
+    if (!stored)
+      return nullptr;
+    auto object = std::make_shared<const CachedObject>(std::move(*stored));
+    std::lock_guard<std::mutex> lock(mutex);
+    targetObjects[fingerprint.str()] = object;
+    return object;
+  }
+
+  /// The host object stored under `key`, as findTarget finds target objects.
+  std::shared_ptr<const std::string> findHost(const std::string &key, DiskCache *cache) {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      auto it = hostObjects.find(key);
+      if (it != hostObjects.end())
+        if (std::shared_ptr<const std::string> live = it->second.lock())
+          return live;
+    }
+    std::optional<DiskCache::HostEntry> stored = cache ? cache->loadHost(key) : std::nullopt;
+    if (!stored || !stored->targets.empty())
+      return nullptr;
+    auto object = std::make_shared<const std::string>(std::move(stored->object));
+    std::lock_guard<std::mutex> lock(mutex);
+    hostObjects[key] = object;
+    return object;
+  }
+
+  /// What a compile keeps for the module it makes: the objects it ships, by name, and the
+  /// objects the memory caches find while the module lives.
+  struct Objects {
+    std::vector<CachedObject> targets; ///< Each with its name.
+    std::vector<std::shared_ptr<const void>> retained;
+  };
 
   llvm::Expected<std::shared_ptr<Module>> compile(llvm::StringRef text, llvm::StringRef name,
                                                   const CompileOptions &compileOptions);
   llvm::Expected<std::string> lower(mlir::ModuleOp module, llvm::orc::JITTargetMachineBuilder &jtmb,
                                     const std::vector<EntrySignature> &entries, PhaseTimes &times,
-                                    const DiskCache *cache, std::vector<CachedObject> &objects,
+                                    DiskCache *cache, Objects &objects,
                                     DiagnosticCollector &diagnostics);
+  llvm::Expected<std::string> lowerHost(mlir::ModuleOp module,
+                                        llvm::orc::JITTargetMachineBuilder &jtmb,
+                                        const std::vector<EntrySignature> &entries,
+                                        PhaseTimes &times, DiagnosticCollector &diagnostics);
   llvm::Expected<std::shared_ptr<Module>>
   link(std::string name, std::string object, llvm::orc::JITTargetMachineBuilder jtmb,
        std::vector<EntrySignature> entries, llvm::StringMap<std::string> unsupported,
-       std::map<std::string, std::string> targetObjects, PhaseTimes times);
+       std::map<std::string, std::string> targetObjects,
+       std::vector<std::shared_ptr<const void>> retained, PhaseTimes times);
 };
 
 Engine::Engine(EngineOptions options) : impl(std::make_unique<Impl>()) {
@@ -443,42 +545,38 @@ Engine::Impl::compile(llvm::StringRef text, llvm::StringRef name,
     cache = std::move(*opened);
   }
   std::string object;
-  std::vector<CachedObject> targets;
+  Objects objects;
   if (std::optional<DiskCache::HostEntry> cached = cache ? cache->loadHost(key) : std::nullopt) {
     object = std::move(cached->object);
-    targets = std::move(cached->targets);
+    objects.targets = std::move(cached->targets);
     times.cacheHit = true;
   } else {
     llvm::Expected<std::string> lowered =
-        lower(*module, *jtmb, entries, times, cache.get(), targets, diagnostics);
+        lower(*module, *jtmb, entries, times, cache.get(), objects, diagnostics);
     if (!lowered)
       return lowered.takeError();
     object = std::move(*lowered);
     if (cache)
-      cache->storeHost(key, object, targets);
+      cache->storeHost(key, object, objects.targets);
   }
   // The module ships the bytes checked or built here, never what a file holds later.
   std::map<std::string, std::string> shipped;
-  for (CachedObject &target : targets)
-    shipped[objectName(cache.get(), target.sha256)] = std::move(target.bytes);
+  for (CachedObject &target : objects.targets)
+    shipped[target.name] = std::move(target.bytes);
 
   return remember(link(name.str(), std::move(object), std::move(*jtmb), std::move(entries),
-                       std::move(unsupported), std::move(shipped), times));
+                       std::move(unsupported), std::move(shipped), std::move(objects.retained),
+                       times));
 }
 
-llvm::Expected<std::string> Engine::Impl::lower(mlir::ModuleOp module,
-                                                llvm::orc::JITTargetMachineBuilder &jtmb,
-                                                const std::vector<EntrySignature> &entries,
-                                                PhaseTimes &times, const DiskCache *cache,
-                                                std::vector<CachedObject> &objects,
-                                                DiagnosticCollector &diagnostics) {
+llvm::Expected<std::string>
+Engine::Impl::lower(mlir::ModuleOp module, llvm::orc::JITTargetMachineBuilder &jtmb,
+                    const std::vector<EntrySignature> &entries, PhaseTimes &times, DiskCache *cache,
+                    Objects &objects, DiagnosticCollector &diagnostics) {
   mlir::MLIRContext &ctx = *module.getContext();
   mlir::PassManager pm(&ctx, mlir::ModuleOp::getOperationName());
   if (options.printIRAfterAll)
-    pm.enableIRPrinting(
-        /*shouldPrintBeforePass=*/nullptr,
-        /*shouldPrintAfterPass=*/[](mlir::Pass *, mlir::Operation *) { return true; },
-        /*printModuleScope=*/true, /*printAfterOnlyOnChange=*/false);
+    enablePrinting(pm);
   if (!options.extraPipeline.empty()) {
     registerPassesForParsing();
     std::string parseError;
@@ -487,14 +585,90 @@ llvm::Expected<std::string> Engine::Impl::lower(mlir::ModuleOp module,
       return llvm::createStringError("invalid extra pass pipeline '%s': %s",
                                      options.extraPipeline.c_str(), parseError.c_str());
   }
-  // Objects stay in memory until the compile succeeds; only then are they stored.
-  ObjectSink keep = [&](llvm::StringRef sha256, llvm::StringRef bytes,
-                        llvm::StringRef) -> llvm::Expected<std::string> {
-    objects.push_back({sha256.str(), bytes.str()});
-    return objectName(cache, sha256);
+  // A target module whose fingerprint a live module or the disk cache knows is not compiled;
+  // one that is compiled is stored at once, so a later compile finds it even if this one
+  // fails elsewhere.
+  bool stored = false;
+  auto use = [&](const TargetSlot &slot, std::shared_ptr<const CachedObject> object) {
+    std::string name = targetObjectName(slot.index, slot.symbol);
+    objects.targets.push_back({object->sha256, object->bytes, name});
+    objects.retained.push_back(std::move(object));
+    return name;
   };
-  buildCourierPipeline(
-      pm, {"", options.optLevel, options.maxObjectBytes, 0, {std::move(keep), {}, nullptr}});
+  CrossCompileHooks hooks;
+  hooks.lookup = [&](const TargetSlot &slot) -> std::optional<std::string> {
+    std::shared_ptr<const CachedObject> found = findTarget(slot.fingerprint, cache);
+    // One over the limit is compiled again, to be refused where the pass refuses objects.
+    if (!found || (options.maxObjectBytes && found->bytes.size() > options.maxObjectBytes))
+      return std::nullopt;
+    times.targetsReused++;
+    return use(slot, std::move(found));
+  };
+  hooks.sink = [&](const TargetSlot &slot, llvm::StringRef sha256,
+                   llvm::StringRef bytes) -> llvm::Expected<std::string> {
+    auto object = std::make_shared<const CachedObject>(CachedObject{sha256.str(), bytes.str()});
+    if (cache) {
+      cache->storeTarget(slot.fingerprint, *object);
+      stored = true;
+    }
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      dropExpired(targetObjects);
+      targetObjects[slot.fingerprint.str()] = object;
+    }
+    times.targetsCompiled++;
+    return use(slot, std::move(object));
+  };
+  unsigned jobs =
+      std::min(options.jobs ? options.jobs : defaultCompileJobs(), EngineOptions::kMaxJobs);
+  if (jobs > 1) {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (!compilePool)
+      compilePool = sharedCompilePool(jobs);
+    hooks.pool = compilePool.get();
+  }
+  buildDispatchPipeline(pm, {"", options.optLevel, options.maxObjectBytes, jobs, std::move(hooks)});
+  pm.addInstrumentation(std::make_unique<PipelineObserver>(times));
+  mlir::LogicalResult dispatched = pm.run(module);
+  if (stored)
+    cache->evict();
+  if (mlir::failed(dispatched))
+    return diagnostics.error("lowering '" + module.getSymName().value_or("module").str() +
+                             "' failed");
+
+  // What is left is host code, whose object an edit of a kernel does not change.
+  std::string key = hostKey(module, entries, jtmb.getCPU() + jtmb.getFeatures().getString());
+  if (std::shared_ptr<const std::string> found = findHost(key, cache);
+      found && !(options.maxObjectBytes && found->size() > options.maxObjectBytes)) {
+    times.hostReused = true;
+    std::string object = *found;
+    objects.retained.push_back(std::move(found));
+    return object;
+  }
+  llvm::Expected<std::string> object = lowerHost(module, jtmb, entries, times, diagnostics);
+  if (!object)
+    return object.takeError();
+  auto kept = std::make_shared<const std::string>(*object);
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    dropExpired(hostObjects);
+    hostObjects[key] = kept;
+  }
+  objects.retained.push_back(std::move(kept));
+  if (cache)
+    cache->storeHost(key, *object, {});
+  return object;
+}
+
+llvm::Expected<std::string> Engine::Impl::lowerHost(mlir::ModuleOp module,
+                                                    llvm::orc::JITTargetMachineBuilder &jtmb,
+                                                    const std::vector<EntrySignature> &entries,
+                                                    PhaseTimes &times,
+                                                    DiagnosticCollector &diagnostics) {
+  mlir::PassManager pm(module.getContext(), mlir::ModuleOp::getOperationName());
+  if (options.printIRAfterAll)
+    enablePrinting(pm);
+  buildHostLowering(pm);
   pm.addInstrumentation(std::make_unique<PipelineObserver>(times));
   if (mlir::failed(pm.run(module)))
     return diagnostics.error("lowering '" + module.getSymName().value_or("module").str() +
@@ -525,10 +699,12 @@ llvm::Expected<std::string> Engine::Impl::lower(mlir::ModuleOp module,
 llvm::Expected<std::shared_ptr<Module>>
 Engine::Impl::link(std::string name, std::string object, llvm::orc::JITTargetMachineBuilder jtmb,
                    std::vector<EntrySignature> entries, llvm::StringMap<std::string> unsupported,
-                   std::map<std::string, std::string> targetObjects, PhaseTimes times) {
+                   std::map<std::string, std::string> targetObjects,
+                   std::vector<std::shared_ptr<const void>> retained, PhaseTimes times) {
   auto start = Clock::now();
   auto impl = std::make_unique<Module::Impl>();
   impl->name = std::move(name);
+  impl->retained = std::move(retained);
   impl->entries = std::move(entries);
   impl->unsupported = std::move(unsupported);
 

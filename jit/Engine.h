@@ -163,10 +163,15 @@ public:
   void log(llvm::raw_ostream &os) const override;
 };
 
-/// Time spent in each phase of the last compile and invoke, in milliseconds.
+/// Time spent in each phase of the last compile and invoke, in milliseconds, and what the
+/// compile took from the caches.
 struct PhaseTimes {
   double parse = 0, passes = 0, crossCompile = 0, link = 0, ship = 0, run = 0;
-  bool cacheHit = false; ///< Served from the memory or disk cache: no pass ran.
+  bool cacheHit = false; ///< Served whole from the memory or disk cache: no pass ran.
+  /// Target modules this compile generated code for, and those whose objects it found in
+  /// the memory or disk cache (by the module's fingerprint) instead.
+  unsigned targetsCompiled = 0, targetsReused = 0;
+  bool hostReused = false; ///< The host code's object came from a cache (by its fingerprint).
 };
 
 /// Where a module's code is parsed, compiled and run.
@@ -184,6 +189,11 @@ enum class Isolation {
 
 struct EngineOptions {
   unsigned optLevel = 2; ///< 0-3, for host code and target objects.
+  /// Threads generating code for target modules at once, the compiling thread among them;
+  /// 0: one per core; at most kMaxJobs. Compiles of the engines of a process that ask for as
+  /// many share one set of threads. Objects are the same bytes whatever it is.
+  unsigned jobs = 0;
+  static constexpr unsigned kMaxJobs = 256;
   /// Holds target objects and the disk cache of compiled host code. Default:
   /// $XDG_CACHE_HOME/courier or ~/.cache/courier; with neither variable set, no disk cache.
   /// Created 0700; a directory another user owns, or group or others can write, is refused
@@ -326,7 +336,10 @@ public:
 
   /// Parses, lowers, cross-compiles and links `text`; `name` names the buffer in
   /// diagnostics. The same text and options return the cached module while it is alive
-  /// (memory), or reuse the compiled objects in the cache dir (disk).
+  /// (memory), or reuse the compiled objects in the cache dir (disk). Other text reuses the
+  /// object of each target module, and of the host code, whose fingerprint (what the
+  /// compiler sees of it: see TargetSlot in passes/Passes.h) a live module of this engine or
+  /// the cache dir holds: an edit of one kernel compiles that kernel again, not the program.
   llvm::Expected<std::shared_ptr<Module>> compile(llvm::StringRef text, llvm::StringRef name,
                                                   const CompileOptions &compileOptions = {});
 

@@ -37,6 +37,9 @@ struct Module::Impl {
   void (*teardown)() = nullptr;
   std::unique_ptr<runtime::ModuleScope> scope;
   PhaseTimes times;
+  /// The objects the engine's memory caches find by fingerprint while this module is
+  /// loaded (its host object and target objects).
+  std::vector<std::shared_ptr<const void>> retained;
   /// Set for an isolated module: its code lives in a worker, and the fields above that
   /// hold code (jit, functions, teardown, scope) stay empty.
   std::unique_ptr<IsolatedWorker> isolated;

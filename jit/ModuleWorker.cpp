@@ -79,6 +79,7 @@ void writeOptions(MessageWriter &out, const EngineOptions &options) {
   out.str(options.extraPipeline).u64(options.printIRAfterAll ? 1 : 0);
   out.u64(options.maxConstantBytes).u64(options.maxObjectBytes).u64(options.cacheMaxBytes);
   out.str(options.tls.caFile).str(options.tls.certFile).str(options.tls.keyFile);
+  out.u64(options.jobs);
 }
 
 EngineOptions readOptions(MessageReader &in) {
@@ -101,6 +102,7 @@ EngineOptions readOptions(MessageReader &in) {
   options.tls.caFile = in.str().str();
   options.tls.certFile = in.str().str();
   options.tls.keyFile = in.str().str();
+  options.jobs = static_cast<unsigned>(std::min<uint64_t>(in.u64(), EngineOptions::kMaxJobs));
   return options;
 }
 
@@ -126,7 +128,8 @@ std::vector<EntrySignature> readEntries(MessageReader &in) {
 void writeTimes(MessageWriter &out, const PhaseTimes &t) {
   for (double ms : {t.parse, t.passes, t.crossCompile, t.link, t.ship, t.run})
     out.u64(bitsOf(ms));
-  out.u64(t.cacheHit ? 1 : 0);
+  out.u64(t.cacheHit ? 1 : 0).u64(t.targetsCompiled).u64(t.targetsReused);
+  out.u64(t.hostReused ? 1 : 0);
 }
 
 PhaseTimes readTimes(MessageReader &in) {
@@ -134,6 +137,9 @@ PhaseTimes readTimes(MessageReader &in) {
   for (double *ms : {&t.parse, &t.passes, &t.crossCompile, &t.link, &t.ship, &t.run})
     *ms = doubleOf(in.u64());
   t.cacheHit = in.u64() != 0;
+  t.targetsCompiled = static_cast<unsigned>(in.u64());
+  t.targetsReused = static_cast<unsigned>(in.u64());
+  t.hostReused = in.u64() != 0;
   return t;
 }
 

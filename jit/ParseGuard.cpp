@@ -39,10 +39,6 @@ namespace courier {
 
 namespace {
 
-/// Address space may be limited (a worker under RLIMIT_AS): smaller stacks are tried down to
-/// this, still far above what kMaxParseDepth levels need.
-constexpr size_t kMinCompileStackBytes = size_t(64) << 20;
-
 bool isBareIdChar(char c) { return llvm::isAlnum(c) || c == '_' || c == '$' || c == '.'; }
 /// Value, block, alias and dialect names (`%a-1`, `^bb0`, `#map`, `!llvm.ptr`) may hold '-'.
 bool isSuffixIdChar(char c) { return isBareIdChar(c) || c == '-'; }

@@ -27,6 +27,12 @@ inline constexpr unsigned kMaxParseDepth = 512;
 /// space only: the pages a compile touches are the only ones committed.
 inline constexpr size_t kCompileStackBytes = size_t(512) << 20;
 
+/// The least stack a compile runs on: where address space is limited (a worker under
+/// RLIMIT_AS), smaller stacks than kCompileStackBytes are tried down to this, still far above
+/// what kMaxParseDepth levels need. Code generation threads take this much: they run LLVM
+/// alone, on IR no deeper than what the parse let through.
+inline constexpr size_t kMinCompileStackBytes = size_t(64) << 20;
+
 /// Where, and why, a text would make the parser recurse deeper than kMaxParseDepth.
 struct ParseRefusal {
   size_t offset;

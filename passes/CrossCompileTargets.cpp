@@ -20,7 +20,6 @@
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
-#include "llvm/Support/SHA256.h"
 #include "llvm/Support/TargetSelect.h"
 #include "llvm/Target/TargetMachine.h"
 #include "llvm/TargetParser/Host.h"
@@ -114,26 +113,6 @@ void addPyfaceEntry(ModuleOp module, const Kernel &kernel) {
 /// not see (the default lowering, the entries it adds), so older cached objects are not used.
 constexpr llvm::StringLiteral kFingerprintFormat = "courier-target-v1";
 
-/// A raw_ostream whose bytes go into a SHA-256: a module is fingerprinted as it is printed,
-/// never held as text.
-class HashingStream : public llvm::raw_ostream {
-public:
-  HashingStream() { SetUnbuffered(); }
-  std::string hex() {
-    flush();
-    return llvm::toHex(hash.final(), /*LowerCase=*/true);
-  }
-
-private:
-  void write_impl(const char *bytes, size_t size) override {
-    hash.update(llvm::ArrayRef<uint8_t>(reinterpret_cast<const uint8_t *>(bytes), size));
-    written += size;
-  }
-  uint64_t current_pos() const override { return written; }
-  llvm::SHA256 hash;
-  uint64_t written = 0;
-};
-
 /// A triple, CPU and features checked once per run, for every module that names them.
 struct TargetConfig {
   llvm::Triple triple;
@@ -146,6 +125,7 @@ struct TargetConfig {
 /// One target module on its way to an object.
 struct TargetJob {
   ModuleOp target;
+  unsigned index = 0; ///< Among the host's target modules.
   const TargetConfig *config = nullptr;
   std::string fingerprint;
   /// Set when the cache holds the object: the name to annotate the module with.
@@ -189,9 +169,13 @@ struct CrossCompileTargets : impl::CrossCompileTargetsBase<CrossCompileTargets> 
     std::string dir =
         hooks.sink || !workspace.empty() ? std::string(workspace) : defaultWorkspace();
     std::vector<TargetJob> jobs;
-    for (ModuleOp target : getTargetModules(getOperation()))
-      if (target->hasAttr(catalyst::CatalystDialect::kTargetAttrName))
-        jobs.emplace_back().target = target;
+    for (ModuleOp target : getTargetModules(getOperation())) {
+      if (!target->hasAttr(catalyst::CatalystDialect::kTargetAttrName))
+        continue;
+      TargetJob &job = jobs.emplace_back();
+      job.target = target;
+      job.index = static_cast<unsigned>(jobs.size() - 1);
+    }
     if (jobs.empty())
       return;
     RunState state;
@@ -371,7 +355,7 @@ struct CrossCompileTargets : impl::CrossCompileTargetsBase<CrossCompileTargets> 
     if (kernels.empty())
       return target.emitError("target module has no public function to launch");
     if (hooks.lookup)
-      if ((job.cachedName = hooks.lookup(job.fingerprint)))
+      if ((job.cachedName = hooks.lookup(slotOf(job))))
         return success();
 
     // A `pipeline` key (Catalyst's) names the passes that lower this module instead.
@@ -414,22 +398,16 @@ struct CrossCompileTargets : impl::CrossCompileTargetsBase<CrossCompileTargets> 
     return success();
   }
 
-  /// The fingerprint of `copy` (see ObjectLookup).
+  static TargetSlot slotOf(TargetJob &job) {
+    return {job.index, job.target.getSymName().value_or(""), job.fingerprint};
+  }
+
+  /// The fingerprint of `copy` (see TargetSlot).
   std::string fingerprint(ModuleOp copy, const TargetConfig &config, StringRef pipeline) {
-    HashingStream hash;
+    Sha256Stream hash;
     hash << kFingerprintFormat << '\0' << LLVM_VERSION_STRING << '\0' << config.triple.str() << '\0'
          << config.cpu << '\0' << config.features << '\0' << pipeline << '\0' << optLevel << '\0';
-    // Set one by one: the defaults follow the command line (--mlir-elide-elementsattrs-if-
-    // larger, say), and a fingerprint that left anything out could name another object.
-    OpPrintingFlags flags;
-    flags.enableDebugInfo(false)
-        .printGenericOpForm()
-        .skipRegions(false)
-        .elideLargeElementsAttrs(std::numeric_limits<int64_t>::max())
-        .elideLargeResourceString(std::numeric_limits<int64_t>::max())
-        .printNameLocAsPrefix(false)
-        .printValueUsers(false);
-    copy->print(hash, flags);
+    printForFingerprint(copy, hash);
     return hash.hex();
   }
 
@@ -471,7 +449,7 @@ struct CrossCompileTargets : impl::CrossCompileTargetsBase<CrossCompileTargets> 
              << " (max-object-bytes)";
     if (!hooks.sink)
       return write(target, dir, object);
-    llvm::Expected<std::string> name = hooks.sink(sha256Hex(object), object, job.fingerprint);
+    llvm::Expected<std::string> name = hooks.sink(slotOf(job), sha256Hex(object), object);
     if (!name)
       return target.emitError("storing the object for '")
              << job.config->triple.str() << "' failed: " << llvm::toString(name.takeError());
@@ -502,6 +480,20 @@ struct CrossCompileTargets : impl::CrossCompileTargetsBase<CrossCompileTargets> 
 };
 
 } // namespace
+
+void printForFingerprint(Operation *op, llvm::raw_ostream &os) {
+  // Set one by one: the defaults follow the command line (--mlir-elide-elementsattrs-if-
+  // larger, say), and a fingerprint that left anything out could name another object.
+  OpPrintingFlags flags;
+  flags.enableDebugInfo(false)
+      .printGenericOpForm()
+      .skipRegions(false)
+      .elideLargeElementsAttrs(std::numeric_limits<int64_t>::max())
+      .elideLargeResourceString(std::numeric_limits<int64_t>::max())
+      .printNameLocAsPrefix(false)
+      .printValueUsers(false);
+  op->print(os, flags);
+}
 
 std::unique_ptr<Pass> createCrossCompileTargets(const CrossCompileTargetsOptions &options,
                                                 CrossCompileHooks hooks) {

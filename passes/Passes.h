@@ -29,21 +29,28 @@ namespace courier {
 #define GEN_PASS_REGISTRATION
 #include "passes/Passes.h.inc"
 
-/// Receives each object cross-compile-targets emits, with the SHA-256 of its bytes and the
-/// fingerprint of the module it was compiled from (see ObjectLookup), and returns the name
-/// the target module is annotated with (`catalyst.object_file`), which host code ships it by;
-/// an error fails the pass. Lets the pass's user decide where objects live (a checked cache,
-/// memory) instead of the pass writing them to a workspace. Called on the pass's thread, in
-/// the order of the modules.
-using ObjectSink = std::function<llvm::Expected<std::string>(
-    llvm::StringRef sha256, llvm::StringRef object, llvm::StringRef fingerprint)>;
+/// The target module an object is for: its place among the host's `catalyst.target`
+/// modules, its symbol name (empty if it has none) and its fingerprint, the lowercase hex
+/// SHA-256 of everything its object depends on (the module in generic form, without
+/// locations and the `catalyst.*` attributes; its triple, CPU, features and lowering
+/// pipeline; the opt level; LLVM's version).
+struct TargetSlot {
+  unsigned index;
+  llvm::StringRef symbol;
+  llvm::StringRef fingerprint;
+};
 
-/// Asked before a target module is compiled, with its fingerprint: the lowercase hex SHA-256
-/// of everything its object depends on (the module in generic form, without locations and
-/// the `catalyst.*` attributes; its triple, CPU, features and lowering pipeline; the opt
-/// level; LLVM's version). Returns the name to annotate the module with if the object is at
-/// hand, so that the module is not compiled, or nullopt to compile it.
-using ObjectLookup = std::function<std::optional<std::string>(llvm::StringRef fingerprint)>;
+/// Receives each object cross-compile-targets emits, with the SHA-256 of its bytes, and
+/// returns the name the target module is annotated with (`catalyst.object_file`), which host
+/// code ships it by; an error fails the pass. Lets the pass's user decide where objects live
+/// (a checked cache, memory) instead of the pass writing them to a workspace. Called on the
+/// pass's thread, in the order of the modules.
+using ObjectSink = std::function<llvm::Expected<std::string>(
+    const TargetSlot &slot, llvm::StringRef sha256, llvm::StringRef object)>;
+
+/// Asked before a target module is lowered: the name to annotate the module with if its
+/// object is at hand, so that the module is not compiled, or nullopt to compile it.
+using ObjectLookup = std::function<std::optional<std::string>(const TargetSlot &slot)>;
 
 class CompilePool;
 
@@ -96,6 +103,11 @@ void registerPassesForParsing();
 /// triple and data layout are set for `machine`, and emits a relocatable object.
 llvm::Error emitObjectFile(llvm::Module &module, llvm::TargetMachine &machine, unsigned optLevel,
                            llvm::SmallVectorImpl<char> &object);
+
+/// Prints `op` for a fingerprint: everything that decides what it compiles to (generic form,
+/// nothing elided, whatever the command line says) and nothing that does not (locations), so
+/// that moving a module in its file, or editing another, leaves its fingerprint as it was.
+void printForFingerprint(mlir::Operation *op, llvm::raw_ostream &os);
 
 /// The directory cross-compile-targets writes to when given none.
 std::string defaultWorkspace();

@@ -15,6 +15,19 @@ TEST_CASE("sha256Hex gives the standard digests in lowercase hex", "[abi]") {
   CHECK(courier::sha256Hex(llvm::StringRef("a\0b", 3)) != courier::sha256Hex("a"));
 }
 
+TEST_CASE("a hashing stream gives the digest of everything written to it", "[abi]") {
+  std::string text;
+  courier::Sha256Stream stream;
+  for (int i = 0; i < 1000; ++i) {
+    std::string piece = std::to_string(i) + (i % 7 ? "," : std::string(1, '\0'));
+    stream << piece;
+    text += piece;
+  }
+  CHECK(stream.hex() == courier::sha256Hex(text));
+  courier::Sha256Stream empty;
+  CHECK(empty.hex() == courier::sha256Hex(""));
+}
+
 TEST_CASE("an object's name claims a hash only when it is <64 lowercase hex>.o", "[abi]") {
   std::string hash = courier::sha256Hex("abc");
   CHECK(courier::claimedContentHash("/c/objects/" + hash + ".o") == hash);

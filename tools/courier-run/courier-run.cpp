@@ -43,6 +43,10 @@ cl::opt<std::string> executor("executor",
                               cl::cat(category));
 cl::opt<unsigned> optLevel("O", cl::Prefix, cl::desc("Optimisation level, -O0 to -O3"), cl::init(2),
                            cl::cat(category));
+cl::opt<unsigned> jobs("jobs",
+                       cl::desc("Threads generating code for target modules at once (default "
+                                "0: one per core)"),
+                       cl::init(0), cl::cat(category));
 cl::opt<bool> printIR("print-ir-after-all", cl::desc("Print the IR after every pass to stderr"),
                       cl::cat(category));
 cl::opt<bool> showTime("time", cl::desc("Print the time of each phase to stderr"),
@@ -278,10 +282,12 @@ int runOnce(const Module &module) {
   llvm::outs().flush();
   if (showTime) {
     const PhaseTimes &t = module.compileTimes();
-    llvm::errs() << llvm::formatv("parse {0:f2} ms, passes {1:f2} ms, cross-compile {2:f2} ms, "
-                                  "link {3:f2} ms, ship {4:f2} ms, run {5:f2} ms{6}\n",
-                                  t.parse, t.passes, t.crossCompile, t.link, t.ship, runMs,
-                                  t.cacheHit ? " (cache hit)" : "");
+    llvm::errs() << llvm::formatv("parse {0:f2} ms, passes {1:f2} ms, cross-compile {2:f2} ms "
+                                  "({3} compiled, {4} reused), link {5:f2} ms{6}, ship {7:f2} ms, "
+                                  "run {8:f2} ms{9}\n",
+                                  t.parse, t.passes, t.crossCompile, t.targetsCompiled,
+                                  t.targetsReused, t.link, t.hostReused ? " (host reused)" : "",
+                                  t.ship, runMs, t.cacheHit ? " (cache hit)" : "");
   }
   return 0;
 }
@@ -310,8 +316,12 @@ int main(int argc, char **argv) {
 
   if (optLevel > 3)
     return fail(llvm::formatv("-O{0}: the optimisation level is 0 to 3", optLevel.getValue()));
+  if (jobs > EngineOptions::kMaxJobs)
+    return fail(
+        llvm::formatv("--jobs {0}: at most {1} threads", jobs.getValue(), EngineOptions::kMaxJobs));
   EngineOptions options;
   options.optLevel = optLevel;
+  options.jobs = jobs;
   options.cacheDir = cacheDir;
   options.diskCache = !noCache;
   if (cacheMaxMiB > (UINT64_MAX >> 20))
