@@ -394,10 +394,20 @@ Error validateObject(StringRef sha256, StringRef bytes, ObjectExports &out) {
                              "shared libraries load as plugins",
                              sha256, elf->getEType()));
   Triple host(sys::getProcessTriple());
-  if (elf->getArch() != host.getArch())
-    return makeError(formatv("object {0} is for {1} but this executor runs {2}", sha256,
-                             Triple::getArchTypeName(elf->getArch()),
+  if (elf->getArch() != host.getArch()) {
+    std::string machine = elf->getArch() != Triple::UnknownArch
+                              ? Triple::getArchTypeName(elf->getArch()).str()
+                              : formatv("ELF machine {0}", elf->getEMachine()).str();
+    return makeError(formatv("object {0} is for {1} but this executor runs {2}", sha256, machine,
                              Triple::getArchTypeName(host.getArch())));
+  }
+  // The architecture comes from e_machine alone: an x32 or ILP32 object (ELF32 for a 64-bit
+  // machine) has the host's, and JITLink reads every object for such a machine as ELF64.
+  unsigned bits = elf->getBytesInAddress() * 8, hostBits = host.isArch64Bit() ? 64 : 32;
+  if (bits != hostBits)
+    return makeError(formatv("object {0} is a {1}-bit {2} object but this executor runs {3}-bit "
+                             "{2} code",
+                             sha256, bits, Triple::getArchTypeName(host.getArch()), hostBits));
   for (const object::SectionRef &section : elf->sections()) {
     // Flags the linker maps a section by, in combinations no compiler emits: JITLink skips
     // the relocations of a compressed section (leaving its calls pointing at 0), has no

@@ -139,6 +139,26 @@ module @app {
 }
 )mlir";
 
+/// Why the executor at `address` refuses the object at `path` when a session ships it: its
+/// invalid_object message.
+std::string refusalOf(const std::string &address, const char *path) {
+  auto backend = transport::createHttpBackend(address, {});
+  REQUIRE(ok(backend));
+  auto session = (*backend)->openSession();
+  REQUIRE(ok(session));
+  auto bytes = llvm::MemoryBuffer::getFile(path);
+  REQUIRE(bytes);
+  llvm::Error shipped = (*backend)->shipObject(
+      *session, transport::ObjectBlob::fromBytes((*bytes)->getBuffer().str()));
+  REQUIRE(static_cast<bool>(shipped));
+  std::string message;
+  llvm::handleAllErrors(std::move(shipped), [&](const transport::CodedError &e) {
+    CHECK(e.kind == ErrorCode::InvalidObject);
+    message = e.message;
+  });
+  return message;
+}
+
 /// The shape and element type of `t`, then its values.
 void checkTensor(const Tensor &t, DType dtype, std::vector<int64_t> shape,
                  std::vector<double> expected) {
@@ -315,23 +335,20 @@ TEST_CASE("an x86-64 object sent to the aarch64 executor is refused naming both 
   CHECK_THAT(message, Catch::Contains("is for x86_64 but this executor runs aarch64"));
 
   // The executor's own word for it, to a client that ships a compiled x86-64 kernel.
-  auto backend = transport::createHttpBackend(executor->address(), {});
-  REQUIRE(ok(backend));
-  auto session = (*backend)->openSession();
-  REQUIRE(ok(session));
-  auto bytes = llvm::MemoryBuffer::getFile(COURIER_KERNEL_SCALE);
-  REQUIRE(bytes);
-  auto object = transport::ObjectBlob::fromBytes((*bytes)->getBuffer().str());
-  llvm::Error shipped = (*backend)->shipObject(*session, object);
-  REQUIRE(static_cast<bool>(shipped));
-  llvm::handleAllErrors(std::move(shipped), [&](const transport::CodedError &e) {
-    CHECK(e.kind == ErrorCode::InvalidObject);
-    CHECK_THAT(e.message, Catch::Contains("is for x86_64 but this executor runs aarch64"));
-  });
+  CHECK_THAT(refusalOf(executor->address(), COURIER_KERNEL_SCALE),
+             Catch::Contains("is for x86_64 but this executor runs aarch64"));
   // The executor goes on serving.
   httplib::Result res = executor->client()->Get("/v1/health");
   REQUIRE(res);
   CHECK(res->status == 200);
+}
+
+TEST_CASE("an ILP32 object sent to the aarch64 executor is refused as 32-bit", "[cross]") {
+  auto executor = startAarch64Executor();
+  // ELF32 with the executor's own machine field, which the linker would read as ELF64.
+  CHECK_THAT(refusalOf(executor->address(), COURIER_KERNEL_SCALE_ILP32),
+             Catch::Contains("is a 32-bit aarch64 object but this executor runs 64-bit aarch64 "
+                             "code"));
 }
 
 TEST_CASE("under qemu-user the aarch64 executor cannot sandbox its workers and says so",

@@ -243,6 +243,20 @@ TEST_CASE("bad objects are rejected with a message saying what is wrong", "[obje
   CHECK_THAT(message, Catch::Contains(arm.sha256) && Catch::Contains("is for aarch64") &&
                           Catch::Contains("x86_64"));
 
+  // x32: an ELF32 object with the host's own machine field, which JITLink would read as ELF64.
+  auto x32 = kernel(COURIER_KERNEL_SCALE_X32);
+  CHECK_THAT(failure(host->addObject(x32)),
+             Catch::Contains(x32.sha256) &&
+                 Catch::Contains("is a 32-bit x86_64 object but this executor runs 64-bit "
+                                 "x86_64 code"));
+
+  // A machine LLVM has no name for is named by its number.
+  std::string alien = readFile(COURIER_KERNEL_SCALE);
+  alien[18] = 0x34; // e_machine, little-endian: 0x1234
+  alien[19] = 0x12;
+  CHECK_THAT(failure(host->addObject(transport::ObjectBlob::fromBytes(alien))),
+             Catch::Contains("is for ELF machine 4660 but this executor runs x86_64"));
+
   auto truncated = kernel(COURIER_KERNEL_SCALE_TRUNCATED);
   CHECK_THAT(failure(host->addObject(truncated)),
              Catch::Contains(truncated.sha256) && Catch::Contains("not a valid object file"));
