@@ -23,6 +23,17 @@ constexpr uint64_t kHwcapFp = 1 << 0, kHwcapAsimd = 1 << 1, kHwcapAes = 1 << 3,
 constexpr uint64_t kHwcap2Sve2 = 1 << 1, kHwcap2SveAes = 1 << 2, kHwcap2SveSha3 = 1 << 5,
                    kHwcap2SveSm4 = 1 << 6, kHwcap2Rng = 1 << 16;
 
+#if defined(__aarch64__) && defined(__linux__)
+// Where the C library's <bits/hwcap.h> is at hand, the two spellings must agree.
+static_assert(kHwcapFp == HWCAP_FP && kHwcapAsimd == HWCAP_ASIMD && kHwcapAes == HWCAP_AES &&
+              kHwcapPmull == HWCAP_PMULL && kHwcapSha1 == HWCAP_SHA1 && kHwcapSha2 == HWCAP_SHA2 &&
+              kHwcapCrc32 == HWCAP_CRC32 && kHwcapAtomics == HWCAP_ATOMICS &&
+              kHwcapSha3 == HWCAP_SHA3 && kHwcapSm4 == HWCAP_SM4 && kHwcapSve == HWCAP_SVE);
+static_assert(kHwcap2Sve2 == HWCAP2_SVE2 && kHwcap2SveAes == HWCAP2_SVEAES &&
+              kHwcap2SveSha3 == HWCAP2_SVESHA3 && kHwcap2SveSm4 == HWCAP2_SVESM4 &&
+              kHwcap2Rng == HWCAP2_RNG);
+#endif
+
 struct FeatureBits {
   uint64_t hwcap, hwcap2; ///< Every bit must be set.
   const char *llvmName;

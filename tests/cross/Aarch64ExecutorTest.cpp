@@ -4,6 +4,7 @@
 // The kernel runs the executor and its workers through binfmt_misc's qemu-aarch64 entry, as
 // it would any program; qemu-user cannot load a seccomp filter (the filter would apply to
 // qemu's own system calls), so the executor runs with --no-sandbox (docs/deploy.md).
+#include "executor/HostCpu.h"
 #include "jit/Engine.h"
 #include "transport/HttpBackend.h"
 
@@ -14,6 +15,7 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <dirent.h>
 #include <fstream>
 #include <memory>
@@ -211,6 +213,44 @@ TEST_CASE("the aarch64 executor reports its triple, its CPU's features and its w
   }
   closedir(proc);
   CHECK(workers > 0);
+}
+
+TEST_CASE("the features the aarch64 executor reads from capability words are those LLVM "
+          "reads from a board's /proc/cpuinfo",
+          "[cross]") {
+  requireAarch64Programs();
+  // A board's file, with every word arm64 Linux prints on its Features line
+  // (arch/arm64/kernel/cpuinfo.c), seen by the executor alone: unshare gives it a mount
+  // namespace of its own, in which the file is bound over /proc/cpuinfo.
+  TempDir dir;
+  std::ofstream(dir.sub("cpuinfo"))
+      << "processor\t: 0\nBogoMIPS\t: 50.00\nFeatures\t: fp asimd evtstrm aes pmull sha1 sha2 "
+         "crc32 atomics fphp asimdhp cpuid asimdrdm jscvt fcma lrcpc dcpop sha3 sm3 sm4 asimddp "
+         "sha512 sve asimdfhm dit uscat ilrcpc flagm ssbs sb paca pacg dcpodp sve2 sveaes "
+         "svepmull svebitperm svesha3 svesm4 flagm2 frint svei8mm svef32mm svef64mm svebf16 "
+         "i8mm bf16 dgh rng bti mte ecv afp rpres mte3 sme smei16i64 smef64f64 smei8i32 "
+         "smef16f32 smeb16f32 smef32f32 smefa64 wfxt ebf16 sveebf16 cssc rprfm sve2p1 sme2 "
+         "sme2p1 smei16i32 smebi32i32 smeb16b16 smef16f16 mops hbc sveb16b16 lrcpc3 lse128 "
+         "fpmr lut faminmax f8cvt f8fma f8dp4 f8dp2 f8e4m3 f8e5m2 smelutv2 smef8f16 smef8f32 "
+         "smesf8fma smesf8dp4 smesf8dp2 poe gcs\nCPU implementer\t: 0x41\nCPU architecture: "
+         "8\nCPU variant\t: 0x3\nCPU part\t: 0xd0c\nCPU revision\t: 1\n\n";
+  testing::ServerProcess board(testing::ServerSpec{
+      "/usr/bin/unshare",
+      "courier-executor-aarch64-board",
+      0,
+      "",
+      {"--user", "--map-root-user", "--mount", "sh", "-c",
+       "mount --bind \"$0\" /proc/cpuinfo && exec \"$@\"", dir.sub("cpuinfo"),
+       COURIER_AARCH64_EXECUTOR, "--listen", "127.0.0.1:0", "--no-sandbox", "--quiet"}});
+  httplib::Result res = board.client()->Get("/v1/health");
+  REQUIRE(res);
+  REQUIRE(res->status == 200);
+  auto health = nlohmann::json::parse(res->body);
+  INFO(res->body);
+  // LLVM's reading found the board's CPU, so the features are its reading too.
+  REQUIRE(health["cpu"] == "neoverse-n1");
+  std::vector<std::string> features = health["features"];
+  CHECK(features == executor::aarch64FeaturesFromHwcaps(~uint64_t{0}, ~uint64_t{0}));
 }
 
 TEST_CASE("a program whose target module names aarch64 runs on the aarch64 executor", "[cross]") {
