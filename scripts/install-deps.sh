@@ -50,20 +50,32 @@ fi
 
 if $aarch64; then
   # The kernel runs an aarch64 program through qemu once binfmt_misc has the entry: then a
-  # cross-built executor starts its aarch64 workers as it does on an ARM board. Containers
-  # without systemd may not have the file system mounted.
+  # cross-built executor starts its aarch64 workers as it does on an ARM board. Whether it
+  # does is tried with the arm64 dynamic loader: a container may run them through its host's
+  # entry without seeing binfmt_misc, and one without systemd may not have it mounted.
+  probe=/usr/lib/aarch64-linux-gnu/ld-linux-aarch64.so.1
   binfmt=/proc/sys/fs/binfmt_misc
-  if [ ! -e "$binfmt/register" ]; then
-    $sudo mount -t binfmt_misc binfmt_misc "$binfmt" || {
-      echo "install-deps: cannot mount binfmt_misc on $binfmt: aarch64 programs will not run" >&2
+  if ! "$probe" --version >/dev/null 2>&1; then
+    if [ ! -e "$binfmt/register" ]; then
+      $sudo mount -t binfmt_misc binfmt_misc "$binfmt" || {
+        echo "install-deps: aarch64 programs do not run here and binfmt_misc cannot be mounted" \
+          "on $binfmt to register qemu-aarch64; in a container, register it on the host" \
+          "(with the F flag, as qemu-user-static's entry has) or allow the mount" >&2
+        exit 1
+      }
+    fi
+    if ! grep -qx enabled "$binfmt/qemu-aarch64" 2>/dev/null; then
+      # The package's entry is imported when binfmt-support is configured before it, which one
+      # apt run does not promise.
+      [ -e /var/lib/binfmts/qemu-aarch64 ] || $sudo update-binfmts --import qemu-aarch64
+      $sudo update-binfmts --enable qemu-aarch64
+    fi
+    if ! "$probe" --version >/dev/null 2>&1; then
+      echo "install-deps: binfmt_misc's qemu-aarch64 entry is enabled, yet $probe does not run" >&2
       exit 1
-    }
+    fi
   fi
-  if ! grep -qx enabled "$binfmt/qemu-aarch64" 2>/dev/null; then
-    # The package's entry is imported when binfmt-support is configured before it, which one
-    # apt run does not promise.
-    [ -e /var/lib/binfmts/qemu-aarch64 ] || $sudo update-binfmts --import qemu-aarch64
-    $sudo update-binfmts --enable qemu-aarch64
-  fi
-  echo "install-deps: aarch64 programs run here through $(sed -n 's/^interpreter //p' "$binfmt/qemu-aarch64")"
+  through=$(sed -n 's/^interpreter //p' "$binfmt/qemu-aarch64" 2>/dev/null || true)
+  [ -n "$through" ] || through="an entry this container cannot see"
+  echo "install-deps: aarch64 programs run here through $through"
 fi
