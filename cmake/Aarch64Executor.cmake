@@ -11,6 +11,7 @@ set_property(CACHE COURIER_AARCH64 PROPERTY STRINGS AUTO ON OFF)
 
 set(courier_aarch64_needs
   /usr/lib/aarch64-linux-gnu/crt1.o
+  /usr/lib/gcc/aarch64-linux-gnu/12/libstdc++.so
   /usr/lib/aarch64-linux-gnu/libLLVM-${LLVM_VERSION_MAJOR}.so
   /usr/lib/aarch64-linux-gnu/libcpp-httplib.so
   /usr/lib/aarch64-linux-gnu/libseccomp.so
