@@ -2,6 +2,7 @@
 #include "jit/Engine.h"
 #include "jit/Internal.h"
 
+#include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/SourceMgr.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -47,6 +48,18 @@ std::string renderDiagnostics(llvm::ArrayRef<Diagnostic> diagnostics) {
   for (const Diagnostic &d : diagnostics)
     text += d.render();
   return text;
+}
+
+llvm::Expected<std::unique_ptr<llvm::MemoryBuffer>> readSourceFile(llvm::StringRef path) {
+  // Not a memory map: an editor rewriting the file in place would change the text under the
+  // compile.
+  llvm::ErrorOr<std::unique_ptr<llvm::MemoryBuffer>> file = llvm::MemoryBuffer::getFile(
+      path, /*IsText=*/false, /*RequiresNullTerminator=*/false, /*IsVolatile=*/true);
+  if (!file)
+    return llvm::make_error<CompileError>(
+        ("cannot read '" + path + "': " + file.getError().message()).str(),
+        std::vector<Diagnostic>{});
+  return std::move(*file);
 }
 
 SourceLines::SourceLines(llvm::StringRef name, llvm::StringRef text)

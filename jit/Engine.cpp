@@ -463,6 +463,16 @@ llvm::Expected<std::shared_ptr<Module>> Engine::compile(llvm::StringRef text, ll
 }
 
 llvm::Expected<std::shared_ptr<Module>>
+Engine::compileFile(llvm::StringRef path, llvm::StringRef name, CompileOptions compileOptions) {
+  llvm::Expected<std::unique_ptr<llvm::MemoryBuffer>> file = readSourceFile(path);
+  if (!file)
+    return file.takeError();
+  compileOptions.sourceName = path.str();
+  return compile((*file)->getBuffer(), name.empty() ? llvm::sys::path::stem(path) : name,
+                 compileOptions);
+}
+
+llvm::Expected<std::shared_ptr<Module>>
 Engine::Impl::compile(llvm::StringRef text, llvm::StringRef name,
                       const CompileOptions &compileOptions) {
   if (!host)
@@ -495,30 +505,32 @@ Engine::Impl::compile(llvm::StringRef text, llvm::StringRef name,
       timeout = options.compileTimeout;
     if (timeout && timeout->count() <= 0)
       timeout.reset();
-    return remember(launcher->compile(options, text, name, timeout));
+    return remember(launcher->compile(options, text, name, compileOptions.sourceName, timeout));
   }
 
-  if (std::optional<Diagnostic> tooDeep = checkParseDepth(text, name)) {
+  // Diagnostics name the text's file when the caller knows it, and say so in the summary.
+  llvm::StringRef source = compileOptions.sourceName.empty() ? name : compileOptions.sourceName;
+  if (std::optional<Diagnostic> tooDeep = checkParseDepth(text, source)) {
     if (options.diagnosticSink)
       options.diagnosticSink(*tooDeep);
-    return llvm::make_error<CompileError>(("parsing '" + name + "' failed").str(),
+    return llvm::make_error<CompileError>(("parsing '" + source + "' failed").str(),
                                           std::vector<Diagnostic>{*tooDeep});
   }
   PhaseTimes times;
   auto start = Clock::now();
   mlir::MLIRContext ctx(registry, mlir::MLIRContext::Threading::DISABLED);
   ctx.printOpOnDiagnostic(false);
-  DiagnosticCollector diagnostics(ctx, options.diagnosticSink, name, text);
+  DiagnosticCollector diagnostics(ctx, options.diagnosticSink, source, text);
   // Verified once the nesting of what aliases built is known to be bounded: verifiers
   // recurse on it.
   mlir::ParserConfig config(&ctx, /*verifyAfterParse=*/false);
   mlir::OwningOpRef<mlir::ModuleOp> module =
-      mlir::parseSourceString<mlir::ModuleOp>(text, config, name);
-  if (!module || mlir::failed(checkIRNesting(*module, name, text.size())) ||
+      mlir::parseSourceString<mlir::ModuleOp>(text, config, source);
+  if (!module || mlir::failed(checkIRNesting(*module, source, text.size())) ||
       mlir::failed(mlir::verify(*module)))
-    return diagnostics.error(("parsing '" + name + "' failed").str());
+    return diagnostics.error(("parsing '" + source + "' failed").str());
   if (mlir::failed(checkConstantSizes(*module, options.maxConstantBytes)))
-    return diagnostics.error(("compiling '" + name + "' failed").str());
+    return diagnostics.error(("compiling '" + source + "' failed").str());
   // The engine calls setup() and teardown() as void(void).
   for (llvm::StringRef lifecycle : {"setup", "teardown"}) {
     mlir::Operation *symbol = module->lookupSymbol(lifecycle);
@@ -528,7 +540,7 @@ Engine::Impl::compile(llvm::StringRef text, llvm::StringRef name,
                           << "' must be a func.func taking and returning nothing: the engine "
                              "calls it when the module is "
                           << (lifecycle == "setup" ? "loaded" : "unloaded");
-      return diagnostics.error(("compiling '" + name + "' failed").str());
+      return diagnostics.error(("compiling '" + source + "' failed").str());
     }
   }
   llvm::StringMap<std::string> unsupported;

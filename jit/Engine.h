@@ -3,93 +3,28 @@
 #ifndef COURIER_JIT_ENGINE_H
 #define COURIER_JIT_ENGINE_H
 
+// "Tensor.h", not "jit/Tensor.h": the two headers sit side by side both here and where they
+// are installed (include/courier/), and each of the transport headers below is installed
+// under include/courier/ at its path here, so every include resolves from the including
+// file's directory when the tree is installed, and from the repository root in it.
+#include "Tensor.h"
 #include "transport/ErrorCode.h"
 #include "transport/TlsOptions.h"
 
 #include "llvm/ADT/ArrayRef.h"
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/Error.h"
-#include "llvm/Support/JSON.h"
 
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 namespace courier {
-
-/// Element types an entry may take or return. Each value is also the type's code on the
-/// module worker's wire: new types go at the end.
-enum class DType { F16, F32, F64, I1, I8, I16, I32, I64, BF16, UI8, UI16, UI32, UI64 };
-
-/// "f32", "ui8", "bf16", ...: MLIR's spelling of the element type, and the name used on the
-/// command line and in JSON. An entry declared on `tensor<4xui8>` takes and returns "ui8";
-/// the bytes are those of the signless i8 its kernels compute on.
-llvm::StringRef dtypeName(DType dtype);
-std::optional<DType> parseDType(llvm::StringRef name);
-/// Bytes per element in memory (i1 takes a byte).
-size_t dtypeSize(DType dtype);
-/// True for bf16, f16, f32 and f64.
-bool isFloatDType(DType dtype);
-/// Every dtype's name for messages, floats first, then by size: "bf16, f16, f32, ..., ui32 or
-/// ui64", with `last` between the last two.
-std::string dtypeNames(llvm::StringRef last = " or ");
-/// The DType whose enum value is `code`, or nullopt if no DType has it.
-std::optional<DType> dtypeFromCode(uint64_t code);
-
-/// The number of elements of `shape`, or nullopt if a dimension is negative or the count of
-/// bytes (`elemSize` each) does not fit in 63 bits.
-std::optional<int64_t> checkedElementCount(llvm::ArrayRef<int64_t> shape, size_t elemSize = 1);
-
-/// An owning, contiguous, row-major tensor. A scalar is a tensor of rank 0.
-struct Tensor {
-  DType dtype = DType::F32;
-  std::vector<int64_t> shape;
-  std::vector<uint8_t> bytes;
-
-  /// The product of the shape; see checkedElementCount for untrusted shapes.
-  int64_t numElements() const;
-
-  /// A tensor holding `values` (converted to `dtype`) with `shape`.
-  static Tensor fromDoubles(DType dtype, std::vector<int64_t> shape, llvm::ArrayRef<double> values);
-  /// Element `i` (row-major) as a double.
-  double at(int64_t i) const;
-};
-
-struct TensorSpec;
-
-/// Reads a tensor for `spec` from JSON: a number or boolean for a scalar, nested arrays
-/// (the shape follows the nesting), or {"dtype", "shape", "data"} with flat or nested data.
-llvm::Expected<Tensor> tensorFromJSON(const llvm::json::Value &value, const TensorSpec &spec);
-
-/// llvm::json::parse, refusing input nested deeper than `maxDepth` arrays and objects, so
-/// hostile input cannot exhaust the parser's stack.
-llvm::Expected<llvm::json::Value> parseJSON(llvm::StringRef text, unsigned maxDepth = 128);
-
-/// {"dtype": "f32", "shape": [2, 2], "data": [...]} with flat, row-major data.
-llvm::json::Value tensorToJSON(const Tensor &tensor);
-
-/// The same object appended to `out`, each number in the shortest text that reads back as the
-/// same value of the tensor's own element type, as std::to_chars writes it (an f32 as a float:
-/// 0.6865874, not the 0.68658739328384399 of the double it widens to; integers exactly), with
-/// no llvm::json::Value per element. Reserves the most the text can take first, so that it is
-/// written once, never copied to grow.
-void writeTensorJSON(std::string &out, const Tensor &tensor);
-/// The same object written to `os`.
-void writeTensorJSON(llvm::raw_ostream &os, const Tensor &tensor);
-
-/// The type of one argument or result of an entry.
-struct TensorSpec {
-  DType dtype = DType::F32;
-  std::vector<int64_t> shape; ///< -1 marks a dynamic dimension.
-  bool isScalar = false;      ///< Passed by value rather than as a buffer.
-
-  /// "tensor<4x?xf32>" or "f64".
-  std::string str() const;
-};
 
 /// A public function of a compiled module.
 struct EntrySignature {
@@ -160,8 +95,14 @@ class EngineError : public llvm::ErrorInfo<EngineError, transport::CodedError> {
 public:
   static char ID;
   using ErrorInfo::ErrorInfo;
+  /// What `kind` holds: an ErrorCode.
+  using Kind = ErrorCode;
   void log(llvm::raw_ostream &os) const override;
 };
+
+/// The name of a kind of failure, as the wire and the REST API spell it: "invalid_input",
+/// "kernel_crashed", ... (transport/ErrorCode.h lists them all).
+using transport::toString;
 
 /// Time spent in each phase of the last compile and invoke, in milliseconds, and what the
 /// compile took from the caches.
@@ -258,6 +199,9 @@ struct EngineOptions {
 struct CompileOptions {
   /// Replaces EngineOptions::compileTimeout for this compile; zero means no limit.
   std::optional<std::chrono::milliseconds> timeout;
+  /// What diagnostics call the text (the path of the file it was read from); empty: the
+  /// module's name. Engine::compileFile and ReloadableModule::reloadFile set it.
+  std::string sourceName;
 };
 
 /// Per-call settings of Module::invoke.
@@ -280,8 +224,11 @@ struct WorkerState {
 class Engine;
 
 /// A compiled, linked module. `setup()` ran when it was loaded; `teardown()` runs, and its
-/// sessions close, when the last reference goes. Thread-safe: any number of threads may
-/// invoke at once.
+/// sessions close, when the last reference goes. Shared: Engine::compile hands out a
+/// shared_ptr, and the module (its code, its sessions) lives while any holder does, the
+/// engine's cache holding it only weakly; it may outlive its Engine. Thread-safe: any number
+/// of threads may invoke at once. Results are Tensors the caller owns; nothing invoke returns
+/// points into the module.
 class Module {
 public:
   ~Module();
@@ -303,6 +250,17 @@ public:
   /// worker (compiled again, from the disk cache when it can, and set up again).
   llvm::Expected<std::vector<Tensor>> invoke(llvm::StringRef entry, llvm::ArrayRef<Tensor> inputs,
                                              const InvokeOptions &options = {}) const;
+  /// The same with inputs the caller owns, read in place (see TensorRef): a buffer of the
+  /// caller's becomes an input without a copy.
+  llvm::Expected<std::vector<Tensor>> invoke(llvm::StringRef entry,
+                                             llvm::ArrayRef<TensorRef> inputs,
+                                             const InvokeOptions &options = {}) const;
+  /// invoke(entry, {}) and invoke(entry, {a, b}) with Tensors.
+  llvm::Expected<std::vector<Tensor>> invoke(llvm::StringRef entry,
+                                             std::initializer_list<Tensor> inputs,
+                                             const InvokeOptions &options = {}) const {
+    return invoke(entry, llvm::ArrayRef<Tensor>(inputs), options);
+  }
 
   /// The `_mlir_ciface_<entry>` function, for callers that pass memref descriptors
   /// themselves (zero copy). Null if there is no such entry, or the module is isolated.
@@ -328,7 +286,9 @@ private:
   std::unique_ptr<Impl> impl;
 };
 
-/// Compiles MLIR text into modules. Thread-safe.
+/// Compiles MLIR text into modules. Thread-safe: any number of threads may compile at once.
+/// The engine owns its options and caches; the modules it returns are shared with the
+/// caller (see Module).
 class Engine {
 public:
   explicit Engine(EngineOptions options = {});
@@ -342,6 +302,12 @@ public:
   /// the cache dir holds: an edit of one kernel compiles that kernel again, not the program.
   llvm::Expected<std::shared_ptr<Module>> compile(llvm::StringRef text, llvm::StringRef name,
                                                   const CompileOptions &compileOptions = {});
+
+  /// Reads the file at `path` and compiles it as compile() does, its diagnostics naming
+  /// `path`; the module is named `name`, or the file's stem ("axpb" for models/axpb.mlir)
+  /// when `name` is empty. A file that cannot be read is a CompileError saying why.
+  llvm::Expected<std::shared_ptr<Module>>
+  compileFile(llvm::StringRef path, llvm::StringRef name = "", CompileOptions compileOptions = {});
 
   const EngineOptions &options() const;
 
@@ -360,8 +326,12 @@ public:
   ~ReloadableModule();
 
   /// Compiles `text` and makes it the current version. Returns the new version number
-  /// (1 for the first load). On failure the current version keeps serving.
-  llvm::Expected<uint64_t> reload(llvm::StringRef text);
+  /// (1 for the first load). On failure the current version keeps serving. Diagnostics name
+  /// the text `sourceName` (a file's path), or the module's name when it is empty.
+  llvm::Expected<uint64_t> reload(llvm::StringRef text, llvm::StringRef sourceName = "");
+  /// Reads the file at `path` and reloads from it, its diagnostics naming `path`. A file that
+  /// cannot be read is a CompileError saying why, and the current version keeps serving.
+  llvm::Expected<uint64_t> reloadFile(llvm::StringRef path);
 
   /// The current version and its number; null and 0 before the first successful load.
   std::shared_ptr<Module> current() const;

@@ -10,6 +10,10 @@
 #include "llvm/ExecutionEngine/Orc/LLJIT.h"
 #include "llvm/Support/LogicalResult.h"
 
+namespace llvm {
+class MemoryBuffer;
+} // namespace llvm
+
 namespace mlir {
 class Operation;
 } // namespace mlir
@@ -43,14 +47,6 @@ struct Module::Impl {
   /// Set for an isolated module: its code lives in a worker, and the fields above that
   /// hold code (jit, functions, teardown, scope) stay empty.
   std::unique_ptr<IsolatedWorker> isolated;
-};
-
-/// A tensor argument: bytes its caller owns, in row-major order.
-struct TensorRef {
-  DType dtype;
-  llvm::ArrayRef<int64_t> shape;
-  const uint8_t *data;
-  size_t size;
 };
 
 /// A result as the entry returned it: `data` is the first element, strides in elements.
@@ -123,8 +119,12 @@ WorkerState isolatedState(IsolatedWorker &worker);
 bool isTerminated(const Module &module);
 void terminateIsolated(IsolatedWorker &worker);
 llvm::Expected<std::vector<Tensor>> invokeIsolated(IsolatedWorker &worker, llvm::StringRef entry,
-                                                   llvm::ArrayRef<Tensor> inputs,
+                                                   llvm::ArrayRef<TensorRef> inputs,
                                                    const InvokeOptions &options);
+
+/// The text of the file at `path`, or a CompileError naming it and saying why it cannot be
+/// read (Engine::compileFile, ReloadableModule::reloadFile).
+llvm::Expected<std::unique_ptr<llvm::MemoryBuffer>> readSourceFile(llvm::StringRef path);
 
 namespace executor {
 class WorkerPool;
@@ -136,8 +136,10 @@ class WorkerLauncher {
 public:
   explicit WorkerLauncher(const EngineOptions &options);
   ~WorkerLauncher();
+  /// `sourceName` names the text in diagnostics (CompileOptions::sourceName).
   llvm::Expected<std::shared_ptr<Module>> compile(const EngineOptions &options,
                                                   llvm::StringRef text, llvm::StringRef name,
+                                                  llvm::StringRef sourceName,
                                                   std::optional<std::chrono::milliseconds> timeout);
 
 private:

@@ -80,9 +80,9 @@ std::string describeTimeout(std::optional<std::chrono::milliseconds> timeout) {
 class IsolatedWorker {
 public:
   IsolatedWorker(std::shared_ptr<WorkerPool> pool, EngineOptions options, std::string name,
-                 std::string text)
+                 std::string sourceName, std::string text)
       : pool(std::move(pool)), options(std::move(options)), name(std::move(name)),
-        text(std::move(text)) {}
+        sourceName(std::move(sourceName)), text(std::move(text)) {}
 
   ~IsolatedWorker() {
     std::lock_guard<std::mutex> lock(requestMutex);
@@ -116,7 +116,7 @@ public:
       return engineError(ErrorCode::UnknownModule, "module '" + name + "' was unloaded");
     MessageWriter request(MessageKind::Compile);
     moduleproto::writeOptions(request, options);
-    request.str(name);
+    request.str(name).str(sourceName);
     SharedBuffer body;
     if (llvm::Error error = moduleproto::writeBody(request, text, body))
       return engineError(ErrorCode::WorkerUnavailable,
@@ -163,8 +163,8 @@ public:
     return std::move(loaded);
   }
 
-  llvm::Expected<std::vector<Tensor>> invoke(llvm::StringRef entry, llvm::ArrayRef<Tensor> inputs,
-                                             const InvokeOptions &call) {
+  llvm::Expected<std::vector<Tensor>>
+  invoke(llvm::StringRef entry, llvm::ArrayRef<TensorRef> inputs, const InvokeOptions &call) {
     std::lock_guard<std::mutex> lock(requestMutex);
     if (terminated)
       return terminatedError(entry);
@@ -200,22 +200,22 @@ public:
     request.str(entry).u64(inputs.size());
     uint64_t total = 0;
     std::vector<uint64_t> offsets;
-    for (const Tensor &t : inputs) {
+    for (const TensorRef &t : inputs) {
       request.u64(static_cast<uint64_t>(t.dtype)).u64(t.shape.size());
       for (int64_t d : t.shape)
         request.i64(d);
       total = executor::alignPayload(total);
       offsets.push_back(total);
-      request.u64(total).u64(t.bytes.size());
-      total += t.bytes.size();
+      request.u64(total).u64(t.size);
+      total += t.size;
     }
     request.u64(total);
     std::vector<int> fds;
     if (total <= executor::kInlineBytes) {
       std::string bytes(total, '\0');
       for (size_t i = 0; i < inputs.size(); ++i)
-        if (!inputs[i].bytes.empty())
-          std::memcpy(bytes.data() + offsets[i], inputs[i].bytes.data(), inputs[i].bytes.size());
+        if (inputs[i].size > 0)
+          std::memcpy(bytes.data() + offsets[i], inputs[i].data, inputs[i].size);
       request.u64(1).str(bytes);
     } else {
       if (inputArena.size() < total) {
@@ -231,9 +231,8 @@ public:
         workerHasInputs = false;
       }
       for (size_t i = 0; i < inputs.size(); ++i)
-        if (!inputs[i].bytes.empty())
-          std::memcpy(inputArena.data() + offsets[i], inputs[i].bytes.data(),
-                      inputs[i].bytes.size());
+        if (inputs[i].size > 0)
+          std::memcpy(inputArena.data() + offsets[i], inputs[i].data, inputs[i].size);
       request.u64(2).u64(workerHasInputs ? 0 : 1);
       if (!workerHasInputs)
         fds.push_back(inputArena.fd());
@@ -461,7 +460,8 @@ private:
 
   std::shared_ptr<WorkerPool> pool;
   const EngineOptions options;
-  const std::string name, text;
+  /// The module's name, what its diagnostics call the text (empty: the name), and the text.
+  const std::string name, sourceName, text;
 
   /// Held for a request's whole length: the worker runs one at a time.
   std::mutex requestMutex;
@@ -486,7 +486,7 @@ bool isTerminated(const Module &module) {
 }
 void terminateIsolated(IsolatedWorker &worker) { worker.terminate(); }
 llvm::Expected<std::vector<Tensor>> invokeIsolated(IsolatedWorker &worker, llvm::StringRef entry,
-                                                   llvm::ArrayRef<Tensor> inputs,
+                                                   llvm::ArrayRef<TensorRef> inputs,
                                                    const InvokeOptions &options) {
   return worker.invoke(entry, inputs, options);
 }
@@ -515,8 +515,10 @@ WorkerLauncher::~WorkerLauncher() = default;
 
 llvm::Expected<std::shared_ptr<Module>>
 WorkerLauncher::compile(const EngineOptions &options, llvm::StringRef text, llvm::StringRef name,
+                        llvm::StringRef sourceName,
                         std::optional<std::chrono::milliseconds> timeout) {
-  auto isolated = std::make_unique<IsolatedWorker>(pool, options, name.str(), text.str());
+  auto isolated =
+      std::make_unique<IsolatedWorker>(pool, options, name.str(), sourceName.str(), text.str());
   llvm::Expected<IsolatedWorker::Loaded> loaded =
       isolated->load(deadlineAfter(timeout), describeTimeout(timeout));
   if (!loaded) {

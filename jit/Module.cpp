@@ -260,14 +260,20 @@ llvm::Error invokeInProcess(const Module::Impl &impl, llvm::StringRef entry,
 llvm::Expected<std::vector<Tensor>> Module::invoke(llvm::StringRef entry,
                                                    llvm::ArrayRef<Tensor> inputs,
                                                    const InvokeOptions &options) const {
-  if (impl->isolated)
-    return invokeIsolated(*impl->isolated, entry, inputs, options);
   llvm::SmallVector<TensorRef, 4> refs;
   for (const Tensor &t : inputs)
-    refs.push_back(TensorRef{t.dtype, t.shape, t.bytes.data(), t.bytes.size()});
+    refs.push_back(t.ref());
+  return invoke(entry, refs, options);
+}
+
+llvm::Expected<std::vector<Tensor>> Module::invoke(llvm::StringRef entry,
+                                                   llvm::ArrayRef<TensorRef> inputs,
+                                                   const InvokeOptions &options) const {
+  if (impl->isolated)
+    return invokeIsolated(*impl->isolated, entry, inputs, options);
   std::vector<Tensor> outputs;
   if (llvm::Error error =
-          invokeInProcess(*impl, entry, refs, [&](llvm::ArrayRef<ResultRef> results) {
+          invokeInProcess(*impl, entry, inputs, [&](llvm::ArrayRef<ResultRef> results) {
             for (const ResultRef &r : results) {
               Tensor t{
                   r.dtype, {r.shape.begin(), r.shape.end()}, std::vector<uint8_t>(r.packedBytes())};

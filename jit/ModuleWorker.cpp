@@ -362,6 +362,8 @@ private:
       return answerError(llvm::createStringError("this worker already holds a module"));
     EngineOptions options = moduleproto::readOptions(in);
     std::string name = in.str().str();
+    CompileOptions compileOptions;
+    compileOptions.sourceName = in.str().str();
     SharedBuffer storage;
     llvm::Expected<llvm::StringRef> text = moduleproto::readBody(in, request, storage, ~0ULL);
     if (!text)
@@ -373,7 +375,7 @@ private:
     // cannot plant another module's objects there, nor anything anywhere else.
     if (sandboxed)
       setBeforeModuleCode(lockFileSystem);
-    llvm::Expected<std::shared_ptr<Module>> compiled = engine->compile(*text, name);
+    llvm::Expected<std::shared_ptr<Module>> compiled = engine->compile(*text, name, compileOptions);
     if (!compiled)
       return answerError(compiled.takeError());
     // Landlock binds the thread that asks and those it starts later: the compile's thread
@@ -458,8 +460,8 @@ private:
       std::optional<DType> dtype = dtypeFromCode(input.dtype);
       if (!dtype || input.offset > total || total - input.offset < input.size)
         return answerError(llvm::createStringError("an invoke input lies outside its buffer"));
-      refs.push_back(TensorRef{*dtype, input.shape, base ? base + input.offset : nullptr,
-                               static_cast<size_t>(input.size)});
+      refs.push_back(TensorRef::of(*dtype, input.shape, base ? base + input.offset : nullptr,
+                                   static_cast<size_t>(input.size)));
     }
 
     MessageWriter done(MessageKind::Done);

@@ -3,7 +3,8 @@
 // buffers, crash reports and sandbox are the executor's (executor/WorkerProtocol.h,
 // executor/Sandbox.h); the messages here are Compile, Invoke and Unload.
 //
-// Compile: the engine options the worker compiles with, the module's name and its text.
+// Compile: the engine options the worker compiles with, the module's name, what diagnostics
+// call its text (empty: the name) and the text.
 // Done answers with an outcome (below), then the entries, the public functions invoke cannot
 // call and the phase times. Invoke: the entry and its inputs (dtype, shape, bytes), inline or
 // in the server's input arena. Done answers with an outcome, then the results, inline or in

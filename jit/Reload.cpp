@@ -1,8 +1,10 @@
 // Hot reload: modules replaced while they serve calls, and the inotify watcher that
 // triggers replacements when files change.
 #include "jit/Engine.h"
+#include "jit/Internal.h"
 
 #include "llvm/Support/FileSystem.h"
+#include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
 
 #include <atomic>
@@ -34,10 +36,21 @@ ReloadableModule::ReloadableModule(Engine &engine, std::string name)
 
 ReloadableModule::~ReloadableModule() = default;
 
-llvm::Expected<uint64_t> ReloadableModule::reload(llvm::StringRef text) {
+llvm::Expected<uint64_t> ReloadableModule::reloadFile(llvm::StringRef path) {
+  llvm::Expected<std::unique_ptr<llvm::MemoryBuffer>> file = readSourceFile(path);
+  if (!file)
+    return file.takeError();
+  return reload((*file)->getBuffer(), path);
+}
+
+llvm::Expected<uint64_t> ReloadableModule::reload(llvm::StringRef text,
+                                                  llvm::StringRef sourceName) {
   std::lock_guard<std::mutex> reloading(impl->reloadMutex);
   // The new version is compiled, linked and set up while the old one keeps serving.
-  llvm::Expected<std::shared_ptr<Module>> next = impl->engine.compile(text, impl->name);
+  CompileOptions compileOptions;
+  compileOptions.sourceName = sourceName.str();
+  llvm::Expected<std::shared_ptr<Module>> next =
+      impl->engine.compile(text, impl->name, compileOptions);
   if (!next)
     return next.takeError();
   std::shared_ptr<Module> previous;

@@ -5,6 +5,7 @@
 #include "llvm/ADT/APFloat.h"
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/SmallVector.h"
+#include "llvm/Support/ErrorHandling.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/MathExtras.h"
 #include "llvm/Support/raw_ostream.h"
@@ -109,11 +110,30 @@ std::optional<int64_t> checkedElementCount(llvm::ArrayRef<int64_t> shape, size_t
   return count;
 }
 
-int64_t Tensor::numElements() const {
+namespace {
+int64_t product(llvm::ArrayRef<int64_t> shape) {
   int64_t n = 1;
   for (int64_t d : shape)
     n *= d;
   return n;
+}
+} // namespace
+
+int64_t Tensor::numElements() const { return product(shape); }
+
+int64_t TensorRef::numElements() const { return product(shape); }
+
+TensorRef Tensor::ref() const { return TensorRef::of(dtype, shape, bytes.data(), bytes.size()); }
+
+Tensor TensorRef::copy() const {
+  return Tensor{dtype, std::vector<int64_t>(shape.begin(), shape.end()),
+                std::vector<uint8_t>(data, data + size)};
+}
+
+void detail::viewMismatch(const char *what, DType held, DType wanted) {
+  llvm::report_fatal_error(llvm::Twine(what) + "<" + dtypeName(wanted) + ">() of a tensor of " +
+                               dtypeName(held) + ": its elements are not of that type",
+                           /*gen_crash_diag=*/false);
 }
 
 Tensor Tensor::fromDoubles(DType dtype, std::vector<int64_t> shape, llvm::ArrayRef<double> values) {

@@ -149,6 +149,8 @@ constexpr const ErrorCodeInfo &errorCodeInfo(ErrorCode code) {
 }
 /// The wire name, e.g. "unknown_object".
 inline llvm::StringRef errorCodeName(ErrorCode code) { return errorCodeInfo(code).code; }
+/// The same, found by argument-dependent lookup: toString(error.kind).
+inline llvm::StringRef toString(ErrorCode code) { return errorCodeName(code); }
 constexpr int httpStatus(ErrorCode code) { return errorCodeInfo(code).status; }
 /// The code whose wire name is `name`; none for a name not in the table.
 std::optional<ErrorCode> parseErrorCode(llvm::StringRef name);
