@@ -144,6 +144,14 @@ module @app {
 }
 )mlir";
 
+/// The executor's answer to GET /v1/health, which must be 200.
+nlohmann::json healthOf(const testing::ServerProcess &executor) {
+  httplib::Result res = executor.client()->Get("/v1/health");
+  REQUIRE(res);
+  REQUIRE(res->status == 200);
+  return nlohmann::json::parse(res->body);
+}
+
 /// Why the executor at `address` refuses the object at `path` when a session ships it: its
 /// invalid_object message.
 std::string refusalOf(const std::string &address, const char *path) {
@@ -177,11 +185,8 @@ void checkTensor(const Tensor &t, DType dtype, std::vector<int64_t> shape,
 TEST_CASE("the aarch64 executor reports its triple, its CPU's features and its workers",
           "[cross]") {
   auto executor = startAarch64Executor();
-  httplib::Result res = executor->client()->Get("/v1/health");
-  REQUIRE(res);
-  REQUIRE(res->status == 200);
-  auto health = nlohmann::json::parse(res->body);
-  INFO(res->body);
+  auto health = healthOf(*executor);
+  INFO(health.dump());
   CHECK(health["triple"] == "aarch64-unknown-linux-gnu");
   // Every Armv8-A CPU Linux runs on has these two; qemu's emulated CPU has many more.
   std::vector<std::string> features = health["features"];
@@ -191,7 +196,7 @@ TEST_CASE("the aarch64 executor reports its triple, its CPU's features and its w
   CHECK(health["isolation"] == "process");
 
   // A session is served by an aarch64 worker process of its own, a child of the executor.
-  res = executor->client()->Post("/v1/sessions", "", "application/json");
+  httplib::Result res = executor->client()->Post("/v1/sessions", "", "application/json");
   REQUIRE(res);
   REQUIRE(res->status == 201);
   int workers = 0;
@@ -245,11 +250,8 @@ TEST_CASE("the features the aarch64 executor reads from capability words are tho
       {"--user", "--map-root-user", "--mount", "sh", "-c",
        "mount --bind \"$0\" /proc/cpuinfo && exec \"$@\"", dir.sub("cpuinfo"),
        COURIER_AARCH64_EXECUTOR, "--listen", "127.0.0.1:0", "--no-sandbox", "--quiet"}});
-  httplib::Result res = board.client()->Get("/v1/health");
-  REQUIRE(res);
-  REQUIRE(res->status == 200);
-  auto health = nlohmann::json::parse(res->body);
-  INFO(res->body);
+  auto health = healthOf(board);
+  INFO(health.dump());
   // LLVM's reading found the board's CPU, so the features are its reading too.
   REQUIRE(health["cpu"] == "neoverse-n1");
   std::vector<std::string> features = health["features"];
@@ -381,9 +383,7 @@ TEST_CASE("an x86-64 object sent to the aarch64 executor is refused naming both 
   CHECK_THAT(refusalOf(executor->address(), COURIER_KERNEL_SCALE),
              Catch::Contains("is for x86_64 but this executor runs aarch64"));
   // The executor goes on serving.
-  httplib::Result res = executor->client()->Get("/v1/health");
-  REQUIRE(res);
-  CHECK(res->status == 200);
+  healthOf(*executor);
 }
 
 TEST_CASE("an ILP32 object sent to the aarch64 executor is refused as 32-bit", "[cross]") {
