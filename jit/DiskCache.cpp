@@ -151,6 +151,18 @@ void removeFile(int dirFd, const std::string &name) { ::unlinkat(dirFd, name.c_s
 
 std::string objectFileName(llvm::StringRef sha256) { return (sha256 + ".o").str(); }
 
+/// Writes object `bytes` as `objects/<sha256>.o` unless a file of that size is there already:
+/// most compiles store objects an earlier one stored. The file is not trusted for it: every
+/// load re-hashes it (loadObject), and a damaged one is a miss and written anew.
+bool storeObject(int objectsFd, llvm::StringRef sha256, llvm::StringRef bytes) {
+  std::string name = objectFileName(sha256);
+  struct stat st;
+  if (::fstatat(objectsFd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode) &&
+      static_cast<uint64_t>(st.st_size) == bytes.size())
+    return true;
+  return writeFile(objectsFd, name, bytes);
+}
+
 } // namespace
 
 std::string defaultCacheDir() {
@@ -313,8 +325,7 @@ void DiskCache::storeHost(llvm::StringRef key, llvm::StringRef object,
   if (maxBytes && size > maxBytes)
     return;
   for (const CachedObject &target : targets)
-    if (!isHex(target.sha256, 64) ||
-        !writeFile(objectsFd, objectFileName(target.sha256), target.bytes))
+    if (!isHex(target.sha256, 64) || !storeObject(objectsFd, target.sha256, target.bytes))
       return;
   if (!writeFile(hostFd, (key + ".o").str(), object) ||
       !writeFile(hostFd, (key + ".manifest").str(), manifest))
@@ -345,7 +356,7 @@ void DiskCache::storeTarget(llvm::StringRef fingerprint, const CachedObject &obj
     return;
   if (maxBytes && object.bytes.size() > maxBytes)
     return;
-  if (!writeFile(objectsFd, objectFileName(object.sha256), object.bytes) ||
+  if (!storeObject(objectsFd, object.sha256, object.bytes) ||
       !writeFile(targetsFd, fingerprint.str(), "sha256 " + object.sha256 + "\n"))
     return;
 }

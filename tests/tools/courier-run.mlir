@@ -30,8 +30,8 @@
 // RUN: not courier-run %s --arg-file %t.inputs.json --arg '[1, 2, 3, 4]' --no-disk-cache 2>&1 | FileCheck %s --check-prefix=ORDER
 
 // CHECK: {"data":[2.5,4.5,6.5,8.5],"dtype":"f64","shape":[4]}
-// COLD: parse {{.*}} ms, passes {{[1-9].*}} ms, cross-compile {{.*}} ms, link {{.*}} ms, ship {{.*}} ms, run {{.*}} ms{{$}}
-// WARM: passes 0.00 ms, cross-compile 0.00 ms, {{.*}} (cache hit)
+// COLD: parse {{.*}} ms, passes {{[1-9].*}} ms, cross-compile {{.*}} ms (1 compiled, 0 reused), link {{.*}} ms, ship {{.*}} ms, run {{.*}} ms{{$}}
+// WARM: passes 0.00 ms, cross-compile 0.00 ms (0 compiled, 0 reused), {{.*}} (cache hit)
 // INT: {"data":[2,4,6,8],"dtype":"i32","shape":[2,2]}
 // I64: {"data":[9007199254740994,-9223372036854775806],"dtype":"i64","shape":[2]}
 // SHAPE: courier-run: error: input 0 of 'main' must have shape tensor<4xf64>, got dimension 0 of size 3
