@@ -215,6 +215,7 @@ Engine &ModuleStore::engineFor(const ModuleOptions &options) {
     engineOptions.workerSandbox = config.sandbox;
     engineOptions.maxConstantBytes = config.maxConstantBytes;
     engineOptions.maxObjectBytes = config.maxObjectBytes;
+    engineOptions.jobs = config.jobs;
     engine = std::make_unique<Engine>(std::move(engineOptions));
   }
   return *engine;

@@ -50,6 +50,8 @@ struct StoreOptions {
   std::chrono::milliseconds invokeTimeout{60000};
   uint64_t moduleMemoryMiB = 4096; ///< Address space each module worker may add; 0: none.
   bool sandbox = true;             ///< No-new-privs and seccomp for module workers.
+  /// EngineOptions::jobs of every engine: threads generating target code (0: one per core).
+  unsigned jobs = 0;
   /// EngineOptions::maxConstantBytes and maxObjectBytes of every engine; 0 for no limit.
   uint64_t maxConstantBytes = EngineOptions().maxConstantBytes;
   uint64_t maxObjectBytes = EngineOptions().maxObjectBytes;

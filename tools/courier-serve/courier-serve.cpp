@@ -30,7 +30,8 @@ static const char *const kUsage =
     "                     [--cache-max-mib N]\n"
     "                     [--max-body-bytes N] [--max-modules N] [--compile-timeout-ms N]\n"
     "                     [--max-constant-mib N] [--max-object-mib N] [--threads N] [--quiet]\n"
-    "                     [--isolation process|none] [--invoke-timeout-ms N]\n"
+    "                     [--isolation process|none] [--invoke-timeout-ms N] [--jobs N]\n"
+    "                     [--watch-opt-level N]\n"
     "                     [--module-memory-mib N] [--no-sandbox] [--drain-timeout-ms N]\n"
     "                     [--tls-cert FILE --tls-key FILE [--tls-client-ca FILE]]\n"
     "                     [--insecure-plaintext] [--tls-ca FILE]\n"
@@ -46,6 +47,11 @@ static const char *const kUsage =
     "  --tls-client-cert, --tls-client-key  PEM client certificate and key for executors\n"
     "                        that ask for one (default: $COURIER_TLS_CLIENT_CERT and _KEY)\n"
     "  --watch               load DIR/*.mlir as modules named by their stems; reload on change\n"
+    "  --watch-opt-level     opt level of the modules --watch loads, 0-3 (default 2); 0 or 1\n"
+    "                        for development: an edited kernel compiles in a fraction of the\n"
+    "                        time, and runs slower (docs/performance.md)\n"
+    "  --jobs                threads generating code for a module's target modules at once\n"
+    "                        (default 0: one per core)\n"
     "  --cache-dir           engine cache and object directory (default $XDG_CACHE_HOME/courier)\n"
     "  --cache-max-mib       bound on the cache directory's size; least recently used files\n"
     "                        go first (default 1024; 0: no bound)\n"
@@ -73,6 +79,7 @@ struct Arguments {
   ServeOptions serve;
   StoreOptions store;
   std::string watchDir;
+  unsigned watchOptLevel = 2;
 };
 
 Expected<Arguments> parseArguments(int argc, char **argv) {
@@ -83,6 +90,7 @@ Expected<Arguments> parseArguments(int argc, char **argv) {
   uint64_t invokeTimeoutMs = args.store.invokeTimeout.count();
   uint64_t maxConstantMiB = args.store.maxConstantBytes >> 20,
            maxObjectMiB = args.store.maxObjectBytes >> 20;
+  uint64_t jobs = 0, watchOptLevel = args.watchOptLevel;
   transport::ArgumentReader flags(argc, argv, kUsage);
   while (flags.next()) {
     if (flags.arg() == "--quiet") {
@@ -106,7 +114,8 @@ Expected<Arguments> parseArguments(int argc, char **argv) {
                              "--watch", "--cache-dir", "--cache-max-mib", "--max-body-bytes",
                              "--max-modules", "--compile-timeout-ms", "--threads",
                              "--max-constant-mib", "--max-object-mib", "--invoke-timeout-ms",
-                             "--module-memory-mib", "--isolation", "--drain-timeout-ms"},
+                             "--module-memory-mib", "--isolation", "--drain-timeout-ms", "--jobs",
+                             "--watch-opt-level"},
                             name))
       return flags.unknown();
     if (Error error = flags.readValue())
@@ -149,6 +158,10 @@ Expected<Arguments> parseArguments(int argc, char **argv) {
       error = flags.number(invokeTimeoutMs);
     else if (name == "--module-memory-mib")
       error = flags.number(args.store.moduleMemoryMiB);
+    else if (name == "--jobs")
+      error = flags.number(jobs);
+    else if (name == "--watch-opt-level")
+      error = flags.number(watchOptLevel);
     else if (name == "--drain-timeout-ms")
       error = transport::setDrainTimeout(flags, args.serve);
     else if (name == "--isolation" && (value == "process" || value == "none"))
@@ -189,6 +202,12 @@ Expected<Arguments> parseArguments(int argc, char **argv) {
                              Twine(UINT64_MAX >> 20));
   if (!args.watchDir.empty() && !sys::fs::is_directory(args.watchDir))
     return createStringError("--watch '" + args.watchDir + "' is not a directory");
+  if (jobs > EngineOptions::kMaxJobs)
+    return createStringError("--jobs is at most " + Twine(EngineOptions::kMaxJobs));
+  args.store.jobs = static_cast<unsigned>(jobs);
+  if (watchOptLevel > 3)
+    return createStringError("--watch-opt-level is 0 to 3, got " + Twine(watchOptLevel));
+  args.watchOptLevel = static_cast<unsigned>(watchOptLevel);
   args.serve.threads = static_cast<unsigned>(threads);
   args.serve.maxBodyBytes = maxBody;
   args.store.maxModules = static_cast<size_t>(maxModules);
@@ -204,7 +223,7 @@ Expected<Arguments> parseArguments(int argc, char **argv) {
 /// Loads or reloads the module of one watched file and logs one line with the outcome.
 class WatchLoader {
 public:
-  explicit WatchLoader(ModuleStore &store) : store(store) {}
+  WatchLoader(ModuleStore &store, unsigned optLevel) : store(store), optLevel(optLevel) {}
 
   void load(const std::string &path) {
     // One at a time: the initial scan and the watcher may report the same file at once.
@@ -221,8 +240,15 @@ public:
                    file.getError().message().c_str());
       return;
     }
+    // At the watch's opt level; a module the API made keeps its executor.
+    ModuleOptions options;
+    if (Expected<ModuleInfo> current = store.info(name))
+      options = current->options;
+    else
+      consumeError(current.takeError());
+    options.optLevel = optLevel;
     auto started = std::chrono::steady_clock::now();
-    Expected<LoadResult> loaded = store.load(name, (*file)->getBuffer(), std::nullopt,
+    Expected<LoadResult> loaded = store.load(name, (*file)->getBuffer(), options,
                                              ModuleStore::Mode::Upsert, path, /*deadline=*/false);
     double ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started)
@@ -249,6 +275,7 @@ public:
 
 private:
   ModuleStore &store;
+  unsigned optLevel;
   std::mutex mutex;
 };
 
@@ -284,7 +311,7 @@ int main(int argc, char **argv) {
   std::unique_ptr<RestService> service = exitOnError(RestService::create(args.serve, *store));
 
   // Watch before the first scan, so an edit made while loading is not missed.
-  WatchLoader loader(*store);
+  WatchLoader loader(*store, args.watchOptLevel);
   std::unique_ptr<FileWatcher> watcher;
   if (!args.watchDir.empty())
     watcher = exitOnError(FileWatcher::create(
