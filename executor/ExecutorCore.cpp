@@ -6,10 +6,12 @@
 #include "executor/HostErrors.h"
 #include "executor/ObjectHost.h"
 #include "executor/WorkerPool.h"
+#include "transport/Log.h"
 #include "transport/Metrics.h"
 
 #include "Version.h"
 
+#include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringMap.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -748,8 +750,13 @@ void ExecutorCore::Impl::noteDeath(Session &s, WorkerProcess &worker, const Work
   metrics.workersRestarted++;
   if (cause == "deadline")
     metrics.deadlineKills++;
-  llvm::errs() << llvm::formatv("courier-executor: worker {0} of session '{1}' died: {2} in {3}\n",
-                                worker.pid(), s.id, death.cause, what);
+  transport::logEvent(transport::LogLevel::Warn,
+                      llvm::formatv("worker {0} of session '{1}' died: {2} in {3}", worker.pid(),
+                                    s.id, death.cause, what)
+                          .str(),
+                      {{"session", llvm::StringRef(s.id)},
+                       {"pid", int64_t(worker.pid())},
+                       {"cause", llvm::StringRef(cause)}});
 }
 
 void ExecutorCore::Impl::reapIdleSessions() {
@@ -851,6 +858,42 @@ bool ExecutorCore::hasSession(llvm::StringRef id) {
   return impl->sessions.count(id.str()) != 0;
 }
 
+std::vector<SessionSummary> ExecutorCore::listSessions() {
+  std::vector<std::shared_ptr<Session>> open;
+  {
+    std::lock_guard<std::mutex> lock(impl->sessionsMutex);
+    for (const auto &entry : impl->sessions)
+      open.push_back(entry.second);
+  }
+  int64_t now = Clock::now().time_since_epoch().count();
+  std::vector<SessionSummary> summaries;
+  summaries.reserve(open.size());
+  for (const std::shared_ptr<Session> &s : open) {
+    SessionSummary summary;
+    summary.id = s->id;
+    {
+      std::lock_guard<std::mutex> lock(s->attachMutex);
+      summary.objects.assign(s->attached.begin(), s->attached.end());
+    }
+    summary.idleMs = std::chrono::duration_cast<std::chrono::milliseconds>(
+                         Clock::duration(std::max<int64_t>(0, now - s->lastUsed.load())))
+                         .count();
+    summary.requestsInFlight = s->busy.load();
+    {
+      std::lock_guard<std::mutex> lock(s->slotMutex);
+      summary.workerPid = s->worker ? s->worker->pid() : 0;
+    }
+    {
+      std::lock_guard<std::mutex> lock(s->launchesMutex);
+      summary.pendingLaunches = s->launches.size();
+    }
+    summaries.push_back(std::move(summary));
+  }
+  llvm::sort(summaries,
+             [](const SessionSummary &a, const SessionSummary &b) { return a.id < b.id; });
+  return summaries;
+}
+
 llvm::Expected<SessionRef> ExecutorCore::findSession(llvm::StringRef id) {
   std::lock_guard<std::mutex> lock(impl->sessionsMutex);
   auto it = impl->sessions.find(id.str());
@@ -898,6 +941,19 @@ bool ExecutorCore::storeObject(ObjectBlob blob) {
 
 std::optional<ObjectBlob> ExecutorCore::findObject(llvm::StringRef sha) {
   return impl->findObject(sha);
+}
+
+std::vector<ObjectSummary> ExecutorCore::listObjects() {
+  std::vector<ObjectSummary> summaries;
+  {
+    std::lock_guard<std::mutex> lock(impl->objectsMutex);
+    summaries.reserve(impl->objects.size());
+    for (const auto &[sha, stored] : impl->objects)
+      summaries.push_back({sha, static_cast<uint64_t>(stored.blob.bytes->size()), stored.holders});
+  }
+  llvm::sort(summaries,
+             [](const ObjectSummary &a, const ObjectSummary &b) { return a.sha256 < b.sha256; });
+  return summaries;
 }
 
 llvm::Error ExecutorCore::attach(Session &session, llvm::StringRef sha) {

@@ -122,6 +122,23 @@ struct HealthReport {
   std::string reason;
 };
 
+/// What an operator sees of one open session (GET /v1/sessions).
+struct SessionSummary {
+  std::string id;
+  std::vector<std::string> objects; ///< The objects it holds (attached), by SHA-256, sorted.
+  int64_t idleMs = 0;               ///< Since it was last used.
+  int requestsInFlight = 0;         ///< Requests running on it now (isolated sessions only).
+  int64_t workerPid = 0;            ///< Its worker process; 0 without one (or without isolation).
+  size_t pendingLaunches = 0;       ///< Async launches not yet awaited.
+};
+
+/// What an operator sees of one stored object (GET /v1/objects).
+struct ObjectSummary {
+  std::string sha256;
+  uint64_t size = 0;
+  uint64_t holders = 0; ///< Sessions that hold it; at 0 it goes once its grace period ends.
+};
+
 class ExecutorCore {
 public:
   /// Loads the plugins and, with isolation, starts the worker pool and checks that a worker
@@ -137,6 +154,8 @@ public:
   bool hasSession(llvm::StringRef id);
   /// The open session `id` (and marks it used), or `unknown_session`.
   llvm::Expected<SessionRef> findSession(llvm::StringRef id);
+  /// Every open session, by id; looking does not mark a session used.
+  std::vector<SessionSummary> listSessions();
   /// Closes `id`: its holds end and its worker (if any) is ended; `unknown_session` if absent.
   llvm::Error closeSession(llvm::StringRef id);
   static const std::string &sessionId(const Session &session);
@@ -145,6 +164,8 @@ public:
   /// object restarts its grace period.
   bool storeObject(ObjectBlob blob);
   std::optional<ObjectBlob> findObject(llvm::StringRef sha);
+  /// Every stored object, by SHA-256.
+  std::vector<ObjectSummary> listObjects();
   /// Loads the stored object `sha` into the session and holds it (`unknown_object`,
   /// `invalid_object`, `unsigned_object`...). Attaching twice is a no-op.
   llvm::Error attach(Session &session, llvm::StringRef sha);

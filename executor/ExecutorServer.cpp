@@ -105,11 +105,13 @@ struct ExecutorServer::Impl {
   llvm::Error health(const httplib::Request &req, httplib::Response &res);
   llvm::Error ready(const httplib::Request &req, httplib::Response &res);
   llvm::Error metrics(const httplib::Request &req, httplib::Response &res);
+  llvm::Error listObjects(const httplib::Request &req, httplib::Response &res);
   llvm::Error hasObject(const httplib::Request &req, httplib::Response &res);
   llvm::Error putObject(const httplib::Request &req, httplib::Response &res,
                         const httplib::ContentReader &reader);
   /// The body of a session-opening reply: its id and whether its launches run contained.
   json sessionReply(const std::string &id) const;
+  llvm::Error listSessions(const httplib::Request &req, httplib::Response &res);
   llvm::Error openSession(const httplib::Request &req, httplib::Response &res);
   llvm::Error reopenSession(const httplib::Request &req, httplib::Response &res);
   llvm::Error getSession(const httplib::Request &req, httplib::Response &res);
@@ -139,6 +141,8 @@ HttpServiceOptions ExecutorServer::Impl::serviceOptions() {
   service.sendError = sendError;
   service.reportFailure = reportFailure;
   service.metricPrefix = "courier";
+  service.subjectKey = "session";
+  service.subjectPlaceholder = "{id}";
   return service;
 }
 
@@ -189,8 +193,10 @@ std::vector<HttpService::Route> ExecutorServer::Impl::routes() {
       {Method::Get, "/v1/health", "GET /v1/health", to(&Impl::health)},
       {Method::Get, "/v1/ready", "GET /v1/ready", to(&Impl::ready)},
       {Method::Get, "/metrics", "GET /metrics", to(&Impl::metrics)},
+      {Method::Get, "/v1/objects", "GET /v1/objects", to(&Impl::listObjects)},
       {Method::Get, "/v1/objects/" + sha, "GET /v1/objects/{sha256}", to(&Impl::hasObject)},
       {Method::Put, "/v1/objects/" + sha, "PUT /v1/objects/{sha256}", to(&Impl::putObject)},
+      {Method::Get, "/v1/sessions", "GET /v1/sessions", to(&Impl::listSessions)},
       {Method::Post, "/v1/sessions", "POST /v1/sessions", to(&Impl::openSession)},
       {Method::Put, session, "PUT /v1/sessions/{id}", to(&Impl::reopenSession)},
       {Method::Get, session, "GET /v1/sessions/{id}", to(&Impl::getSession)},
@@ -247,6 +253,18 @@ llvm::Error ExecutorServer::Impl::metrics(const httplib::Request &, httplib::Res
   return llvm::Error::success();
 }
 
+llvm::Error ExecutorServer::Impl::listObjects(const httplib::Request &, httplib::Response &res) {
+  json objects = json::array();
+  uint64_t bytes = 0;
+  for (const executor::ObjectSummary &object : core->listObjects()) {
+    objects.push_back(
+        {{"sha256", object.sha256}, {"size", object.size}, {"holders", object.holders}});
+    bytes += object.size;
+  }
+  sendJson(res, 200, {{"objects", std::move(objects)}, {"bytes", bytes}});
+  return llvm::Error::success();
+}
+
 llvm::Error ExecutorServer::Impl::hasObject(const httplib::Request &req, httplib::Response &res) {
   std::optional<ObjectBlob> blob = core->findObject(req.matches[1].str());
   if (!blob)
@@ -278,6 +296,19 @@ json ExecutorServer::Impl::sessionReply(const std::string &id) const {
   return {{"session", id}, {"contained", contained}};
 }
 
+llvm::Error ExecutorServer::Impl::listSessions(const httplib::Request &, httplib::Response &res) {
+  json sessions = json::array();
+  for (const executor::SessionSummary &s : core->listSessions())
+    sessions.push_back({{"session", s.id},
+                        {"objects", s.objects},
+                        {"idle_ms", s.idleMs},
+                        {"requests_in_flight", s.requestsInFlight},
+                        {"worker_pid", s.workerPid == 0 ? json(nullptr) : json(s.workerPid)},
+                        {"pending_launches", s.pendingLaunches}});
+  sendJson(res, 200, {{"sessions", std::move(sessions)}});
+  return llvm::Error::success();
+}
+
 llvm::Error ExecutorServer::Impl::openSession(const httplib::Request &, httplib::Response &res) {
   if (llvm::Error error = refuseWhileDraining())
     return error;
@@ -287,6 +318,7 @@ llvm::Error ExecutorServer::Impl::openSession(const httplib::Request &, httplib:
     return s.takeError();
   const std::string &id = ExecutorCore::sessionId(**s);
   res.set_header(wire::kSessionHeader, id);
+  HttpService::noteLogSubject(id);
   sendJson(res, 201, sessionReply(id));
   return llvm::Error::success();
 }

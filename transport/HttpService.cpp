@@ -3,7 +3,10 @@
 
 #include "transport/Tls.h"
 
+#include "transport/Log.h"
 #include "transport/Metrics.h"
+
+#include "llvm/ADT/StringExtras.h"
 
 #include <prometheus/text_serializer.h>
 
@@ -24,6 +27,7 @@
 #include <cstring>
 #include <filesystem>
 #include <optional>
+#include <random>
 #include <thread>
 #include <type_traits>
 #include <utility>
@@ -43,6 +47,30 @@ thread_local size_t currentRoute = 0;
 thread_local bool requestCounted = false;
 // Whether that request is work a drain waits for, rather than a probe.
 thread_local bool requestIsWork = false;
+// The request's id and what it concerns, for its log line.
+thread_local std::string currentRequestId;
+thread_local std::string currentSubject;
+
+/// Request ids made here: a random start, so that two processes' ids hardly ever meet, then
+/// one more per request.
+std::atomic<uint64_t> nextRequestId{[] {
+  std::random_device random;
+  return (uint64_t(random()) << 32) ^ random();
+}()};
+
+/// The client's X-Request-Id when it is one a log line can carry as it is, else a new one.
+std::string requestIdFor(const httplib::Request &req) {
+  std::string given = req.get_header_value("X-Request-Id");
+  bool usable = !given.empty() && given.size() <= 64 && llvm::all_of(given, [](char c) {
+    return llvm::isAlnum(c) || c == '.' || c == '_' || c == '-';
+  });
+  if (usable)
+    return given;
+  char made[17];
+  std::snprintf(made, sizeof(made), "%016llx",
+                static_cast<unsigned long long>(nextRequestId.fetch_add(1)));
+  return made;
+}
 
 /// Listen backlog raised to after httplib's listen() (which uses 5): a burst of connections
 /// beyond the backlog would otherwise be dropped or delayed by SYN retries.
@@ -335,6 +363,10 @@ void HttpService::addRoutes(std::vector<Route> table) {
   for (Route &route : table) {
     size_t tag = routeNames.size();
     routeNames.push_back(route.name);
+    llvm::StringRef name(route.name);
+    size_t placeholder = name.find('{');
+    subjectFromPath.push_back(!opts.subjectPlaceholder.empty() && placeholder != name.npos &&
+                              name.substr(placeholder).starts_with(opts.subjectPlaceholder));
     std::visit(
         [&](auto &handler) {
           auto wrapped = wrap(tag, std::move(handler));
@@ -414,6 +446,46 @@ std::string HttpService::metricsText(const std::vector<prometheus::MetricFamily>
   return prometheus::TextSerializer().Serialize(families);
 }
 
+void HttpService::noteLogSubject(std::string subject) { currentSubject = std::move(subject); }
+
+const std::string &HttpService::requestId() { return currentRequestId; }
+
+void HttpService::logRequest(const httplib::Request &req, const httplib::Response &res,
+                             size_t route, double seconds, uint64_t in, uint64_t out) {
+  std::string subject = currentSubject;
+  if (subject.empty() && route < subjectFromPath.size() && subjectFromPath[route] &&
+      req.matches.size() > 1)
+    subject = req.matches[1].str();
+  LogLevel level = res.status >= 500   ? LogLevel::Error
+                   : res.status >= 400 ? LogLevel::Warn
+                                       : LogLevel::Info;
+  llvm::SmallVector<LogField, 12> fields;
+  std::string message;
+  LogFormat format = logFormat();
+  if (format == LogFormat::Text) {
+    // The shape request lines have always had, then what identifies the request.
+    char summary[96];
+    std::snprintf(summary, sizeof(summary), " %d in=%llu out=%llu %.3fms", res.status,
+                  static_cast<unsigned long long>(in), static_cast<unsigned long long>(out),
+                  seconds * 1e3);
+    message = req.method + " " + req.path + summary;
+    fields.push_back({"request", llvm::StringRef(currentRequestId)});
+  } else {
+    message = "request";
+    fields.push_back({"request_id", llvm::StringRef(currentRequestId)});
+    fields.push_back({"method", llvm::StringRef(req.method)});
+    fields.push_back({"route", llvm::StringRef(routeName(route))});
+    fields.push_back({"path", llvm::StringRef(req.path)});
+    fields.push_back({"status", int64_t(res.status)});
+    fields.push_back({"duration_ms", seconds * 1e3});
+    fields.push_back({"bytes_in", in});
+    fields.push_back({"bytes_out", out});
+  }
+  if (!subject.empty() && !opts.subjectKey.empty())
+    fields.push_back({opts.subjectKey, llvm::StringRef(subject)});
+  writeLogLine(formatLogLine(format, logTimestamp(), level, message, fields));
+}
+
 const char *HttpService::routeName(size_t tag) const {
   return tag < routeNames.size() ? routeNames[tag] : routeNames[0];
 }
@@ -423,6 +495,9 @@ void HttpService::installHandlers() {
     requestStart = Clock::now();
     currentRoute = 0;
     requestCounted = true;
+    currentRequestId = requestIdFor(req);
+    currentSubject.clear();
+    res.set_header("X-Request-Id", currentRequestId);
     inFlight++;
     requestIsWork = !isProbe(req);
     if (requestIsWork)
@@ -485,10 +560,13 @@ void HttpService::installHandlers() {
     bytesIn->Increment(static_cast<double>(in));
     bytesOut->Increment(static_cast<double>(out));
     countRequest(counted ? currentRoute : 0, res.status);
+    if (!counted) {
+      // Refused by httplib before routing: no id was given to it yet.
+      currentRequestId = requestIdFor(req);
+      currentSubject.clear();
+    }
     if (opts.listen.logRequests)
-      std::fprintf(stderr, "%s %s %d in=%llu out=%llu %.3fms\n", req.method.c_str(),
-                   req.path.c_str(), res.status, static_cast<unsigned long long>(in),
-                   static_cast<unsigned long long>(out), seconds * 1e3);
+      logRequest(req, res, counted ? currentRoute : 0, seconds, in, out);
   });
 }
 

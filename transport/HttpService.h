@@ -67,6 +67,11 @@ struct HttpServiceOptions {
   std::string metricPrefix;
   /// Whether <prefix>_requests_total counts by route as well as by status.
   bool countByRoute = false;
+  /// What a request's log line calls the thing it concerns ("session", "module"), and the
+  /// placeholder of route names that stands for it ("{id}", "{name}"): a route whose first
+  /// placeholder it is logs its first capture under that key, and a handler may name the
+  /// thing itself (noteLogSubject) when the path does not.
+  std::string subjectKey, subjectPlaceholder;
 };
 
 /// One httplib server set up the way both servers want it: a thread pool, TCP_NODELAY,
@@ -138,6 +143,13 @@ public:
   void addRoutes(std::vector<Route> table);
   /// The name of the route `tag` stands for; "none" for 0.
   const char *routeName(size_t tag) const;
+  /// Names what the request being served concerns in its log line (a session just opened,
+  /// a module named in the body); call from its handler.
+  static void noteLogSubject(std::string subject);
+  /// The id of the request being served: the client's X-Request-Id when it gives a usable
+  /// one (1 to 64 of A-Z a-z 0-9 . _ -), else one made up here; every response carries it
+  /// back in X-Request-Id and its log line names it.
+  static const std::string &requestId();
   /// How many tags there are, "none" included.
   size_t routeCount() const { return routeNames.size(); }
 
@@ -196,6 +208,11 @@ private:
   bool ownsSocketFile = false;
   uint64_t socketDevice = 0, socketInode = 0;
   std::vector<const char *> routeNames{"none"};
+  /// Per route tag: whether its first capture is the log subject (subjectPlaceholder).
+  std::vector<bool> subjectFromPath{false};
+  /// Writes the request's log line.
+  void logRequest(const httplib::Request &req, const httplib::Response &res, size_t route,
+                  double seconds, uint64_t in, uint64_t out);
 
   /// Counts a request under its route (when counted by route) and status.
   void countRequest(size_t route, int status);

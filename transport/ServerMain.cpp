@@ -2,6 +2,7 @@
 #include "transport/ServerMain.h"
 
 #include "transport/HostPort.h"
+#include "transport/Log.h"
 
 #include "Version.h"
 
@@ -52,6 +53,18 @@ llvm::Error ArgumentReader::number(uint64_t &out) const {
 
 llvm::Error ArgumentReader::unknown() const {
   return llvm::createStringError("unknown option '" + name() + "' (see --help)");
+}
+
+llvm::Expected<bool> readLogFormatFlag(ArgumentReader &args) {
+  if (args.name() != "--log-format")
+    return false;
+  if (llvm::Error error = args.readValue())
+    return std::move(error);
+  llvm::Expected<LogFormat> format = parseLogFormat(args.value());
+  if (!format)
+    return format.takeError();
+  setLogFormat(*format);
+  return true;
 }
 
 llvm::Error parseListenAddress(llvm::StringRef address, HttpListenOptions &options) {

@@ -67,6 +67,16 @@ llvm::Error checkThreadCount(uint64_t threads);
 /// HttpService::bind() checks how they combine and loads the files.
 llvm::Expected<bool> readTlsFlag(ArgumentReader &args, HttpListenOptions &options);
 
+/// Takes --log-format text|json, setting the format of every line the process logs from then
+/// on (transport/Log.h). False when the argument is another one.
+llvm::Expected<bool> readLogFormatFlag(ArgumentReader &args);
+
+/// The usage lines of readLogFormatFlag's flag, for a server's --help.
+#define COURIER_LOG_USAGE                                                                          \
+  "  --log-format text|json  log lines as text (default) or as JSON objects, one a line, each\n"   \
+  "                  with its time, level and message; request lines add the request id,\n"        \
+  "                  method, route, path, status, duration and the session or module\n"
+
 /// The usage lines of readTlsFlag's flags, for a server's --help.
 #define COURIER_TLS_USAGE                                                                          \
   "  --tls-cert FILE --tls-key FILE  serve TLS only (https://), with this PEM certificate\n"       \

@@ -7,6 +7,7 @@
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/Support/Error.h"
 
+#include <climits>
 #include <cstdlib>
 #include <unistd.h>
 
@@ -21,7 +22,7 @@ static const char *const kUsage =
     "                        [--launch-timeout-ms N] [--worker-memory-mib N]\n"
     "                        [--worker-cpu-seconds N] [--warm-workers N] [--max-sessions N]\n"
     "                        [--no-sandbox] [--drain-timeout-ms N] [--shm-arena-mib N]\n"
-    "                        [--allow-unsigned-objects] [--quiet]\n"
+    "                        [--allow-unsigned-objects] [--quiet] [--log-format text|json]\n"
     "                        [--tls-cert FILE --tls-key FILE [--tls-client-ca FILE]]\n"
     "                        [--insecure-plaintext]\n"
     "  --listen        address to bind: HOST:PORT (default 127.0.0.1:7000; port 0 picks a\n"
@@ -46,7 +47,8 @@ static const char *const kUsage =
     "  --shm-arena-mib  shared memory a same-host client's session may use for its launches'\n"
     "                  inputs and results, half each (default 256; 0 offers no channel)\n"
     "  --allow-unsigned-objects  accept objects without signature tables\n"
-    "  --quiet         do not log one line per request to stderr\n" COURIER_TLS_USAGE;
+    "  --quiet         do not log one line per request to stderr\n" COURIER_LOG_USAGE
+        COURIER_TLS_USAGE;
 
 static Expected<ExecutorServerOptions> parseArguments(int argc, char **argv) {
   ExecutorServerOptions options;
@@ -68,6 +70,11 @@ static Expected<ExecutorServerOptions> parseArguments(int argc, char **argv) {
       options.allowUnsignedObjects = true;
       continue;
     }
+    Expected<bool> logFlag = courier::transport::readLogFormatFlag(args);
+    if (!logFlag)
+      return logFlag.takeError();
+    if (*logFlag)
+      continue;
     Expected<bool> tls = courier::transport::readTlsFlag(args, options);
     if (!tls)
       return tls.takeError();
@@ -166,7 +173,9 @@ static Expected<ExecutorServerOptions> parseArguments(int argc, char **argv) {
 /// every 4 KiB page faults on first touch: for a 64 MiB result that is a third of a launch
 /// (docs/performance.md). glibc backs such mappings with transparent huge pages when the
 /// glibc.malloc.hugetlb tunable is set, and tunables are read only at start-up, so the
-/// executor re-executes itself once with it unless the caller chose a value.
+/// executor re-executes itself once with it unless the caller chose a value. It re-executes
+/// the file /proc/self/exe links to, not the link: the kernel names a process after the file
+/// it executes, and `ps`, `pgrep` and `top` would otherwise show the executor as "exe".
 static void enableHugePageMalloc(char **argv) {
   const char *tunables = std::getenv("GLIBC_TUNABLES");
   if (tunables && StringRef(tunables).contains("glibc.malloc.hugetlb"))
@@ -176,6 +185,14 @@ static void enableHugePageMalloc(char **argv) {
     value = std::string(tunables) + ":" + value;
   if (setenv("GLIBC_TUNABLES", value.c_str(), 1) != 0)
     return;
+  char self[PATH_MAX];
+  ssize_t length = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
+  // A binary replaced on disk since it started reads " (deleted)": only the link still
+  // leads to the program that is running.
+  if (length > 0 && !StringRef(self, length).ends_with(" (deleted)")) {
+    self[length] = '\0';
+    execv(self, argv);
+  }
   execv("/proc/self/exe", argv);
   // Still here: run without the tunable rather than not at all.
 }
