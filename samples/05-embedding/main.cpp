@@ -1,38 +1,42 @@
-// Embeds the engine: compiles a program whose kernel runs on the in-process executor and
-// calls it with a vector.
-#include "jit/Engine.h"
+// Embeds the engine: compiles the program in a file (square.mlir, or the path given), whose
+// kernel runs on the in-process executor, and calls it with a buffer of the application's
+// own, read in place. README.md walks through it.
+#include <courier/Engine.h>
+#include <courier/Version.h>
 
 #include <cstdio>
+#include <vector>
 
-static const char *kProgram = R"mlir(
-module @app {
-  func.func public @main(%x: tensor<3xf32>) -> tensor<3xf32> {
-    %y = catalyst.launch_kernel @dev::@square(%x) : (tensor<3xf32>) -> tensor<3xf32>
-    return %y : tensor<3xf32>
-  }
-  module @dev attributes {catalyst.target = {}} {
-    func.func public @square(%x: tensor<3xf32>) -> tensor<3xf32> {
-      %r = arith.mulf %x, %x : tensor<3xf32>
-      return %r : tensor<3xf32>
-    }
-  }
-}
-)mlir";
+int main(int argc, char **argv) {
+  const char *path = argc > 1 ? argv[1] : "square.mlir";
+  std::printf("%s\n", courier::versionText("embedding").c_str());
 
-int main() {
   courier::Engine engine;
-  auto module = engine.compile(kProgram, "embedded.mlir");
+  // A compile error comes back as a CompileError whose text is every diagnostic as mlir-opt
+  // prints it, each naming `path`.
+  llvm::Expected<std::shared_ptr<courier::Module>> module = engine.compileFile(path);
   if (!module) {
-    std::fprintf(stderr, "compile failed: %s\n", llvm::toString(module.takeError()).c_str());
+    std::fprintf(stderr, "%s\n", llvm::toString(module.takeError()).c_str());
     return 1;
   }
-  auto outputs = (*module)->invoke(
-      "main", {courier::Tensor::fromDoubles(courier::DType::F32, {3}, {1.5, 2, 3})});
+
+  std::vector<float> x = {1.5f, 2, 3};
+  // A TensorRef borrows `x`: no copy is made, and `x` must outlive the call.
+  auto outputs = (*module)->invoke("main", {courier::TensorRef::of<float>({3}, x)});
   if (!outputs) {
-    std::fprintf(stderr, "invoke failed: %s\n", llvm::toString(outputs.takeError()).c_str());
+    llvm::handleAllErrors(
+        outputs.takeError(),
+        [](const courier::EngineError &e) {
+          std::fprintf(stderr, "invoke failed (%s): %s\n", courier::toString(e.kind).str().c_str(),
+                       e.message.c_str());
+        },
+        [](const llvm::ErrorInfoBase &e) {
+          std::fprintf(stderr, "invoke failed: %s\n", e.message().c_str());
+        });
     return 1;
   }
-  const courier::Tensor &y = (*outputs)[0];
-  std::printf("square([1.5, 2, 3]) = [%g, %g, %g]\n", y.at(0), y.at(1), y.at(2));
+  // Results are Tensors the application owns; view<float>() reads them as floats.
+  llvm::ArrayRef<float> y = (*outputs)[0].view<float>();
+  std::printf("square([1.5, 2, 3]) = [%g, %g, %g]\n", y[0], y[1], y[2]);
   return 0;
 }

@@ -1,0 +1,81 @@
+# The install tree an application builds against (samples/05-embedding does, with CMake and
+# with pkg-config):
+#   include/courier/   Engine.h, Tensor.h, ExecutorABI.h, Version.h and the headers they
+#                      include, each at its path in this tree below courier/
+#   lib/               the engine's static libraries
+#   lib/cmake/Courier/ CourierConfig.cmake, CourierConfigVersion.cmake (SameMajorVersion),
+#                      CourierTargets.cmake: Courier::Engine and Courier::Runtime, relocatable
+#   lib/pkgconfig/     courier.pc, relocatable too
+#   bin/               the tools;  share/doc/courier/  LICENSE
+# The tree may be moved after installing: nothing in it names the prefix, except the last
+# place an isolated engine looks for courier-module-worker (after $COURIER_MODULE_WORKER and
+# the application's own directory; EngineOptions::workerProgram).
+include(CMakePackageConfigHelpers)
+
+# Courier::Engine is the engine with everything under it; Courier::Runtime the C ABI lowered
+# host code calls (runtime/ExecutorABI.h) with the executors it reaches. The other targets
+# are what those two are made of, exported because static libraries carry their dependencies
+# along.
+set(courier_exported
+  CourierJit Engine
+  CourierRuntime Runtime
+  CourierPasses Passes
+  CourierDialect Dialect
+  CourierExecutor Executor
+  CourierTransport Transport
+  CourierAbi Abi)
+set(courier_installed_libraries)
+while(courier_exported)
+  list(POP_FRONT courier_exported target name)
+  set_target_properties(${target} PROPERTIES EXPORT_NAME ${name})
+  list(APPEND courier_installed_libraries ${target})
+endwhile()
+# The headers are C++17.
+target_compile_features(CourierJit INTERFACE cxx_std_17)
+target_compile_features(CourierRuntime INTERFACE cxx_std_17)
+install(TARGETS ${courier_installed_libraries} EXPORT CourierTargets
+  ARCHIVE DESTINATION lib
+  INCLUDES DESTINATION include)
+install(EXPORT CourierTargets NAMESPACE Courier:: DESTINATION lib/cmake/Courier)
+
+# Public headers under one prefix. Each includes the others by a path that resolves from its
+# own directory once installed (jit/Engine.h includes "Tensor.h" and "transport/ErrorCode.h",
+# runtime/ExecutorABI.h "abi/KernelABI.h"), so they are installed at those paths.
+install(FILES jit/Engine.h jit/Tensor.h runtime/ExecutorABI.h ${PROJECT_BINARY_DIR}/Version.h
+  DESTINATION include/courier)
+install(FILES transport/ErrorCode.h transport/TlsOptions.h DESTINATION include/courier/transport)
+install(FILES abi/KernelABI.h DESTINATION include/courier/abi)
+
+# MLIR is found as the application's build finds it (MLIR_DIR, CMAKE_PREFIX_PATH, the
+# default places), at the major and minor version the libraries were built with; the place
+# this build found it is only the last one looked at.
+set(COURIER_LLVM_VERSION ${LLVM_VERSION_MAJOR}.${LLVM_VERSION_MINOR})
+configure_package_config_file(cmake/CourierConfig.cmake.in
+  ${PROJECT_BINARY_DIR}/CourierConfig.cmake INSTALL_DESTINATION lib/cmake/Courier)
+write_basic_package_version_file(${PROJECT_BINARY_DIR}/CourierConfigVersion.cmake
+  VERSION ${PROJECT_VERSION} COMPATIBILITY SameMajorVersion)
+install(FILES ${PROJECT_BINARY_DIR}/CourierConfig.cmake
+  ${PROJECT_BINARY_DIR}/CourierConfigVersion.cmake DESTINATION lib/cmake/Courier)
+
+# pkg-config: the libraries in link order, then those of the packages they use. LLVM and
+# MLIR have no .pc file; their directories are this build's.
+set(COURIER_PC_LIBS "")
+foreach(lib CourierJit CourierPasses CourierDialect CourierRuntime CourierExecutor
+    CourierTransport)
+  string(APPEND COURIER_PC_LIBS " -l${lib}")
+endforeach()
+set(COURIER_PC_CFLAGS "")
+foreach(dir ${LLVM_INCLUDE_DIRS})
+  string(APPEND COURIER_PC_CFLAGS " -isystem ${dir}")
+endforeach()
+configure_file(cmake/courier.pc.in ${PROJECT_BINARY_DIR}/courier.pc @ONLY)
+install(FILES ${PROJECT_BINARY_DIR}/courier.pc DESTINATION lib/pkgconfig)
+
+install(FILES LICENSE DESTINATION share/doc/courier)
+
+foreach(tool courier-opt courier-run courier-executor courier-worker courier-module-worker
+    courier-serve)
+  if(TARGET ${tool})
+    install(TARGETS ${tool} RUNTIME DESTINATION bin)
+  endif()
+endforeach()
