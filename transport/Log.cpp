@@ -77,7 +77,10 @@ std::string formatLogLine(LogFormat format, llvm::StringRef time, LogLevel level
             field.value);
     });
   } else {
-    os << time << ' ' << logLevelName(level) << ' ' << message;
+    // One event, one line, whatever the message holds.
+    os << time << ' ' << logLevelName(level) << ' ';
+    for (char c : message)
+      os << (c == '\n' || c == '\r' ? ' ' : c);
     for (const LogField &field : fields) {
       os << ' ' << field.key << '=';
       std::visit(

@@ -3,6 +3,7 @@
 #include "tools/courier-serve/ModuleStore.h"
 
 #include "abi/ContentHash.h"
+#include "transport/Log.h"
 
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/raw_ostream.h"
@@ -68,13 +69,17 @@ double msSince(Clock::time_point start) {
   return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
 }
 
+/// What a module's diagnostics call its text: the watched file it came from, or (for "api")
+/// the module's name.
+std::string sourceNameOf(llvm::StringRef origin) { return origin == "api" ? "" : origin.str(); }
+
 /// What a client is told of an engine failure of `kind`. A worker that cannot be started or
 /// reached is the server's trouble, and its reason names the server's files (the worker
 /// program, its sandbox): that goes to the server's log, the client learns only the kind.
 std::string messageForClients(ErrorCode kind, std::string message) {
   if (kind != ErrorCode::WorkerUnavailable)
     return message;
-  std::fprintf(stderr, "courier-serve: %s\n", message.c_str());
+  transport::logEvent(transport::LogLevel::Error, message);
   return "no module worker could be started or reached; the server's log says why";
 }
 
@@ -223,13 +228,15 @@ Engine &ModuleStore::engineFor(const ModuleOptions &options) {
 
 llvm::Expected<std::shared_ptr<Module>>
 ModuleStore::compileWithDeadline(Engine &engine, llvm::StringRef name, llvm::StringRef text,
-                                 bool deadline, double &wallMs) {
+                                 llvm::StringRef origin, bool deadline, double &wallMs) {
+  std::string source = sourceNameOf(origin);
   if (config.isolation == Isolation::Process) {
     // The worker compiles; a compile past its deadline ends with the worker, so nothing
     // goes on in the background and the request can wait right here.
     auto start = Clock::now();
     CompileOptions compileOptions;
     compileOptions.timeout = deadline ? config.compileTimeout : std::chrono::milliseconds(0);
+    compileOptions.sourceName = source;
     llvm::Expected<std::shared_ptr<Module>> compiled = engine.compile(text, name, compileOptions);
     wallMs = msSince(start);
     stats.compiles++;
@@ -258,9 +265,11 @@ ModuleStore::compileWithDeadline(Engine &engine, llvm::StringRef name, llvm::Str
   }
   // The engine compiles synchronously and cannot be interrupted, so the compile runs on a
   // thread of its own that may outlive this request.
-  runDetached([this, job, &engine, name = name.str(), text = text.str()] {
+  runDetached([this, job, &engine, name = name.str(), text = text.str(), source] {
     auto start = Clock::now();
-    llvm::Expected<std::shared_ptr<Module>> compiled = engine.compile(text, name);
+    CompileOptions compileOptions;
+    compileOptions.sourceName = source;
+    llvm::Expected<std::shared_ptr<Module>> compiled = engine.compile(text, name, compileOptions);
     double ms = msSince(start);
     stats.compiles++;
     stats.compileNanos += static_cast<uint64_t>(ms * 1e6);
@@ -362,7 +371,7 @@ llvm::Expected<LoadResult> ModuleStore::create(llvm::StringRef name, llvm::Strin
   Engine &engine = engineFor(options);
   double wallMs = 0;
   llvm::Expected<std::shared_ptr<Module>> compiled =
-      compileWithDeadline(engine, name, text, deadline, wallMs);
+      compileWithDeadline(engine, name, text, origin, deadline, wallMs);
   if (!compiled) {
     release();
     return compiled.takeError();
@@ -373,7 +382,7 @@ llvm::Expected<LoadResult> ModuleStore::create(llvm::StringRef name, llvm::Strin
   record->reloadable = std::make_unique<ReloadableModule>(engine, name.str());
   // The engine's memory cache holds the module compiled above while `compiled` lives, so
   // this only looks it up.
-  llvm::Expected<uint64_t> version = record->reloadable->reload(text);
+  llvm::Expected<uint64_t> version = record->reloadable->reload(text, sourceNameOf(origin));
   if (!version) {
     release();
     return compileFailure(version.takeError());
@@ -408,7 +417,7 @@ llvm::Expected<LoadResult> ModuleStore::replace(std::shared_ptr<Record> record,
 
   double wallMs = 0;
   llvm::Expected<std::shared_ptr<Module>> compiled =
-      compileWithDeadline(engine, record->name, text, deadline, wallMs);
+      compileWithDeadline(engine, record->name, text, origin, deadline, wallMs);
   if (!compiled) {
     ErrorCode code = ErrorCode::CompileFailed;
     std::string message;
@@ -434,7 +443,7 @@ llvm::Expected<LoadResult> ModuleStore::replace(std::shared_ptr<Record> record,
     fresh = std::make_unique<ReloadableModule>(engine, record->name);
     target = fresh.get();
   }
-  llvm::Expected<uint64_t> version = target->reload(text);
+  llvm::Expected<uint64_t> version = target->reload(text, sourceNameOf(origin));
   if (!version) {
     stats.reloadsFailed++;
     llvm::Error error = compileFailure(version.takeError());

@@ -137,6 +137,8 @@ public:
   llvm::Error remove(llvm::StringRef name);
 
   llvm::Expected<Pinned> pin(llvm::StringRef name) const;
+  /// Whether the store holds module `name` now.
+  bool holds(llvm::StringRef name) const { return find(name) != nullptr; }
   /// The signature of `entry` in the pinned version, or unknown_entry naming the ones it has.
   llvm::Expected<const EntrySignature *> entry(const Pinned &pinned, llvm::StringRef entry) const;
   /// Invokes `entry` of the pinned version. Failures keep the engine's message and are
@@ -162,8 +164,10 @@ public:
 private:
   struct CompileJob;
   Engine &engineFor(const ModuleOptions &options);
+  /// Compiles `text` as module `name`, its diagnostics naming `origin` when that is a file.
   llvm::Expected<std::shared_ptr<Module>> compileWithDeadline(Engine &engine, llvm::StringRef name,
-                                                              llvm::StringRef text, bool deadline,
+                                                              llvm::StringRef text,
+                                                              llvm::StringRef origin, bool deadline,
                                                               double &wallMs);
   llvm::Expected<LoadResult> create(llvm::StringRef name, llvm::StringRef text,
                                     const ModuleOptions &options, llvm::StringRef origin,

@@ -3,6 +3,7 @@
 // HttpService's wrapper, which turns an llvm::Error (or a stray exception) into
 // {"error":{"code","message"}} with the status of its code, so handlers never throw.
 #include "tools/courier-serve/RestService.h"
+#include "tools/courier-serve/ModuleMetrics.h"
 #include "tools/courier-serve/RequestBodies.h"
 
 #include "transport/HttpService.h"
@@ -177,22 +178,19 @@ struct RestService::Impl {
   ServeOptions options;
   ModuleStore &store;
   HttpService service;
-  /// Time spent in the engine's invoke, and waiting for a create's or replace's compile.
-  prometheus::Histogram &invokeSeconds, &compileSeconds;
+  /// Time spent in the engine's invoke, and waiting for a create's or replace's compile, by
+  /// module (ModuleMetrics.h bounds the series).
+  ModuleHistogram invokeSeconds, compileSeconds;
   std::atomic<bool> ready{false};
 
   Impl(ServeOptions optionsIn, ModuleStore &store)
       : options(std::move(optionsIn)), store(store), service(serviceOptions()),
-        invokeSeconds(prometheus::BuildHistogram()
-                          .Name("courier_serve_invoke_duration_seconds")
-                          .Help("Time spent in the engine's invoke.")
-                          .Register(service.metrics())
-                          .Add({}, transport::durationBuckets())),
-        compileSeconds(prometheus::BuildHistogram()
-                           .Name("courier_serve_compile_request_duration_seconds")
-                           .Help("Time a create or replace request waited for its compile.")
-                           .Register(service.metrics())
-                           .Add({}, transport::durationBuckets())) {}
+        invokeSeconds("courier_serve_invoke_duration_seconds",
+                      "Time spent in the engine's invoke, by module.",
+                      [&store](llvm::StringRef name) { return store.holds(name); }),
+        compileSeconds("courier_serve_compile_request_duration_seconds",
+                       "Time a create or replace request waited for its compile, by module.",
+                       [&store](llvm::StringRef name) { return store.holds(name); }) {}
 
   HttpServiceOptions serviceOptions();
   std::vector<HttpService::Route> routes();
@@ -255,6 +253,8 @@ HttpServiceOptions RestService::Impl::serviceOptions() {
   service.reportFailure = reportFailure;
   service.metricPrefix = "courier_serve";
   service.countByRoute = true;
+  service.subjectKey = "module";
+  service.subjectPlaceholder = "{name}";
   return service;
 }
 
@@ -269,9 +269,11 @@ llvm::Error RestService::Impl::createModule(const httplib::Request &req, httplib
   if (!request)
     return request.takeError();
   auto started = Clock::now();
+  HttpService::noteLogSubject(request->name);
   llvm::Expected<LoadResult> loaded =
       store.load(request->name, request->mlir, request->options, ModuleStore::Mode::Create, "api");
-  compileSeconds.Observe(std::chrono::duration<double>(Clock::now() - started).count());
+  compileSeconds.observe(request->name,
+                         std::chrono::duration<double>(Clock::now() - started).count());
   if (!loaded)
     return loaded.takeError();
   res.set_header("Location", "/v1/modules/" + loaded->info.name);
@@ -295,7 +297,7 @@ llvm::Error RestService::Impl::putModule(const httplib::Request &req, httplib::R
   auto started = Clock::now();
   llvm::Expected<LoadResult> loaded =
       store.load(name, request->mlir, request->options, ModuleStore::Mode::Upsert, "api");
-  compileSeconds.Observe(std::chrono::duration<double>(Clock::now() - started).count());
+  compileSeconds.observe(name, std::chrono::duration<double>(Clock::now() - started).count());
   if (!loaded)
     return loaded.takeError();
   if (loaded->created)
@@ -313,7 +315,7 @@ llvm::Expected<std::vector<Tensor>> RestService::Impl::call(const Pinned &pinned
   auto started = Clock::now();
   llvm::Expected<std::vector<Tensor>> outputs =
       store.invoke(pinned, entry.name, inputs, callOptions);
-  invokeSeconds.Observe(std::chrono::duration<double>(Clock::now() - started).count());
+  invokeSeconds.observe(pinned.name, std::chrono::duration<double>(Clock::now() - started).count());
   return outputs;
 }
 
@@ -495,6 +497,8 @@ std::vector<prometheus::MetricFamily> RestService::Impl::storeMetrics() {
       std::move(reloads),
       singleSample("courier_serve_modules", "Modules loaded.", MetricType::Gauge,
                    static_cast<double>(store.size())),
+      invokeSeconds.collect(),
+      compileSeconds.collect(),
   };
 }
 
@@ -568,6 +572,8 @@ llvm::Error RestService::Impl::getModule(const httplib::Request &req, httplib::R
 llvm::Error RestService::Impl::deleteModule(const httplib::Request &req, httplib::Response &res) {
   if (llvm::Error error = store.remove(req.matches[1].str()))
     return error;
+  invokeSeconds.forget(req.matches[1].str());
+  compileSeconds.forget(req.matches[1].str());
   res.status = 204;
   return llvm::Error::success();
 }

@@ -5,11 +5,13 @@
 #include "jit/DiskCache.h"
 #include "tools/courier-serve/ModuleStore.h"
 #include "tools/courier-serve/RestService.h"
+#include "transport/Log.h"
 #include "transport/ServerMain.h"
 
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/Support/Error.h"
 #include "llvm/Support/FileSystem.h"
+#include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
 
@@ -23,6 +25,8 @@
 using namespace llvm;
 using namespace courier;
 using namespace courier::serve;
+using courier::transport::logEvent;
+using courier::transport::LogLevel;
 
 static const char *const kUsage =
     "usage: courier-serve [--listen HOST:PORT] [--token-file FILE] [--executor ADDR|local]\n"
@@ -30,12 +34,14 @@ static const char *const kUsage =
     "                     [--cache-max-mib N]\n"
     "                     [--max-body-bytes N] [--max-modules N] [--compile-timeout-ms N]\n"
     "                     [--max-constant-mib N] [--max-object-mib N] [--threads N] [--quiet]\n"
+    "                     [--log-format text|json]\n"
     "                     [--isolation process|none] [--invoke-timeout-ms N] [--jobs N]\n"
     "                     [--watch-opt-level N]\n"
     "                     [--module-memory-mib N] [--no-sandbox] [--drain-timeout-ms N]\n"
     "                     [--tls-cert FILE --tls-key FILE [--tls-client-ca FILE]]\n"
     "                     [--insecure-plaintext] [--tls-ca FILE]\n"
     "                     [--tls-client-cert FILE --tls-client-key FILE]\n" COURIER_TLS_USAGE
+        COURIER_LOG_USAGE
     "  --listen              address to bind: HOST:PORT (default 127.0.0.1:8080; port 0 picks\n"
     "                        a free one) or unix:PATH (a socket file created mode 0600)\n"
     "  --token-file          file holding the bearer token every request must carry\n"
@@ -101,6 +107,11 @@ Expected<Arguments> parseArguments(int argc, char **argv) {
       args.store.sandbox = false;
       continue;
     }
+    Expected<bool> logFlag = transport::readLogFormatFlag(flags);
+    if (!logFlag)
+      return logFlag.takeError();
+    if (*logFlag)
+      continue;
     Expected<bool> tls = transport::readTlsFlag(flags, args.serve);
     if (!tls)
       return tls.takeError();
@@ -230,14 +241,15 @@ public:
     std::lock_guard<std::mutex> lock(mutex);
     std::string name = sys::path::stem(path).str();
     if (!isModuleName(name)) {
-      std::fprintf(stderr, "watch: skipping '%s': '%s' is not a module name\n", path.c_str(),
-                   name.c_str());
+      logEvent(LogLevel::Warn,
+               "watch: skipping '" + path + "': '" + name + "' is not a module name",
+               {{"file", StringRef(path)}});
       return;
     }
     ErrorOr<std::unique_ptr<MemoryBuffer>> file = MemoryBuffer::getFile(path);
     if (!file) {
-      std::fprintf(stderr, "watch: cannot read '%s': %s\n", path.c_str(),
-                   file.getError().message().c_str());
+      logEvent(LogLevel::Warn, "watch: cannot read '" + path + "': " + file.getError().message(),
+               {{"module", StringRef(name)}, {"file", StringRef(path)}});
       return;
     }
     // At the watch's opt level; a module the API made keeps its executor.
@@ -254,9 +266,15 @@ public:
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started)
             .count();
     if (loaded) {
-      std::fprintf(stderr, "watch: %s '%s' from %s: version %llu in %.1f ms\n",
-                   loaded->created ? "loaded" : "reloaded", name.c_str(), path.c_str(),
-                   static_cast<unsigned long long>(loaded->info.version), ms);
+      logEvent(LogLevel::Info,
+               formatv("watch: {0} '{1}' from {2}: version {3} in {4:f1} ms",
+                       loaded->created ? "loaded" : "reloaded", name, path, loaded->info.version,
+                       ms)
+                   .str(),
+               {{"module", StringRef(name)},
+                {"file", StringRef(path)},
+                {"version", loaded->info.version},
+                {"duration_ms", ms}});
       return;
     }
     std::string reason;
@@ -269,8 +287,11 @@ public:
       outcome = "version " + std::to_string(serving->version) + " keeps serving";
     else
       consumeError(serving.takeError());
-    std::fprintf(stderr, "watch: loading '%s' from %s failed after %.1f ms: %s; %s\n", name.c_str(),
-                 path.c_str(), ms, reason.c_str(), outcome.c_str());
+    logEvent(LogLevel::Warn,
+             formatv("watch: loading '{0}' from {1} failed after {2:f1} ms: {3}; {4}", name, path,
+                     ms, reason, outcome)
+                 .str(),
+             {{"module", StringRef(name)}, {"file", StringRef(path)}, {"duration_ms", ms}});
   }
 
 private:
@@ -346,7 +367,7 @@ int main(int argc, char **argv) {
   // Compiles abandoned by a timed-out request may still run; give them a moment, then leave
   // without waiting for code that cannot be interrupted.
   if (!store->waitForCompiles(std::chrono::seconds(10))) {
-    std::fprintf(stderr, "courier-serve: compiles still running at exit; not waiting\n");
+    logEvent(LogLevel::Warn, "compiles still running at exit; not waiting");
     std::fflush(stderr);
     std::_Exit(served ? 1 : 0);
   }

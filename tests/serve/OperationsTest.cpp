@@ -1,0 +1,137 @@
+// What an operator sees of courier-serve: its invoke and compile histograms by module, with
+// no more series than modules it holds, and log lines that name the module of a request.
+#include "tests/serve/RestClient.h"
+#include "tests/serve/ServeProcess.h"
+
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <functional>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+using courier::testing::createBody;
+using courier::testing::get;
+using courier::testing::json;
+using courier::testing::post;
+using courier::testing::put;
+using courier::testing::Reply;
+using courier::testing::ServeProcess;
+
+namespace {
+
+const std::string kDouble = "func.func public @main(%x: tensor<4xf64>) -> tensor<4xf64> {\n"
+                            "  %y = arith.addf %x, %x : tensor<4xf64>\n"
+                            "  return %y : tensor<4xf64>\n"
+                            "}\n";
+const std::string kBroken = "func.func public @main() {\n  retrun\n}\n";
+const std::string kInvokeBody = R"({"inputs": [[1, 2, 3, 4]]})";
+
+std::vector<std::string> lines(const std::string &text) {
+  std::vector<std::string> found;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);)
+    found.push_back(line);
+  return found;
+}
+
+/// Polls the server's log (a request's line follows its response) until a line satisfies
+/// `wanted` or 10 s pass; returns it, or "" if none did.
+std::string awaitLogLine(const ServeProcess &serve,
+                         const std::function<bool(const std::string &)> &wanted) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (true) {
+    for (const std::string &line : lines(serve.log()))
+      if (wanted(line))
+        return line;
+    if (std::chrono::steady_clock::now() > deadline)
+      return "";
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
+bool contains(const std::string &text, const std::string &part) {
+  return text.find(part) != std::string::npos;
+}
+
+} // namespace
+
+TEST_CASE("invoke and compile histograms have a series per module held, and a deleted "
+          "module's series go with it",
+          "[serve][operations][metrics]") {
+  ServeProcess serve;
+  auto http = serve.client();
+  REQUIRE(post(*http, "/v1/modules", createBody("alpha", kDouble)).status == 201);
+  REQUIRE(post(*http, "/v1/modules", createBody("beta", kDouble)).status == 201);
+  for (int i = 0; i < 2; ++i)
+    REQUIRE(post(*http, "/v1/modules/alpha/invoke/main", kInvokeBody).status == 200);
+  REQUIRE(post(*http, "/v1/modules/beta/invoke/main", kInvokeBody).status == 200);
+  // A create that fails leaves no module, and no series: it counts under none.
+  REQUIRE(post(*http, "/v1/modules", createBody("broken", kBroken)).status == 422);
+  // A replace that fails still concerns a module the server holds.
+  REQUIRE(put(*http, "/v1/modules/alpha", createBody("alpha", kBroken)).status == 422);
+
+  const std::string invoke = "courier_serve_invoke_duration_seconds";
+  const std::string compile = "courier_serve_compile_request_duration_seconds";
+  CHECK(serve.metric(invoke + "_count{module=\"alpha\"}") == 2);
+  CHECK(serve.metric(invoke + "_count{module=\"beta\"}") == 1);
+  CHECK(serve.metric(invoke + "_count") == 0);
+  CHECK(serve.metric(compile + "_count{module=\"alpha\"}") == 2);
+  CHECK(serve.metric(compile + "_count{module=\"beta\"}") == 1);
+  CHECK(serve.metric(compile + "_count") == 1);
+  CHECK(serve.metric(invoke + "_bucket{module=\"alpha\",le=\"+Inf\"}") == 2);
+  std::string text = serve.metrics();
+  CHECK_FALSE(contains(text, "module=\"broken\""));
+
+  REQUIRE(http->Delete("/v1/modules/alpha")->status == 204);
+  text = serve.metrics();
+  CHECK_FALSE(contains(text, "module=\"alpha\""));
+  CHECK(serve.metric(invoke + "_count{module=\"beta\"}") == 1);
+  // An invoke of a module the server no longer holds makes no series either.
+  CHECK(post(*http, "/v1/modules/alpha/invoke/main", kInvokeBody).status == 404);
+  CHECK_FALSE(contains(serve.metrics(), "module=\"alpha\""));
+}
+
+TEST_CASE("courier-serve's JSON log lines name the module of each request",
+          "[serve][operations][log]") {
+  ServeProcess serve({"", {"--log-format", "json"}});
+  auto http = serve.client();
+  REQUIRE(post(*http, "/v1/modules", createBody("gamma", kDouble)).status == 201);
+  httplib::Result invoked =
+      http->Post("/v1/modules/gamma/invoke/main", httplib::Headers{{"X-Request-Id", "invoke-1"}},
+                 kInvokeBody, "application/json");
+  REQUIRE(invoked);
+  REQUIRE(invoked->status == 200);
+  CHECK(invoked->get_header_value("X-Request-Id") == "invoke-1");
+
+  std::string line = awaitLogLine(
+      serve, [](const std::string &text) { return contains(text, "\"request_id\":\"invoke-1\""); });
+  INFO(serve.log());
+  REQUIRE(!line.empty());
+  json invokeLine = json::parse(line);
+  CHECK(invokeLine["level"] == "info");
+  CHECK(invokeLine["route"] == "POST /v1/modules/{name}/invoke/{entry}");
+  CHECK(invokeLine["status"] == 200);
+  CHECK(invokeLine["module"] == "gamma");
+  CHECK(invokeLine["duration_ms"].get<double>() >= 0);
+
+  // The module a create names in its body.
+  std::string created = awaitLogLine(serve, [](const std::string &text) {
+    return contains(text, "\"route\":\"POST /v1/modules\"");
+  });
+  REQUIRE(!created.empty());
+  CHECK(json::parse(created)["module"] == "gamma");
+  for (const std::string &text : lines(serve.log())) {
+    INFO(text);
+    CHECK(json::parse(text, nullptr, false).is_object());
+  }
+}
+
+TEST_CASE("--log-format is refused unless it is text or json", "[serve][operations][log]") {
+  auto [status, log] = courier::testing::runServeToExit({"--log-format", "yaml"});
+  CHECK(status > 0);
+  CHECK(contains(log, "courier-serve: error: --log-format expects 'text' or 'json', got 'yaml'"));
+}
