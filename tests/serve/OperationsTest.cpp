@@ -30,29 +30,6 @@ const std::string kDouble = "func.func public @main(%x: tensor<4xf64>) -> tensor
 const std::string kBroken = "func.func public @main() {\n  retrun\n}\n";
 const std::string kInvokeBody = R"({"inputs": [[1, 2, 3, 4]]})";
 
-std::vector<std::string> lines(const std::string &text) {
-  std::vector<std::string> found;
-  std::istringstream in(text);
-  for (std::string line; std::getline(in, line);)
-    found.push_back(line);
-  return found;
-}
-
-/// Polls the server's log (a request's line follows its response) until a line satisfies
-/// `wanted` or 10 s pass; returns it, or "" if none did.
-std::string awaitLogLine(const ServeProcess &serve,
-                         const std::function<bool(const std::string &)> &wanted) {
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (true) {
-    for (const std::string &line : lines(serve.log()))
-      if (wanted(line))
-        return line;
-    if (std::chrono::steady_clock::now() > deadline)
-      return "";
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-}
-
 bool contains(const std::string &text, const std::string &part) {
   return text.find(part) != std::string::npos;
 }
@@ -107,8 +84,8 @@ TEST_CASE("courier-serve's JSON log lines name the module of each request",
   REQUIRE(invoked->status == 200);
   CHECK(invoked->get_header_value("X-Request-Id") == "invoke-1");
 
-  std::string line = awaitLogLine(
-      serve, [](const std::string &text) { return contains(text, "\"request_id\":\"invoke-1\""); });
+  std::string line = serve.awaitLogLine(
+      [](const std::string &text) { return contains(text, "\"request_id\":\"invoke-1\""); });
   INFO(serve.log());
   REQUIRE(!line.empty());
   json invokeLine = json::parse(line);
@@ -119,12 +96,11 @@ TEST_CASE("courier-serve's JSON log lines name the module of each request",
   CHECK(invokeLine["duration_ms"].get<double>() >= 0);
 
   // The module a create names in its body.
-  std::string created = awaitLogLine(serve, [](const std::string &text) {
-    return contains(text, "\"route\":\"POST /v1/modules\"");
-  });
+  std::string created = serve.awaitLogLine(
+      [](const std::string &text) { return contains(text, "\"route\":\"POST /v1/modules\""); });
   REQUIRE(!created.empty());
   CHECK(json::parse(created)["module"] == "gamma");
-  for (const std::string &text : lines(serve.log())) {
+  for (const std::string &text : serve.logLines()) {
     INFO(text);
     CHECK(json::parse(text, nullptr, false).is_object());
   }

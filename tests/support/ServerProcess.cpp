@@ -258,6 +258,27 @@ double ServerProcess::awaitMetricAtMost(const std::string &name, double bound) c
 
 std::string ServerProcess::log() const { return readFile(dir + "/" + spec.name + ".log"); }
 
+std::vector<std::string> ServerProcess::logLines() const {
+  std::vector<std::string> lines;
+  std::istringstream in(log());
+  for (std::string line; std::getline(in, line);)
+    lines.push_back(line);
+  return lines;
+}
+
+std::string
+ServerProcess::awaitLogLine(const std::function<bool(const std::string &)> &wanted) const {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (true) {
+    for (const std::string &line : logLines())
+      if (wanted(line))
+        return line;
+    if (std::chrono::steady_clock::now() > deadline)
+      return "";
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
 std::pair<int, std::string> runServerToExit(const std::string &program,
                                             const std::vector<std::string> &extra) {
   std::string name = program.substr(program.rfind('/') + 1);

@@ -7,6 +7,7 @@
 #include <httplib.h>
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <sys/types.h>
@@ -58,6 +59,11 @@ public:
   double awaitMetricAtMost(const std::string &name, double bound) const;
   /// The server's stderr so far (one line per request, and whatever else it logs).
   std::string log() const;
+  /// The same, line by line.
+  std::vector<std::string> logLines() const;
+  /// Polls the log until a line satisfies `wanted` or 10 s pass (a request's line follows
+  /// its response); returns the line, or "" if none did.
+  std::string awaitLogLine(const std::function<bool(const std::string &)> &wanted) const;
   /// Sends `signal` and waits up to `patience` for the process to exit, then SIGKILLs it;
   /// returns the wait status once it is reaped (-1 when it was not running).
   int terminate(int signal, std::chrono::seconds patience);

@@ -43,29 +43,6 @@ std::vector<std::string> nulSeparated(const std::string &text) {
   return fields;
 }
 
-std::vector<std::string> lines(const std::string &text) {
-  std::vector<std::string> found;
-  std::istringstream in(text);
-  for (std::string line; std::getline(in, line);)
-    found.push_back(line);
-  return found;
-}
-
-/// Polls the server's log (its lines come after the response they describe) until a line
-/// satisfies `wanted` or 10 s pass; returns it, or "" if none did.
-std::string awaitLogLine(const ExecutorProcess &executor,
-                         const std::function<bool(const std::string &)> &wanted) {
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (true) {
-    for (const std::string &line : lines(executor.log()))
-      if (wanted(line))
-        return line;
-    if (std::chrono::steady_clock::now() > deadline)
-      return "";
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-}
-
 std::string openSession(httplib::Client &http) {
   httplib::Result res = http.Post("/v1/sessions", "", wire::kJsonContentType);
   REQUIRE(res);
@@ -194,7 +171,7 @@ TEST_CASE("with --log-format=json each request is one JSON line with its time, l
   CHECK(std::regex_match(odd->get_header_value("X-Request-Id"), std::regex("[0-9a-f]{16}")));
 
   auto requestLine = [&](const std::string &id) {
-    std::string line = awaitLogLine(executor, [&](const std::string &text) {
+    std::string line = executor.awaitLogLine([&](const std::string &text) {
       return text.find("\"request_id\":\"" + id + "\"") != std::string::npos;
     });
     INFO(executor.log());
@@ -221,17 +198,17 @@ TEST_CASE("with --log-format=json each request is one JSON line with its time, l
   CHECK(notFound["session"] == "no-such-session");
 
   // The session a POST opened is named though the path does not hold it.
-  std::string opened = awaitLogLine(executor, [&](const std::string &text) {
+  std::string opened = executor.awaitLogLine([&](const std::string &text) {
     return text.find("\"route\":\"POST /v1/sessions\"") != std::string::npos;
   });
   REQUIRE(!opened.empty());
   CHECK(json::parse(opened)["session"] == session);
 
   // Every line the executor writes is a JSON object.
-  awaitLogLine(executor, [&](const std::string &text) {
+  executor.awaitLogLine([&](const std::string &text) {
     return text.find("\"path\":\"/v1/health\"") != std::string::npos;
   });
-  for (const std::string &line : lines(executor.log())) {
+  for (const std::string &line : executor.logLines()) {
     INFO(line);
     json parsed = json::parse(line, nullptr, false);
     CHECK(parsed.is_object());
@@ -249,9 +226,8 @@ TEST_CASE("text log lines begin with the time and level and end with the request
   REQUIRE(
       http->Get(("/v1/sessions/" + session).c_str(), httplib::Headers{{"X-Request-Id", "text-7"}})
           ->status == 200);
-  std::string line = awaitLogLine(executor, [](const std::string &text) {
-    return text.find("request=text-7") != std::string::npos;
-  });
+  std::string line = executor.awaitLogLine(
+      [](const std::string &text) { return text.find("request=text-7") != std::string::npos; });
   INFO(executor.log());
   CHECK(std::regex_match(
       line,
