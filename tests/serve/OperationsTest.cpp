@@ -106,7 +106,8 @@ TEST_CASE("courier-serve's JSON log lines name the module of each request",
   }
 }
 
-TEST_CASE("--log-format is refused unless it is text or json", "[serve][operations][log]") {
+TEST_CASE("courier-serve takes a log format of text or json and refuses any other",
+          "[serve][operations][log]") {
   auto [status, log] = courier::testing::runServeToExit({"--log-format", "yaml"});
   CHECK(status > 0);
   CHECK(contains(log, "courier-serve: error: --log-format expects 'text' or 'json', got 'yaml'"));

@@ -235,7 +235,7 @@ TEST_CASE("text log lines begin with the time and level and end with the request
                  R"( 200 in=0 out=\d+ [0-9.]+ms request=text-7 session=)" + session)));
 }
 
-TEST_CASE("--log-format takes text or json and refuses anything else",
+TEST_CASE("the executor takes a log format of text or json and refuses any other",
           "[transport][operations][log]") {
   auto [status, log] = runServerToExit(COURIER_EXECUTOR_PATH, {"--log-format=xml"});
   CHECK(status > 0);
