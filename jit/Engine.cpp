@@ -229,6 +229,18 @@ public:
     return llvm::make_error<CompileError>(summary.str(), std::move(diagnostics));
   }
 
+  /// `failure` with the diagnostics recorded since error() made it, when it is a compile
+  /// error (one found while other work was still reporting).
+  llvm::Error withLater(llvm::Error failure) {
+    return llvm::handleErrors(std::move(failure),
+                              [&](std::unique_ptr<CompileError> e) -> llvm::Error {
+                                for (Diagnostic &d : diagnostics)
+                                  e->diagnostics.push_back(std::move(d));
+                                diagnostics.clear();
+                                return llvm::Error(std::move(e));
+                              });
+  }
+
 private:
   void record(mlir::Diagnostic &diag) {
     Diagnostic d;
@@ -418,6 +430,12 @@ struct Engine::Impl {
                                     const std::vector<EntrySignature> &entries, PhaseTimes &times,
                                     DiskCache *cache, Objects &objects,
                                     DiagnosticCollector &diagnostics);
+  /// The host code's object: found by hostKey, else compiled (lowerHost) and stored.
+  llvm::Expected<std::string> hostObject(mlir::ModuleOp module,
+                                         llvm::orc::JITTargetMachineBuilder &jtmb,
+                                         const std::vector<EntrySignature> &entries,
+                                         PhaseTimes &times, DiskCache *cache, Objects &objects,
+                                         DiagnosticCollector &diagnostics);
   llvm::Expected<std::string> lowerHost(mlir::ModuleOp module,
                                         llvm::orc::JITTargetMachineBuilder &jtmb,
                                         const std::vector<EntrySignature> &entries,
@@ -639,15 +657,39 @@ Engine::Impl::lower(mlir::ModuleOp module, llvm::orc::JITTargetMachineBuilder &j
       compilePool = sharedCompilePool(jobs);
     hooks.pool = compilePool.get();
   }
+  // Target objects are named before they exist, so host code compiles while their code is
+  // generated; `deferred` then waits for them.
+  std::function<mlir::LogicalResult()> deferred;
+  hooks.name = [](const TargetSlot &slot) { return targetObjectName(slot.index, slot.symbol); };
+  hooks.defer = [&](std::function<mlir::LogicalResult()> finish) { deferred = std::move(finish); };
   buildDispatchPipeline(pm, {"", options.optLevel, options.maxObjectBytes, jobs, std::move(hooks)});
   pm.addInstrumentation(std::make_unique<PipelineObserver>(times));
   mlir::LogicalResult dispatched = pm.run(module);
+  llvm::Expected<std::string> object =
+      mlir::succeeded(dispatched)
+          ? hostObject(module, jtmb, entries, times, cache, objects, diagnostics)
+          : diagnostics.error("lowering '" + module.getSymName().value_or("module").str() +
+                              "' failed");
+  mlir::LogicalResult generated = mlir::success();
+  if (deferred) {
+    auto start = Clock::now();
+    generated = deferred();
+    times.crossCompile += msSince(start);
+  }
   if (stored)
     cache->evict();
-  if (mlir::failed(dispatched))
-    return diagnostics.error("lowering '" + module.getSymName().value_or("module").str() +
-                             "' failed");
+  if (!object)
+    return diagnostics.withLater(object.takeError());
+  if (mlir::failed(generated))
+    return diagnostics.error("compiling the target modules of '" +
+                             module.getSymName().value_or("module").str() + "' failed");
+  return object;
+}
 
+llvm::Expected<std::string>
+Engine::Impl::hostObject(mlir::ModuleOp module, llvm::orc::JITTargetMachineBuilder &jtmb,
+                         const std::vector<EntrySignature> &entries, PhaseTimes &times,
+                         DiskCache *cache, Objects &objects, DiagnosticCollector &diagnostics) {
   // What is left is host code, whose object an edit of a kernel does not change.
   std::string key = hostKey(module, entries, jtmb.getCPU() + jtmb.getFeatures().getString());
   if (std::shared_ptr<const std::string> found = findHost(key, cache);

@@ -7,6 +7,7 @@
 #include "passes/TargetModules.h"
 
 #include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/Verifier.h"
 #include "mlir/Pass/PassRegistry.h"
 #include "mlir/Target/LLVMIR/Dialect/Builtin/BuiltinToLLVMIRTranslation.h"
 #include "mlir/Target/LLVMIR/Dialect/LLVMIR/LLVMToLLVMIRTranslation.h"
@@ -124,8 +125,13 @@ struct TargetConfig {
 
 /// One target module on its way to an object.
 struct TargetJob {
+  /// Valid during the pass only: a deferred finish (CrossCompileHooks::defer) runs after
+  /// dispatch-executor-targets erased it, and uses what is kept below.
   ModuleOp target;
   unsigned index = 0; ///< Among the host's target modules.
+  std::optional<Location> loc;
+  std::string symbol;      ///< Empty if the module has none.
+  std::string description; ///< "'builtin.module' @dev", for messages.
   const TargetConfig *config = nullptr;
   std::string fingerprint;
   /// Set when the cache holds the object: the name to annotate the module with.
@@ -136,6 +142,33 @@ struct TargetJob {
   /// What the code generation task made: the object, or why there is none.
   SmallString<0> object;
   std::string failure;
+};
+
+/// What a run leaves behind for its finish, which may run after the pass (see
+/// CrossCompileHooks::defer): the jobs, the configurations their code generation reads, and
+/// the batch generating it (destroyed first, waiting for its tasks).
+struct TargetResults {
+  std::map<std::tuple<std::string, std::string, std::string>, TargetConfig> configs;
+  std::vector<TargetJob> jobs;
+  uint64_t maxObjectBytes = 0;
+  ObjectSink sink;
+  std::string dir; ///< The workspace, without a sink.
+  std::unique_ptr<CompilePool> ownPool;
+  std::unique_ptr<CompileBatch> batch;
+
+  /// Reports what code generation made of `job`, at its module, and hands its object to the
+  /// sink (or the workspace); returns the name the module is annotated with.
+  FailureOr<std::string> finish(TargetJob &job);
+
+  /// Waits for code generation, then finishes every job not failed already, in order.
+  LogicalResult finishAll(llvm::ArrayRef<bool> failed) {
+    batch->wait();
+    bool ok = true;
+    for (size_t i = 0; i < jobs.size(); ++i)
+      if (!(i < failed.size() && failed[i]))
+        ok &= succeeded(finish(jobs[i]));
+    return success(ok);
+  }
 };
 
 struct CrossCompileTargets : impl::CrossCompileTargetsBase<CrossCompileTargets> {
@@ -156,61 +189,75 @@ struct CrossCompileTargets : impl::CrossCompileTargetsBase<CrossCompileTargets> 
     std::unique_ptr<PassManager> pm;
     std::string error; ///< Why the pipeline does not parse, when `pm` is null.
   };
-  /// What one run builds once: checked target configurations and lowering pass managers.
-  struct RunState {
-    std::map<std::tuple<std::string, std::string, std::string>, TargetConfig> configs;
-    std::map<std::string, Lowering> lowerings;
-  };
-  /// Set during runOnOperation (a member, so the pass stays copyable).
-  RunState *run = nullptr;
+  /// Set during runOnOperation (members, so the pass stays copyable): what the run makes,
+  /// and the lowering pass managers it builds once.
+  TargetResults *results = nullptr;
+  std::map<std::string, Lowering> *lowerings = nullptr;
 
   void runOnOperation() override {
     initializeAllTargets();
-    std::string dir =
-        hooks.sink || !workspace.empty() ? std::string(workspace) : defaultWorkspace();
-    std::vector<TargetJob> jobs;
+    auto state = std::make_shared<TargetResults>();
+    state->maxObjectBytes = maxObjectBytes;
+    state->sink = hooks.sink;
+    state->dir = hooks.sink || !workspace.empty() ? std::string(workspace) : defaultWorkspace();
+    std::vector<TargetJob> &jobs = state->jobs;
     for (ModuleOp target : getTargetModules(getOperation())) {
       if (!target->hasAttr(catalyst::CatalystDialect::kTargetAttrName))
         continue;
       TargetJob &job = jobs.emplace_back();
       job.target = target;
       job.index = static_cast<unsigned>(jobs.size() - 1);
+      job.loc = target.getLoc();
+      job.symbol = target.getSymName().value_or("").str();
+      job.description = ("'" + target->getName().getStringRef() + "'" +
+                         (job.symbol.empty() ? "" : " @") + job.symbol)
+                            .str();
     }
     if (jobs.empty())
       return;
-    RunState state;
-    run = &state;
+    std::map<std::string, Lowering> lowered;
+    results = state.get();
+    lowerings = &lowered;
 
-    std::unique_ptr<CompilePool> ownPool;
     CompilePool *pool = hooks.pool;
     unsigned threads = this->jobs ? this->jobs : defaultCompileJobs();
     if (!pool && threads > 1 && jobs.size() > 1)
-      pool = (ownPool = std::make_unique<CompilePool>(std::min<size_t>(threads, jobs.size()) - 1,
-                                                      /*stackBytes=*/0))
+      pool = (state->ownPool = std::make_unique<CompilePool>(
+                  std::min<size_t>(threads, jobs.size()) - 1, /*stackBytes=*/0))
                  .get();
+    state->batch = std::make_unique<CompileBatch>(pool);
 
     std::vector<bool> failed(jobs.size(), false);
     {
       // Diagnostics come out in the order of the modules, whichever step raised them: a
       // module's lowering runs before the code generation of one above it has finished.
       ParallelDiagnosticHandler ordered(&getContext());
-      {
-        CompileBatch batch(pool);
-        for (size_t i = 0; i < jobs.size(); ++i) {
-          ordered.setOrderIDForThread(i);
-          TargetJob &job = jobs[i];
-          failed[i] = mlir::failed(prepare(job));
-          if (!failed[i] && job.llvmModule)
-            batch.add([&job, level = unsigned(optLevel)] { generate(job, level); });
-          ordered.eraseOrderIDForThread();
-        }
-        batch.wait();
+      for (size_t i = 0; i < jobs.size(); ++i) {
+        ordered.setOrderIDForThread(i);
+        TargetJob &job = jobs[i];
+        failed[i] = mlir::failed(prepare(job));
+        if (!failed[i] && job.llvmModule)
+          state->batch->add([&job, level = unsigned(optLevel)] { generate(job, level); });
+        ordered.eraseOrderIDForThread();
       }
+      lowerings = nullptr;
+      results = nullptr;
+      if (hooks.defer && hooks.name && !llvm::is_contained(failed, true)) {
+        // Names that do not wait for the objects: host code compiles while they are made.
+        for (TargetJob &job : jobs)
+          job.target->setAttr(catalyst::CatalystDialect::kObjectFileAttrName,
+                              StringAttr::get(&getContext(), job.cachedName
+                                                                 ? *job.cachedName
+                                                                 : hooks.name(slotOf(job))));
+        hooks.defer([state] { return state->finishAll({}); });
+        return;
+      }
+      state->batch->wait();
       for (size_t i = 0; i < jobs.size(); ++i) {
         if (failed[i])
           continue;
         ordered.setOrderIDForThread(i);
-        FailureOr<std::string> name = finish(jobs[i], dir);
+        FailureOr<std::string> name = state->finish(jobs[i]);
         if (mlir::failed(name))
           failed[i] = true;
         else
@@ -219,7 +266,6 @@ struct CrossCompileTargets : impl::CrossCompileTargetsBase<CrossCompileTargets> 
         ordered.eraseOrderIDForThread();
       }
     }
-    run = nullptr;
     if (llvm::is_contained(failed, true))
       signalPassFailure();
   }
@@ -234,7 +280,7 @@ struct CrossCompileTargets : impl::CrossCompileTargetsBase<CrossCompileTargets> 
       cpu = attr.str();
     if (auto attr = spec.getAs<StringAttr>("features"))
       features = attr.str();
-    auto [it, inserted] = run->configs.try_emplace({tripleName, cpu, features});
+    auto [it, inserted] = results->configs.try_emplace({tripleName, cpu, features});
     TargetConfig &config = it->second;
     if (!inserted)
       return config;
@@ -275,12 +321,16 @@ struct CrossCompileTargets : impl::CrossCompileTargetsBase<CrossCompileTargets> 
   /// The pass manager that lowers modules by `pipeline` (empty: the default), built once per
   /// run; null, with an error at `target`, if `pipeline` does not parse.
   PassManager *loweringFor(ModuleOp target, StringRef pipeline) {
-    auto [it, inserted] = run->lowerings.try_emplace(pipeline.str());
+    auto [it, inserted] = lowerings->try_emplace(pipeline.str());
     Lowering &lowering = it->second;
     if (inserted) {
       lowering.pm = std::make_unique<PassManager>(&getContext(), ModuleOp::getOperationName());
       if (pipeline.empty()) {
         buildBufferizeAndLowerToLLVM(*lowering.pm);
+        // Verified once, after the whole lowering (prepare): between its passes the
+        // verifier cost a tenth of a small module's lowering. A named pipeline's passes are
+        // the user's choice, and checked one by one.
+        lowering.pm->enableVerifier(false);
       } else {
         registerPassesForParsing();
         std::string why;
@@ -362,7 +412,7 @@ struct CrossCompileTargets : impl::CrossCompileTargetsBase<CrossCompileTargets> 
     PassManager *pm = loweringFor(target, pipeline);
     if (!pm)
       return failure();
-    if (failed(pm->run(*copy)))
+    if (failed(pm->run(*copy)) || failed(verify(*copy)))
       return target.emitError("lowering the target module to LLVM failed");
     // A named pipeline may stop short of the LLVM dialect, or drop the C interfaces the
     // entries call.
@@ -398,8 +448,8 @@ struct CrossCompileTargets : impl::CrossCompileTargetsBase<CrossCompileTargets> 
     return success();
   }
 
-  static TargetSlot slotOf(TargetJob &job) {
-    return {job.index, job.target.getSymName().value_or(""), job.fingerprint};
+  static TargetSlot slotOf(const TargetJob &job) {
+    return {job.index, job.symbol, job.fingerprint};
   }
 
   /// The fingerprint of `copy` (see TargetSlot).
@@ -430,54 +480,51 @@ struct CrossCompileTargets : impl::CrossCompileTargetsBase<CrossCompileTargets> 
     job.llvmModule.reset();
     job.llvmContext.reset();
   }
-
-  /// Reports what code generation made of a module, hands its object on and returns the
-  /// name to annotate the module with.
-  FailureOr<std::string> finish(TargetJob &job, StringRef dir) {
-    if (job.cachedName)
-      return *job.cachedName;
-    ModuleOp target = job.target;
-    if (!job.failure.empty())
-      return target.emitError(job.failure);
-    StringRef object = job.object;
-    // Refused before it is written: the workspace is a cache that outlives this compile.
-    if (maxObjectBytes && object.size() > maxObjectBytes)
-      return target.emitError("'")
-             << target->getName() << "'" << (target.getSymName() ? " @" : "")
-             << target.getSymName().value_or("") << " compiled to an object of " << object.size()
-             << " bytes, more than the limit of " << uint64_t(maxObjectBytes)
-             << " (max-object-bytes)";
-    if (!hooks.sink)
-      return write(target, dir, object);
-    llvm::Expected<std::string> name = hooks.sink(slotOf(job), sha256Hex(object), object);
-    if (!name)
-      return target.emitError("storing the object for '")
-             << job.config->triple.str() << "' failed: " << llvm::toString(name.takeError());
-    return *name;
-  }
-
-  /// Writes the object as <dir>/<sha256>.o, atomically: a concurrent writer of the same
-  /// bytes, or a reader, never sees a torn file. A file already there is kept only if it
-  /// holds these bytes: its name is no proof of its content.
-  FailureOr<std::string> write(ModuleOp target, StringRef dir, StringRef object) {
-    std::string hash = sha256Hex(object);
-    SmallString<256> path(dir);
-    llvm::sys::path::append(path, hash + ".o");
-    if (llvm::ErrorOr<std::unique_ptr<llvm::MemoryBuffer>> existing =
-            llvm::MemoryBuffer::getFile(path, /*IsText=*/false, /*RequiresNullTerminator=*/false);
-        existing && (*existing)->getBuffer() == object)
-      return std::string(path);
-    if (std::error_code ec = llvm::sys::fs::create_directories(dir))
-      return target.emitError("cannot create workspace '") << dir << "': " << ec.message();
-    // writeToOutput writes a temporary file and renames it into place.
-    if (llvm::Error error = llvm::writeToOutput(path, [&](llvm::raw_ostream &os) {
-          os << object;
-          return llvm::Error::success();
-        }))
-      return target.emitError("writing '") << path << "' failed: " << toString(std::move(error));
-    return std::string(path);
-  }
 };
+
+/// Writes the object as <dir>/<sha256>.o, atomically: a concurrent writer of the same bytes,
+/// or a reader, never sees a torn file. A file already there is kept only if it holds these
+/// bytes: its name is no proof of its content. Errors are reported at `loc`.
+FailureOr<std::string> writeObject(Location loc, StringRef dir, StringRef object) {
+  std::string hash = sha256Hex(object);
+  SmallString<256> path(dir);
+  llvm::sys::path::append(path, hash + ".o");
+  if (llvm::ErrorOr<std::unique_ptr<llvm::MemoryBuffer>> existing =
+          llvm::MemoryBuffer::getFile(path, /*IsText=*/false, /*RequiresNullTerminator=*/false);
+      existing && (*existing)->getBuffer() == object)
+    return std::string(path);
+  if (std::error_code ec = llvm::sys::fs::create_directories(dir))
+    return emitError(loc, "cannot create workspace '") << dir << "': " << ec.message();
+  // writeToOutput writes a temporary file and renames it into place.
+  if (llvm::Error error = llvm::writeToOutput(path, [&](llvm::raw_ostream &os) {
+        os << object;
+        return llvm::Error::success();
+      }))
+    return emitError(loc, "writing '") << path << "' failed: " << toString(std::move(error));
+  return std::string(path);
+}
+
+FailureOr<std::string> TargetResults::finish(TargetJob &job) {
+  if (job.cachedName)
+    return *job.cachedName;
+  Location loc = *job.loc;
+  if (!job.failure.empty())
+    return emitError(loc, job.failure);
+  StringRef object = job.object;
+  // Refused before it is written: the workspace is a cache that outlives this compile.
+  if (maxObjectBytes && object.size() > maxObjectBytes)
+    return emitError(loc) << job.description << " compiled to an object of " << object.size()
+                          << " bytes, more than the limit of " << maxObjectBytes
+                          << " (max-object-bytes)";
+  if (!sink)
+    return writeObject(loc, dir, object);
+  llvm::Expected<std::string> name =
+      sink({job.index, job.symbol, job.fingerprint}, sha256Hex(object), object);
+  if (!name)
+    return emitError(loc, "storing the object for '")
+           << job.config->triple.str() << "' failed: " << llvm::toString(name.takeError());
+  return *name;
+}
 
 } // namespace
 

@@ -60,6 +60,15 @@ struct CrossCompileHooks {
   ObjectLookup lookup; ///< Empty: every module is compiled.
   /// Where code generation runs; null: on threads the pass starts for the run (`jobs`).
   CompilePool *pool = nullptr;
+  /// With both set, the pass does not wait for code generation when every module was
+  /// lowered: it annotates each module with `name`'s answer (which must be what the sink
+  /// will answer) and hands `defer` the rest of its work, a function that waits for the
+  /// objects, reports each failure at its module's location in the order of the modules,
+  /// gives the objects to the sink, and fails if any module failed. Host code compiles
+  /// meanwhile; the function must be called before the objects are used, while the MLIR
+  /// context lives.
+  std::function<std::string(const TargetSlot &slot)> name;
+  std::function<void(std::function<mlir::LogicalResult()> finish)> defer;
 };
 
 /// Options of the whole dispatch pipeline.
