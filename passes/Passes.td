@@ -30,7 +30,10 @@ def CrossCompileTargets : Pass<"cross-compile-targets", "::mlir::ModuleOp"> {
     instruction selection, most of a module's cost) runs on one of `jobs` threads with a
     target machine of its own, while the next module is lowered. The objects are the same
     bytes whatever `jobs` is. Modules of one triple, CPU and features look their target up
-    once, and modules of one lowering pipeline share its pass manager.
+    once, and modules of one lowering pipeline share its pass manager (the default one
+    verifies the module once, after its last pass). The engine has the pass name each
+    object before it exists and return without waiting for code generation, so that host
+    code compiles meanwhile; failures found later are reported at their modules, in order.
 
     Before a module is lowered, the engine's cache is asked for the object of its
     fingerprint: the SHA-256 of the module as this pass compiles it (in generic form,

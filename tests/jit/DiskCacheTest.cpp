@@ -426,3 +426,43 @@ TEST_CASE("processes sharing a cache see an evicted file as a miss, never an err
   REQUIRE(ok(opened));
   CHECK((*opened)->totalBytes() <= 12000);
 }
+
+TEST_CASE("a target module's cached object is re-hashed before use, and one damaged is rebuilt",
+          "[cache][incremental]") {
+  TempDir dir;
+  {
+    Engine engine(optionsIn(dir.path));
+    REQUIRE(ok(engine.compile(kernelAdding("1.0"), "app")));
+  }
+  // Same size, other bytes: what a name or a size cannot tell.
+  std::vector<std::string> objects = objectsIn(dir.path);
+  REQUIRE(objects.size() == 1);
+  std::string bytes = readFile(objects[0]);
+  bytes[bytes.size() / 2] ^= 0x5a;
+  writeFile(objects[0], bytes);
+  // Another text with the same kernel: the whole-text entry misses, the module's is found
+  // by its fingerprint, and its object fails its hash.
+  std::string moved = "// moved\n" + kernelAdding("1.0");
+  Engine engine(optionsIn(dir.path));
+  auto module = engine.compile(moved, "app");
+  REQUIRE(ok(module));
+  CHECK((*module)->compileTimes().targetsCompiled == 1);
+  CHECK((*module)->compileTimes().targetsReused == 0);
+  CHECK(run(**module) == std::vector<double>{2, 3, 4, 5});
+  CHECK(holdsItsHash(objects[0]));
+
+  // A record that names no object is a miss, and goes.
+  std::error_code ec;
+  std::vector<std::string> records;
+  for (llvm::sys::fs::directory_iterator it(dir.sub("targets"), ec), end; it != end && !ec;
+       it.increment(ec))
+    records.push_back(it->path());
+  REQUIRE(records.size() == 1);
+  writeFile(records[0], "nonsense\n");
+  Engine fresh(optionsIn(dir.path));
+  auto again = fresh.compile("// again\n" + kernelAdding("1.0"), "app");
+  REQUIRE(ok(again));
+  CHECK((*again)->compileTimes().targetsCompiled == 1);
+  CHECK(run(**again) == std::vector<double>{2, 3, 4, 5});
+  CHECK(readFile(records[0]).rfind("sha256 ", 0) == 0);
+}
