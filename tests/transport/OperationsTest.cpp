@@ -142,7 +142,8 @@ TEST_CASE("the executor lists its sessions, with what each holds, and its object
   json after = getJson(*http, "/v1/sessions")["sessions"];
   REQUIRE(after.size() == 1);
   CHECK(after[0]["session"] == idle);
-  for (const json &object : getJson(*http, "/v1/objects")["objects"])
+  json heldBy = getJson(*http, "/v1/objects")["objects"];
+  for (const json &object : heldBy)
     CHECK(object["holders"] == 0);
 
   // Both lists are behind the token.
