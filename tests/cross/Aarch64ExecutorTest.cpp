@@ -16,10 +16,8 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
-#include <dirent.h>
 #include <fstream>
 #include <memory>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -31,13 +29,6 @@ using courier::testing::TempDir;
 using courier::testing::values;
 
 namespace {
-
-std::string readText(const std::string &path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
 
 /// Fails the test, saying how to fix it, unless the aarch64 executor runs here. It is tried,
 /// not looked for in /proc/sys/fs/binfmt_misc: a container may run aarch64 programs through
@@ -200,26 +191,10 @@ TEST_CASE("the aarch64 executor reports its triple, its CPU's features and its w
   REQUIRE(res);
   REQUIRE(res->status == 201);
   int workers = 0;
-  DIR *proc = opendir("/proc");
-  REQUIRE(proc);
-  while (dirent *entry = readdir(proc)) {
-    std::string pid = entry->d_name;
-    if (pid.find_first_not_of("0123456789") != std::string::npos)
-      continue;
-    std::string stat = readText("/proc/" + pid + "/stat");
-    size_t close = stat.rfind(')');
-    if (close == std::string::npos)
-      continue;
-    std::istringstream fields(stat.substr(close + 2));
-    char state;
-    pid_t parent = 0;
-    fields >> state >> parent;
-    std::string cmdline = readText("/proc/" + pid + "/cmdline");
-    if (parent == executor->processId() &&
-        cmdline.find(COURIER_AARCH64_WORKER) != std::string::npos)
+  for (pid_t child : courier::testing::childrenOf(executor->processId()))
+    if (courier::testing::procFile(child, "cmdline").find(COURIER_AARCH64_WORKER) !=
+        std::string::npos)
       ++workers;
-  }
-  closedir(proc);
   CHECK(workers > 0);
 }
 

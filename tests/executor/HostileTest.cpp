@@ -148,23 +148,6 @@ void requirePlusOneWorks(Client &client, const std::string &session, const std::
   CHECK(doublesOf(launched.results[0]) == std::vector<double>{2, 3});
 }
 
-std::vector<pid_t> childrenOf(pid_t pid) {
-  std::vector<pid_t> children;
-  std::string tasks = "/proc/" + std::to_string(pid) + "/task";
-  if (DIR *dir = ::opendir(tasks.c_str())) {
-    while (dirent *entry = ::readdir(dir)) {
-      if (entry->d_name[0] == '.')
-        continue;
-      std::ifstream in(tasks + "/" + entry->d_name + "/children");
-      pid_t child;
-      while (in >> child)
-        children.push_back(child);
-    }
-    ::closedir(dir);
-  }
-  return children;
-}
-
 /// The courier-executor this test process started (tests here run one at a time).
 pid_t executorPid() {
   for (pid_t child : childrenOf(::getpid())) {
@@ -189,8 +172,7 @@ size_t entriesIn(const std::string &dir) {
 }
 
 char processState(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::string stat = procFile(pid, "stat");
   size_t paren = stat.rfind(')');
   return paren == std::string::npos || paren + 2 >= stat.size() ? '?' : stat[paren + 2];
 }

@@ -256,6 +256,28 @@ double ServerProcess::awaitMetricAtMost(const std::string &name, double bound) c
   return value;
 }
 
+std::string procFile(pid_t pid, const std::string &name) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/" + name, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+std::vector<pid_t> childrenOf(pid_t pid) {
+  std::vector<pid_t> children;
+  std::string tasks = "/proc/" + std::to_string(pid) + "/task";
+  if (DIR *dir = ::opendir(tasks.c_str())) {
+    while (dirent *entry = ::readdir(dir)) {
+      if (entry->d_name[0] == '.')
+        continue;
+      std::ifstream in(tasks + "/" + entry->d_name + "/children");
+      pid_t child;
+      while (in >> child)
+        children.push_back(child);
+    }
+    ::closedir(dir);
+  }
+  return children;
+}
+
 std::string ServerProcess::log() const { return readFile(dir + "/" + spec.name + ".log"); }
 
 std::vector<std::string> ServerProcess::logLines() const {

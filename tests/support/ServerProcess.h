@@ -89,6 +89,13 @@ private:
 std::pair<int, std::string> runServerToExit(const std::string &program,
                                             const std::vector<std::string> &args);
 
+/// A file of /proc/PID/ whole (stat, comm; cmdline and environ with their NUL separators); empty
+/// when the process is gone.
+std::string procFile(pid_t pid, const std::string &name);
+
+/// The processes `pid` started, zombies included (each of its threads' /proc children lists).
+std::vector<pid_t> childrenOf(pid_t pid);
+
 /// Runs a shell `command` (curl, courier-run) to its end; returns its exit status (-1 when a
 /// signal ended it) and its stdout and stderr, merged.
 std::pair<int, std::string> runCommand(const std::string &command);

@@ -23,17 +23,12 @@
 
 using courier::testing::ExecutorConfig;
 using courier::testing::ExecutorProcess;
+using courier::testing::procFile;
 using courier::testing::runServerToExit;
 using json = nlohmann::json;
 namespace wire = courier::transport::wire;
 
 namespace {
-
-/// A file of /proc/<pid>/ whole; its NUL-separated fields (cmdline, environ) as they are.
-std::string procFile(pid_t pid, const std::string &name) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/" + name, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
 
 std::vector<std::string> nulSeparated(const std::string &text) {
   std::vector<std::string> fields;
