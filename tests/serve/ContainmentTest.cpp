@@ -8,7 +8,6 @@
 #include <atomic>
 #include <chrono>
 #include <csignal>
-#include <dirent.h>
 #include <fstream>
 #include <iomanip>
 #include <mutex>
@@ -89,31 +88,6 @@ Reply invoke(httplib::Client &http, const std::string &module, const std::string
                            "application/json"));
 }
 
-/// The processes `pid` started that still run (zombies excluded).
-std::vector<pid_t> childrenOf(pid_t pid) {
-  std::vector<pid_t> children;
-  std::string tasks = "/proc/" + std::to_string(pid) + "/task";
-  DIR *dir = opendir(tasks.c_str());
-  if (!dir)
-    return children;
-  while (dirent *entry = readdir(dir)) {
-    if (entry->d_name[0] == '.')
-      continue;
-    std::ifstream list(tasks + "/" + entry->d_name + "/children");
-    pid_t child;
-    while (list >> child) {
-      std::ifstream stat("/proc/" + std::to_string(child) + "/stat");
-      std::string line;
-      std::getline(stat, line);
-      size_t close = line.rfind(')');
-      if (close != std::string::npos && close + 2 < line.size() && line[close + 2] != 'Z')
-        children.push_back(child);
-    }
-  }
-  closedir(dir);
-  return children;
-}
-
 /// CPU time `pid` has used, in clock ticks; -1 once it is gone.
 long cpuTicks(pid_t pid) {
   std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
@@ -144,7 +118,7 @@ bool running(pid_t pid) {
 /// True once no process the server started has burnt CPU for `window`: nothing goes on.
 bool childrenIdle(pid_t server, std::chrono::milliseconds window) {
   std::map<pid_t, long> before;
-  for (pid_t child : childrenOf(server))
+  for (pid_t child : liveChildrenOf(server))
     before[child] = cpuTicks(child);
   std::this_thread::sleep_for(window);
   long ticksPerSecond = sysconf(_SC_CLK_TCK);
@@ -460,9 +434,10 @@ TEST_CASE("100 reloads while 4 clients call, isolated: none fails, none mixes ve
   CHECK(get(*http, "/v1/modules/scale").body["version"] == kReloads + 1);
   // Retired versions' workers are gone: the current one and the warm spare remain.
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (childrenOf(serve.processId()).size() > 2 && std::chrono::steady_clock::now() < deadline)
+  while (liveChildrenOf(serve.processId()).size() > 2 &&
+         std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  CHECK(childrenOf(serve.processId()).size() <= 2);
+  CHECK(liveChildrenOf(serve.processId()).size() <= 2);
 }
 
 TEST_CASE("a cache directory others can write to is refused at start", "[serve][containment]") {
@@ -484,7 +459,7 @@ TEST_CASE("with --isolation=none the server still serves, in its own process",
   CHECK(outputData(invoke(*http, "calm", "main")) == std::vector<double>{2, 4, 6, 8});
   Reply described = get(*http, "/v1/modules/calm");
   CHECK(described.body["worker"].is_null());
-  CHECK(childrenOf(serve.processId()).empty());
+  CHECK(liveChildrenOf(serve.processId()).empty());
   auto refused = courier::testing::runServeToExit({"--isolation", "thread"});
   CHECK(refused.first != 0);
   CHECK(refused.second.find("--isolation") != std::string::npos);

@@ -278,6 +278,17 @@ std::vector<pid_t> childrenOf(pid_t pid) {
   return children;
 }
 
+std::vector<pid_t> liveChildrenOf(pid_t pid) {
+  std::vector<pid_t> live;
+  for (pid_t child : childrenOf(pid)) {
+    std::string stat = procFile(child, "stat");
+    size_t close = stat.rfind(')');
+    if (close != std::string::npos && close + 2 < stat.size() && stat[close + 2] != 'Z')
+      live.push_back(child);
+  }
+  return live;
+}
+
 std::string ServerProcess::log() const { return readFile(dir + "/" + spec.name + ".log"); }
 
 std::vector<std::string> ServerProcess::logLines() const {

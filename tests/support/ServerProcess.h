@@ -96,6 +96,9 @@ std::string procFile(pid_t pid, const std::string &name);
 /// The processes `pid` started, zombies included (each of its threads' /proc children lists).
 std::vector<pid_t> childrenOf(pid_t pid);
 
+/// The processes `pid` started that still run (childrenOf without the zombies).
+std::vector<pid_t> liveChildrenOf(pid_t pid);
+
 /// Runs a shell `command` (curl, courier-run) to its end; returns its exit status (-1 when a
 /// signal ended it) and its stdout and stderr, merged.
 std::pair<int, std::string> runCommand(const std::string &command);
