@@ -2,6 +2,7 @@
 #include "executor/WorkerPool.h"
 
 #include "executor/Worker.h"
+#include "executor/WorkerOutput.h"
 #include "transport/Wire.h"
 
 #include "llvm/ADT/StringSet.h"
@@ -437,13 +438,29 @@ WorkerProcess::spawn(const std::string &program, const std::vector<std::string> 
     argv.push_back(arg.data());
   argv.push_back(nullptr);
 
+  // A kernel's output goes to the executor's log: through a pipe the relay reads line by
+  // line when the log has a format of its own (executor/WorkerOutput.h), else as it is.
+  UniqueFd outputRead, outputWrite;
+  if (workerOutputRelayed()) {
+    int output[2];
+    if (::pipe2(output, O_CLOEXEC) != 0)
+      return llvm::createStringError(llvm::Twine("pipe: ") + std::strerror(errno));
+    outputRead = UniqueFd(output[0]);
+    outputWrite = UniqueFd(output[1]);
+    ::fcntl(outputRead.get(), F_SETFL, O_NONBLOCK);
+  }
+
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_adddup2(&actions, theirs.get(), kWorkerChannelFd);
   // Nothing to read, and no terminal to push input into (TIOCSTI).
   posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
-  // A kernel's output goes to the executor's log.
-  posix_spawn_file_actions_adddup2(&actions, STDERR_FILENO, STDOUT_FILENO);
+  if (outputWrite.get() >= 0) {
+    posix_spawn_file_actions_adddup2(&actions, outputWrite.get(), STDOUT_FILENO);
+    posix_spawn_file_actions_adddup2(&actions, outputWrite.get(), STDERR_FILENO);
+  } else {
+    posix_spawn_file_actions_adddup2(&actions, STDERR_FILENO, STDOUT_FILENO);
+  }
   posix_spawnattr_t attributes;
   posix_spawnattr_init(&attributes);
   sigset_t none, all;
@@ -461,6 +478,9 @@ WorkerProcess::spawn(const std::string &program, const std::vector<std::string> 
     return llvm::createStringError(
         llvm::formatv("starting {0}: {1}", program, std::strerror(rc)).str());
   theirs.reset();
+  outputWrite.reset();
+  if (outputRead.get() >= 0)
+    relayWorkerOutput(pid, outputRead.release());
   liveWorkers++;
   std::unique_ptr<WorkerProcess> worker(new WorkerProcess(pid, std::move(mine)));
 

@@ -562,3 +562,48 @@ TEST_CASE("launch_async on a session busy with a launch replies 202 at once", "[
   CHECK(started.status == 202);
   CHECK(took < 500ms);
 }
+
+TEST_CASE("what a kernel prints reaches a JSON log as lines of it, one event a line",
+          "[hostile][log]") {
+  Hostile f({"--launch-timeout-ms", "5000", "--log-format", "json"});
+  Outcome shouted =
+      outcomeOf(f.client.launch(f.session, f.hostile, "_catalyst_pyface_shout", {}, {1}));
+  INFO(shouted.describe());
+  REQUIRE(shouted.status == 200);
+  // The unterminated last line is the worker's last words: it arrives when the worker ends,
+  // as its session closes.
+  REQUIRE(f.client.close(f.session)->status == 204);
+
+  std::vector<std::string> said;
+  std::set<int64_t> workers;
+  auto deadline = Clock::now() + 10s;
+  while (true) {
+    said.clear();
+    workers.clear();
+    for (const std::string &line : f.executor.logLines()) {
+      INFO("log line: " << line);
+      json event = json::parse(line, nullptr, /*allow_exceptions=*/false);
+      REQUIRE(event.is_object());
+      CHECK(event.contains("time"));
+      CHECK(event.contains("level"));
+      if (event.contains("worker")) {
+        said.push_back(event["msg"].get<std::string>());
+        workers.insert(event["worker"].get<int64_t>());
+      }
+    }
+    if (llvm::is_contained(said, "no newline at the end") || Clock::now() > deadline)
+      break;
+    std::this_thread::sleep_for(20ms);
+  }
+  // One worker said it all, in order; the long line came in pieces of the relay's line size.
+  CHECK(workers.size() == 1);
+  std::vector<std::string> expected = {"kernel says hello",
+                                       "he said \"hi\" \\ and\tleft",
+                                       "not utf-8: \xEF\xBF\xBD\xEF\xBF\xBD end",
+                                       std::string(4096, 'x'),
+                                       std::string(4096, 'x'),
+                                       std::string(10000 - 2 * 4096, 'x'),
+                                       "no newline at the end"};
+  CHECK(said == expected);
+  requirePlusOneWorks(f.client, f.bystander, f.bystanderCrashers);
+}

@@ -269,6 +269,29 @@ void _catalyst_pyface_nap(void *results, void *args) {
 }
 SIGNATURE(nap, 1, 1, 0, 8, 1, 8)
 
+/* Writes to stdout and stderr as a chatty kernel would: a plain line, a line with quotes, a
+ * backslash and a tab, bytes that are not UTF-8, 10000 bytes with no newline until their end,
+ * and last a line with no newline at all. Returns one f64 one. */
+static char chatter[10001];
+static long say(int fd, const char *text) {
+  u64 n = 0;
+  while (text[n])
+    ++n;
+  return raw_syscall(SYS_write, fd, (long)text, (long)n, 0);
+}
+void _catalyst_pyface_shout(void *results, void *args) {
+  say(1, "kernel says hello\n");
+  say(2, "he said \"hi\" \\ and\tleft\n");
+  say(2, "not utf-8: \xff\xfe end\n");
+  for (int i = 0; i < 10000; ++i)
+    chatter[i] = 'x';
+  chatter[10000] = '\n';
+  raw_syscall(SYS_write, 1, (long)chatter, 10001, 0);
+  say(1, "no newline at the end");
+  return_f64s(results, 1.0, 1);
+}
+SIGNATURE(shout, 0, 1, 1, 8)
+
 /* No arguments, no results (so it may be launched async): sleeps 1 s. */
 void _catalyst_pyface_nap_second(void *results, void *args) { sleep_ms(1000); }
 SIGNATURE(nap_second, 0, 0)

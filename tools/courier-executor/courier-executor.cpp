@@ -2,6 +2,7 @@
 // SIGTERM, which start a drain. Prints "listening on HOST:PORT" ("https://HOST:PORT" with
 // TLS, or "unix:PATH") once bound, so callers can pass port 0.
 #include "executor/ExecutorServer.h"
+#include "executor/WorkerOutput.h"
 #include "transport/ServerMain.h"
 
 #include "llvm/ADT/STLExtras.h"
@@ -201,6 +202,8 @@ int main(int argc, char **argv) {
   enableHugePageMalloc(argv);
   ExitOnError exitOnError("courier-executor: error: ");
   ExecutorServerOptions options = exitOnError(parseArguments(argc, argv));
+  // What workers print becomes lines of the executor's log, in its format.
+  courier::executor::logWorkerOutput();
 
   // Before any thread starts, so only the waiter sees the stop signals.
   courier::transport::StopSignals stopSignals;

@@ -2,6 +2,7 @@
 // start a drain. Prints "listening on HOST:PORT" ("https://HOST:PORT" with TLS, or
 // "unix:PATH") once bound, so callers can pass port 0. With --watch, loads every
 // *.mlir of a directory as a module named by its stem and reloads it when the file changes.
+#include "executor/WorkerOutput.h"
 #include "jit/DiskCache.h"
 #include "tools/courier-serve/ModuleStore.h"
 #include "tools/courier-serve/RestService.h"
@@ -315,6 +316,9 @@ std::vector<std::string> mlirFiles(const std::string &dir) {
 int main(int argc, char **argv) {
   ExitOnError exitOnError("courier-serve: error: ");
   Arguments args = exitOnError(parseArguments(argc, argv));
+  // What module workers (and a local executor's session workers) print becomes lines of the
+  // server's log, in its format.
+  executor::logWorkerOutput();
   // Module workers run as this user: not dumpable, this process's memory cannot be opened
   // through /proc by them (nor core-dumped, with modules' data in it).
   if (args.store.isolation == Isolation::Process)
