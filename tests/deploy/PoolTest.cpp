@@ -401,6 +401,48 @@ TEST_CASE("the front door names a lost executor in Courier's error shape", "[dep
   CHECK(errorCodeOf(res) == "executor_lost");
 }
 
+TEST_CASE("a request's id is the same in the reply, the front door's log and the server's log",
+          "[deploy]") {
+  Pool pool(PoolKind::Executors);
+  auto front = pool.front();
+  // No id from the client: nginx makes one (32 hex digits) and the server answers with it.
+  httplib::Result made = front->Get("/v1/sessions/nobody", {{"X-Courier-Session", "nobody"}});
+  REQUIRE(made);
+  CHECK(made->status == 404);
+  std::string madeId = made->get_header_value("X-Request-Id");
+  CHECK(madeId.size() == 32);
+  CHECK(madeId.find_first_not_of("0123456789abcdef") == std::string::npos);
+  // A usable id from the client passes through; one the servers would not take is replaced.
+  httplib::Result given = front->Get("/v1/sessions/nobody", {{"X-Courier-Session", "nobody"},
+                                                             {"X-Request-Id", "client-chosen.7"}});
+  REQUIRE(given);
+  CHECK(given->get_header_value("X-Request-Id") == "client-chosen.7");
+  httplib::Result odd = front->Get(
+      "/v1/sessions/nobody", {{"X-Courier-Session", "nobody"}, {"X-Request-Id", "has\"quote"}});
+  REQUIRE(odd);
+  std::string oddId = odd->get_header_value("X-Request-Id");
+  CHECK(oddId.size() == 32);
+  CHECK(oddId != madeId);
+  // Each id is on the access log's line and on one server's request line.
+  for (const std::string &id : {madeId, std::string("client-chosen.7"), oddId}) {
+    INFO("request id " << id);
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    auto logged = [&] {
+      bool byServer = false;
+      for (int i = 0; i < Pool::kServers; ++i)
+        byServer |=
+            readFile(pool.runDir() + "/" + pool.serverName(i) + ".log").find("request=" + id) !=
+            std::string::npos;
+      return byServer &&
+             readFile(pool.runDir() + "/nginx-access.log").find("request_id=" + id + " ") !=
+                 std::string::npos;
+    };
+    while (!logged() && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    CHECK(logged());
+  }
+}
+
 TEST_CASE("a pool reports a server that dies and sends its new sessions to the others",
           "[deploy]") {
   Pool pool(PoolKind::Executors);
