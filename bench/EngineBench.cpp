@@ -1,7 +1,9 @@
 // Engine benchmarks: cold compile against mlir-opt | mlir-runner, cache hits, invoke
-// overhead against a direct kernel call, and hot reload latency and safety under load.
+// overhead against a direct kernel call, hot reload latency and safety under load, and the
+// cost of compiling and reloading a program of many target modules.
 // Every comparison is measured in the same run; see docs/performance.md.
 #include "jit/Engine.h"
+#include "tests/support/ManyKernels.h"
 
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -15,8 +17,14 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <fcntl.h>
 #include <mutex>
+#include <optional>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <thread>
+#include <unistd.h>
 
 using namespace courier;
 using Clock = std::chrono::steady_clock;
@@ -232,6 +240,23 @@ std::string sampleVersion(const std::string &base, double offset) {
   return text;
 }
 
+/// Saves `text` as `file` and calls `module`'s main on `input` until its first number is
+/// `expected` (the new version answers); returns the milliseconds that took.
+double saveAndAwait(const std::string &file, llvm::StringRef text, ReloadableModule &module,
+                    const Tensor &input, double expected) {
+  auto start = Clock::now();
+  writeFile(file, text);
+  while (true) {
+    auto out = module.invoke("main", {input});
+    if (out && (*out)[0].at(0) == expected)
+      return msSince(start);
+    if (!out)
+      llvm::consumeError(out.takeError());
+    if (msSince(start) > 60000)
+      std::exit((llvm::errs() << "the new version never answered\n", 1));
+  }
+}
+
 void reload(const Paths &paths) {
   llvm::outs() << "## hot reload (sample 2)\n";
   std::string base = readFile(paths.source + "/samples/02-local-kernel/app.mlir");
@@ -258,18 +283,7 @@ void reload(const Paths &paths) {
   std::vector<double> latencies;
   for (int i = 0; i < 15; ++i) {
     double offset = 100 + i;
-    auto start = Clock::now();
-    writeFile(file, sampleVersion(base, offset));
-    while (true) {
-      auto out = module.invoke("main", {input});
-      if (out && (*out)[0].at(0) == offset)
-        break;
-      if (!out)
-        llvm::consumeError(out.takeError());
-      if (msSince(start) > 10000)
-        std::exit((llvm::errs() << "the new version never answered\n", 1));
-    }
-    latencies.push_back(msSince(start));
+    latencies.push_back(saveAndAwait(file, sampleVersion(base, offset), module, input, offset));
   }
   llvm::outs() << llvm::formatv("save -> first call answered by the new version: median "
                                 "{0:f1} ms, max {1:f1} ms  (target <= 500 ms; debounce 50 ms)\n",
@@ -311,6 +325,326 @@ void reload(const Paths &paths) {
                                 seconds, calls.load(), failed.load(), mixed.load());
 }
 
+//===- Compile cost that grows with the edit ------------------------------------------===//
+
+/// `count` kernels adding 1..7 in turn: every module its own object.
+std::vector<double> kernelOffsets(size_t count) {
+  std::vector<double> offsets;
+  for (size_t i = 0; i < count; ++i)
+    offsets.push_back(static_cast<double>(i % 7 + 1));
+  return offsets;
+}
+
+/// 64 ones, as courier-run's --arg takes them.
+std::string onesArgument() {
+  std::string text = "[";
+  for (int i = 0; i < 64; ++i)
+    text += i ? ",1" : "1";
+  return text + "]";
+}
+
+/// The first number of the first "data" array on `line`, if any.
+std::optional<double> firstDatum(llvm::StringRef line) {
+  size_t at = line.find("\"data\":[");
+  if (at == llvm::StringRef::npos)
+    return std::nullopt;
+  llvm::StringRef rest = line.drop_front(at + 8);
+  double value;
+  if (rest.take_until([](char c) { return c == ',' || c == ']'; }).getAsDouble(value))
+    return std::nullopt;
+  return value;
+}
+
+/// A `courier-run --watch` process whose standard output is read line by line.
+class WatchProcess {
+public:
+  /// Runs `program` with `args`, its standard error going to `errorFile`.
+  WatchProcess(const std::string &program, std::vector<std::string> args,
+               const std::string &errorFile) {
+    int out[2];
+    if (::pipe(out) != 0)
+      std::exit((llvm::errs() << "pipe failed\n", 1));
+    args.insert(args.begin(), program);
+    pid = ::fork();
+    if (pid == 0) {
+      ::dup2(out[1], STDOUT_FILENO);
+      int errors = ::open(errorFile.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+      ::dup2(errors, STDERR_FILENO);
+      ::close(out[0]);
+      std::vector<char *> argv;
+      for (std::string &arg : args)
+        argv.push_back(arg.data());
+      argv.push_back(nullptr);
+      ::execv(program.c_str(), argv.data());
+      ::_exit(127);
+    }
+    ::close(out[1]);
+    fd = out[0];
+  }
+  ~WatchProcess() { stop(); }
+
+  /// Ends the process (before an exit that runs no destructors, too).
+  void stop() {
+    if (pid < 0)
+      return;
+    ::kill(pid, SIGTERM);
+    int status;
+    ::waitpid(pid, &status, 0);
+    ::close(fd);
+    pid = -1;
+  }
+
+  /// The next line of output, waiting at most `timeoutMs`; nullopt when none came.
+  std::optional<std::string> line(int timeoutMs) {
+    auto deadline = Clock::now() + std::chrono::milliseconds(timeoutMs);
+    while (true) {
+      size_t end = pending.find('\n');
+      if (end != std::string::npos) {
+        std::string line = pending.substr(0, end);
+        pending.erase(0, end + 1);
+        return line;
+      }
+      int left = static_cast<int>(
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count());
+      pollfd ready{fd, POLLIN, 0};
+      if (left <= 0 || ::poll(&ready, 1, left) <= 0)
+        return std::nullopt;
+      char buffer[65536];
+      ssize_t n = ::read(fd, buffer, sizeof(buffer));
+      if (n <= 0)
+        return std::nullopt;
+      pending.append(buffer, static_cast<size_t>(n));
+    }
+  }
+
+private:
+  pid_t pid = -1;
+  int fd = -1;
+  std::string pending;
+};
+
+/// Save -> the first answer `courier-run --watch` prints from the new version, for `edits`
+/// saves of the 64-module program each changing one kernel; ms each.
+std::vector<double> watchReloads(const std::string &courierRun, const std::string &dir,
+                                 const std::vector<std::string> &flags, int edits) {
+  std::string file = dir + "/watched.mlir";
+  std::vector<double> offsets = kernelOffsets(64);
+  writeFile(file, courier::testing::manyKernelProgram(offsets));
+  std::vector<std::string> args = {file, "--watch", "--arg", onesArgument()};
+  args.insert(args.end(), flags.begin(), flags.end());
+  std::string errors = dir + "/watch.err";
+  WatchProcess watch(courierRun, args, errors);
+  auto fail = [&](llvm::StringRef what) {
+    watch.stop();
+    llvm::errs() << courierRun << " --watch: " << what << "; its standard error:\n"
+                 << readFile(errors);
+    std::exit(1);
+  };
+  auto answered = [&](double expected, int timeoutMs) {
+    while (std::optional<std::string> line = watch.line(timeoutMs))
+      if (firstDatum(*line) == expected)
+        return true;
+    return false;
+  };
+  if (!answered(courier::testing::manyKernelAnswer(offsets, 1), 120000))
+    fail("the first version never answered");
+  // courier-run watches once the first version has answered, and says so: a save before
+  // that would go unseen.
+  for (auto start = Clock::now();
+       readFile(errors).find("courier-run: watching") == std::string::npos;) {
+    if (msSince(start) > 10000)
+      fail("it never said it was watching");
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  std::vector<double> latencies;
+  for (int i = 0; i < edits; ++i) {
+    offsets[32] = 10 + i;
+    double expected = courier::testing::manyKernelAnswer(offsets, 1);
+    auto start = Clock::now();
+    writeFile(file, courier::testing::manyKernelProgram(offsets));
+    if (!answered(expected, 60000))
+      fail("the new version never answered");
+    latencies.push_back(msSince(start));
+  }
+  return latencies;
+}
+
+/// Save -> first answer from the new version, in process: ReloadableModule and FileWatcher
+/// as courier-run --watch uses them, the engine's caches in `dir`.
+std::vector<double> inProcessReloads(const std::string &dir, unsigned optLevel, int edits) {
+  std::string file = dir + "/reloaded.mlir";
+  std::vector<double> offsets = kernelOffsets(64);
+  writeFile(file, courier::testing::manyKernelProgram(offsets));
+  EngineOptions options;
+  options.cacheDir = dir + "/cache";
+  options.optLevel = optLevel;
+  Engine engine(options);
+  ReloadableModule module(engine, "many");
+  if (!module.reload(readFile(file)))
+    std::exit((llvm::errs() << "the 64-module program does not compile\n", 1));
+  auto watcher = FileWatcher::create(file, "", [&](const std::string &) {
+    if (auto text = llvm::MemoryBuffer::getFile(file))
+      llvm::consumeError(module.reload((*text)->getBuffer()).takeError());
+  });
+  if (!watcher)
+    std::exit(1);
+  Tensor ones = Tensor::fromDoubles(DType::F64, {64}, std::vector<double>(64, 1));
+  std::vector<double> latencies;
+  for (int i = 0; i < edits; ++i) {
+    offsets[32] = 10 + i;
+    latencies.push_back(saveAndAwait(file, courier::testing::manyKernelProgram(offsets), module,
+                                     ones, courier::testing::manyKernelAnswer(offsets, 1)));
+  }
+  return latencies;
+}
+
+const char *kMatmul = R"mlir(
+module @mm {
+  func.func public @main(%a: tensor<256x256xf64>, %b: tensor<256x256xf64>) -> tensor<256x256xf64> {
+    %y = catalyst.launch_kernel @k::@f(%a, %b) : (tensor<256x256xf64>, tensor<256x256xf64>) -> tensor<256x256xf64>
+    return %y : tensor<256x256xf64>
+  }
+  module @k attributes {catalyst.target = {}, catalyst.dispatch = {address = "local"}} {
+    func.func public @f(%a: tensor<256x256xf64>, %b: tensor<256x256xf64>) -> tensor<256x256xf64> {
+      %z = arith.constant 0.0 : f64
+      %e = tensor.empty() : tensor<256x256xf64>
+      %i = linalg.fill ins(%z : f64) outs(%e : tensor<256x256xf64>) -> tensor<256x256xf64>
+      %r = linalg.matmul ins(%a, %b : tensor<256x256xf64>, tensor<256x256xf64>) outs(%i : tensor<256x256xf64>) -> tensor<256x256xf64>
+      return %r : tensor<256x256xf64>
+    }
+  }
+}
+)mlir";
+
+/// The incremental-compile figures; `part` is "cold", "levels" or "reload", or empty for all three.
+void incremental(const Paths &paths, llvm::StringRef part) {
+  llvm::outs() << "## compile cost that grows with the edit\n";
+  // An earlier build (before the per-module cache), for the side-by-side figures: a directory
+  // holding its courier-run and courier-module-worker.
+  std::string baseline;
+  if (const char *dir = std::getenv("COURIER_BASELINE_BIN"))
+    baseline = dir;
+  std::string courierRun = paths.bin + "/courier-run";
+  std::string many = paths.temp + "/many64.mlir", one = paths.temp + "/many1.mlir";
+  writeFile(many, courier::testing::manyKernelProgram(kernelOffsets(64)));
+  writeFile(one, courier::testing::manyKernelProgram(kernelOffsets(1)));
+  std::string arg = onesArgument();
+  unsigned cores = std::thread::hardware_concurrency();
+
+  // Cold compiles, whole processes with no disk cache, interleaved.
+  if (part.empty() || part == "cold") {
+    auto run = [&](const std::string &program, const std::string &file,
+                   std::vector<llvm::StringRef> extra) {
+      std::vector<llvm::StringRef> argv = {program, file, "--arg", arg, "--no-disk-cache"};
+      argv.insert(argv.end(), extra.begin(), extra.end());
+      return timeCommand(argv);
+    };
+    std::vector<double> before64, serial64, parallel64, before1, after1;
+    for (int round = 0; round < 5; ++round) {
+      if (!baseline.empty())
+        before64.push_back(run(baseline + "/courier-run", many, {}));
+      serial64.push_back(run(courierRun, many, {"--jobs", "1"}));
+      parallel64.push_back(run(courierRun, many, {}));
+    }
+    for (int round = 0; round < 11; ++round) {
+      if (!baseline.empty())
+        before1.push_back(run(baseline + "/courier-run", one, {}));
+      after1.push_back(run(courierRun, one, {}));
+    }
+    llvm::outs() << llvm::formatv("cold compile and run, 64 target modules (courier-run "
+                                  "--no-disk-cache, whole process, median of 5)\n");
+    if (!baseline.empty())
+      llvm::outs() << llvm::formatv("  earlier build (serial)                {0,8:f1} ms\n",
+                                    median(before64));
+    llvm::outs() << llvm::formatv("  now, --jobs 1                         {0,8:f1} ms\n"
+                                  "  now, --jobs {1} (the default here)      {2,8:f1} ms\n",
+                                  median(serial64), cores, median(parallel64));
+    if (!baseline.empty())
+      llvm::outs() << llvm::formatv(
+          "  now / before                          {0,8:f2}  (target <= 0.5)\n",
+          median(parallel64) / median(before64));
+    llvm::outs() << llvm::formatv("cold compile and run, 1 target module (median of 11)\n");
+    if (!baseline.empty())
+      llvm::outs() << llvm::formatv("  earlier build                         {0,8:f1} ms\n",
+                                    median(before1));
+    llvm::outs() << llvm::formatv("  now                                   {0,8:f1} ms\n",
+                                  median(after1));
+    if (!baseline.empty())
+      llvm::outs() << llvm::formatv(
+          "  now / before                          {0,8:f2}  (target <= 1.10)\n",
+          median(after1) / median(before1));
+  }
+
+  // What a module costs at each opt level (one thread, in process), and what its code buys.
+  if (part.empty() || part == "levels") {
+    llvm::outs() << "cost per target module and speed of its code, by opt level (in process, "
+                    "--jobs 1)\n"
+                    "  level | ms per module (16 kernels) | 256x256 matmul, ms per call\n";
+    std::string sixteen = courier::testing::manyKernelProgram(kernelOffsets(16));
+    Tensor square = Tensor::fromDoubles(DType::F64, {256, 256}, std::vector<double>(65536, 1));
+    for (unsigned level = 0; level <= 3; ++level) {
+      EngineOptions options;
+      options.diskCache = false;
+      options.optLevel = level;
+      options.jobs = 1;
+      std::vector<double> perModule, matmul;
+      for (int i = 0; i < 3; ++i) {
+        Engine engine(options);
+        auto module = engine.compile(sixteen, "sixteen");
+        if (!module)
+          std::exit((llvm::errs() << llvm::toString(module.takeError()) << "\n", 1));
+        perModule.push_back((*module)->compileTimes().crossCompile / 16);
+      }
+      Engine engine(options);
+      auto mm = engine.compile(kMatmul, "mm");
+      if (!mm)
+        std::exit((llvm::errs() << llvm::toString(mm.takeError()) << "\n", 1));
+      for (int i = 0; i < 7; ++i) {
+        auto start = Clock::now();
+        auto out = (*mm)->invoke("main", {square, square});
+        if (!out || (*out)[0].at(0) != 256)
+          std::exit((llvm::errs() << "matmul failed\n", 1));
+        matmul.push_back(msSince(start));
+      }
+      llvm::outs() << llvm::formatv("  O{0}    | {1,26:f1} | {2,8:f1}\n", level, median(perModule),
+                                    median(matmul));
+    }
+  }
+
+  // Hot reload: save -> the first answer from the new version, one kernel of 64 edited.
+  if (part.empty() || part == "reload") {
+    llvm::outs() << "hot reload of the 64-module program, one kernel edited (save -> first answer "
+                    "from the new version, debounce 50 ms included; median, max)\n";
+    auto report = [&](llvm::StringRef label, const std::vector<double> &ms) {
+      llvm::outs() << llvm::formatv("  {0,-44} {1,8:f1} ms {2,8:f1} ms\n", label, median(ms),
+                                    *std::max_element(ms.begin(), ms.end()));
+    };
+    for (unsigned level : {2u, 1u, 0u}) {
+      llvm::sys::fs::remove_directories(paths.temp + "/reload");
+      llvm::sys::fs::create_directories(paths.temp + "/reload");
+      report(llvm::formatv("in process, -O{0}", level).str(),
+             inProcessReloads(paths.temp + "/reload", level, 10));
+    }
+    for (unsigned level : {2u, 1u, 0u}) {
+      llvm::sys::fs::remove_directories(paths.temp + "/watch");
+      llvm::sys::fs::create_directories(paths.temp + "/watch");
+      std::string cache = paths.temp + "/watch/cache";
+      std::string opt = "-O" + std::to_string(level);
+      report(llvm::formatv("courier-run --watch -O{0} (module worker)", level).str(),
+             watchReloads(courierRun, paths.temp + "/watch", {"--cache-dir", cache, opt}, 10));
+    }
+    if (!baseline.empty()) {
+      llvm::sys::fs::remove_directories(paths.temp + "/watch");
+      llvm::sys::fs::create_directories(paths.temp + "/watch");
+      std::string cache = paths.temp + "/watch/cache";
+      report("earlier build: courier-run --watch -O2",
+             watchReloads(baseline + "/courier-run", paths.temp + "/watch", {"--cache-dir", cache},
+                          3));
+    }
+  }
+  llvm::outs() << "\n";
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
@@ -331,6 +665,9 @@ int main(int argc, char **argv) {
     invokeOverhead(paths);
   if (only.empty() || only == "reload")
     reload(paths);
+  // incremental:cold, incremental:levels or incremental:reload run one part of it.
+  if (only.empty() || llvm::StringRef(only).starts_with("incremental"))
+    incremental(paths, llvm::StringRef(only).drop_front(std::min<size_t>(only.size(), 12)));
   llvm::sys::fs::remove_directories(paths.temp);
   return 0;
 }

@@ -89,8 +89,10 @@ cl::list<std::string> plugins("plugin",
                               cl::cat(category));
 cl::opt<bool> watch("watch",
                     cl::desc("Keep running: on every save of the file, reload it (the old "
-                             "version serves until the new one is ready) and call the entry "
-                             "again"),
+                             "version serves until the new one is ready, and only the target "
+                             "modules the save changed are compiled) and call the entry "
+                             "again; -O0 or -O1 make a reload quicker and the kernels slower "
+                             "(docs/performance.md)"),
                     cl::cat(category));
 cl::opt<bool> isolate("isolate",
                       cl::desc("Compile and run the module in a worker process of its own, "
