@@ -45,6 +45,9 @@ private:
     pid_t worker;
     int fd;
     std::string partial;
+    /// The last piece handed over was cut at the line limit: a newline that comes next
+    /// ends that line, and is no empty line of its own.
+    bool cut = false;
   };
 
   void run() {
@@ -93,16 +96,24 @@ private:
   /// what grows past the line limit goes in pieces.
   void take(Pipe &pipe, llvm::StringRef bytes) {
     while (!bytes.empty()) {
+      if (pipe.cut && bytes.front() == '\n') {
+        pipe.cut = false;
+        bytes = bytes.drop_front();
+        continue;
+      }
       size_t room = kWorkerOutputLineMax - pipe.partial.size();
       size_t newline = bytes.find('\n');
       if (newline != llvm::StringRef::npos && newline <= room) {
         pipe.partial.append(bytes.data(), newline);
         bytes = bytes.drop_front(newline + 1);
+        pipe.cut = false;
       } else if (bytes.size() >= room) {
         pipe.partial.append(bytes.data(), room);
         bytes = bytes.drop_front(room);
+        pipe.cut = true;
       } else {
         pipe.partial.append(bytes.data(), bytes.size());
+        pipe.cut = false;
         return;
       }
       llvm::StringRef line(pipe.partial);

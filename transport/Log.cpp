@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <chrono>
 #include <ctime>
+#include <mutex>
 #include <unistd.h>
 
 namespace courier::transport {
@@ -113,6 +114,10 @@ std::string logTimestamp() {
 }
 
 void writeLogLine(llvm::StringRef line) {
+  // One write is whole only up to PIPE_BUF on a pipe, and a relayed worker line may be longer:
+  // lines of different threads go out one after another.
+  static std::mutex writing;
+  std::lock_guard<std::mutex> lock(writing);
   const char *data = line.data();
   size_t left = line.size();
   while (left > 0) {

@@ -43,8 +43,8 @@ std::string formatLogLine(LogFormat format, llvm::StringRef time, LogLevel level
 /// The current UTC time as log lines give it, to the millisecond.
 std::string logTimestamp();
 
-/// Writes one line in the process's format to stderr, with a single write so that lines of
-/// threads logging at once never interleave.
+/// Writes one line in the process's format to stderr, whole: lines of threads logging at once
+/// never interleave.
 void logEvent(LogLevel level, llvm::StringRef message, llvm::ArrayRef<LogField> fields = {});
 
 /// Writes an already formatted line (ending in a newline) to stderr the same way.
