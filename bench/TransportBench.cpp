@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <arpa/inet.h>
+#include <atomic>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -530,6 +531,75 @@ void local(int n) {
 
 } // namespace
 
+/// Noop-launch throughput and latency for 1 to 256 concurrent clients of one executor, each
+/// a runtime HTTP backend of its own (keep-alive, as a host process's), sharing 16 sessions:
+/// how throughput grows with clients, and whether any is starved.
+void clients(int perClient, int atLeast) {
+  std::printf("== noop launches from N concurrent clients (each its own HTTP backend, 16 "
+              "sessions), %d launches a client (at least %d in all)\n",
+              perClient, atLeast);
+  ExecutorProcess executor = startExecutor();
+  auto setup = check(createHttpBackend(executor.address(), {}), "connecting");
+  ObjectBlob shapes = loadObject(COURIER_KERNEL_SHAPES);
+  std::vector<std::string> sessions;
+  for (int i = 0; i < 16; ++i) {
+    sessions.push_back(check(setup->openSession(), "opening a session"));
+    check(setup->shipObject(sessions.back(), shapes), "shipping");
+  }
+  struct Row {
+    int clients;
+    double perSecond;
+    Percentiles latency;
+    double slowestMs;
+  };
+  std::vector<Row> rows;
+  for (int n : {1, 4, 16, 64, 256}) {
+    int each = std::max(perClient, (atLeast + n - 1) / n);
+    std::vector<std::vector<double>> times(n);
+    std::vector<std::unique_ptr<Backend>> backends;
+    for (int c = 0; c < n; ++c)
+      backends.push_back(check(createHttpBackend(executor.address(), {}), "connecting"));
+    std::atomic<int> ready{0};
+    std::atomic<bool> go{false};
+    std::vector<std::thread> threads;
+    for (int c = 0; c < n; ++c)
+      threads.emplace_back([&, c] {
+        const std::string &session = sessions[c % sessions.size()];
+        auto once = [&] {
+          check(backends[c]->launch(session, shapes, "_catalyst_pyface_noop", {}, {}), "launching");
+        };
+        once(); // Connect before the clock starts.
+        ready++;
+        while (!go)
+          std::this_thread::yield();
+        measure(0, each, once, times[c]);
+      });
+    while (ready < n)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    auto start = Clock::now();
+    go = true;
+    for (std::thread &thread : threads)
+      thread.join();
+    double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    std::vector<double> all;
+    for (auto &t : times)
+      all.insert(all.end(), t.begin(), t.end());
+    double slowest = *std::max_element(all.begin(), all.end()) / 1000;
+    rows.push_back({n, double(all.size()) / seconds, percentiles(std::move(all)), slowest});
+  }
+  double peak = 0;
+  for (const Row &row : rows)
+    peak = std::max(peak, row.perSecond);
+  std::printf("  clients | launches/s | of peak |   p50 us |   p99 us | slowest ms\n");
+  for (const Row &row : rows)
+    std::printf("  %7d | %10.0f | %7.2f | %8.1f | %8.1f | %10.1f\n", row.clients, row.perSecond,
+                row.perSecond / peak, row.latency.p50, row.latency.p99, row.slowestMs);
+  std::printf("  throughput at 64 and 256 clients %.2fx and %.2fx the peak (target >= 0.8x); p99 "
+              "at 256 %.1fx p99 at 1 (target <= 50x)\n",
+              rows[3].perSecond / peak, rows[4].perSecond / peak,
+              rows[4].latency.p99 / rows[0].latency.p99);
+}
+
 int main(int argc, char **argv) {
   std::signal(SIGPIPE, SIG_IGN);
   std::string which = argc > 1 ? argv[1] : "all";
@@ -541,6 +611,8 @@ int main(int argc, char **argv) {
     bandwidth(smoke ? 4 : 64, smoke ? 1 : 9);
   if (which == "all" || which == "local" || smoke)
     local(smoke ? 10000 : 1000000);
+  if (which == "all" || which == "clients" || smoke)
+    clients(smoke ? 1 : 200, smoke ? 200 : 20000);
   if (which == "all" || which == "shm" || smoke)
     // "shm none": the executor runs kernels in its own process, for the channel's cost alone.
     shared(smoke ? 200 : 20000, smoke ? 4 : 64, smoke ? 1 : 9,

@@ -12,6 +12,7 @@
 
 #include "llvm/Support/FormatVariadic.h"
 
+#include <algorithm>
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
@@ -54,7 +55,9 @@ executor::CoreOptions coreOptions(const ExecutorServerOptions &options) {
   core.idleTimeout = options.idleTimeout;
   core.objectGrace = options.objectGrace;
   core.maxBytes = options.maxBodyBytes;
-  core.asyncThreads = std::max(1u, options.threads);
+  // Async launches run on threads of their own, fewer than connections: each holds a
+  // session's worker, and sessions are fewer still.
+  core.asyncThreads = std::clamp(options.threads, 1u, 64u);
   core.isolated = options.isolation == ExecutorServerOptions::Isolation::Process;
   core.launchTimeout = options.launchTimeout;
   core.workerMemoryMiB = options.workerMemoryMiB;

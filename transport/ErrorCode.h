@@ -55,6 +55,7 @@ enum class ErrorCode : uint8_t {
   TooManyModules,
   CompileCrashed,
   Draining,
+  Overloaded,
   TlsFailed,
   ExecutorLost,
 };
@@ -112,6 +113,7 @@ inline constexpr ErrorCodeInfo kErrorTable[] = {
     {ErrorCode::TooManyModules, "too_many_modules", 507, kSentByServe},
     {ErrorCode::CompileCrashed, "compile_crashed", 500, kSentByServe},
     {ErrorCode::Draining, "draining", 503, kBoth},
+    {ErrorCode::Overloaded, "overloaded", 503, kBoth},
     {ErrorCode::TlsFailed, "tls_failed", 502, 0},
     {ErrorCode::ExecutorLost, "executor_lost", 502, 0},
 };

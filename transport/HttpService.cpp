@@ -1,12 +1,15 @@
 // The HTTP server plumbing shared by the executor and courier-serve (see HttpService.h).
 #include "transport/HttpService.h"
 
+#include "transport/ConnectionPool.h"
+
 #include "transport/Tls.h"
 
 #include "transport/Log.h"
 #include "transport/Metrics.h"
 
 #include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/FormatVariadic.h"
 
 #include <prometheus/text_serializer.h>
 
@@ -305,8 +308,8 @@ std::unique_ptr<httplib::Server> makeServer(const HttpListenOptions &listen, std
 HttpService::HttpService(HttpServiceOptions options)
     : opts(std::move(options)), ownedServer(makeServer(opts.listen, tlsProblem)),
       http(*ownedServer) {
-  unsigned threads = std::max(1u, opts.listen.threads);
-  http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  unsigned connections = std::max(1u, opts.listen.threads);
+  http.new_task_queue = [connections] { return new ConnectionPool(connections); };
   http.set_tcp_nodelay(true);
   http.set_keep_alive_max_count(1000000);
   // Short, so idle connections do not hold worker threads for long; the executor's client
@@ -502,6 +505,18 @@ void HttpService::installHandlers() {
     requestIsWork = !isProbe(req);
     if (requestIsWork)
       workInFlight++;
+    if (ConnectionPool::refusingConnection()) {
+      // Over the connection limit: answered at once and closed, never left waiting for a
+      // connection ahead of it to close (transport/ConnectionPool.h).
+      opts.sendError(res, "overloaded",
+                     llvm::formatv("the server is serving its limit of {0} connections "
+                                   "(--threads); retry, or use another server",
+                                   std::max(1u, opts.listen.threads))
+                         .str());
+      res.set_header("Connection", "close");
+      res.set_header("Retry-After", "1");
+      return httplib::Server::HandlerResponse::Handled;
+    }
     if (std::optional<std::string> ambiguity = ambiguousFraming(req)) {
       opts.sendError(res, "bad_request", *ambiguity);
       // Where this body ends is the question: nothing after the headers can be trusted.

@@ -32,7 +32,9 @@ static const char *const kUsage =
     "  --token-file    file holding the bearer token every request must carry\n"
     "  --idle-timeout  close sessions unused for this long (default 600)\n"
     "  --object-grace  drop objects no session holds after this long (default 60; fractions ok)\n"
-    "  --threads       worker threads; each open connection holds one (default 32)\n"
+    "  --threads       connections served at once, a thread each while open (default 512;\n"
+    "                  threads start as connections need them); one more is answered\n"
+    "                  503 overloaded and closed\n"
     "  --max-body-mib  largest request body accepted (default 4096)\n"
     "  --isolation     process (default): each session's code runs in its own sandboxed\n"
     "                  worker process; none: in this process, uncontained\n"
@@ -54,7 +56,7 @@ static const char *const kUsage =
 static Expected<ExecutorServerOptions> parseArguments(int argc, char **argv) {
   ExecutorServerOptions options;
   std::string listen = "127.0.0.1:7000", tokenFile;
-  uint64_t maxBodyMiB = 4096, idleSeconds = 600, threads = 32;
+  uint64_t maxBodyMiB = 4096, idleSeconds = 600, threads = 512;
   double graceSeconds = 60;
   uint64_t launchTimeoutMs = 60000, warmWorkers = 2;
   courier::transport::ArgumentReader args(argc, argv, kUsage);

@@ -69,7 +69,9 @@ static const char *const kUsage =
     "                        size (default 64; 0: no limit)\n"
     "  --max-object-mib      largest object a module (host or target) may compile to\n"
     "                        (default 256; 0: no limit)\n"
-    "  --threads             worker threads; each open connection holds one (default 32)\n"
+    "  --threads             connections served at once, a thread each while open (default\n"
+    "                        512; threads start as connections need them); one more is\n"
+    "                        answered 503 overloaded and closed\n"
     "  --quiet               do not log one line per request to stderr\n"
     "  --isolation           process (default): each module version compiles, links and runs\n"
     "                        in a sandboxed worker process of its own; none: in this process\n"
@@ -92,7 +94,7 @@ struct Arguments {
 Expected<Arguments> parseArguments(int argc, char **argv) {
   Arguments args;
   std::string listen = "127.0.0.1:8080", tokenFile, executorTokenFile;
-  uint64_t maxBody = args.serve.maxBodyBytes, maxModules = 64, timeoutMs = 60000, threads = 32;
+  uint64_t maxBody = args.serve.maxBodyBytes, maxModules = 64, timeoutMs = 60000, threads = 512;
   uint64_t cacheMaxMiB = args.store.cacheMaxBytes >> 20;
   uint64_t invokeTimeoutMs = args.store.invokeTimeout.count();
   uint64_t maxConstantMiB = args.store.maxConstantBytes >> 20,
