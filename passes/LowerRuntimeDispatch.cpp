@@ -35,7 +35,7 @@ struct LowerRuntimeDispatch : impl::LowerRuntimeDispatchBase<LowerRuntimeDispatc
     if (calls.empty())
       return;
 
-    // As the seed says: the executors named by catalyst.dispatch attributes.
+    // The executors named by catalyst.dispatch attributes.
     SmallVector<std::string> programExecutors = getProgramExecutors(host);
 
     SessionCache sessions;
