@@ -111,3 +111,28 @@ TEST_CASE("after SIGTERM courier-serve's /v1/ready answers 503 while an in-fligh
   CHECK(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 0);
 }
+
+TEST_CASE("a connection past courier-serve's --threads is answered 503 overloaded at once, and "
+          "served once one closes",
+          "[serve][listen]") {
+  ServeProcess serve(ServeConfig{"", {"--threads", "2"}});
+  auto first = serve.client(), second = serve.client(), extra = serve.client();
+  requireCreated(*first, "twice", kTwice);
+  REQUIRE(get(*second, "/v1/health").status == 200);
+  Reply refused = get(*extra, "/v1/health");
+  INFO(refused.raw);
+  CHECK(refused.status == 503);
+  CHECK(refused.body["error"]["code"] == "overloaded");
+  // The connections held are still served.
+  Reply invoked = post(*first, "/v1/modules/twice/invoke/main", R"({"inputs": [[1, 2, 3, 4]]})");
+  CHECK(outputData(invoked) == std::vector<double>{2, 4, 6, 8});
+  second->stop();
+  int status = 0;
+  for (auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+       status != 200 && std::chrono::steady_clock::now() < deadline;) {
+    status = get(*extra, "/v1/health").status;
+    if (status != 200)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  CHECK(status == 200);
+}
