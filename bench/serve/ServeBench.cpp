@@ -17,6 +17,7 @@
 #include <simdjson.h>
 
 #include <algorithm>
+#include <atomic>
 #include <charconv>
 #include <chrono>
 #include <csignal>
@@ -232,6 +233,80 @@ double reloadOnce(httplib::Client &http, const std::string &dir, const std::stri
   die("a reload did not land within 60 s");
 }
 
+/// Invoke throughput and latency of one courier-serve (module workers, the default) for 1 to
+/// 256 concurrent keep-alive clients, each calling `small` with a JSON tensor: how throughput
+/// grows with clients, and whether any is starved.
+void clients(const std::string &dir) {
+  Server server(dir + "/serve-clients", {});
+  std::string body;
+  llvm::raw_string_ostream os(body);
+  os << llvm::json::Value(llvm::json::Object{{"name", "bench"}, {"mlir", kModule}});
+  auto connect = [&] {
+    auto http = std::make_unique<httplib::Client>("127.0.0.1", server.port);
+    http->set_tcp_nodelay(true);
+    http->set_keep_alive(true);
+    http->set_read_timeout(std::chrono::seconds(60));
+    return http;
+  };
+  httplib::Result created = connect()->Post("/v1/modules", body, "application/json");
+  if (!created || created->status != 201)
+    die("creating the module: " + (created ? created->body : httplib::to_string(created.error())));
+  std::string input = jsonBody(Tensor::fromDoubles(DType::F32, {4}, {1, 2, 3, 4}));
+  std::printf("== invokes of a tensor<4xf32> entry (JSON) from N concurrent keep-alive "
+              "clients, at least 10000 in all\n");
+  struct Row {
+    int clients;
+    double perSecond, p50, p99, slowest;
+  };
+  std::vector<Row> rows;
+  for (int n : {1, 4, 16, 64, 256}) {
+    int each = std::max(20, (10000 + n - 1) / n);
+    std::vector<std::unique_ptr<httplib::Client>> https;
+    for (int c = 0; c < n; ++c)
+      https.push_back(connect());
+    std::vector<std::vector<double>> times(n);
+    std::atomic<int> ready{0};
+    std::atomic<bool> go{false};
+    std::vector<std::thread> threads;
+    for (int c = 0; c < n; ++c)
+      threads.emplace_back([&, c] {
+        post(*https[c], "/v1/modules/bench/invoke/small", input, "application/json");
+        ready++;
+        while (!go)
+          std::this_thread::yield();
+        for (int i = 0; i < each; ++i) {
+          auto start = Clock::now();
+          post(*https[c], "/v1/modules/bench/invoke/small", input, "application/json");
+          times[c].push_back(std::chrono::duration<double>(Clock::now() - start).count());
+        }
+      });
+    while (ready < n)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    auto start = Clock::now();
+    go = true;
+    for (std::thread &thread : threads)
+      thread.join();
+    double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    std::vector<double> all;
+    for (auto &t : times)
+      all.insert(all.end(), t.begin(), t.end());
+    double slowest = *std::max_element(all.begin(), all.end());
+    rows.push_back(
+        {n, double(all.size()) / seconds, percentile(all, 0.5), percentile(all, 0.99), slowest});
+  }
+  double peak = 0;
+  for (const Row &row : rows)
+    peak = std::max(peak, row.perSecond);
+  std::printf("  clients | invokes/s | of peak |       p50 |       p99 |   slowest\n");
+  for (const Row &row : rows)
+    std::printf("  %7d | %9.0f | %7.2f | %9s | %9s | %9s\n", row.clients, row.perSecond,
+                row.perSecond / peak, microseconds(row.p50).c_str(), microseconds(row.p99).c_str(),
+                microseconds(row.slowest).c_str());
+  std::printf("  throughput at 64 and 256 clients %.2fx and %.2fx the peak (target >= 0.8x); p99 "
+              "at 256 %.1fx p99 at 1 (target <= 50x)\n",
+              rows[3].perSecond / peak, rows[4].perSecond / peak, rows[4].p99 / rows[0].p99);
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
@@ -241,6 +316,12 @@ int main(int argc, char **argv) {
   if (!mkdtemp(pattern))
     die("cannot create a temporary directory");
   std::string dir = pattern;
+  if (argc > 1 && std::strcmp(argv[1], "clients") == 0) {
+    clients(dir);
+    std::error_code ignored;
+    std::filesystem::remove_all(dir, ignored);
+    return 0;
+  }
 
   EngineOptions options;
   options.cacheDir = dir + "/engine";
