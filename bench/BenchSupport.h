@@ -9,12 +9,14 @@
 #include "llvm/Support/MemoryBuffer.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace courier::bench {
@@ -81,6 +83,48 @@ inline Percentiles percentiles(std::vector<double> us) {
   std::sort(us.begin(), us.end());
   size_t n = us.size();
   return {us[n / 2], us[std::min(n - 1, n * 99 / 100)], total / double(n)};
+}
+
+/// What callConcurrently measured: every timed call's microseconds, and the seconds from the
+/// start to the end of the last call.
+struct ConcurrentCalls {
+  std::vector<double> us;
+  double seconds;
+};
+
+/// `clients` threads each make `once(client)` once untimed (connecting, warming up), then,
+/// started together, `each` times timed.
+inline ConcurrentCalls callConcurrently(int clients, int each,
+                                        const std::function<void(int client)> &once) {
+  std::vector<std::vector<double>> times(clients);
+  std::atomic<int> ready{0};
+  std::atomic<bool> go{false};
+  std::vector<std::thread> threads;
+  for (int c = 0; c < clients; ++c)
+    threads.emplace_back([&, c] {
+      once(c);
+      ready++;
+      while (!go)
+        std::this_thread::yield();
+      for (int i = 0; i < each; ++i) {
+        auto start = std::chrono::steady_clock::now();
+        once(c);
+        times[c].push_back(
+            std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
+                .count());
+      }
+    });
+  while (ready < clients)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  auto start = std::chrono::steady_clock::now();
+  go = true;
+  for (std::thread &thread : threads)
+    thread.join();
+  ConcurrentCalls calls{
+      {}, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()};
+  for (const std::vector<double> &client : times)
+    calls.us.insert(calls.us.end(), client.begin(), client.end());
+  return calls;
 }
 
 } // namespace courier::bench

@@ -17,7 +17,6 @@
 
 #include <algorithm>
 #include <arpa/inet.h>
-#include <atomic>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -36,7 +35,9 @@ using courier::testing::ExecutorProcess;
 using courier::testing::ServerProcess;
 using courier::testing::ServerSpec;
 using Clock = std::chrono::steady_clock;
+using courier::bench::callConcurrently;
 using courier::bench::check;
+using courier::bench::ConcurrentCalls;
 using courier::bench::die;
 using courier::bench::loadObject;
 using courier::bench::measure;
@@ -555,37 +556,17 @@ void clients(int perClient, int atLeast) {
   std::vector<Row> rows;
   for (int n : {1, 4, 16, 64, 256}) {
     int each = std::max(perClient, (atLeast + n - 1) / n);
-    std::vector<std::vector<double>> times(n);
     std::vector<std::unique_ptr<Backend>> backends;
     for (int c = 0; c < n; ++c)
       backends.push_back(check(createHttpBackend(executor.address(), {}), "connecting"));
-    std::atomic<int> ready{0};
-    std::atomic<bool> go{false};
-    std::vector<std::thread> threads;
-    for (int c = 0; c < n; ++c)
-      threads.emplace_back([&, c] {
-        const std::string &session = sessions[c % sessions.size()];
-        auto once = [&] {
-          check(backends[c]->launch(session, shapes, "_catalyst_pyface_noop", {}, {}), "launching");
-        };
-        once(); // Connect before the clock starts.
-        ready++;
-        while (!go)
-          std::this_thread::yield();
-        measure(0, each, once, times[c]);
-      });
-    while (ready < n)
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    auto start = Clock::now();
-    go = true;
-    for (std::thread &thread : threads)
-      thread.join();
-    double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-    std::vector<double> all;
-    for (auto &t : times)
-      all.insert(all.end(), t.begin(), t.end());
-    double slowest = *std::max_element(all.begin(), all.end()) / 1000;
-    rows.push_back({n, double(all.size()) / seconds, percentiles(std::move(all)), slowest});
+    ConcurrentCalls calls = callConcurrently(n, each, [&](int c) {
+      check(backends[c]->launch(sessions[c % sessions.size()], shapes, "_catalyst_pyface_noop", {},
+                                {}),
+            "launching");
+    });
+    double slowest = *std::max_element(calls.us.begin(), calls.us.end()) / 1000;
+    double perSecond = double(calls.us.size()) / calls.seconds;
+    rows.push_back({n, perSecond, percentiles(std::move(calls.us)), slowest});
   }
   double peak = 0;
   for (const Row &row : rows)

@@ -8,6 +8,7 @@
 // the two servers in watch mode. Paths alternate so outside load falls on all of them alike.
 // Prints each path's times, its ratio to the in-process call and the isolated/none ratios
 // (see docs/performance.md).
+#include "bench/BenchSupport.h"
 #include "jit/Engine.h"
 #include "tools/courier-serve/JsonInputs.h"
 
@@ -17,7 +18,6 @@
 #include <simdjson.h>
 
 #include <algorithm>
-#include <atomic>
 #include <charconv>
 #include <chrono>
 #include <csignal>
@@ -264,35 +264,15 @@ void clients(const std::string &dir) {
     std::vector<std::unique_ptr<httplib::Client>> https;
     for (int c = 0; c < n; ++c)
       https.push_back(connect());
-    std::vector<std::vector<double>> times(n);
-    std::atomic<int> ready{0};
-    std::atomic<bool> go{false};
-    std::vector<std::thread> threads;
-    for (int c = 0; c < n; ++c)
-      threads.emplace_back([&, c] {
-        post(*https[c], "/v1/modules/bench/invoke/small", input, "application/json");
-        ready++;
-        while (!go)
-          std::this_thread::yield();
-        for (int i = 0; i < each; ++i) {
-          auto start = Clock::now();
-          post(*https[c], "/v1/modules/bench/invoke/small", input, "application/json");
-          times[c].push_back(std::chrono::duration<double>(Clock::now() - start).count());
-        }
-      });
-    while (ready < n)
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    auto start = Clock::now();
-    go = true;
-    for (std::thread &thread : threads)
-      thread.join();
-    double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-    std::vector<double> all;
-    for (auto &t : times)
-      all.insert(all.end(), t.begin(), t.end());
-    double slowest = *std::max_element(all.begin(), all.end());
-    rows.push_back(
-        {n, double(all.size()) / seconds, percentile(all, 0.5), percentile(all, 0.99), slowest});
+    bench::ConcurrentCalls calls = bench::callConcurrently(n, each, [&](int c) {
+      post(*https[c], "/v1/modules/bench/invoke/small", input, "application/json");
+    });
+    // In seconds, as the rest of this benchmark prints them.
+    for (double &us : calls.us)
+      us /= 1e6;
+    double slowest = *std::max_element(calls.us.begin(), calls.us.end());
+    rows.push_back({n, double(calls.us.size()) / calls.seconds, percentile(calls.us, 0.5),
+                    percentile(calls.us, 0.99), slowest});
   }
   double peak = 0;
   for (const Row &row : rows)
