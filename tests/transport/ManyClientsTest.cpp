@@ -1,6 +1,7 @@
 // Many clients on one executor: more keep-alive connections than a fixed pool of threads would
 // serve, every one answered; and past --threads, a connection refused at once with a status.
 #include "abi/ContentHash.h"
+#include "tests/executor/Replies.h"
 #include "tests/kernels/KernelPaths.h"
 #include "tests/transport/ExecutorProcess.h"
 
@@ -10,26 +11,20 @@
 
 #include <atomic>
 #include <chrono>
-#include <fstream>
 #include <mutex>
-#include <sstream>
 #include <thread>
 #include <vector>
 
 using courier::testing::ExecutorConfig;
 using courier::testing::ExecutorProcess;
+using courier::testing::kFrameType;
+using courier::testing::kJsonType;
+using courier::testing::readFile;
 using json = nlohmann::json;
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
 namespace {
-
-std::string readFile(const std::string &path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
 
 std::unique_ptr<httplib::Client> keepAliveClient(const ExecutorProcess &executor,
                                                  std::chrono::seconds timeout = 10s) {
@@ -45,7 +40,7 @@ std::unique_ptr<httplib::Client> keepAliveClient(const ExecutorProcess &executor
 /// A session holding shapes.o, for noop launches.
 std::string sessionWithShapes(httplib::Client &client, const std::string &sha,
                               const std::string &bytes) {
-  httplib::Result opened = client.Post("/v1/sessions", "", "application/json");
+  httplib::Result opened = client.Post("/v1/sessions", "", kJsonType);
   REQUIRE(opened);
   REQUIRE(opened->status == 201);
   std::string session = json::parse(opened->body)["session"];
@@ -54,7 +49,7 @@ std::string sessionWithShapes(httplib::Client &client, const std::string &sha,
   REQUIRE(stored);
   REQUIRE((stored->status == 201 || stored->status == 200));
   httplib::Result attached = client.Post(("/v1/sessions/" + session + "/objects/" + sha).c_str(),
-                                         {{"X-Courier-Session", session}}, "", "application/json");
+                                         {{"X-Courier-Session", session}}, "", kJsonType);
   REQUIRE(attached);
   REQUIRE(attached->status == 200);
   return session;
@@ -95,11 +90,10 @@ TEST_CASE("256 keep-alive clients of one executor are all answered, throughout",
                           "\n";
       for (int round = 0; round == 0 || Clock::now() < until; ++round) {
         auto start = Clock::now();
-        httplib::Result res = round % 2
-                                  ? client->Post(("/v1/sessions/" + session + "/launch").c_str(),
-                                                 {{"X-Courier-Session", session}}, frame,
-                                                 "application/x-courier-frame")
-                                  : client->Get("/v1/health");
+        httplib::Result res =
+            round % 2 ? client->Post(("/v1/sessions/" + session + "/launch").c_str(),
+                                     {{"X-Courier-Session", session}}, frame, kFrameType)
+                      : client->Get("/v1/health");
         int64_t micros =
             std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - start).count();
         for (int64_t seen = slowestMicros.load(); micros > seen;)
