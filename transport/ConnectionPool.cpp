@@ -19,11 +19,6 @@ ConnectionPool::~ConnectionPool() { shutdown(); }
 
 bool ConnectionPool::refusingConnection() { return onRefusalThread; }
 
-size_t ConnectionPool::serving() const {
-  std::lock_guard<std::mutex> lock(mutex);
-  return admitted;
-}
-
 void ConnectionPool::enqueue(std::function<void()> connection) {
   std::lock_guard<std::mutex> lock(mutex);
   bool admit = admitted < most;

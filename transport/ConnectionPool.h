@@ -34,10 +34,6 @@ public:
   /// True on a refusal thread: the connection it runs is over the limit.
   static bool refusingConnection();
 
-  /// Connections being served now (not counting refused ones), and the limit.
-  size_t serving() const;
-  unsigned limit() const { return most; }
-
   /// How long an idle thread beyond the kept ones lives.
   static constexpr std::chrono::seconds kIdleLife{30};
   /// Refusal threads at most: a refusal reads one request and answers, so a few keep up
@@ -54,7 +50,7 @@ private:
   void run(Lane &lane, bool refusing);
 
   const unsigned most, kept;
-  mutable std::mutex mutex;
+  std::mutex mutex;
   std::condition_variable ended;
   Lane serve, refuse;
   size_t admitted = 0; ///< Connections queued or served on the serve lane.
