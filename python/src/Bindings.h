@@ -1,0 +1,62 @@
+// What the parts of the extension module courier._courier share: NumPy arrays to and from
+// the engine's tensors (Arrays.cpp) and the engine's errors as Python exceptions
+// (Errors.cpp). The Python API itself is bound in CourierModule.cpp.
+#ifndef COURIER_PYTHON_BINDINGS_H
+#define COURIER_PYTHON_BINDINGS_H
+
+#include "jit/Engine.h"
+
+#include "llvm/ADT/SmallVector.h"
+
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+
+#include <string>
+#include <vector>
+
+namespace courier::python {
+
+namespace py = pybind11;
+
+/// The NumPy dtype of a Courier dtype's elements: float16 for f16, bool for i1, ...; bf16,
+/// which NumPy lacks, travels as uint16 bit patterns.
+py::dtype numpyDType(DType dtype);
+
+/// The inputs of one call as the engine reads them: a TensorRef per argument, pointing into
+/// an array this holds (the caller's own when it could be read in place, else a converted
+/// copy). Made and destroyed with the GIL held; the refs may be read without it.
+struct CallInputs {
+  llvm::SmallVector<TensorRef, 4> refs;
+  llvm::SmallVector<py::object, 4> arrays;
+};
+
+/// Reads the arguments of a call of `entry`. A C-contiguous, aligned, native-order NumPy
+/// array of a Courier dtype is read in place; another array is copied into that form (a
+/// strided view, say); anything else (a Python number, a nested list) is made an array of
+/// the dtype the entry's input has, refusing values that dtype cannot hold exactly
+/// (integers) or at all. Whether the dtype, rank and shape fit the entry is the engine's to
+/// say, when it is called. Raises InvokeError (invalid_input) for what it cannot read.
+void readInputs(const EntrySignature &entry, py::handle args, CallInputs &inputs);
+
+/// The results of a call as Python returns them: None for none, the array for one, a tuple
+/// for several. Each array owns its tensor's bytes: no copy is made.
+py::object resultsToPython(std::vector<Tensor> &&results);
+
+/// Adds Error, CompileError, EngineError, InvokeError and Diagnostic to `module`.
+void registerErrors(py::module_ &module);
+
+/// What failed, for the exception an error becomes: an EngineError while compiling is an
+/// EngineError, while invoking an InvokeError.
+enum class Phase { Compile, Invoke };
+
+/// Raises `error` as the Python exception it maps to (CompileError with its diagnostics,
+/// EngineError or InvokeError with its kind, Error for anything else) by throwing
+/// py::error_already_set. Call with the GIL held.
+[[noreturn]] void raise(llvm::Error error, Phase phase);
+
+/// Raises InvokeError of kind `kind` with `message`.
+[[noreturn]] void raiseInvokeError(ErrorCode kind, const std::string &message);
+
+} // namespace courier::python
+
+#endif // COURIER_PYTHON_BINDINGS_H

@@ -1,0 +1,386 @@
+// courier._courier: the engine for Python. Engine compiles MLIR text into Modules whose
+// entries take and return NumPy arrays; ReloadableModule swaps versions while it serves;
+// failures are the exceptions of Errors.cpp. The GIL is released while the engine compiles
+// and while a call runs, so Python threads compile and call at once.
+#include "Bindings.h"
+
+#include "Version.h"
+
+#include <pybind11/stl.h>
+
+#include <chrono>
+#include <cmath>
+#include <optional>
+
+namespace courier::python {
+
+namespace {
+
+using namespace pybind11::literals;
+
+/// An entry of a compiled module, callable: module.main(x) or module.entries[0](x).
+struct BoundEntry {
+  std::shared_ptr<Module> module;
+  const EntrySignature *signature; ///< One of module->entries(), which never change.
+};
+
+/// A compiled module, as Python holds it. Its entries are also attributes of the object.
+struct PyModule {
+  std::shared_ptr<Module> module;
+};
+
+/// A ReloadableModule and the engine it compiles with, which it must not outlive.
+struct PyReloadable {
+  std::shared_ptr<Engine> engine;
+  std::unique_ptr<ReloadableModule> reloadable;
+};
+
+/// Seconds (None for the default) as the engine's milliseconds; `what` names the setting.
+std::optional<std::chrono::milliseconds> toMilliseconds(std::optional<double> seconds,
+                                                        const char *what) {
+  if (!seconds)
+    return std::nullopt;
+  if (!std::isfinite(*seconds) || *seconds < 0 || *seconds > 1e9)
+    throw py::value_error(std::string(what) + " must be a number of seconds from 0 to 1e9, got " +
+                          std::string(py::str(py::float_(*seconds))));
+  return std::chrono::milliseconds(std::llround(*seconds * 1000));
+}
+
+py::object call(const Module &module, const EntrySignature &entry, py::handle args,
+                const InvokeOptions &options) {
+  CallInputs inputs;
+  readInputs(entry, args, inputs);
+  std::optional<llvm::Expected<std::vector<Tensor>>> results;
+  {
+    py::gil_scoped_release release;
+    results.emplace(module.invoke(entry.name, llvm::ArrayRef<TensorRef>(inputs.refs), options));
+  }
+  if (!*results)
+    raise(results->takeError(), Phase::Invoke);
+  return resultsToPython(std::move(**results));
+}
+
+py::object invokeByName(const std::shared_ptr<Module> &module, const std::string &name,
+                        py::args args, std::optional<double> timeout) {
+  InvokeOptions options;
+  options.timeout = toMilliseconds(timeout, "timeout");
+  const EntrySignature *entry = module->findEntry(name);
+  if (!entry) {
+    // The engine's own refusal, which names the entries there are.
+    llvm::Expected<std::vector<Tensor>> refused =
+        module->invoke(name, llvm::ArrayRef<TensorRef>{}, options);
+    if (!refused)
+      raise(refused.takeError(), Phase::Invoke);
+    raiseInvokeError(ErrorCode::UnknownEntry,
+                     "module '" + module->name() + "' has no entry '" + name + "'");
+  }
+  return call(*module, *entry, args, options);
+}
+
+py::object wrapModule(std::shared_ptr<Module> module) {
+  py::object object = py::cast(PyModule{module});
+  py::handle type = py::type::handle_of(object);
+  // Each entry is an attribute, unless its name is taken by one of Module's own (an entry
+  // named "invoke" is called through invoke("invoke", ...)).
+  for (const EntrySignature &entry : module->entries())
+    if (!py::hasattr(type, entry.name.c_str()))
+      py::setattr(object, entry.name.c_str(), py::cast(BoundEntry{module, &entry}));
+  return object;
+}
+
+std::string signatureText(const EntrySignature &entry) {
+  auto join = [](const std::vector<TensorSpec> &specs) {
+    std::string text;
+    for (const TensorSpec &spec : specs)
+      text += (text.empty() ? "" : ", ") + spec.str();
+    return text;
+  };
+  std::string outputs = join(entry.outputs);
+  return entry.name + "(" + join(entry.inputs) + ") -> " +
+         (entry.outputs.size() == 1 ? outputs : "(" + outputs + ")");
+}
+
+py::dict phaseTimes(const PhaseTimes &t) {
+  return py::dict("parse"_a = t.parse, "passes"_a = t.passes, "cross_compile"_a = t.crossCompile,
+                  "link"_a = t.link, "ship"_a = t.ship, "run"_a = t.run, "cache_hit"_a = t.cacheHit,
+                  "targets_compiled"_a = t.targetsCompiled, "targets_reused"_a = t.targetsReused,
+                  "host_reused"_a = t.hostReused);
+}
+
+Isolation parseIsolation(const std::string &name) {
+  if (name == "in_process")
+    return Isolation::InProcess;
+  if (name == "process")
+    return Isolation::Process;
+  throw py::value_error("isolation must be 'in_process' or 'process', got '" + name + "'");
+}
+
+std::shared_ptr<Engine>
+makeEngine(unsigned optLevel, unsigned jobs, std::optional<std::string> cacheDir, bool diskCache,
+           std::optional<std::string> executor, const std::string &isolation,
+           std::optional<std::string> authToken, double connectTimeout, double requestTimeout,
+           std::optional<double> compileTimeout, std::optional<double> invokeTimeout,
+           std::vector<std::string> plugins, std::string extraPipeline, unsigned warmWorkers,
+           uint64_t workerMemoryMiB, bool workerSandbox, std::optional<std::string> workerProgram) {
+  if (optLevel > 3)
+    throw py::value_error("opt_level must be 0 to 3, got " + std::to_string(optLevel));
+  if (jobs > EngineOptions::kMaxJobs)
+    throw py::value_error("jobs must be 0 (one per core) to " +
+                          std::to_string(EngineOptions::kMaxJobs) + ", got " +
+                          std::to_string(jobs));
+  EngineOptions options;
+  options.optLevel = optLevel;
+  options.jobs = jobs;
+  options.cacheDir = cacheDir.value_or("");
+  options.diskCache = diskCache;
+  options.executorOverride = executor.value_or("");
+  options.isolation = parseIsolation(isolation);
+  options.authToken = authToken.value_or("");
+  options.connectTimeout = *toMilliseconds(connectTimeout, "connect_timeout");
+  options.requestTimeout = *toMilliseconds(requestTimeout, "request_timeout");
+  options.compileTimeout =
+      toMilliseconds(compileTimeout, "compile_timeout").value_or(std::chrono::milliseconds(0));
+  options.invokeTimeout =
+      toMilliseconds(invokeTimeout, "invoke_timeout").value_or(std::chrono::milliseconds(0));
+  options.plugins = std::move(plugins);
+  options.extraPipeline = std::move(extraPipeline);
+  options.warmWorkers = warmWorkers;
+  options.workerMemoryMiB = workerMemoryMiB;
+  options.workerSandbox = workerSandbox;
+  options.workerProgram = workerProgram.value_or("");
+  return std::make_shared<Engine>(std::move(options));
+}
+
+py::object compileText(Engine &engine, const std::string &text, const std::string &name,
+                       std::optional<double> timeout, std::optional<std::string> sourceName) {
+  CompileOptions options;
+  options.timeout = toMilliseconds(timeout, "timeout");
+  options.sourceName = sourceName.value_or("");
+  std::optional<llvm::Expected<std::shared_ptr<Module>>> module;
+  {
+    py::gil_scoped_release release;
+    module.emplace(engine.compile(text, name, options));
+  }
+  if (!*module)
+    raise(module->takeError(), Phase::Compile);
+  return wrapModule(std::move(**module));
+}
+
+py::object compileFile(Engine &engine, const std::string &path, const std::string &name,
+                       std::optional<double> timeout) {
+  CompileOptions options;
+  options.timeout = toMilliseconds(timeout, "timeout");
+  std::optional<llvm::Expected<std::shared_ptr<Module>>> module;
+  {
+    py::gil_scoped_release release;
+    module.emplace(engine.compileFile(path, name, options));
+  }
+  if (!*module)
+    raise(module->takeError(), Phase::Compile);
+  return wrapModule(std::move(**module));
+}
+
+uint64_t reloadWith(PyReloadable &self, const std::function<llvm::Expected<uint64_t>()> &load) {
+  std::optional<llvm::Expected<uint64_t>> version;
+  {
+    py::gil_scoped_release release;
+    version.emplace(load());
+  }
+  if (!*version)
+    raise(version->takeError(), Phase::Compile);
+  return **version;
+}
+
+std::shared_ptr<Module> currentOrRaise(const PyReloadable &self) {
+  std::shared_ptr<Module> module = self.reloadable->current();
+  if (!module)
+    raiseInvokeError(ErrorCode::UnknownModule,
+                     "module '" + self.reloadable->name() + "' has no version loaded");
+  return module;
+}
+
+/// Seconds `iterations` calls of `entry` take from C++ (Module::invoke with the inputs read
+/// once, the GIL released), for the benchmark that compares a call from Python with one
+/// from C++ in the same process.
+double timeInvoke(const BoundEntry &entry, py::tuple args, uint64_t iterations) {
+  CallInputs inputs;
+  readInputs(*entry.signature, args, inputs);
+  py::gil_scoped_release release;
+  auto start = std::chrono::steady_clock::now();
+  for (uint64_t i = 0; i < iterations; ++i) {
+    llvm::Expected<std::vector<Tensor>> results =
+        entry.module->invoke(entry.signature->name, llvm::ArrayRef<TensorRef>(inputs.refs));
+    if (!results) {
+      std::string message = llvm::toString(results.takeError());
+      py::gil_scoped_acquire acquire;
+      raiseInvokeError(ErrorCode::Internal, message);
+    }
+  }
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+} // namespace
+
+} // namespace courier::python
+
+PYBIND11_MODULE(_courier, m) {
+  using namespace courier;
+  using namespace courier::python;
+  m.doc() = "Courier's engine: MLIR text in, modules whose entries take NumPy arrays out.";
+  m.attr("__version__") = COURIER_VERSION;
+  registerErrors(m);
+
+  py::class_<TensorSpec>(m, "TensorSpec", "The type of one input or result of an entry.")
+      .def_property_readonly(
+          "dtype", [](const TensorSpec &s) { return dtypeName(s.dtype).str(); },
+          "'f32', 'i64', 'bf16', ...: MLIR's name of the element type")
+      .def_property_readonly(
+          "shape", [](const TensorSpec &s) { return py::tuple(py::cast(s.shape)); },
+          "The dimensions, -1 for a dynamic one; () for a scalar")
+      .def_readonly("is_scalar", &TensorSpec::isScalar)
+      .def_property_readonly(
+          "numpy_dtype", [](const TensorSpec &s) { return numpyDType(s.dtype); },
+          "The NumPy dtype arrays of it have (uint16 bit patterns for bf16)")
+      .def("__str__", &TensorSpec::str)
+      .def("__repr__", [](const TensorSpec &s) { return "<courier.TensorSpec " + s.str() + ">"; });
+
+  py::class_<BoundEntry>(m, "Entry",
+                         "A public function of a module; calling it invokes the function.")
+      .def_property_readonly("name", [](const BoundEntry &e) { return e.signature->name; })
+      .def_property_readonly("inputs", [](const BoundEntry &e) { return e.signature->inputs; })
+      .def_property_readonly("outputs", [](const BoundEntry &e) { return e.signature->outputs; })
+      .def(
+          "__call__",
+          [](const BoundEntry &e, py::args args) {
+            return call(*e.module, *e.signature, args, {});
+          },
+          "Invokes the entry: one NumPy array (or Python number, or nested list) per input; "
+          "returns None, the one result, or a tuple of the results")
+      .def("__repr__", [](const BoundEntry &e) {
+        return "<courier.Entry " + signatureText(*e.signature) + ">";
+      });
+
+  py::class_<PyModule>(m, "Module", py::dynamic_attr(),
+                       "A compiled, linked module. Thread-safe: any number of threads may call "
+                       "it at once. Each entry is an attribute: module.main(x).")
+      .def_property_readonly("name", [](const PyModule &self) { return self.module->name(); })
+      .def_property_readonly(
+          "entries",
+          [](const PyModule &self) {
+            py::list entries;
+            for (const EntrySignature &entry : self.module->entries())
+              entries.append(BoundEntry{self.module, &entry});
+            return entries;
+          },
+          "Every entry, in the order the module declares them")
+      .def(
+          "invoke",
+          [](const PyModule &self, const std::string &entry, py::args args,
+             std::optional<double> timeout) {
+            return invokeByName(self.module, entry, std::move(args), timeout);
+          },
+          "entry"_a, py::kw_only(), "timeout"_a = py::none(),
+          "Invokes `entry` with the arrays given; `timeout` (seconds) ends an isolated "
+          "module's call and its worker")
+      .def_property_readonly(
+          "compile_times",
+          [](const PyModule &self) { return phaseTimes(self.module->compileTimes()); },
+          "Milliseconds of each compile phase, and what came from the caches")
+      .def_property_readonly(
+          "worker",
+          [](const PyModule &self) -> py::object {
+            WorkerState state = self.module->workerState();
+            if (!state.isolated)
+              return py::none();
+            return py::dict("pid"_a = state.pid ? py::object(py::int_(state.pid)) : py::none(),
+                            "restarts"_a = state.restarts, "crashes"_a = state.crashes,
+                            "last_death"_a = state.lastDeath);
+          },
+          "An isolated module's worker: pid (None while none runs), restarts, crashes, "
+          "last_death; None in process")
+      .def(
+          "terminate", [](const PyModule &self) { self.module->terminate(); },
+          "Ends an isolated module's worker; later calls fail with kind 'unknown_module'")
+      .def("__repr__", [](const PyModule &self) {
+        std::string entries;
+        for (const EntrySignature &entry : self.module->entries())
+          entries += (entries.empty() ? "" : ", ") + entry.name;
+        return "<courier.Module '" + self.module->name() + "' entries: " + entries + ">";
+      });
+
+  py::class_<Engine, std::shared_ptr<Engine>>(
+      m, "Engine",
+      "Compiles MLIR text into Modules. Thread-safe; modules may outlive their engine.")
+      .def(py::init(&makeEngine), py::kw_only(), "opt_level"_a = 2, "jobs"_a = 0,
+           "cache_dir"_a = py::none(), "disk_cache"_a = true, "executor"_a = py::none(),
+           "isolation"_a = "in_process", "auth_token"_a = py::none(), "connect_timeout"_a = 2.0,
+           "request_timeout"_a = 60.0, "compile_timeout"_a = py::none(),
+           "invoke_timeout"_a = py::none(), "plugins"_a = std::vector<std::string>{},
+           "extra_pipeline"_a = "", "warm_workers"_a = 1, "worker_memory_mib"_a = 0,
+           "worker_sandbox"_a = true, "worker_program"_a = py::none())
+      .def("compile", &compileText, "text"_a, "name"_a = "module", py::kw_only(),
+           "timeout"_a = py::none(), "source_name"_a = py::none(),
+           "Compiles MLIR text; `name` names the module and, without `source_name`, the text "
+           "in diagnostics. Raises CompileError with the diagnostics.")
+      .def("compile_file", &compileFile, "path"_a, "name"_a = "", py::kw_only(),
+           "timeout"_a = py::none(),
+           "Compiles the file at `path`; the module is named `name`, or the file's stem")
+      .def_property_readonly("opt_level", [](const Engine &e) { return e.options().optLevel; })
+      .def_property_readonly("isolation", [](const Engine &e) {
+        return e.options().isolation == Isolation::Process ? "process" : "in_process";
+      });
+
+  py::class_<PyReloadable>(m, "ReloadableModule",
+                           "A named module that can be replaced while it serves calls: a new "
+                           "version is swapped in only if it compiles; calls already running "
+                           "finish on the version they started on.")
+      .def(py::init([](std::shared_ptr<Engine> engine, std::string name) {
+             auto reloadable = std::make_unique<ReloadableModule>(*engine, std::move(name));
+             return PyReloadable{std::move(engine), std::move(reloadable)};
+           }),
+           "engine"_a, "name"_a)
+      .def(
+          "reload",
+          [](PyReloadable &self, const std::string &text, const std::string &sourceName) {
+            return reloadWith(self, [&] { return self.reloadable->reload(text, sourceName); });
+          },
+          "text"_a, "source_name"_a = "",
+          "Compiles `text` and makes it the current version; returns the version number. "
+          "Raises CompileError, and the current version keeps serving.")
+      .def(
+          "reload_file",
+          [](PyReloadable &self, const std::string &path) {
+            return reloadWith(self, [&] { return self.reloadable->reloadFile(path); });
+          },
+          "path"_a)
+      .def_property_readonly("name",
+                             [](const PyReloadable &self) { return self.reloadable->name(); })
+      .def_property_readonly(
+          "version", [](const PyReloadable &self) { return self.reloadable->version(); },
+          "The current version's number; 0 before the first load")
+      .def_property_readonly(
+          "current",
+          [](const PyReloadable &self) -> py::object {
+            std::shared_ptr<Module> module = self.reloadable->current();
+            return module ? wrapModule(std::move(module)) : py::none();
+          },
+          "The current version as a Module, or None before the first load")
+      .def(
+          "invoke",
+          [](const PyReloadable &self, const std::string &entry, py::args args,
+             std::optional<double> timeout) {
+            return invokeByName(currentOrRaise(self), entry, std::move(args), timeout);
+          },
+          "entry"_a, py::kw_only(), "timeout"_a = py::none(),
+          "Invokes `entry` of the current version, which stays loaded until the call returns")
+      .def("__getattr__", [](const PyReloadable &self, const std::string &name) -> py::object {
+        std::shared_ptr<Module> module = self.reloadable->current();
+        const EntrySignature *entry = module ? module->findEntry(name) : nullptr;
+        if (!entry)
+          throw py::attribute_error("'ReloadableModule' object has no attribute '" + name + "'" +
+                                    (module ? "" : " (no version is loaded)"));
+        return py::cast(BoundEntry{std::move(module), entry});
+      });
+
+  m.def("_time_invoke", &timeInvoke, "entry"_a, "args"_a, "iterations"_a);
+}
