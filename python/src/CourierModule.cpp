@@ -8,8 +8,15 @@
 
 #include <pybind11/stl.h>
 
+#include "llvm/ADT/SmallString.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/Path.h"
+
+#include <dlfcn.h>
+
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <optional>
 
 namespace courier::python {
@@ -107,6 +114,19 @@ py::dict phaseTimes(const PhaseTimes &t) {
                   "host_reused"_a = t.hostReused);
 }
 
+/// courier-module-worker of the build this extension belongs to: in a build tree it is
+/// build/bin/, two levels above build/python/courier/. Empty elsewhere (an installed package):
+/// the engine then looks where it was configured to be installed. The engine's own default,
+/// beside the executable, would look beside the Python interpreter.
+std::string workerOfThisBuild() {
+  Dl_info info;
+  if (!dladdr(reinterpret_cast<void *>(&workerOfThisBuild), &info) || !info.dli_fname)
+    return "";
+  llvm::SmallString<256> path(llvm::sys::path::parent_path(info.dli_fname));
+  llvm::sys::path::append(path, "..", "..", "bin", "courier-module-worker");
+  return llvm::sys::fs::can_execute(path) ? std::string(path) : "";
+}
+
 Isolation parseIsolation(const std::string &name) {
   if (name == "in_process")
     return Isolation::InProcess;
@@ -148,6 +168,8 @@ makeEngine(unsigned optLevel, unsigned jobs, std::optional<std::string> cacheDir
   options.workerMemoryMiB = workerMemoryMiB;
   options.workerSandbox = workerSandbox;
   options.workerProgram = workerProgram.value_or("");
+  if (options.workerProgram.empty() && !std::getenv("COURIER_MODULE_WORKER"))
+    options.workerProgram = workerOfThisBuild();
   return std::make_shared<Engine>(std::move(options));
 }
 

@@ -1,0 +1,373 @@
+"""The courier extension module against the real engine: NumPy arrays in and out of host-only
+and target-module programs, errors as exceptions, threads, hot reload, isolated modules and
+a real courier-executor."""
+
+import gc
+import socket
+import threading
+
+import numpy as np
+import pytest
+
+import courier
+
+# The element types the tests sweep, as MLIR spells them, with their NumPy dtypes.
+DTYPES = {"f32": np.float32, "f64": np.float64, "i32": np.int32, "i64": np.int64, "i1": np.bool_}
+SHAPES = [(), (3,), (2, 3), (2, 3, 2)]
+
+
+def tensor_type(dtype, shape):
+    dims = "".join(f"{d}x" for d in shape)
+    return f"tensor<{dims}{dtype}>"
+
+
+def twice_op(dtype):
+    """The op doubling a value: x + x, or for i1 x xor true (negation)."""
+    return {"f32": "arith.addf", "f64": "arith.addf"}.get(dtype, "arith.addi")
+
+
+def expected_twice(dtype, x):
+    return np.logical_not(x) if dtype == "i1" else x + x
+
+
+def program_for(dtype, shape, on_target):
+    """A program whose @twice doubles (or for i1 negates) a tensor, whose @pair returns the
+    double and the product of two tensors, and whose @scalar doubles a scalar; with
+    `on_target` @twice runs as a kernel of a target module on the in-process executor."""
+    t = tensor_type(dtype, shape)
+    if dtype == "i1":
+        body = f"""%true = arith.constant dense<true> : {t}
+    %y = arith.xori %x, %true : {t}"""
+        pair = f"""%s = arith.xori %x, %x2 : {t}
+    %p = arith.andi %x, %x2 : {t}"""
+        scalar = "%one = arith.constant true\n    %r = arith.xori %v, %one : i1"
+    else:
+        body = f"%y = {twice_op(dtype)} %x, %x : {t}"
+        mul = "arith.mulf" if dtype.startswith("f") else "arith.muli"
+        pair = f"""%s = {twice_op(dtype)} %x, %x : {t}
+    %p = {mul} %x, %x2 : {t}"""
+        scalar = f"%r = {twice_op(dtype)} %v, %v : {dtype}"
+    if on_target:
+        twice = f"""func.func public @twice(%x: {t}) -> {t} {{
+    %y = catalyst.launch_kernel @dev::@twice(%x) : ({t}) -> {t}
+    return %y : {t}
+  }}
+  module @dev attributes {{catalyst.target = {{}}, catalyst.dispatch = {{address = "local"}}}} {{
+    func.func public @twice(%x: {t}) -> {t} {{
+    {body}
+    return %y : {t}
+    }}
+  }}"""
+    else:
+        twice = f"""func.func public @twice(%x: {t}) -> {t} {{
+    {body}
+    return %y : {t}
+  }}"""
+    return f"""module @m {{
+  {twice}
+  func.func public @pair(%x: {t}, %x2: {t}) -> ({t}, {t}) {{
+    {pair}
+    return %s, %p : {t}, {t}
+  }}
+  func.func public @scalar(%v: {dtype}) -> {dtype} {{
+    {scalar}
+    return %r : {dtype}
+  }}
+}}"""
+
+
+def sample_values(dtype, shape, seed):
+    rng = np.random.default_rng(seed)
+    if dtype == "i1":
+        return rng.integers(0, 2, size=shape).astype(np.bool_)
+    if dtype.startswith("f"):
+        return rng.uniform(-100, 100, size=shape).astype(DTYPES[dtype])
+    return rng.integers(-1000, 1000, size=shape).astype(DTYPES[dtype])
+
+
+@pytest.fixture
+def free_port():
+    """A loopback port bound for the test's length that nothing listens on: connecting to it
+    is refused."""
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        yield held.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def engine():
+    return courier.Engine(disk_cache=False)
+
+
+@pytest.mark.parametrize("on_target", [False, True], ids=["host", "target"])
+@pytest.mark.parametrize("dtype", list(DTYPES))
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: f"rank{len(s)}")
+def test_arrays_in_and_out(engine, dtype, shape, on_target):
+    module = engine.compile(program_for(dtype, shape, on_target), f"m_{dtype}")
+    x = sample_values(dtype, shape, 1)
+    y = module.twice(x)
+    assert isinstance(y, np.ndarray)
+    assert y.dtype == DTYPES[dtype] and y.shape == shape
+    np.testing.assert_array_equal(y, expected_twice(dtype, x))
+
+    x2 = sample_values(dtype, shape, 2)
+    s, p = module.pair(x, x2)
+    if dtype == "i1":
+        np.testing.assert_array_equal(s, np.logical_xor(x, x2))
+        np.testing.assert_array_equal(p, np.logical_and(x, x2))
+    else:
+        np.testing.assert_array_equal(s, x + x)
+        np.testing.assert_array_equal(p, x * x2)
+
+    v = sample_values(dtype, (), 3)
+    r = module.scalar(v)
+    assert r.shape == () and r.dtype == DTYPES[dtype]
+    assert r == expected_twice(dtype, v)
+
+
+def test_strided_and_foreign_order_inputs(engine):
+    module = engine.compile(program_for("f64", (2, 3), False), "strided")
+    base = np.arange(24, dtype=np.float64).reshape(4, 6)
+    views = {
+        "rows and columns skipped": base[::2, ::2],
+        "transposed": np.arange(6.0).reshape(3, 2).T,
+        "big-endian": np.arange(6.0).reshape(2, 3).astype(">f8"),
+        "unaligned": np.frombuffer(b"\0" + np.arange(6.0).tobytes(), dtype=np.float64,
+                                   offset=1).reshape(2, 3),
+    }
+    for what, view in views.items():
+        assert not (view.flags.c_contiguous and view.flags.aligned
+                    and view.dtype.isnative), what
+        np.testing.assert_array_equal(module.twice(view), view * 2, err_msg=what)
+    # The caller's arrays are read, never written.
+    np.testing.assert_array_equal(base, np.arange(24, dtype=np.float64).reshape(4, 6))
+
+
+def test_python_numbers_and_lists(engine):
+    module = engine.compile(program_for("i32", (3,), False), "numbers")
+    np.testing.assert_array_equal(module.twice([1, 2, 3]), np.array([2, 4, 6], np.int32))
+    assert module.scalar(21) == 42
+    with pytest.raises(courier.InvokeError) as caught:
+        module.scalar(1.5)
+    assert caught.value.kind == "invalid_input"
+    assert "input 0 of 'scalar' must be i32" in str(caught.value)
+    with pytest.raises(courier.InvokeError) as caught:
+        module.twice([1, 2, 2**40])
+    assert caught.value.kind == "invalid_input"
+
+
+def test_results_own_their_bytes(engine):
+    module = engine.compile(program_for("f32", (1024,), False), "owned")
+    x = np.ones(1024, np.float32)
+    y = module.twice(x)
+    assert not y.flags.owndata and y.base is not None  # the tensor's buffer, not a copy
+    y += 1  # writable, the caller's to change
+    del module
+    gc.collect()
+    np.testing.assert_array_equal(y, np.full(1024, 3, np.float32))
+
+
+def test_entries_and_signatures(engine):
+    module = engine.compile(program_for("f64", (2, 3), True), "sig")
+    assert module.name == "sig"
+    names = [e.name for e in module.entries]
+    assert names == ["twice", "pair", "scalar"]
+    twice = module.entries[0]
+    assert [str(s) for s in twice.inputs] == ["tensor<2x3xf64>"]
+    assert twice.inputs[0].dtype == "f64" and twice.inputs[0].shape == (2, 3)
+    assert twice.inputs[0].numpy_dtype == np.float64 and not twice.inputs[0].is_scalar
+    assert module.entries[2].inputs[0].is_scalar
+    assert repr(module.entries[1]) == (
+        "<courier.Entry pair(tensor<2x3xf64>, tensor<2x3xf64>) -> "
+        "(tensor<2x3xf64>, tensor<2x3xf64>)>")
+    assert module.compile_times["targets_compiled"] == 1
+    assert module.worker is None
+    np.testing.assert_array_equal(module.invoke("twice", np.ones((2, 3))), np.full((2, 3), 2.0))
+
+
+def test_compile_error_carries_diagnostics(engine):
+    text = "module {\n  func.func @f() -> f32 {\n    return %y : f32\n  }\n}"
+    with pytest.raises(courier.CompileError) as caught:
+        engine.compile(text, "broken")
+    error = caught.value
+    assert isinstance(error, courier.Error)
+    assert len(error.diagnostics) == 1
+    d = error.diagnostics[0]
+    assert (d.file, d.line, d.column, d.severity) == ("broken", 3, 12, "error")
+    assert d.message == "use of undeclared SSA value name"
+    assert d.source_line == "    return %y : f32"
+    assert str(error).startswith("broken:3:12: error: use of undeclared SSA value name")
+
+
+def test_compile_file(engine, samples_dir, tmp_path):
+    module = engine.compile_file(str(samples_dir / "02-local-kernel" / "app.mlir"))
+    assert module.name == "app"
+    x = np.array([1.0, 2.0, 3.0, 4.0])
+    np.testing.assert_array_equal(module.main(x), 2 * x + 1)
+    bad = tmp_path / "bad.mlir"
+    bad.write_text("module {\n  arith.bogus\n}\n")
+    with pytest.raises(courier.CompileError) as caught:
+        engine.compile_file(str(bad))
+    assert caught.value.diagnostics[0].file == str(bad)
+    assert caught.value.diagnostics[0].line == 2
+    with pytest.raises(courier.CompileError, match="nothing-here.mlir"):
+        engine.compile_file(str(tmp_path / "nothing-here.mlir"))
+
+
+def test_bad_arguments_raise_the_engines_message(engine):
+    module = engine.compile(program_for("f64", (4,), True), "args")
+    cases = [
+        ((np.ones(4, np.float32),), "input 0 of 'twice' must be f64, got f32"),
+        ((np.ones(3),), "input 0 of 'twice' must have shape tensor<4xf64>, got dimension 0 "
+                        "of size 3"),
+        ((np.ones((2, 2)),), "input 0 of 'twice' must have rank 1, got rank 2"),
+        ((), "'twice' takes 1 input"),
+        ((np.ones(4, np.complex128),), "input 0 of 'twice' must be tensor<4xf64>, got a NumPy "
+                                       "array of complex128"),
+    ]
+    for args, message in cases:
+        with pytest.raises(courier.InvokeError) as caught:
+            module.twice(*args)
+        assert caught.value.kind == "invalid_input", args
+        assert message in str(caught.value)
+        assert caught.value.message == str(caught.value)
+    with pytest.raises(courier.InvokeError) as caught:
+        module.invoke("nope", np.ones(4))
+    assert caught.value.kind == "unknown_entry"
+    assert "has no entry 'nope' (entries: twice, pair, scalar)" in str(caught.value)
+    with pytest.raises(AttributeError):
+        module.nope  # noqa: B018 (the attribute lookup is the test)
+    with pytest.raises(ValueError, match="opt_level must be 0 to 3"):
+        courier.Engine(opt_level=7)
+    with pytest.raises(ValueError, match="isolation must be"):
+        courier.Engine(isolation="container")
+
+
+def test_threads_invoke_one_module_at_once(engine):
+    module = engine.compile(program_for("i64", (64,), True), "threads")
+    failures = []
+
+    def work(seed):
+        try:
+            for i in range(200):
+                x = np.arange(64, dtype=np.int64) * (seed * 1000 + i)
+                np.testing.assert_array_equal(module.twice(x), 2 * x)
+        except Exception as e:  # reported below, with the thread's seed
+            failures.append((seed, e))
+
+    threads = [threading.Thread(target=work, args=(s,)) for s in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not any(t.is_alive() for t in threads)
+    assert failures == []
+
+
+def test_hot_reload(engine, tmp_path):
+    reloadable = courier.ReloadableModule(engine, "hot")
+    assert reloadable.version == 0 and reloadable.current is None
+    with pytest.raises(courier.InvokeError) as caught:
+        reloadable.invoke("twice", np.ones(4))
+    assert caught.value.kind == "unknown_module"
+    assert reloadable.reload(program_for("f64", (4,), True)) == 1
+    x = np.array([1.0, -2.0, 3.5, 0.0])
+    np.testing.assert_array_equal(reloadable.twice(x), 2 * x)
+    held = reloadable.current  # a version a caller still holds keeps serving
+
+    tripled = program_for("f64", (4,), True).replace(
+        "%y = arith.addf %x, %x : tensor<4xf64>",
+        "%x2 = arith.addf %x, %x : tensor<4xf64>\n    %y = arith.addf %x2, %x : tensor<4xf64>")
+    path = tmp_path / "hot.mlir"
+    path.write_text(tripled)
+    assert reloadable.reload_file(str(path)) == 2
+    np.testing.assert_array_equal(reloadable.invoke("twice", x), 3 * x)
+    np.testing.assert_array_equal(held.twice(x), 2 * x)
+
+    with pytest.raises(courier.CompileError) as caught:
+        reloadable.reload("module {\n  arith.bogus\n}", source_name="edit.mlir")
+    assert caught.value.diagnostics[0].file == "edit.mlir"
+    assert reloadable.version == 2
+    np.testing.assert_array_equal(reloadable.twice(x), 3 * x)
+
+
+CRASH_AND_SPIN = """module @hostile {
+  func.func public @crash() -> i32 {
+    %p = llvm.mlir.zero : !llvm.ptr
+    %v = llvm.load volatile %p : !llvm.ptr -> i32
+    return %v : i32
+  }
+  func.func public @spin(%n: i64) -> i64 {
+    %zero = arith.constant 0 : i64
+    %r = scf.while (%i = %zero) : (i64) -> i64 {
+      %go = arith.cmpi sge, %n, %zero : i64
+      scf.condition(%go) %i : i64
+    } do {
+    ^bb0(%i: i64):
+      %one = arith.constant 1 : i64
+      %j = arith.addi %i, %one : i64
+      scf.yield %j : i64
+    }
+    return %r : i64
+  }
+  func.func public @twice(%x: tensor<4xf64>) -> tensor<4xf64> {
+    %y = arith.addf %x, %x : tensor<4xf64>
+    return %y : tensor<4xf64>
+  }
+}"""
+
+
+def test_isolated_module_contains_crashes_and_spins():
+    engine = courier.Engine(disk_cache=False, isolation="process")
+    assert engine.isolation == "process"
+    module = engine.compile(CRASH_AND_SPIN, "hostile")
+    assert module.worker["pid"] > 0
+    with pytest.raises(courier.InvokeError) as caught:
+        module.crash()
+    assert caught.value.kind == "kernel_crashed"
+    assert "SIGSEGV" in str(caught.value)
+    x = np.arange(4.0)
+    np.testing.assert_array_equal(module.twice(x), 2 * x)  # a fresh worker
+    assert module.worker["crashes"] == 1
+
+    # A spinning call ends at its timeout; the GIL is free meanwhile.
+    ticks = []
+    stop = threading.Event()
+
+    def tick():
+        while not stop.is_set():
+            ticks.append(1)
+            stop.wait(0.01)
+
+    ticker = threading.Thread(target=tick)
+    ticker.start()
+    before = len(ticks)
+    with pytest.raises(courier.InvokeError) as caught:
+        module.invoke("spin", 1, timeout=1.0)
+    during = len(ticks) - before
+    stop.set()
+    ticker.join()
+    assert caught.value.kind == "deadline_exceeded"
+    assert during > 5
+    np.testing.assert_array_equal(module.twice(x), 2 * x)
+
+    module.terminate()
+    with pytest.raises(courier.InvokeError) as caught:
+        module.twice(x)
+    assert caught.value.kind == "unknown_module"
+
+
+def test_module_on_a_real_executor(executor):
+    engine = courier.Engine(disk_cache=False, executor=executor.address)
+    module = engine.compile(program_for("f32", (2, 3), True), "remote")
+    x = sample_values("f32", (2, 3), 7)
+    np.testing.assert_array_equal(module.twice(x), x + x)
+
+
+def test_unreachable_executor_is_an_engine_error(free_port):
+    engine = courier.Engine(disk_cache=False, executor=f"127.0.0.1:{free_port}",
+                            connect_timeout=2.0)
+    with pytest.raises(courier.EngineError) as caught:
+        engine.compile(program_for("f32", (3,), True), "unreachable")
+    assert caught.value.kind == "executor_unavailable"
+    assert not isinstance(caught.value, courier.InvokeError)
