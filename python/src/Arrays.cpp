@@ -68,14 +68,14 @@ struct NumPy {
   }
 };
 
-// The Courier dtype of an array's elements, whatever their byte order; bf16 when the entry
-// wants bf16 and the array holds uint16 bit patterns.
-std::optional<DType> courierDType(const py::dtype &dtype, const TensorSpec *spec) {
-  switch (dtype.kind()) {
+// The Courier dtype of elements NumPy describes by `kind` and `size`, whatever their byte
+// order; bf16 when the entry wants bf16 and the array holds uint16 bit patterns.
+std::optional<DType> courierDType(char kind, int size, const TensorSpec *spec) {
+  switch (kind) {
   case 'b':
     return DType::I1;
   case 'f':
-    switch (dtype.itemsize()) {
+    switch (size) {
     case 2:
       return DType::F16;
     case 4:
@@ -85,7 +85,7 @@ std::optional<DType> courierDType(const py::dtype &dtype, const TensorSpec *spec
     }
     return std::nullopt;
   case 'i':
-    switch (dtype.itemsize()) {
+    switch (size) {
     case 1:
       return DType::I8;
     case 2:
@@ -97,7 +97,7 @@ std::optional<DType> courierDType(const py::dtype &dtype, const TensorSpec *spec
     }
     return std::nullopt;
   case 'u':
-    switch (dtype.itemsize()) {
+    switch (size) {
     case 1:
       return DType::UI8;
     case 2:
@@ -112,8 +112,7 @@ std::optional<DType> courierDType(const py::dtype &dtype, const TensorSpec *spec
   return std::nullopt;
 }
 
-bool nativeOrder(const py::dtype &dtype) {
-  char order = py::detail::array_descriptor_proxy(dtype.ptr())->byteorder;
+bool nativeOrder(char order) {
   return order == '=' || order == '|' ||
          (order == '<') == (__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__);
 }
@@ -164,15 +163,28 @@ py::array fromPython(py::handle value, DType want, size_t index, const EntrySign
 
 void deleteTensor(void *tensor) { delete static_cast<Tensor *>(tensor); }
 
-py::array toArray(Tensor &&tensor) {
+// Calls happen a million times a second: the arrays of their results are made with NumPy's
+// own constructor, the dimensions on the stack, rather than through py::array's vectors.
+py::object toArray(Tensor &&tensor) {
   auto *owned = new Tensor(std::move(tensor));
   // Made first, so that whatever fails below frees the tensor through it.
   py::capsule base(owned, deleteTensor);
-  std::vector<py::ssize_t> shape(owned->shape.begin(), owned->shape.end());
-  py::handle dtype(NumPy::get().dtypes[size_t(owned->dtype)]);
+  llvm::SmallVector<Py_intptr_t, 4> dims(owned->shape.begin(), owned->shape.end());
+  auto &api = py::detail::npy_api::get();
+  constexpr int kCArray = py::detail::npy_api::NPY_ARRAY_C_CONTIGUOUS_ |
+                          py::detail::npy_api::NPY_ARRAY_ALIGNED_ |
+                          py::detail::npy_api::NPY_ARRAY_WRITEABLE_;
+  PyObject *descr = NumPy::get().dtypes[size_t(owned->dtype)];
+  Py_INCREF(descr); // PyArray_NewFromDescr takes a reference, even when it fails.
   // An empty tensor's bytes have no address; NumPy then allocates its own (empty) buffer.
-  return py::array(py::reinterpret_borrow<py::dtype>(dtype), std::move(shape), {},
-                   owned->bytes.empty() ? nullptr : owned->bytes.data(), base);
+  auto array = py::reinterpret_steal<py::object>(api.PyArray_NewFromDescr_(
+      api.PyArray_Type_, descr, int(dims.size()), dims.data(), nullptr,
+      owned->bytes.empty() ? nullptr : owned->bytes.data(), kCArray, nullptr));
+  if (!array)
+    throw py::error_already_set();
+  if (!owned->bytes.empty() && api.PyArray_SetBaseObject_(array.ptr(), base.release().ptr()) != 0)
+    throw py::error_already_set(); // NumPy took the capsule's reference all the same.
+  return array;
 }
 
 } // namespace
@@ -199,26 +211,32 @@ void readInputs(const EntrySignature &entry, py::handle args, CallInputs &inputs
       array = py::reinterpret_steal<py::array>(
           py::reinterpret_borrow<py::object>(NumPy::get().asarray)(value).release());
     }
-    py::dtype dtype = array.dtype();
-    std::optional<DType> courier = courierDType(dtype, spec);
+    auto *proxy = py::detail::array_proxy(array.ptr());
+    auto *descr = py::detail::array_descriptor_proxy(proxy->descr);
+    std::optional<DType> courier = courierDType(descr->kind, descr->elsize, spec);
     if (!courier)
       raiseInvokeError(ErrorCode::InvalidInput,
                        describeInput(i, entry) + (spec ? " must be " + spec->str() : "") +
-                           ", got a NumPy array of " + std::string(py::str(dtype)) +
+                           ", got a NumPy array of " + std::string(py::str(array.dtype())) +
                            ", which no Courier dtype is (" + dtypeNames() + ")");
     constexpr int kInPlace = py::array::c_style | py::detail::npy_api::NPY_ARRAY_ALIGNED_;
-    if ((array.flags() & kInPlace) != kInPlace || !nativeOrder(dtype)) {
+    if ((proxy->flags & kInPlace) != kInPlace || !nativeOrder(descr->byteorder)) {
       // A strided view, an unaligned buffer or another byte order: a contiguous copy.
       const NumPy &numpy = NumPy::get();
       array = py::reinterpret_steal<py::array>(
           py::reinterpret_borrow<py::object>(numpy.require)(
               array, py::handle(numpy.dtypes[size_t(*courier)]), py::make_tuple("C", "A"))
               .release());
+      proxy = py::detail::array_proxy(array.ptr());
     }
-    llvm::SmallVector<int64_t, 4> shape(array.shape(), array.shape() + array.ndim());
-    inputs.refs.push_back(TensorRef{*courier, std::move(shape),
-                                    static_cast<const uint8_t *>(array.data()),
-                                    size_t(array.nbytes())});
+    size_t bytes = dtypeSize(*courier);
+    TensorRef ref{*courier, {}, reinterpret_cast<const uint8_t *>(proxy->data), 0};
+    for (int d = 0; d < proxy->nd; ++d) {
+      ref.shape.push_back(proxy->dimensions[d]);
+      bytes *= size_t(proxy->dimensions[d]);
+    }
+    ref.size = bytes;
+    inputs.refs.push_back(std::move(ref));
     inputs.arrays.push_back(std::move(array));
   }
 }

@@ -67,6 +67,33 @@ py::object call(const Module &module, const EntrySignature &entry, py::handle ar
   return resultsToPython(std::move(**results));
 }
 
+/// Entry, whose calls come straight to callEntry (its tp_call slot): a call is a few
+/// microseconds, and pybind11's dispatch of a __call__ method would be a good part of them.
+PyTypeObject *entryType = nullptr;
+
+PyObject *callEntry(PyObject *self, PyObject *args, PyObject *kwargs) {
+  try {
+    if (kwargs && PyDict_Size(kwargs) != 0) {
+      PyErr_SetString(PyExc_TypeError, "an entry takes its inputs by position; for a timeout, "
+                                       "call module.invoke(name, *inputs, timeout=seconds)");
+      return nullptr;
+    }
+    // Entry's instances hold their BoundEntry in place (a class without bases of its own).
+    auto *instance = reinterpret_cast<py::detail::instance *>(self);
+    auto *entry = static_cast<const BoundEntry *>(instance->get_value_and_holder().value_ptr());
+    return call(*entry->module, *entry->signature, args, {}).release().ptr();
+  } catch (py::error_already_set &e) {
+    e.restore();
+  } catch (py::builtin_exception &e) {
+    e.set_error();
+  } catch (const std::bad_alloc &) {
+    PyErr_NoMemory();
+  } catch (const std::exception &e) {
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+  }
+  return nullptr;
+}
+
 py::object invokeByName(const std::shared_ptr<Module> &module, const std::string &name,
                         py::args args, std::optional<double> timeout) {
   InvokeOptions options;
@@ -266,21 +293,21 @@ PYBIND11_MODULE(_courier, m) {
       .def("__str__", &TensorSpec::str)
       .def("__repr__", [](const TensorSpec &s) { return "<courier.TensorSpec " + s.str() + ">"; });
 
-  py::class_<BoundEntry>(m, "Entry",
-                         "A public function of a module; calling it invokes the function.")
-      .def_property_readonly("name", [](const BoundEntry &e) { return e.signature->name; })
+  py::class_<BoundEntry> entryClass(
+      m, "Entry",
+      "A public function of a module. Calling it invokes the function: one NumPy array (or "
+      "Python number, or nested list) per input; it returns None, the one result, or a tuple "
+      "of the results.");
+  entryClass.def_property_readonly("name", [](const BoundEntry &e) { return e.signature->name; })
       .def_property_readonly("inputs", [](const BoundEntry &e) { return e.signature->inputs; })
       .def_property_readonly("outputs", [](const BoundEntry &e) { return e.signature->outputs; })
-      .def(
-          "__call__",
-          [](const BoundEntry &e, py::args args) {
-            return call(*e.module, *e.signature, args, {});
-          },
-          "Invokes the entry: one NumPy array (or Python number, or nested list) per input; "
-          "returns None, the one result, or a tuple of the results")
       .def("__repr__", [](const BoundEntry &e) {
         return "<courier.Entry " + signatureText(*e.signature) + ">";
       });
+
+  entryType = reinterpret_cast<PyTypeObject *>(entryClass.ptr());
+  entryType->tp_call = &callEntry;
+  PyType_Modified(entryType);
 
   py::class_<PyModule>(m, "Module", py::dynamic_attr(),
                        "A compiled, linked module. Thread-safe: any number of threads may call "
