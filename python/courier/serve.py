@@ -334,6 +334,11 @@ class Client:
         ``draining`` (status 503) while the server is not ready."""
         return self._json("GET", "/v1/ready")
 
+    def metrics(self):
+        """``GET /metrics``: the Prometheus text, as a str."""
+        return self._request("GET", "/metrics", [b""], 0, None,
+                             lambda response: response.read().decode())
+
     # --- modules ------------------------------------------------------------------------
 
     def submit(self, name, mlir, opt_level=None, executor=None):
@@ -516,8 +521,13 @@ class Client:
             if not sent:
                 raise ServeError("unavailable", "{}: connection lost while sending the request "
                                  "({})".format(where, e)) from None
-            raise ServeError("executor_lost", "{}: connection lost before the reply; the "
-                             "request may have run".format(where)) from None
+            # A TLS server closes a plaintext connection without a word; one that answered
+            # on this connection before speaks plaintext.
+            plaintext_tcp = type(conn) is http.client.HTTPConnection
+            hint = " (a server serving TLS needs an https:// address)" \
+                if plaintext_tcp and not reused else ""
+            raise ServeError("executor_lost", "{}: connection lost before the reply{}; the "
+                             "request may have run".format(where, hint)) from None
         except socket.timeout:
             if not sent and conn.sock is None:
                 raise ServeError("unavailable", "{}: connecting timed out after {} s".format(

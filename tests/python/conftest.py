@@ -17,6 +17,7 @@ report of a test that fails. At teardown every process still running gets ``SIGT
 
 import os
 import pathlib
+import shutil
 import signal
 import subprocess
 import time
@@ -65,6 +66,46 @@ def cache_dir(tmp_path_factory):
     path = tmp_path_factory.mktemp("courier-cache")
     path.chmod(0o700)
     return path
+
+
+class Certificates:
+    """A throwaway CA (``ca_cert``) and a server certificate it signed for IP 127.0.0.1
+    and DNS localhost (``server_cert``, ``server_key``), PEM files made with openssl."""
+
+    _NEW_KEY = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes"]
+
+    def __init__(self, directory):
+        self.directory = directory
+        self.ca_cert = directory / "ca.crt"
+        self.server_cert = directory / "server.crt"
+        self.server_key = directory / "server.key"
+        (directory / "server.ext").write_text(
+            "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n")
+        self._openssl("req", "-x509", *self._NEW_KEY, "-keyout", "ca.key", "-out", "ca.crt",
+                      "-subj", "/CN=Courier Python test CA", "-days", "2",
+                      "-addext", "basicConstraints=critical,CA:TRUE",
+                      "-addext", "keyUsage=critical,keyCertSign,cRLSign")
+        self._openssl("req", *self._NEW_KEY, "-keyout", "server.key", "-out", "server.csr",
+                      "-subj", "/CN=localhost")
+        self._openssl("x509", "-req", "-in", "server.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
+                      "-set_serial", "2", "-days", "2", "-extfile", "server.ext",
+                      "-out", "server.crt")
+
+    def _openssl(self, *args):
+        done = subprocess.run(["openssl"] + list(args), cwd=self.directory,
+                              stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                              timeout=60)
+        if done.returncode != 0:
+            pytest.fail("making test certificates failed: openssl {}\n{}".format(
+                " ".join(args), done.stderr), pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def certificates(tmp_path_factory):
+    """A test CA and a server certificate for 127.0.0.1 (see Certificates)."""
+    if shutil.which("openssl") is None:
+        pytest.fail("the openssl command is needed to make test certificates", pytrace=False)
+    return Certificates(tmp_path_factory.mktemp("certificates"))
 
 
 class ServerProcess:

@@ -4,8 +4,10 @@ import contextlib
 import io
 import re
 import shutil
+import ssl
 import tempfile
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -445,3 +447,82 @@ def test_the_readme_example_runs_as_written(serve, source_dir, monkeypatch):
     assert printed.getvalue().splitlines() == expected
     with Client(serve.url) as client:
         assert client.list() == []
+
+
+SPIN_MLIR = """
+func.func public @spin(%n: i64) -> i64 {
+  %r = scf.while (%i = %n) : (i64) -> i64 {
+    %true = arith.constant true
+    scf.condition(%true) %i : i64
+  } do {
+  ^bb0(%i: i64):
+    %one = arith.constant 1 : i64
+    %j = arith.addi %i, %one : i64
+    scf.yield %j : i64
+  }
+  return %r : i64
+}
+"""
+
+
+def test_an_https_server_serves_a_client_trusting_its_ca(start_serve, certificates,
+                                                         samples_dir):
+    server = start_serve("--tls-cert", certificates.server_cert,
+                         "--tls-key", certificates.server_key)
+    assert server.url.startswith("https://127.0.0.1:")
+    trusting = ssl.create_default_context(cafile=str(certificates.ca_cert))
+    with Client(server.url, context=trusting) as client:
+        client.submit("scale", sample(samples_dir, "02-local-kernel"))
+        x = np.array([0.5, 1.5, 2.5, 3.5])
+        (y,) = client.invoke("scale", "main", x)
+        np.testing.assert_array_equal(y, scale(x))
+    with Client(server.url) as stranger:  # the system's CAs do not know the test CA
+        with pytest.raises(ServeError) as refused:
+            stranger.health()
+        assert refused.value.code == "tls_failed" and refused.value.status is None
+    plain = "http://" + server.url[len("https://"):]
+    with Client(plain) as confused:
+        with pytest.raises(ServeError) as lost:
+            confused.health()
+        assert lost.value.code == "executor_lost" and "https://" in lost.value.message
+
+
+def test_no_reply_within_the_timeout_is_deadline_exceeded(start_serve):
+    server = start_serve("--invoke-timeout-ms", "3000")
+    with Client(server.url) as client:
+        client.submit("spin", SPIN_MLIR)
+    with Client(server.url, timeout=0.3) as impatient:
+        with pytest.raises(ServeError) as late:
+            impatient.invoke("spin", "spin", 1)
+        assert late.value.code == "deadline_exceeded" and late.value.status is None
+        # The stalled connection was dropped: the next request gets a fresh one.
+        assert impatient.health()["status"] == "ok"
+
+
+def test_a_post_whose_connection_dies_before_the_reply_is_not_sent_again(start_serve):
+    # The drain closes the connection; the server exits once the spinning call
+    # reaches --invoke-timeout-ms and its worker is ended.
+    server = start_serve("--drain-timeout-ms", "0", "--invoke-timeout-ms", "3000")
+    outcome = []
+    with Client(server.url) as client:
+        client.submit("spin", SPIN_MLIR)
+
+        def call():
+            try:
+                outcome.append(client.invoke("spin", "spin", 1))
+            except ServeError as e:
+                outcome.append(e)
+
+        caller = threading.Thread(target=call)
+        caller.start()
+        deadline = time.monotonic() + 30
+        while "\ncourier_serve_requests_in_flight 1" not in client.metrics():
+            assert time.monotonic() < deadline, "the invoke never started"
+            time.sleep(0.01)
+        assert server.stop() == 0
+        caller.join(30)
+        assert not caller.is_alive()
+    (error,) = outcome
+    assert isinstance(error, ServeError), error
+    assert error.code == "executor_lost" and error.status is None
+    assert "https://" not in error.message  # it answered plaintext on that connection
