@@ -9,12 +9,15 @@ The guide's fenced blocks follow one convention:
 - ```sh: commands, run in bash (errexit, pipefail) in the scratch directory with the
   build's tools first on PATH and $EXECUTOR the address of a running courier-executor.
   They must succeed, or end with the status `exit=N` names (```sh exit=1).
-- The ```text block right after an `sh` block is what the commands print, stdout and
+- ```python: a program, run by the interpreter the Python package was built for, in the
+  same directory and environment, with the package (build/python) on PYTHONPATH; it must
+  succeed. When the build has no Python package, these blocks are skipped and say so.
+- The ```text block right after an `sh` or `python` block is what it prints, stdout and
   stderr together, line by line; "…" matches anything within a line, and a line holding
   only "…" matches any number of lines. An `sh` block with no `text` block after it must
   print nothing.
 
-usage: check-guide.py GUIDE BIN_DIR DOC_DIR SOURCE_DIR
+usage: check-guide.py GUIDE BIN_DIR DOC_DIR SOURCE_DIR [PYTHON PYTHONPATH]
 """
 import os
 import re
@@ -53,10 +56,12 @@ def output_matches(wanted, lines):
                                                                                lines[1:])
 
 
-def run_examples(blocks, workdir, env):
-    """Writes the files and runs the commands in order; returns the list of failures."""
+def run_examples(blocks, workdir, env, python=None):
+    """Writes the files and runs the commands and programs in order; returns the list of
+    failures."""
     failures = []
     ran = 0
+    skipped = 0
     unused = {}
     for index, (language, options, body, line) in enumerate(blocks):
         if "file" in options:
@@ -65,15 +70,19 @@ def run_examples(blocks, workdir, env):
                 f.write(body)
             unused[name] = line
             continue
-        if language != "sh":
+        if language not in ("sh", "python"):
+            continue
+        if language == "python" and not python:
+            skipped += 1
             continue
         ran += 1
         for name in list(unused):
-            if re.search(r"(^|[\s/<])" + re.escape(name) + r"($|[\s>])", body, re.M):
+            if re.search(r"(^|[\s/<\"'])" + re.escape(name) + r"($|[\s>\"'])", body, re.M):
                 del unused[name]
-        result = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", body], cwd=workdir,
-                                env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                text=True, timeout=300)
+        command = [python, "-c", body] if language == "python" else [
+            "bash", "-e", "-o", "pipefail", "-c", body]
+        result = subprocess.run(command, cwd=workdir, env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True, timeout=300)
         status = int(options.get("exit", "0"))
         following = blocks[index + 1] if index + 1 < len(blocks) else ("", {}, "", 0)
         expected = following[2] if following[0] == "text" else ""
@@ -89,7 +98,9 @@ def run_examples(blocks, workdir, env):
         failures.append(f"line {line}: the file {name} is never used by a command")
     if ran == 0:
         failures.append("the guide has no commands")
-    print(f"ran {ran} command blocks")
+    print(f"ran {ran} command and program blocks")
+    if skipped:
+        print(f"skipped {skipped} Python blocks: this build has no Python package")
     return failures
 
 
@@ -117,11 +128,15 @@ def check_coverage(markdown, doc_dir, source_dir):
 
 def main():
     guide, bin_dir, doc_dir, source_dir = sys.argv[1:5]
+    python, python_path = (sys.argv[5:7] + [None, None])[:2]
     markdown = open(guide).read()
     workdir = tempfile.mkdtemp(prefix="courier-guide-")
     env = dict(os.environ)
     env["PATH"] = os.path.abspath(bin_dir) + os.pathsep + env.get("PATH", "")
     env["XDG_CACHE_HOME"] = os.path.join(workdir, ".cache")
+    if python_path:
+        env["PYTHONPATH"] = python_path
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
     failures = check_coverage(markdown, doc_dir, source_dir)
     executor = None
     try:
@@ -129,7 +144,7 @@ def main():
             [os.path.join(bin_dir, "courier-executor"), "--listen", "127.0.0.1:0"],
             os.path.join(workdir, ".executor.log"), "courier-executor")
         env["EXECUTOR"] = address
-        failures += run_examples(fenced_blocks(markdown), workdir, env)
+        failures += run_examples(fenced_blocks(markdown), workdir, env, python)
     finally:
         if executor:
             stop_servers([executor], timeout=20)
