@@ -15,8 +15,11 @@ report of a test that fails. At teardown every process still running gets ``SIGT
 ``SIGKILL`` after 15 s; the test fails if one had to be killed or died by a signal.
 """
 
+import contextlib
+import io
 import os
 import pathlib
+import re
 import shutil
 import signal
 import subprocess
@@ -269,3 +272,21 @@ def start_executor(_servers, bin_dir):
 def executor(start_executor):
     """A courier-executor on a free loopback port, with its defaults."""
     return start_executor()
+
+
+@pytest.fixture
+def run_readme_example(source_dir, monkeypatch):
+    """A function running the ```python block of python/README.md's section `heading` in the
+    source tree and checking what it prints: each ``print(...)  # text`` prints ``text``."""
+    def run(heading):
+        text = (source_dir / "python" / "README.md").read_text()
+        section = text[text.index("\n## " + heading + "\n"):]
+        code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+        expected = [m.group(1) for m in re.finditer(r"^\s*print\(.*\)  # (.*)$", code, re.M)]
+        assert expected, "the example prints nothing to check"
+        monkeypatch.chdir(source_dir)
+        printed = io.StringIO()
+        with contextlib.redirect_stdout(printed):
+            exec(compile(code, "python/README.md", "exec"), {"__name__": "readme"})
+        assert printed.getvalue().splitlines() == expected
+    return run

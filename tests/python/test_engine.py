@@ -373,14 +373,6 @@ def test_unreachable_executor_is_an_engine_error(free_port):
     assert not isinstance(caught.value, courier.InvokeError)
 
 
-def test_readme_engine_example(source_dir, capsys):
-    """python/README.md's example of the engine runs and prints what its comment says."""
-    readme = (source_dir / "python" / "README.md").read_text()
-    section = readme[readme.index("## The engine"):]
-    block = section[section.index("```python\n") + len("```python\n"):]
-    block = block[:block.index("```")]
-    exec(compile(block, "python/README.md", "exec"), {})
-    printed = capsys.readouterr().out.splitlines()
-    x = np.arange(4, dtype=np.float32)
-    assert printed[0] == str(2 * x + 1) == "[1. 3. 5. 7.]"
-    assert printed[1].startswith("[<courier.TensorSpec f32>, <courier.TensorSpec tensor<4xf32>>")
+def test_readme_engine_example(run_readme_example):
+    """python/README.md's example of the engine runs and prints what its comments say."""
+    run_readme_example("The engine")

@@ -1,8 +1,6 @@
 """courier.serve.Client against real courier-serve processes (fixtures in conftest.py)."""
 
 import contextlib
-import io
-import re
 import shutil
 import ssl
 import tempfile
@@ -433,18 +431,9 @@ def test_bad_addresses_are_refused_when_the_client_is_made():
             Client(url)
 
 
-def test_the_readme_example_runs_as_written(serve, source_dir, monkeypatch):
-    text = (source_dir / "python" / "README-serve.md").read_text()
-    (code,) = re.findall(r"```python\n(.*?)```", text, re.S)
-    # Each `print(...)  # text` says what it prints.
-    expected = [m.group(1) for m in re.finditer(r"^\s*print\(.*\)  # (.*)$", code, re.M)]
-    assert expected, "the example prints nothing to check"
+def test_the_readme_example_runs_as_written(serve, run_readme_example, monkeypatch):
     monkeypatch.setenv("COURIER_SERVE_URL", serve.url)
-    monkeypatch.chdir(source_dir)
-    printed = io.StringIO()
-    with contextlib.redirect_stdout(printed):
-        exec(compile(code, "python/README-serve.md", "exec"), {"__name__": "readme"})
-    assert printed.getvalue().splitlines() == expected
+    run_readme_example("Talking to courier-serve: `courier.serve`")
     with Client(serve.url) as client:
         assert client.list() == []
 
