@@ -141,17 +141,24 @@ py::dict phaseTimes(const PhaseTimes &t) {
                   "host_reused"_a = t.hostReused);
 }
 
-/// courier-module-worker of the build this extension belongs to: in a build tree it is
-/// build/bin/, two levels above build/python/courier/. Empty elsewhere (an installed package):
-/// the engine then looks where it was configured to be installed. The engine's own default,
-/// beside the executable, would look beside the Python interpreter.
-std::string workerOfThisBuild() {
+/// courier-module-worker of the build or install tree this extension belongs to: in a build
+/// tree build/bin/, two levels above build/python/courier/; installed, the tree's bin/
+/// (COURIER_PYTHON_TO_BIN from the package's directory), wherever the tree was moved. Empty
+/// when neither is there: the engine then looks where it was configured to be installed.
+/// The engine's own default, beside the executable, would look beside the interpreter.
+std::string workerOfThisTree() {
   Dl_info info;
-  if (!dladdr(reinterpret_cast<void *>(&workerOfThisBuild), &info) || !info.dli_fname)
+  if (!dladdr(reinterpret_cast<void *>(&workerOfThisTree), &info) || !info.dli_fname)
     return "";
-  llvm::SmallString<256> path(llvm::sys::path::parent_path(info.dli_fname));
-  llvm::sys::path::append(path, "..", "..", "bin", "courier-module-worker");
-  return llvm::sys::fs::can_execute(path) ? std::string(path) : "";
+  llvm::StringRef directory = llvm::sys::path::parent_path(info.dli_fname);
+  for (llvm::StringRef toBin :
+       {llvm::StringRef("../../bin"), llvm::StringRef(COURIER_PYTHON_TO_BIN)}) {
+    llvm::SmallString<256> path(directory);
+    llvm::sys::path::append(path, toBin, "courier-module-worker");
+    if (llvm::sys::fs::can_execute(path))
+      return std::string(path);
+  }
+  return "";
 }
 
 Isolation parseIsolation(const std::string &name) {
@@ -195,8 +202,9 @@ makeEngine(unsigned optLevel, unsigned jobs, std::optional<std::string> cacheDir
   options.workerMemoryMiB = workerMemoryMiB;
   options.workerSandbox = workerSandbox;
   options.workerProgram = workerProgram.value_or("");
-  if (options.workerProgram.empty() && !std::getenv("COURIER_MODULE_WORKER"))
-    options.workerProgram = workerOfThisBuild();
+  const char *workerFromEnvironment = std::getenv("COURIER_MODULE_WORKER");
+  if (options.workerProgram.empty() && (!workerFromEnvironment || !*workerFromEnvironment))
+    options.workerProgram = workerOfThisTree();
   return std::make_shared<Engine>(std::move(options));
 }
 

@@ -4,9 +4,13 @@
 # clang-22, with CMake and g++, and with g++ and pkg-config alone; and runtime-only/, a C
 # program linking Courier::Runtime alone. Runs each build and prints its output, each line
 # after the name of the build; prints nothing unless every step passed. Also checks that
-# find_package(Courier 1) refuses this 0.x install.
+# find_package(Courier 1) refuses this 0.x install. Then runs the moved tree's own courier-run,
+# and, when it holds the Python package (given its interpreter as the second argument), the
+# package with process isolation: its libraries and its courier-module-worker are found from
+# where the tree now is.
 set -euo pipefail
-build=${1:?usage: run.sh COURIER_BUILD_DIR}
+build=${1:?usage: run.sh COURIER_BUILD_DIR [PYTHON]}
+python=${2:-}
 here=$(cd "$(dirname "$0")" && pwd)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -59,4 +63,14 @@ for name in clang-22 g++ pkg-config; do
   output+=$(sed "s/^/$name: /" <<< "$run")$'\n'
 done
 output+="runtime-only: $(XDG_CACHE_HOME="$work/cache" "$work/runtime-only/runtime-only")"$'\n'
+output+="courier-run: $(cd "$here" && XDG_CACHE_HOME="$work/cache" "$prefix/bin/courier-run" \
+  square.mlir --arg '[1.5, 2, 3]')"$'\n'
+if [ -n "$python" ]; then
+  site=$(echo "$prefix"/lib/python3*/dist-packages)
+  output+="python: $(cd "$here" && XDG_CACHE_HOME="$work/cache" PYTHONPATH="$site" \
+    PYTHONDONTWRITEBYTECODE=1 env -u COURIER_MODULE_WORKER "$python" -c '
+import courier, numpy as np
+module = courier.Engine(isolation="process").compile_file("square.mlir")
+print(courier.__file__.startswith("'"$site"'"), module.main(np.array([1.5, 2, 3], np.float32)))')"$'\n'
+fi
 printf '%s' "$output"
