@@ -341,6 +341,79 @@ TEST_CASE("deleting a module whose call spins ends the call and its worker",
   CHECK(childrenIdle(serve.processId(), std::chrono::milliseconds(500)));
 }
 
+namespace {
+
+/// Starts a call of the hostile module's `spin` on a connection of its own and returns once
+/// it is running (its worker burns CPU, or with `--isolation none` the server does).
+std::thread startSpinning(ServeProcess &serve, int burning, Reply &spun, bool &answered) {
+  std::thread caller([&serve, &spun, &answered] {
+    auto own = serve.client();
+    own->set_read_timeout(60, 0);
+    auto reply =
+        own->Post("/v1/modules/hostile/invoke/spin", R"({"inputs": [1]})", "application/json");
+    // No Catch assertion on this thread: the reply is looked at once it is joined.
+    answered = bool(reply);
+    if (reply)
+      spun = Reply{reply->status, json::parse(reply->body, nullptr, false), reply->body,
+                   reply->headers};
+  });
+  long start = cpuTicks(burning);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (cpuTicks(burning) - start < sysconf(_SC_CLK_TCK) / 10 &&
+         std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  return caller;
+}
+
+} // namespace
+
+TEST_CASE("SIGTERM past the drain timeout ends a spinning call's worker and the server exits",
+          "[serve][containment][drain]") {
+  ServeProcess serve({"", {"--invoke-timeout-ms", "0", "--drain-timeout-ms", "300"}});
+  auto http = serve.client();
+  requireCreated(*http, "hostile", courier::testing::kHostileModule);
+  int spinning = workerPid(*http, "hostile");
+  REQUIRE(spinning > 0);
+  Reply spun;
+  bool answered = false;
+  std::thread caller = startSpinning(serve, spinning, spun, answered);
+
+  auto signalled = std::chrono::steady_clock::now();
+  int status = serve.terminate();
+  double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - signalled).count();
+  caller.join();
+  INFO("exited after " << seconds << " s; the call was " << (answered ? spun.raw : "cut"));
+  // terminate() kills what is still there after 15 s: a server that waited for the call
+  // until then did not exit by itself.
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  CHECK_FALSE(running(spinning));
+  // The call ended with its worker and was answered, before the process left: it did not
+  // have to leave without it.
+  CHECK(answered);
+  CHECK(errorCode(spun) == "unknown_module");
+  CHECK(serve.log().find("cannot be stopped") == std::string::npos);
+}
+
+TEST_CASE("SIGTERM with an in-process call spinning past the drain exits without it",
+          "[serve][containment][drain]") {
+  ServeProcess serve({"", {"--isolation", "none", "--drain-timeout-ms", "0"}});
+  auto http = serve.client();
+  requireCreated(*http, "hostile", courier::testing::kHostileModule);
+  Reply spun;
+  bool answered = false;
+  std::thread caller = startSpinning(serve, serve.processId(), spun, answered);
+
+  int status = serve.terminate();
+  caller.join();
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  CHECK_FALSE(answered);
+  std::string log = serve.log();
+  CHECK(log.find("in-process code cannot be stopped") != std::string::npos);
+}
+
 TEST_CASE("a compile past --compile-timeout-ms ends with its worker; nothing goes on",
           "[serve][containment]") {
   ServeProcess serve({"", {"--compile-timeout-ms", "500", "--max-constant-mib", "0"}});

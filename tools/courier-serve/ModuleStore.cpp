@@ -477,6 +477,14 @@ llvm::Expected<LoadResult> ModuleStore::replace(std::shared_ptr<Record> record,
   return LoadResult{record->snapshot(), false};
 }
 
+namespace {
+
+/// Ends the workers of every version of `record` still held, and with them any call still
+/// spinning in one.
+void terminateVersions(ModuleStore::Record &record);
+
+} // namespace
+
 llvm::Error ModuleStore::remove(llvm::StringRef name) {
   std::shared_ptr<Record> removed;
   {
@@ -487,18 +495,36 @@ llvm::Error ModuleStore::remove(llvm::StringRef name) {
     removed = std::move(it->second);
     modules.erase(it);
   }
-  // An isolated module's workers end now, and with them any call still spinning in one.
+  terminateVersions(*removed);
+  return llvm::Error::success();
+}
+
+void ModuleStore::terminateAll() {
+  std::vector<std::shared_ptr<Record>> records;
+  {
+    std::lock_guard<std::mutex> lock(modulesMutex);
+    for (const auto &[name, record] : modules)
+      records.push_back(record);
+  }
+  for (const std::shared_ptr<Record> &record : records)
+    terminateVersions(*record);
+}
+
+namespace {
+
+void terminateVersions(ModuleStore::Record &record) {
   std::vector<std::shared_ptr<Module>> live;
   {
-    std::lock_guard<std::mutex> lock(removed->mutex);
-    for (const std::weak_ptr<Module> &version : removed->versions)
+    std::lock_guard<std::mutex> lock(record.mutex);
+    for (const std::weak_ptr<Module> &version : record.versions)
       if (std::shared_ptr<Module> held = version.lock())
         live.push_back(std::move(held));
   }
   for (const std::shared_ptr<Module> &version : live)
     version->terminate();
-  return llvm::Error::success();
 }
+
+} // namespace
 
 llvm::Expected<Pinned> ModuleStore::pin(llvm::StringRef name) const {
   std::shared_ptr<Record> record = find(name);

@@ -135,6 +135,10 @@ public:
   /// Removes `name`. In-process, calls already running finish on the version they hold;
   /// isolated, its worker is ended and they fail with unknown_module.
   llvm::Error remove(llvm::StringRef name);
+  /// Ends the workers of every version of every isolated module, and with them the calls
+  /// still running in them (they fail with unknown_module); the modules stay listed. For a
+  /// server that stops with calls in flight past its drain. Does nothing in-process.
+  void terminateAll();
 
   llvm::Expected<Pinned> pin(llvm::StringRef name) const;
   /// Whether the store holds module `name` now.

@@ -603,6 +603,9 @@ llvm::Error RestService::run() { return impl->service.run(); }
 
 void RestService::drainAndStop() {
   impl->service.drain();
+  // What is still running once the drain is over would hold the process: isolated calls
+  // end with their workers, as a DELETE ends them.
+  impl->store.terminateAll();
   stop();
 }
 

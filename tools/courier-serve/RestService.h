@@ -39,7 +39,8 @@ public:
   /// Serves requests on the calling thread until stop() is called.
   llvm::Error run();
   /// Drains, then stops: /v1/ready answers 503 `draining` and new modules (POST, PUT) are
-  /// refused with 503 `draining` while requests in flight finish, up to the drain timeout.
+  /// refused with 503 `draining` while requests in flight finish, up to the drain timeout;
+  /// then ends the workers of isolated calls still running (they answer unknown_module).
   void drainAndStop();
   /// Ends a drain's wait at once, so drainAndStop() stops now; safe from any thread.
   void cutDrainShort();

@@ -17,6 +17,7 @@
 #include "llvm/Support/Path.h"
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
@@ -358,14 +359,31 @@ int main(int argc, char **argv) {
       service->setReady(true);
   });
 
-  // A second signal, during the drain, stops at once.
+  // A second signal, during the drain, stops at once. Once stopped, isolated calls still
+  // running have ended with their workers; in-process ones cannot be ended, and run() waits
+  // for them, so past a bound the process leaves without them.
+  std::mutex runMutex;
+  std::condition_variable runEnded;
+  bool runReturned = false;
   stopSignals.whenReceived(
       [&] {
         stopping = true;
         service->drainAndStop();
+        std::unique_lock<std::mutex> lock(runMutex);
+        if (!runEnded.wait_for(lock, std::chrono::seconds(10), [&] { return runReturned; })) {
+          logEvent(LogLevel::Warn, "calls still running 10 s after the server stopped "
+                                   "(in-process code cannot be stopped); exiting without them");
+          std::fflush(stderr);
+          std::_Exit(0);
+        }
       },
       [&] { service->cutDrainShort(); });
   Error served = service->run();
+  {
+    std::lock_guard<std::mutex> lock(runMutex);
+    runReturned = true;
+  }
+  runEnded.notify_all();
   stopSignals.stopWaiting();
   stopping = true;
   initialLoad.join();
