@@ -33,6 +33,12 @@ START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 15.0
 
 
+# Under a sanitized build the interpreter runs with the sanitizer's runtime preloaded (the
+# extension needs it first); the programs the tests and the engine start link their own, and
+# two runtimes in one process refuse to start. Unset here, before any starts.
+os.environ.pop("LD_PRELOAD", None)
+
+
 def _env_dir(variable, what):
     value = os.environ.get(variable)
     if not value:
