@@ -10,6 +10,7 @@ over rounds: the microseconds Python adds per call, and the ratio of the two tim
 is the Python side alone: argument reading, the GIL, and the arrays made of the results.
 """
 
+import functools
 import statistics
 import sys
 import time
@@ -35,19 +36,21 @@ LARGE = f"""module @large {{
 }}"""
 
 
-def time_python(entry, x, iterations):
+def time_python(call, x, iterations):
     start = time.perf_counter()
     for _ in range(iterations):
-        entry(x)
+        call(x)
     return time.perf_counter() - start
 
 
-def compare(label, entry, x, rounds, iterations):
-    """Median seconds per call from Python and from C++, over interleaved rounds."""
+def compare(label, call, x, rounds, iterations, entry=None):
+    """Median seconds per call from Python (`call(x)`) and from C++ (the Entry `entry`, by
+    default `call` itself), over interleaved rounds."""
+    entry = entry or call
     python, cpp = [], []
-    entry(x)  # warm: first-call costs are neither side's
+    call(x)  # warm: first-call costs are neither side's
     for _ in range(rounds):
-        python.append(time_python(entry, x, iterations) / iterations)
+        python.append(time_python(call, x, iterations) / iterations)
         cpp.append(_courier._time_invoke(entry, (x,), iterations) / iterations)
     p, c = statistics.median(python), statistics.median(cpp)
     print(f"{label}: python {p * 1e6:.2f} us/call, c++ {c * 1e6:.2f} us/call "
@@ -63,8 +66,13 @@ def main():
 
     x = np.arange(4, dtype=np.float32)
     np.testing.assert_array_equal(small.main(x), x + x)
-    p, c = compare("4 x f32", small.main, x, 5 if quick else 21, 2000 if quick else 20000)
+    rounds, iterations = (5, 2000) if quick else (21, 20000)
+    p, c = compare("4 x f32, module.main(x)", small.main, x, rounds, iterations)
     print(f"python adds {(p - c) * 1e6:.2f} us per call (target <= 2 us)")
+    by_name = functools.partial(small.invoke, "main")
+    p, c = compare("4 x f32, module.invoke(\"main\", x)", by_name, x, rounds, iterations,
+                   small.main)
+    print(f"python adds {(p - c) * 1e6:.2f} us per call by name (target <= 2 us)")
 
     big = np.random.default_rng(0).uniform(-1, 1, ELEMENTS_16MIB).astype(np.float32)
     y = large.main(big)

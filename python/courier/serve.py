@@ -398,6 +398,9 @@ class Client:
         Each output is read from the socket into an array of its own, of the dtype and
         shape the reply declares (little-endian, writable, owning its memory).
         """
+        if dtypes is not None and len(dtypes) != len(inputs):
+            raise ServeError("invalid_input", "dtypes names {} inputs, the call has {}".format(
+                len(dtypes), len(inputs)))
         header = []
         payload = []
         size = 0
@@ -408,9 +411,6 @@ class Client:
             if array.nbytes:
                 payload.append(memoryview(array.reshape(-1).view(np.uint8)))
                 size += array.nbytes
-        if dtypes is not None and len(dtypes) != len(inputs):
-            raise ServeError("invalid_input", "dtypes names {} inputs, the call has {}".format(
-                len(dtypes), len(inputs)))
         line = json.dumps({"inputs": header}, separators=(",", ":")).encode() + b"\n"
         body = [line] + payload
         return self._request("POST", self._invoke_path(name, entry), body, len(line) + size,
@@ -569,12 +569,18 @@ class Client:
         arrays = []
         offset = 0
         for index, (dtype, name, shape, at, size) in enumerate(specs):
-            array = np.empty(shape, dtype)
-            if at != offset or size != array.nbytes:
+            # The declared shape is checked against the declared bytes before anything is
+            # allocated for it: a malformed reply must not make the client allocate.
+            if not all(isinstance(d, int) and d >= 0 for d in shape):
+                raise ServeError("bad_frame", "output {} of the reply has shape {}".format(
+                    index, list(shape)), response.status)
+            expected = int(np.prod(shape, dtype=object)) * dtype.itemsize
+            if at != offset or size != expected:
                 raise ServeError("bad_frame", "output {} of the reply declares bytes {}..{}, "
                                  "expected {}..{}".format(index, at, at + size, offset,
-                                                          offset + array.nbytes),
+                                                          offset + expected),
                                  response.status)
+            array = np.empty(shape, dtype)
             view = memoryview(array.reshape(-1).view(np.uint8))
             filled = 0
             while filled < size:

@@ -3,6 +3,7 @@
 #include "Bindings.h"
 
 #include <array>
+#include <cstring>
 #include <optional>
 
 namespace courier::python {
@@ -52,6 +53,7 @@ struct NumPy {
   PyObject *asarray = nullptr;
   PyObject *require = nullptr;
   PyObject *arrayEqual = nullptr;
+  PyObject *notEqual = nullptr;
 
   static const NumPy &get() {
     static const NumPy *numpy = [] {
@@ -62,6 +64,7 @@ struct NumPy {
       n->asarray = py::object(np.attr("asarray")).release().ptr();
       n->require = py::object(np.attr("require")).release().ptr();
       n->arrayEqual = py::object(np.attr("array_equal")).release().ptr();
+      n->notEqual = py::object(np.attr("not_equal")).release().ptr();
       return n;
     }();
     return *numpy;
@@ -127,7 +130,8 @@ std::string pythonTypeName(py::handle value) {
 
 // An array of the entry's dtype `want` from a Python number or nested sequence, refusing
 // what the dtype cannot hold: a float or an out-of-range integer for an integer dtype, a
-// number other than a bool for i1.
+// number other than a bool for i1. Numbers for a float dtype round to it (for bf16, to the
+// nearest, ties to even, as JSON inputs do).
 py::array fromPython(py::handle value, DType want, size_t index, const EntrySignature &entry) {
   const NumPy &numpy = NumPy::get();
   py::handle wantType(numpy.dtypes[size_t(want)]);
@@ -140,10 +144,25 @@ py::array fromPython(py::handle value, DType want, size_t index, const EntrySign
                                                   pythonTypeName(value) + " NumPy cannot read (" +
                                                   e.what() + ")");
   }
-  char kind = py::reinterpret_borrow<py::array>(natural).dtype().kind();
+  auto naturalArray = py::reinterpret_borrow<py::array>(natural);
+  char kind = naturalArray.dtype().kind();
   bool exact = !isFloatDType(want);
   bool fits = exact ? (want == DType::I1 ? kind == 'b' : kind == 'b' || kind == 'i' || kind == 'u')
                     : kind == 'b' || kind == 'i' || kind == 'u' || kind == 'f';
+  if (fits && want == DType::BF16) {
+    // NumPy has no bf16: its bit patterns, from the values as doubles.
+    auto doubles = py::array_t<double, py::array::c_style | py::array::forcecast>::ensure(natural);
+    if (!doubles)
+      throw py::error_already_set();
+    std::vector<int64_t> shape(doubles.shape(), doubles.shape() + doubles.ndim());
+    Tensor rounded = Tensor::fromDoubles(DType::BF16, shape,
+                                         llvm::ArrayRef<double>(doubles.data(), doubles.size()));
+    py::array bits(py::reinterpret_borrow<py::dtype>(wantType),
+                   std::vector<py::ssize_t>(shape.begin(), shape.end()));
+    if (!rounded.bytes.empty())
+      std::memcpy(bits.mutable_data(), rounded.bytes.data(), rounded.bytes.size());
+    return bits;
+  }
   if (fits) {
     try {
       converted = py::reinterpret_borrow<py::object>(numpy.asarray)(natural, wantType);
@@ -159,6 +178,27 @@ py::array fromPython(py::handle value, DType want, size_t index, const EntrySign
                      describeInput(index, entry) + " must be " + std::string(dtypeName(want)) +
                          ", got " + pythonTypeName(value) + " values it cannot hold exactly");
   return py::reinterpret_steal<py::array>(converted.release());
+}
+
+// Whether an array of `dtype` and the shape `proxy` has can only be refused by the engine:
+// then it is passed as it is, not copied first (a broadcast view of a huge shape, say).
+bool certainMismatch(const TensorSpec &spec, DType dtype, const py::detail::PyArray_Proxy *proxy) {
+  if (dtype != spec.dtype || size_t(proxy->nd) != spec.shape.size())
+    return true;
+  for (int d = 0; d < proxy->nd; ++d)
+    if (spec.shape[d] >= 0 && spec.shape[d] != proxy->dimensions[d])
+      return true;
+  return false;
+}
+
+// Whether a contiguous i1 array holds a byte other than 0 and 1 (a uint8 array viewed as
+// bool can): kernels take an i1 byte for its value, so such bytes are made 0 or 1 first.
+bool hasNonCanonicalBools(const py::detail::PyArray_Proxy *proxy, size_t bytes) {
+  const auto *data = reinterpret_cast<const uint8_t *>(proxy->data);
+  uint8_t any = 0;
+  for (size_t i = 0; i < bytes; ++i)
+    any |= data[i];
+  return any > 1;
 }
 
 void deleteTensor(void *tensor) { delete static_cast<Tensor *>(tensor); }
@@ -189,6 +229,8 @@ py::object toArray(Tensor &&tensor) {
 
 } // namespace
 
+void importNumPy() { NumPy::get(); }
+
 py::dtype numpyDType(DType dtype) {
   return py::reinterpret_borrow<py::dtype>(NumPy::get().dtypes[size_t(dtype)]);
 }
@@ -198,44 +240,46 @@ void readInputs(const EntrySignature &entry, py::handle args, CallInputs &inputs
   size_t count = arguments.size();
   inputs.refs.reserve(count);
   inputs.arrays.reserve(count);
+  const NumPy &numpy = NumPy::get();
   for (size_t i = 0; i < count; ++i) {
-    py::handle value = arguments[i];
-    const TensorSpec *spec = i < entry.inputs.size() ? &entry.inputs[i] : nullptr;
-    py::array array;
-    if (py::isinstance<py::array>(value)) {
-      array = py::reinterpret_borrow<py::array>(value);
-    } else if (spec) {
-      array = fromPython(value, spec->dtype, i, entry);
-    } else {
-      // More arguments than inputs: the engine says so; this one need only be an array.
-      array = py::reinterpret_steal<py::array>(
-          py::reinterpret_borrow<py::object>(NumPy::get().asarray)(value).release());
+    if (i >= entry.inputs.size()) {
+      // More arguments than inputs: the engine refuses the call by their count alone.
+      inputs.refs.push_back(TensorRef{});
+      continue;
     }
+    py::handle value = arguments[i];
+    const TensorSpec &spec = entry.inputs[i];
+    py::array array = py::isinstance<py::array>(value) ? py::reinterpret_borrow<py::array>(value)
+                                                       : fromPython(value, spec.dtype, i, entry);
     auto *proxy = py::detail::array_proxy(array.ptr());
     auto *descr = py::detail::array_descriptor_proxy(proxy->descr);
-    std::optional<DType> courier = courierDType(descr->kind, descr->elsize, spec);
+    std::optional<DType> courier = courierDType(descr->kind, descr->elsize, &spec);
     if (!courier)
       raiseInvokeError(ErrorCode::InvalidInput,
-                       describeInput(i, entry) + (spec ? " must be " + spec->str() : "") +
+                       describeInput(i, entry) + " must be " + spec.str() +
                            ", got a NumPy array of " + std::string(py::str(array.dtype())) +
                            ", which no Courier dtype is (" + dtypeNames() + ")");
+    size_t bytes = dtypeSize(*courier);
+    for (int d = 0; d < proxy->nd; ++d)
+      bytes *= size_t(proxy->dimensions[d]);
     constexpr int kInPlace = py::array::c_style | py::detail::npy_api::NPY_ARRAY_ALIGNED_;
-    if ((proxy->flags & kInPlace) != kInPlace || !nativeOrder(descr->byteorder)) {
+    bool mismatch = certainMismatch(spec, *courier, proxy);
+    if (!mismatch && ((proxy->flags & kInPlace) != kInPlace || !nativeOrder(descr->byteorder))) {
       // A strided view, an unaligned buffer or another byte order: a contiguous copy.
-      const NumPy &numpy = NumPy::get();
       array = py::reinterpret_steal<py::array>(
           py::reinterpret_borrow<py::object>(numpy.require)(
               array, py::handle(numpy.dtypes[size_t(*courier)]), py::make_tuple("C", "A"))
               .release());
       proxy = py::detail::array_proxy(array.ptr());
     }
-    size_t bytes = dtypeSize(*courier);
-    TensorRef ref{*courier, {}, reinterpret_cast<const uint8_t *>(proxy->data), 0};
-    for (int d = 0; d < proxy->nd; ++d) {
-      ref.shape.push_back(proxy->dimensions[d]);
-      bytes *= size_t(proxy->dimensions[d]);
+    if (!mismatch && *courier == DType::I1 && hasNonCanonicalBools(proxy, bytes)) {
+      array = py::reinterpret_steal<py::array>(
+          py::reinterpret_borrow<py::object>(numpy.notEqual)(array.attr("view")("uint8"), 0)
+              .release());
+      proxy = py::detail::array_proxy(array.ptr());
     }
-    ref.size = bytes;
+    TensorRef ref{*courier, {}, reinterpret_cast<const uint8_t *>(proxy->data), bytes};
+    ref.shape.assign(proxy->dimensions, proxy->dimensions + proxy->nd);
     inputs.refs.push_back(std::move(ref));
     inputs.arrays.push_back(std::move(array));
   }

@@ -18,6 +18,10 @@ namespace courier::python {
 
 namespace py = pybind11;
 
+/// Imports NumPy and looks up what the conversions use. Called when the module is imported,
+/// so that no call does it (it runs Python code, which may let another thread in).
+void importNumPy();
+
 /// The NumPy dtype of a Courier dtype's elements: float16 for f16, bool for i1, ...; bf16,
 /// which NumPy lacks, travels as uint16 bit patterns.
 py::dtype numpyDType(DType dtype);
@@ -32,10 +36,12 @@ struct CallInputs {
 
 /// Reads the arguments of a call of `entry`. A C-contiguous, aligned, native-order NumPy
 /// array of a Courier dtype is read in place; another array is copied into that form (a
-/// strided view, say); anything else (a Python number, a nested list) is made an array of
-/// the dtype the entry's input has, refusing values that dtype cannot hold exactly
-/// (integers) or at all. Whether the dtype, rank and shape fit the entry is the engine's to
-/// say, when it is called. Raises InvokeError (invalid_input) for what it cannot read.
+/// strided view, say), unless its dtype, rank or a static dimension already differs from
+/// the input's; an i1 array holding bytes other than 0 and 1 is copied as 0s and 1s;
+/// anything else (a Python number, a nested list) is made an array of the dtype the entry's
+/// input has, refusing values an integer dtype cannot hold exactly. Whether the dtype, rank
+/// and shape fit the entry, and the count of arguments, is the engine's to say, when it is
+/// called. Raises InvokeError (invalid_input) for what it cannot read.
 void readInputs(const EntrySignature &entry, py::handle args, CallInputs &inputs);
 
 /// The results of a call as Python returns them: None for none, the array for one, a tuple

@@ -25,22 +25,80 @@ namespace {
 
 using namespace pybind11::literals;
 
+/// Runs `drop` without the GIL when it may wait (a module's last reference going: unloading
+/// tears the module down, closing its sessions with executors and ending its worker), so
+/// that other Python threads run meanwhile; with it while the interpreter finalizes.
+template <typename Drop> void dropOutsideGil(bool mayWait, Drop drop) {
+  if (mayWait && PyGILState_Check() && !_Py_IsFinalizing()) {
+    py::gil_scoped_release release;
+    drop();
+    return;
+  }
+  drop();
+}
+
+void release(std::shared_ptr<Module> &module) {
+  dropOutsideGil(module && module.use_count() == 1, [&] { module.reset(); });
+}
+
 /// An entry of a compiled module, callable: module.main(x) or module.entries[0](x).
 struct BoundEntry {
   std::shared_ptr<Module> module;
   const EntrySignature *signature; ///< One of module->entries(), which never change.
+
+  BoundEntry(std::shared_ptr<Module> module, const EntrySignature *signature)
+      : module(std::move(module)), signature(signature) {}
+  BoundEntry(const BoundEntry &) = default;
+  BoundEntry(BoundEntry &&) = default;
+  ~BoundEntry() { release(module); }
 };
 
 /// A compiled module, as Python holds it. Its entries are also attributes of the object.
 struct PyModule {
   std::shared_ptr<Module> module;
+
+  explicit PyModule(std::shared_ptr<Module> module) : module(std::move(module)) {}
+  PyModule(const PyModule &) = default;
+  PyModule(PyModule &&) = default;
+  ~PyModule() { release(module); }
 };
 
 /// A ReloadableModule and the engine it compiles with, which it must not outlive.
 struct PyReloadable {
   std::shared_ptr<Engine> engine;
   std::unique_ptr<ReloadableModule> reloadable;
+
+  PyReloadable(std::shared_ptr<Engine> engine, std::unique_ptr<ReloadableModule> reloadable)
+      : engine(std::move(engine)), reloadable(std::move(reloadable)) {}
+  PyReloadable(PyReloadable &&) = default;
+  ~PyReloadable() {
+    dropOutsideGil(reloadable != nullptr, [&] { reloadable.reset(); });
+  }
 };
+
+/// A number of seconds from Python: None, or anything float() takes (an int, a float).
+std::optional<double> seconds(py::handle value, const char *what) {
+  if (value.is_none())
+    return std::nullopt;
+  double number = PyFloat_AsDouble(value.ptr());
+  if (number == -1.0 && PyErr_Occurred()) {
+    PyErr_Clear();
+    throw py::type_error(std::string(what) + " must be a number of seconds or None, got " +
+                         std::string(py::str(py::type::handle_of(value).attr("__name__"))));
+  }
+  return number;
+}
+
+/// A path from Python: a str or an os.PathLike.
+std::string fsPath(py::handle value) {
+  return py::module_::import("os").attr("fspath")(value).cast<std::string>(); // str or bytes
+}
+
+std::optional<std::string> optionalPath(py::handle value) {
+  if (value.is_none())
+    return std::nullopt;
+  return fsPath(value);
+}
 
 /// Seconds (None for the default) as the engine's milliseconds; `what` names the setting.
 std::optional<std::chrono::milliseconds> toMilliseconds(std::optional<double> seconds,
@@ -50,7 +108,8 @@ std::optional<std::chrono::milliseconds> toMilliseconds(std::optional<double> se
   if (!std::isfinite(*seconds) || *seconds < 0 || *seconds > 1e9)
     throw py::value_error(std::string(what) + " must be a number of seconds from 0 to 1e9, got " +
                           std::string(py::str(py::float_(*seconds))));
-  return std::chrono::milliseconds(std::llround(*seconds * 1000));
+  // Up, so that a positive timeout under a millisecond is one, not none (0 is no limit).
+  return std::chrono::milliseconds(static_cast<int64_t>(std::ceil(*seconds * 1000)));
 }
 
 py::object call(const Module &module, const EntrySignature &entry, py::handle args,
@@ -79,8 +138,15 @@ PyObject *callEntry(PyObject *self, PyObject *args, PyObject *kwargs) {
       return nullptr;
     }
     // Entry's instances hold their BoundEntry in place (a class without bases of its own).
-    auto *instance = reinterpret_cast<py::detail::instance *>(self);
-    auto *entry = static_cast<const BoundEntry *>(instance->get_value_and_holder().value_ptr());
+    // Entry is final, so `self` is one; made by Entry.__new__ alone it holds nothing.
+    py::detail::value_and_holder held =
+        reinterpret_cast<py::detail::instance *>(self)->get_value_and_holder();
+    if (!held.holder_constructed()) {
+      PyErr_SetString(PyExc_TypeError, "this Entry belongs to no module: entries come from "
+                                       "Module.entries or a module's attributes");
+      return nullptr;
+    }
+    auto *entry = static_cast<const BoundEntry *>(held.value_ptr());
     return call(*entry->module, *entry->signature, args, {}).release().ptr();
   } catch (py::error_already_set &e) {
     e.restore();
@@ -95,9 +161,9 @@ PyObject *callEntry(PyObject *self, PyObject *args, PyObject *kwargs) {
 }
 
 py::object invokeByName(const std::shared_ptr<Module> &module, const std::string &name,
-                        py::args args, std::optional<double> timeout) {
+                        py::args args, py::handle timeout) {
   InvokeOptions options;
-  options.timeout = toMilliseconds(timeout, "timeout");
+  options.timeout = toMilliseconds(seconds(timeout, "timeout"), "timeout");
   const EntrySignature *entry = module->findEntry(name);
   if (!entry) {
     // The engine's own refusal, which names the entries there are.
@@ -170,12 +236,12 @@ Isolation parseIsolation(const std::string &name) {
 }
 
 std::shared_ptr<Engine>
-makeEngine(unsigned optLevel, unsigned jobs, std::optional<std::string> cacheDir, bool diskCache,
+makeEngine(unsigned optLevel, unsigned jobs, py::object cacheDir, bool diskCache,
            std::optional<std::string> executor, const std::string &isolation,
            std::optional<std::string> authToken, double connectTimeout, double requestTimeout,
            std::optional<double> compileTimeout, std::optional<double> invokeTimeout,
            std::vector<std::string> plugins, std::string extraPipeline, unsigned warmWorkers,
-           uint64_t workerMemoryMiB, bool workerSandbox, std::optional<std::string> workerProgram) {
+           uint64_t workerMemoryMiB, bool workerSandbox, py::object workerProgram) {
   if (optLevel > 3)
     throw py::value_error("opt_level must be 0 to 3, got " + std::to_string(optLevel));
   if (jobs > EngineOptions::kMaxJobs)
@@ -185,7 +251,7 @@ makeEngine(unsigned optLevel, unsigned jobs, std::optional<std::string> cacheDir
   EngineOptions options;
   options.optLevel = optLevel;
   options.jobs = jobs;
-  options.cacheDir = cacheDir.value_or("");
+  options.cacheDir = optionalPath(cacheDir).value_or("");
   options.diskCache = diskCache;
   options.executorOverride = executor.value_or("");
   options.isolation = parseIsolation(isolation);
@@ -201,40 +267,40 @@ makeEngine(unsigned optLevel, unsigned jobs, std::optional<std::string> cacheDir
   options.warmWorkers = warmWorkers;
   options.workerMemoryMiB = workerMemoryMiB;
   options.workerSandbox = workerSandbox;
-  options.workerProgram = workerProgram.value_or("");
+  options.workerProgram = optionalPath(workerProgram).value_or("");
   const char *workerFromEnvironment = std::getenv("COURIER_MODULE_WORKER");
   if (options.workerProgram.empty() && (!workerFromEnvironment || !*workerFromEnvironment))
     options.workerProgram = workerOfThisTree();
   return std::make_shared<Engine>(std::move(options));
 }
 
-py::object compileText(Engine &engine, const std::string &text, const std::string &name,
-                       std::optional<double> timeout, std::optional<std::string> sourceName) {
-  CompileOptions options;
-  options.timeout = toMilliseconds(timeout, "timeout");
-  options.sourceName = sourceName.value_or("");
+/// The module `compile` makes, compiled without the GIL, or its error raised.
+py::object
+compileWithoutGil(const std::function<llvm::Expected<std::shared_ptr<Module>>()> &compile) {
   std::optional<llvm::Expected<std::shared_ptr<Module>>> module;
   {
     py::gil_scoped_release release;
-    module.emplace(engine.compile(text, name, options));
+    module.emplace(compile());
   }
   if (!*module)
     raise(module->takeError(), Phase::Compile);
   return wrapModule(std::move(**module));
 }
 
-py::object compileFile(Engine &engine, const std::string &path, const std::string &name,
-                       std::optional<double> timeout) {
+py::object compileText(Engine &engine, const std::string &text, const std::string &name,
+                       py::handle timeout, std::optional<std::string> sourceName) {
   CompileOptions options;
-  options.timeout = toMilliseconds(timeout, "timeout");
-  std::optional<llvm::Expected<std::shared_ptr<Module>>> module;
-  {
-    py::gil_scoped_release release;
-    module.emplace(engine.compileFile(path, name, options));
-  }
-  if (!*module)
-    raise(module->takeError(), Phase::Compile);
-  return wrapModule(std::move(**module));
+  options.timeout = toMilliseconds(seconds(timeout, "timeout"), "timeout");
+  options.sourceName = sourceName.value_or("");
+  return compileWithoutGil([&] { return engine.compile(text, name, options); });
+}
+
+py::object compileFile(Engine &engine, py::handle pathObject, const std::string &name,
+                       py::handle timeout) {
+  std::string path = fsPath(pathObject);
+  CompileOptions options;
+  options.timeout = toMilliseconds(seconds(timeout, "timeout"), "timeout");
+  return compileWithoutGil([&] { return engine.compileFile(path, name, options); });
 }
 
 uint64_t reloadWith(PyReloadable &self, const std::function<llvm::Expected<uint64_t>()> &load) {
@@ -285,6 +351,7 @@ PYBIND11_MODULE(_courier, m) {
   using namespace courier::python;
   m.doc() = "Courier's engine: MLIR text in, modules whose entries take NumPy arrays out.";
   m.attr("__version__") = COURIER_VERSION;
+  importNumPy();
   registerErrors(m);
 
   py::class_<TensorSpec>(m, "TensorSpec", "The type of one input or result of an entry.")
@@ -302,7 +369,7 @@ PYBIND11_MODULE(_courier, m) {
       .def("__repr__", [](const TensorSpec &s) { return "<courier.TensorSpec " + s.str() + ">"; });
 
   py::class_<BoundEntry> entryClass(
-      m, "Entry",
+      m, "Entry", py::is_final(),
       "A public function of a module. Calling it invokes the function: one NumPy array (or "
       "Python number, or nested list) per input; it returns None, the one result, or a tuple "
       "of the results.");
@@ -313,6 +380,11 @@ PYBIND11_MODULE(_courier, m) {
         return "<courier.Entry " + signatureText(*e.signature) + ">";
       });
 
+  // __call__ for those who look for it (callable() sees the slot either way); calls come to
+  // the slot, set after it, since setting the attribute sets the slot too.
+  entryClass.def("__call__", [](const BoundEntry &e, py::args args) {
+    return call(*e.module, *e.signature, args, {});
+  });
   entryType = reinterpret_cast<PyTypeObject *>(entryClass.ptr());
   entryType->tp_call = &callEntry;
   PyType_Modified(entryType);
@@ -332,8 +404,7 @@ PYBIND11_MODULE(_courier, m) {
           "Every entry, in the order the module declares them")
       .def(
           "invoke",
-          [](const PyModule &self, const std::string &entry, py::args args,
-             std::optional<double> timeout) {
+          [](const PyModule &self, const std::string &entry, py::args args, py::handle timeout) {
             return invokeByName(self.module, entry, std::move(args), timeout);
           },
           "entry"_a, py::kw_only(), "timeout"_a = py::none(),
@@ -406,7 +477,8 @@ PYBIND11_MODULE(_courier, m) {
           "Raises CompileError, and the current version keeps serving.")
       .def(
           "reload_file",
-          [](PyReloadable &self, const std::string &path) {
+          [](PyReloadable &self, py::handle pathObject) {
+            std::string path = fsPath(pathObject);
             return reloadWith(self, [&] { return self.reloadable->reloadFile(path); });
           },
           "path"_a)
@@ -425,7 +497,7 @@ PYBIND11_MODULE(_courier, m) {
       .def(
           "invoke",
           [](const PyReloadable &self, const std::string &entry, py::args args,
-             std::optional<double> timeout) {
+             py::handle timeout) {
             return invokeByName(currentOrRaise(self), entry, std::move(args), timeout);
           },
           "entry"_a, py::kw_only(), "timeout"_a = py::none(),

@@ -53,6 +53,23 @@ void registerErrors(py::module_ &module) {
       .def("render", &Diagnostic::render,
            "As mlir-opt prints it: the location and message, the source line, a caret")
       .def("__str__", &Diagnostic::str)
+      // A CompileError crosses processes (multiprocessing) with its diagnostics.
+      .def(py::pickle(
+          [](const Diagnostic &d) {
+            return py::make_tuple(d.file, d.line, d.column, d.severity, d.message, d.sourceLine);
+          },
+          [](const py::tuple &t) {
+            if (t.size() != 6)
+              throw py::value_error("a Diagnostic is made of 6 fields");
+            Diagnostic d;
+            d.file = t[0].cast<std::string>();
+            d.line = t[1].cast<unsigned>();
+            d.column = t[2].cast<unsigned>();
+            d.severity = t[3].cast<std::string>();
+            d.message = t[4].cast<std::string>();
+            d.sourceLine = t[5].cast<std::optional<std::string>>();
+            return d;
+          }))
       .def("__repr__", [](const Diagnostic &d) { return "<courier.Diagnostic " + d.str() + ">"; });
 
   errorType = newException(module, "Error", PyExc_Exception, "Every error Courier raises.");

@@ -3,8 +3,12 @@ and target-module programs, errors as exceptions, threads, hot reload, isolated 
 a real courier-executor."""
 
 import gc
+import os
+import pickle
+import signal
 import socket
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -349,6 +353,10 @@ def test_isolated_module_contains_crashes_and_spins():
     ticker.join()
     assert caught.value.kind == "deadline_exceeded"
     assert during > 5
+    # A timeout under a millisecond is one, not none.
+    with pytest.raises(courier.InvokeError) as caught:
+        module.invoke("spin", 1, timeout=0.0001)
+    assert caught.value.kind == "deadline_exceeded"
     np.testing.assert_array_equal(module.twice(x), 2 * x)
 
     module.terminate()
@@ -376,3 +384,110 @@ def test_unreachable_executor_is_an_engine_error(free_port):
 def test_readme_engine_example(run_readme_example):
     """python/README.md's example of the engine runs and prints what its comments say."""
     run_readme_example("The engine")
+
+
+IDENTITIES = {name: f"func.func public @same_{name}(%x: tensor<3x{name}>) -> tensor<3x{name}> "
+                    f"{{ return %x : tensor<3x{name}> }}"
+              for name in ("f16", "bf16", "i8", "i16", "ui8", "ui16", "ui32", "ui64")}
+
+
+def test_every_other_element_type(engine):
+    module = engine.compile("module {\n" + "\n".join(IDENTITIES.values()) + "\n}", "types")
+    numpy_types = {"f16": np.float16, "i8": np.int8, "i16": np.int16, "ui8": np.uint8,
+                   "ui16": np.uint16, "ui32": np.uint32, "ui64": np.uint64}
+    for name, numpy_type in numpy_types.items():
+        info = np.finfo(numpy_type) if name == "f16" else np.iinfo(numpy_type)
+        x = np.array([info.min, 0, info.max], numpy_type)
+        y = getattr(module, "same_" + name)(x)
+        assert y.dtype == numpy_type, name
+        np.testing.assert_array_equal(y, x, err_msg=name)
+        assert module.entries[list(IDENTITIES).index(name)].inputs[0].numpy_dtype == numpy_type
+    # bf16 travels as uint16 bit patterns; Python numbers round to the nearest bf16, ties to
+    # even: 1 + 2^-8 lies halfway between 1 (0x3f80) and 1 + 2^-7 (0x3f81) and goes to the
+    # even 0x3f80; 1 + 3 * 2^-8 halfway between 0x3f81 and 0x3f82 goes to 0x3f82.
+    bits = np.array([0x3F80, 0x4000, 0xFFC0], np.uint16)
+    np.testing.assert_array_equal(module.same_bf16(bits), bits)
+    rounded = module.same_bf16([1.0, 1 + 2**-8, 1 + 3 * 2**-8])
+    assert rounded.dtype == np.uint16
+    assert [hex(b) for b in rounded] == ["0x3f80", "0x3f80", "0x3f82"]
+    with pytest.raises(courier.InvokeError, match="input 0 of 'same_ui8' must be ui8"):
+        module.same_ui8([1, 2, 256])
+
+
+def test_inputs_the_engine_must_refuse_are_not_copied_first(engine):
+    module = engine.compile(program_for("f64", (4,), False), "refusals")
+    # Eight TiB if it were copied: refused by its rank before anything is allocated.
+    huge = np.broadcast_to(np.float64(1), (1 << 20, 1 << 20))
+    with pytest.raises(courier.InvokeError, match="must have rank 1, got rank 2"):
+        module.twice(huge)
+    # A surplus argument is refused by the count alone, whatever it is.
+    with pytest.raises(courier.InvokeError, match="'twice' takes 1 input"):
+        module.twice(np.ones(4), [[1], [2, 3]])
+
+
+def test_bools_are_zeros_and_ones(engine):
+    module = engine.compile(program_for("i1", (4,), True), "bools")
+    raw = np.array([0, 1, 2, 255], np.uint8).view(np.bool_)
+    np.testing.assert_array_equal(module.twice(raw), [True, False, False, False])
+    same = engine.compile("func.func public @same(%x: tensor<4xi1>) -> tensor<4xi1> "
+                          "{ return %x : tensor<4xi1> }", "same_bools")
+    assert same.same(raw).view(np.uint8).tolist() == [0, 1, 1, 1]
+
+
+def test_python_conveniences(engine, samples_dir):
+    module = engine.compile_file(samples_dir / "02-local-kernel" / "app.mlir")  # a Path
+    x = np.arange(4.0)
+    np.testing.assert_array_equal(module.invoke("main", x, timeout=30), 2 * x + 1)
+    with pytest.raises(TypeError, match="timeout must be a number of seconds"):
+        module.invoke("main", x, timeout="soon")
+    with pytest.raises(TypeError):
+        module.main(x, timeout=1)  # an entry takes its inputs alone
+    assert callable(module.main) and hasattr(module.main, "__call__")
+    np.testing.assert_array_equal(module.main.__call__(x), 2 * x + 1)
+    orphan = courier.Entry.__new__(courier.Entry)
+    with pytest.raises(TypeError, match="belongs to no module"):
+        orphan(x)
+    with pytest.raises(TypeError):
+        type("Sub", (courier.Entry,), {})
+
+
+def test_compile_errors_cross_processes(engine):
+    with pytest.raises(courier.CompileError) as caught:
+        engine.compile("module {\n  arith.bogus\n}", "pickled")
+    again = pickle.loads(pickle.dumps(caught.value))
+    assert type(again) is courier.CompileError and str(again) == str(caught.value)
+    assert [(d.file, d.line, d.column) for d in again.diagnostics] == [("pickled", 2, 3)]
+
+
+def test_dropping_a_module_lets_other_threads_run(start_executor):
+    """Unloading a module closes its sessions with the executor: without the GIL, so a
+    stalled executor stalls only the thread that let the module go."""
+    executor = start_executor()
+    engine = courier.Engine(disk_cache=False, executor=executor.address, request_timeout=2.0)
+    module = engine.compile(program_for("f32", (3,), True), "dropped")
+    np.testing.assert_array_equal(module.twice(np.ones(3, np.float32)), np.full(3, 2.0))
+    ticks = []
+    stop = threading.Event()
+
+    def tick():
+        while not stop.is_set():
+            ticks.append(1)
+            stop.wait(0.01)
+
+    os.kill(executor.pid, signal.SIGSTOP)
+    ticker = threading.Thread(target=tick)
+    try:
+        ticker.start()
+        started = time.monotonic()
+        del module
+        gc.collect()
+        waited = time.monotonic() - started
+        during = len(ticks)
+    finally:
+        stop.set()
+        ticker.join()
+        os.kill(executor.pid, signal.SIGCONT)
+    # The teardown waited for the stopped executor (its request timeout), and the ticker ran
+    # all the while.
+    assert waited > 1.0
+    assert during > 20

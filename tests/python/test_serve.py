@@ -224,6 +224,11 @@ def test_rank_zero_inputs_take_python_and_numpy_scalars(client, arith_module):
     with pytest.raises(ServeError) as refused:
         client.invoke(arith_module, "twice_f32", 2.5)
     assert refused.value.code == "invalid_input" and refused.value.status == 400
+    for invoke in (client.invoke, client.invoke_json):
+        with pytest.raises(ServeError) as short:
+            invoke(arith_module, "twice_f32", 2.5, 1.0, dtypes=["f32"])
+        assert short.value.code == "invalid_input" and short.value.status is None
+        assert "dtypes names 1 inputs, the call has 2" in short.value.message
 
 
 def test_bf16_goes_as_bit_patterns_or_rounded_floats(client):
