@@ -424,9 +424,11 @@ private:
 };
 
 /// Save -> the first answer `courier-run --watch` prints from the new version, for `edits`
-/// saves of the 64-module program each changing one kernel; ms each.
+/// saves of the 64-module program each changing one kernel, `pause` after each answer before
+/// the next save (a person's edits are seconds apart; 0 saves again at once); ms each.
 std::vector<double> watchReloads(const std::string &courierRun, const std::string &dir,
-                                 const std::vector<std::string> &flags, int edits) {
+                                 const std::vector<std::string> &flags, int edits,
+                                 std::chrono::milliseconds pause) {
   std::string file = dir + "/watched.mlir";
   std::vector<double> offsets = kernelOffsets(64);
   writeFile(file, courier::testing::manyKernelProgram(offsets));
@@ -460,6 +462,7 @@ std::vector<double> watchReloads(const std::string &courierRun, const std::strin
   for (int i = 0; i < edits; ++i) {
     offsets[32] = 10 + i;
     double expected = courier::testing::manyKernelAnswer(offsets, 1);
+    std::this_thread::sleep_for(pause);
     auto start = Clock::now();
     writeFile(file, courier::testing::manyKernelProgram(offsets));
     if (!answered(expected, 60000))
@@ -471,7 +474,8 @@ std::vector<double> watchReloads(const std::string &courierRun, const std::strin
 
 /// Save -> first answer from the new version, in process: ReloadableModule and FileWatcher
 /// as courier-run --watch uses them, the engine's caches in `dir`.
-std::vector<double> inProcessReloads(const std::string &dir, unsigned optLevel, int edits) {
+std::vector<double> inProcessReloads(const std::string &dir, unsigned optLevel, int edits,
+                                     std::chrono::milliseconds pause) {
   std::string file = dir + "/reloaded.mlir";
   std::vector<double> offsets = kernelOffsets(64);
   writeFile(file, courier::testing::manyKernelProgram(offsets));
@@ -492,6 +496,7 @@ std::vector<double> inProcessReloads(const std::string &dir, unsigned optLevel, 
   std::vector<double> latencies;
   for (int i = 0; i < edits; ++i) {
     offsets[32] = 10 + i;
+    std::this_thread::sleep_for(pause);
     latencies.push_back(saveAndAwait(file, courier::testing::manyKernelProgram(offsets), module,
                                      ones, courier::testing::manyKernelAnswer(offsets, 1)));
   }
@@ -619,27 +624,33 @@ void incremental(const Paths &paths, llvm::StringRef part) {
       llvm::outs() << llvm::formatv("  {0,-44} {1,8:f1} ms {2,8:f1} ms\n", label, median(ms),
                                     *std::max_element(ms.begin(), ms.end()));
     };
-    for (unsigned level : {2u, 1u, 0u}) {
+    // Saves a second apart, as a person edits; then, at O2, each save as soon as the
+    // previous version answered, which leaves no time to start the next warm worker.
+    using std::chrono::milliseconds;
+    for (auto [level, pause] : {std::pair{2u, 1000}, {1u, 1000}, {0u, 1000}, {2u, 0}}) {
       llvm::sys::fs::remove_directories(paths.temp + "/reload");
       llvm::sys::fs::create_directories(paths.temp + "/reload");
-      report(llvm::formatv("in process, -O{0}", level).str(),
-             inProcessReloads(paths.temp + "/reload", level, 10));
+      report(
+          llvm::formatv("in process, -O{0}{1}", level, pause ? "" : ", saves back to back").str(),
+          inProcessReloads(paths.temp + "/reload", level, 10, milliseconds(pause)));
     }
-    for (unsigned level : {2u, 1u, 0u}) {
+    auto watched = [&](const std::string &program, llvm::StringRef label, unsigned level, int pause,
+                       int edits) {
       llvm::sys::fs::remove_directories(paths.temp + "/watch");
       llvm::sys::fs::create_directories(paths.temp + "/watch");
       std::string cache = paths.temp + "/watch/cache";
-      std::string opt = "-O" + std::to_string(level);
-      report(llvm::formatv("courier-run --watch -O{0} (module worker)", level).str(),
-             watchReloads(courierRun, paths.temp + "/watch", {"--cache-dir", cache, opt}, 10));
-    }
-    if (!baseline.empty()) {
-      llvm::sys::fs::remove_directories(paths.temp + "/watch");
-      llvm::sys::fs::create_directories(paths.temp + "/watch");
-      std::string cache = paths.temp + "/watch/cache";
-      report("earlier build: courier-run --watch -O2",
-             watchReloads(baseline + "/courier-run", paths.temp + "/watch", {"--cache-dir", cache},
-                          3));
+      report(llvm::formatv("{0}courier-run --watch -O{1}{2}", label, level,
+                           pause ? "" : ", back to back")
+                 .str(),
+             watchReloads(program, paths.temp + "/watch",
+                          {"--cache-dir", cache, "-O" + std::to_string(level)}, edits,
+                          milliseconds(pause)));
+    };
+    for (auto [level, pause] : {std::pair{2u, 1000}, {1u, 1000}, {0u, 1000}, {2u, 0}}) {
+      watched(courierRun, "", level, pause, 10);
+      // The earlier build's, beside it (fewer: it was slow before the per-module cache).
+      if (!baseline.empty() && level == 2)
+        watched(baseline + "/courier-run", "earlier build: ", level, pause, 5);
     }
   }
   llvm::outs() << "\n";

@@ -307,6 +307,19 @@ WorkerPool::WorkerPool(WorkerSettings settingsIn, unsigned warm)
 
 WorkerPool::~WorkerPool() { shutdown(); }
 
+WorkerPool::RefillHold::RefillHold(WorkerPool &pool) : pool(pool) {
+  std::lock_guard<std::mutex> lock(pool.mutex);
+  ++pool.holds;
+}
+
+WorkerPool::RefillHold::~RefillHold() {
+  {
+    std::lock_guard<std::mutex> lock(pool.mutex);
+    --pool.holds;
+  }
+  pool.changed.notify_all();
+}
+
 void WorkerPool::shutdown() {
   std::deque<std::unique_ptr<WorkerProcess>> ending;
   {
@@ -376,7 +389,9 @@ WorkerPool::take(std::optional<Clock::time_point> deadline) {
 void WorkerPool::refill() {
   std::unique_lock<std::mutex> lock(mutex);
   while (true) {
-    changed.wait(lock, [&] { return stopping || ready.size() < target + waiting; });
+    changed.wait(lock, [&] {
+      return stopping || (ready.size() < target + waiting && (holds == 0 || waiting > 0));
+    });
     if (stopping)
       return;
     lock.unlock();

@@ -129,6 +129,21 @@ public:
   llvm::Expected<std::unique_ptr<WorkerProcess>>
   take(std::optional<Clock::time_point> deadline = std::nullopt);
 
+  /// While one lives, the pool starts no worker unless a caller of take() waits for one. A
+  /// starting worker takes a core for a while (loading the compiler, its warm-up compile),
+  /// and on a small machine it would take it from the work of the worker just taken: a
+  /// module compiles and sets up in that one, then the pool refills.
+  class RefillHold {
+  public:
+    explicit RefillHold(WorkerPool &pool);
+    ~RefillHold();
+    RefillHold(const RefillHold &) = delete;
+    RefillHold &operator=(const RefillHold &) = delete;
+
+  private:
+    WorkerPool &pool;
+  };
+
   /// Stops refilling and ends the warm workers.
   void shutdown();
 
@@ -151,6 +166,7 @@ private:
   /// Callers of take() waiting for the refill thread: every worker is started by that one
   /// long-lived thread, because a worker dies with the thread that started it.
   unsigned waiting = 0;
+  unsigned holds = 0;    ///< RefillHolds alive.
   uint64_t failures = 0; ///< Failed starts so far; wakes waiters with the error.
   bool stopping = false;
   std::string startError;

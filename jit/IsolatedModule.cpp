@@ -98,6 +98,8 @@ public:
   /// Starts a worker and compiles the module in it, all before `deadline` (`limit` says what
   /// it is, for messages). Called with requestMutex held, or before the module is shared.
   llvm::Expected<Loaded> load(Clock::time_point deadline, llvm::StringRef limit) {
+    // The warm worker taken is replaced once the module is compiled and set up in it.
+    executor::WorkerPool::RefillHold hold(*pool);
     llvm::Expected<std::unique_ptr<WorkerProcess>> taken = pool->take(deadline);
     if (!taken) {
       ErrorCode kind = ErrorCode::WorkerUnavailable;

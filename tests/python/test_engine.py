@@ -491,3 +491,74 @@ def test_dropping_a_module_lets_other_threads_run(start_executor):
     # all the while.
     assert waited > 1.0
     assert during > 20
+
+
+SLOW_SETUP = """module @slow {
+  func.func public @setup() {
+    %zero = arith.constant 0 : i64
+    %one = arith.constant 1 : i64
+    %n = arith.constant 300000000 : i64
+    %count = llvm.mlir.constant(1 : i64) : i64
+    %cell = llvm.alloca %count x i64 : (i64) -> !llvm.ptr
+    scf.for %i = %zero to %n step %one : i64 {
+      llvm.store volatile %i, %cell : i64, !llvm.ptr
+    }
+    return
+  }
+  func.func public @main(%x: tensor<4xf64>) -> tensor<4xf64> {
+    %y = arith.addf %x, %x : tensor<4xf64>
+    return %y : tensor<4xf64>
+  }
+}"""
+
+
+def pool_workers(marker):
+    """This process's courier-module-worker children whose command line holds `marker`."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+            with open(f"/proc/{entry}/cmdline", "rb") as cmdline:
+                arguments = cmdline.read().split(b"\0")
+        except OSError:
+            continue
+        if int(fields[1]) == os.getpid() and fields[0] != "Z" and marker in arguments:
+            found.append(int(entry))
+    return found
+
+
+def cpu_ticks(pid):
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])
+
+
+def test_the_pool_refills_once_a_load_is_done_not_during_it():
+    # A pool of its own (engines share a pool by worker settings): its workers are told
+    # apart by their --memory-mib.
+    engine = courier.Engine(disk_cache=False, isolation="process", warm_workers=1,
+                            worker_memory_mib=4099)
+    marker = b"4099"
+    deadline = time.monotonic() + 60
+    # Warm: started, and done with its warm-up (its CPU time no longer moves).
+    while len(pool_workers(marker)) != 1 or cpu_ticks(pool_workers(marker)[0]) != (
+            time.sleep(0.3) or cpu_ticks(pool_workers(marker)[0])):
+        assert time.monotonic() < deadline, "the pool never had its warm worker"
+    loaded = []
+    loader = threading.Thread(target=lambda: loaded.append(engine.compile(SLOW_SETUP, "slow")))
+    loader.start()
+    most = 0
+    while loader.is_alive():
+        most = max(most, len(pool_workers(marker)))
+        time.sleep(0.005)
+    loader.join()
+    assert loaded, "the slow module did not load"
+    # While the warm worker compiled and set up the module, no other started beside it.
+    assert most == 1
+    while len(pool_workers(marker)) != 2:
+        assert time.monotonic() < deadline, "the pool did not refill after the load"
+        time.sleep(0.01)
+    np.testing.assert_array_equal(loaded[0].main(np.ones(4)), np.full(4, 2.0))
