@@ -404,9 +404,7 @@ int runWorker(int argc, char **argv) {
     if (llvm::Error error = enterSandbox())
       return fail("cannot enter the sandbox: " + llvm::toString(std::move(error)));
 
-  MessageWriter ready(MessageKind::Ready);
-  ready.u64(options->sandbox ? 1 : 0);
-  if (llvm::Error error = sendMessage(kWorkerChannelFd, ready.view())) {
+  if (llvm::Error error = sendReady(kWorkerChannelFd, options->sandbox)) {
     llvm::consumeError(std::move(error));
     return 1;
   }

@@ -505,8 +505,11 @@ WorkerProcess::spawn(const std::string &program, const std::vector<std::string> 
   if (!status)
     return status.takeError();
   MessageReader reader(hello.bytes);
-  if (*status == ReceiveStatus::Message && reader.kind() == MessageKind::Ready)
+  if (*status == ReceiveStatus::Message && reader.kind() == MessageKind::Ready) {
+    if (llvm::Error error = checkReady(reader, program))
+      return std::move(error);
     return std::move(worker);
+  }
   if (*status == ReceiveStatus::Message && reader.kind() == MessageKind::Failed) {
     reader.str();
     return llvm::createStringError(reader.str().str());

@@ -4,6 +4,8 @@
 
 #include "executor/Sandbox.h"
 
+#include "Version.h"
+
 #include "llvm/Support/FormatVariadic.h"
 
 #include <seccomp.h>
@@ -174,6 +176,26 @@ std::string describeCrash(const CrashReport &report) {
     text += llvm::formatv(" (address {0:x})", report.address).str();
   }
   return text;
+}
+
+llvm::Error sendReady(int socket, bool sandboxed) {
+  MessageWriter ready(MessageKind::Ready);
+  ready.u64(sandboxed ? 1 : 0).str(COURIER_VERSION);
+  return sendMessage(socket, ready.view());
+}
+
+llvm::Error checkReady(MessageReader &ready, llvm::StringRef program) {
+  ready.u64();
+  llvm::StringRef version = ready.str();
+  if (ready.ok() && version == COURIER_VERSION)
+    return llvm::Error::success();
+  return llvm::createStringError(
+      llvm::formatv("{0} is a worker of {1}, not of this Courier ({2}): its protocol is "
+                    "another; use the worker installed with this build",
+                    program,
+                    ready.ok() ? "Courier " + version.str() : std::string("an older Courier"),
+                    COURIER_VERSION)
+          .str());
 }
 
 } // namespace courier::executor

@@ -48,6 +48,8 @@ enum class MessageKind : uint8_t {
   Invoke,
   Unload,
   // worker -> main
+  /// {u64 sandboxed, str Courier version}, once the worker is started: a worker of another
+  /// build speaks another protocol and is refused (writeReady, checkReady).
   Ready = 64,
   Done,    ///< Success; the payload depends on the request.
   Failed,  ///< {code, message}: the request failed, the worker is fine.
@@ -76,6 +78,12 @@ private:
 /// executor can tell an answer from bytes a kernel wrote to the channel on its own. Strips
 /// the trailing sequence number; nothing if the message is too short to hold one.
 std::optional<uint64_t> takeSequence(std::string &bytes);
+
+/// Sends the Ready message: the worker is started, sandboxed or not, and of this build.
+llvm::Error sendReady(int socket, bool sandboxed);
+/// Checks a Ready message, its kind read already, from `program`: an error naming both
+/// versions when the worker is of another Courier (or one whose Ready carried none).
+llvm::Error checkReady(MessageReader &ready, llvm::StringRef program);
 
 /// Sends one message (and up to 4 descriptors) on the worker channel.
 inline llvm::Error sendMessage(int socket, llvm::StringRef bytes, llvm::ArrayRef<int> fds = {}) {

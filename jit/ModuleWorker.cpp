@@ -598,9 +598,7 @@ int runModuleWorker(int argc, char **argv) {
   if (flags->sandbox)
     if (llvm::Error error = executor::enterModuleSandbox())
       return fail("cannot enter the sandbox: " + llvm::toString(std::move(error)));
-  MessageWriter ready(MessageKind::Ready);
-  ready.u64(flags->sandbox ? 1 : 0);
-  if (llvm::Error error = executor::sendMessage(channel, ready.view())) {
+  if (llvm::Error error = executor::sendReady(channel, flags->sandbox)) {
     llvm::consumeError(std::move(error));
     return 1;
   }

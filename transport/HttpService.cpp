@@ -471,7 +471,8 @@ void HttpService::logRequest(const httplib::Request &req, const httplib::Respons
     std::snprintf(summary, sizeof(summary), " %d in=%llu out=%llu %.3fms", res.status,
                   static_cast<unsigned long long>(in), static_cast<unsigned long long>(out),
                   seconds * 1e3);
-    message = req.method + " " + req.path + summary;
+    // The path is the client's, decoded: quoted when it could pass for fields of its own.
+    message = textLogValue(req.method) + " " + textLogValue(req.path) + summary;
     fields.push_back({"request", llvm::StringRef(currentRequestId)});
   } else {
     message = "request";

@@ -33,6 +33,13 @@ void writeTextValue(llvm::raw_ostream &os, llvm::StringRef value) {
 
 } // namespace
 
+std::string textLogValue(llvm::StringRef value) {
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  writeTextValue(os, value);
+  return text;
+}
+
 llvm::Expected<LogFormat> parseLogFormat(llvm::StringRef name) {
   if (name == "text")
     return LogFormat::Text;

@@ -40,6 +40,11 @@ struct LogField {
 std::string formatLogLine(LogFormat format, llvm::StringRef time, LogLevel level,
                           llvm::StringRef message, llvm::ArrayRef<LogField> fields);
 
+/// `value` as a text line writes a field's value: bare when it has no space, quote, `=` or
+/// control character, else quoted with JSON's escapes. For text a client chose that goes into
+/// a message (a request's path), so that it cannot pass for a field of its own.
+std::string textLogValue(llvm::StringRef value);
+
 /// The current UTC time as log lines give it, to the millisecond.
 std::string logTimestamp();
 

@@ -562,3 +562,30 @@ def test_the_pool_refills_once_a_load_is_done_not_during_it():
         assert time.monotonic() < deadline, "the pool did not refill after the load"
         time.sleep(0.01)
     np.testing.assert_array_equal(loaded[0].main(np.ones(4)), np.full(4, 2.0))
+
+
+OLD_WORKER = """#!/usr/bin/python3
+# Says it is ready as a worker of another Courier would ({version}), then waits to be ended.
+import os, time
+ready = bytes([64]) + (1).to_bytes(8, "little")
+version = {version!r}
+if version is not None:
+    ready += len(version).to_bytes(8, "little") + version
+os.write(3, ready)
+time.sleep(60)
+"""
+
+
+@pytest.mark.parametrize("version, says", [(None, "an older Courier"),
+                                           (b"9.9.9", "Courier 9.9.9")])
+def test_a_worker_of_another_build_is_refused(tmp_path, version, says):
+    fake = tmp_path / "courier-module-worker"
+    fake.write_text(OLD_WORKER.format(version=version))
+    fake.chmod(0o755)
+    engine = courier.Engine(disk_cache=False, isolation="process", worker_program=fake,
+                            warm_workers=0)
+    with pytest.raises(courier.EngineError) as caught:
+        engine.compile(program_for("f64", (4,), False), "old")
+    assert caught.value.kind == "worker_unavailable"
+    assert f"{fake} is a worker of {says}, not of this Courier ({courier.__version__})" \
+        in str(caught.value)

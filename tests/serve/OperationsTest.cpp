@@ -106,6 +106,25 @@ TEST_CASE("courier-serve's JSON log lines name the module of each request",
   }
 }
 
+TEST_CASE("a create whose name is refused is logged without a module", "[serve][operations][log]") {
+  ServeProcess serve({"", {"--log-format", "json"}});
+  auto http = serve.client();
+  std::string forged(300, 'x');
+  forged += " \n module=forged";
+  httplib::Result refused =
+      http->Post("/v1/modules", httplib::Headers{{"X-Request-Id", "bad-name"}},
+                 createBody(forged, kDouble), "application/json");
+  REQUIRE(refused);
+  CHECK(refused->status == 400);
+  std::string line = serve.awaitLogLine(
+      [](const std::string &text) { return contains(text, "\"request_id\":\"bad-name\""); });
+  INFO(serve.log());
+  REQUIRE(!line.empty());
+  json logged = json::parse(line);
+  CHECK(logged["status"] == 400);
+  CHECK_FALSE(logged.contains("module"));
+}
+
 TEST_CASE("courier-serve takes a log format of text or json and refuses any other",
           "[serve][operations][log]") {
   auto [status, log] = courier::testing::runServeToExit({"--log-format", "yaml"});

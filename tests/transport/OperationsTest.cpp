@@ -238,3 +238,19 @@ TEST_CASE("the executor takes a log format of text or json and refuses any other
   CHECK_THAT(log, Catch::Contains("courier-executor: error: --log-format expects 'text' or 'json', "
                                   "got 'xml'"));
 }
+
+TEST_CASE("a request's path goes into a text log line quoted when it could pass for fields",
+          "[transport][operations][log]") {
+  ExecutorProcess executor;
+  auto http = executor.client();
+  // Decoded, the path is "/v1/sessions/x request=forged": a field, were it written bare.
+  auto reply =
+      http->Get("/v1/sessions/x%20request=forged", httplib::Headers{{"X-Request-Id", "real-1"}});
+  REQUIRE(reply);
+  std::string line = executor.awaitLogLine(
+      [](const std::string &text) { return text.find("request=real-1") != std::string::npos; });
+  INFO(line);
+  // The forged text stays inside the quoted path: the one field is the real id.
+  CHECK(std::regex_match(line, std::regex(R"(\S+ warn GET "/v1/sessions/x request=forged" 404 )"
+                                          R"(in=0 out=\d+ [0-9.]+ms request=real-1)")));
+}

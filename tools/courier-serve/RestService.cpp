@@ -269,7 +269,10 @@ llvm::Error RestService::Impl::createModule(const httplib::Request &req, httplib
   if (!request)
     return request.takeError();
   auto started = Clock::now();
-  HttpService::noteLogSubject(request->name);
+  // The log names the module a create is about once it is one: a name the store refuses
+  // (any bytes, up to the body's bound) is the client's text, not a module's.
+  if (isModuleName(request->name))
+    HttpService::noteLogSubject(request->name);
   llvm::Expected<LoadResult> loaded =
       store.load(request->name, request->mlir, request->options, ModuleStore::Mode::Create, "api");
   compileSeconds.observe(request->name,
