@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import courier
+from programs import SPIN_FUNCTION, Ticker
 
 # The element types the tests sweep, as MLIR spells them, with their NumPy dtypes.
 DTYPES = {"f32": np.float32, "f64": np.float64, "i32": np.int32, "i64": np.int64, "i1": np.bool_}
@@ -301,19 +302,7 @@ CRASH_AND_SPIN = """module @hostile {
     %v = llvm.load volatile %p : !llvm.ptr -> i32
     return %v : i32
   }
-  func.func public @spin(%n: i64) -> i64 {
-    %zero = arith.constant 0 : i64
-    %r = scf.while (%i = %zero) : (i64) -> i64 {
-      %go = arith.cmpi sge, %n, %zero : i64
-      scf.condition(%go) %i : i64
-    } do {
-    ^bb0(%i: i64):
-      %one = arith.constant 1 : i64
-      %j = arith.addi %i, %one : i64
-      scf.yield %j : i64
-    }
-    return %r : i64
-  }
+  """ + SPIN_FUNCTION + """
   func.func public @twice(%x: tensor<4xf64>) -> tensor<4xf64> {
     %y = arith.addf %x, %x : tensor<4xf64>
     return %y : tensor<4xf64>
@@ -335,22 +324,11 @@ def test_isolated_module_contains_crashes_and_spins():
     assert module.worker["crashes"] == 1
 
     # A spinning call ends at its timeout; the GIL is free meanwhile.
-    ticks = []
-    stop = threading.Event()
-
-    def tick():
-        while not stop.is_set():
-            ticks.append(1)
-            stop.wait(0.01)
-
-    ticker = threading.Thread(target=tick)
-    ticker.start()
-    before = len(ticks)
-    with pytest.raises(courier.InvokeError) as caught:
-        module.invoke("spin", 1, timeout=1.0)
-    during = len(ticks) - before
-    stop.set()
-    ticker.join()
+    with Ticker() as ticker:
+        before = ticker.ticks
+        with pytest.raises(courier.InvokeError) as caught:
+            module.invoke("spin", 1, timeout=1.0)
+        during = ticker.ticks - before
     assert caught.value.kind == "deadline_exceeded"
     assert during > 5
     # A timeout under a millisecond is one, not none.
@@ -466,26 +444,15 @@ def test_dropping_a_module_lets_other_threads_run(start_executor):
     engine = courier.Engine(disk_cache=False, executor=executor.address, request_timeout=2.0)
     module = engine.compile(program_for("f32", (3,), True), "dropped")
     np.testing.assert_array_equal(module.twice(np.ones(3, np.float32)), np.full(3, 2.0))
-    ticks = []
-    stop = threading.Event()
-
-    def tick():
-        while not stop.is_set():
-            ticks.append(1)
-            stop.wait(0.01)
-
     os.kill(executor.pid, signal.SIGSTOP)
-    ticker = threading.Thread(target=tick)
     try:
-        ticker.start()
-        started = time.monotonic()
-        del module
-        gc.collect()
-        waited = time.monotonic() - started
-        during = len(ticks)
+        with Ticker() as ticker:
+            started = time.monotonic()
+            del module
+            gc.collect()
+            waited = time.monotonic() - started
+            during = ticker.ticks
     finally:
-        stop.set()
-        ticker.join()
         os.kill(executor.pid, signal.SIGCONT)
     # The teardown waited for the stopped executor (its request timeout), and the ticker ran
     # all the while.

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from courier.serve import DTYPES, Client, ServeError
+from programs import SPIN_FUNCTION
 
 # Every dtype an entry can take, with the NumPy dtype its values are given as.
 IDENTITY_DTYPES = [name for name in DTYPES if name != "bf16"]
@@ -444,20 +445,6 @@ def test_the_readme_example_runs_as_written(serve, run_readme_example, monkeypat
         assert client.list() == []
 
 
-SPIN_MLIR = """
-func.func public @spin(%n: i64) -> i64 {
-  %r = scf.while (%i = %n) : (i64) -> i64 {
-    %true = arith.constant true
-    scf.condition(%true) %i : i64
-  } do {
-  ^bb0(%i: i64):
-    %one = arith.constant 1 : i64
-    %j = arith.addi %i, %one : i64
-    scf.yield %j : i64
-  }
-  return %r : i64
-}
-"""
 
 
 def test_an_https_server_serves_a_client_trusting_its_ca(start_serve, certificates,
@@ -485,7 +472,7 @@ def test_an_https_server_serves_a_client_trusting_its_ca(start_serve, certificat
 def test_no_reply_within_the_timeout_is_deadline_exceeded(start_serve):
     server = start_serve("--invoke-timeout-ms", "3000")
     with Client(server.url) as client:
-        client.submit("spin", SPIN_MLIR)
+        client.submit("spin", SPIN_FUNCTION)
     with Client(server.url, timeout=0.3) as impatient:
         with pytest.raises(ServeError) as late:
             impatient.invoke("spin", "spin", 1)
@@ -499,7 +486,7 @@ def test_a_post_whose_connection_dies_before_the_reply_is_not_sent_again(start_s
     server = start_serve("--invoke-timeout-ms", "0")
     outcome = []
     with Client(server.url) as client:
-        client.submit("spin", SPIN_MLIR)
+        client.submit("spin", SPIN_FUNCTION)
 
         def call():
             try:
