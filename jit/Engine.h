@@ -187,6 +187,12 @@ struct EngineOptions {
   bool workerSandbox = true;
   /// Workers started ahead of need, so a compile or reload does not wait for one to start.
   unsigned warmWorkers = 1;
+  /// Workers each module version runs in, each with the module compiled and set up in it
+  /// (setup() runs in every one), a call going to whichever is idle: several run a module's
+  /// calls at once, as a server with many clients of one module wants. 1 to
+  /// kMaxWorkersPerModule; a compile starts them all.
+  unsigned workersPerModule = 1;
+  static constexpr unsigned kMaxWorkersPerModule = 64;
   /// A compile (with setup()) still running after this ends with its worker
   /// (deadline_exceeded); 0: no limit. CompileOptions::timeout overrides it.
   std::chrono::milliseconds compileTimeout{0};
@@ -211,7 +217,8 @@ struct InvokeOptions {
   std::optional<std::chrono::milliseconds> timeout;
 };
 
-/// The worker of an isolated module.
+/// The worker of an isolated module (with EngineOptions::workersPerModule above 1, its
+/// workers: `pid` is the first's, the counts are all of theirs, `lastDeath` the latest).
 struct WorkerState {
   bool isolated = false; ///< False for in-process modules; the rest is then empty.
   int pid = 0;           ///< 0 while no worker runs (it died; the next invoke starts one).
@@ -244,8 +251,8 @@ public:
   /// Tensor arguments are read-only to the compiled code; an entry written at the memref
   /// level receives the caller's bytes directly and must not write its arguments.
   ///
-  /// With Isolation::Process the call runs in the module's worker, one call at a time. A
-  /// worker that dies fails the call with ErrorCode::KernelCrashed naming the signal; a
+  /// With Isolation::Process the call runs in one of the module's workers, each running one call at
+  /// a time. A worker that dies fails the call with ErrorCode::KernelCrashed naming the signal; a
   /// timeout ends the worker with ErrorCode::DeadlineExceeded. The next call starts a fresh
   /// worker (compiled again, from the disk cache when it can, and set up again).
   llvm::Expected<std::vector<Tensor>> invoke(llvm::StringRef entry, llvm::ArrayRef<Tensor> inputs,

@@ -13,9 +13,11 @@
 
 #include <algorithm>
 #include <atomic>
+#include <condition_variable>
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <tuple>
 #include <unistd.h>
 
@@ -75,16 +77,21 @@ std::string describeTimeout(std::optional<std::chrono::milliseconds> timeout) {
 
 } // namespace
 
-/// One isolated module version: its worker (started again after it dies), its arenas and
+llvm::Error unloadedError(llvm::StringRef name, llvm::StringRef entry) {
+  return engineError(ErrorCode::UnknownModule,
+                     "module '" + name.str() + "' was unloaded; '" + entry.str() + "' did not run");
+}
+
+/// One worker of an isolated module version (started again after it dies), its arenas and
 /// what it knows of the worker's life. Requests are serialized: a worker runs one at a time.
-class IsolatedWorker {
+class WorkerLane {
 public:
-  IsolatedWorker(std::shared_ptr<WorkerPool> pool, EngineOptions options, std::string name,
-                 std::string sourceName, std::string text)
+  WorkerLane(std::shared_ptr<WorkerPool> pool, EngineOptions options, std::string name,
+             std::string sourceName, std::string text)
       : pool(std::move(pool)), options(std::move(options)), name(std::move(name)),
         sourceName(std::move(sourceName)), text(std::move(text)) {}
 
-  ~IsolatedWorker() {
+  ~WorkerLane() {
     std::lock_guard<std::mutex> lock(requestMutex);
     unload();
   }
@@ -332,10 +339,7 @@ private:
       current.crashes++;
   }
 
-  llvm::Error terminatedError(llvm::StringRef entry) {
-    return engineError(ErrorCode::UnknownModule,
-                       "module '" + name + "' was unloaded; '" + entry.str() + "' did not run");
-  }
+  llvm::Error terminatedError(llvm::StringRef entry) { return unloadedError(name, entry); }
 
   /// The error of a request the worker did not answer, by why it ended: the codes are the
   /// WorkerProcess's, turned into the engine's kinds and messages.
@@ -475,6 +479,95 @@ private:
   std::mutex stateMutex;
   WorkerProcess *live = nullptr;
   WorkerState current;
+  std::atomic<bool> terminated{false};
+};
+
+/// An isolated module version's workers: EngineOptions::workersPerModule of them, each with
+/// the module compiled and set up in it. A call runs in whichever is idle, or waits for one.
+class IsolatedWorker {
+public:
+  using Loaded = WorkerLane::Loaded;
+
+  IsolatedWorker(std::shared_ptr<WorkerPool> pool, EngineOptions options, std::string name,
+                 std::string sourceName, std::string text)
+      : pool(std::move(pool)), options(std::move(options)), name(std::move(name)),
+        sourceName(std::move(sourceName)), text(std::move(text)) {}
+
+  /// Compiles and sets up the module in each worker, one after the other, all before
+  /// `deadline`; what the first compile found. Called before the module is shared.
+  llvm::Expected<Loaded> load(Clock::time_point deadline, llvm::StringRef limit) {
+    unsigned count = std::clamp(options.workersPerModule, 1u, EngineOptions::kMaxWorkersPerModule);
+    std::optional<Loaded> first;
+    for (unsigned i = 0; i < count; ++i) {
+      auto lane = std::make_unique<WorkerLane>(pool, options, name, sourceName, text);
+      llvm::Expected<Loaded> loaded = lane->load(deadline, limit);
+      if (!loaded)
+        return loaded.takeError();
+      if (!first)
+        first = std::move(*loaded);
+      lanes.push_back(std::move(lane));
+      busy.push_back(false);
+    }
+    return std::move(*first);
+  }
+
+  llvm::Expected<std::vector<Tensor>>
+  invoke(llvm::StringRef entry, llvm::ArrayRef<TensorRef> inputs, const InvokeOptions &call) {
+    size_t chosen = 0;
+    {
+      std::unique_lock<std::mutex> lock(mutex);
+      auto idle = [&] { return std::find(busy.begin(), busy.end(), false); };
+      freed.wait(lock, [&] { return terminated || idle() != busy.end(); });
+      if (terminated)
+        return unloadedError(name, entry);
+      chosen = idle() - busy.begin();
+      busy[chosen] = true;
+    }
+    llvm::Expected<std::vector<Tensor>> results = lanes[chosen]->invoke(entry, inputs, call);
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      busy[chosen] = false;
+    }
+    freed.notify_one();
+    return results;
+  }
+
+  WorkerState state() {
+    WorkerState all;
+    all.isolated = true;
+    for (const std::unique_ptr<WorkerLane> &lane : lanes) {
+      WorkerState one = lane->state();
+      if (!all.pid)
+        all.pid = one.pid;
+      all.restarts += one.restarts;
+      all.crashes += one.crashes;
+      if (!one.lastDeath.empty())
+        all.lastDeath = one.lastDeath;
+    }
+    return all;
+  }
+
+  void terminate() {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      terminated = true;
+    }
+    freed.notify_all();
+    for (const std::unique_ptr<WorkerLane> &lane : lanes)
+      lane->terminate();
+  }
+
+  bool isTerminated() const { return terminated; }
+
+private:
+  std::shared_ptr<WorkerPool> pool;
+  const EngineOptions options;
+  const std::string name, sourceName, text;
+  /// Filled by load(), before the module is shared; then only `busy` changes.
+  std::vector<std::unique_ptr<WorkerLane>> lanes;
+  std::mutex mutex; ///< Guards `busy` and `terminated`'s changes.
+  std::condition_variable freed;
+  std::vector<bool> busy;
   std::atomic<bool> terminated{false};
 };
 

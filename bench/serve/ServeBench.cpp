@@ -233,11 +233,12 @@ double reloadOnce(httplib::Client &http, const std::string &dir, const std::stri
   die("a reload did not land within 60 s");
 }
 
-/// Invoke throughput and latency of one courier-serve (module workers, the default) for 1 to
-/// 256 concurrent keep-alive clients, each calling `small` with a JSON tensor: how throughput
-/// grows with clients, and whether any is starved.
-void clients(const std::string &dir) {
-  Server server(dir + "/serve-clients", {});
+/// Invoke throughput and latency of one courier-serve (module workers, the default; the
+/// module in `workers` of them) for 1 to 256 concurrent keep-alive clients, each calling
+/// `small` with a JSON tensor: how throughput grows with clients, and whether any is starved.
+void clients(const std::string &dir, unsigned workers) {
+  Server server(dir + "/serve-clients-" + std::to_string(workers),
+                {"--workers-per-module", std::to_string(workers)});
   std::string body;
   llvm::raw_string_ostream os(body);
   os << llvm::json::Value(llvm::json::Object{{"name", "bench"}, {"mlir", kModule}});
@@ -253,7 +254,8 @@ void clients(const std::string &dir) {
     die("creating the module: " + (created ? created->body : httplib::to_string(created.error())));
   std::string input = jsonBody(Tensor::fromDoubles(DType::F32, {4}, {1, 2, 3, 4}));
   std::printf("== invokes of a tensor<4xf32> entry (JSON) from N concurrent keep-alive "
-              "clients, at least 10000 in all\n");
+              "clients, at least 10000 in all, --workers-per-module %u\n",
+              workers);
   struct Row {
     int clients;
     double perSecond, p50, p99, slowest;
@@ -297,7 +299,9 @@ int main(int argc, char **argv) {
     die("cannot create a temporary directory");
   std::string dir = pattern;
   if (argc > 1 && std::strcmp(argv[1], "clients") == 0) {
-    clients(dir);
+    // The module in one worker, then in two, in one run.
+    for (unsigned workers : {1u, 2u})
+      clients(dir, workers);
     std::error_code ignored;
     std::filesystem::remove_all(dir, ignored);
     return 0;

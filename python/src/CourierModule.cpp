@@ -241,7 +241,8 @@ makeEngine(unsigned optLevel, unsigned jobs, py::object cacheDir, bool diskCache
            std::optional<std::string> authToken, double connectTimeout, double requestTimeout,
            std::optional<double> compileTimeout, std::optional<double> invokeTimeout,
            std::vector<std::string> plugins, std::string extraPipeline, unsigned warmWorkers,
-           uint64_t workerMemoryMiB, bool workerSandbox, py::object workerProgram) {
+           unsigned workersPerModule, uint64_t workerMemoryMiB, bool workerSandbox,
+           py::object workerProgram) {
   if (optLevel > 3)
     throw py::value_error("opt_level must be 0 to 3, got " + std::to_string(optLevel));
   if (jobs > EngineOptions::kMaxJobs)
@@ -264,7 +265,12 @@ makeEngine(unsigned optLevel, unsigned jobs, py::object cacheDir, bool diskCache
       toMilliseconds(invokeTimeout, "invoke_timeout").value_or(std::chrono::milliseconds(0));
   options.plugins = std::move(plugins);
   options.extraPipeline = std::move(extraPipeline);
+  if (workersPerModule < 1 || workersPerModule > EngineOptions::kMaxWorkersPerModule)
+    throw py::value_error("workers_per_module must be 1 to " +
+                          std::to_string(EngineOptions::kMaxWorkersPerModule) + ", got " +
+                          std::to_string(workersPerModule));
   options.warmWorkers = warmWorkers;
+  options.workersPerModule = workersPerModule;
   options.workerMemoryMiB = workerMemoryMiB;
   options.workerSandbox = workerSandbox;
   options.workerProgram = optionalPath(workerProgram).value_or("");
@@ -444,8 +450,8 @@ PYBIND11_MODULE(_courier, m) {
            "isolation"_a = "in_process", "auth_token"_a = py::none(), "connect_timeout"_a = 2.0,
            "request_timeout"_a = 60.0, "compile_timeout"_a = py::none(),
            "invoke_timeout"_a = py::none(), "plugins"_a = std::vector<std::string>{},
-           "extra_pipeline"_a = "", "warm_workers"_a = 1, "worker_memory_mib"_a = 0,
-           "worker_sandbox"_a = true, "worker_program"_a = py::none())
+           "extra_pipeline"_a = "", "warm_workers"_a = 1, "workers_per_module"_a = 1,
+           "worker_memory_mib"_a = 0, "worker_sandbox"_a = true, "worker_program"_a = py::none())
       .def("compile", &compileText, "text"_a, "name"_a = "module", py::kw_only(),
            "timeout"_a = py::none(), "source_name"_a = py::none(),
            "Compiles MLIR text; `name` names the module and, without `source_name`, the text "

@@ -460,23 +460,26 @@ def test_dropping_a_module_lets_other_threads_run(start_executor):
     assert during > 20
 
 
-SLOW_SETUP = """module @slow {
-  func.func public @setup() {
-    %zero = arith.constant 0 : i64
-    %one = arith.constant 1 : i64
-    %n = arith.constant 300000000 : i64
-    %count = llvm.mlir.constant(1 : i64) : i64
-    %cell = llvm.alloca %count x i64 : (i64) -> !llvm.ptr
-    scf.for %i = %zero to %n step %one : i64 {
-      llvm.store volatile %i, %cell : i64, !llvm.ptr
-    }
-    return
-  }
-  func.func public @main(%x: tensor<4xf64>) -> tensor<4xf64> {
-    %y = arith.addf %x, %x : tensor<4xf64>
-    return %y : tensor<4xf64>
-  }
-}"""
+def many_kernels(count):
+    """A program whose main chains `count` kernels, each in a target module of its own: a
+    compile that takes a while (each module is compiled at O2)."""
+    t = "tensor<16xf64>"
+    lines = ["module @many {", f"  func.func public @main(%x: {t}) -> {t} {{"]
+    previous = "%x"
+    for i in range(count):
+        lines.append(f"    %y{i} = catalyst.launch_kernel @k{i}::@f({previous}) : ({t}) -> {t}")
+        previous = f"%y{i}"
+    lines += [f"    return {previous} : {t}", "  }"]
+    for i in range(count):
+        lines += [f"  module @k{i} attributes {{catalyst.target = {{}}, "
+                  "catalyst.dispatch = {address = \"local\"}} {",
+                  f"    func.func public @f(%x: {t}) -> {t} {{",
+                  f"      %c = arith.constant dense<{i}.0> : {t}",
+                  f"      %r = arith.addf %x, %c : {t}",
+                  f"      return %r : {t}", "    }", "  }"]
+    return "\n".join(lines + ["}"])
+
+
 
 
 def pool_workers(marker):
@@ -515,20 +518,21 @@ def test_the_pool_refills_once_a_load_is_done_not_during_it():
             time.sleep(0.3) or cpu_ticks(pool_workers(marker)[0])):
         assert time.monotonic() < deadline, "the pool never had its warm worker"
     loaded = []
-    loader = threading.Thread(target=lambda: loaded.append(engine.compile(SLOW_SETUP, "slow")))
+    slow = many_kernels(24)
+    loader = threading.Thread(target=lambda: loaded.append(engine.compile(slow, "slow")))
     loader.start()
     most = 0
     while loader.is_alive():
         most = max(most, len(pool_workers(marker)))
         time.sleep(0.005)
     loader.join()
-    assert loaded, "the slow module did not load"
+    assert loaded, "the 24-module program did not load"
     # While the warm worker compiled and set up the module, no other started beside it.
     assert most == 1
     while len(pool_workers(marker)) != 2:
         assert time.monotonic() < deadline, "the pool did not refill after the load"
         time.sleep(0.01)
-    np.testing.assert_array_equal(loaded[0].main(np.ones(4)), np.full(4, 2.0))
+    np.testing.assert_array_equal(loaded[0].main(np.zeros(16)), np.full(16, sum(range(24))))
 
 
 OLD_WORKER = """#!/usr/bin/python3
@@ -556,3 +560,69 @@ def test_a_worker_of_another_build_is_refused(tmp_path, version, says):
     assert caught.value.kind == "worker_unavailable"
     assert f"{fake} is a worker of {says}, not of this Courier ({courier.__version__})" \
         in str(caught.value)
+
+
+def test_a_module_in_two_workers_runs_two_calls_at_once():
+    # A pool of its own, told apart by --memory-mib (see the refill test).
+    engine = courier.Engine(disk_cache=False, isolation="process", workers_per_module=2,
+                            worker_memory_mib=4101)
+    module = engine.compile(CRASH_AND_SPIN, "pair")
+    marker = b"4101"
+    outcomes = []
+    # Quiet first: the warm worker the pool starts after the load has done its warm-up.
+    deadline = time.monotonic() + 30
+    while True:
+        start = {pid: cpu_ticks(pid) for pid in pool_workers(marker)}
+        time.sleep(0.3)
+        if all(cpu_ticks(pid) == ticks for pid, ticks in start.items()):
+            break
+        assert time.monotonic() < deadline, "the pool's workers never went idle"
+
+    def spin():
+        try:
+            module.invoke("spin", 1, timeout=20)
+        except courier.InvokeError as e:
+            outcomes.append(e.kind)
+
+    callers = [threading.Thread(target=spin) for _ in range(2)]
+    for caller in callers:
+        caller.start()
+    # Both calls run at once: two of the pool's workers burn CPU together (with one worker
+    # per module the second call would wait for the first, which spins for 20 s).
+    deadline = time.monotonic() + 15
+    while True:
+        workers = pool_workers(marker)
+        start = {pid: cpu_ticks(pid) for pid in workers}
+        time.sleep(0.3)
+        burning = [pid for pid in workers if cpu_ticks(pid) > start[pid]]
+        if len(burning) >= 2:
+            break
+        assert time.monotonic() < deadline, f"only {burning} of {workers} ran"
+    module.terminate()
+    for caller in callers:
+        caller.join(30)
+    assert outcomes == ["unknown_module", "unknown_module"]
+    with pytest.raises(ValueError, match="workers_per_module must be 1 to 64"):
+        courier.Engine(workers_per_module=0)
+
+
+def test_calls_spread_over_a_module_s_workers_are_all_right():
+    engine = courier.Engine(disk_cache=False, isolation="process", workers_per_module=3)
+    module = engine.compile(program_for("i64", (16,), True), "spread")
+    failures = []
+
+    def work(seed):
+        try:
+            for i in range(100):
+                x = np.arange(16, dtype=np.int64) * (seed * 1000 + i)
+                np.testing.assert_array_equal(module.twice(x), 2 * x)
+        except Exception as e:  # reported below
+            failures.append((seed, e))
+
+    threads = [threading.Thread(target=work, args=(s,)) for s in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert failures == []
+    assert module.worker["crashes"] == 0 and module.worker["pid"] > 0

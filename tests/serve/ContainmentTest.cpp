@@ -537,3 +537,56 @@ TEST_CASE("with --isolation=none the server still serves, in its own process",
   CHECK(refused.first != 0);
   CHECK(refused.second.find("--isolation") != std::string::npos);
 }
+
+TEST_CASE("with --workers-per-module 2 two calls of one module spin at once, in two workers",
+          "[serve][containment]") {
+  ServeProcess serve({"", {"--workers-per-module", "2", "--invoke-timeout-ms", "0"}});
+  auto http = serve.client();
+  requireCreated(*http, "hostile", courier::testing::kHostileModule);
+  Reply first, second;
+  bool answeredFirst = false, answeredSecond = false;
+  auto spin = [&serve](Reply &spun, bool &answered) {
+    return std::thread([&serve, &spun, &answered] {
+      auto own = serve.client();
+      own->set_read_timeout(60, 0);
+      auto reply =
+          own->Post("/v1/modules/hostile/invoke/spin", R"({"inputs": [1]})", "application/json");
+      // No Catch assertion on this thread: the reply is looked at once it is joined.
+      answered = bool(reply);
+      if (reply)
+        spun = Reply{reply->status, json::parse(reply->body, nullptr, false), reply->body,
+                     reply->headers};
+    });
+  };
+  std::thread one = spin(first, answeredFirst);
+  std::thread two = spin(second, answeredSecond);
+  // Both calls run: two of the server's module workers burn CPU at once (with one worker,
+  // the second call would wait for the first, which never ends).
+  std::set<pid_t> burning;
+  for (auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+       burning.size() < 2 && std::chrono::steady_clock::now() < deadline;) {
+    std::map<pid_t, long> before;
+    for (pid_t child : liveChildrenOf(serve.processId()))
+      before[child] = cpuTicks(child);
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    burning.clear();
+    for (auto [child, ticks] : before)
+      if (cpuTicks(child) > ticks)
+        burning.insert(child);
+  }
+  CHECK(burning.size() >= 2);
+  // Deleting the module ends both.
+  auto deleted = http->Delete("/v1/modules/hostile");
+  REQUIRE(deleted);
+  CHECK(deleted->status == 204);
+  one.join();
+  two.join();
+  CHECK(answeredFirst);
+  CHECK(answeredSecond);
+  CHECK(errorCode(first) == "unknown_module");
+  CHECK(errorCode(second) == "unknown_module");
+
+  auto [status, log] = runServeToExit({"--workers-per-module", "0"});
+  CHECK(status > 0);
+  CHECK_THAT(log, Catch::Contains("--workers-per-module is 1 to 64"));
+}

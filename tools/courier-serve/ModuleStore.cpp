@@ -217,6 +217,7 @@ Engine &ModuleStore::engineFor(const ModuleOptions &options) {
     engineOptions.compileTimeout = config.compileTimeout;
     engineOptions.invokeTimeout = config.invokeTimeout;
     engineOptions.workerMemoryMiB = config.moduleMemoryMiB;
+    engineOptions.workersPerModule = config.workersPerModule;
     engineOptions.workerSandbox = config.sandbox;
     engineOptions.maxConstantBytes = config.maxConstantBytes;
     engineOptions.maxObjectBytes = config.maxObjectBytes;

@@ -49,7 +49,9 @@ struct StoreOptions {
   /// (deadline_exceeded); a request may ask for less or more. 0: no limit.
   std::chrono::milliseconds invokeTimeout{60000};
   uint64_t moduleMemoryMiB = 4096; ///< Address space each module worker may add; 0: none.
-  bool sandbox = true;             ///< No-new-privs and seccomp for module workers.
+  /// EngineOptions::workersPerModule: worker processes each isolated module version runs in.
+  unsigned workersPerModule = 1;
+  bool sandbox = true; ///< No-new-privs and seccomp for module workers.
   /// EngineOptions::jobs of every engine: threads generating target code (0: one per core).
   unsigned jobs = 0;
   /// EngineOptions::maxConstantBytes and maxObjectBytes of every engine; 0 for no limit.

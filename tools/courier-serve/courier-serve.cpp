@@ -38,6 +38,7 @@ static const char *const kUsage =
     "                     [--max-constant-mib N] [--max-object-mib N] [--threads N] [--quiet]\n"
     "                     [--log-format text|json]\n"
     "                     [--isolation process|none] [--invoke-timeout-ms N] [--jobs N]\n"
+    "                     [--workers-per-module N]\n"
     "                     [--watch-opt-level N]\n"
     "                     [--module-memory-mib N] [--no-sandbox] [--drain-timeout-ms N]\n"
     "                     [--tls-cert FILE --tls-key FILE [--tls-client-ca FILE]]\n"
@@ -79,6 +80,8 @@ static const char *const kUsage =
     "  --invoke-timeout-ms   with process isolation, end an invoke that runs longer (default\n"
     "                        60000; 0: no limit; a request's X-Courier-Deadline-Ms replaces it)\n"
     "  --module-memory-mib   address space each module worker may use (default 4096; 0: none)\n"
+    "  --workers-per-module  worker processes each module version runs in, each set up, a call\n"
+    "                        going to an idle one (default 1; at most 64)\n"
     "  --no-sandbox          start module workers without no-new-privs and seccomp\n"
     "  --drain-timeout-ms    on SIGTERM, how long requests in flight may take to finish while\n"
     "                        /v1/ready answers 503 and new modules are refused (default 30000)\n";
@@ -100,7 +103,7 @@ Expected<Arguments> parseArguments(int argc, char **argv) {
   uint64_t invokeTimeoutMs = args.store.invokeTimeout.count();
   uint64_t maxConstantMiB = args.store.maxConstantBytes >> 20,
            maxObjectMiB = args.store.maxObjectBytes >> 20;
-  uint64_t jobs = 0, watchOptLevel = args.watchOptLevel;
+  uint64_t jobs = 0, watchOptLevel = args.watchOptLevel, workersPerModule = 1;
   transport::ArgumentReader flags(argc, argv, kUsage);
   while (flags.next()) {
     if (flags.arg() == "--quiet") {
@@ -124,14 +127,27 @@ Expected<Arguments> parseArguments(int argc, char **argv) {
     StringRef name = flags.name();
     bool executorTls =
         llvm::is_contained({"--tls-ca", "--tls-client-cert", "--tls-client-key"}, name);
-    if (!executorTls &&
-        !llvm::is_contained({"--listen", "--token-file", "--executor", "--executor-token-file",
-                             "--watch", "--cache-dir", "--cache-max-mib", "--max-body-bytes",
-                             "--max-modules", "--compile-timeout-ms", "--threads",
-                             "--max-constant-mib", "--max-object-mib", "--invoke-timeout-ms",
-                             "--module-memory-mib", "--isolation", "--drain-timeout-ms", "--jobs",
-                             "--watch-opt-level"},
-                            name))
+    if (!executorTls && !llvm::is_contained({"--listen",
+                                             "--token-file",
+                                             "--executor",
+                                             "--executor-token-file",
+                                             "--watch",
+                                             "--cache-dir",
+                                             "--cache-max-mib",
+                                             "--max-body-bytes",
+                                             "--max-modules",
+                                             "--compile-timeout-ms",
+                                             "--threads",
+                                             "--max-constant-mib",
+                                             "--max-object-mib",
+                                             "--invoke-timeout-ms",
+                                             "--module-memory-mib",
+                                             "--isolation",
+                                             "--drain-timeout-ms",
+                                             "--jobs",
+                                             "--watch-opt-level",
+                                             "--workers-per-module"},
+                                            name))
       return flags.unknown();
     if (Error error = flags.readValue())
       return std::move(error);
@@ -175,6 +191,8 @@ Expected<Arguments> parseArguments(int argc, char **argv) {
       error = flags.number(args.store.moduleMemoryMiB);
     else if (name == "--jobs")
       error = flags.number(jobs);
+    else if (name == "--workers-per-module")
+      error = flags.number(workersPerModule);
     else if (name == "--watch-opt-level")
       error = flags.number(watchOptLevel);
     else if (name == "--drain-timeout-ms")
@@ -217,6 +235,10 @@ Expected<Arguments> parseArguments(int argc, char **argv) {
                              Twine(UINT64_MAX >> 20));
   if (!args.watchDir.empty() && !sys::fs::is_directory(args.watchDir))
     return createStringError("--watch '" + args.watchDir + "' is not a directory");
+  if (workersPerModule < 1 || workersPerModule > EngineOptions::kMaxWorkersPerModule)
+    return createStringError("--workers-per-module is 1 to " +
+                             Twine(EngineOptions::kMaxWorkersPerModule));
+  args.store.workersPerModule = static_cast<unsigned>(workersPerModule);
   if (jobs > EngineOptions::kMaxJobs)
     return createStringError("--jobs is at most " + Twine(EngineOptions::kMaxJobs));
   args.store.jobs = static_cast<unsigned>(jobs);
