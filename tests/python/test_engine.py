@@ -248,25 +248,31 @@ def test_bad_arguments_raise_the_engines_message(engine):
         courier.Engine(isolation="container")
 
 
-def test_threads_invoke_one_module_at_once(engine):
-    module = engine.compile(program_for("i64", (64,), True), "threads")
+def twice_from_threads(module, threads, calls, size):
+    """`calls` calls of module.twice from each of `threads` threads at once, each result
+    checked; the failures, with the seed of the thread that saw each."""
     failures = []
 
     def work(seed):
         try:
-            for i in range(200):
-                x = np.arange(64, dtype=np.int64) * (seed * 1000 + i)
+            for i in range(calls):
+                x = np.arange(size, dtype=np.int64) * (seed * 1000 + i)
                 np.testing.assert_array_equal(module.twice(x), 2 * x)
-        except Exception as e:  # reported below, with the thread's seed
+        except Exception as e:  # returned, with the thread's seed
             failures.append((seed, e))
 
-    threads = [threading.Thread(target=work, args=(s,)) for s in range(8)]
-    for t in threads:
+    started = [threading.Thread(target=work, args=(s,)) for s in range(threads)]
+    for t in started:
         t.start()
-    for t in threads:
+    for t in started:
         t.join(timeout=120)
-    assert not any(t.is_alive() for t in threads)
-    assert failures == []
+    assert not any(t.is_alive() for t in started)
+    return failures
+
+
+def test_threads_invoke_one_module_at_once(engine):
+    module = engine.compile(program_for("i64", (64,), True), "threads")
+    assert twice_from_threads(module, threads=8, calls=200, size=64) == []
 
 
 def test_hot_reload(engine, tmp_path):
@@ -609,20 +615,5 @@ def test_a_module_in_two_workers_runs_two_calls_at_once():
 def test_calls_spread_over_a_module_s_workers_are_all_right():
     engine = courier.Engine(disk_cache=False, isolation="process", workers_per_module=3)
     module = engine.compile(program_for("i64", (16,), True), "spread")
-    failures = []
-
-    def work(seed):
-        try:
-            for i in range(100):
-                x = np.arange(16, dtype=np.int64) * (seed * 1000 + i)
-                np.testing.assert_array_equal(module.twice(x), 2 * x)
-        except Exception as e:  # reported below
-            failures.append((seed, e))
-
-    threads = [threading.Thread(target=work, args=(s,)) for s in range(6)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=120)
-    assert failures == []
+    assert twice_from_threads(module, threads=6, calls=100, size=16) == []
     assert module.worker["crashes"] == 0 and module.worker["pid"] > 0
