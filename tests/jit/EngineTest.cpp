@@ -557,6 +557,37 @@ TEST_CASE("setup runs once after linking and teardown when the module goes", "[e
   CHECK(recorded == std::vector<int64_t>{1, 2, 2, 3});
 }
 
+TEST_CASE("engines made one after another in a process each run their module's own setup",
+          "[engine]") {
+  // A module worker compiles its warm-up module with one engine and then the module with
+  // another: the second engine's setup() must run as the first one's did.
+  const char *text = R"mlir(
+    func.func private @courier_test_record(i64)
+    func.func public @setup() {
+      %c = arith.constant 5 : i64
+      func.call @courier_test_record(%c) : (i64) -> ()
+      return
+    }
+    func.func public @main(%x: tensor<4xf64>) -> tensor<4xf64> {
+      %y = arith.addf %x, %x : tensor<4xf64>
+      return %y : tensor<4xf64>
+    }
+  )mlir";
+  recorded.clear();
+  for (int i = 0; i < 3; ++i) {
+    TempDir dir;
+    EngineOptions options = optionsIn(dir);
+    options.diskCache = false;
+    Engine engine(options);
+    auto module = engine.compile(text, "own-setup-" + std::to_string(i));
+    REQUIRE(ok(module));
+    auto out = (*module)->invoke("main", {Tensor::fromDoubles(DType::F64, {4}, {1, 2, 3, 4})});
+    REQUIRE(ok(out));
+    CHECK(values((*out)[0]) == std::vector<double>{2, 4, 6, 8});
+  }
+  CHECK(recorded == std::vector<int64_t>{5, 5, 5});
+}
+
 TEST_CASE("a kernel that computes in place leaves its caller's input as it was", "[engine]") {
   // On the in-process executor the kernel's argument is the caller's own buffer.
   TempDir dir;

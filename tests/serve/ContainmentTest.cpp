@@ -343,10 +343,10 @@ TEST_CASE("deleting a module whose call spins ends the call and its worker",
 
 namespace {
 
-/// Starts a call of the hostile module's `spin` on a connection of its own and returns once
-/// it is running (its worker burns CPU, or with `--isolation none` the server does).
-std::thread startSpinning(ServeProcess &serve, int burning, Reply &spun, bool &answered) {
-  std::thread caller([&serve, &spun, &answered] {
+/// A thread calling the hostile module's `spin` on a connection of its own; `spun` and
+/// `answered` say how it ended, once the thread is joined.
+std::thread callSpin(ServeProcess &serve, Reply &spun, bool &answered) {
+  return std::thread([&serve, &spun, &answered] {
     auto own = serve.client();
     own->set_read_timeout(60, 0);
     auto reply =
@@ -357,6 +357,12 @@ std::thread startSpinning(ServeProcess &serve, int burning, Reply &spun, bool &a
       spun = Reply{reply->status, json::parse(reply->body, nullptr, false), reply->body,
                    reply->headers};
   });
+}
+
+/// Starts callSpin and returns once the call is running (`burning`, its worker or with
+/// `--isolation none` the server, burns CPU).
+std::thread startSpinning(ServeProcess &serve, int burning, Reply &spun, bool &answered) {
+  std::thread caller = callSpin(serve, spun, answered);
   long start = cpuTicks(burning);
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
   while (cpuTicks(burning) - start < sysconf(_SC_CLK_TCK) / 10 &&
@@ -545,21 +551,8 @@ TEST_CASE("with --workers-per-module 2 two calls of one module spin at once, in 
   requireCreated(*http, "hostile", courier::testing::kHostileModule);
   Reply first, second;
   bool answeredFirst = false, answeredSecond = false;
-  auto spin = [&serve](Reply &spun, bool &answered) {
-    return std::thread([&serve, &spun, &answered] {
-      auto own = serve.client();
-      own->set_read_timeout(60, 0);
-      auto reply =
-          own->Post("/v1/modules/hostile/invoke/spin", R"({"inputs": [1]})", "application/json");
-      // No Catch assertion on this thread: the reply is looked at once it is joined.
-      answered = bool(reply);
-      if (reply)
-        spun = Reply{reply->status, json::parse(reply->body, nullptr, false), reply->body,
-                     reply->headers};
-    });
-  };
-  std::thread one = spin(first, answeredFirst);
-  std::thread two = spin(second, answeredSecond);
+  std::thread one = callSpin(serve, first, answeredFirst);
+  std::thread two = callSpin(serve, second, answeredSecond);
   // Both calls run: two of the server's module workers burn CPU at once (with one worker,
   // the second call would wait for the first, which never ends).
   std::set<pid_t> burning;
