@@ -617,3 +617,22 @@ def test_calls_spread_over_a_module_s_workers_are_all_right():
     module = engine.compile(program_for("i64", (16,), True), "spread")
     assert twice_from_threads(module, threads=6, calls=100, size=16) == []
     assert module.worker["crashes"] == 0 and module.worker["pid"] > 0
+
+
+def test_a_module_s_own_empty_setup_runs_in_its_worker():
+    """An empty setup() compiles at O2 to a lone return at the start of its code: calling it
+    must not read before it (the sanitized build's function-type check once did)."""
+    text = """module @own {
+  func.func public @setup() {
+    return
+  }
+  func.func public @main(%x: tensor<4xf64>) -> tensor<4xf64> {
+    %y = arith.addf %x, %x : tensor<4xf64>
+    return %y : tensor<4xf64>
+  }
+}"""
+    for isolation in ("process", "in_process"):
+        for attempt in range(2):
+            engine = courier.Engine(disk_cache=False, isolation=isolation)
+            module = engine.compile(text, f"own_{isolation}_{attempt}")
+            np.testing.assert_array_equal(module.main(np.ones(4)), np.full(4, 2.0))
