@@ -2,18 +2,13 @@
 // handed to NumPy without a copy.
 #include "Bindings.h"
 
-#include <array>
 #include <cstring>
 #include <optional>
+#include <vector>
 
 namespace courier::python {
 
 namespace {
-
-constexpr DType kAllDTypes[] = {DType::F16,  DType::F32,  DType::F64, DType::I1,   DType::I8,
-                                DType::I16,  DType::I32,  DType::I64, DType::BF16, DType::UI8,
-                                DType::UI16, DType::UI32, DType::UI64};
-constexpr size_t kDTypeCount = sizeof(kAllDTypes) / sizeof(kAllDTypes[0]);
 
 const char *numpyName(DType dtype) {
   switch (dtype) {
@@ -49,7 +44,7 @@ const char *numpyName(DType dtype) {
 // NumPy's objects the conversions use, looked up once (with the GIL held, the first time
 // they are needed) and kept for the life of the interpreter.
 struct NumPy {
-  std::array<PyObject *, kDTypeCount> dtypes{};
+  std::vector<PyObject *> dtypes; ///< By DType's code (its enum value).
   PyObject *asarray = nullptr;
   PyObject *require = nullptr;
   PyObject *arrayEqual = nullptr;
@@ -59,8 +54,8 @@ struct NumPy {
     static const NumPy *numpy = [] {
       auto *n = new NumPy;
       py::module_ np = py::module_::import("numpy");
-      for (DType dtype : kAllDTypes)
-        n->dtypes[size_t(dtype)] = py::dtype(numpyName(dtype)).release().ptr();
+      for (uint64_t code = 0; std::optional<DType> dtype = dtypeFromCode(code); ++code)
+        n->dtypes.push_back(py::dtype(numpyName(*dtype)).release().ptr());
       n->asarray = py::object(np.attr("asarray")).release().ptr();
       n->require = py::object(np.attr("require")).release().ptr();
       n->arrayEqual = py::object(np.attr("array_equal")).release().ptr();
@@ -72,45 +67,16 @@ struct NumPy {
 };
 
 // The Courier dtype of elements NumPy describes by `kind` and `size`, whatever their byte
-// order; bf16 when the entry wants bf16 and the array holds uint16 bit patterns.
+// order: the one whose NumPy dtype (numpyName) has them; bf16 when the entry wants bf16 and
+// the array holds uint16 bit patterns.
 std::optional<DType> courierDType(char kind, int size, const TensorSpec *spec) {
-  switch (kind) {
-  case 'b':
-    return DType::I1;
-  case 'f':
-    switch (size) {
-    case 2:
-      return DType::F16;
-    case 4:
-      return DType::F32;
-    case 8:
-      return DType::F64;
-    }
-    return std::nullopt;
-  case 'i':
-    switch (size) {
-    case 1:
-      return DType::I8;
-    case 2:
-      return DType::I16;
-    case 4:
-      return DType::I32;
-    case 8:
-      return DType::I64;
-    }
-    return std::nullopt;
-  case 'u':
-    switch (size) {
-    case 1:
-      return DType::UI8;
-    case 2:
-      return spec && spec->dtype == DType::BF16 ? DType::BF16 : DType::UI16;
-    case 4:
-      return DType::UI32;
-    case 8:
-      return DType::UI64;
-    }
-    return std::nullopt;
+  if (kind == 'u' && size == 2 && spec && spec->dtype == DType::BF16)
+    return DType::BF16;
+  const std::vector<PyObject *> &dtypes = NumPy::get().dtypes;
+  for (size_t code = 0; code < dtypes.size(); ++code) {
+    auto *descr = py::detail::array_descriptor_proxy(dtypes[code]);
+    if (descr->kind == kind && descr->elsize == size && DType(code) != DType::BF16)
+      return DType(code);
   }
   return std::nullopt;
 }

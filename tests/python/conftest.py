@@ -216,7 +216,9 @@ class _Servers:
         self.started = []
         node.courier_servers = self.started
 
-    def start(self, program, args):
+    def start(self, program, args, listen):
+        """Starts `program --listen LISTEN args...` (each argument as str)."""
+        args = ["--listen", listen] + [str(arg) for arg in args]
         label = "{}-{}".format(pathlib.Path(program).name, len(self.started) + 1)
         server = ServerProcess(program, args, self.log_dir, label)
         self.started.append(server)
@@ -259,10 +261,9 @@ def start_serve(_servers, bin_dir, cache_dir):
     early (e.g. to start another on the same unix socket).
     """
     def start(*args, listen="127.0.0.1:0"):
-        args = ["--listen", listen] + [str(arg) for arg in args]
         if "--cache-dir" not in args:
-            args += ["--cache-dir", str(cache_dir)]
-        return _servers.start(bin_dir / "courier-serve", args)
+            args += ("--cache-dir", cache_dir)
+        return _servers.start(bin_dir / "courier-serve", args, listen)
     return start
 
 
@@ -278,8 +279,7 @@ def start_executor(_servers, bin_dir):
     courier-executor and returns its ServerProcess once listening (``.address`` for
     the engine's executor override, ``.url`` for HTTP clients)."""
     def start(*args, listen="127.0.0.1:0"):
-        args = ["--listen", listen] + [str(arg) for arg in args]
-        return _servers.start(bin_dir / "courier-executor", args)
+        return _servers.start(bin_dir / "courier-executor", args, listen)
     return start
 
 
