@@ -112,18 +112,26 @@ std::optional<std::chrono::milliseconds> toMilliseconds(std::optional<double> se
   return std::chrono::milliseconds(static_cast<int64_t>(std::ceil(*seconds * 1000)));
 }
 
+/// What `work` (returning an llvm::Expected) makes, run without the GIL; its error raised
+/// as the exception of `phase`, with the GIL back.
+template <typename Work> auto withoutGil(Phase phase, Work work) {
+  std::optional<decltype(work())> made;
+  {
+    py::gil_scoped_release release;
+    made.emplace(work());
+  }
+  if (!*made)
+    raise(made->takeError(), phase);
+  return std::move(**made);
+}
+
 py::object call(const Module &module, const EntrySignature &entry, py::handle args,
                 const InvokeOptions &options) {
   CallInputs inputs;
   readInputs(entry, args, inputs);
-  std::optional<llvm::Expected<std::vector<Tensor>>> results;
-  {
-    py::gil_scoped_release release;
-    results.emplace(module.invoke(entry.name, llvm::ArrayRef<TensorRef>(inputs.refs), options));
-  }
-  if (!*results)
-    raise(results->takeError(), Phase::Invoke);
-  return resultsToPython(std::move(**results));
+  return resultsToPython(withoutGil(Phase::Invoke, [&] {
+    return module.invoke(entry.name, llvm::ArrayRef<TensorRef>(inputs.refs), options);
+  }));
 }
 
 /// Entry, whose calls come straight to callEntry (its tp_call slot): a call is a few
@@ -280,25 +288,13 @@ makeEngine(unsigned optLevel, unsigned jobs, py::object cacheDir, bool diskCache
   return std::make_shared<Engine>(std::move(options));
 }
 
-/// The module `compile` makes, compiled without the GIL, or its error raised.
-py::object
-compileWithoutGil(const std::function<llvm::Expected<std::shared_ptr<Module>>()> &compile) {
-  std::optional<llvm::Expected<std::shared_ptr<Module>>> module;
-  {
-    py::gil_scoped_release release;
-    module.emplace(compile());
-  }
-  if (!*module)
-    raise(module->takeError(), Phase::Compile);
-  return wrapModule(std::move(**module));
-}
-
 py::object compileText(Engine &engine, const std::string &text, const std::string &name,
                        py::handle timeout, std::optional<std::string> sourceName) {
   CompileOptions options;
   options.timeout = toMilliseconds(seconds(timeout, "timeout"), "timeout");
   options.sourceName = sourceName.value_or("");
-  return compileWithoutGil([&] { return engine.compile(text, name, options); });
+  return wrapModule(
+      withoutGil(Phase::Compile, [&] { return engine.compile(text, name, options); }));
 }
 
 py::object compileFile(Engine &engine, py::handle pathObject, const std::string &name,
@@ -306,18 +302,8 @@ py::object compileFile(Engine &engine, py::handle pathObject, const std::string 
   std::string path = fsPath(pathObject);
   CompileOptions options;
   options.timeout = toMilliseconds(seconds(timeout, "timeout"), "timeout");
-  return compileWithoutGil([&] { return engine.compileFile(path, name, options); });
-}
-
-uint64_t reloadWith(PyReloadable &self, const std::function<llvm::Expected<uint64_t>()> &load) {
-  std::optional<llvm::Expected<uint64_t>> version;
-  {
-    py::gil_scoped_release release;
-    version.emplace(load());
-  }
-  if (!*version)
-    raise(version->takeError(), Phase::Compile);
-  return **version;
+  return wrapModule(
+      withoutGil(Phase::Compile, [&] { return engine.compileFile(path, name, options); }));
 }
 
 std::shared_ptr<Module> currentOrRaise(const PyReloadable &self) {
@@ -476,7 +462,8 @@ PYBIND11_MODULE(_courier, m) {
       .def(
           "reload",
           [](PyReloadable &self, const std::string &text, const std::string &sourceName) {
-            return reloadWith(self, [&] { return self.reloadable->reload(text, sourceName); });
+            return withoutGil(Phase::Compile,
+                              [&] { return self.reloadable->reload(text, sourceName); });
           },
           "text"_a, "source_name"_a = "",
           "Compiles `text` and makes it the current version; returns the version number. "
@@ -485,7 +472,7 @@ PYBIND11_MODULE(_courier, m) {
           "reload_file",
           [](PyReloadable &self, py::handle pathObject) {
             std::string path = fsPath(pathObject);
-            return reloadWith(self, [&] { return self.reloadable->reloadFile(path); });
+            return withoutGil(Phase::Compile, [&] { return self.reloadable->reloadFile(path); });
           },
           "path"_a)
       .def_property_readonly("name",
