@@ -12,6 +12,7 @@
 #include "Version.h"
 
 #include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/ScopeExit.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringMap.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -48,6 +49,8 @@ struct Metrics {
   std::atomic<uint64_t> launches{0}, launchFailures{0}, calls{0}, callFailures{0};
   std::atomic<uint64_t> objectUploads{0}, objectsDropped{0}, sessionsOpened{0}, sessionsExpired{0};
   std::atomic<uint64_t> deadlineKills{0}, workersRestarted{0};
+  /// Launches between their start and their outcome, over either channel.
+  std::atomic<uint64_t> launchesRunning{0};
   prometheus::Histogram launchSeconds{transport::durationBuckets()};
   /// Worker deaths by cause ("crash", "deadline", "exit"), crashes by signal.
   std::mutex labelledMutex;
@@ -1024,6 +1027,8 @@ ExecutorCore::launch(Session &s, llvm::StringRef sha, llvm::StringRef entry, Inp
                      Clock::time_point deadline, SharedRegions *resultsInto) {
   BusyGuard busy(s, impl->isolated());
   Metrics &metrics = impl->metrics;
+  metrics.launchesRunning++;
+  auto running = llvm::make_scope_exit([&] { metrics.launchesRunning--; });
   bool timed = impl->options.timeLaunches;
   Clock::time_point started = timed ? Clock::now() : Clock::time_point();
   auto finished = [&] {
@@ -1206,6 +1211,7 @@ llvm::Expected<uint64_t> ExecutorCore::launchAsync(const SessionRef &session, ll
                              "the session was closed before '" + entry + "' started"));
         return;
       }
+      m->launchesRunning++;
       auto started = Clock::now();
       MessageWriter launch(MessageKind::Launch);
       launch.str(object).str(entry).u64(0).u64(0).u64(0).u64(1).str("").u64(0).u64(0);
@@ -1221,6 +1227,7 @@ llvm::Expected<uint64_t> ExecutorCore::launchAsync(const SessionRef &session, ll
       }();
       m->launchSeconds.Observe(std::chrono::duration<double>(Clock::now() - started).count());
       m->launches++;
+      m->launchesRunning--;
       finish(reply ? llvm::Error::success() : reply.takeError());
     });
   } else {
@@ -1228,10 +1235,12 @@ llvm::Expected<uint64_t> ExecutorCore::launchAsync(const SessionRef &session, ll
     // meanwhile goes at once (nothing waits for a kernel that may never return), and the
     // host with the object's code stays until the task is done.
     impl->launchPool->async([host = s.host, object, entry, m, finish] {
+      m->launchesRunning++;
       auto started = Clock::now();
       llvm::Expected<std::vector<OwnedTensor>> results = host->launch(object, entry, {}, {});
       m->launchSeconds.Observe(std::chrono::duration<double>(Clock::now() - started).count());
       m->launches++;
+      m->launchesRunning--;
       finish(results ? llvm::Error::success()
                      : classifyHostError(results.takeError(), "unknown_entry", "launch_failed",
                                          "launching '" + entry + "'"));
@@ -1405,6 +1414,9 @@ std::vector<prometheus::MetricFamily> ExecutorCore::collectMetrics() {
     std::lock_guard<std::mutex> lock(impl->sessionsMutex);
     families.push_back(gauge("courier_sessions", "Open sessions.", impl->sessions.size()));
   }
+  families.push_back(gauge("courier_launches_running",
+                           "Kernel launches under way, over HTTP or the same-host channel.",
+                           metrics.launchesRunning));
   {
     std::lock_guard<std::mutex> lock(impl->objectsMutex);
     families.push_back(gauge("courier_objects", "Objects held.", impl->objects.size()));

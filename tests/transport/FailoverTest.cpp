@@ -86,13 +86,12 @@ struct Pair {
     return require(createHttpBackend("unix:" + front, options));
   }
 
-  /// Waits until `executor` is serving a launch: its HTTP requests in flight, which leave
-  /// out probes such as /metrics, reach one, or (the client on the executor's host takes the
-  /// same-host channel) a launch came over the channel.
-  static void awaitLaunchInFlight(const ExecutorProcess &executor) {
+  /// Waits until `executor` is running a launch, over HTTP or the same-host channel: its
+  /// request has arrived whole, so the client cannot know whether it ran. (Requests in
+  /// flight would not do: the request before it is still counted while its reply is written.)
+  static void awaitLaunchRunning(const ExecutorProcess &executor) {
     auto giveUp = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-    while (executor.metric("courier_requests_in_flight") < 1 &&
-           executor.metric("courier_shm_launches_total") < 1) {
+    while (executor.metric("courier_launches_running") < 1) {
       REQUIRE(std::chrono::steady_clock::now() < giveUp);
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
@@ -109,7 +108,7 @@ struct Pair {
     auto running = std::async(std::launch::async, [&] {
       return backend.launch(session, object, kSlowPlusOne, {view(x)}, {{1, 8}});
     });
-    awaitLaunchInFlight(first);
+    awaitLaunchRunning(first);
     if (moveFirst)
       point(second);
     first.kill();
@@ -152,6 +151,7 @@ TEST_CASE("a contained launch whose executor dies under it runs again where its 
   CHECK(pair.second.metric("courier_sessions") == 1);
   CHECK(pair.second.metric("courier_object_uploads_total") == 1);
   CHECK(pair.second.metric("courier_launches_total") == 1);
+  CHECK(pair.second.metric("courier_launches_running") == 0);
 }
 
 TEST_CASE("a launch lost with an executor that does not contain it fails with executor_lost",
