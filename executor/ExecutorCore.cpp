@@ -1028,7 +1028,7 @@ ExecutorCore::launch(Session &s, llvm::StringRef sha, llvm::StringRef entry, Inp
   BusyGuard busy(s, impl->isolated());
   Metrics &metrics = impl->metrics;
   metrics.launchesRunning++;
-  auto running = llvm::make_scope_exit([&] { metrics.launchesRunning--; });
+  llvm::scope_exit running([&] { metrics.launchesRunning--; });
   bool timed = impl->options.timeLaunches;
   Clock::time_point started = timed ? Clock::now() : Clock::time_point();
   auto finished = [&] {

@@ -1,6 +1,7 @@
 // Element types, owning tensors and the printable forms of signatures and diagnostics.
 #include "jit/Engine.h"
 #include "jit/Internal.h"
+#include "transport/Wire.h"
 
 #include "llvm/ADT/APFloat.h"
 #include "llvm/ADT/STLExtras.h"
@@ -21,8 +22,6 @@
 #include <limits>
 #include <tuple>
 #include <utility>
-
-#include <sys/mman.h>
 
 namespace courier {
 
@@ -762,12 +761,7 @@ void writeTensorJSON(std::string &out, const Tensor &tensor) {
   out.reserve(out.size() + std::min<size_t>(most, size_t(1) << 30));
   // Fresh pages are faulted in one at a time as the text reaches them; measured on a VM, 44 MiB
   // took 70 ms in 4 KiB pages and 16 ms in 2 MiB ones. Only advice: the kernel may decline.
-  constexpr uintptr_t kHugePage = uintptr_t(2) << 20;
-  auto begin =
-      (reinterpret_cast<uintptr_t>(out.data() + out.size()) + kHugePage - 1) & ~(kHugePage - 1);
-  auto end = reinterpret_cast<uintptr_t>(out.data() + out.capacity()) & ~(kHugePage - 1);
-  if (end > begin)
-    madvise(reinterpret_cast<void *>(begin), end - begin, MADV_HUGEPAGE);
+  transport::wire::adviseHugePages(out.data() + out.size(), out.capacity() - out.size());
   auto append = [&](const char *data, size_t size) { out.append(data, size); };
   writeTensor(append, tensor);
 }

@@ -244,16 +244,26 @@ llvm::Error bodyFailure(httplib::Response &res, bool overLimit, const std::strin
 llvm::Error HttpService::readBody(const httplib::Request &req, httplib::Response &res,
                                   const httplib::ContentReader &reader, std::string &out) const {
   // The Content-Length is only a claim: taken whole, a request that never sends its body
-  // could make the server reserve up to the body limit per connection. Past 1 MiB the buffer
-  // grows as the bytes actually come.
+  // could make the server reserve up to the body limit per connection. The first 1 MiB is
+  // reserved at once; once it has come, the rest of what the Content-Length says (or, for a
+  // chunked body, twice what came), in one fresh buffer backed by huge pages. Each size holds
+  // kBodyPadding bytes more, which a parser that reads past the end may need.
   constexpr uint64_t kMaxInitialReserve = 1 << 20;
   uint64_t limit = opts.listen.maxBodyBytes;
-  out.reserve(static_cast<size_t>(std::min({contentLength(req), kMaxInitialReserve, limit})));
+  uint64_t claimed = req.has_header("Content-Length") ? contentLength(req) : 0;
+  out.reserve(
+      static_cast<size_t>(std::min({claimed, kMaxInitialReserve, limit}) + wire::kBodyPadding));
   bool overLimit = false;
   if (!reader([&](const char *data, size_t size) {
         if (size > limit - std::min<uint64_t>(out.size(), limit)) {
           overLimit = true;
           return false;
+        }
+        uint64_t needed = out.size() + size + wire::kBodyPadding;
+        if (needed > out.capacity()) {
+          uint64_t next = std::max<uint64_t>(claimed, 2 * out.size());
+          wire::reserveFresh(out, static_cast<size_t>(std::max(needed, std::min(next, limit) +
+                                                                           wire::kBodyPadding)));
         }
         out.append(data, size);
         return true;

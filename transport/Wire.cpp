@@ -42,14 +42,49 @@ std::string errorBody(ErrorCode code, llvm::StringRef message) {
   return errorBody(errorCodeName(code), message);
 }
 
+namespace {
+constexpr uintptr_t kHugePage = uintptr_t(2) << 20;
+} // namespace
+
+void adviseHugePages(void *data, size_t size) {
+  auto begin = (reinterpret_cast<uintptr_t>(data) + kHugePage - 1) & ~(kHugePage - 1);
+  auto end = (reinterpret_cast<uintptr_t>(data) + size) & ~(kHugePage - 1);
+  if (end > begin)
+    madvise(reinterpret_cast<void *>(begin), end - begin, MADV_HUGEPAGE);
+}
+
+void resizeFresh(std::vector<uint8_t> &bytes, size_t size) {
+  if (size > bytes.capacity() && size >= 2 * kHugePage) {
+    std::vector<uint8_t> fresh;
+    fresh.reserve(size);
+    adviseHugePages(fresh.data(), fresh.capacity());
+    fresh.assign(bytes.begin(), bytes.end());
+    bytes = std::move(fresh);
+  }
+  bytes.resize(size);
+}
+
+void reserveFresh(std::string &text, size_t capacity) {
+  if (capacity <= text.capacity())
+    return;
+  if (capacity < 2 * kHugePage) {
+    text.reserve(capacity);
+    return;
+  }
+  std::string fresh;
+  fresh.reserve(capacity);
+  adviseHugePages(fresh.data(), fresh.capacity());
+  fresh.append(text);
+  text = std::move(fresh);
+}
+
 void *allocateTensorBuffer(uint64_t bytes) {
-  constexpr uint64_t kHugePage = uint64_t(2) << 20;
   if (bytes < 2 * kHugePage)
     return std::malloc(std::max<uint64_t>(bytes, 1));
   uint64_t rounded = (bytes + kHugePage - 1) / kHugePage * kHugePage;
   void *data = std::aligned_alloc(kHugePage, rounded);
   if (data)
-    madvise(data, rounded, MADV_HUGEPAGE); // Advice only: without huge pages it still works.
+    adviseHugePages(data, rounded);
   return data;
 }
 

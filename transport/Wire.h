@@ -148,6 +148,23 @@ private:
   uint64_t filled = 0; ///< Bytes written into destinations[current].
 };
 
+/// Bytes of room a request body read by the transport keeps past its end, for parsers that
+/// read ahead (simdjson's padding).
+constexpr size_t kBodyPadding = 64;
+
+/// Asks that the 2 MiB pages wholly inside [data, data + size) be backed by huge pages. Only
+/// worth it before they are first touched: a fresh 4 KiB page costs a fault each (measured on
+/// a VM here: 44 MiB took 70 ms in 4 KiB pages, 16 ms in 2 MiB ones). Advice only: the kernel
+/// may decline, and a range holding no whole huge page is left alone.
+void adviseHugePages(void *data, size_t size);
+
+/// Resizes `bytes` to `size` zeroed bytes, a large buffer asked to be backed by huge pages
+/// before it is touched (see adviseHugePages).
+void resizeFresh(std::vector<uint8_t> &bytes, size_t size);
+/// Reserves room for `capacity` bytes in `text`, a large fresh buffer asked to be backed by
+/// huge pages before the text is copied into it.
+void reserveFresh(std::string &text, size_t capacity);
+
 /// Allocates a tensor buffer released with std::free (at least one byte). Large buffers are
 /// 2 MiB-aligned and asked to be backed by huge pages: a fresh 64 MiB buffer otherwise costs
 /// 16k page faults, as much time as receiving its bytes.

@@ -2,6 +2,7 @@
 // that walk (nothing skipped, so nothing goes unchecked), and any surprise gives up on the
 // whole body rather than guessing.
 #include "tools/courier-serve/JsonInputs.h"
+#include "transport/Wire.h"
 
 #include <simdjson.h>
 
@@ -31,8 +32,11 @@ constexpr size_t kMaxExactDigits = 19;
 
 /// True when `value`, a number, has more digits before its exponent than kMaxExactDigits.
 bool beyondExactDigits(od::value &value) {
+  std::string_view token = value.raw_json_token();
+  if (token.size() <= kMaxExactDigits) // The common case: too short to hold that many digits.
+    return false;
   size_t digits = 0;
-  for (char c : value.raw_json_token()) {
+  for (char c : token) {
     if (c >= '0' && c <= '9')
       ++digits;
     else if (c != '-' && c != '.')
@@ -47,7 +51,9 @@ class TensorReader {
 public:
   /// `expected`: the bytes the elements are likely to take, allocated up front.
   TensorReader(DType dtype, size_t baseDepth, size_t expected)
-      : dtype(dtype), bytes(expected), baseDepth(baseDepth) {}
+      : dtype(dtype), baseDepth(baseDepth) {
+    transport::wire::resizeFresh(bytes, expected);
+  }
 
   /// The bytes of the elements read, and nothing past them.
   std::vector<uint8_t> take() {
@@ -239,7 +245,7 @@ private:
 
   template <typename T> bool append(T v) {
     if (used + sizeof(T) > bytes.size())
-      bytes.resize(std::max<size_t>(2 * bytes.size(), 64));
+      transport::wire::resizeFresh(bytes, std::max<size_t>(2 * bytes.size(), 64));
     std::memcpy(bytes.data() + used, &v, sizeof(T));
     used += sizeof(T);
     return true;
@@ -371,6 +377,8 @@ struct PooledParser {
 
 std::optional<std::vector<Tensor>> readInputsFast(llvm::StringRef body, const EntrySignature &entry,
                                                   size_t allocated) {
+  static_assert(transport::wire::kBodyPadding >= simdjson::SIMDJSON_PADDING,
+                "request bodies keep the room simdjson reads past their end");
   // simdjson reads up to SIMDJSON_PADDING bytes past the end; a body without that much room
   // after it is read from a padded copy.
   std::optional<simdjson::padded_string> copy;
