@@ -185,8 +185,7 @@ llvm::Expected<std::optional<Message>> WorkerProcess::ringDoorbell(Clock::time_p
   page->requestBytes.store(inSlot ? static_cast<uint32_t>(bytes.size()) : 0,
                            std::memory_order_release);
   uint32_t before = page->reply.load(std::memory_order_acquire);
-  page->request.store(++ticket, std::memory_order_release);
-  doorbell::ring(page->request);
+  doorbell::set(page->request, ++ticket, page->requestSleeping);
   // A small kernel answers within microseconds: wait for it awake, briefly. Then sleep in
   // slices, looking at the socket between them for a death the crash reporter could not
   // announce (SIGKILL).
@@ -196,7 +195,8 @@ llvm::Expected<std::optional<Message>> WorkerProcess::ringDoorbell(Clock::time_p
       if (now >= deadline || dead)
         return std::nullopt; // The socket receive that follows sees the deadline or death.
       doorbell::sleep(page->reply, before,
-                      std::min<Clock::duration>(deadline - now, kDoorbellSlice));
+                      std::min<Clock::duration>(deadline - now, kDoorbellSlice),
+                      page->replySleeping);
       if (page->reply.load(std::memory_order_acquire) != before)
         break;
       struct pollfd ready {

@@ -43,7 +43,7 @@ bool WorkerChannel::next(Message &request) {
       // costs most of a small launch (docs/performance.md).
       doorbell::spin(page->request, ticket, kAwaitRequestAwake);
       while (page->request.load(std::memory_order_acquire) == ticket) {
-        doorbell::sleep(page->request, ticket, std::chrono::seconds(1));
+        doorbell::sleep(page->request, ticket, std::chrono::seconds(1), page->requestSleeping);
         if (page->request.load(std::memory_order_acquire) != ticket)
           break;
         struct pollfd closed {
@@ -123,8 +123,7 @@ llvm::Error WorkerChannel::answer(MessageWriter &message, llvm::ArrayRef<int> fd
   // the answer is there, or once the socket holds something (a crash report).
   page->replyBytes.store(inSlot ? static_cast<uint32_t>(bytes.size()) : 0,
                          std::memory_order_release);
-  page->reply.store(ticket, std::memory_order_release);
-  doorbell::ring(page->reply);
+  doorbell::set(page->reply, ticket, page->replySleeping);
   if (!inSlot)
     return sendMessage(socket, bytes, fds);
   return llvm::Error::success();

@@ -111,6 +111,10 @@ struct DoorbellPage {
   std::atomic<uint32_t> reply;
   std::atomic<uint32_t> requestBytes;
   std::atomic<uint32_t> replyBytes;
+  /// Set while the side waiting on request (the worker) or reply (the executor) may be
+  /// asleep: the other rings only then (doorbell::set).
+  std::atomic<uint32_t> requestSleeping;
+  std::atomic<uint32_t> replySleeping;
   char requestSlot[kMaxMessageBytes];
   char replySlot[kMaxMessageBytes];
 };

@@ -306,6 +306,22 @@ void sleep(std::atomic<uint32_t> &word, uint32_t seen, std::chrono::nanoseconds 
             0);
 }
 
+void set(std::atomic<uint32_t> &word, uint32_t value, const std::atomic<uint32_t> &sleeping) {
+  // Sequentially consistent with the waiter's two steps below: either it sees the new value
+  // before it sleeps, or this sees its flag and wakes it.
+  word.store(value, std::memory_order_seq_cst);
+  if (sleeping.load(std::memory_order_seq_cst) != 0)
+    ring(word);
+}
+
+void sleep(std::atomic<uint32_t> &word, uint32_t seen, std::chrono::nanoseconds timeout,
+           std::atomic<uint32_t> &sleeping) {
+  sleeping.store(1, std::memory_order_seq_cst);
+  if (word.load(std::memory_order_seq_cst) == seen)
+    sleep(word, seen, timeout);
+  sleeping.store(0, std::memory_order_relaxed);
+}
+
 bool spin(const std::atomic<uint32_t> &word, uint32_t seen, std::chrono::nanoseconds spin) {
   if (word.load(std::memory_order_acquire) != seen)
     return true;

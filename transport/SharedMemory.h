@@ -165,6 +165,14 @@ void ring(std::atomic<uint32_t> &word);
 /// Sleeps while `word` holds `seen`, for at most `timeout`; returns early when it changes,
 /// on a signal, or spuriously: callers re-read the word.
 void sleep(std::atomic<uint32_t> &word, uint32_t seen, std::chrono::nanoseconds timeout);
+/// A doorbell whose waiter says when it may be asleep, so that ringing costs a system call
+/// only then: a waiter polling awake (spin) is told by the word alone. Both sides must use
+/// these two calls; a peer that does not is never woken early.
+/// Stores `value` in `word`, then wakes its waiter if `sleeping` says it may be asleep.
+void set(std::atomic<uint32_t> &word, uint32_t value, const std::atomic<uint32_t> &sleeping);
+/// As sleep(), first saying in `sleeping` that the caller may be asleep.
+void sleep(std::atomic<uint32_t> &word, uint32_t seen, std::chrono::nanoseconds timeout,
+           std::atomic<uint32_t> &sleeping);
 /// Polls `word` while it holds `seen`, yielding the core between reads, for at most `spin`.
 /// True if it changed.
 bool spin(const std::atomic<uint32_t> &word, uint32_t seen, std::chrono::nanoseconds spin);
