@@ -250,7 +250,7 @@ llvm::Error HttpService::readBody(const httplib::Request &req, httplib::Response
   // kBodyPadding bytes more, which a parser that reads past the end may need.
   constexpr uint64_t kMaxInitialReserve = 1 << 20;
   uint64_t limit = opts.listen.maxBodyBytes;
-  uint64_t claimed = req.has_header("Content-Length") ? contentLength(req) : 0;
+  uint64_t claimed = contentLength(req);
   out.reserve(
       static_cast<size_t>(std::min({claimed, kMaxInitialReserve, limit}) + wire::kBodyPadding));
   bool overLimit = false;

@@ -53,30 +53,30 @@ void adviseHugePages(void *data, size_t size) {
     madvise(reinterpret_cast<void *>(begin), end - begin, MADV_HUGEPAGE);
 }
 
-void resizeFresh(std::vector<uint8_t> &bytes, size_t size) {
-  if (size > bytes.capacity() && size >= 2 * kHugePage) {
-    std::vector<uint8_t> fresh;
-    fresh.reserve(size);
-    adviseHugePages(fresh.data(), fresh.capacity());
-    fresh.assign(bytes.begin(), bytes.end());
-    bytes = std::move(fresh);
+namespace {
+/// Reserves `capacity` in `buffer` (a vector or string); a large one in a fresh buffer
+/// advised before its contents are copied in.
+template <typename Buffer> void reserveAdvised(Buffer &buffer, size_t capacity) {
+  if (capacity <= buffer.capacity())
+    return;
+  if (capacity < 2 * kHugePage) {
+    buffer.reserve(capacity);
+    return;
   }
+  Buffer fresh;
+  fresh.reserve(capacity);
+  adviseHugePages(fresh.data(), fresh.capacity());
+  fresh.insert(fresh.end(), buffer.begin(), buffer.end());
+  buffer = std::move(fresh);
+}
+} // namespace
+
+void resizeFresh(std::vector<uint8_t> &bytes, size_t size) {
+  reserveAdvised(bytes, size);
   bytes.resize(size);
 }
 
-void reserveFresh(std::string &text, size_t capacity) {
-  if (capacity <= text.capacity())
-    return;
-  if (capacity < 2 * kHugePage) {
-    text.reserve(capacity);
-    return;
-  }
-  std::string fresh;
-  fresh.reserve(capacity);
-  adviseHugePages(fresh.data(), fresh.capacity());
-  fresh.append(text);
-  text = std::move(fresh);
-}
+void reserveFresh(std::string &text, size_t capacity) { reserveAdvised(text, capacity); }
 
 void *allocateTensorBuffer(uint64_t bytes) {
   if (bytes < 2 * kHugePage)
