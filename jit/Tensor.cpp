@@ -322,17 +322,6 @@ struct Flattener {
   }
 };
 
-/// `value` as a whole number: its sign and magnitude, or nullopt if it is not one. Whole
-/// numbers written as doubles (2.0) count; so does everything from INT64_MIN to UINT64_MAX.
-std::optional<std::pair<bool, uint64_t>> wholeNumber(const llvm::json::Value &value) {
-  if (std::optional<int64_t> exact = value.getAsInteger())
-    return std::make_pair(*exact < 0, *exact < 0 ? 0 - static_cast<uint64_t>(*exact)
-                                                 : static_cast<uint64_t>(*exact));
-  if (std::optional<uint64_t> large = value.getAsUINT64())
-    return std::make_pair(false, *large);
-  return std::nullopt;
-}
-
 /// Checks that `value` fits `dtype` exactly: integers must be whole and in range.
 llvm::Error checkRange(const llvm::json::Value &value, DType dtype, size_t index) {
   const DTypeInfo &info = infoOf(dtype);
@@ -350,7 +339,7 @@ llvm::Error checkRange(const llvm::json::Value &value, DType dtype, size_t index
   uint64_t maxPositive =
       info.kind == Kind::Signed ? (uint64_t(1) << (bits - 1)) - 1 : ~uint64_t(0) >> (64 - bits);
   uint64_t maxNegative = info.kind == Kind::Signed ? uint64_t(1) << (bits - 1) : 0;
-  std::optional<std::pair<bool, uint64_t>> whole = wholeNumber(value);
+  std::optional<std::pair<bool, uint64_t>> whole = jsonWholeNumber(value);
   if (!whole || whole->second > (whole->first ? maxNegative : maxPositive))
     return llvm::createStringError(
         "element %zu (%s) is not a whole number %s can hold (%s%llu to %llu)", index,
@@ -435,10 +424,10 @@ llvm::Expected<Tensor> tensorFromJSON(const llvm::json::Value &value, const Tens
     if (const llvm::json::Array *declared = object->getArray("shape")) {
       std::vector<int64_t> explicitShape;
       for (const llvm::json::Value &d : *declared) {
-        std::optional<int64_t> size = d.getAsInteger();
-        if (!size || *size < 0)
+        std::optional<uint64_t> size = jsonCount(d);
+        if (!size || *size > uint64_t(INT64_MAX))
           return llvm::createStringError("\"shape\" must hold non-negative integers");
-        explicitShape.push_back(*size);
+        explicitShape.push_back(static_cast<int64_t>(*size));
       }
       std::optional<int64_t> count = checkedElementCount(explicitShape, dtypeSize(dtype));
       if (!count)
@@ -474,12 +463,42 @@ llvm::Expected<Tensor> tensorFromJSON(const llvm::json::Value &value, const Tens
   Tensor tensor = Tensor::fromDoubles(dtype, std::move(shape), numbers);
   if (wide)
     for (size_t i = 0; i < data.size(); ++i)
-      if (std::optional<std::pair<bool, uint64_t>> whole = wholeNumber(*data[i])) {
+      if (std::optional<std::pair<bool, uint64_t>> whole = jsonWholeNumber(*data[i])) {
         // Two's complement: the bytes of -m are those of 0 - m modulo 2^64.
         uint64_t bits = whole->first ? 0 - whole->second : whole->second;
         std::memcpy(tensor.bytes.data() + i * sizeof(uint64_t), &bits, sizeof(bits));
       }
   return tensor;
+}
+
+std::optional<std::pair<bool, uint64_t>> jsonWholeNumber(const llvm::json::Value &value) {
+  // Non-negative integers, including those above INT64_MAX, which only getAsUINT64 reads.
+  if (std::optional<uint64_t> count = value.getAsUINT64())
+    return std::make_pair(false, *count);
+  std::optional<double> number = value.getAsNumber();
+  if (!number)
+    return std::nullopt;
+  constexpr double kTwo63 = 9223372036854775808.0, kTwo64 = 18446744073709551616.0;
+  // Below 2^63 getAsInteger is exact for integers and defined for doubles; at or above it,
+  // only a double can be here (the integers were taken above).
+  if (*number < kTwo63) {
+    std::optional<int64_t> exact = value.getAsInteger();
+    if (!exact)
+      return std::nullopt;
+    return std::make_pair(*exact < 0, *exact < 0 ? 0 - static_cast<uint64_t>(*exact)
+                                                 : static_cast<uint64_t>(*exact));
+  }
+  double whole;
+  if (*number < kTwo64 && std::modf(*number, &whole) == 0.0)
+    return std::make_pair(false, static_cast<uint64_t>(*number));
+  return std::nullopt;
+}
+
+std::optional<uint64_t> jsonCount(const llvm::json::Value &value) {
+  std::optional<std::pair<bool, uint64_t>> whole = jsonWholeNumber(value);
+  if (!whole || (whole->first && whole->second != 0))
+    return std::nullopt;
+  return whole->second;
 }
 
 llvm::json::Value tensorToJSON(const Tensor &tensor) {

@@ -16,6 +16,7 @@
 #include <optional>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace llvm {
@@ -157,6 +158,15 @@ struct TensorSpec;
 /// Reads a tensor for `spec` from JSON: a number or boolean for a scalar, nested arrays
 /// (the shape follows the nesting), or {"dtype", "shape", "data"} with flat or nested data.
 llvm::Expected<Tensor> tensorFromJSON(const llvm::json::Value &value, const TensorSpec &spec);
+
+/// `value` as a whole number from INT64_MIN to UINT64_MAX, as its sign (true for negative) and
+/// magnitude: an integer, or a double with no fraction (2.0, 1e3); nullopt for anything else.
+/// Defined for every double, unlike llvm::json::Value::getAsInteger, which converts 2^63 to
+/// int64 (undefined behaviour) when a client writes 9223372036854775808.0.
+std::optional<std::pair<bool, uint64_t>> jsonWholeNumber(const llvm::json::Value &value);
+
+/// `value` as a non-negative whole number (a size, an offset, a level), or nullopt.
+std::optional<uint64_t> jsonCount(const llvm::json::Value &value);
 
 /// llvm::json::parse, refusing input nested deeper than `maxDepth` arrays and objects, so
 /// hostile input cannot exhaust the parser's stack.

@@ -170,6 +170,57 @@ TEST_CASE("ui64 values are exact up to 2^64 - 1", "[tensor]") {
   CHECK(object->dtype == DType::UI64);
 }
 
+TEST_CASE("whole numbers written as doubles are read across the whole 64-bit range", "[tensor]") {
+  // 2^63 written as a double is one past INT64_MAX: an i64 cannot hold it, a ui64 can. The
+  // reading of it must be defined (a fuzzer found the conversion that was not).
+  CHECK_THAT(errorOf(read("[-93808, 9223372036854775887.]", tensorOf(DType::I64, {2}))),
+             Catch::Contains("element 1 (9.2233720368547758e+18) is not a whole number i64 can "
+                             "hold (-9223372036854775808 to 9223372036854775807)"));
+  CHECK_THAT(errorOf(read("[9223372036854775808.0]", tensorOf(DType::I64, {1}))),
+             Catch::Contains("is not a whole number i64 can hold"));
+  auto wide =
+      read("[9223372036854775808.0, 1.8446744073709550e19, 2.0]", tensorOf(DType::UI64, {3}));
+  REQUIRE(ok(wide));
+  CHECK(written(*wide) ==
+        R"({"data":[9223372036854775808,18446744073709549568,2],"dtype":"ui64","shape":[3]})");
+  // 2^64 and beyond, as integers or doubles, fit no integer dtype; -2^63 fits i64 exactly.
+  CHECK_THAT(errorOf(read("[18446744073709551616.0]", tensorOf(DType::UI64, {1}))),
+             Catch::Contains("is not a whole number ui64 can hold"));
+  CHECK_THAT(errorOf(read("[1e300]", tensorOf(DType::UI64, {1}))),
+             Catch::Contains("is not a whole number ui64 can hold"));
+  auto lowest = read("[-9223372036854775808.0, -1e300]", tensorOf(DType::I64, {2}));
+  CHECK_THAT(errorOf(std::move(lowest)), Catch::Contains("element 1 (-1.0000000000000001e+300)"));
+  auto min = read("[-9223372036854775808.0]", tensorOf(DType::I64, {1}));
+  REQUIRE(ok(min));
+  CHECK(written(*min) == R"({"data":[-9223372036854775808],"dtype":"i64","shape":[1]})");
+  // The same values as the sizes of a stated shape.
+  CHECK_THAT(errorOf(read(R"({"shape": [9223372036854775808.0], "data": []})",
+                          tensorOf(DType::F32, {-1}))),
+             Catch::Contains("\"shape\" must hold non-negative integers"));
+  CHECK_THAT(errorOf(read(R"({"shape": [1e300], "data": []})", tensorOf(DType::F32, {-1}))),
+             Catch::Contains("\"shape\" must hold non-negative integers"));
+  auto stated = read(R"({"shape": [2.0, -0.0], "data": []})", tensorOf(DType::F32, {-1, -1}));
+  REQUIRE(ok(stated));
+  CHECK(stated->shape == std::vector<int64_t>{2, 0});
+}
+
+TEST_CASE("jsonWholeNumber and jsonCount read integers and whole doubles exactly", "[tensor]") {
+  using Whole = std::optional<std::pair<bool, uint64_t>>;
+  CHECK(jsonWholeNumber(llvm::json::Value(int64_t(-5))) == Whole({true, 5}));
+  CHECK(jsonWholeNumber(llvm::json::Value(UINT64_MAX)) == Whole({false, UINT64_MAX}));
+  CHECK(jsonWholeNumber(llvm::json::Value(INT64_MIN)) == Whole({true, uint64_t(1) << 63}));
+  CHECK(jsonWholeNumber(llvm::json::Value(9223372036854775808.0)) ==
+        Whole({false, uint64_t(1) << 63}));
+  CHECK(jsonWholeNumber(llvm::json::Value(0.5)) == std::nullopt);
+  CHECK(jsonWholeNumber(llvm::json::Value(std::nan(""))) == std::nullopt);
+  CHECK(jsonWholeNumber(llvm::json::Value(INFINITY)) == std::nullopt);
+  CHECK(jsonWholeNumber(llvm::json::Value("1")) == std::nullopt);
+  CHECK(jsonCount(llvm::json::Value(3.0)) == uint64_t(3));
+  CHECK(jsonCount(llvm::json::Value(-0.0)) == uint64_t(0));
+  CHECK(jsonCount(llvm::json::Value(int64_t(-1))) == std::nullopt);
+  CHECK(jsonCount(llvm::json::Value(-1e300)) == std::nullopt);
+}
+
 TEST_CASE("bf16 reads JSON numbers rounded to the nearest, ties to even", "[tensor]") {
   // bf16 keeps 8 significant bits. 1 + 2^-8 lies halfway between 1 and 1 + 2^-7 and goes to
   // the even one, 1; 1 + 3 * 2^-8 lies halfway between 1 + 2^-7 and 1 + 2^-6 and goes to

@@ -318,6 +318,12 @@ TEST_CASE("malformed requests are 400 and unknown names 404, each with a JSON er
          return post(*http, "/v1/modules", createBody("x", kHostOnly, {{"optLevel", 7}}));
        },
        400, "bad_request", "optLevel"},
+      {"an optLevel of 2^63 written as a double",
+       [&] {
+         return post(*http, "/v1/modules",
+                     createBody("x", kHostOnly, {{"optLevel", 9223372036854775808.0}}));
+       },
+       400, "bad_request", "optLevel"},
       {"an executor that is no address",
        [&] {
          return post(*http, "/v1/modules", createBody("x", kHostOnly, {{"executor", "nowhere"}}));
@@ -529,6 +535,19 @@ TEST_CASE("a frame input's bytes or offset of the wrong type is 400 naming the f
   CHECK(mismatch.status == 400);
   CHECK(mismatch.body["error"]["message"] ==
         "frame input 0 declares 18446744073709551615 bytes, its shape needs 32");
+  // 2^63 written as a double is read as the whole number it is, in bytes and in the shape.
+  Reply wide = send(R"("bytes": 9223372036854775808.0)");
+  CHECK(wide.status == 400);
+  CHECK(wide.body["error"]["message"] ==
+        "frame input 0 declares 9223372036854775808 bytes, its shape needs 32");
+  Reply shape =
+      toReply(http->Post("/v1/modules/scale/invoke/main",
+                         R"({"inputs": [{"dtype": "f64", "shape": [9223372036854775808.0]}]})"
+                         "\n",
+                         "application/x-courier-frame"));
+  CHECK(shape.status == 400);
+  CHECK(shape.body["error"]["message"] ==
+        "frame input 0: \"shape\" must hold non-negative integers");
 }
 
 TEST_CASE("scalars and several outputs travel as JSON and as frames", "[serve]") {

@@ -2,6 +2,8 @@
 #include "tools/courier-serve/RequestBodies.h"
 #include "tools/courier-serve/JsonInputs.h"
 
+#include "jit/Tensor.h"
+
 #include "transport/HostPort.h"
 #include "transport/Wire.h"
 
@@ -35,8 +37,8 @@ llvm::Expected<ModuleOptions> parseOptions(const json::Value &value) {
   ModuleOptions options;
   for (const auto &[key, field] : *object) {
     if (key == "optLevel") {
-      std::optional<int64_t> level = field.getAsInteger();
-      if (!level || *level < 0 || *level > 3)
+      std::optional<uint64_t> level = jsonCount(field);
+      if (!level || *level > 3)
         return makeServeError(ErrorCode::BadRequest,
                               "'options.optLevel' must be an integer from 0 to 3");
       options.optLevel = static_cast<unsigned>(*level);
@@ -82,11 +84,9 @@ llvm::Expected<std::optional<uint64_t>> optionalCount(const json::Object &item, 
   const json::Value *value = item.get(key);
   if (!value)
     return std::nullopt;
-  if (std::optional<uint64_t> count = value->getAsUINT64())
-    return count;
   // 32.0 is a JSON spelling of 32, as "shape" accepts it.
-  if (std::optional<int64_t> whole = value->getAsInteger(); whole && *whole >= 0)
-    return static_cast<uint64_t>(*whole);
+  if (std::optional<uint64_t> count = jsonCount(*value))
+    return count;
   return makeServeError(ErrorCode::BadRequest, "frame input " + llvm::Twine(input) + ": \"" + key +
                                                    "\" must be a non-negative integer");
 }
@@ -108,12 +108,12 @@ llvm::Expected<Tensor> frameInput(const json::Value &given, size_t i, uint64_t o
   Tensor tensor;
   tensor.dtype = *dtype;
   for (const json::Value &d : *shape) {
-    std::optional<int64_t> size = d.getAsInteger();
-    if (!size || *size < 0)
+    std::optional<uint64_t> size = jsonCount(d);
+    if (!size || *size > uint64_t(INT64_MAX))
       return makeServeError(ErrorCode::BadRequest,
                             "frame input " + llvm::Twine(i) +
                                 ": \"shape\" must hold non-negative integers");
-    tensor.shape.push_back(*size);
+    tensor.shape.push_back(static_cast<int64_t>(*size));
   }
   llvm::Expected<uint64_t> bytes =
       wire::packedBytes(static_cast<int64_t>(dtypeSize(*dtype)), tensor.shape);
