@@ -12,7 +12,6 @@
 #include "Version.h"
 
 #include "llvm/ADT/STLExtras.h"
-#include "llvm/ADT/ScopeExit.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringMap.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -55,6 +54,38 @@ struct Metrics {
   /// Worker deaths by cause ("crash", "deadline", "exit"), crashes by signal.
   std::mutex labelledMutex;
   std::map<std::string, uint64_t> restartsByCause, crashesBySignal;
+};
+
+/// One launch from its start to its outcome, whichever path it takes: running while this
+/// lives; counted as a launch, with its duration when timed, at finish() or at the end.
+class RunningLaunch {
+public:
+  RunningLaunch(Metrics &metrics, bool timed)
+      : metrics(metrics), timed(timed), started(timed ? Clock::now() : Clock::time_point()) {
+    metrics.launchesRunning++;
+  }
+  RunningLaunch(const RunningLaunch &) = delete;
+  RunningLaunch &operator=(const RunningLaunch &) = delete;
+  ~RunningLaunch() {
+    finish();
+    metrics.launchesRunning--;
+  }
+
+  /// The kernel has answered: what follows (decoding, packing) is not its time.
+  void finish() {
+    if (finished)
+      return;
+    finished = true;
+    if (timed)
+      metrics.launchSeconds.Observe(std::chrono::duration<double>(Clock::now() - started).count());
+    metrics.launches++;
+  }
+
+private:
+  Metrics &metrics;
+  bool timed;
+  bool finished = false;
+  Clock::time_point started;
 };
 
 /// An async launch's outcome: empty code on success.
@@ -1027,15 +1058,7 @@ ExecutorCore::launch(Session &s, llvm::StringRef sha, llvm::StringRef entry, Inp
                      Clock::time_point deadline, SharedRegions *resultsInto) {
   BusyGuard busy(s, impl->isolated());
   Metrics &metrics = impl->metrics;
-  metrics.launchesRunning++;
-  llvm::scope_exit running([&] { metrics.launchesRunning--; });
-  bool timed = impl->options.timeLaunches;
-  Clock::time_point started = timed ? Clock::now() : Clock::time_point();
-  auto finished = [&] {
-    if (timed)
-      metrics.launchSeconds.Observe(std::chrono::duration<double>(Clock::now() - started).count());
-    metrics.launches++;
-  };
+  RunningLaunch running(metrics, impl->options.timeLaunches);
   LaunchResults out;
   if (impl->isolated()) {
     if (!area)
@@ -1099,7 +1122,7 @@ ExecutorCore::launch(Session &s, llvm::StringRef sha, llvm::StringRef entry, Inp
           return std::move(error);
       return impl->ask(s, **worker, launch, fds, deadline, what);
     }();
-    finished();
+    running.finish();
     if (!reply) {
       metrics.launchFailures++;
       return reply.takeError();
@@ -1133,7 +1156,7 @@ ExecutorCore::launch(Session &s, llvm::StringRef sha, llvm::StringRef entry, Inp
     inputs = placed;
   }
   llvm::Expected<std::vector<OwnedTensor>> produced = s.host->launch(sha, entry, inputs, results);
-  finished();
+  running.finish();
   if (!produced) {
     metrics.launchFailures++;
     return classifyHostError(produced.takeError(), "unknown_entry", "launch_failed",
@@ -1211,11 +1234,10 @@ llvm::Expected<uint64_t> ExecutorCore::launchAsync(const SessionRef &session, ll
                              "the session was closed before '" + entry + "' started"));
         return;
       }
-      m->launchesRunning++;
-      auto started = Clock::now();
       MessageWriter launch(MessageKind::Launch);
       launch.str(object).str(entry).u64(0).u64(0).u64(0).u64(1).str("").u64(0).u64(0);
       llvm::Expected<Message> reply = [&]() -> llvm::Expected<Message> {
+        RunningLaunch running(*m, true);
         std::lock_guard<std::mutex> working(held->workerMutex);
         llvm::Expected<std::shared_ptr<WorkerProcess>> worker = core->liveWorker(*held, deadline);
         if (!worker)
@@ -1225,9 +1247,6 @@ llvm::Expected<uint64_t> ExecutorCore::launchAsync(const SessionRef &session, ll
             return std::move(error);
         return core->ask(*held, **worker, launch, {}, deadline, "'" + entry + "'");
       }();
-      m->launchSeconds.Observe(std::chrono::duration<double>(Clock::now() - started).count());
-      m->launches++;
-      m->launchesRunning--;
       finish(reply ? llvm::Error::success() : reply.takeError());
     });
   } else {
@@ -1235,12 +1254,10 @@ llvm::Expected<uint64_t> ExecutorCore::launchAsync(const SessionRef &session, ll
     // meanwhile goes at once (nothing waits for a kernel that may never return), and the
     // host with the object's code stays until the task is done.
     impl->launchPool->async([host = s.host, object, entry, m, finish] {
-      m->launchesRunning++;
-      auto started = Clock::now();
-      llvm::Expected<std::vector<OwnedTensor>> results = host->launch(object, entry, {}, {});
-      m->launchSeconds.Observe(std::chrono::duration<double>(Clock::now() - started).count());
-      m->launches++;
-      m->launchesRunning--;
+      llvm::Expected<std::vector<OwnedTensor>> results = [&] {
+        RunningLaunch running(*m, true);
+        return host->launch(object, entry, {}, {});
+      }();
       finish(results ? llvm::Error::success()
                      : classifyHostError(results.takeError(), "unknown_entry", "launch_failed",
                                          "launching '" + entry + "'"));

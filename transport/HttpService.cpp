@@ -53,6 +53,8 @@ thread_local bool requestIsWork = false;
 // The request's id and what it concerns, for its log line.
 thread_local std::string currentRequestId;
 thread_local std::string currentSubject;
+// Whether the error handler gave an id to a request httplib refused before routing.
+thread_local bool refusalIdGiven = false;
 
 /// Request ids made here: a random start, so that two processes' ids hardly ever meet, then
 /// one more per request.
@@ -551,6 +553,14 @@ void HttpService::installHandlers() {
   // get the same JSON error shape as ours.
   http.set_error_handler(httplib::Server::HandlerWithResponse(
       [this](const httplib::Request &req, httplib::Response &res) {
+        if (!requestCounted && !refusalIdGiven) {
+          // Refused by httplib before routing (a request line or header it cannot take): the
+          // id is made here, where the reply can still carry it, and the log line uses it.
+          currentRequestId = requestIdFor(req);
+          currentSubject.clear();
+          refusalIdGiven = true;
+          res.set_header("X-Request-Id", currentRequestId);
+        }
         if (!res.body.empty() || res.content_length_ > 0)
           return httplib::Server::HandlerResponse::Unhandled;
         if (res.status == 404)
@@ -586,8 +596,8 @@ void HttpService::installHandlers() {
     bytesIn->Increment(static_cast<double>(in));
     bytesOut->Increment(static_cast<double>(out));
     countRequest(counted ? currentRoute : 0, res.status);
-    if (!counted) {
-      // Refused by httplib before routing: no id was given to it yet.
+    if (!counted && !std::exchange(refusalIdGiven, false)) {
+      // Refused by httplib before routing, with no error reply: no id was given to it yet.
       currentRequestId = requestIdFor(req);
       currentSubject.clear();
     }

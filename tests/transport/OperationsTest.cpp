@@ -1,6 +1,7 @@
 // What an operator sees of courier-executor: the name its process goes by, the log lines it
 // writes, and what it lists of the sessions and objects it holds.
 #include "tests/kernels/KernelPaths.h"
+#include "tests/support/RawConnection.h"
 #include "tests/transport/ExecutorProcess.h"
 #include "transport/Wire.h"
 
@@ -24,6 +25,7 @@
 using courier::testing::ExecutorConfig;
 using courier::testing::ExecutorProcess;
 using courier::testing::procFile;
+using courier::testing::RawConnection;
 using courier::testing::runServerToExit;
 using json = nlohmann::json;
 namespace wire = courier::transport::wire;
@@ -211,6 +213,29 @@ TEST_CASE("with --log-format=json each request is one JSON line with its time, l
     CHECK(parsed.contains("time"));
     CHECK(parsed.contains("level"));
   }
+}
+
+TEST_CASE("a request httplib refuses before routing gets an id in its reply and its log line",
+          "[transport][operations][log]") {
+  ExecutorProcess executor(ExecutorConfig{0, "", {"--log-format=json"}});
+  // A request line past httplib's 8192 bytes: refused before any handler of the executor runs.
+  RawConnection connection(executor.port());
+  connection.send("GET /v1/" + std::string(9000, 'a') +
+                  " HTTP/1.1\r\nHost: x\r\n"
+                  "Connection: close\r\n\r\n");
+  std::string reply = connection.readAll();
+  INFO(reply);
+  std::smatch status;
+  REQUIRE(std::regex_search(reply, status, std::regex("^HTTP/1.1 (4[0-9][0-9]) ")));
+  std::smatch id;
+  REQUIRE(std::regex_search(reply, id, std::regex("\r\nX-Request-Id: ([0-9a-f]{16})\r\n")));
+  CHECK(reply.find("\"code\":\"bad_request\"") != std::string::npos);
+  std::string line = executor.awaitLogLine([&](const std::string &text) {
+    return text.find("\"request_id\":\"" + id[1].str() + "\"") != std::string::npos;
+  });
+  INFO(executor.log());
+  REQUIRE(!line.empty());
+  CHECK(json::parse(line)["status"] == std::stoi(status[1].str()));
 }
 
 TEST_CASE("text log lines begin with the time and level and end with the request id and "
