@@ -300,20 +300,31 @@ void shared(int n, int mib, int reps, bool isolated) {
     args.insert(args.end(), {"--isolation", "none"});
   std::printf("  executor with --isolation %s\n", isolated ? "process" : "none");
   ExecutorProcess executor(courier::testing::ExecutorConfig{0, "", args});
-  BackendOptions sharedOptions, httpOptions;
+  BackendOptions sharedOptions, firstPageOptions, httpOptions;
   sharedOptions.sharedMemory = SharedMemory::On;
+  // A client of the first control page version, which rings with a system call every time:
+  // what the sleep flags of the newest one save.
+  firstPageOptions.sharedMemory = SharedMemory::On;
+  firstPageOptions.sharedMemoryPageVersion = 1;
   httpOptions.sharedMemory = SharedMemory::Off;
   auto backend = check(createHttpBackend(executor.address(), sharedOptions), "connecting");
+  auto firstPage = check(createHttpBackend(executor.address(), firstPageOptions), "connecting");
   auto http = check(createHttpBackend(executor.address(), httpOptions), "connecting");
   std::string session = check(backend->openSession(), "opening a session");
+  std::string firstPageSession = check(firstPage->openSession(), "opening a session");
   std::string httpSession = check(http->openSession(), "opening a session");
   ObjectBlob shapes = loadObject(COURIER_KERNEL_SHAPES);
   ObjectBlob scale = loadObject(COURIER_KERNEL_SCALE);
   check(backend->shipObject(session, shapes), "shipping");
   check(backend->shipObject(session, scale), "shipping");
+  check(firstPage->shipObject(firstPageSession, shapes), "shipping");
   check(http->shipObject(httpSession, shapes), "shipping");
   auto shmOnce = [&] {
     check(backend->launch(session, shapes, "_catalyst_pyface_noop", {}, {}), "launching");
+  };
+  auto firstPageOnce = [&] {
+    check(firstPage->launch(firstPageSession, shapes, "_catalyst_pyface_noop", {}, {}),
+          "launching");
   };
   auto httpOnce = [&] {
     check(http->launch(httpSession, shapes, "_catalyst_pyface_noop", {}, {}), "launching");
@@ -341,17 +352,24 @@ void shared(int n, int mib, int reps, bool isolated) {
     recvAll(fd, ping + 8, 64);
   };
 
-  std::vector<double> raws, shms, https;
+  double launchesBefore = executor.metric("courier_shm_launches_total");
+  std::vector<double> raws, shms, firstPages, https;
   int block = std::min(n, 1000);
   measure(block, 0, rawOnce, raws);
   measure(block, 0, shmOnce, shms);
+  measure(block, 0, firstPageOnce, firstPages);
   measure(block, 0, httpOnce, https);
   for (int done = 0; done < n; done += block) {
     measure(0, block, rawOnce, raws);
     measure(0, block, shmOnce, shms);
+    measure(0, block, firstPageOnce, firstPages);
     measure(0, block, httpOnce, https);
   }
-  Percentiles raw = percentiles(raws), shm = percentiles(shms), overHttp = percentiles(https);
+  if (executor.metric("courier_shm_launches_total") - launchesBefore <
+      2.0 * (block + ((n + block - 1) / block) * block))
+    die("the noop launches did not all cross shared memory");
+  Percentiles raw = percentiles(raws), shm = percentiles(shms),
+              firstPageShm = percentiles(firstPages), overHttp = percentiles(https);
 
   const size_t bytes = size_t(mib) << 20;
   std::vector<char> input(bytes + 8, 1), output(bytes);
@@ -368,7 +386,7 @@ void shared(int n, int mib, int reps, bool isolated) {
   rawBulk();
   shmBulk();
   double kernelBefore = executor.metric("courier_launch_duration_seconds_sum");
-  double launchesBefore = executor.metric("courier_shm_launches_total");
+  launchesBefore = executor.metric("courier_shm_launches_total");
   std::vector<double> rawTimes, shmTimes;
   for (int i = 0; i < reps; ++i) {
     rawTimes.push_back(secondsOf(rawBulk));
@@ -388,6 +406,8 @@ void shared(int n, int mib, int reps, bool isolated) {
   auto rate = [&](double s) { return 2.0 * double(bytes) / s / 1e9; };
   std::printf("  raw TCP ping-pong        p50 %7.1f us  p99 %7.1f us\n", raw.p50, raw.p99);
   std::printf("  shm noop launch          p50 %7.1f us  p99 %7.1f us\n", shm.p50, shm.p99);
+  std::printf("    page version 1 client  p50 %7.1f us  p99 %7.1f us (rings with a system call)\n",
+              firstPageShm.p50, firstPageShm.p99);
   std::printf("  HTTP noop launch (unix)  p50 %7.1f us  p99 %7.1f us\n", overHttp.p50,
               overHttp.p99);
   std::printf("  raw TCP %d MiB echo      %7.1f ms  %5.2f GB/s\n", mib, rawBulkTime * 1e3,

@@ -371,16 +371,25 @@ llvm::Error ExecutorServer::Impl::offerChannel(const httplib::Request &req,
   if (!s)
     return s.takeError();
   uint64_t requested = 0;
+  uint32_t pageVersion = 1;
   if (!req.body.empty()) {
     json body = json::parse(req.body, nullptr, /*allow_exceptions=*/false);
-    if (!body.is_object() ||
-        (body.contains("arena_bytes") && !body["arena_bytes"].is_number_unsigned()))
-      return makeWireError("bad_request", "expected {\"arena_bytes\": N} or no body");
+    auto unsignedOrAbsent = [&](const char *key) {
+      return !body.contains(key) || body[key].is_number_unsigned();
+    };
+    if (!body.is_object() || !unsignedOrAbsent("arena_bytes") || !unsignedOrAbsent("page_version"))
+      return makeWireError("bad_request",
+                           "expected {\"arena_bytes\": N, \"page_version\": N} (both optional) "
+                           "or no body");
     if (body.contains("arena_bytes"))
       requested = body["arena_bytes"].get<uint64_t>();
+    // Any version may be asked for: the offer names the newest both sides speak.
+    if (body.contains("page_version"))
+      pageVersion = static_cast<uint32_t>(
+          std::min<uint64_t>(body["page_version"].get<uint64_t>(), UINT32_MAX));
   }
   llvm::Expected<executor::SharedChannelOffer> offer =
-      channels->offer(ExecutorCore::sessionId(**s), requested);
+      channels->offer(ExecutorCore::sessionId(**s), requested, pageVersion);
   if (!offer)
     return offer.takeError();
   sendJson(res, 200,
@@ -388,7 +397,8 @@ llvm::Error ExecutorServer::Impl::offerChannel(const httplib::Request &req,
             {"token", offer->token},
             {"input_bytes", offer->inputBytes},
             {"result_bytes", offer->resultBytes},
-            {"host", offer->host}});
+            {"host", offer->host},
+            {"page_version", offer->pageVersion}});
   return llvm::Error::success();
 }
 

@@ -9,6 +9,7 @@
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FormatVariadic.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <condition_variable>
 #include <cstring>
@@ -83,6 +84,7 @@ struct Channel {
   transport::UniqueFd connection;
   transport::SharedBuffer control;
   shm::ControlPage *page = nullptr;
+  uint32_t pageVersion = 1;
   std::shared_ptr<SharedRegions> regions;
   std::atomic<bool> ending{false};
   std::atomic<bool> finished{false};
@@ -111,6 +113,7 @@ struct SharedChannelServer::Impl {
   struct Offer {
     std::string sessionId;
     uint64_t bytes;
+    uint32_t pageVersion;
     Clock::time_point expires;
   };
   std::map<std::string, Offer> offers;                                   ///< By token.
@@ -248,6 +251,7 @@ void SharedChannelServer::Impl::handshake(transport::UniqueFd connection) {
   }
   auto channel = std::make_shared<Channel>();
   channel->sessionId = offer.sessionId;
+  channel->pageVersion = offer.pageVersion;
   llvm::Expected<std::shared_ptr<SharedRegions>> regions =
       SharedRegions::create(halfInPages(offer.bytes), halfInPages(offer.bytes));
   llvm::Expected<transport::SharedBuffer> control =
@@ -323,7 +327,10 @@ void SharedChannelServer::Impl::serve(Channel &channel) {
     if (!doorbell::spin(page.request, seen, kAwaitRequestAwake)) {
       while (page.request.load(std::memory_order_acquire) == seen && !channel.ending.load() &&
              !page.closed.load(std::memory_order_acquire)) {
-        doorbell::sleep(page.request, seen, kSleepSlice);
+        if (channel.pageVersion >= 2)
+          doorbell::sleep(page.request, seen, kSleepSlice, page.executorSleeping);
+        else
+          doorbell::sleep(page.request, seen, kSleepSlice);
         if (page.request.load(std::memory_order_acquire) != seen)
           break;
         struct pollfd gone {
@@ -349,8 +356,12 @@ void SharedChannelServer::Impl::serve(Channel &channel) {
                                  "the reply does not fit the channel's reply slot");
     std::memcpy(page.replySlot, reply.data(), reply.size());
     page.replyBytes.store(static_cast<uint32_t>(reply.size()), std::memory_order_release);
-    page.reply.store(seen, std::memory_order_release);
-    doorbell::ring(page.reply);
+    if (channel.pageVersion >= 2) {
+      doorbell::set(page.reply, seen, page.clientSleeping);
+    } else {
+      page.reply.store(seen, std::memory_order_release);
+      doorbell::ring(page.reply);
+    }
   }
   // The client sees the channel closed before it rings again, and sends that launch over
   // HTTP instead.
@@ -474,7 +485,8 @@ SharedChannelServer::~SharedChannelServer() { stop(); }
 bool SharedChannelServer::enabled() const { return impl->arenaBytes > 0; }
 
 llvm::Expected<SharedChannelOffer> SharedChannelServer::offer(const std::string &sessionId,
-                                                              uint64_t requestedBytes) {
+                                                              uint64_t requestedBytes,
+                                                              uint32_t pageVersion) {
   if (!enabled())
     return makeCodedError(ErrorCode::NotFound,
                           "this executor runs with --shm-arena-mib 0: no shared-memory channels");
@@ -500,7 +512,9 @@ llvm::Expected<SharedChannelOffer> SharedChannelServer::offer(const std::string 
   offer.inputBytes = halfInPages(bytes);
   offer.resultBytes = halfInPages(bytes);
   offer.host = impl->host;
-  impl->offers[offer.token] = Impl::Offer{sessionId, bytes, now + kOfferLifetime};
+  offer.pageVersion = std::clamp<uint32_t>(pageVersion, 1, shm::kPageVersion);
+  impl->offers[offer.token] =
+      Impl::Offer{sessionId, bytes, offer.pageVersion, now + kOfferLifetime};
   return offer;
 }
 

@@ -25,7 +25,8 @@ struct SharedChannelOffer {
   std::string socket; ///< "@name": an abstract unix socket.
   std::string token;
   uint64_t inputBytes = 0, resultBytes = 0;
-  std::string host; ///< transport::shm::hostIdentity() of this process.
+  std::string host;         ///< transport::shm::hostIdentity() of this process.
+  uint32_t pageVersion = 1; ///< The control page version the channel will use.
 };
 
 class SharedChannelServer {
@@ -37,8 +38,10 @@ public:
 
   bool enabled() const;
   /// An offer for session `sessionId`, whose regions take at most `requestedBytes` (0: the
-  /// server's bound). Opens the socket on first use.
-  llvm::Expected<SharedChannelOffer> offer(const std::string &sessionId, uint64_t requestedBytes);
+  /// server's bound), with a control page of the newest version up to `pageVersion` the
+  /// server speaks (a client that names none speaks version 1). Opens the socket on first use.
+  llvm::Expected<SharedChannelOffer> offer(const std::string &sessionId, uint64_t requestedBytes,
+                                           uint32_t pageVersion = 1);
   /// Ends session `sessionId`'s channel, if it has one.
   void endSession(llvm::StringRef sessionId);
   /// Ends every channel and stops accepting; a launch running on one finishes first (the

@@ -96,6 +96,9 @@ struct BackendOptions {
   std::vector<std::string> plugins; ///< Shared libraries the local executor loads for `call`.
   TlsClientOptions tls;             ///< For "https://" addresses.
   SharedMemory sharedMemory = SharedMemory::Auto;
+  /// The newest control page version of a same-host channel to ask for; 0: the newest this
+  /// build speaks. An older one is for comparing versions and for testing an older client.
+  uint32_t sharedMemoryPageVersion = 0;
 };
 
 /// A connection to one executor. Implementations are thread-safe: several threads may

@@ -851,8 +851,11 @@ std::shared_ptr<shm::Client> HttpBackend::channelFor(llvm::StringRef session) {
   state->channel.reset();
   if (state->channelRefused)
     return nullptr;
-  llvm::Expected<json> offer = exchange("POST", sessionPath(session) + "/shm", "",
-                                        "asking for a shared-memory channel", session);
+  uint32_t asked =
+      options.sharedMemoryPageVersion ? options.sharedMemoryPageVersion : shm::kPageVersion;
+  llvm::Expected<json> offer =
+      exchange("POST", sessionPath(session) + "/shm", json{{"page_version", asked}}.dump(),
+               "asking for a shared-memory channel", session);
   if (!offer) {
     Failure failure = toFailure(offer.takeError());
     // A session the executor lost is repaired by the HTTP launch that follows; anything
@@ -871,8 +874,19 @@ std::shared_ptr<shm::Client> HttpBackend::channelFor(llvm::StringRef session) {
     state->channelRefused = true;
     return nullptr;
   }
+  // An executor that does not name a version speaks the first; one naming a version this
+  // client did not ask for is not trusted with the channel.
+  uint32_t version = 1;
+  if (offer->contains("page_version")) {
+    const json &given = (*offer)["page_version"];
+    if (!given.is_number_unsigned() || given.get<uint64_t>() < 1 || given.get<uint64_t>() > asked) {
+      state->channelRefused = true;
+      return nullptr;
+    }
+    version = given.get<uint32_t>();
+  }
   llvm::Expected<std::unique_ptr<shm::Client>> client =
-      shm::Client::connect(text("socket"), text("token"), options.connectTimeout);
+      shm::Client::connect(text("socket"), text("token"), options.connectTimeout, version);
   if (!client) {
     llvm::consumeError(client.takeError());
     state->channelRefused = true;

@@ -218,10 +218,14 @@ Client::~Client() {
 
 llvm::Expected<std::unique_ptr<Client>> Client::connect(llvm::StringRef socketName,
                                                         llvm::StringRef token,
-                                                        std::chrono::milliseconds timeout) {
+                                                        std::chrono::milliseconds timeout,
+                                                        uint32_t pageVersion) {
   auto unavailable = [&](const llvm::Twine &what) {
     return makeCodedError(ErrorCode::Unavailable, "shared-memory channel: " + what);
   };
+  if (pageVersion < 1 || pageVersion > kPageVersion)
+    return unavailable("control page version " + llvm::Twine(pageVersion) +
+                       " (this client speaks 1 to " + llvm::Twine(kPageVersion) + ")");
   struct sockaddr_un address {};
   address.sun_family = AF_UNIX;
   if (!socketName.starts_with("@") || socketName.size() < 2 ||
@@ -260,7 +264,7 @@ llvm::Expected<std::unique_ptr<Client>> Client::connect(llvm::StringRef socketNa
   // Sealed, so that the executor (or the worker holding the regions) cannot shrink them
   // under this process's mappings.
   llvm::Expected<SharedBuffer> control =
-      SharedBuffer::map(std::move(granted.fds[0]), sizeof(ControlPage), /*requireSealed=*/true);
+      SharedBuffer::map(std::move(granted.fds[0]), pageBytes(pageVersion), /*requireSealed=*/true);
   if (!control)
     return unavailable("the control page: " + llvm::toString(control.takeError()));
   llvm::Expected<SharedBuffer> inputs = SharedBuffer::map(
@@ -275,6 +279,7 @@ llvm::Expected<std::unique_ptr<Client>> Client::connect(llvm::StringRef socketNa
   client->inputs = std::move(*inputs);
   client->results = std::move(*results);
   client->page = reinterpret_cast<ControlPage *>(client->control.data());
+  client->version = pageVersion;
   client->ticket = client->page->request.load(std::memory_order_acquire);
   return std::move(client);
 }
@@ -308,8 +313,11 @@ bool Client::awaitReply(uint32_t ticket, std::chrono::steady_clock::time_point u
     auto now = std::chrono::steady_clock::now();
     if (now >= until || page->closed.load(std::memory_order_acquire))
       return false;
-    doorbell::sleep(page->reply, before,
-                    std::min<std::chrono::nanoseconds>(until - now, kSleepSlice));
+    auto slice = std::min<std::chrono::nanoseconds>(until - now, kSleepSlice);
+    if (version >= 2)
+      doorbell::sleep(page->reply, before, slice, page->clientSleeping);
+    else
+      doorbell::sleep(page->reply, before, slice);
     if (page->reply.load(std::memory_order_acquire) != before)
       break;
     struct pollfd gone {
@@ -378,8 +386,12 @@ Client::launchLocked(const std::string &sha256, llvm::StringRef entry,
   std::memcpy(page->requestSlot, bytes.data(), bytes.size());
   page->requestBytes.store(static_cast<uint32_t>(bytes.size()), std::memory_order_release);
   uint32_t sent = ++ticket;
-  page->request.store(sent, std::memory_order_release);
-  doorbell::ring(page->request);
+  if (version >= 2) {
+    doorbell::set(page->request, sent, page->executorSleeping);
+  } else {
+    page->request.store(sent, std::memory_order_release);
+    doorbell::ring(page->request);
+  }
 
   auto until = std::chrono::steady_clock::now() + timeout + kReplyGrace;
   if (!awaitReply(sent, until)) {

@@ -20,6 +20,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -36,6 +37,11 @@ inline constexpr uint32_t kSlotBytes = 64 * 1024;
 /// The control page. The client writes a request into `requestSlot`, stores its size and
 /// bumps `request`; the executor answers in `replySlot` and sets `reply` to `request`'s value.
 /// Either side sets `closed` when it ends the channel (and rings both words).
+///
+/// Version 1 is everything up to the slots. Version 2 adds a flag per waiter that says it may
+/// be asleep (doorbell::sleep with a flag), so that ringing a peer that polls awake costs no
+/// system call (doorbell::set); both sides must speak it, so the client asks for it when it
+/// asks for the channel and the executor says which version the channel uses.
 struct ControlPage {
   std::atomic<uint32_t> request;
   std::atomic<uint32_t> reply;
@@ -44,7 +50,17 @@ struct ControlPage {
   std::atomic<uint32_t> closed;
   char requestSlot[kSlotBytes];
   char replySlot[kSlotBytes];
+  // Version 2.
+  std::atomic<uint32_t> executorSleeping; ///< Set while the executor may sleep on `request`.
+  std::atomic<uint32_t> clientSleeping;   ///< Set while the client may sleep on `reply`.
 };
+
+/// The newest control page version this build speaks, and the bytes each version maps.
+inline constexpr uint32_t kPageVersion = 2;
+inline constexpr uint64_t kPageBytesV1 = offsetof(ControlPage, executorSleeping);
+inline uint64_t pageBytes(uint32_t version) {
+  return version >= 2 ? sizeof(ControlPage) : kPageBytesV1;
+}
 
 /// Tensors start at this alignment in the data regions.
 inline constexpr uint64_t kAlignment = 64;
@@ -104,9 +120,12 @@ public:
   ~Client();
 
   /// Connects to `socketName` (an abstract unix socket, "@name"), presents `token` and maps
-  /// what the executor sends back. Errors are `unavailable`: the caller uses HTTP.
-  static llvm::Expected<std::unique_ptr<Client>>
-  connect(llvm::StringRef socketName, llvm::StringRef token, std::chrono::milliseconds timeout);
+  /// what the executor sends back, a control page of `pageVersion` (1 to kPageVersion: what
+  /// the offer said). Errors are `unavailable`: the caller uses HTTP.
+  static llvm::Expected<std::unique_ptr<Client>> connect(llvm::StringRef socketName,
+                                                         llvm::StringRef token,
+                                                         std::chrono::milliseconds timeout,
+                                                         uint32_t pageVersion);
 
   /// Whether a launch of `entry` with these inputs and results can go over the channel (the
   /// inputs fit its input region, the request and its reply their slots); otherwise it goes
@@ -125,6 +144,7 @@ public:
   /// False once the executor ended the channel or a launch found it broken.
   bool usable() const { return !broken.load(); }
   uint64_t inputCapacity() const { return layout.inputBytes; }
+  uint32_t pageVersion() const { return version; }
 
 private:
   Client() = default;
@@ -139,6 +159,7 @@ private:
   SharedBuffer control, inputs, results;
   ControlPage *page = nullptr;
   Layout layout;
+  uint32_t version = 1;
   std::mutex busy;
   uint32_t ticket = 0;
   std::atomic<bool> broken{false};

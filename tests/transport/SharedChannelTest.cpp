@@ -289,19 +289,20 @@ TEST_CASE("the channel socket refuses a wrong or reused token and the executor k
   std::string socket = offer["socket"];
   std::string token = offer["token"];
   CHECK(offer["host"] == shm::hostIdentity());
+  uint32_t version = offer["page_version"];
   for (const std::string &wrong : {std::string("0123"), std::string(), std::string(300, 'x')}) {
     llvm::Expected<std::unique_ptr<shm::Client>> refused =
-        shm::Client::connect(socket, wrong, std::chrono::seconds(5));
+        shm::Client::connect(socket, wrong, std::chrono::seconds(5), version);
     REQUIRE(!refused);
     std::string message;
     CHECK(codeOf(refused.takeError(), message) == ErrorCode::Unavailable);
   }
   std::unique_ptr<shm::Client> granted =
-      require(shm::Client::connect(socket, token, std::chrono::seconds(5)));
+      require(shm::Client::connect(socket, token, std::chrono::seconds(5), version));
   CHECK(granted->usable());
   CHECK(granted->inputCapacity() == offer["input_bytes"].get<uint64_t>());
   llvm::Expected<std::unique_ptr<shm::Client>> reused =
-      shm::Client::connect(socket, token, std::chrono::seconds(5));
+      shm::Client::connect(socket, token, std::chrono::seconds(5), version);
   REQUIRE(!reused);
   llvm::consumeError(reused.takeError());
   CHECK(executor.metric("courier_shm_channels_refused_total") == 4);
@@ -313,6 +314,58 @@ TEST_CASE("the channel socket refuses a wrong or reused token and the executor k
   REQUIRE(malformed);
   CHECK(malformed->status == 400);
   CHECK(http->Get("/v1/health")->status == 200);
+}
+
+TEST_CASE("the offer names the control page version both sides speak, and clients of either "
+          "version launch over the channel",
+          "[shm]") {
+  ExecutorProcess executor(onUnixSocket());
+  auto http = executor.client();
+  httplib::Result opened = http->Post("/v1/sessions");
+  REQUIRE(opened);
+  std::string session = nlohmann::json::parse(opened->body)["session"];
+  // A client that names no version speaks the first; one that asks past the newest gets it.
+  struct Asked {
+    std::string body;
+    uint32_t granted;
+  };
+  for (const Asked &asked :
+       {Asked{"", 1}, Asked{R"({"page_version": 1})", 1}, Asked{R"({"page_version": 2})", 2},
+        Asked{R"({"page_version": 99, "arena_bytes": 1048576})", 2}}) {
+    INFO(asked.body);
+    httplib::Result offered =
+        http->Post("/v1/sessions/" + session + "/shm", asked.body, "application/json");
+    REQUIRE(offered);
+    REQUIRE(offered->status == 200);
+    CHECK(nlohmann::json::parse(offered->body)["page_version"] == asked.granted);
+  }
+  for (const char *bad :
+       {R"({"page_version": "2"})", R"({"page_version": -1})", R"({"page_version": 1.5})"}) {
+    httplib::Result refused =
+        http->Post("/v1/sessions/" + session + "/shm", bad, "application/json");
+    REQUIRE(refused);
+    CHECK(refused->status == 400);
+    CHECK_THAT(refused->body, Catch::Contains("page_version"));
+  }
+  // A client that maps a version-1 page and rings without flags, and one of this build, each
+  // launch through the channel, pausing now and then so that both ends go to sleep between.
+  ObjectBlob scale = loadObject(COURIER_KERNEL_SCALE);
+  double before = shmLaunches(executor);
+  for (uint32_t version : {1u, 0u}) {
+    INFO("page version asked " << version);
+    BackendOptions options;
+    options.sharedMemoryPageVersion = version;
+    std::unique_ptr<Backend> backend = require(createBackend(executor.address(), options));
+    std::string s = require(backend->openSession());
+    requireOk(backend->shipObject(s, scale));
+    for (int i = 0; i < 40; ++i) {
+      requireScaled(*backend, s, scale, ramp(static_cast<size_t>(i)));
+      if (i % 8 == 7)
+        std::this_thread::sleep_for(std::chrono::milliseconds(150));
+    }
+    requireOk(backend->closeSession(s));
+  }
+  CHECK(shmLaunches(executor) - before == 80);
 }
 
 TEST_CASE("10k sessions with a channel each leave no shared-memory descriptors or mappings behind",
