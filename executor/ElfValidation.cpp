@@ -12,10 +12,12 @@
 #include "llvm/Object/ObjectFile.h"
 #include "llvm/Support/DataExtractor.h"
 #include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/MathExtras.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/TargetParser/Host.h"
 #include "llvm/TargetParser/Triple.h"
 
+#include <algorithm>
 #include <cstring>
 #include <optional>
 
@@ -217,16 +219,55 @@ Error checkRelocations(const object::ELFObjectFile<ELFT> &object, StringRef sha2
   return Error::success();
 }
 
-Error checkRelocations(const object::ELFObjectFileBase &object, StringRef sha256,
-                       DenseMap<unsigned, PatchedRanges> &patched) {
+/// Checks that the sections the linker allocates, each at its alignment, fit in
+/// kMaxObjectMemoryBytes. JITLink maps and zero-fills a `.bss` of whatever size its header
+/// says, which costs the object nothing in bytes.
+template <class ELFT>
+Error checkFootprint(const object::ELFObjectFile<ELFT> &object, StringRef sha256) {
+  const object::ELFFile<ELFT> &file = object.getELFFile();
+  auto sections = file.sections();
+  if (!sections)
+    return makeError("object " + sha256 + " is damaged: " + toString(sections.takeError()));
+  // Saturating, so a damaged size or alignment cannot wrap the sum back under the bound.
+  uint64_t footprint = 0;
+  for (size_t index = 0; index < sections->size(); ++index) {
+    const auto &section = (*sections)[index];
+    if (!(section.sh_flags & ELF::SHF_ALLOC))
+      continue;
+    uint64_t alignment = std::max<uint64_t>(section.sh_addralign, 1);
+    auto name = [&] {
+      auto found = file.getSectionName(section);
+      if (found)
+        return found->str();
+      consumeError(found.takeError());
+      return std::string();
+    };
+    if (!isPowerOf2_64(alignment))
+      return makeError(formatv("object {0} is damaged: section {1} ({2}) is aligned to {3}, "
+                               "which is not a power of two",
+                               sha256, index, name(), alignment));
+    footprint = SaturatingAdd(footprint, uint64_t(section.sh_size), alignment - 1);
+    if (footprint > kMaxObjectMemoryBytes)
+      return makeError(formatv("object {0} takes more memory than an object may: its allocated "
+                               "sections, up to section {1} ({2}: {3} bytes aligned to {4}), "
+                               "need more than {5} bytes",
+                               sha256, index, name(), uint64_t(section.sh_size), alignment,
+                               kMaxObjectMemoryBytes));
+  }
+  return Error::success();
+}
+
+/// Calls `check` with `object` as the ELF object of its class and byte order.
+template <typename Check>
+Error withElfType(const object::ELFObjectFileBase &object, StringRef sha256, Check check) {
   if (auto *elf = dyn_cast<object::ELF64LEObjectFile>(&object))
-    return checkRelocations(*elf, sha256, patched);
+    return check(*elf);
   if (auto *elf = dyn_cast<object::ELF64BEObjectFile>(&object))
-    return checkRelocations(*elf, sha256, patched);
+    return check(*elf);
   if (auto *elf = dyn_cast<object::ELF32LEObjectFile>(&object))
-    return checkRelocations(*elf, sha256, patched);
+    return check(*elf);
   if (auto *elf = dyn_cast<object::ELF32BEObjectFile>(&object))
-    return checkRelocations(*elf, sha256, patched);
+    return check(*elf);
   return makeError("object " + sha256 + " has an unknown ELF class");
 }
 
@@ -450,8 +491,13 @@ Error validateObject(StringRef sha256, StringRef bytes, ObjectExports &out) {
         return error;
     }
   }
+  if (Error error = withElfType(*elf, sha256,
+                                [&](const auto &typed) { return checkFootprint(typed, sha256); }))
+    return error;
   DenseMap<unsigned, PatchedRanges> patched;
-  if (Error error = checkRelocations(*elf, sha256, patched))
+  if (Error error = withElfType(*elf, sha256, [&](const auto &typed) {
+        return checkRelocations(typed, sha256, patched);
+      }))
     return error;
 
   std::map<std::string, std::vector<int64_t>> tables;

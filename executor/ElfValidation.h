@@ -26,10 +26,17 @@ struct ObjectExports {
   std::map<std::string, std::vector<int64_t>> signatures;
 };
 
-/// Checks that `bytes` is an intact ELF relocatable object for this machine, that every
-/// section the loaded code refers to is one the linker allocates, and that its signature
-/// tables are well formed and belong to entries it exports; fills `out`. Errors name
-/// `sha256`.
+/// The most memory an object's allocated sections may take once linked: its code and data,
+/// zero-filled sections (`.bss`) and alignment padding included. A zero-filled section costs
+/// nothing in the object's bytes, so without this bound a few bytes of header could ask the
+/// linker to map and clear gigabytes. The same bound as the compiler's default
+/// `max-object-bytes`.
+constexpr uint64_t kMaxObjectMemoryBytes = uint64_t{256} << 20;
+
+/// Checks that `bytes` is an intact ELF relocatable object for this machine, that its
+/// allocated sections fit in kMaxObjectMemoryBytes, that every section the loaded code refers
+/// to is one the linker allocates, and that its signature tables are well formed and belong
+/// to entries it exports; fills `out`. Errors name `sha256`.
 llvm::Error validateObject(llvm::StringRef sha256, llvm::StringRef bytes, ObjectExports &out);
 
 } // namespace courier::transport

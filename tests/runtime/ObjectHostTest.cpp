@@ -1,5 +1,6 @@
 // Object host: validation of shipped objects, the pyface entry ABI, `call`, and unloading.
 #include "executor/ObjectHost.h"
+#include "executor/ElfValidation.h"
 #include "transport/Wire.h"
 
 #include "tests/runtime/TestSupport.h"
@@ -540,9 +541,10 @@ TEST_CASE("a thousand add and remove cycles do not grow the resident set", "[obj
 }
 
 namespace {
-/// `bytes` (an ELF64 relocatable object) with `flag` cleared in the header of every section
+/// `bytes` (an ELF64 relocatable object) with `edit` applied to the header of every section
 /// named `name`.
-std::string clearSectionFlag(std::string bytes, llvm::StringRef name, uint64_t flag) {
+template <typename Edit>
+std::string editSection(std::string bytes, llvm::StringRef name, Edit edit) {
   llvm::ELF::Elf64_Ehdr header;
   REQUIRE(bytes.size() >= sizeof(header));
   std::memcpy(&header, bytes.data(), sizeof(header));
@@ -559,12 +561,18 @@ std::string clearSectionFlag(std::string bytes, llvm::StringRef name, uint64_t f
     auto [at, section] = sectionAt(i);
     if (llvm::StringRef(bytes.data() + names + section.sh_name) != name)
       continue;
-    section.sh_flags &= ~flag;
+    edit(section);
     std::memcpy(bytes.data() + at, &section, sizeof(section));
     found = true;
   }
   REQUIRE(found);
   return bytes;
+}
+
+/// `bytes` with `flag` cleared in the header of every section named `name`.
+std::string clearSectionFlag(std::string bytes, llvm::StringRef name, uint64_t flag) {
+  return editSection(std::move(bytes), name,
+                     [flag](llvm::ELF::Elf64_Shdr &section) { section.sh_flags &= ~flag; });
 }
 } // namespace
 
@@ -987,4 +995,51 @@ TEST_CASE("a relocation naming a symbol the linker makes nothing of is refused, 
   }
   auto add = kernel(COURIER_KERNEL_ADD);
   REQUIRE_OK(host->addObject(add));
+}
+
+TEST_CASE("an object whose sections would take more memory than an object may is refused before "
+          "it is mapped",
+          "[objecthost]") {
+  // Found by tests/fuzz (object-intake): a zero-filled section costs nothing in the object's
+  // bytes, and the linker mapped and cleared the gigabytes its header asked for, for seconds.
+  auto host = makeHost();
+  std::string original = readFile(COURIER_KERNEL_SHAPES);
+  auto zeroFilled = [](uint64_t size) {
+    return [size](llvm::ELF::Elf64_Shdr &section) {
+      section.sh_type = llvm::ELF::SHT_NOBITS;
+      section.sh_size = size;
+    };
+  };
+  for (uint64_t size : {transport::kMaxObjectMemoryBytes + 1, uint64_t{1} << 40, ~uint64_t{0}}) {
+    INFO("a .rodata of " << size << " zero-filled bytes");
+    auto blob =
+        transport::ObjectBlob::fromBytes(editSection(original, ".rodata", zeroFilled(size)));
+    CHECK_THAT(failure(host->addObject(blob)), Catch::Contains(blob.sha256) &&
+                                                   Catch::Contains("(.rodata: ") &&
+                                                   Catch::Contains("more than 268435456 bytes"));
+    CHECK_FALSE(host->hasObject(blob.sha256));
+  }
+  // Alignment padding counts, and an alignment that is no power of two is damage.
+  auto aligned = [](uint64_t alignment) {
+    return [alignment](llvm::ELF::Elf64_Shdr &section) { section.sh_addralign = alignment; };
+  };
+  auto padded =
+      transport::ObjectBlob::fromBytes(editSection(original, ".text", aligned(uint64_t{1} << 62)));
+  CHECK_THAT(failure(host->addObject(padded)),
+             Catch::Contains(padded.sha256) && Catch::Contains("(.text: "));
+  auto odd = transport::ObjectBlob::fromBytes(editSection(original, ".text", aligned(48)));
+  CHECK_THAT(failure(host->addObject(odd)),
+             Catch::Contains(odd.sha256) && Catch::Contains("aligned to 48, which is not a "
+                                                            "power of two"));
+  // A zero-filled section within the bound loads, and the kernel still runs.
+  auto within = transport::ObjectBlob::fromBytes(
+      editSection(original, ".comment", [](llvm::ELF::Elf64_Shdr &section) {
+        section.sh_type = llvm::ELF::SHT_NOBITS;
+        section.sh_flags = llvm::ELF::SHF_ALLOC | llvm::ELF::SHF_WRITE;
+        section.sh_size = 64 << 20;
+      }));
+  REQUIRE_OK(host->addObject(within));
+  std::vector<double> x{1, 2, 3};
+  auto out = launch(*host, within, "_catalyst_pyface_stats", {view(x, {3}, {1})}, {{0, 8}, {1, 8}});
+  CHECK(elements<double>(out[1]) == std::vector<double>{1, 3, 6});
 }
