@@ -12,11 +12,15 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <mutex>
 #include <string>
+#include <sys/resource.h>
 #include <thread>
+#include <unistd.h>
 #include <vector>
 
 namespace courier::bench {
@@ -85,45 +89,118 @@ inline Percentiles percentiles(std::vector<double> us) {
   return {us[n / 2], us[std::min(n - 1, n * 99 / 100)], total / double(n)};
 }
 
-/// What callConcurrently measured: every timed call's microseconds, and the seconds from the
-/// start to the end of the last call.
+/// CPU seconds (user and system) this process has used so far, all its threads.
+inline double selfCpuSeconds() {
+  struct rusage usage {};
+  ::getrusage(RUSAGE_SELF, &usage);
+  auto seconds = [](const timeval &t) { return double(t.tv_sec) + double(t.tv_usec) / 1e6; };
+  return seconds(usage.ru_utime) + seconds(usage.ru_stime);
+}
+
+/// What a run of concurrent clients measured in its window.
 struct ConcurrentCalls {
+  /// The microseconds of every call that ended in the window (from its start, or with a pace
+  /// from when it was due).
   std::vector<double> us;
-  double seconds;
+  /// The window's length.
+  double seconds = 0;
+  /// The longest call of any client from the window's start on, those the window's end cut
+  /// included: a client that waited the whole window shows here, not only as a missing call.
+  double slowestUs = 0;
+  /// Calls that ended in the window, of the client that made the fewest: 0 is a starved
+  /// client.
+  size_t fewestByOneClient = 0;
 };
 
-/// `clients` threads each make `once(client)` once untimed (connecting, warming up), then,
-/// started together, `each` times timed.
-inline ConcurrentCalls callConcurrently(int clients, int each,
+/// How callConcurrently runs its clients.
+struct ConcurrentRun {
+  int clients = 1;
+  /// Calls made before the window opens, which neither count nor are timed.
+  std::chrono::milliseconds warmup{300};
+  std::chrono::milliseconds window{2000};
+  /// Zero: each client calls again as soon as its last call returns (a closed loop, which
+  /// measures throughput: the server is never idle). Otherwise each client's calls are due
+  /// one pace apart, whenever the last returned, and a call's time runs from when it was due
+  /// (an open loop at a load the server can carry, which measures latency without the queue
+  /// a closed loop builds: with N clients always waiting, Little's law makes the mean
+  /// latency N / throughput whatever the server does).
+  std::chrono::microseconds pace{0};
+  /// Called as the window opens and as it closes (from the thread that started the run): what
+  /// a benchmark reads around the window alone, such as the processes' CPU time.
+  std::function<void()> atWindowOpen, atWindowClose;
+};
+
+/// `run.clients` threads each call `once(client)` once untimed (connecting), then, started
+/// together, call it until the window closes. As wrk and Triton's perf_analyzer count, the
+/// figures are those of the window alone: no client has finished early and none has yet to
+/// start, so the throughput is the server's under that many clients rather than that of
+/// whichever clients were served last.
+inline ConcurrentCalls callConcurrently(const ConcurrentRun &run,
                                         const std::function<void(int client)> &once) {
-  std::vector<std::vector<double>> times(clients);
+  using Clock = std::chrono::steady_clock;
+  struct ClientTimes {
+    std::vector<double> us;
+    double slowestUs = 0;
+  };
+  std::vector<ClientTimes> times(run.clients);
   std::atomic<int> ready{0};
-  std::atomic<bool> go{false};
+  std::mutex starting;
+  std::condition_variable startedTogether;
+  bool go = false;
+  Clock::time_point started, opens, closes;
   std::vector<std::thread> threads;
-  for (int c = 0; c < clients; ++c)
+  for (int c = 0; c < run.clients; ++c)
     threads.emplace_back([&, c] {
       once(c);
       ready++;
-      while (!go)
-        std::this_thread::yield();
-      for (int i = 0; i < each; ++i) {
-        auto start = std::chrono::steady_clock::now();
+      {
+        std::unique_lock<std::mutex> lock(starting);
+        startedTogether.wait(lock, [&] { return go; });
+      }
+      // Paced clients start spread over one pace, not in step.
+      Clock::time_point due = started + run.pace * c / run.clients;
+      for (;;) {
+        if (run.pace.count() > 0)
+          std::this_thread::sleep_until(due);
+        Clock::time_point start = run.pace.count() > 0 ? due : Clock::now();
+        if (start >= closes)
+          break;
         once(c);
-        times[c].push_back(
-            std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
-                .count());
+        Clock::time_point end = Clock::now();
+        double us = std::chrono::duration<double, std::micro>(end - start).count();
+        if (end >= opens)
+          times[c].slowestUs = std::max(times[c].slowestUs, us);
+        if (end >= opens && end < closes)
+          times[c].us.push_back(us);
+        due += run.pace;
       }
     });
-  while (ready < clients)
+  while (ready < run.clients)
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  auto start = std::chrono::steady_clock::now();
-  go = true;
+  {
+    std::lock_guard<std::mutex> lock(starting);
+    started = Clock::now();
+    opens = started + run.warmup;
+    closes = opens + run.window;
+    go = true;
+  }
+  startedTogether.notify_all();
+  std::this_thread::sleep_until(opens);
+  if (run.atWindowOpen)
+    run.atWindowOpen();
+  std::this_thread::sleep_until(closes);
+  if (run.atWindowClose)
+    run.atWindowClose();
   for (std::thread &thread : threads)
     thread.join();
-  ConcurrentCalls calls{
-      {}, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()};
-  for (const std::vector<double> &client : times)
-    calls.us.insert(calls.us.end(), client.begin(), client.end());
+  ConcurrentCalls calls;
+  calls.seconds = std::chrono::duration<double>(run.window).count();
+  calls.fewestByOneClient = times.empty() ? 0 : times[0].us.size();
+  for (const ClientTimes &client : times) {
+    calls.us.insert(calls.us.end(), client.us.begin(), client.us.end());
+    calls.slowestUs = std::max(calls.slowestUs, client.slowestUs);
+    calls.fewestByOneClient = std::min(calls.fewestByOneClient, client.us.size());
+  }
   return calls;
 }
 

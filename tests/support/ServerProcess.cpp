@@ -278,6 +278,29 @@ std::vector<pid_t> childrenOf(pid_t pid) {
   return children;
 }
 
+double cpuSecondsOfTree(pid_t pid) {
+  double ticks = 0;
+  std::vector<pid_t> pending{pid};
+  while (!pending.empty()) {
+    pid_t next = pending.back();
+    pending.pop_back();
+    std::string stat = procFile(next, "stat");
+    // The fields after the command name, which may hold spaces, start past its ')': state is
+    // the third field, utime and stime the 14th and 15th.
+    size_t close = stat.rfind(')');
+    if (close == std::string::npos)
+      continue;
+    std::istringstream fields(stat.substr(close + 1));
+    std::string field;
+    for (int i = 3; i <= 15 && fields >> field; ++i)
+      if (i >= 14)
+        ticks += std::stod(field);
+    for (pid_t child : childrenOf(next))
+      pending.push_back(child);
+  }
+  return ticks / double(::sysconf(_SC_CLK_TCK));
+}
+
 std::vector<pid_t> liveChildrenOf(pid_t pid) {
   std::vector<pid_t> live;
   for (pid_t child : childrenOf(pid)) {

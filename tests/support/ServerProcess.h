@@ -99,6 +99,10 @@ std::vector<pid_t> childrenOf(pid_t pid);
 /// The processes `pid` started that still run (childrenOf without the zombies).
 std::vector<pid_t> liveChildrenOf(pid_t pid);
 
+/// CPU seconds (user and system) `pid` and every process under it that still exists have used
+/// so far: a server with its workers, for a benchmark's CPU per request.
+double cpuSecondsOfTree(pid_t pid);
+
 /// Runs a shell `command` (curl, courier-run) to its end; returns its exit status (-1 when a
 /// signal ended it) and its stdout and stderr, merged.
 std::pair<int, std::string> runCommand(const std::string &command);
