@@ -286,7 +286,7 @@ void reload(const Paths &paths) {
     latencies.push_back(saveAndAwait(file, sampleVersion(base, offset), module, input, offset));
   }
   llvm::outs() << llvm::formatv("save -> first call answered by the new version: median "
-                                "{0:f1} ms, max {1:f1} ms  (target <= 500 ms; debounce 50 ms)\n",
+                                "{0:f1} ms, max {1:f1} ms  (target <= 500 ms; settle 5 ms)\n",
                                 median(latencies),
                                 *std::max_element(latencies.begin(), latencies.end()));
 
@@ -619,7 +619,7 @@ void incremental(const Paths &paths, llvm::StringRef part) {
   // Hot reload: save -> the first answer from the new version, one kernel of 64 edited.
   if (part.empty() || part == "reload") {
     llvm::outs() << "hot reload of the 64-module program, one kernel edited (save -> first answer "
-                    "from the new version, debounce 50 ms included; median, max)\n";
+                    "from the new version, settle 5 ms included; median, max)\n";
     auto report = [&](llvm::StringRef label, const std::vector<double> &ms) {
       llvm::outs() << llvm::formatv("  {0,-44} {1,8:f1} ms {2,8:f1} ms\n", label, median(ms),
                                     *std::max_element(ms.begin(), ms.end()));

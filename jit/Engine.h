@@ -354,12 +354,16 @@ private:
   std::unique_ptr<Impl> impl;
 };
 
-/// Watches files for changes with inotify and reports each changed file once per burst of
-/// writes (debounced), from a background thread. Editors that save by renaming a new file
-/// over the old one are handled: the watch is on the directory.
+/// Watches files for changes with inotify and reports each changed file once per save, from a
+/// background thread. Editors that save by renaming a new file over the old one are handled:
+/// the watch is on the directory. A save is seen when the file is closed after writing or
+/// renamed into place; it is reported once no other event for the file has followed for
+/// kSettle (a save's own events come within microseconds of each other). A file only created,
+/// whose writer has yet to close it, is reported if nothing follows for `debounce`.
 class FileWatcher {
 public:
   using Callback = std::function<void(const std::string &path)>;
+  static constexpr std::chrono::milliseconds kSettle{5};
 
   /// Watches `path`: a file, or a directory whose files matching `extension` are watched
   /// (".mlir"; empty for all).

@@ -116,17 +116,20 @@ struct FileWatcher::Impl {
 
   void run() {
     using Clock = std::chrono::steady_clock;
-    // Changed file -> time of its last event; reported once quiet for `debounce`.
+    // Changed file -> when it is reported unless another event for it comes first: `settle`
+    // after a completed write (closed after writing, or renamed into place), `debounce` after
+    // a file was only created, whose writer has yet to close it.
     std::map<std::string, Clock::time_point> pending;
+    std::chrono::milliseconds settle = std::min(debounce, kSettle);
     alignas(inotify_event) char buffer[16 * 1024];
     while (true) {
       int timeout = -1;
       if (!pending.empty()) {
-        auto oldest = std::min_element(pending.begin(), pending.end(), [](auto &a, auto &b) {
-                        return a.second < b.second;
-                      })->second;
-        auto wait =
-            std::chrono::duration_cast<std::chrono::milliseconds>(oldest + debounce - Clock::now());
+        auto first = std::min_element(pending.begin(), pending.end(), [](auto &a, auto &b) {
+                       return a.second < b.second;
+                     })->second;
+        // Rounded up: a wake a fraction of a millisecond early would find nothing due.
+        auto wait = std::chrono::ceil<std::chrono::milliseconds>(first - Clock::now());
         timeout = std::max<int>(0, static_cast<int>(wait.count()));
       }
       pollfd fds[2] = {{inotify, POLLIN, 0}, {stopPipe[0], POLLIN, 0}};
@@ -144,12 +147,13 @@ struct FileWatcher::Impl {
             continue;
           llvm::SmallString<256> path(directory);
           llvm::sys::path::append(path, event->name);
-          pending[std::string(path)] = Clock::now();
+          bool written = event->mask & (IN_CLOSE_WRITE | IN_MOVED_TO);
+          pending[std::string(path)] = Clock::now() + (written ? settle : debounce);
         }
       }
       auto now = Clock::now();
       for (auto it = pending.begin(); it != pending.end();) {
-        if (now - it->second < debounce) {
+        if (now < it->second) {
           ++it;
           continue;
         }
