@@ -13,8 +13,10 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <fcntl.h>
 #include <mutex>
 #include <thread>
+#include <unistd.h>
 
 using namespace courier;
 using courier::testing::failed;
@@ -224,4 +226,37 @@ TEST_CASE("the file watcher reports a saved file, including a save by rename", "
   std::lock_guard<std::mutex> lock(mutex);
   CHECK(seen.size() == 2);
   CHECK(seen[1] == std::string(path));
+}
+
+TEST_CASE("the file watcher waits for a created file's writer to close it", "[reload][watch]") {
+  TempDir dir;
+  llvm::SmallString<128> path(dir.path);
+  llvm::sys::path::append(path, "app.mlir");
+  std::mutex mutex;
+  std::condition_variable changed;
+  std::vector<std::string> seen;
+  // A long debounce: a file only created is not reported within it, and the close that ends
+  // the write is reported after the settle alone.
+  auto watcher = FileWatcher::create(
+      std::string(dir.path), ".mlir",
+      [&](const std::string &p) {
+        std::lock_guard<std::mutex> lock(mutex);
+        seen.push_back(p);
+        changed.notify_all();
+      },
+      std::chrono::seconds(30));
+  REQUIRE(ok(watcher));
+  int fd = ::open(path.c_str(), O_CREAT | O_WRONLY | O_CLOEXEC, 0600);
+  REQUIRE(fd >= 0);
+  REQUIRE(::write(fd, "// half", 7) == 7);
+  {
+    std::unique_lock<std::mutex> lock(mutex);
+    CHECK_FALSE(
+        changed.wait_for(lock, std::chrono::milliseconds(300), [&] { return !seen.empty(); }));
+  }
+  REQUIRE(::write(fd, " and the rest\n", 14) == 14);
+  REQUIRE(::close(fd) == 0);
+  std::unique_lock<std::mutex> lock(mutex);
+  REQUIRE(changed.wait_for(lock, std::chrono::seconds(10), [&] { return !seen.empty(); }));
+  CHECK(seen == std::vector<std::string>{std::string(path)});
 }
