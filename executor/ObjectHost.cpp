@@ -22,6 +22,7 @@
 #include "llvm/ExecutionEngine/Orc/LLJIT.h"
 #include "llvm/ExecutionEngine/Orc/ObjectLinkingLayer.h"
 #include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/MathExtras.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/TargetSelect.h"
 
@@ -140,6 +141,15 @@ const StringSet<> &allowedProcessSymbols() {
 /// that every result it hands over lies inside a buffer it may read.
 struct LaunchAllocations {
   DenseMap<void *, uint64_t> live;
+  /// The launch's result arena, if it has one: large allocations are placed there, one after
+  /// another, while it has room (`used` bytes are taken).
+  char *arena = nullptr;
+  uint64_t arenaSize = 0, used = 0;
+
+  bool inArena(const void *pointer) const {
+    auto *p = static_cast<const char *>(pointer);
+    return arena && p >= arena && p < arena + arenaSize;
+  }
 };
 
 /// The launch running on this thread, if any: kernels run on the launching thread and
@@ -156,20 +166,72 @@ void forget(void *pointer) {
     currentLaunch->live.erase(pointer);
 }
 
-// The C allocator as kernels see it: the process's, recording what a launch allocates.
+/// `size` bytes at `alignment` (a power of two) in the running launch's result arena, or null
+/// when the launch has none, the allocation is small or the arena has no room left. Arena
+/// memory is not cleared: it holds what earlier launches of the session left there.
+void *fromArena(uint64_t size, uint64_t alignment) {
+  LaunchAllocations *launch = currentLaunch;
+  if (!launch || !launch->arena || size < kArenaAllocationBytes || alignment > kArenaAlignmentLimit)
+    return nullptr;
+  uint64_t offset = alignTo(launch->used, std::max<uint64_t>(alignment, kArenaAlignment));
+  if (offset > launch->arenaSize || launch->arenaSize - offset < size)
+    return nullptr;
+  launch->used = offset + size;
+  char *pointer = launch->arena + offset;
+  launch->live[pointer] = size;
+  return pointer;
+}
+
+/// Gives back an arena allocation; the arena reclaims it only if it is the last one taken, so
+/// a kernel's temporaries freed in reverse order leave room for what follows.
+void releaseToArena(LaunchAllocations &launch, void *pointer) {
+  auto found = launch.live.find(pointer);
+  if (found == launch.live.end())
+    return;
+  if (static_cast<char *>(pointer) + found->second == launch.arena + launch.used)
+    launch.used = static_cast<uint64_t>(static_cast<char *>(pointer) - launch.arena);
+  launch.live.erase(found);
+}
+
+// The C allocator as kernels see it: the process's, recording what a launch allocates, with
+// large buffers in the launch's result arena while it has room.
 void *trackedMalloc(size_t size) {
+  if (void *pointer = fromArena(size, 1))
+    return pointer;
   void *pointer = std::malloc(size);
   remember(pointer, size);
   return pointer;
 }
 
 void *trackedCalloc(size_t count, size_t size) {
+  uint64_t bytes = 0;
+  if (!__builtin_mul_overflow(uint64_t(count), uint64_t(size), &bytes))
+    if (void *pointer = fromArena(bytes, 1))
+      return std::memset(pointer, 0, bytes);
   void *pointer = std::calloc(count, size);
-  remember(pointer, uint64_t(count) * size); // calloc fails on an overflowing product
+  remember(pointer, bytes); // calloc fails on an overflowing product
   return pointer;
 }
 
 void *trackedRealloc(void *old, size_t size) {
+  LaunchAllocations *launch = currentLaunch;
+  if (launch && launch->inArena(old)) {
+    auto found = launch->live.find(old);
+    uint64_t had = found == launch->live.end() ? 0 : found->second;
+    if (found != launch->live.end() && size <= had) {
+      found->second = size;
+      return old;
+    }
+    // Taken before the old one is given back: the copy must not overwrite it.
+    void *pointer = fromArena(size, 1);
+    if (!pointer && (pointer = std::malloc(size)))
+      remember(pointer, size);
+    if (!pointer)
+      return nullptr;
+    std::memcpy(pointer, old, had);
+    releaseToArena(*launch, old);
+    return pointer;
+  }
   void *pointer = std::realloc(old, size);
   if (pointer || size == 0)
     forget(old);
@@ -178,17 +240,27 @@ void *trackedRealloc(void *old, size_t size) {
 }
 
 void trackedFree(void *pointer) {
+  if (LaunchAllocations *launch = currentLaunch; launch && launch->inArena(pointer))
+    return releaseToArena(*launch, pointer);
   forget(pointer);
   std::free(pointer);
 }
 
 void *trackedAlignedAlloc(size_t alignment, size_t size) {
+  if (isPowerOf2_64(alignment))
+    if (void *pointer = fromArena(size, alignment))
+      return pointer;
   void *pointer = std::aligned_alloc(alignment, size);
   remember(pointer, size);
   return pointer;
 }
 
 int trackedPosixMemalign(void **out, size_t alignment, size_t size) {
+  if (isPowerOf2_64(alignment) && alignment >= sizeof(void *))
+    if (void *pointer = fromArena(size, alignment)) {
+      *out = pointer;
+      return 0;
+    }
   int status = posix_memalign(out, alignment, size);
   if (status == 0)
     remember(*out, size);
@@ -197,9 +269,11 @@ int trackedPosixMemalign(void **out, size_t alignment, size_t size) {
 
 /// Frees what a kernel allocated during a launch and still holds, for a launch refused after
 /// the kernel ran: none of its results is handed over, so nothing else could free them.
+/// Arena allocations need no freeing.
 void freeAll(LaunchAllocations &allocations) {
   for (const auto &[pointer, size] : allocations.live)
-    std::free(pointer);
+    if (!allocations.inArena(pointer))
+      std::free(pointer);
   allocations.live.clear();
 }
 
@@ -769,21 +843,29 @@ ObjectHost::Impl::adoptResults(StringRef entry, ArrayRef<int64_t> words,
     int64_t elemSize = results[i].elemSize;
     pos += 3 + 2 * rank;
     void *allocated = reinterpret_cast<void *>(d[0]);
+    // A buffer in the result arena belongs to the arena: the tensor points into it and frees
+    // nothing.
+    bool inArena = allocations.inArena(allocated);
     if (outOfMemory) {
       // Tensors already made free their buffers with `tensors`; these are not made yet.
-      if (owned[i])
+      if (owned[i] && !inArena)
         std::free(allocated);
       continue;
     }
     char *data = reinterpret_cast<char *>(d[1]) + d[2] * elemSize;
     std::vector<int64_t> sizes(d + 3, d + 3 + rank);
     std::vector<int64_t> strides(d + 3 + rank, d + 3 + 2 * rank);
-    if (owned[i]) {
-      tensors.emplace_back(allocated, data, elemSize, std::move(sizes), std::move(strides));
+    // In the arena only packed row-major results stay where they are: the caller sends them
+    // from there, and packs whatever else it sends after them in the same arena, which must
+    // not be where any of its sources lie.
+    if (owned[i] && (!inArena || llvm::equal(strides, rowMajorStrides(sizes)))) {
+      tensors.emplace_back(inArena ? nullptr : allocated, data, elemSize, std::move(sizes),
+                           std::move(strides));
       continue;
     }
     // The kernel returned memory it does not own (an input, a constant, or a buffer already
-    // returned as another result): hand over a private copy instead.
+    // returned as another result), or a strided view into the arena: hand over a private copy
+    // instead.
     int64_t count = elementCount(sizes);
     void *copy = copyContiguous(data, elemSize, sizes, strides, count);
     if (!copy) {
@@ -801,7 +883,8 @@ ObjectHost::Impl::adoptResults(StringRef entry, ArrayRef<int64_t> words,
 
 Expected<std::vector<OwnedTensor>> ObjectHost::launch(StringRef sha256, StringRef entry,
                                                       ArrayRef<TensorView> inputs,
-                                                      ArrayRef<ResultSpec> results) {
+                                                      ArrayRef<ResultSpec> results,
+                                                      MutableArrayRef<char> resultArena) {
   EntryFn function = nullptr;
   // Keeps the object's code loaded until the launch returns, even if it is removed meanwhile.
   std::shared_ptr<LoadedObject> running;
@@ -877,6 +960,8 @@ Expected<std::vector<OwnedTensor>> ObjectHost::launch(StringRef sha256, StringRe
       kUnwritten);
 
   LaunchAllocations allocations;
+  allocations.arena = resultArena.data();
+  allocations.arenaSize = resultArena.size();
   {
     TrackAllocations tracking(allocations);
     function(outBuffer.data(), const_cast<void **>(args));

@@ -64,6 +64,13 @@ inline constexpr size_t kMaxLaunchTensors = wire::kMaxFrameTensors;
 /// Highest rank a launch may declare for a tensor.
 inline constexpr size_t kMaxLaunchRank = wire::kMaxFrameRank;
 
+/// Kernel allocations of at least this many bytes go to a launch's result arena.
+inline constexpr uint64_t kArenaAllocationBytes = 256 * 1024;
+/// Arena allocations start at this alignment or their own, up to kArenaAlignmentLimit;
+/// allocations asking for more come from the process's allocator.
+inline constexpr uint64_t kArenaAlignment = 64;
+inline constexpr uint64_t kArenaAlignmentLimit = 4096;
+
 struct ObjectHostOptions {
   /// Loads objects some of whose entries have no signature table (hand-written kernels).
   /// Their launches cannot be checked against what the kernel reads and writes, so a wrong
@@ -108,9 +115,16 @@ public:
   /// returned, a constant global, a buffer returned twice) is copied. A result whose
   /// descriptor points outside every buffer the kernel could have returned is an error,
   /// never read.
+  ///
+  /// With a `resultArena` (memory the caller sends results from, such as a worker's shared
+  /// result region), the kernel's allocations of kArenaAllocationBytes or more are placed
+  /// there while it has room, so a large result is computed where it is sent from: no fresh
+  /// pages to fault in, no copy. A result in the arena frees nothing (its `allocated` is
+  /// null) and is valid until the arena is used again.
   llvm::Expected<std::vector<OwnedTensor>> launch(llvm::StringRef sha256, llvm::StringRef entry,
                                                   llvm::ArrayRef<TensorView> inputs,
-                                                  llvm::ArrayRef<ResultSpec> results);
+                                                  llvm::ArrayRef<ResultSpec> results,
+                                                  llvm::MutableArrayRef<char> resultArena = {});
 
   /// Calls `symbol`, found in the plugins first, then in loaded objects in load order. Its C
   /// signature is

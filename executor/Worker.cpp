@@ -231,6 +231,7 @@ private:
     AlignedBytes aligned;
     const char *base = nullptr;
     std::vector<uint64_t> inUse;
+    SharedBuffer *inputArena = nullptr;
     if (mode == 1) {
       llvm::StringRef bytes = in.str();
       if (!in.ok() || bytes.size() != total)
@@ -246,6 +247,7 @@ private:
       if (!arena)
         return arena.takeError();
       base = (*arena)->data();
+      inputArena = *arena;
       inUse.push_back(id);
     } else {
       return llvm::createStringError("malformed launch request");
@@ -277,7 +279,13 @@ private:
       views.push_back(TensorView{base + input.offset, input.elemSize, input.sizes,
                                  transport::wire::packedStrides(input.sizes)});
     }
-    llvm::Expected<std::vector<OwnedTensor>> outcome = host->launch(sha, entry, views, results);
+    // Large buffers the kernel allocates go straight into the result arena: a result there is
+    // sent from where it was computed.
+    llvm::MutableArrayRef<char> arena;
+    if (resultArena && resultArena != inputArena) // Never where the inputs are read.
+      arena = llvm::MutableArrayRef<char>(resultArena->data(), resultArena->size());
+    llvm::Expected<std::vector<OwnedTensor>> outcome =
+        host->launch(sha, entry, views, results, arena);
     if (!outcome)
       return classifyHostError(outcome.takeError(), "unknown_entry", "launch_failed",
                                "launching '" + entry + "'");
@@ -285,37 +293,72 @@ private:
       return transport::wire::makeWireError(
           "launch_failed", llvm::formatv("'{0}' returned {1} results, expected {2}", entry,
                                          outcome->size(), results.size()));
-    MessageWriter done(MessageKind::Done);
-    done.u64(outcome->size());
-    uint64_t size = 0;
-    std::vector<uint64_t> offsets;
-    for (const OwnedTensor &t : *outcome) {
-      done.i64(t.elemSize).u64(t.sizes.size());
-      for (int64_t s : t.sizes)
-        done.i64(s);
-      size = alignPayload(size);
-      done.u64(size);
-      offsets.push_back(size);
+    auto bytesOf = [](const OwnedTensor &t) {
       uint64_t bytes = static_cast<uint64_t>(t.elemSize);
       for (int64_t s : t.sizes)
         bytes *= static_cast<uint64_t>(s);
-      size += bytes;
+      return bytes;
+    };
+    // Results the kernel computed in the arena stay where they are (the host keeps only packed
+    // ones there, copying the rest out); the others are packed after them.
+    std::vector<bool> inPlace(outcome->size(), false);
+    uint64_t inPlaceEnd = 0;
+    for (size_t i = 0; i < outcome->size(); ++i) {
+      const OwnedTensor &t = (*outcome)[i];
+      const char *data = static_cast<const char *>(t.data);
+      if (!arena.empty() && !t.allocated && data >= arena.data() &&
+          data < arena.data() + arena.size() &&
+          t.strides == transport::wire::packedStrides(t.sizes) &&
+          uint64_t(arena.data() + arena.size() - data) >= bytesOf(t)) {
+        inPlace[i] = true;
+        inPlaceEnd = std::max(inPlaceEnd, uint64_t(data - arena.data()) + bytesOf(t));
+      }
     }
-    done.u64(size);
-    auto pack = [&](char *out) {
+    // The reply's header: each result's shape and offset, then the bytes they span. Results
+    // kept in place keep their offsets in the arena; the rest are laid out after them.
+    std::vector<uint64_t> offsets(outcome->size());
+    auto describe = [&](MessageWriter &done, bool keepInPlace) {
+      uint64_t size = keepInPlace ? inPlaceEnd : 0;
+      done.u64(outcome->size());
       for (size_t i = 0; i < outcome->size(); ++i) {
         const OwnedTensor &t = (*outcome)[i];
-        transport::wire::packInto(TensorView{t.data, t.elemSize, t.sizes, t.strides},
-                                  out + offsets[i]);
+        done.i64(t.elemSize).u64(t.sizes.size());
+        for (int64_t s : t.sizes)
+          done.i64(s);
+        if (keepInPlace && inPlace[i]) {
+          offsets[i] = uint64_t(static_cast<const char *>(t.data) - arena.data());
+        } else {
+          offsets[i] = size = alignPayload(size);
+          size += bytesOf(t);
+        }
+        done.u64(offsets[i]);
       }
+      done.u64(size);
+      return size;
     };
-    if (resultArena && size > kInlineBytes && size <= resultArena->size()) {
-      // Into the arena the executor lent: no fresh pages, no new descriptor.
-      pack(resultArena->data());
-      done.u64(2);
-      return answer(done);
+    auto pack = [&](char *out, bool keptInPlace) {
+      for (size_t i = 0; i < outcome->size(); ++i)
+        if (!keptInPlace || !inPlace[i]) {
+          const OwnedTensor &t = (*outcome)[i];
+          transport::wire::packInto(TensorView{t.data, t.elemSize, t.sizes, t.strides},
+                                    out + offsets[i]);
+        }
+    };
+    bool anyInPlace = std::find(inPlace.begin(), inPlace.end(), true) != inPlace.end();
+    if (resultArena) {
+      MessageWriter done(MessageKind::Done);
+      uint64_t size = describe(done, anyInPlace);
+      if ((anyInPlace || size > kInlineBytes) && size <= resultArena->size()) {
+        // Into the arena the executor lent: no fresh pages, no new descriptor.
+        pack(resultArena->data(), anyInPlace);
+        done.u64(2);
+        return answer(done);
+      }
     }
-    return reply(done, size, pack);
+    // Inline or in a buffer of its own, the arena's results copied there too.
+    MessageWriter done(MessageKind::Done);
+    uint64_t size = describe(done, false);
+    return reply(done, size, [&](char *out) { pack(out, false); });
   }
 
   llvm::Error call(MessageReader &in, Message &request) {

@@ -9,6 +9,8 @@ typedef __UINT64_TYPE__ u64;
 typedef __SIZE_TYPE__ size_t;
 
 void *malloc(size_t size);
+void *calloc(size_t count, size_t size);
+void *realloc(void *ptr, size_t size);
 void free(void *ptr);
 double exp(double x);
 void *memcpy(void *dst, const void *src, size_t n);

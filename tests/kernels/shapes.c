@@ -203,3 +203,47 @@ void _catalyst_pyface_pad(void *results, void *args) {
   out->strides[0] = 1;
 }
 COURIER_SIGNATURE(pad, 1, 1, 1, 8, 1, 8)
+
+/* Exercises the allocator as a launch with a result arena sees it, on an f64 input of n
+ * elements: a scratch buffer freed before the result is taken (x * 3), a calloc'd buffer
+ * with its first element set, a buffer grown by realloc (0, 1, ..., n - 1), and every
+ * other element of a [n, 2] matrix (x), a strided view the host must copy. */
+void _catalyst_pyface_allocations(void *results, void *args) {
+  desc1 *in = ARG(desc1, args, 0);
+  desc1 *out = results;
+  i64 n = in->sizes[0];
+  const double *x = (const double *)in->aligned + in->offset;
+  double *scratch = allocate(n * (i64)sizeof(double));
+  for (i64 i = 0; i < n; ++i)
+    scratch[i] = 3 * x[i * in->strides[0]];
+  double sum = 0;
+  for (i64 i = 0; i < n; ++i)
+    sum += scratch[i];
+  free(scratch);
+  double *tripled = allocate(n * (i64)sizeof(double));
+  for (i64 i = 0; i < n; ++i)
+    tripled[i] = 3 * x[i * in->strides[0]] + 0 * sum;
+  double *zeros = calloc(n > 0 ? (size_t)n : 1, sizeof(double));
+  if (n > 0)
+    zeros[0] = 1;
+  double *grown = allocate(n / 2 * (i64)sizeof(double));
+  for (i64 i = 0; i < n / 2; ++i)
+    grown[i] = (double)i;
+  grown = realloc(grown, (size_t)(n > 0 ? n : 1) * sizeof(double));
+  for (i64 i = n / 2; i < n; ++i)
+    grown[i] = (double)i;
+  double *matrix = allocate(2 * n * (i64)sizeof(double));
+  for (i64 i = 0; i < n; ++i) {
+    matrix[2 * i] = x[i * in->strides[0]];
+    matrix[2 * i + 1] = -1;
+  }
+  double *buffers[4] = {tripled, zeros, grown, matrix};
+  for (int r = 0; r < 4; ++r) {
+    out[r].allocated = buffers[r];
+    out[r].aligned = buffers[r];
+    out[r].offset = 0;
+    out[r].sizes[0] = n;
+    out[r].strides[0] = r == 3 ? 2 : 1;
+  }
+}
+COURIER_SIGNATURE(allocations, 1, 4, 1, 8, 1, 8, 1, 8, 1, 8, 1, 8)

@@ -650,7 +650,7 @@ TEST_CASE("describe reports an object's entries and signature tables", "[objecth
   auto info = host->describe(shapes.sha256);
   REQUIRE(info.has_value());
   CHECK(info->sha256 == shapes.sha256);
-  CHECK(info->entries.size() == 13);
+  CHECK(info->entries.size() == 14);
   CHECK(std::is_sorted(info->entries.begin(), info->entries.end()));
   CHECK(info->hasEntry("_catalyst_pyface_stats"));
   CHECK_FALSE(info->hasEntry("courier_object_negate"));
@@ -1042,4 +1042,65 @@ TEST_CASE("an object whose sections would take more memory than an object may is
   std::vector<double> x{1, 2, 3};
   auto out = launch(*host, within, "_catalyst_pyface_stats", {view(x, {3}, {1})}, {{0, 8}, {1, 8}});
   CHECK(elements<double>(out[1]) == std::vector<double>{1, 3, 6});
+}
+
+TEST_CASE("large buffers a kernel allocates go to the launch's result arena, and results there "
+          "are handed over in place",
+          "[objecthost][arena]") {
+  auto host = makeHost();
+  auto shapes = kernel(COURIER_KERNEL_SHAPES);
+  REQUIRE_OK(host->addObject(shapes));
+  // Each buffer is 1 MiB, over kArenaAllocationBytes; the arena holds what earlier launches
+  // left there, which calloc must not pass on.
+  const int64_t n = 131072;
+  std::vector<char> arena(8 << 20, '\x7f');
+  auto inArena = [&](const void *pointer) {
+    auto *p = static_cast<const char *>(pointer);
+    return p >= arena.data() && p < arena.data() + arena.size();
+  };
+  std::vector<double> x(n);
+  for (int64_t i = 0; i < n; ++i)
+    x[i] = double(i % 1000) / 4;
+  std::vector<double> tripled(n), zeros(n, 0), counting(n);
+  for (int64_t i = 0; i < n; ++i) {
+    tripled[i] = 3 * x[i];
+    counting[i] = double(i);
+  }
+  zeros[0] = 1;
+  std::vector<ResultSpec> four(4, ResultSpec{1, 8});
+  for (int round = 0; round < 2; ++round) {
+    INFO("launch " << round + 1 << " into the same arena");
+    auto out = host->launch(shapes.sha256, "_catalyst_pyface_allocations", {view(x, {n}, {1})},
+                            four, llvm::MutableArrayRef<char>(arena));
+    REQUIRE_OK(out.takeError());
+    CHECK(elements<double>((*out)[0]) == tripled);
+    CHECK(elements<double>((*out)[1]) == zeros);
+    CHECK(elements<double>((*out)[2]) == counting);
+    CHECK(elements<double>((*out)[3]) == x);
+    // Packed results stay in the arena and free nothing; the strided view into it is copied.
+    for (int r = 0; r < 3; ++r) {
+      CHECK(inArena((*out)[r].data));
+      CHECK((*out)[r].allocated == nullptr);
+    }
+    CHECK_FALSE(inArena((*out)[3].data));
+    CHECK((*out)[3].allocated != nullptr);
+    CHECK((*out)[3].strides == std::vector<int64_t>{1});
+  }
+  // An arena with room for one buffer: the rest come from the process's allocator.
+  std::vector<char> small((1 << 20) + 4096, '\x7f');
+  auto out = host->launch(shapes.sha256, "_catalyst_pyface_allocations", {view(x, {n}, {1})}, four,
+                          llvm::MutableArrayRef<char>(small));
+  REQUIRE_OK(out.takeError());
+  CHECK(elements<double>((*out)[0]) == tripled);
+  CHECK(elements<double>((*out)[1]) == zeros);
+  CHECK(elements<double>((*out)[2]) == counting);
+  CHECK(elements<double>((*out)[3]) == x);
+  // Small buffers never go there.
+  std::vector<double> few{1, 2, 3, 4};
+  auto little = host->launch(shapes.sha256, "_catalyst_pyface_allocations", {view(few, {4}, {1})},
+                             four, llvm::MutableArrayRef<char>(arena));
+  REQUIRE_OK(little.takeError());
+  for (const OwnedTensor &t : *little)
+    CHECK_FALSE(inArena(t.data));
+  CHECK(elements<double>((*little)[2]) == std::vector<double>{0, 1, 2, 3});
 }
