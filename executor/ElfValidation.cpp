@@ -219,9 +219,10 @@ Error checkRelocations(const object::ELFObjectFile<ELFT> &object, StringRef sha2
   return Error::success();
 }
 
-/// Checks that the sections the linker allocates, each at its alignment, fit in
-/// kMaxObjectMemoryBytes. JITLink maps and zero-fills a `.bss` of whatever size its header
-/// says, which costs the object nothing in bytes.
+/// Checks that the sections the linker allocates, each at its alignment, and the common
+/// symbols it makes zero-filled blocks of, fit in kMaxObjectMemoryBytes. JITLink maps and
+/// zero-fills a `.bss`, or a common symbol, of whatever size its header says, which costs the
+/// object nothing in bytes.
 template <class ELFT>
 Error checkFootprint(const object::ELFObjectFile<ELFT> &object, StringRef sha256) {
   const object::ELFFile<ELFT> &file = object.getELFFile();
@@ -230,6 +231,33 @@ Error checkFootprint(const object::ELFObjectFile<ELFT> &object, StringRef sha256
     return makeError("object " + sha256 + " is damaged: " + toString(sections.takeError()));
   // Saturating, so a damaged size or alignment cannot wrap the sum back under the bound.
   uint64_t footprint = 0;
+  // The symbol table JITLink reads: the first SHT_SYMTAB.
+  for (const auto &section : *sections) {
+    if (section.sh_type != ELF::SHT_SYMTAB)
+      continue;
+    auto symbols = file.symbols(&section);
+    if (!symbols)
+      return makeError("object " + sha256 + " is damaged: " + toString(symbols.takeError()));
+    for (size_t index = 0; index < symbols->size(); ++index) {
+      const auto &symbol = (*symbols)[index];
+      if (symbol.st_shndx != ELF::SHN_COMMON)
+        continue;
+      // A common symbol's value is its alignment.
+      uint64_t alignment = std::max<uint64_t>(symbol.st_value, 1);
+      if (!isPowerOf2_64(alignment))
+        return makeError(formatv("object {0} is damaged: common symbol {1} is aligned to {2}, "
+                                 "which is not a power of two",
+                                 sha256, index, alignment));
+      footprint = SaturatingAdd(footprint, uint64_t(symbol.st_size), alignment - 1);
+      if (footprint > kMaxObjectMemoryBytes)
+        return makeError(formatv("object {0} takes more memory than an object may: its common "
+                                 "symbols, up to symbol {1} ({2} bytes aligned to {3}), need "
+                                 "more than {4} bytes",
+                                 sha256, index, uint64_t(symbol.st_size), alignment,
+                                 kMaxObjectMemoryBytes));
+    }
+    break;
+  }
   for (size_t index = 0; index < sections->size(); ++index) {
     const auto &section = (*sections)[index];
     if (!(section.sh_flags & ELF::SHF_ALLOC))

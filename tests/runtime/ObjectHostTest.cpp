@@ -1031,6 +1031,43 @@ TEST_CASE("an object whose sections would take more memory than an object may is
   CHECK_THAT(failure(host->addObject(odd)),
              Catch::Contains(odd.sha256) && Catch::Contains("aligned to 48, which is not a "
                                                             "power of two"));
+  // A common symbol is a zero-filled block of the size its entry gives, aligned to its value.
+  auto common = [&](llvm::StringRef name, uint64_t size, uint64_t alignment) {
+    std::string bytes = original;
+    llvm::ELF::Elf64_Ehdr header;
+    std::memcpy(&header, bytes.data(), sizeof(header));
+    for (size_t i = 0; i < header.e_shnum; ++i) {
+      llvm::ELF::Elf64_Shdr table, strings;
+      std::memcpy(&table, bytes.data() + header.e_shoff + i * header.e_shentsize, sizeof(table));
+      if (table.sh_type != llvm::ELF::SHT_SYMTAB)
+        continue;
+      std::memcpy(&strings, bytes.data() + header.e_shoff + table.sh_link * header.e_shentsize,
+                  sizeof(strings));
+      for (uint64_t at = table.sh_offset; at < table.sh_offset + table.sh_size;
+           at += sizeof(llvm::ELF::Elf64_Sym)) {
+        llvm::ELF::Elf64_Sym symbol;
+        std::memcpy(&symbol, bytes.data() + at, sizeof(symbol));
+        if (llvm::StringRef(bytes.data() + strings.sh_offset + symbol.st_name) != name)
+          continue;
+        symbol.st_shndx = llvm::ELF::SHN_COMMON;
+        symbol.st_value = alignment;
+        symbol.st_size = size;
+        std::memcpy(bytes.data() + at, &symbol, sizeof(symbol));
+        return transport::ObjectBlob::fromBytes(bytes);
+      }
+    }
+    FAIL("no symbol " << name.str());
+    return transport::ObjectBlob();
+  };
+  auto huge = common("_catalyst_signature_noop", uint64_t{3} << 30, 8);
+  CHECK_THAT(failure(host->addObject(huge)), Catch::Contains(huge.sha256) &&
+                                                 Catch::Contains("its common symbols") &&
+                                                 Catch::Contains("more than 268435456 bytes"));
+  auto misaligned = common("_catalyst_signature_noop", 64, 24);
+  CHECK_THAT(failure(host->addObject(misaligned)),
+             Catch::Contains(misaligned.sha256) &&
+                 Catch::Contains("is aligned to 24, which is not a power of two"));
+
   // A zero-filled section within the bound loads, and the kernel still runs.
   auto within = transport::ObjectBlob::fromBytes(
       editSection(original, ".comment", [](llvm::ELF::Elf64_Shdr &section) {
