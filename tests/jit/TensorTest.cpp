@@ -454,3 +454,33 @@ TEST_CASE("writing to a stream gives the same text, and writing to a string appe
   CHECK(appended == "[" + streamed);
   CHECK(streamed.size() > (size_t(1) << 16));
 }
+
+TEST_CASE("a tensor large enough to be written on several threads reads as the one thread "
+          "writes it, in every dtype",
+          "[tensor]") {
+  // Past the size at which writeTensorJSON splits the elements into runs, with an odd count
+  // so the runs differ in length; a stream is always written on one thread.
+  const int64_t n = (int64_t(1) << 21) + 7;
+  std::mt19937_64 random(5);
+  for (DType dtype :
+       {DType::F16, DType::BF16, DType::F32, DType::F64, DType::I1, DType::I8, DType::I16,
+        DType::I32, DType::I64, DType::UI8, DType::UI16, DType::UI32, DType::UI64}) {
+    INFO(dtypeName(dtype).str());
+    Tensor tensor{dtype, {n}, {}};
+    tensor.bytes.resize(static_cast<size_t>(n) * dtypeSize(dtype));
+    for (uint8_t &byte : tensor.bytes)
+      byte = static_cast<uint8_t>(random());
+    if (dtype == DType::I1)
+      for (uint8_t &byte : tensor.bytes)
+        byte &= 1;
+    std::string streamed;
+    {
+      llvm::raw_string_ostream os(streamed);
+      writeTensorJSON(os, tensor);
+    }
+    std::string written = "x";
+    writeTensorJSON(written, tensor);
+    CHECK(written.size() == streamed.size() + 1);
+    CHECK((written == "x" + streamed));
+  }
+}
