@@ -240,7 +240,8 @@ Error checkFootprint(const object::ELFObjectFile<ELFT> &object, StringRef sha256
       return makeError("object " + sha256 + " is damaged: " + toString(symbols.takeError()));
     for (size_t index = 0; index < symbols->size(); ++index) {
       const auto &symbol = (*symbols)[index];
-      if (symbol.st_shndx != ELF::SHN_COMMON)
+      // Common as JITLink reads it: in SHN_COMMON, or of type STT_COMMON wherever it lies.
+      if (!symbol.isCommon())
         continue;
       // A common symbol's value is its alignment.
       uint64_t alignment = std::max<uint64_t>(symbol.st_value, 1);

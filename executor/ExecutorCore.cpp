@@ -15,6 +15,7 @@
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringMap.h"
 #include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/MathExtras.h"
 #include "llvm/Support/ThreadPool.h"
 #include "llvm/Support/raw_ostream.h"
 #include "llvm/TargetParser/Host.h"
@@ -323,8 +324,13 @@ decodeWorkerResults(Message &reply, llvm::ArrayRef<ResultSpec> expected, llvm::S
   uint64_t total = in.u64();
   uint64_t mode = in.u64();
   bool inlined = mode == 1;
-  if (!in.ok() || total > maxBytes || mode > 2)
-    return broken(llvm::formatv("{0} bytes of results", total));
+  // In the result arena, results may lie apart, where the kernel computed them: what counts
+  // against the limit is their bytes, not the span.
+  uint64_t sum = 0;
+  for (const Shape &shape : shapes)
+    sum = llvm::SaturatingAdd(sum, shape.bytes);
+  if (!in.ok() || (mode == 2 ? sum : total) > maxBytes || mode > 2)
+    return broken(llvm::formatv("{0} bytes of results", mode == 2 ? sum : total));
   const char *base = nullptr;
   if (mode == 2) {
     // In the result arena this process lent the worker (and sealed).

@@ -28,6 +28,7 @@
 
 #include <sys/mman.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -166,6 +167,29 @@ void forget(void *pointer) {
     currentLaunch->live.erase(pointer);
 }
 
+/// The arenas rememberArena was told of, as [begin, end) ranges.
+struct ArenaRegistry {
+  std::mutex mutex;
+  std::vector<std::pair<const char *, const char *>> ranges;
+  std::atomic<size_t> count{0};
+};
+
+ArenaRegistry &arenaRegistry() {
+  static ArenaRegistry registry;
+  return registry;
+}
+
+/// True if `pointer` lies in an arena this process has mapped.
+bool inKnownArena(const void *pointer) {
+  ArenaRegistry &registry = arenaRegistry();
+  if (!pointer || registry.count.load(std::memory_order_acquire) == 0)
+    return false;
+  auto *p = static_cast<const char *>(pointer);
+  std::lock_guard<std::mutex> lock(registry.mutex);
+  return llvm::any_of(registry.ranges,
+                      [&](const auto &range) { return p >= range.first && p < range.second; });
+}
+
 /// `size` bytes at `alignment` (a power of two) in the running launch's result arena, or null
 /// when the launch has none, the allocation is small or the arena has no room left. Arena
 /// memory is not cleared: it holds what earlier launches of the session left there.
@@ -215,6 +239,9 @@ void *trackedCalloc(size_t count, size_t size) {
 
 void *trackedRealloc(void *old, size_t size) {
   LaunchAllocations *launch = currentLaunch;
+  // From an arena of an earlier launch: its size is not known here, so it cannot be moved.
+  if (!(launch && launch->inArena(old)) && inKnownArena(old))
+    return nullptr;
   if (launch && launch->inArena(old)) {
     auto found = launch->live.find(old);
     uint64_t had = found == launch->live.end() ? 0 : found->second;
@@ -243,7 +270,9 @@ void trackedFree(void *pointer) {
   if (LaunchAllocations *launch = currentLaunch; launch && launch->inArena(pointer))
     return releaseToArena(*launch, pointer);
   forget(pointer);
-  std::free(pointer);
+  // Arena memory belongs to its arena, whichever launch it came from.
+  if (!inKnownArena(pointer))
+    std::free(pointer);
 }
 
 void *trackedAlignedAlloc(size_t alignment, size_t size) {
@@ -474,6 +503,21 @@ std::string describeTensors(ArrayRef<int64_t> words, size_t first, size_t count)
 }
 
 } // namespace
+
+void rememberArena(const void *base, uint64_t size) {
+  ArenaRegistry &registry = arenaRegistry();
+  auto *begin = static_cast<const char *>(base);
+  std::lock_guard<std::mutex> lock(registry.mutex);
+  registry.ranges.emplace_back(begin, begin + size);
+  registry.count.store(registry.ranges.size(), std::memory_order_release);
+}
+
+void forgetArena(const void *base) {
+  ArenaRegistry &registry = arenaRegistry();
+  std::lock_guard<std::mutex> lock(registry.mutex);
+  llvm::erase_if(registry.ranges, [&](const auto &range) { return range.first == base; });
+  registry.count.store(registry.ranges.size(), std::memory_order_release);
+}
 
 bool ObjectInfo::hasEntry(StringRef entry) const {
   return std::binary_search(entries.begin(), entries.end(), entry,
@@ -960,8 +1004,12 @@ Expected<std::vector<OwnedTensor>> ObjectHost::launch(StringRef sha256, StringRe
       kUnwritten);
 
   LaunchAllocations allocations;
-  allocations.arena = resultArena.data();
-  allocations.arenaSize = resultArena.size();
+  // Hand-written kernels, which have no table, may keep a buffer from one call to the next:
+  // theirs come from the C allocator alone.
+  if (!unchecked) {
+    allocations.arena = resultArena.data();
+    allocations.arenaSize = resultArena.size();
+  }
   {
     TrackAllocations tracking(allocations);
     function(outBuffer.data(), const_cast<void **>(args));

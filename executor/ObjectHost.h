@@ -71,6 +71,13 @@ inline constexpr uint64_t kArenaAllocationBytes = 256 * 1024;
 inline constexpr uint64_t kArenaAlignment = 64;
 inline constexpr uint64_t kArenaAlignmentLimit = 4096;
 
+/// Ranges of this process's memory that launches may place kernel allocations in (result
+/// arenas, ObjectHost::launch), known from when they are mapped until they are unmapped: no
+/// kernel's free() or realloc() hands a pointer into one to the C allocator, whichever launch
+/// makes the call. Thread-safe.
+void rememberArena(const void *base, uint64_t size);
+void forgetArena(const void *base);
+
 struct ObjectHostOptions {
   /// Loads objects some of whose entries have no signature table (hand-written kernels).
   /// Their launches cannot be checked against what the kernel reads and writes, so a wrong
@@ -117,10 +124,13 @@ public:
   /// never read.
   ///
   /// With a `resultArena` (memory the caller sends results from, such as a worker's shared
-  /// result region), the kernel's allocations of kArenaAllocationBytes or more are placed
-  /// there while it has room, so a large result is computed where it is sent from: no fresh
-  /// pages to fault in, no copy. A result in the arena frees nothing (its `allocated` is
-  /// null) and is valid until the arena is used again.
+  /// result region), an entry with a signature table (code cross-compile-targets emitted,
+  /// which keeps no buffer past its call but those it returns) has its allocations of
+  /// kArenaAllocationBytes or more placed there while it has room, so a large result is
+  /// computed where it is sent from: no fresh pages to fault in, no copy. A result in the
+  /// arena frees nothing (its `allocated` is null) and is valid until the arena is used
+  /// again; so is any other allocation the kernel made there. The caller registers the arena
+  /// with rememberArena.
   llvm::Expected<std::vector<OwnedTensor>> launch(llvm::StringRef sha256, llvm::StringRef entry,
                                                   llvm::ArrayRef<TensorView> inputs,
                                                   llvm::ArrayRef<ResultSpec> results,

@@ -18,14 +18,17 @@
 #include <cstring>
 #include <map>
 #include <sys/prctl.h>
+#include <tuple>
 #include <unistd.h>
 
 namespace courier::executor {
 
+using transport::forgetArena;
 using transport::ObjectBlob;
 using transport::ObjectHost;
 using transport::OwnedTensor;
 using transport::PluginSet;
+using transport::rememberArena;
 using transport::ResultSpec;
 using transport::TensorView;
 
@@ -396,17 +399,31 @@ private:
       llvm::Expected<SharedBuffer> mapped = SharedBuffer::mapAll(std::move(fd));
       if (!mapped)
         return mapped.takeError();
-      found = arenas.emplace(id, std::move(*mapped)).first;
+      found = arenas
+                  .emplace(std::piecewise_construct, std::forward_as_tuple(id),
+                           std::forward_as_tuple(std::move(*mapped)))
+                  .first;
     }
-    if (found->second.size() < atLeast)
+    if (found->second.buffer.size() < atLeast)
       return llvm::createStringError("an arena is smaller than the launch says");
-    return &found->second;
+    return &found->second.buffer;
   }
+
+  /// A mapped arena, known to the object host for as long as it is mapped (rememberArena).
+  struct KnownArena {
+    explicit KnownArena(SharedBuffer mapped) : buffer(std::move(mapped)) {
+      rememberArena(buffer.data(), buffer.size());
+    }
+    ~KnownArena() { forgetArena(buffer.data()); }
+    KnownArena(const KnownArena &) = delete;
+    KnownArena &operator=(const KnownArena &) = delete;
+    SharedBuffer buffer;
+  };
 
   WorkerChannel channel;
   std::unique_ptr<ObjectHost> host;
   static constexpr size_t kMappedArenas = 8;
-  std::map<uint64_t, SharedBuffer> arenas;
+  std::map<uint64_t, KnownArena> arenas;
 };
 
 } // namespace

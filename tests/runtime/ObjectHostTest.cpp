@@ -1032,7 +1032,7 @@ TEST_CASE("an object whose sections would take more memory than an object may is
              Catch::Contains(odd.sha256) && Catch::Contains("aligned to 48, which is not a "
                                                             "power of two"));
   // A common symbol is a zero-filled block of the size its entry gives, aligned to its value.
-  auto common = [&](llvm::StringRef name, uint64_t size, uint64_t alignment) {
+  auto common = [&](llvm::StringRef name, uint64_t size, uint64_t alignment, bool byType = false) {
     std::string bytes = original;
     llvm::ELF::Elf64_Ehdr header;
     std::memcpy(&header, bytes.data(), sizeof(header));
@@ -1049,7 +1049,11 @@ TEST_CASE("an object whose sections would take more memory than an object may is
         std::memcpy(&symbol, bytes.data() + at, sizeof(symbol));
         if (llvm::StringRef(bytes.data() + strings.sh_offset + symbol.st_name) != name)
           continue;
-        symbol.st_shndx = llvm::ELF::SHN_COMMON;
+        // STT_COMMON makes a symbol common wherever it lies; SHN_COMMON whatever its type.
+        if (byType)
+          symbol.setBindingAndType(symbol.getBinding(), llvm::ELF::STT_COMMON);
+        else
+          symbol.st_shndx = llvm::ELF::SHN_COMMON;
         symbol.st_value = alignment;
         symbol.st_size = size;
         std::memcpy(bytes.data() + at, &symbol, sizeof(symbol));
@@ -1063,6 +1067,9 @@ TEST_CASE("an object whose sections would take more memory than an object may is
   CHECK_THAT(failure(host->addObject(huge)), Catch::Contains(huge.sha256) &&
                                                  Catch::Contains("its common symbols") &&
                                                  Catch::Contains("more than 268435456 bytes"));
+  auto typed = common("_catalyst_signature_noop", uint64_t{3} << 30, 8, /*byType=*/true);
+  CHECK_THAT(failure(host->addObject(typed)),
+             Catch::Contains(typed.sha256) && Catch::Contains("its common symbols"));
   auto misaligned = common("_catalyst_signature_noop", 64, 24);
   CHECK_THAT(failure(host->addObject(misaligned)),
              Catch::Contains(misaligned.sha256) &&
@@ -1132,6 +1139,16 @@ TEST_CASE("large buffers a kernel allocates go to the launch's result arena, and
   CHECK(elements<double>((*out)[1]) == zeros);
   CHECK(elements<double>((*out)[2]) == counting);
   CHECK(elements<double>((*out)[3]) == x);
+  // Nor do those of a kernel without a signature table, which may keep a buffer from one
+  // call to the next.
+  auto lenient = makeLenientHost();
+  auto unsignedScale = kernel(COURIER_KERNEL_SCALE_UNSIGNED);
+  REQUIRE_OK(lenient->addObject(unsignedScale));
+  auto scaled = lenient->launch(unsignedScale.sha256, "_catalyst_pyface_scale", {view(x, {n}, {1})},
+                                {{1, 8}}, llvm::MutableArrayRef<char>(arena));
+  REQUIRE_OK(scaled.takeError());
+  CHECK_FALSE(inArena((*scaled)[0].data));
+  CHECK((*scaled)[0].allocated != nullptr);
   // Small buffers never go there.
   std::vector<double> few{1, 2, 3, 4};
   auto little = host->launch(shapes.sha256, "_catalyst_pyface_allocations", {view(few, {4}, {1})},
