@@ -7,6 +7,7 @@
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <condition_variable>
@@ -130,7 +131,7 @@ struct FileWatcher::Impl {
                      })->second;
         // Rounded up: a wake a fraction of a millisecond early would find nothing due.
         auto wait = std::chrono::ceil<std::chrono::milliseconds>(first - Clock::now());
-        timeout = std::max<int>(0, static_cast<int>(wait.count()));
+        timeout = static_cast<int>(std::clamp<int64_t>(wait.count(), 0, 1 << 30));
       }
       pollfd fds[2] = {{inotify, POLLIN, 0}, {stopPipe[0], POLLIN, 0}};
       int ready = ::poll(fds, 2, timeout);
