@@ -204,6 +204,94 @@ inline ConcurrentCalls callConcurrently(const ConcurrentRun &run,
   return calls;
 }
 
+/// One row of a many-clients benchmark: calls per second in the window, their latency, the
+/// slowest call, the least-served client's calls, and the CPU per call of the server (with
+/// its workers) and of the clients (this process).
+struct ClientsRow {
+  int clients = 0;
+  double perSecond = 0;
+  Percentiles us{};
+  double slowestUs = 0;
+  size_t fewest = 0;
+  double serverCpuUs = 0, clientCpuUs = 0;
+};
+
+/// What a many-clients benchmark measures, and how.
+struct ClientsBenchmark {
+  /// The calls, in the plural, for the tables: "launches", "invokes".
+  const char *calls = "calls";
+  /// The call function of `clients` clients connected afresh: `call(client)` makes one call
+  /// as client `client`.
+  std::function<std::function<void(int client)>(int clients)> connect;
+  /// The CPU seconds the server and its workers have used so far.
+  std::function<double()> serverCpuSeconds;
+  ConcurrentRun run;
+};
+
+/// Runs `benchmark` for 1, 4, 16, 64 and 256 clients: closed loops (each client calls again
+/// once answered: throughput), then the same clients paced together at half the closed
+/// loops' peak, no client asked for more than half of what one client managed alone (latency
+/// at a load the server carries). Prints both tables and the figures the targets name.
+inline void runClientsBenchmark(ClientsBenchmark benchmark) {
+  ConcurrentRun &run = benchmark.run;
+  auto measureRow = [&](int n, std::chrono::microseconds pace) {
+    std::function<void(int)> call = benchmark.connect(n);
+    run.clients = n;
+    run.pace = pace;
+    double serverCpu = 0, clientCpu = 0;
+    run.atWindowOpen = [&] {
+      serverCpu = -benchmark.serverCpuSeconds();
+      clientCpu = -selfCpuSeconds();
+    };
+    run.atWindowClose = [&] {
+      serverCpu += benchmark.serverCpuSeconds();
+      clientCpu += selfCpuSeconds();
+    };
+    ConcurrentCalls calls = callConcurrently(run, call);
+    if (calls.us.empty())
+      die(std::string("no call ended in the window of ") + std::to_string(n) + " clients");
+    double count = double(calls.us.size());
+    return ClientsRow{n,
+                      count / calls.seconds,
+                      percentiles(std::move(calls.us)),
+                      calls.slowestUs,
+                      calls.fewestByOneClient,
+                      serverCpu / count * 1e6,
+                      clientCpu / count * 1e6};
+  };
+  auto print = [&](const std::vector<ClientsRow> &rows, double peak) {
+    std::printf("  clients | %9s/s | of peak |   p50 us |   p99 us | slowest ms | fewest | "
+                "CPU us/call: server, clients\n",
+                benchmark.calls);
+    for (const ClientsRow &row : rows)
+      std::printf("  %7d | %11.0f | %7.2f | %8.1f | %8.1f | %10.1f | %6zu | %6.1f, %6.1f\n",
+                  row.clients, row.perSecond, row.perSecond / peak, row.us.p50, row.us.p99,
+                  row.slowestUs / 1000, row.fewest, row.serverCpuUs, row.clientCpuUs);
+  };
+  const int counts[] = {1, 4, 16, 64, 256};
+  std::vector<ClientsRow> closed;
+  for (int n : counts)
+    closed.push_back(measureRow(n, std::chrono::microseconds(0)));
+  double peak = 0;
+  for (const ClientsRow &row : closed)
+    peak = std::max(peak, row.perSecond);
+  std::printf("  closed loops (each client calls again once answered):\n");
+  print(closed, peak);
+  std::vector<ClientsRow> paced;
+  for (int n : counts) {
+    double offered = std::min(0.5 * peak, 0.5 * n * closed[0].perSecond);
+    paced.push_back(
+        measureRow(n, std::chrono::microseconds(static_cast<int64_t>(n * 1e6 / offered))));
+  }
+  std::printf("  paced (all clients together at half the peak, each at most half one client's "
+              "rate; times from when a call was due):\n");
+  print(paced, peak);
+  std::printf("  throughput at 64 and 256 clients %.2fx and %.2fx the peak (target >= 0.8x); p99 "
+              "at 256 %.1fx p99 at 1, paced (target <= 50x; closed loops: %.1fx)\n",
+              closed[3].perSecond / peak, closed[4].perSecond / peak,
+              paced[4].us.p99 / paced[0].us.p99, closed[4].us.p99 / closed[0].us.p99);
+}
+
 } // namespace courier::bench
 
 #endif // COURIER_BENCH_BENCHSUPPORT_H

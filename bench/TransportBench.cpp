@@ -36,9 +36,8 @@ using courier::testing::ExecutorProcess;
 using courier::testing::ServerProcess;
 using courier::testing::ServerSpec;
 using Clock = std::chrono::steady_clock;
-using courier::bench::callConcurrently;
 using courier::bench::check;
-using courier::bench::ConcurrentCalls;
+using courier::bench::ClientsBenchmark;
 using courier::bench::ConcurrentRun;
 using courier::bench::die;
 using courier::bench::loadObject;
@@ -46,8 +45,8 @@ using courier::bench::measure;
 using courier::bench::median;
 using courier::bench::Percentiles;
 using courier::bench::percentiles;
+using courier::bench::runClientsBenchmark;
 using courier::bench::secondsOf;
-using courier::bench::selfCpuSeconds;
 
 namespace {
 
@@ -578,80 +577,22 @@ void clients(bool smoke) {
     sessions.push_back(check(setup->openSession(), "opening a session"));
     check(setup->shipObject(sessions.back(), shapes), "shipping");
   }
-  struct Row {
-    int clients;
-    double perSecond;
-    Percentiles latency;
-    double slowestMs;
-    size_t fewest;
-    /// CPU per launch, of the executor with its workers and of the clients (this process).
-    double serverCpuUs, clientCpuUs;
-  };
-  auto measureRow = [&](int n, std::chrono::microseconds pace) {
-    std::vector<std::unique_ptr<Backend>> backends;
+  ClientsBenchmark benchmark;
+  benchmark.calls = "launches";
+  benchmark.run = run;
+  std::vector<std::unique_ptr<Backend>> backends;
+  benchmark.connect = [&](int n) {
+    backends.clear();
     for (int c = 0; c < n; ++c)
       backends.push_back(check(createHttpBackend(executor.address(), {}), "connecting"));
-    run.clients = n;
-    run.pace = pace;
-    double serverCpu = 0, clientCpu = 0;
-    run.atWindowOpen = [&] {
-      serverCpu = -cpuSecondsOfTree(executor.processId());
-      clientCpu = -selfCpuSeconds();
-    };
-    run.atWindowClose = [&] {
-      serverCpu += cpuSecondsOfTree(executor.processId());
-      clientCpu += selfCpuSeconds();
-    };
-    ConcurrentCalls calls = callConcurrently(run, [&](int c) {
+    return [&](int c) {
       check(backends[c]->launch(sessions[c % sessions.size()], shapes, "_catalyst_pyface_noop", {},
                                 {}),
             "launching");
-    });
-    if (calls.us.empty())
-      die("no launch ended in the window");
-    double perSecond = double(calls.us.size()) / calls.seconds;
-    double launches = double(calls.us.size());
-    return Row{n,
-               perSecond,
-               percentiles(std::move(calls.us)),
-               calls.slowestUs / 1000,
-               calls.fewestByOneClient,
-               serverCpu / launches * 1e6,
-               clientCpu / launches * 1e6};
+    };
   };
-  auto print = [](const std::vector<Row> &rows, double peak) {
-    std::printf("  clients | launches/s | of peak |   p50 us |   p99 us | slowest ms | fewest | "
-                "CPU us/launch: executor, clients\n");
-    for (const Row &row : rows)
-      std::printf("  %7d | %10.0f | %7.2f | %8.1f | %8.1f | %10.1f | %6zu | %6.1f, %6.1f\n",
-                  row.clients, row.perSecond, row.perSecond / peak, row.latency.p50,
-                  row.latency.p99, row.slowestMs, row.fewest, row.serverCpuUs, row.clientCpuUs);
-  };
-  const int counts[] = {1, 4, 16, 64, 256};
-  std::vector<Row> closed;
-  for (int n : counts)
-    closed.push_back(measureRow(n, std::chrono::microseconds(0)));
-  double peak = 0;
-  for (const Row &row : closed)
-    peak = std::max(peak, row.perSecond);
-  std::printf("  closed loops (each client launches again once answered):\n");
-  print(closed, peak);
-  // Half the peak between all clients, and no client asked for more than half of what one
-  // client alone managed.
-  std::vector<Row> paced;
-  for (int n : counts) {
-    double offered = std::min(0.5 * peak, 0.5 * n * closed[0].perSecond);
-    paced.push_back(
-        measureRow(n, std::chrono::microseconds(static_cast<int64_t>(n * 1e6 / offered))));
-  }
-  std::printf("  paced (all clients together at half the peak, each at most half one client's "
-              "rate; times from when a launch was due):\n");
-  print(paced, peak);
-  std::printf("  throughput at 64 and 256 clients %.2fx and %.2fx the peak (target >= 0.8x); p99 "
-              "at 256 %.1fx p99 at 1, paced (target <= 50x; closed loops: %.1fx)\n",
-              closed[3].perSecond / peak, closed[4].perSecond / peak,
-              paced[4].latency.p99 / paced[0].latency.p99,
-              closed[4].latency.p99 / closed[0].latency.p99);
+  benchmark.serverCpuSeconds = [&] { return cpuSecondsOfTree(executor.processId()); };
+  runClientsBenchmark(std::move(benchmark));
 }
 
 int main(int argc, char **argv) {

@@ -260,81 +260,20 @@ void clients(const std::string &dir, unsigned workers) {
               "clients, %lld ms counted after %lld ms of warm-up, --workers-per-module %u\n",
               static_cast<long long>(run.window.count()),
               static_cast<long long>(run.warmup.count()), workers);
-  struct Row {
-    int clients;
-    double perSecond, p50, p99, slowest;
-    size_t fewest;
-    /// CPU per invoke, of courier-serve with its module workers and of the clients (this
-    /// process).
-    double serverCpuUs, clientCpuUs;
-  };
-  auto measureRow = [&](int n, std::chrono::microseconds pace) {
-    std::vector<std::unique_ptr<httplib::Client>> https;
+  bench::ClientsBenchmark benchmark;
+  benchmark.calls = "invokes";
+  benchmark.run = run;
+  std::vector<std::unique_ptr<httplib::Client>> https;
+  benchmark.connect = [&](int n) {
+    https.clear();
     for (int c = 0; c < n; ++c)
       https.push_back(connect());
-    run.clients = n;
-    run.pace = pace;
-    double serverCpu = 0, clientCpu = 0;
-    run.atWindowOpen = [&] {
-      serverCpu = -testing::cpuSecondsOfTree(server.processId());
-      clientCpu = -bench::selfCpuSeconds();
-    };
-    run.atWindowClose = [&] {
-      serverCpu += testing::cpuSecondsOfTree(server.processId());
-      clientCpu += bench::selfCpuSeconds();
-    };
-    bench::ConcurrentCalls calls = bench::callConcurrently(run, [&](int c) {
+    return [&](int c) {
       post(*https[c], "/v1/modules/bench/invoke/small", input, "application/json");
-    });
-    if (calls.us.empty())
-      die("no invoke ended in the window");
-    double perSecond = double(calls.us.size()) / calls.seconds;
-    double invokes = double(calls.us.size());
-    // In seconds, as the rest of this benchmark prints them.
-    for (double &us : calls.us)
-      us /= 1e6;
-    return Row{n,
-               perSecond,
-               percentile(calls.us, 0.5),
-               percentile(calls.us, 0.99),
-               calls.slowestUs / 1e6,
-               calls.fewestByOneClient,
-               serverCpu / invokes * 1e6,
-               clientCpu / invokes * 1e6};
+    };
   };
-  auto print = [](const std::vector<Row> &rows, double peak) {
-    std::printf("  clients | invokes/s | of peak |       p50 |       p99 |   slowest | fewest | "
-                "CPU us/invoke: server, clients\n");
-    for (const Row &row : rows)
-      std::printf("  %7d | %9.0f | %7.2f | %9s | %9s | %9s | %6zu | %6.1f, %6.1f\n", row.clients,
-                  row.perSecond, row.perSecond / peak, microseconds(row.p50).c_str(),
-                  microseconds(row.p99).c_str(), microseconds(row.slowest).c_str(), row.fewest,
-                  row.serverCpuUs, row.clientCpuUs);
-  };
-  const int counts[] = {1, 4, 16, 64, 256};
-  std::vector<Row> closed;
-  for (int n : counts)
-    closed.push_back(measureRow(n, std::chrono::microseconds(0)));
-  double peak = 0;
-  for (const Row &row : closed)
-    peak = std::max(peak, row.perSecond);
-  std::printf("  closed loops (each client invokes again once answered):\n");
-  print(closed, peak);
-  // As courier-transport-bench clients paces them: half the peak between all clients, no
-  // client asked for more than half of what one client alone managed.
-  std::vector<Row> paced;
-  for (int n : counts) {
-    double offered = std::min(0.5 * peak, 0.5 * n * closed[0].perSecond);
-    paced.push_back(
-        measureRow(n, std::chrono::microseconds(static_cast<int64_t>(n * 1e6 / offered))));
-  }
-  std::printf("  paced (all clients together at half the peak, each at most half one client's "
-              "rate; times from when an invoke was due):\n");
-  print(paced, peak);
-  std::printf("  throughput at 64 and 256 clients %.2fx and %.2fx the peak (target >= 0.8x); p99 "
-              "at 256 %.1fx p99 at 1, paced (target <= 50x; closed loops: %.1fx)\n",
-              closed[3].perSecond / peak, closed[4].perSecond / peak, paced[4].p99 / paced[0].p99,
-              closed[4].p99 / closed[0].p99);
+  benchmark.serverCpuSeconds = [&] { return testing::cpuSecondsOfTree(server.processId()); };
+  bench::runClientsBenchmark(std::move(benchmark));
 }
 
 } // namespace
