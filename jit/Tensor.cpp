@@ -1,6 +1,7 @@
 // Element types, owning tensors and the printable forms of signatures and diagnostics.
 #include "jit/Engine.h"
 #include "jit/Internal.h"
+#include "passes/CompilePool.h"
 #include "transport/Wire.h"
 
 #include "llvm/ADT/APFloat.h"
@@ -20,9 +21,7 @@
 #include <cstring>
 #include <iterator>
 #include <limits>
-#include <pthread.h>
 #include <string>
-#include <thread>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -791,24 +790,14 @@ template <typename Sink> void writeTensor(Sink &sink, const Tensor &tensor) {
 /// run of its elements into a string of its own, joined in order: printing numbers is most of
 /// a large JSON reply's cost, and one core idles meanwhile.
 constexpr int64_t kParallelWriteElements = int64_t(1) << 19;
-/// The most threads one tensor is written on.
+/// The most threads a tensor is written on.
 constexpr unsigned kMostWriteThreads = 8;
 
-/// One run of a tensor's elements written on a thread of its own.
-struct ElementRun {
-  const Tensor *tensor = nullptr;
-  int64_t begin = 0, end = 0;
-  std::string text;
-  pthread_t thread{};
-  bool started = false;
-};
-
-void *writeRun(void *argument) {
-  auto &run = *static_cast<ElementRun *>(argument);
-  run.text.reserve(static_cast<size_t>(run.end - run.begin) * maxElementText(run.tensor->dtype));
-  auto write = [&](const char *data, size_t size) { run.text.append(data, size); };
-  writeData(write, *run.tensor, run.begin, run.end);
-  return nullptr;
+/// The threads large tensors are written on besides their callers', one per core but one and
+/// shared by every call: however many replies are written at once, they add no more.
+CompilePool &writePool() {
+  static CompilePool pool(std::min(defaultCompileJobs(), kMostWriteThreads) - 1, 0);
+  return pool;
 }
 
 } // namespace
@@ -825,35 +814,29 @@ void writeTensorJSON(std::string &out, const Tensor &tensor) {
   transport::wire::adviseHugePages(out.data() + out.size(), out.capacity() - out.size());
   auto append = [&](const char *data, size_t size) { out.append(data, size); };
   int64_t n = tensor.numElements();
-  unsigned threads = std::min<unsigned>(
-      {std::max(1u, std::thread::hardware_concurrency()), kMostWriteThreads,
-       static_cast<unsigned>(std::min<int64_t>(n / kParallelWriteElements, kMostWriteThreads))});
+  int64_t threads =
+      std::min<int64_t>({int64_t(writePool().threads()) + 1, n / kParallelWriteElements});
   if (threads < 2)
     return writeTensor(append, tensor);
-  // Run k holds elements [n * k / threads, n * (k + 1) / threads); this thread writes the
-  // first straight into `out`, the others each into a string of their own.
-  // Run k holds elements [first(k), first(k + 1)); this thread writes the first straight into
-  // `out`, threads of their own the others, each into a string (pthreads, whose failure to
-  // start is an answer rather than an exception: such a run is written here, in its turn).
-  auto first = [&](unsigned k) { return n * k / threads; };
-  std::vector<ElementRun> runs(threads - 1);
-  for (unsigned k = 1; k < threads; ++k) {
-    ElementRun &run = runs[k - 1];
-    run.tensor = &tensor;
-    run.begin = first(k);
-    run.end = first(k + 1);
-    run.started = pthread_create(&run.thread, nullptr, writeRun, &run) == 0;
-  }
+  // Run k holds elements [first(k), first(k + 1)). This thread writes the first straight into
+  // `out`; the others are written into strings of their own by the pool, or by this thread
+  // in wait() where no pool thread took them.
+  auto first = [&](int64_t k) { return n * k / threads; };
+  std::vector<std::string> runs(threads - 1);
+  CompileBatch batch(&writePool());
+  for (int64_t k = 1; k < threads; ++k)
+    batch.add([&, k] {
+      std::string &run = runs[k - 1];
+      run.reserve(static_cast<size_t>(first(k + 1) - first(k)) * maxElementText(tensor.dtype));
+      auto write = [&](const char *data, size_t size) { run.append(data, size); };
+      writeData(write, tensor, first(k), first(k + 1));
+    });
   out.append(kTensorHead.data(), kTensorHead.size());
   writeData(append, tensor, 0, first(1));
-  for (ElementRun &run : runs) {
-    if (!run.started) {
-      writeData(append, tensor, run.begin, run.end);
-      continue;
-    }
-    pthread_join(run.thread, nullptr);
-    out += run.text;
-    std::string().swap(run.text);
+  batch.wait();
+  for (std::string &run : runs) {
+    out += run;
+    std::string().swap(run);
   }
   out += tensorTail(tensor);
 }
