@@ -326,11 +326,14 @@ decodeWorkerResults(Message &reply, llvm::ArrayRef<ResultSpec> expected, llvm::S
   bool inlined = mode == 1;
   // In the result arena, results may lie apart, where the kernel computed them: what counts
   // against the limit is their bytes, not the span.
-  uint64_t sum = 0;
-  for (const Shape &shape : shapes)
-    sum = llvm::SaturatingAdd(sum, shape.bytes);
-  if (!in.ok() || (mode == 2 ? sum : total) > maxBytes || mode > 2)
-    return broken(llvm::formatv("{0} bytes of results", mode == 2 ? sum : total));
+  uint64_t counted = total;
+  if (mode == 2) {
+    counted = 0;
+    for (const Shape &shape : shapes)
+      counted = llvm::SaturatingAdd(counted, shape.bytes);
+  }
+  if (!in.ok() || counted > maxBytes || mode > 2)
+    return broken(llvm::formatv("{0} bytes of results", counted));
   const char *base = nullptr;
   if (mode == 2) {
     // In the result arena this process lent the worker (and sealed).

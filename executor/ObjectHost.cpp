@@ -239,10 +239,11 @@ void *trackedCalloc(size_t count, size_t size) {
 
 void *trackedRealloc(void *old, size_t size) {
   LaunchAllocations *launch = currentLaunch;
+  bool inThisArena = launch && launch->inArena(old);
   // From an arena of an earlier launch: its size is not known here, so it cannot be moved.
-  if (!(launch && launch->inArena(old)) && inKnownArena(old))
+  if (!inThisArena && inKnownArena(old))
     return nullptr;
-  if (launch && launch->inArena(old)) {
+  if (inThisArena) {
     auto found = launch->live.find(old);
     uint64_t had = found == launch->live.end() ? 0 : found->second;
     if (found != launch->live.end() && size <= had) {

@@ -128,9 +128,10 @@ public:
   /// which keeps no buffer past its call but those it returns) has its allocations of
   /// kArenaAllocationBytes or more placed there while it has room, so a large result is
   /// computed where it is sent from: no fresh pages to fault in, no copy. A result in the
-  /// arena frees nothing (its `allocated` is null) and is valid until the arena is used
-  /// again; so is any other allocation the kernel made there. The caller registers the arena
-  /// with rememberArena.
+  /// arena frees nothing: its `allocated` is null, which no other result's is, and it is
+  /// packed row-major (a strided view into the arena is copied out). It is valid until the
+  /// arena is used again; so is any other allocation the kernel made there. The caller registers
+  /// the arena with rememberArena.
   llvm::Expected<std::vector<OwnedTensor>> launch(llvm::StringRef sha256, llvm::StringRef entry,
                                                   llvm::ArrayRef<TensorView> inputs,
                                                   llvm::ArrayRef<ResultSpec> results,

@@ -302,41 +302,34 @@ private:
         bytes *= static_cast<uint64_t>(s);
       return bytes;
     };
-    // Results the kernel computed in the arena stay where they are (the host keeps only packed
-    // ones there, copying the rest out); the others are packed after them.
+    // Results the kernel computed in the arena, those the host hands over with no allocation
+    // of their own (always packed row-major), stay where they are; the others are packed after
+    // them.
     std::vector<bool> inPlace(outcome->size(), false);
     uint64_t inPlaceEnd = 0;
     for (size_t i = 0; i < outcome->size(); ++i) {
       const OwnedTensor &t = (*outcome)[i];
-      const char *data = static_cast<const char *>(t.data);
-      if (!arena.empty() && !t.allocated && data >= arena.data() &&
-          data < arena.data() + arena.size() &&
-          t.strides == transport::wire::packedStrides(t.sizes) &&
-          uint64_t(arena.data() + arena.size() - data) >= bytesOf(t)) {
+      if (!arena.empty() && !t.allocated) {
         inPlace[i] = true;
-        inPlaceEnd = std::max(inPlaceEnd, uint64_t(data - arena.data()) + bytesOf(t));
+        inPlaceEnd = std::max(
+            inPlaceEnd, uint64_t(static_cast<const char *>(t.data) - arena.data()) + bytesOf(t));
       }
     }
-    // The reply's header: each result's shape and offset, then the bytes they span. Results
-    // kept in place keep their offsets in the arena; the rest are laid out after them.
+    bool anyInPlace = llvm::is_contained(inPlace, true);
+    // Each result's offset, results kept in place at theirs in the arena and the rest laid out
+    // after them; returns the bytes they span.
     std::vector<uint64_t> offsets(outcome->size());
-    auto describe = [&](MessageWriter &done, bool keepInPlace) {
+    auto layOut = [&](bool keepInPlace) {
       uint64_t size = keepInPlace ? inPlaceEnd : 0;
-      done.u64(outcome->size());
       for (size_t i = 0; i < outcome->size(); ++i) {
         const OwnedTensor &t = (*outcome)[i];
-        done.i64(t.elemSize).u64(t.sizes.size());
-        for (int64_t s : t.sizes)
-          done.i64(s);
         if (keepInPlace && inPlace[i]) {
           offsets[i] = uint64_t(static_cast<const char *>(t.data) - arena.data());
         } else {
           offsets[i] = size = alignPayload(size);
           size += bytesOf(t);
         }
-        done.u64(offsets[i]);
       }
-      done.u64(size);
       return size;
     };
     auto pack = [&](char *out, bool keptInPlace) {
@@ -347,20 +340,28 @@ private:
                                     out + offsets[i]);
         }
     };
-    bool anyInPlace = std::find(inPlace.begin(), inPlace.end(), true) != inPlace.end();
-    if (resultArena) {
-      MessageWriter done(MessageKind::Done);
-      uint64_t size = describe(done, anyInPlace);
-      if ((anyInPlace || size > kInlineBytes) && size <= resultArena->size()) {
-        // Into the arena the executor lent: no fresh pages, no new descriptor.
-        pack(resultArena->data(), anyInPlace);
-        done.u64(2);
-        return answer(done);
-      }
-    }
-    // Inline or in a buffer of its own, the arena's results copied there too.
+    // Into the arena the executor lent, with no fresh pages and no new descriptor, when it holds
+    // them; else inline or in a buffer of its own, the arena's results copied there too.
+    uint64_t size = layOut(anyInPlace);
+    bool intoArena =
+        resultArena && (anyInPlace || size > kInlineBytes) && size <= resultArena->size();
+    if (!intoArena && anyInPlace)
+      size = layOut(false);
     MessageWriter done(MessageKind::Done);
-    uint64_t size = describe(done, false);
+    done.u64(outcome->size());
+    for (size_t i = 0; i < outcome->size(); ++i) {
+      const OwnedTensor &t = (*outcome)[i];
+      done.i64(t.elemSize).u64(t.sizes.size());
+      for (int64_t s : t.sizes)
+        done.i64(s);
+      done.u64(offsets[i]);
+    }
+    done.u64(size);
+    if (intoArena) {
+      pack(resultArena->data(), anyInPlace);
+      done.u64(2);
+      return answer(done);
+    }
     return reply(done, size, [&](char *out) { pack(out, false); });
   }
 
