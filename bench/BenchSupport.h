@@ -234,6 +234,9 @@ struct ClientsBenchmark {
 /// at a load the server carries). Prints both tables and the figures the targets name.
 inline void runClientsBenchmark(ClientsBenchmark benchmark) {
   ConcurrentRun &run = benchmark.run;
+  std::printf("  each row counts %lld ms after %lld ms of warm-up\n",
+              static_cast<long long>(run.window.count()),
+              static_cast<long long>(run.warmup.count()));
   auto measureRow = [&](int n, std::chrono::microseconds pace) {
     std::function<void(int)> call = benchmark.connect(n);
     run.clients = n;

@@ -255,14 +255,11 @@ void clients(const std::string &dir, unsigned workers) {
   if (!created || created->status != 201)
     die("creating the module: " + (created ? created->body : httplib::to_string(created.error())));
   std::string input = jsonBody(Tensor::fromDoubles(DType::F32, {4}, {1, 2, 3, 4}));
-  bench::ConcurrentRun run;
   std::printf("== invokes of a tensor<4xf32> entry (JSON) from N concurrent keep-alive "
-              "clients, %lld ms counted after %lld ms of warm-up, --workers-per-module %u\n",
-              static_cast<long long>(run.window.count()),
-              static_cast<long long>(run.warmup.count()), workers);
+              "clients, --workers-per-module %u\n",
+              workers);
   bench::ClientsBenchmark benchmark;
   benchmark.calls = "invokes";
-  benchmark.run = run;
   std::vector<std::unique_ptr<httplib::Client>> https;
   benchmark.connect = [&](int n) {
     https.clear();
