@@ -28,6 +28,7 @@
 #include <future>
 #include <map>
 #include <mutex>
+#include <poll.h>
 #include <set>
 #include <thread>
 #include <tuple>
@@ -35,6 +36,9 @@
 #include <unordered_map>
 
 namespace courier::executor {
+
+namespace shm = transport::shm;
+using transport::ErrorCode;
 
 using transport::ObjectHost;
 using transport::ObjectHostOptions;
@@ -145,7 +149,7 @@ public:
     return arena;
   }
 
-  /// Gives `arena` back for reuse, or drops it (and tells the worker to, with the next launch).
+  /// Gives `arena` back for reuse, or drops it.
   void give(std::vector<std::shared_ptr<Arena>> &idle, std::shared_ptr<Arena> arena) {
     if (!arena->pooled)
       return;
@@ -162,13 +166,8 @@ public:
       if ((*smallest)->buffer.size() < arena->buffer.size())
         std::swap(*smallest, arena);
     }
-    dropped.push_back(arena->id);
-  }
-
-  /// Ids of arenas dropped since the last call, for the worker to unmap.
-  std::vector<uint64_t> takeDropped() {
-    std::lock_guard<std::mutex> lock(mutex);
-    return std::exchange(dropped, {});
+    // The arena that is left goes here; the session's worker unmaps it with the next launch
+    // (Session::mapped).
   }
 
   std::vector<std::shared_ptr<Arena>> idleInputs, idleResults;
@@ -178,7 +177,6 @@ public:
 private:
   std::mutex mutex;
   uint64_t lastId = 0;
-  std::vector<uint64_t> dropped;
 };
 
 /// A session: its own worker (or ObjectHost), so objects shipped by one client never resolve
@@ -196,6 +194,23 @@ public:
   std::mutex slotMutex;
   std::shared_ptr<WorkerProcess> worker;
   std::set<std::string> linked; ///< Objects loaded in `worker`; under workerMutex.
+  /// Arenas `worker` has mapped, by id; under workerMutex. A launch sends an arena's
+  /// descriptor only when it is not here, and names every id the worker is to keep mapped:
+  /// one that expired here (this process let the arena go) is unmapped there.
+  std::map<uint64_t, std::weak_ptr<Arena>> mapped;
+  /// The same-host channel each of the session's workers answers, if any; under slotMutex.
+  std::shared_ptr<const DirectChannel> direct;
+  /// The worker that ended last, until a channel launch it left unanswered (if any) has been
+  /// answered for; under workerMutex.
+  std::shared_ptr<WorkerProcess> lastEnded;
+  /// The worker that was handed `direct`; written under workerMutex.
+  std::atomic<const WorkerProcess *> directServedBy{nullptr};
+  /// Forgets what `worker` holds: it is a new one, or a request to it failed part-way.
+  void forgetWorkerState() {
+    linked.clear();
+    mapped.clear();
+    directServedBy.store(nullptr);
+  }
   /// What the worker reported of each object it loaded; under attachMutex.
   std::map<std::string, ObjectInfo, std::less<>> infos;
   /// Ends the session's worker, e.g. while a request on it is running.
@@ -471,6 +486,11 @@ struct ExecutorCore::Impl {
   /// forgotten, so the next request starts a fresh one. `workerMutex` held.
   /// Counts and logs how a session's worker ended (unless the executor ended it on purpose).
   void noteDeath(Session &s, WorkerProcess &worker, const WorkerDeath &death, llvm::StringRef what);
+  /// Answers the launch waiting on the session's same-host channel (if any: one rung that no
+  /// worker answered) with the error `ended`'s death gives it. `workerMutex` held.
+  void answerForWorker(Session &s, WorkerProcess &ended);
+  /// Hands the session's same-host channel (if any) to `worker`. `workerMutex` held.
+  llvm::Error handDirect(Session &s, WorkerProcess &worker, Clock::time_point deadline);
   llvm::Expected<Message> ask(Session &s, WorkerProcess &worker, MessageWriter &message,
                               llvm::ArrayRef<int> fds, Clock::time_point deadline,
                               llvm::StringRef what);
@@ -672,6 +692,7 @@ ExecutorCore::Impl::liveWorker(Session &s, Clock::time_point deadline) {
     // It died between requests or wrote to its channel out of turn: replaced, and not the
     // coming request's fault.
     noteDeath(s, *s.worker, s.worker->end(), "no request (between requests)");
+    s.lastEnded = s.worker;
     std::lock_guard<std::mutex> lock(s.slotMutex);
     s.worker.reset();
   }
@@ -697,7 +718,7 @@ ExecutorCore::Impl::liveWorker(Session &s, Clock::time_point deadline) {
       return makeWireError("unknown_session", "session '" + s.id + "' was closed");
     }
   }
-  s.linked.clear();
+  s.forgetWorkerState();
   std::vector<std::string> objectsToLink;
   {
     std::lock_guard<std::mutex> attaching(s.attachMutex);
@@ -706,7 +727,36 @@ ExecutorCore::Impl::liveWorker(Session &s, Clock::time_point deadline) {
   for (const std::string &sha : objectsToLink)
     if (llvm::Error error = linkInto(s, *worker, sha, deadline))
       return std::move(error);
+  if (llvm::Error error = handDirect(s, *worker, deadline))
+    return std::move(error);
   return worker;
+}
+
+llvm::Error ExecutorCore::Impl::handDirect(Session &s, WorkerProcess &worker,
+                                           Clock::time_point deadline) {
+  std::shared_ptr<const DirectChannel> channel;
+  {
+    std::lock_guard<std::mutex> lock(s.slotMutex);
+    channel = s.direct;
+  }
+  if (!channel || s.directServedBy.load() == &worker)
+    return llvm::Error::success();
+  // A launch the last worker left unanswered must not run again in this one.
+  if (s.lastEnded) {
+    answerForWorker(s, *s.lastEnded);
+    s.lastEnded.reset();
+  }
+  MessageWriter share(MessageKind::Channel);
+  share.u64(options.maxBytes);
+  if (llvm::Error error =
+          ask(s, worker, share,
+              {channel->control.get(), channel->inputs.get(), channel->results.get(),
+               channel->counts.get(), channel->workerSocket.get()},
+              deadline, "handing it the same-host channel")
+              .takeError())
+    return error;
+  s.directServedBy = &worker;
+  return llvm::Error::success();
 }
 
 llvm::Error ExecutorCore::Impl::linkInto(Session &s, WorkerProcess &worker, llvm::StringRef sha,
@@ -760,6 +810,40 @@ llvm::Error ExecutorCore::Impl::linkInto(Session &s, WorkerProcess &worker, llvm
   return llvm::Error::success();
 }
 
+void ExecutorCore::Impl::answerForWorker(Session &s, WorkerProcess &ended) {
+  std::shared_ptr<const DirectChannel> channel;
+  {
+    std::lock_guard<std::mutex> lock(s.slotMutex);
+    channel = s.direct;
+  }
+  if (!channel || !channel->page)
+    return;
+  shm::ControlPage &page = *channel->page;
+  uint32_t request = page.request.load(std::memory_order_acquire);
+  if (page.reply.load(std::memory_order_acquire) == request)
+    return;
+  // The client wrote the request: copied out, then read with the worker's checks.
+  std::string what = "a same-host launch";
+  uint32_t size = std::min(page.requestBytes.load(std::memory_order_acquire), shm::kSlotBytes);
+  llvm::Expected<shm::LaunchRequest> launch =
+      shm::decodeLaunchRequest(llvm::StringRef(page.requestSlot, size).str(), channel->inputBytes);
+  if (launch)
+    what = "'" + launch->launch.entry + "'";
+  else
+    llvm::consumeError(launch.takeError());
+  auto [code, message] = describeError(ended.endedDuring(what), "kernel_crashed");
+  std::string reply =
+      shm::encodeFailure(transport::parseErrorCode(code).value_or(ErrorCode::Internal), message);
+  std::memcpy(page.replySlot, reply.data(), reply.size());
+  page.replyBytes.store(static_cast<uint32_t>(reply.size()), std::memory_order_release);
+  // The dead worker finishes nothing more; the launch counts as ended (no longer running).
+  if (channel->workerCounts)
+    channel->workerCounts->finished.store(channel->workerCounts->started.load());
+  transport::doorbell::set(page.reply, request, page.clientSleeping);
+  metrics.launchFailures++;
+  channel->answeredForWorkers++;
+}
+
 llvm::Expected<Message> ExecutorCore::Impl::ask(Session &s, WorkerProcess &worker,
                                                 MessageWriter &message, llvm::ArrayRef<int> fds,
                                                 Clock::time_point deadline, llvm::StringRef what) {
@@ -769,10 +853,12 @@ llvm::Expected<Message> ExecutorCore::Impl::ask(Session &s, WorkerProcess &worke
   noteDeath(s, worker, worker.death(), what);
   {
     std::lock_guard<std::mutex> lock(s.slotMutex);
-    if (s.worker.get() == &worker)
+    if (s.worker.get() == &worker) {
+      s.lastEnded = s.worker;
       s.worker.reset();
+    }
   }
-  s.linked.clear();
+  s.forgetWorkerState();
   return reply;
 }
 
@@ -1061,6 +1147,45 @@ InputArea ExecutorCore::inputAreaIn(SharedRegions &regions,
   return area;
 }
 
+namespace {
+/// Arenas a session's worker keeps mapped at most; the oldest others are unmapped first.
+constexpr size_t kMappedArenas = 8;
+
+/// Writes a launch's arena references: the input arena (mode 2, when the inputs are in one),
+/// the result arena (id 0: none), each with a flag saying its descriptor is in `fds` (only
+/// when the worker has not mapped it), and then the ids the worker is to keep mapped.
+/// `workerMutex` held.
+void referArenas(Session &s, MessageWriter &launch, std::vector<int> &fds,
+                 const std::shared_ptr<Arena> &input, const std::shared_ptr<Arena> &result) {
+  for (auto it = s.mapped.begin(); it != s.mapped.end();)
+    it = it->second.expired() ? s.mapped.erase(it) : std::next(it);
+  auto used = [&](uint64_t id) {
+    return (input && input->id == id) || (result && result->id == id);
+  };
+  size_t adding = (input && !s.mapped.count(input->id)) + (result && !s.mapped.count(result->id));
+  for (auto it = s.mapped.begin();
+       s.mapped.size() + adding > kMappedArenas && it != s.mapped.end();)
+    it = used(it->first) ? std::next(it) : s.mapped.erase(it);
+  auto refer = [&](const std::shared_ptr<Arena> &arena) {
+    bool sending = s.mapped.emplace(arena->id, arena).second;
+    launch.u64(arena->id).u64(sending ? 1 : 0);
+    if (sending)
+      fds.push_back(arena->buffer.fd());
+  };
+  if (input) {
+    launch.u64(2);
+    refer(input);
+  }
+  if (result)
+    refer(result);
+  else
+    launch.u64(0);
+  launch.u64(s.mapped.size());
+  for (const auto &entry : s.mapped)
+    launch.u64(entry.first);
+}
+} // namespace
+
 llvm::Expected<LaunchResults>
 ExecutorCore::launch(Session &s, llvm::StringRef sha, llvm::StringRef entry, InputArea *area,
                      llvm::ArrayRef<TensorView> inputs, llvm::ArrayRef<ResultSpec> results,
@@ -1089,13 +1214,8 @@ ExecutorCore::launch(Session &s, llvm::StringRef sha, llvm::StringRef entry, Inp
     for (const ResultSpec &r : results)
       launch.i64(r.rank).i64(r.elemSize);
     launch.u64(bytes.total);
-    std::vector<int> fds;
-    if (bytes.arena) {
-      launch.u64(2).u64(bytes.arena->id);
-      fds.push_back(bytes.arena->buffer.fd());
-    } else {
+    if (!bytes.arena)
       launch.u64(1).str(bytes.inlineBytes);
-    }
     // Lend the worker a result arena when results are likely large: the session's last
     // large results, or inputs that were large, say so.
     ArenaPool &pool = *s.arenas;
@@ -1110,16 +1230,6 @@ ExecutorCore::launch(Session &s, llvm::StringRef sha, llvm::StringRef entry, Inp
       else
         llvm::consumeError(lent.takeError()); // The worker then makes its own buffer.
     }
-    if (resultArena) {
-      launch.u64(resultArena->id);
-      fds.push_back(resultArena->buffer.fd());
-    } else {
-      launch.u64(0);
-    }
-    std::vector<uint64_t> dropped = pool.takeDropped();
-    launch.u64(dropped.size());
-    for (uint64_t id : dropped)
-      launch.u64(id);
     std::string what = "'" + entry.str() + "'";
     llvm::Expected<Message> reply = [&]() -> llvm::Expected<Message> {
       std::lock_guard<std::mutex> working(s.workerMutex);
@@ -1129,7 +1239,12 @@ ExecutorCore::launch(Session &s, llvm::StringRef sha, llvm::StringRef entry, Inp
       if (!s.linked.count(sha.str()))
         if (llvm::Error error = impl->linkInto(s, **worker, sha, deadline))
           return std::move(error);
-      return impl->ask(s, **worker, launch, fds, deadline, what);
+      std::vector<int> fds;
+      referArenas(s, launch, fds, bytes.arena, resultArena);
+      llvm::Expected<Message> answered = impl->ask(s, **worker, launch, fds, deadline, what);
+      if (!answered)
+        s.mapped.clear(); // The worker may have stopped before mapping what was sent.
+      return answered;
     }();
     running.finish();
     if (!reply) {
@@ -1244,7 +1359,7 @@ llvm::Expected<uint64_t> ExecutorCore::launchAsync(const SessionRef &session, ll
         return;
       }
       MessageWriter launch(MessageKind::Launch);
-      launch.str(object).str(entry).u64(0).u64(0).u64(0).u64(1).str("").u64(0).u64(0);
+      launch.str(object).str(entry).u64(0).u64(0).u64(0).u64(1).str("");
       llvm::Expected<Message> reply = [&]() -> llvm::Expected<Message> {
         RunningLaunch running(*m, true);
         std::lock_guard<std::mutex> working(held->workerMutex);
@@ -1254,7 +1369,13 @@ llvm::Expected<uint64_t> ExecutorCore::launchAsync(const SessionRef &session, ll
         if (!held->linked.count(object))
           if (llvm::Error error = core->linkInto(*held, **worker, object, deadline))
             return std::move(error);
-        return core->ask(*held, **worker, launch, {}, deadline, "'" + entry + "'");
+        std::vector<int> fds; // None: no arena is new to the worker.
+        referArenas(*held, launch, fds, nullptr, nullptr);
+        llvm::Expected<Message> answered =
+            core->ask(*held, **worker, launch, fds, deadline, "'" + entry + "'");
+        if (!answered)
+          held->mapped.clear();
+        return answered;
       }();
       finish(reply ? llvm::Error::success() : reply.takeError());
     });
@@ -1409,6 +1530,92 @@ HealthReport ExecutorCore::health() {
     }
   }
   return report;
+}
+
+llvm::Error ExecutorCore::serveDirect(Session &s, std::shared_ptr<const DirectChannel> channel,
+                                      Clock::time_point deadline, bool replace) {
+  if (!impl->isolated())
+    return makeWireError("unavailable", "kernels run in the executor's own process");
+  {
+    std::lock_guard<std::mutex> lock(s.slotMutex);
+    if (s.direct != channel) {
+      // A channel that was replaced is not put back by its watcher.
+      if (!replace)
+        return llvm::Error::success();
+      s.direct = channel;
+    } else if (s.worker && s.worker.get() == s.directServedBy.load() && s.worker->alive()) {
+      return llvm::Error::success(); // Answered already: no wait for the worker's requests.
+    }
+  }
+  std::lock_guard<std::mutex> working(s.workerMutex);
+  llvm::Expected<std::shared_ptr<WorkerProcess>> worker = impl->liveWorker(s, deadline);
+  if (!worker)
+    return worker.takeError();
+  return impl->handDirect(s, **worker, deadline);
+}
+
+void ExecutorCore::stopDirect(Session &s, const DirectChannel *channel) {
+  std::lock_guard<std::mutex> lock(s.slotMutex);
+  if (s.direct.get() == channel)
+    s.direct.reset();
+}
+
+bool ExecutorCore::watchDirect(Session &s, Clock::time_point until) {
+  std::shared_ptr<WorkerProcess> worker;
+  {
+    std::lock_guard<std::mutex> lock(s.slotMutex);
+    worker = s.worker;
+  }
+  if (!worker)
+    return false;
+  if (worker->alive()) {
+    auto left = std::chrono::ceil<std::chrono::milliseconds>(until - Clock::now());
+    struct pollfd ended {
+      worker->socket(), 0, 0
+    };
+    // Only its end wakes this: what the worker writes is read by the request waiting for it.
+    if (::poll(&ended, 1, static_cast<int>(std::clamp<int64_t>(left.count(), 0, INT_MAX))) <= 0 &&
+        worker->alive())
+      return false;
+  }
+  // It ended. A request on it learns so at once; the death is settled here unless that
+  // request did it.
+  std::lock_guard<std::mutex> working(s.workerMutex);
+  bool ours = false;
+  {
+    std::lock_guard<std::mutex> lock(s.slotMutex);
+    if (s.worker == worker) {
+      s.worker.reset();
+      ours = true;
+    }
+  }
+  if (ours) {
+    worker->takeCrashReport();
+    impl->noteDeath(s, *worker, worker->end(), "a same-host launch");
+    s.forgetWorkerState();
+  }
+  // Once for each worker: a launch rung after this answer is the next worker's.
+  if (ours || s.lastEnded == worker) {
+    impl->answerForWorker(s, *worker);
+    s.lastEnded.reset();
+  }
+  return true;
+}
+
+void ExecutorCore::endDirectLaunch(Session &s) { s.endWorker(EndReason::Deadline); }
+
+void ExecutorCore::countDirectRunning(int64_t change) {
+  impl->metrics.launchesRunning += static_cast<uint64_t>(change);
+}
+
+void ExecutorCore::countDirectLaunches(uint64_t started, uint64_t failed,
+                                       llvm::ArrayRef<double> buckets, double seconds) {
+  Metrics &metrics = impl->metrics;
+  metrics.launches += started;
+  metrics.launchFailures += failed;
+  if (!buckets.empty())
+    metrics.launchSeconds.ObserveMultiple(std::vector<double>(buckets.begin(), buckets.end()),
+                                          seconds);
 }
 
 std::vector<prometheus::MetricFamily> ExecutorCore::collectMetrics() {

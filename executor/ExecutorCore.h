@@ -8,6 +8,7 @@
 
 #include "executor/WorkerProtocol.h"
 #include "transport/Backend.h"
+#include "transport/SharedChannel.h"
 #include "transport/Wire.h"
 
 #include "llvm/ADT/ArrayRef.h"
@@ -100,6 +101,21 @@ public:
 
 private:
   SharedRegions();
+};
+
+/// A same-host channel whose launches the session's worker answers itself (control page
+/// version 3, transport/SharedChannel.h): what every worker the session starts is handed.
+/// Its descriptors are its own, closed when the last holder lets it go.
+struct DirectChannel {
+  UniqueFd control, inputs, results, counts, workerSocket;
+  /// This process's view of the control page: a launch a worker died before answering is
+  /// answered here, before the next worker is handed the channel.
+  transport::SharedBuffer pageMapping, countsMapping;
+  transport::shm::ControlPage *page = nullptr;
+  transport::shm::WorkerCounts *workerCounts = nullptr; ///< Through countsMapping.
+  uint64_t inputBytes = 0;
+  /// Launches answered here for a worker that ended, for the channel's metrics.
+  mutable std::atomic<uint64_t> answeredForWorkers{0};
 };
 
 /// A launch's results: views of packed or kernel-owned tensors, alive as long as this is.
@@ -199,6 +215,28 @@ public:
   /// Calls `symbol` with `input`; the reply is exactly `outputSize` bytes.
   llvm::Expected<std::string> call(Session &session, llvm::StringRef symbol, llvm::StringRef input,
                                    uint64_t outputSize, Clock::time_point deadline);
+
+  /// Has the session's worker (started now if it has none) answer `channel`'s launches, and
+  /// every worker the session starts after it, until stopDirect(). `unavailable` without
+  /// isolation. Nothing to do when the current worker already answers it, or, unless
+  /// `replace`, when the session has another channel now.
+  llvm::Error serveDirect(Session &session, std::shared_ptr<const DirectChannel> channel,
+                          Clock::time_point deadline, bool replace = false);
+  /// No worker the session starts from now on is handed `channel` (if it is the session's).
+  void stopDirect(Session &session, const DirectChannel *channel);
+  /// For the thread that watches a channel the session's worker answers: waits until `until`,
+  /// or until that worker ends. If it ended it is counted and logged as any worker's death,
+  /// the launch it was running is answered with the error an HTTP launch would get, and the
+  /// session goes on without it (true). False if it runs on, or the session has no worker.
+  bool watchDirect(Session &session, Clock::time_point until);
+  /// Ends the session's worker: a launch it answers for a channel ran past its deadline.
+  void endDirectLaunch(Session &session);
+  /// Adds to the launch metrics what workers counted of the launches they answered for
+  /// channels: `buckets` per transport::durationBuckets() bucket and one past the last.
+  void countDirectLaunches(uint64_t started, uint64_t failed, llvm::ArrayRef<double> buckets,
+                           double seconds);
+  /// Channel launches running now went from one figure to another (each channel runs one).
+  void countDirectRunning(int64_t change);
 
   HealthReport health();
   /// The core's metrics, read from its counters now.

@@ -249,6 +249,7 @@ llvm::Error ExecutorServer::Impl::ready(const httplib::Request &, httplib::Respo
 }
 
 llvm::Error ExecutorServer::Impl::metrics(const httplib::Request &, httplib::Response &res) {
+  channels->countWorkerLaunches(); // Into the core's launch metrics too.
   std::vector<prometheus::MetricFamily> families = core->collectMetrics();
   for (prometheus::MetricFamily &family : channels->collectMetrics())
     families.push_back(std::move(family));

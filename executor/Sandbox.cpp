@@ -151,8 +151,8 @@ llvm::Error enterSandbox() {
       // memory
       "mmap", "munmap", "mprotect", "mremap", "madvise", "brk",
       // synchronisation and time
-      "futex", "sched_yield", "clock_gettime", "clock_getres", "gettimeofday", "nanosleep",
-      "clock_nanosleep",
+      "futex", "futex_waitv", "sched_yield", "clock_gettime", "clock_getres", "gettimeofday",
+      "nanosleep", "clock_nanosleep",
       // signals to itself (abort, the crash reporter) and leaving
       "rt_sigaction", "rt_sigprocmask", "rt_sigreturn", "sigaltstack", "restart_syscall", "getpid",
       "gettid", "exit", "exit_group"};

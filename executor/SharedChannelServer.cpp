@@ -3,6 +3,7 @@
 
 #include "executor/HostErrors.h"
 #include "transport/ErrorCode.h"
+#include "transport/Log.h"
 #include "transport/Metrics.h"
 #include "transport/SharedChannel.h"
 
@@ -13,6 +14,7 @@
 #include <cerrno>
 #include <condition_variable>
 #include <cstring>
+#include <fcntl.h>
 #include <linux/sockios.h>
 #include <map>
 #include <mutex>
@@ -86,6 +88,14 @@ struct Channel {
   shm::ControlPage *page = nullptr;
   uint32_t pageVersion = 1;
   std::shared_ptr<SharedRegions> regions;
+  /// Version 3: what the session's workers are handed, and what they count.
+  std::shared_ptr<const DirectChannel> direct;
+  transport::SharedBuffer countsBuffer;
+  const shm::WorkerCounts *counts = nullptr;
+  std::mutex countsMutex;
+  shm::WorkerCounts counted{};  ///< What was added to the metrics so far; under countsMutex.
+  uint64_t answeredCounted = 0; ///< Of direct->answeredForWorkers; under countsMutex.
+  int64_t reportedRunning = 0;  ///< In the core's running launches; under countsMutex.
   std::atomic<bool> ending{false};
   std::atomic<bool> finished{false};
   std::thread thread;
@@ -129,6 +139,13 @@ struct SharedChannelServer::Impl {
   void accept();
   void handshake(transport::UniqueFd connection);
   void serve(Channel &channel);
+  /// Version 3: watches the worker that answers the channel.
+  void watch(Channel &channel);
+  /// Adds what the channel's workers counted since the last call to the metrics.
+  void countLaunches(Channel &channel);
+  /// Version 3 for `channel`: the counts page and the socket to the worker, then the session's
+  /// worker is handed the channel. False (the executor answers, version 2) if it cannot be.
+  bool handToWorker(Channel &channel, SessionRef session, transport::UniqueFd &clientEnd);
   std::string handle(Channel &channel, llvm::StringRef request);
   /// Joins the threads of channels that ended; under `mutex`.
   void reap(std::vector<std::shared_ptr<Channel>> &joining);
@@ -271,13 +288,22 @@ void SharedChannelServer::Impl::handshake(transport::UniqueFd connection) {
   channel->regions = std::move(*regions);
   channel->control = std::move(*control);
   channel->page = reinterpret_cast<shm::ControlPage *>(channel->control.data());
+  transport::UniqueFd clientEnd;
+  if (offer.pageVersion >= 3 && !handToWorker(*channel, *session, clientEnd))
+    channel->pageVersion = 2;
   ByteWriter grant;
   grant.u8(1).u64(channel->regions->inputs().size()).u64(channel->regions->results().size());
-  if (llvm::Error error =
-          transport::sendMessage(connection.get(), grant.view(),
-                                 {channel->control.fd(), channel->regions->inputs().fd(),
-                                  channel->regions->results().fd()})) {
+  std::vector<int> fds = {channel->control.fd(), channel->regions->inputs().fd(),
+                          channel->regions->results().fd()};
+  if (offer.pageVersion >= 3) {
+    grant.u64(channel->pageVersion);
+    if (channel->pageVersion >= 3)
+      fds.push_back(clientEnd.get());
+  }
+  if (llvm::Error error = transport::sendMessage(connection.get(), grant.view(), fds)) {
     llvm::consumeError(std::move(error));
+    if (channel->direct)
+      core.stopDirect(**session, channel->direct.get());
     return;
   }
   // A send to a client that stopped reading fails rather than holding the channel's thread.
@@ -319,7 +345,199 @@ void SharedChannelServer::Impl::reap(std::vector<std::shared_ptr<Channel>> &join
       channel->thread.join();
 }
 
+bool SharedChannelServer::Impl::handToWorker(Channel &channel, SessionRef session,
+                                             transport::UniqueFd &clientEnd) {
+  auto fail = [&](const llvm::Twine &why) {
+    transport::logEvent(transport::LogLevel::Warn,
+                        ("the same-host channel of session '" + channel.sessionId +
+                         "' is answered by the executor: " + why)
+                            .str(),
+                        {{"session", llvm::StringRef(channel.sessionId)}});
+    channel.direct.reset();
+    return false;
+  };
+  llvm::Expected<transport::SharedBuffer> counts =
+      transport::SharedBuffer::create(sizeof(shm::WorkerCounts), "courier-shm-counts");
+  if (!counts)
+    return fail(llvm::toString(counts.takeError()));
+  if (llvm::Error error = counts->sealSize())
+    return fail(llvm::toString(std::move(error)));
+  int pair[2];
+  if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) != 0)
+    return fail(llvm::Twine("socketpair: ") + std::strerror(errno));
+  transport::UniqueFd workerEnd(pair[0]);
+  clientEnd.reset(pair[1]);
+  // The worker sends a result buffer only when the socket has room and never waits: with a
+  // small send buffer, a client that takes none holds at most a buffer or two.
+  int small = 1;
+  ::setsockopt(workerEnd.get(), SOL_SOCKET, SO_SNDBUF, &small, sizeof(small));
+  ::fcntl(workerEnd.get(), F_SETFL, ::fcntl(workerEnd.get(), F_GETFL) | O_NONBLOCK);
+  auto duplicate = [](int fd) { return transport::UniqueFd(::fcntl(fd, F_DUPFD_CLOEXEC, 0)); };
+  auto direct = std::make_shared<DirectChannel>();
+  direct->control = duplicate(channel.control.fd());
+  direct->inputs = duplicate(channel.regions->inputs().fd());
+  direct->results = duplicate(channel.regions->results().fd());
+  direct->counts = duplicate(counts->fd());
+  direct->workerSocket = std::move(workerEnd);
+  // Its own mapping: the session may hold the channel a moment longer than this thread.
+  llvm::Expected<transport::SharedBuffer> view =
+      transport::SharedBuffer::map(duplicate(channel.control.fd()), sizeof(shm::ControlPage));
+  if (!view)
+    return fail(llvm::toString(view.takeError()));
+  direct->pageMapping = std::move(*view);
+  direct->page = reinterpret_cast<shm::ControlPage *>(direct->pageMapping.data());
+  direct->inputBytes = channel.regions->inputs().size();
+  if (!direct->control || !direct->inputs || !direct->results || !direct->counts)
+    return fail(llvm::Twine("duplicating descriptors: ") + std::strerror(errno));
+  llvm::Expected<transport::SharedBuffer> countsView =
+      transport::SharedBuffer::map(duplicate(counts->fd()), sizeof(shm::WorkerCounts));
+  if (!countsView)
+    return fail(llvm::toString(countsView.takeError()));
+  direct->countsMapping = std::move(*countsView);
+  direct->workerCounts = reinterpret_cast<shm::WorkerCounts *>(direct->countsMapping.data());
+  channel.countsBuffer = std::move(*counts);
+  channel.counts = reinterpret_cast<const shm::WorkerCounts *>(channel.countsBuffer.data());
+  channel.direct = direct;
+  if (llvm::Error error =
+          core.serveDirect(*session, direct, core.deadline(std::nullopt), /*replace=*/true)) {
+    core.stopDirect(*session, direct.get());
+    return fail(llvm::toString(std::move(error)));
+  }
+  channel.pageVersion = 3;
+  return true;
+}
+
+void SharedChannelServer::Impl::countLaunches(Channel &channel) {
+  if (!channel.counts)
+    return;
+  std::lock_guard<std::mutex> lock(channel.countsMutex);
+  const shm::WorkerCounts &now = *channel.counts;
+  shm::WorkerCounts &before = channel.counted;
+  // The worker runs shipped code: a count that went back is taken as it is, adding nothing.
+  auto delta = [](const std::atomic<uint64_t> &current, std::atomic<uint64_t> &seen) {
+    uint64_t value = current.load(std::memory_order_relaxed);
+    uint64_t last = seen.exchange(value, std::memory_order_relaxed);
+    return value >= last ? value - last : 0;
+  };
+  uint64_t started = delta(now.started, before.started);
+  uint64_t failed = delta(now.failed, before.failed);
+  uint64_t timed = delta(now.timed, before.timed);
+  double seconds = static_cast<double>(delta(now.nanoseconds, before.nanoseconds)) * 1e-9;
+  std::vector<double> buckets(transport::durationBuckets().size() + 1, 0.0);
+  for (size_t i = 0; i < buckets.size(); ++i)
+    buckets[i] = static_cast<double>(delta(now.buckets[i], before.buckets[i]));
+  uint64_t answered = channel.direct ? channel.direct->answeredForWorkers.load() : 0;
+  uint64_t answeredBefore = std::exchange(channel.answeredCounted, answered);
+  launches += started;
+  launchFailures += failed + (answered - answeredBefore);
+  // The launch running now, as the counts say (the worker's figures, so bounded to one).
+  uint64_t begun = now.started.load(std::memory_order_acquire);
+  uint64_t ended = now.finished.load(std::memory_order_acquire);
+  int64_t running = channel.ending.load() ? 0 : (begun > ended ? 1 : 0);
+  if (running != channel.reportedRunning) {
+    core.countDirectRunning(running - channel.reportedRunning);
+    channel.reportedRunning = running;
+  }
+  core.countDirectLaunches(
+      started, failed, timed ? llvm::ArrayRef<double>(buckets) : llvm::ArrayRef<double>(), seconds);
+}
+
+void SharedChannelServer::Impl::watch(Channel &channel) {
+  shm::ControlPage &page = *channel.page;
+  llvm::Expected<SessionRef> found = core.findSession(channel.sessionId);
+  if (!found) {
+    llvm::consumeError(found.takeError());
+    return;
+  }
+  Session &session = **found;
+  // The launch the worker is answering, as far as this thread has seen.
+  bool pending = false;
+  uint32_t pendingTicket = 0;
+  Clock::time_point due;
+  uint32_t lastSeen = page.request.load(std::memory_order_acquire);
+  while (!channel.ending.load() && !page.closed.load(std::memory_order_acquire)) {
+    Clock::time_point now = Clock::now();
+    Clock::time_point wake = now + kSleepSlice;
+    if (pending)
+      wake = std::min(wake, due);
+    // A worker that ends is settled there, and what it was running answered for.
+    bool ended = core.watchDirect(session, wake);
+    countLaunches(channel);
+    uint32_t request = page.request.load(std::memory_order_acquire);
+    if (ended) {
+      pending = false;
+    } else if (page.reply.load(std::memory_order_acquire) != request) {
+      // In use: the idle reaper leaves the session alone.
+      llvm::consumeError(core.findSession(channel.sessionId).takeError());
+      if (!pending || request != pendingTicket) {
+        // A launch started since the last look: its deadline counts from now, as an HTTP
+        // launch's counts from its arrival.
+        pending = true;
+        pendingTicket = request;
+        uint32_t size =
+            std::min(page.requestBytes.load(std::memory_order_acquire), shm::kSlotBytes);
+        llvm::Expected<shm::LaunchRequest> launch = shm::decodeLaunchRequest(
+            llvm::StringRef(page.requestSlot, size).str(), channel.regions->inputs().size());
+        constexpr uint64_t kLongestDeadlineMs = uint64_t(1) << 40;
+        std::optional<std::chrono::milliseconds> asked;
+        if (launch) {
+          if (launch->deadlineMs)
+            asked = std::chrono::milliseconds(std::min(launch->deadlineMs, kLongestDeadlineMs));
+        } else {
+          llvm::consumeError(launch.takeError()); // The worker refuses it.
+        }
+        due = core.deadline(asked);
+      } else if (Clock::now() >= due) {
+        core.endDirectLaunch(session);
+      }
+    } else {
+      pending = false;
+    }
+    if (request != lastSeen) {
+      lastSeen = request;
+      llvm::consumeError(core.findSession(channel.sessionId).takeError());
+    }
+    if (!core.hasSession(channel.sessionId)) {
+      channel.ending = true;
+      break;
+    }
+    struct pollfd gone {
+      channel.connection.get(), 0, 0
+    };
+    if (::poll(&gone, 1, 0) > 0 && (gone.revents & (POLLHUP | POLLERR))) {
+      channel.ending = true;
+      break;
+    }
+    // A worker that ended (or never started) is replaced, and handed the channel.
+    if (llvm::Error error =
+            core.serveDirect(session, channel.direct, core.deadline(std::nullopt))) {
+      transport::logEvent(transport::LogLevel::Warn,
+                          "the same-host channel of session '" + channel.sessionId +
+                              "' has no worker: " + llvm::toString(std::move(error)),
+                          {{"session", llvm::StringRef(channel.sessionId)}});
+      std::this_thread::sleep_for(kSleepSlice);
+    }
+  }
+  core.stopDirect(session, channel.direct.get());
+  channel.ending = true;
+  countLaunches(channel); // The last counts, and no launch running any more.
+}
+
 void SharedChannelServer::Impl::serve(Channel &channel) {
+  if (channel.pageVersion >= 3) {
+    watch(channel);
+    channel.end();
+    std::lock_guard<std::mutex> lock(mutex);
+    auto found = channels.find(channel.sessionId);
+    if (found != channels.end() && found->second.get() == &channel) {
+      retired.push_back(std::move(found->second));
+      channels.erase(found);
+    }
+    channel.finished = true;
+    uint64_t one = 1;
+    (void)!::write(wake.get(), &one, sizeof(one));
+    return;
+  }
   shm::ControlPage &page = *channel.page;
   // A fresh page counts from 0; the client may ring before this thread runs.
   uint32_t seen = 0;
@@ -512,7 +730,9 @@ llvm::Expected<SharedChannelOffer> SharedChannelServer::offer(const std::string 
   offer.inputBytes = halfInPages(bytes);
   offer.resultBytes = halfInPages(bytes);
   offer.host = impl->host;
-  offer.pageVersion = std::clamp<uint32_t>(pageVersion, 1, shm::kPageVersion);
+  // Version 3 has the session's worker answer: only with isolation.
+  offer.pageVersion =
+      std::clamp<uint32_t>(pageVersion, 1, impl->core.options().isolated ? shm::kPageVersion : 2);
   impl->offers[offer.token] =
       Impl::Offer{sessionId, bytes, offer.pageVersion, now + kOfferLifetime};
   return offer;
@@ -562,6 +782,17 @@ void SharedChannelServer::stop() {
     if (channel->thread.joinable())
       channel->thread.join();
   }
+}
+
+void SharedChannelServer::countWorkerLaunches() {
+  std::vector<std::shared_ptr<Channel>> open;
+  {
+    std::lock_guard<std::mutex> lock(impl->mutex);
+    for (auto &entry : impl->channels)
+      open.push_back(entry.second);
+  }
+  for (std::shared_ptr<Channel> &channel : open)
+    impl->countLaunches(*channel);
 }
 
 std::vector<prometheus::MetricFamily> SharedChannelServer::collectMetrics() {

@@ -1,7 +1,11 @@
 // The executor's end of same-host channels (transport/SharedChannel.h): offers made over
 // HTTP, the abstract unix socket clients connect to with an offer's token, and one thread
-// per channel that runs the launches its client rings for, through the same ExecutorCore
-// calls (sessions, attach, deadlines, workers, metrics) as an HTTP launch.
+// per channel. With isolation (page version 3) the session's worker answers the channel's
+// launches and the thread watches from the side: each launch's deadline, the worker's death
+// (it answers for the launch that was running and hands the channel to the next worker) and
+// the launches the worker counted, which go into the same metrics as HTTP launches. Without
+// isolation (version 2 and older) the thread runs the launches its client rings for, through
+// the same ExecutorCore calls (sessions, attach, deadlines, metrics) as an HTTP launch.
 #ifndef COURIER_EXECUTOR_SHAREDCHANNELSERVER_H
 #define COURIER_EXECUTOR_SHAREDCHANNELSERVER_H
 
@@ -48,6 +52,9 @@ public:
   /// core's stop() ends its worker).
   void stop();
 
+  /// Adds what workers counted of the launches they answered to the metrics, the core's too:
+  /// done before the metrics are read.
+  void countWorkerLaunches();
   std::vector<prometheus::MetricFamily> collectMetrics();
 
   struct Impl;

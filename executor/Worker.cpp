@@ -6,9 +6,12 @@
 #include "executor/ObjectHost.h"
 #include "executor/Sandbox.h"
 #include "executor/WorkerProtocol.h"
+#include "transport/Metrics.h"
 #include "transport/ServerMain.h"
+#include "transport/SharedChannel.h"
 #include "transport/Wire.h"
 
+#include "llvm/ADT/ScopeExit.h"
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/raw_ostream.h"
@@ -23,6 +26,8 @@
 
 namespace courier::executor {
 
+namespace doorbell = transport::doorbell;
+namespace shm = transport::shm;
 using transport::forgetArena;
 using transport::ObjectBlob;
 using transport::ObjectHost;
@@ -81,7 +86,68 @@ llvm::Expected<WorkerOptions> parseOptions(int argc, char **argv) {
   return options;
 }
 
+uint64_t bytesOf(const OwnedTensor &t) {
+  uint64_t bytes = static_cast<uint64_t>(t.elemSize);
+  for (int64_t size : t.sizes)
+    bytes *= static_cast<uint64_t>(size);
+  return bytes;
+}
+
+/// Where a launch's results go in a buffer: results the kernel computed in the arena, those
+/// the host hands over with no allocation of their own (always packed row-major), may stay
+/// where they are, and the others are packed after them.
+class ResultLayout {
+public:
+  ResultLayout(const std::vector<OwnedTensor> &results, llvm::MutableArrayRef<char> arena)
+      : results(results), arena(arena), offsets(results.size()), inPlace(results.size(), false) {
+    for (size_t i = 0; i < results.size(); ++i) {
+      const OwnedTensor &t = results[i];
+      if (!arena.empty() && !t.allocated) {
+        inPlace[i] = true;
+        inPlaceEnd = std::max(
+            inPlaceEnd, uint64_t(static_cast<const char *>(t.data) - arena.data()) + bytesOf(t));
+      }
+    }
+    anyInPlace = llvm::is_contained(inPlace, true);
+  }
+
+  /// Sets each result's offset, results kept in place at theirs in the arena and the rest laid
+  /// out after them; returns the bytes they span.
+  uint64_t layOut(bool keepInPlace) {
+    uint64_t size = keepInPlace ? inPlaceEnd : 0;
+    for (size_t i = 0; i < results.size(); ++i) {
+      const OwnedTensor &t = results[i];
+      if (keepInPlace && inPlace[i]) {
+        offsets[i] = uint64_t(static_cast<const char *>(t.data) - arena.data());
+      } else {
+        offsets[i] = size = alignPayload(size);
+        size += bytesOf(t);
+      }
+    }
+    return size;
+  }
+
+  /// Packs the results at their offsets in `out`, but those kept in place.
+  void pack(char *out, bool keptInPlace) const {
+    for (size_t i = 0; i < results.size(); ++i)
+      if (!keptInPlace || !inPlace[i]) {
+        const OwnedTensor &t = results[i];
+        transport::wire::packInto(TensorView{t.data, t.elemSize, t.sizes, t.strides},
+                                  out + offsets[i]);
+      }
+  }
+
+  const std::vector<OwnedTensor> &results;
+  llvm::MutableArrayRef<char> arena;
+  std::vector<uint64_t> offsets;
+  std::vector<bool> inPlace;
+  uint64_t inPlaceEnd = 0;
+  bool anyInPlace = false;
+};
+
 class Worker {
+  struct Direct;
+
 public:
   Worker(int channel, std::unique_ptr<ObjectHost> host) : channel(channel), host(std::move(host)) {}
 
@@ -170,6 +236,8 @@ private:
       return launch(in, request);
     case MessageKind::Call:
       return call(in, request);
+    case MessageKind::Channel:
+      return installChannel(in, request);
     default:
       return llvm::createStringError("unknown request");
     }
@@ -229,45 +297,51 @@ private:
     }
     uint64_t total = in.u64();
     uint64_t mode = in.u64();
-    size_t nextFd = 0;
     // Inline bytes are copied to an aligned buffer: kernels may assume element alignment.
     AlignedBytes aligned;
+    llvm::StringRef inlined;
+    ArenaRef inputRef, resultRef;
+    if (mode == 1)
+      inlined = in.str();
+    else if (mode == 2)
+      inputRef = readArenaRef(in);
+    else
+      return llvm::createStringError("malformed launch request");
+    resultRef.id = in.u64(); // 0: no result arena.
+    if (resultRef.id)
+      resultRef.sent = in.u64() != 0;
+    std::vector<uint64_t> keep(in.count(8));
+    for (uint64_t &id : keep)
+      id = in.u64();
+    if (!in.ok())
+      return llvm::createStringError("malformed launch request");
+    // What the executor no longer keeps goes first, so what this launch maps fits the bound.
+    for (auto it = arenas.begin(); it != arenas.end();)
+      it = llvm::is_contained(keep, it->first) ? std::next(it) : arenas.erase(it);
+    size_t nextFd = 0;
     const char *base = nullptr;
-    std::vector<uint64_t> inUse;
     SharedBuffer *inputArena = nullptr;
     if (mode == 1) {
-      llvm::StringRef bytes = in.str();
-      if (!in.ok() || bytes.size() != total)
+      if (inlined.size() != total)
         return llvm::createStringError("malformed inline payload");
-      llvm::Expected<AlignedBytes> copied = copyAligned(bytes);
+      llvm::Expected<AlignedBytes> copied = copyAligned(inlined);
       if (!copied)
         return copied.takeError();
       aligned = std::move(*copied);
       base = aligned.get();
-    } else if (mode == 2) {
-      uint64_t id = in.u64();
-      llvm::Expected<SharedBuffer *> arena = arenaFor(id, request, nextFd, total, inUse);
+    } else {
+      llvm::Expected<SharedBuffer *> arena = arenaFor(inputRef, request, nextFd, total);
       if (!arena)
         return arena.takeError();
       base = (*arena)->data();
       inputArena = *arena;
-      inUse.push_back(id);
-    } else {
-      return llvm::createStringError("malformed launch request");
     }
     SharedBuffer *resultArena = nullptr;
-    if (uint64_t id = in.u64()) {
-      llvm::Expected<SharedBuffer *> arena = arenaFor(id, request, nextFd, 0, inUse);
+    if (resultRef.id) {
+      llvm::Expected<SharedBuffer *> arena = arenaFor(resultRef, request, nextFd, 0);
       if (!arena)
         return arena.takeError();
       resultArena = *arena;
-      inUse.push_back(id);
-    }
-    uint64_t droppedCount = in.count(8);
-    for (uint64_t i = 0; i < droppedCount; ++i) {
-      uint64_t id = in.u64();
-      if (!llvm::is_contained(inUse, id))
-        arenas.erase(id);
     }
     if (!in.ok())
       return llvm::createStringError("malformed launch request");
@@ -296,57 +370,17 @@ private:
       return transport::wire::makeWireError(
           "launch_failed", llvm::formatv("'{0}' returned {1} results, expected {2}", entry,
                                          outcome->size(), results.size()));
-    auto bytesOf = [](const OwnedTensor &t) {
-      uint64_t bytes = static_cast<uint64_t>(t.elemSize);
-      for (int64_t s : t.sizes)
-        bytes *= static_cast<uint64_t>(s);
-      return bytes;
-    };
-    // Results the kernel computed in the arena, those the host hands over with no allocation
-    // of their own (always packed row-major), stay where they are; the others are packed after
-    // them.
-    std::vector<bool> inPlace(outcome->size(), false);
-    uint64_t inPlaceEnd = 0;
-    for (size_t i = 0; i < outcome->size(); ++i) {
-      const OwnedTensor &t = (*outcome)[i];
-      if (!arena.empty() && !t.allocated) {
-        inPlace[i] = true;
-        inPlaceEnd = std::max(
-            inPlaceEnd, uint64_t(static_cast<const char *>(t.data) - arena.data()) + bytesOf(t));
-      }
-    }
-    bool anyInPlace = llvm::is_contained(inPlace, true);
-    // Each result's offset, results kept in place at theirs in the arena and the rest laid out
-    // after them; returns the bytes they span.
-    std::vector<uint64_t> offsets(outcome->size());
-    auto layOut = [&](bool keepInPlace) {
-      uint64_t size = keepInPlace ? inPlaceEnd : 0;
-      for (size_t i = 0; i < outcome->size(); ++i) {
-        const OwnedTensor &t = (*outcome)[i];
-        if (keepInPlace && inPlace[i]) {
-          offsets[i] = uint64_t(static_cast<const char *>(t.data) - arena.data());
-        } else {
-          offsets[i] = size = alignPayload(size);
-          size += bytesOf(t);
-        }
-      }
-      return size;
-    };
-    auto pack = [&](char *out, bool keptInPlace) {
-      for (size_t i = 0; i < outcome->size(); ++i)
-        if (!keptInPlace || !inPlace[i]) {
-          const OwnedTensor &t = (*outcome)[i];
-          transport::wire::packInto(TensorView{t.data, t.elemSize, t.sizes, t.strides},
-                                    out + offsets[i]);
-        }
-    };
     // Into the arena the executor lent, with no fresh pages and no new descriptor, when it holds
     // them; else inline or in a buffer of its own, the arena's results copied there too.
-    uint64_t size = layOut(anyInPlace);
+    ResultLayout layout(*outcome, arena);
+    uint64_t size = layout.layOut(layout.anyInPlace);
     bool intoArena =
-        resultArena && (anyInPlace || size > kInlineBytes) && size <= resultArena->size();
-    if (!intoArena && anyInPlace)
-      size = layOut(false);
+        resultArena && (layout.anyInPlace || size > kInlineBytes) && size <= resultArena->size();
+    if (!intoArena && layout.anyInPlace)
+      size = layout.layOut(false);
+    const std::vector<uint64_t> &offsets = layout.offsets;
+    auto pack = [&](char *out, bool keptInPlace) { layout.pack(out, keptInPlace); };
+    bool anyInPlace = layout.anyInPlace;
     MessageWriter done(MessageKind::Done);
     done.u64(outcome->size());
     for (size_t i = 0; i < outcome->size(); ++i) {
@@ -363,6 +397,170 @@ private:
       return answer(done);
     }
     return reply(done, size, [&](char *out) { pack(out, false); });
+  }
+
+  /// Maps a same-host channel the executor hands over, and answers its launches from now on.
+  llvm::Error installChannel(MessageReader &in, Message &request) {
+    uint64_t maxResultBytes = in.u64();
+    if (!in.ok() || request.fds.size() != 5)
+      return llvm::createStringError("malformed channel request");
+    auto next = std::make_unique<Direct>();
+    llvm::Expected<SharedBuffer> control =
+        SharedBuffer::map(std::move(request.fds[0]), sizeof(shm::ControlPage));
+    if (!control)
+      return control.takeError();
+    llvm::Expected<SharedBuffer> inputs = SharedBuffer::mapAll(std::move(request.fds[1]));
+    if (!inputs)
+      return inputs.takeError();
+    llvm::Expected<SharedBuffer> results = SharedBuffer::mapAll(std::move(request.fds[2]));
+    if (!results)
+      return results.takeError();
+    llvm::Expected<SharedBuffer> counts =
+        SharedBuffer::map(std::move(request.fds[3]), sizeof(shm::WorkerCounts));
+    if (!counts)
+      return counts.takeError();
+    next->control = std::move(*control);
+    next->page = reinterpret_cast<shm::ControlPage *>(next->control.data());
+    next->inputs = std::make_unique<KnownArena>(std::move(*inputs));
+    next->results = std::make_unique<KnownArena>(std::move(*results));
+    next->countsBuffer = std::move(*counts);
+    next->counts = reinterpret_cast<shm::WorkerCounts *>(next->countsBuffer.data());
+    next->client = std::move(request.fds[4]);
+    next->maxResultBytes = maxResultBytes;
+    // Launches up to the last answer are done; one rung since is this worker's to answer.
+    next->seen = next->page->reply.load(std::memory_order_acquire);
+    channel.unwatch();
+    direct = std::move(next);
+    channel.watch(&direct->page->request, &direct->page->executorSleeping, &direct->seen,
+                  [this] { serveDirect(); });
+    MessageWriter done(MessageKind::Done);
+    return answer(done);
+  }
+
+  /// Answers the channel's launch that is waiting, or lets the channel go once it is closed.
+  void serveDirect() {
+    Direct &d = *direct;
+    shm::ControlPage &page = *d.page;
+    if (page.closed.load(std::memory_order_acquire)) {
+      channel.unwatch();
+      direct.reset();
+      return;
+    }
+    uint32_t ticket = page.request.load(std::memory_order_acquire);
+    std::string reply = runDirect(d);
+    if (reply.size() > shm::kSlotBytes) {
+      d.counts->failed.fetch_add(1, std::memory_order_relaxed);
+      reply = shm::encodeFailure(transport::ErrorCode::PayloadTooLarge,
+                                 "the reply does not fit the channel's reply slot");
+    }
+    std::memcpy(page.replySlot, reply.data(), reply.size());
+    page.replyBytes.store(static_cast<uint32_t>(reply.size()), std::memory_order_release);
+    d.seen = ticket;
+    doorbell::set(page.reply, ticket, page.clientSleeping);
+  }
+
+  /// Runs the launch in the channel's request slot and returns its reply.
+  std::string runDirect(Direct &d) {
+    using transport::ErrorCode;
+    shm::ControlPage &page = *d.page;
+    auto failed = [&](llvm::Error error) {
+      d.counts->failed.fetch_add(1, std::memory_order_relaxed);
+      auto [code, message] = describeError(std::move(error), "launch_failed");
+      return shm::encodeFailure(transport::parseErrorCode(code).value_or(ErrorCode::Internal),
+                                message);
+    };
+    // Copied out of the page before it is read: the client may go on writing there.
+    uint32_t size = page.requestBytes.load(std::memory_order_acquire);
+    if (size > shm::kSlotBytes)
+      return failed(transport::makeCodedError(
+          ErrorCode::BadFrame, "shared-memory launch: a request larger than its slot"));
+    std::string bytes(page.requestSlot, size);
+    SharedBuffer &inputs = d.inputs->buffer;
+    SharedBuffer &results = d.results->buffer;
+    llvm::Expected<shm::LaunchRequest> request = shm::decodeLaunchRequest(bytes, inputs.size());
+    if (!request)
+      return failed(request.takeError());
+    transport::wire::LaunchRequest &launch = request->launch;
+    // An object the executor has not loaded here yet goes through it, over HTTP.
+    if (!host->hasObject(launch.object))
+      return shm::encodeRedirect();
+    d.counts->started.fetch_add(1, std::memory_order_relaxed);
+    llvm::scope_exit finished([&] { d.counts->finished.fetch_add(1, std::memory_order_release); });
+    std::vector<TensorView> views;
+    views.reserve(launch.inputs.size());
+    for (const transport::wire::TensorHeader &t : launch.inputs)
+      views.push_back(TensorView{inputs.data() + t.offset, t.elemSize, t.sizes,
+                                 transport::wire::packedStrides(t.sizes)});
+    llvm::MutableArrayRef<char> arena(results.data(), results.size());
+    auto started = std::chrono::steady_clock::now();
+    llvm::Expected<std::vector<OwnedTensor>> outcome =
+        host->launch(launch.object, launch.entry, views, launch.results, arena);
+    countDuration(d, std::chrono::steady_clock::now() - started);
+    if (!outcome)
+      return failed(classifyHostError(outcome.takeError(), "unknown_entry", "launch_failed",
+                                      "launching '" + launch.entry + "'"));
+    if (outcome->size() != launch.results.size())
+      return failed(transport::wire::makeWireError(
+          "launch_failed", llvm::formatv("'{0}' returned {1} results, expected {2}", launch.entry,
+                                         outcome->size(), launch.results.size())));
+    ResultLayout layout(*outcome, arena);
+    uint64_t total = layout.layOut(layout.anyInPlace);
+    bool inRegion = total <= results.size();
+    if (!inRegion)
+      total = layout.layOut(false);
+    if (total > d.maxResultBytes)
+      return failed(transport::makeCodedError(
+          ErrorCode::PayloadTooLarge,
+          llvm::formatv("'{0}' returned {1} bytes of results; this executor sends at most {2}",
+                        launch.entry, total, d.maxResultBytes)));
+    shm::LaunchReply reply;
+    if (inRegion) {
+      layout.pack(results.data(), layout.anyInPlace);
+    } else {
+      // Larger than the result region: in a buffer of its own, sent to the client.
+      llvm::Expected<SharedBuffer> separate = SharedBuffer::create(total, "courier-shm-reply");
+      if (!separate)
+        return failed(transport::makeCodedError(
+            ErrorCode::PayloadTooLarge,
+            "cannot allocate " + llvm::Twine(total) +
+                " bytes for the results: " + llvm::toString(separate.takeError())));
+      layout.pack(separate->data(), false);
+      if (llvm::Error error = separate->sealSize())
+        return failed(std::move(error));
+      // The socket holds one such buffer at most (its send buffer is small and it does not
+      // wait): a client that does not take them costs nothing more.
+      if (llvm::Error error = transport::sendMessage(d.client.get(), "R", {separate->fd()}))
+        return failed(transport::makeCodedError(
+            ErrorCode::BadRequest, "the client has not received the previous launch's results "
+                                   "(" +
+                                       llvm::toString(std::move(error)) + ")"));
+      reply.placement = shm::Placement::SentBuffer;
+    }
+    for (size_t i = 0; i < outcome->size(); ++i) {
+      const OwnedTensor &t = (*outcome)[i];
+      transport::wire::TensorHeader header;
+      header.elemSize = t.elemSize;
+      header.sizes = t.sizes;
+      header.offset = layout.offsets[i];
+      header.bytes = bytesOf(t);
+      reply.results.push_back(std::move(header));
+    }
+    return shm::encodeLaunchReply(reply);
+  }
+
+  static void countDuration(Direct &d, std::chrono::steady_clock::duration took) {
+    const prometheus::Histogram::BucketBoundaries &bounds = transport::durationBuckets();
+    double seconds = std::chrono::duration<double>(took).count();
+    size_t bucket = std::upper_bound(bounds.begin(), bounds.end(), seconds) - bounds.begin();
+    // A value on a boundary belongs to that bucket (le).
+    if (bucket > 0 && bounds[bucket - 1] == seconds)
+      --bucket;
+    d.counts->buckets[std::min<size_t>(bucket, std::size(d.counts->buckets) - 1)].fetch_add(
+        1, std::memory_order_relaxed);
+    d.counts->nanoseconds.fetch_add(
+        static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(took).count()),
+        std::memory_order_relaxed);
+    d.counts->timed.fetch_add(1, std::memory_order_relaxed);
   }
 
   llvm::Error call(MessageReader &in, Message &request) {
@@ -385,25 +583,42 @@ private:
                  [&](char *out) { std::memcpy(out, output->data(), output->size()); });
   }
 
-  /// The session's arena `id`, mapped once and kept: its pages then need no faulting in on
-  /// later launches. The descriptor that comes with each use is dropped when already mapped.
-  llvm::Expected<SharedBuffer *> arenaFor(uint64_t id, Message &request, size_t &nextFd,
-                                          uint64_t atLeast, llvm::ArrayRef<uint64_t> inUse) {
-    if (nextFd >= request.fds.size())
-      return llvm::createStringError("a launch names an arena it did not send");
-    UniqueFd fd = std::move(request.fds[nextFd++]);
-    auto found = arenas.find(id);
-    if (found == arenas.end()) {
-      // Arenas an executor no longer uses are dropped by id; a cap bounds the rest.
-      for (auto it = arenas.begin(); arenas.size() >= kMappedArenas && it != arenas.end();)
-        it = llvm::is_contained(inUse, it->first) ? std::next(it) : arenas.erase(it);
-      llvm::Expected<SharedBuffer> mapped = SharedBuffer::mapAll(std::move(fd));
-      if (!mapped)
-        return mapped.takeError();
-      found = arenas
-                  .emplace(std::piecewise_construct, std::forward_as_tuple(id),
-                           std::forward_as_tuple(std::move(*mapped)))
-                  .first;
+  /// An arena a launch names: its id, and whether its descriptor came with the launch (the
+  /// executor sends it only to a worker that has not mapped it).
+  struct ArenaRef {
+    uint64_t id = 0;
+    bool sent = false;
+  };
+  static ArenaRef readArenaRef(MessageReader &in) {
+    ArenaRef ref;
+    ref.id = in.u64();
+    ref.sent = in.u64() != 0;
+    return ref;
+  }
+
+  /// The session's arena `ref.id`, mapped once and kept until the executor leaves it out of a
+  /// launch's list: its pages then need no faulting in on later launches.
+  llvm::Expected<SharedBuffer *> arenaFor(const ArenaRef &ref, Message &request, size_t &nextFd,
+                                          uint64_t atLeast) {
+    auto found = arenas.find(ref.id);
+    if (ref.sent) {
+      if (nextFd >= request.fds.size())
+        return llvm::createStringError("a launch names an arena it did not send");
+      UniqueFd fd = std::move(request.fds[nextFd++]);
+      // Already mapped (the executor forgot after a failure): the descriptor is dropped.
+      if (found == arenas.end()) {
+        if (arenas.size() >= kMaxMappedArenas)
+          return llvm::createStringError("a launch maps more arenas than a worker keeps");
+        llvm::Expected<SharedBuffer> mapped = SharedBuffer::mapAll(std::move(fd));
+        if (!mapped)
+          return mapped.takeError();
+        found = arenas
+                    .emplace(std::piecewise_construct, std::forward_as_tuple(ref.id),
+                             std::forward_as_tuple(std::move(*mapped)))
+                    .first;
+      }
+    } else if (found == arenas.end()) {
+      return llvm::createStringError("a launch names an arena this worker has not mapped");
     }
     if (found->second.buffer.size() < atLeast)
       return llvm::createStringError("an arena is smaller than the launch says");
@@ -421,9 +636,23 @@ private:
     SharedBuffer buffer;
   };
 
+  /// A same-host channel this worker answers (MessageKind::Channel).
+  struct Direct {
+    SharedBuffer control;
+    shm::ControlPage *page = nullptr;
+    std::unique_ptr<KnownArena> inputs, results;
+    SharedBuffer countsBuffer;
+    shm::WorkerCounts *counts = nullptr;
+    UniqueFd client;
+    uint64_t maxResultBytes = 0;
+    uint32_t seen = 0; ///< The request answered last.
+  };
+
   WorkerChannel channel;
   std::unique_ptr<ObjectHost> host;
-  static constexpr size_t kMappedArenas = 8;
+  std::unique_ptr<Direct> direct;
+  /// The executor keeps 8 mapped (executor/ExecutorCore.cpp); more is a broken request.
+  static constexpr size_t kMaxMappedArenas = 16;
   std::map<uint64_t, KnownArena> arenas;
 };
 

@@ -141,6 +141,25 @@ llvm::Error WorkerProcess::died(llvm::StringRef what, Clock::time_point deadline
                                              "; the session's next request gets a fresh worker");
 }
 
+void WorkerProcess::takeCrashReport() {
+  Message message;
+  while (true) {
+    llvm::Expected<ReceiveStatus> status = receiveMessage(channel.get(), message, Clock::now());
+    if (!status) {
+      llvm::consumeError(status.takeError());
+      return;
+    }
+    if (*status != ReceiveStatus::Message)
+      return;
+    MessageReader reader(message.bytes);
+    if (reader.kind() == MessageKind::Crashed && message.bytes.size() == 1 + sizeof(CrashReport)) {
+      CrashReport report;
+      std::memcpy(&report, message.bytes.data() + 1, sizeof(report));
+      crash = report;
+    }
+  }
+}
+
 bool WorkerProcess::quiet() const {
   if (dead)
     return false;

@@ -75,6 +75,14 @@ public:
   llvm::Expected<Message> request(MessageWriter &message, llvm::ArrayRef<int> fds,
                                   Clock::time_point deadline, llvm::StringRef what);
 
+  /// The socket to the worker, to poll for its end (it closes when the worker exits).
+  int socket() const { return channel.get(); }
+  /// Reads a crash report the worker left on its socket, with no wait: for a worker that
+  /// ended while answering a same-host channel, no request reading the socket.
+  void takeCrashReport();
+  /// The error a request `what` running when the worker ended gets (as request() says it).
+  llvm::Error endedDuring(llvm::StringRef what) { return died(what, Clock::now()); }
+
   /// Ends the worker for `reason`; a request waiting on it fails accordingly.
   void kill(EndReason reason);
   const WorkerDeath &death() const { return howItDied; }

@@ -41,8 +41,30 @@ bool WorkerChannel::next(Message &request) {
       // Awake briefly for the next request, yielding the core between looks: a client
       // launching in a loop rings again within microseconds, and a worker woken from sleep
       // costs most of a small launch (docs/performance.md).
-      doorbell::spin(page->request, ticket, kAwaitRequestAwake);
-      while (page->request.load(std::memory_order_acquire) == ticket) {
+      while (watched.word) {
+        // A same-host client's launches come straight here: two processes on their path, so
+        // this one may poll without yielding for a moment.
+        int which = doorbell::spinEither(page->request, ticket, *watched.word, *watched.seen,
+                                         kAwaitRequestAwake, doorbell::kPauseFirst);
+        if (which == 2) {
+          watched.serve(); // May unwatch.
+          continue;
+        }
+        if (which == 1)
+          break;
+        doorbell::sleepEither(page->request, ticket, page->requestSleeping, *watched.word,
+                              *watched.seen, *watched.sleeping, std::chrono::seconds(1));
+        if (page->request.load(std::memory_order_acquire) != ticket)
+          break;
+        struct pollfd closed {
+          socket, POLLIN, 0
+        };
+        if (::poll(&closed, 1, 0) > 0 && (closed.revents & (POLLHUP | POLLERR)))
+          return false;
+      }
+      if (!watched.word)
+        doorbell::spin(page->request, ticket, kAwaitRequestAwake);
+      while (!watched.word && page->request.load(std::memory_order_acquire) == ticket) {
         doorbell::sleep(page->request, ticket, std::chrono::seconds(1), page->requestSleeping);
         if (page->request.load(std::memory_order_acquire) != ticket)
           break;
@@ -109,6 +131,11 @@ bool WorkerChannel::installDoorbell(Message &request) {
   ticket = first;
   ringOnCrash(page->request, page->reply);
   return true;
+}
+
+void WorkerChannel::watch(std::atomic<uint32_t> *word, std::atomic<uint32_t> *sleeping,
+                          const uint32_t *seen, std::function<void()> serve) {
+  watched = Watched{word, sleeping, seen, std::move(serve)};
 }
 
 llvm::Error WorkerChannel::answer(MessageWriter &message, llvm::ArrayRef<int> fds) {

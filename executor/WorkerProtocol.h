@@ -15,6 +15,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -43,6 +44,10 @@ enum class MessageKind : uint8_t {
   Launch,
   Call,
   Doorbell, ///< Carries a DoorbellPage's descriptor; later requests arrive through it.
+  /// {u64 max result bytes} with a same-host channel's control page, input region, result
+  /// region, counts page (transport/SharedChannel.h) and the socket to its client: the worker
+  /// answers the channel's launches itself from now on.
+  Channel,
   // server -> module worker (jit/ModuleWorker.h)
   Compile = 16,
   Invoke,
@@ -85,7 +90,7 @@ llvm::Error sendReady(int socket, bool sandboxed);
 /// versions when the worker is of another Courier (or one whose Ready carried none).
 llvm::Error checkReady(MessageReader &ready, llvm::StringRef program);
 
-/// Sends one message (and up to 4 descriptors) on the worker channel.
+/// Sends one message (and up to 5 descriptors) on the worker channel.
 inline llvm::Error sendMessage(int socket, llvm::StringRef bytes, llvm::ArrayRef<int> fds = {}) {
   return transport::sendMessage(socket, bytes, fds);
 }
@@ -131,7 +136,21 @@ public:
   /// Sends the answer to the current request.
   llvm::Error answer(MessageWriter &message, llvm::ArrayRef<int> fds = {});
 
+  /// Watches a same-host channel's request word beside the executor's requests: next() calls
+  /// `serve` whenever `word` differs from `*seen` (serve answers it and updates `*seen`), and
+  /// sets `*sleeping` while it may sleep. Only with a doorbell page.
+  void watch(std::atomic<uint32_t> *word, std::atomic<uint32_t> *sleeping, const uint32_t *seen,
+             std::function<void()> serve);
+  void unwatch() { watched = {}; }
+
 private:
+  struct Watched {
+    std::atomic<uint32_t> *word = nullptr;
+    std::atomic<uint32_t> *sleeping = nullptr;
+    const uint32_t *seen = nullptr;
+    std::function<void()> serve;
+  };
+  Watched watched;
   bool installDoorbell(Message &request);
   int socket;
   SharedBuffer pageBuffer;

@@ -141,6 +141,12 @@ std::string encodeLaunchReply(const LaunchReply &reply) {
   return out.take();
 }
 
+std::string encodeRedirect() {
+  ByteWriter out;
+  out.u8(static_cast<uint8_t>(ReplyKind::Redirect));
+  return out.take();
+}
+
 std::string encodeFailure(ErrorCode code, llvm::StringRef message) {
   ByteWriter out;
   // The slot bounds the message; what is cut is the end of a long one.
@@ -160,6 +166,12 @@ llvm::Expected<LaunchReply> decodeLaunchReply(llvm::StringRef bytes, uint64_t re
     if (!in.atEnd())
       return badFrame("malformed failure reply");
     reply.failure = {parseErrorCode(code).value_or(ErrorCode::Internal), message.str()};
+    return reply;
+  }
+  if (kind == static_cast<uint8_t>(ReplyKind::Redirect)) {
+    if (!in.atEnd())
+      return badFrame("malformed redirect reply");
+    reply.redirect = true;
     return reply;
   }
   if (kind != static_cast<uint8_t>(ReplyKind::Done))
@@ -259,8 +271,18 @@ llvm::Expected<std::unique_ptr<Client>> Client::connect(llvm::StringRef socketNa
   }
   client->layout.inputBytes = in.u64();
   client->layout.resultBytes = in.u64();
-  if (!in.atEnd() || granted.fds.size() != 3)
+  // Offered version 3, the grant says which the channel uses: 2 for a session whose kernels
+  // run in the executor's own process.
+  if (pageVersion >= 3) {
+    uint64_t given = in.u64();
+    if (given != 2 && given != 3)
+      return unavailable("a grant of control page version " + llvm::Twine(given));
+    pageVersion = static_cast<uint32_t>(given);
+  }
+  if (!in.atEnd() || granted.fds.size() != (pageVersion >= 3 ? 4u : 3u))
     return unavailable("a malformed grant");
+  if (pageVersion >= 3)
+    client->workerSocket = std::move(granted.fds[3]);
   // Sealed, so that the executor (or the worker holding the regions) cannot shrink them
   // under this process's mappings.
   llvm::Expected<SharedBuffer> control =
@@ -307,7 +329,9 @@ bool Client::fits(llvm::StringRef entry, llvm::ArrayRef<TensorView> views,
 
 bool Client::awaitReply(uint32_t ticket, std::chrono::steady_clock::time_point until) {
   uint32_t before = ticket - 1;
-  if (doorbell::spin(page->reply, before, kAwaitReplyAwake))
+  // Version 3: two processes on the launch's path, each may keep a core for a moment.
+  if (doorbell::spin(page->reply, before, kAwaitReplyAwake,
+                     version >= 3 ? doorbell::kPauseFirst : std::chrono::nanoseconds(0)))
     return page->reply.load(std::memory_order_acquire) == ticket;
   while (page->reply.load(std::memory_order_acquire) == before) {
     auto now = std::chrono::steady_clock::now();
@@ -342,7 +366,14 @@ Client::launch(const std::string &sha256, llvm::StringRef entry, llvm::ArrayRef<
     broken = true;
     return std::nullopt;
   }
-  return launchLocked(sha256, entry, views, specs, timeout, where);
+  llvm::Expected<std::vector<OwnedTensor>> outcome =
+      launchLocked(sha256, entry, views, specs, timeout, where);
+  if (redirected) {
+    redirected = false;
+    llvm::consumeError(outcome.takeError());
+    return std::nullopt;
+  }
+  return std::move(outcome);
 }
 
 llvm::Expected<std::vector<OwnedTensor>>
@@ -411,6 +442,10 @@ Client::launchLocked(const std::string &sha256, llvm::StringRef entry,
   llvm::Expected<LaunchReply> reply = decodeLaunchReply(replyBytes, UINT64_MAX);
   if (!reply)
     return lost(llvm::toString(reply.takeError()));
+  if (reply->redirect) {
+    redirected = true; // Nothing ran: launch() sends it over HTTP.
+    return makeCodedError(ErrorCode::Unavailable, where + ": redirected");
+  }
   if (reply->failure)
     return makeCodedError(reply->failure->first, where + ": " + reply->failure->second);
   if (reply->results.size() != specs.size())
@@ -428,8 +463,9 @@ Client::launchLocked(const std::string &sha256, llvm::StringRef entry,
   const SharedBuffer *region = &results;
   if (reply->placement == Placement::SentBuffer) {
     Message carried;
-    llvm::Expected<ReceiveStatus> status = receiveMessage(
-        connection.get(), carried, 64, std::chrono::steady_clock::now() + kReplyGrace);
+    int from = workerSocket ? workerSocket.get() : connection.get();
+    llvm::Expected<ReceiveStatus> status =
+        receiveMessage(from, carried, 64, std::chrono::steady_clock::now() + kReplyGrace);
     if (!status)
       return lost(llvm::toString(status.takeError()));
     if (*status != ReceiveStatus::Message || carried.fds.size() != 1)

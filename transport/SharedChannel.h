@@ -55,8 +55,16 @@ struct ControlPage {
   std::atomic<uint32_t> clientSleeping;   ///< Set while the client may sleep on `reply`.
 };
 
+/// Version 3 has version 2's page; what changes is who answers. The session's worker maps the
+/// page and the regions and answers launches itself, so a launch wakes two processes instead
+/// of three; the executor watches from the side (the launch's deadline, the worker's death,
+/// which it answers for) and is on no launch's path. Its grant says which version it gave
+/// (3 only to a session whose kernels run in a worker) and adds a socket whose other end the
+/// worker holds, for results larger than the result region. A launch of an object the worker
+/// has not loaded is answered Redirect: the client sends it over HTTP, which loads it.
+///
 /// The newest control page version this build speaks, and the bytes each version maps.
-inline constexpr uint32_t kPageVersion = 2;
+inline constexpr uint32_t kPageVersion = 3;
 inline constexpr uint64_t kPageBytesV1 = offsetof(ControlPage, executorSleeping);
 inline uint64_t pageBytes(uint32_t version) {
   return version >= 2 ? sizeof(ControlPage) : kPageBytesV1;
@@ -73,7 +81,7 @@ struct Layout {
   uint64_t resultBytes = 0;
 };
 
-enum class ReplyKind : uint8_t { Done = 1, Failed = 2 };
+enum class ReplyKind : uint8_t { Done = 1, Failed = 2, Redirect = 3 };
 /// Where a Done reply's results are.
 enum class Placement : uint8_t { ResultRegion = 0, SentBuffer = 1 };
 
@@ -94,7 +102,28 @@ struct LaunchReply {
   Placement placement = Placement::ResultRegion;
   /// A Failed reply: the executor's code (an unknown one is `internal`) and message.
   std::optional<std::pair<ErrorCode, std::string>> failure;
+  /// A Redirect reply (version 3): nothing ran; the launch is to go over HTTP.
+  bool redirect = false;
 };
+
+/// What a version 3 worker counts of the launches it answers, in a page only it and the
+/// executor map: the executor adds what changed to its metrics (a worker that is replaced
+/// goes on counting in the same page). A launch is counted as started before its kernel
+/// runs, so one that kills the worker still counts.
+struct WorkerCounts {
+  std::atomic<uint64_t> started;
+  /// Launches whose kernel returned (or failed), counted before the reply: `started` minus
+  /// this is the launch running now. The executor sets it to `started` when it answers for
+  /// a worker that died.
+  std::atomic<uint64_t> finished;
+  std::atomic<uint64_t> failed;
+  std::atomic<uint64_t> timed; ///< Launches with a duration below, in `nanoseconds`.
+  std::atomic<uint64_t> nanoseconds;
+  /// Timed launches per bucket of transport::durationBuckets(), and one past the last.
+  std::atomic<uint64_t> buckets[32];
+};
+
+std::string encodeRedirect();
 
 std::string encodeLaunchReply(const LaunchReply &reply);
 /// Bytes of the request for a launch of `entry` with `inputs` and `results` results, and of
@@ -134,7 +163,8 @@ public:
             llvm::ArrayRef<ResultSpec> results) const;
 
   /// Runs a launch through the channel. Nothing when the channel is busy with another
-  /// launch, or the executor has ended it. Failures carry the executor's code; a channel that broke
+  /// launch, the executor has ended it, or the worker redirected it (its object is not loaded
+  /// there yet). Failures carry the executor's code; a channel that broke
   /// is `executor_lost` (the launch may have run) and stays broken. `where` prefixes every message.
   std::optional<llvm::Expected<std::vector<OwnedTensor>>>
   launch(const std::string &sha256, llvm::StringRef entry, llvm::ArrayRef<TensorView> inputs,
@@ -156,12 +186,15 @@ private:
   bool awaitReply(uint32_t ticket, std::chrono::steady_clock::time_point until);
 
   UniqueFd connection;
+  /// Version 3: the socket the session's worker sends results too large for the region on.
+  UniqueFd workerSocket;
   SharedBuffer control, inputs, results;
   ControlPage *page = nullptr;
   Layout layout;
   uint32_t version = 1;
   std::mutex busy;
   uint32_t ticket = 0;
+  bool redirected = false; ///< The launch under `busy` was answered Redirect.
   std::atomic<bool> broken{false};
 };
 

@@ -164,7 +164,7 @@ llvm::StringRef ByteReader::rest() {
 }
 
 namespace {
-constexpr size_t kMaxFds = 4;
+constexpr size_t kMaxFds = 5;
 } // namespace
 
 llvm::Error sendMessage(int socket, llvm::StringRef bytes, llvm::ArrayRef<int> fds) {
@@ -322,18 +322,82 @@ void sleep(std::atomic<uint32_t> &word, uint32_t seen, std::chrono::nanoseconds 
   sleeping.store(0, std::memory_order_relaxed);
 }
 
-bool spin(const std::atomic<uint32_t> &word, uint32_t seen, std::chrono::nanoseconds spin) {
-  if (word.load(std::memory_order_acquire) != seen)
-    return true;
-  auto until = std::chrono::steady_clock::now() + spin;
+namespace {
+inline void cpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+} // namespace
+
+int spinEither(const std::atomic<uint32_t> &first, uint32_t firstSeen,
+               const std::atomic<uint32_t> &second, uint32_t secondSeen,
+               std::chrono::nanoseconds spin, std::chrono::nanoseconds pauseFirst) {
+  auto changed = [&] {
+    if (first.load(std::memory_order_acquire) != firstSeen)
+      return 1;
+    return second.load(std::memory_order_acquire) != secondSeen ? 2 : 0;
+  };
+  if (int which = changed())
+    return which;
+  auto start = std::chrono::steady_clock::now();
+  auto pauseUntil = start + std::min(pauseFirst, spin);
+  auto until = start + spin;
+  bool pausing = pauseFirst.count() > 0;
   for (unsigned i = 0;; ++i) {
-    if (word.load(std::memory_order_acquire) != seen)
-      return true;
-    // Yielding rather than pausing: on a busy machine the peer may need this very core.
-    if ((i & 15) == 15 && std::chrono::steady_clock::now() >= until)
-      return false;
-    ::sched_yield();
+    if (int which = changed())
+      return which;
+    if ((i & 15) == 15) {
+      auto now = std::chrono::steady_clock::now();
+      if (now >= until)
+        return 0;
+      pausing = now < pauseUntil;
+    }
+    // After the pause phase, yielding: on a busy machine the peer may need this very core.
+    if (pausing)
+      cpuRelax();
+    else
+      ::sched_yield();
   }
+}
+
+bool spin(const std::atomic<uint32_t> &word, uint32_t seen, std::chrono::nanoseconds spin,
+          std::chrono::nanoseconds pauseFirst) {
+  return spinEither(word, seen, word, seen, spin, pauseFirst) != 0;
+}
+
+void sleepEither(std::atomic<uint32_t> &first, uint32_t firstSeen, std::atomic<uint32_t> &firstFlag,
+                 std::atomic<uint32_t> &second, uint32_t secondSeen,
+                 std::atomic<uint32_t> &secondFlag, std::chrono::nanoseconds timeout) {
+  if (timeout.count() <= 0)
+    return;
+  firstFlag.store(1, std::memory_order_seq_cst);
+  secondFlag.store(1, std::memory_order_seq_cst);
+  if (first.load(std::memory_order_seq_cst) == firstSeen &&
+      second.load(std::memory_order_seq_cst) == secondSeen) {
+#ifdef SYS_futex_waitv
+    struct futex_waitv waiters[2] = {};
+    waiters[0].val = firstSeen;
+    waiters[0].uaddr = reinterpret_cast<uintptr_t>(&first);
+    waiters[0].flags = FUTEX_32;
+    waiters[1].val = secondSeen;
+    waiters[1].uaddr = reinterpret_cast<uintptr_t>(&second);
+    waiters[1].flags = FUTEX_32;
+    struct timespec until {};
+    ::clock_gettime(CLOCK_MONOTONIC, &until);
+    int64_t nanos = static_cast<int64_t>(until.tv_nsec) + timeout.count() % 1000000000;
+    until.tv_sec += static_cast<time_t>(timeout.count() / 1000000000 + nanos / 1000000000);
+    until.tv_nsec = static_cast<long>(nanos % 1000000000);
+    long rc = ::syscall(SYS_futex_waitv, waiters, 2, 0, &until, CLOCK_MONOTONIC);
+    if (rc < 0 && errno == ENOSYS)
+#endif
+      sleep(first, firstSeen,
+            std::min<std::chrono::nanoseconds>(timeout, std::chrono::milliseconds(1)));
+  }
+  firstFlag.store(0, std::memory_order_relaxed);
+  secondFlag.store(0, std::memory_order_relaxed);
 }
 
 } // namespace doorbell

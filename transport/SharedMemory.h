@@ -142,7 +142,7 @@ struct Message {
   std::vector<UniqueFd> fds;
 };
 
-/// Sends one message (and up to 4 descriptors) on a SOCK_SEQPACKET socket.
+/// Sends one message (and up to 5 descriptors) on a SOCK_SEQPACKET socket.
 llvm::Error sendMessage(int socket, llvm::StringRef bytes, llvm::ArrayRef<int> fds = {});
 
 /// How a receive ended.
@@ -174,8 +174,25 @@ void set(std::atomic<uint32_t> &word, uint32_t value, const std::atomic<uint32_t
 void sleep(std::atomic<uint32_t> &word, uint32_t seen, std::chrono::nanoseconds timeout,
            std::atomic<uint32_t> &sleeping);
 /// Polls `word` while it holds `seen`, yielding the core between reads, for at most `spin`.
-/// True if it changed.
-bool spin(const std::atomic<uint32_t> &word, uint32_t seen, std::chrono::nanoseconds spin);
+/// True if it changed. With `pauseFirst`, it first polls that long without yielding (a
+/// system call that can miss the change by its own length): only for a path of two processes,
+/// since a third polling process would take the core the one with work needs.
+bool spin(const std::atomic<uint32_t> &word, uint32_t seen, std::chrono::nanoseconds spin,
+          std::chrono::nanoseconds pauseFirst = std::chrono::nanoseconds(0));
+/// Polls either word while it holds its `seen` value, as spin(); 1 or 2 says which changed
+/// (the first if both), 0 that neither did.
+int spinEither(const std::atomic<uint32_t> &first, uint32_t firstSeen,
+               const std::atomic<uint32_t> &second, uint32_t secondSeen,
+               std::chrono::nanoseconds spin, std::chrono::nanoseconds pauseFirst);
+/// Sleeps while both words hold their `seen` values, for at most `timeout`, each waiter's
+/// flag set meanwhile (futex_waitv; where the kernel lacks it, sleeps on `first` for at most
+/// a millisecond). Returns early on a change, a signal, or spuriously.
+void sleepEither(std::atomic<uint32_t> &first, uint32_t firstSeen, std::atomic<uint32_t> &firstFlag,
+                 std::atomic<uint32_t> &second, uint32_t secondSeen,
+                 std::atomic<uint32_t> &secondFlag, std::chrono::nanoseconds timeout);
+/// How long a two-process path polls without yielding: about what a futex round trip and a
+/// small launch take on a virtual machine.
+inline constexpr std::chrono::nanoseconds kPauseFirst{5000};
 } // namespace doorbell
 
 } // namespace courier::transport

@@ -57,7 +57,7 @@ void checkReply(llvm::StringRef bytes, uint64_t region) {
   llvm::Expected<shm::LaunchReply> reply = shm::decodeLaunchReply(bytes, region);
   if (!reply)
     return refused(reply.takeError());
-  if (reply->failure)
+  if (reply->failure || reply->redirect)
     return;
   if (!shm::checkPlaced(*reply, region))
     broken("a result outside its region");

@@ -14,6 +14,7 @@
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
+#include <csignal>
 #include <dirent.h>
 #include <fstream>
 #include <string>
@@ -324,14 +325,15 @@ TEST_CASE("the offer names the control page version both sides speak, and client
   httplib::Result opened = http->Post("/v1/sessions");
   REQUIRE(opened);
   std::string session = nlohmann::json::parse(opened->body)["session"];
-  // A client that names no version speaks the first; one that asks past the newest gets it.
+  // A client that names no version speaks the first; one that asks past the newest gets it
+  // (3, with the session's worker answering: this executor isolates sessions).
   struct Asked {
     std::string body;
     uint32_t granted;
   };
-  for (const Asked &asked :
-       {Asked{"", 1}, Asked{R"({"page_version": 1})", 1}, Asked{R"({"page_version": 2})", 2},
-        Asked{R"({"page_version": 99, "arena_bytes": 1048576})", 2}}) {
+  for (const Asked &asked : {Asked{"", 1}, Asked{R"({"page_version": 1})", 1},
+                             Asked{R"({"page_version": 2})", 2}, Asked{R"({"page_version": 3})", 3},
+                             Asked{R"({"page_version": 99, "arena_bytes": 1048576})", 3}}) {
     INFO(asked.body);
     httplib::Result offered =
         http->Post("/v1/sessions/" + session + "/shm", asked.body, "application/json");
@@ -351,7 +353,7 @@ TEST_CASE("the offer names the control page version both sides speak, and client
   // launch through the channel, pausing now and then so that both ends go to sleep between.
   ObjectBlob scale = loadObject(COURIER_KERNEL_SCALE);
   double before = shmLaunches(executor);
-  for (uint32_t version : {1u, 0u}) {
+  for (uint32_t version : {1u, 2u, 0u}) {
     INFO("page version asked " << version);
     BackendOptions options;
     options.sharedMemoryPageVersion = version;
@@ -365,7 +367,7 @@ TEST_CASE("the offer names the control page version both sides speak, and client
     }
     requireOk(backend->closeSession(s));
   }
-  CHECK(shmLaunches(executor) - before == 80);
+  CHECK(shmLaunches(executor) - before == 120);
 }
 
 TEST_CASE("10k sessions with a channel each leave no shared-memory descriptors or mappings behind",
@@ -411,4 +413,66 @@ TEST_CASE("a session that expires takes its channel with it, and the client carr
   requireScaled(*backend, session, scale, ramp(10));
   CHECK(shmLaunches(executor) == 2);
   CHECK(executor.metric("courier_shm_channels_opened_total") == 2);
+}
+
+TEST_CASE("with isolation the session's worker answers the channel, and a launch of an object it "
+          "has not loaded goes over HTTP once, which loads it",
+          "[shm]") {
+  ExecutorProcess executor(onUnixSocket());
+  ObjectBlob scale = loadObject(COURIER_KERNEL_SCALE);
+  ObjectBlob shapes = loadObject(COURIER_KERNEL_SHAPES);
+  std::unique_ptr<Backend> backend = backendFor(executor);
+  std::string a = require(backend->openSession());
+  std::string b = require(backend->openSession());
+  requireOk(backend->shipObject(a, scale));
+  // Stored by another session: in the executor's store, not in a's worker.
+  requireOk(backend->shipObject(b, shapes));
+  requireScaled(*backend, a, scale, ramp(100));
+  CHECK(shmLaunches(executor) == 1);
+  double launchesBefore = executor.metric("courier_launches_total");
+  require(backend->launch(a, shapes, "_catalyst_pyface_noop", {}, {}));
+  CHECK(shmLaunches(executor) == 1); // Redirected: over HTTP, which loaded it in a's worker.
+  for (int i = 0; i < 5; ++i)
+    require(backend->launch(a, shapes, "_catalyst_pyface_noop", {}, {}));
+  CHECK(shmLaunches(executor) == 6);
+  // What the worker counted reaches the executor's own launch metrics.
+  CHECK(executor.metric("courier_launches_total") - launchesBefore == 6);
+  CHECK(executor.metric("courier_launch_duration_seconds_count") >= 7);
+  // The worker answers, not the executor: with the executor stopped, launches still run.
+  REQUIRE(::kill(executor.processId(), SIGSTOP) == 0);
+  std::vector<OwnedTensor> twice;
+  for (int i = 0; i < 20; ++i)
+    twice = require(backend->launch(a, shapes, "_catalyst_pyface_twice", {}, {{1, 8}, {1, 8}}));
+  std::vector<double> values = ramp(1000);
+  std::vector<OwnedTensor> scaled =
+      require(backend->launch(a, scale, "_catalyst_pyface_scale", {view(values)}, {{1, 8}}));
+  REQUIRE(::kill(executor.processId(), SIGCONT) == 0);
+  REQUIRE(twice.size() == 2);
+  CHECK(valuesOf(twice[1]) == std::vector<double>{1, 2});
+  CHECK(valuesOf(scaled[0])[999] == 2 * values[999]);
+  CHECK(shmLaunches(executor) == 27);
+  requireOk(backend->closeSession(a));
+  requireOk(backend->closeSession(b));
+}
+
+TEST_CASE("a session used only through its channel does not expire while it is used", "[shm]") {
+  ExecutorProcess executor(onUnixSocket({"--idle-timeout", "1"}));
+  ObjectBlob shapes = loadObject(COURIER_KERNEL_SHAPES);
+  std::unique_ptr<Backend> backend = backendFor(executor);
+  std::string session = require(backend->openSession());
+  requireOk(backend->shipObject(session, shapes));
+  require(backend->launch(session, shapes, "_catalyst_pyface_noop", {}, {}));
+  double opened = executor.metric("courier_shm_channels_opened_total");
+  // Three idle timeouts of launches, none of them over HTTP.
+  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+  int launches = 1;
+  while (std::chrono::steady_clock::now() < until) {
+    require(backend->launch(session, shapes, "_catalyst_pyface_noop", {}, {}));
+    ++launches;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  CHECK(shmLaunches(executor) == launches);
+  CHECK(executor.metric("courier_shm_channels") == 1);
+  CHECK(executor.metric("courier_shm_channels_opened_total") == opened);
+  CHECK(executor.metric("courier_sessions_expired_total") == 0);
 }
