@@ -542,7 +542,11 @@ void SharedChannelServer::Impl::serve(Channel &channel) {
   // A fresh page counts from 0; the client may ring before this thread runs.
   uint32_t seen = 0;
   while (!channel.ending.load()) {
-    if (!doorbell::spin(page.request, seen, kAwaitRequestAwake)) {
+    // Without isolation a launch wakes this thread and the client only: it may poll without
+    // yielding for a moment, as the two ends of a version 3 channel do.
+    if (!doorbell::spin(page.request, seen, kAwaitRequestAwake,
+                        core.options().isolated ? std::chrono::nanoseconds(0)
+                                                : doorbell::kPauseFirst)) {
       while (page.request.load(std::memory_order_acquire) == seen && !channel.ending.load() &&
              !page.closed.load(std::memory_order_acquire)) {
         if (channel.pageVersion >= 2)

@@ -90,7 +90,7 @@ llvm::Error sendReady(int socket, bool sandboxed);
 /// versions when the worker is of another Courier (or one whose Ready carried none).
 llvm::Error checkReady(MessageReader &ready, llvm::StringRef program);
 
-/// Sends one message (and up to 5 descriptors) on the worker channel.
+/// Sends one message (and up to kMaxMessageFds descriptors) on the worker channel.
 inline llvm::Error sendMessage(int socket, llvm::StringRef bytes, llvm::ArrayRef<int> fds = {}) {
   return transport::sendMessage(socket, bytes, fds);
 }

@@ -274,6 +274,7 @@ llvm::Expected<std::unique_ptr<Client>> Client::connect(llvm::StringRef socketNa
   // Offered version 3, the grant says which the channel uses: 2 for a session whose kernels
   // run in the executor's own process.
   if (pageVersion >= 3) {
+    client->twoProcesses = true;
     uint64_t given = in.u64();
     if (given != 2 && given != 3)
       return unavailable("a grant of control page version " + llvm::Twine(given));
@@ -329,9 +330,10 @@ bool Client::fits(llvm::StringRef entry, llvm::ArrayRef<TensorView> views,
 
 bool Client::awaitReply(uint32_t ticket, std::chrono::steady_clock::time_point until) {
   uint32_t before = ticket - 1;
-  // Version 3: two processes on the launch's path, each may keep a core for a moment.
+  // Two processes on the launch's path (version 3, or an executor that offered 3 and granted
+  // 2 because it runs kernels itself): each may keep a core for a moment.
   if (doorbell::spin(page->reply, before, kAwaitReplyAwake,
-                     version >= 3 ? doorbell::kPauseFirst : std::chrono::nanoseconds(0)))
+                     twoProcesses ? doorbell::kPauseFirst : std::chrono::nanoseconds(0)))
     return page->reply.load(std::memory_order_acquire) == ticket;
   while (page->reply.load(std::memory_order_acquire) == before) {
     auto now = std::chrono::steady_clock::now();

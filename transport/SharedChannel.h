@@ -195,6 +195,8 @@ private:
   std::mutex busy;
   uint32_t ticket = 0;
   bool redirected = false; ///< The launch under `busy` was answered Redirect.
+  /// A launch wakes the client and one process (not an executor thread and a worker too).
+  bool twoProcesses = false;
   std::atomic<bool> broken{false};
 };
 

@@ -163,12 +163,10 @@ llvm::StringRef ByteReader::rest() {
   return text;
 }
 
-namespace {
-constexpr size_t kMaxFds = 5;
-} // namespace
+namespace {} // namespace
 
 llvm::Error sendMessage(int socket, llvm::StringRef bytes, llvm::ArrayRef<int> fds) {
-  if (fds.size() > kMaxFds)
+  if (fds.size() > kMaxMessageFds)
     return llvm::createStringError("too many descriptors for one message");
   struct iovec iov {
     const_cast<char *>(bytes.data()), bytes.size()
@@ -176,7 +174,7 @@ llvm::Error sendMessage(int socket, llvm::StringRef bytes, llvm::ArrayRef<int> f
   struct msghdr msg {};
   msg.msg_iov = &iov;
   msg.msg_iovlen = 1;
-  alignas(struct cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxFds)];
+  alignas(struct cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxMessageFds)];
   if (!fds.empty()) {
     msg.msg_control = control;
     msg.msg_controllen = CMSG_SPACE(sizeof(int) * fds.size());
@@ -246,7 +244,7 @@ receiveMessage(int socket, Message &out, size_t maxBytes,
   struct msghdr msg {};
   msg.msg_iov = &iov;
   msg.msg_iovlen = 1;
-  alignas(struct cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxFds)];
+  alignas(struct cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxMessageFds)];
   msg.msg_control = control;
   msg.msg_controllen = sizeof(control);
   ssize_t got;
@@ -269,7 +267,8 @@ receiveMessage(int socket, Message &out, size_t maxBytes,
     }
   if (got == 0 && out.fds.empty())
     return ReceiveStatus::Closed;
-  if (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC))
+  // The control buffer is padded to alignment, so one descriptor past the bound can fit it.
+  if ((msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) || out.fds.size() > kMaxMessageFds)
     return llvm::createStringError("oversized message on a local channel");
   out.bytes.assign(buffer.data(), static_cast<size_t>(got));
   return ReceiveStatus::Message;

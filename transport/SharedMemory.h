@@ -142,7 +142,10 @@ struct Message {
   std::vector<UniqueFd> fds;
 };
 
-/// Sends one message (and up to 5 descriptors) on a SOCK_SEQPACKET socket.
+/// Most descriptors one message carries (a same-host channel handed to a worker has five).
+inline constexpr size_t kMaxMessageFds = 5;
+
+/// Sends one message (and up to kMaxMessageFds descriptors) on a SOCK_SEQPACKET socket.
 llvm::Error sendMessage(int socket, llvm::StringRef bytes, llvm::ArrayRef<int> fds = {});
 
 /// How a receive ended.

@@ -3,9 +3,9 @@
 // SOCK_SEQPACKET socketpair and is read back as its receiver reads it: the kind, the
 // trailing sequence number, a Failed reply's code and message, a crash report, counted
 // lists of fields, and every descriptor mapped as a shared buffer of the size the message
-// claims. The input's first byte is the number of descriptors (0-5: more than a message may
-// bring is a refusal), each then described by 9 bytes (a size below 1 MiB, sealed or not);
-// the rest is the message.
+// claims. The input's first byte is the number of descriptors (0 to one more than a message
+// may bring, which is a refusal), each then described by 9 bytes (a size below 1 MiB, sealed or
+// not); the rest is the message.
 #include "tests/fuzz/FuzzSupport.h"
 
 #include "executor/WorkerProtocol.h"
@@ -156,7 +156,7 @@ void mapBuffers(std::vector<UniqueFd> &fds, llvm::StringRef bytes) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size == 0)
     return -1;
-  size_t count = data[0] % 6;
+  size_t count = data[0] % (transport::kMaxMessageFds + 2);
   if (size < 1 + 9 * count)
     return -1;
   std::vector<UniqueFd> sent;
@@ -177,13 +177,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (!status) {
     // Only more descriptors than a message may bring, or more bytes, are refused.
     refused(status.takeError());
-    if (count <= 4 && message.size() <= executor::kMaxMessageBytes)
+    if (count <= transport::kMaxMessageFds && message.size() <= executor::kMaxMessageBytes)
       broken("a message within the limits refused");
     return 0;
   }
   if (*status != transport::ReceiveStatus::Message)
     broken("a message sent that did not arrive as one");
-  if (count > 4 || message.size() > executor::kMaxMessageBytes)
+  if (count > transport::kMaxMessageFds || message.size() > executor::kMaxMessageBytes)
     broken("a message beyond the limits accepted");
   if (received.bytes != message || received.fds.size() != count)
     broken("a message that arrived changed");
