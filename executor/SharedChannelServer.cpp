@@ -519,14 +519,13 @@ void SharedChannelServer::Impl::watch(Channel &channel) {
     }
   }
   core.stopDirect(session, channel.direct.get());
-  channel.ending = true;
-  countLaunches(channel); // The last counts, and no launch running any more.
 }
 
 void SharedChannelServer::Impl::serve(Channel &channel) {
   if (channel.pageVersion >= 3) {
     watch(channel);
     channel.end();
+    countLaunches(channel); // The last counts, and no launch running any more.
     std::lock_guard<std::mutex> lock(mutex);
     auto found = channels.find(channel.sessionId);
     if (found != channels.end() && found->second.get() == &channel) {
@@ -794,6 +793,9 @@ void SharedChannelServer::countWorkerLaunches() {
     std::lock_guard<std::mutex> lock(impl->mutex);
     for (auto &entry : impl->channels)
       open.push_back(entry.second);
+    // Ended, their threads yet to take the last counts.
+    for (auto &channel : impl->retired)
+      open.push_back(channel);
   }
   for (std::shared_ptr<Channel> &channel : open)
     impl->countLaunches(*channel);

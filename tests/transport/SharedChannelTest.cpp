@@ -398,6 +398,34 @@ TEST_CASE("10k sessions with a channel each leave no shared-memory descriptors o
   CHECK(client.mappings == 0);
 }
 
+TEST_CASE("sessions whose workers answer their channels leave no shared-memory descriptors or "
+          "mappings behind",
+          "[shm][leaks]") {
+  ExecutorProcess executor(onUnixSocket());
+  ObjectBlob shapes = loadObject(COURIER_KERNEL_SHAPES);
+  std::unique_ptr<Backend> backend = backendFor(executor);
+  // Each a worker of its own: fewer than the in-process 10k, the same bookkeeping (the
+  // worker's descriptors, its counts page, its socket to the client).
+  for (int i = 0; i < 60; ++i) {
+    std::string session = require(backend->openSession());
+    requireOk(backend->shipObject(session, shapes));
+    require(backend->launch(session, shapes, "_catalyst_pyface_noop", {}, {}));
+    requireOk(backend->closeSession(session));
+  }
+  CHECK(shmLaunches(executor) == 60);
+  CHECK(executor.awaitMetricAtMost("courier_shm_channels", 0) == 0);
+  SharedHoldings server = sharedHoldingsOf(executor.processId());
+  for (int i = 0; i < 500 && (server.descriptors > 0 || server.mappings > 0); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    server = sharedHoldingsOf(executor.processId());
+  }
+  SharedHoldings client = sharedHoldingsOf(::getpid());
+  CHECK(server.descriptors == 0);
+  CHECK(server.mappings == 0);
+  CHECK(client.descriptors == 0);
+  CHECK(client.mappings == 0);
+}
+
 TEST_CASE("a session that expires takes its channel with it, and the client carries on over a "
           "new one",
           "[shm]") {
