@@ -139,6 +139,8 @@ struct SharedChannelServer::Impl {
   void accept();
   void handshake(transport::UniqueFd connection);
   void serve(Channel &channel);
+  /// Once its thread is done with `channel`: no longer the session's, to be joined.
+  void retire(Channel &channel);
   /// Version 3: watches the worker that answers the channel.
   void watch(Channel &channel);
   /// Adds what the channel's workers counted since the last call to the metrics.
@@ -526,15 +528,7 @@ void SharedChannelServer::Impl::serve(Channel &channel) {
     watch(channel);
     channel.end();
     countLaunches(channel); // The last counts, and no launch running any more.
-    std::lock_guard<std::mutex> lock(mutex);
-    auto found = channels.find(channel.sessionId);
-    if (found != channels.end() && found->second.get() == &channel) {
-      retired.push_back(std::move(found->second));
-      channels.erase(found);
-    }
-    channel.finished = true;
-    uint64_t one = 1;
-    (void)!::write(wake.get(), &one, sizeof(one));
+    retire(channel);
     return;
   }
   shm::ControlPage &page = *channel.page;
@@ -587,6 +581,10 @@ void SharedChannelServer::Impl::serve(Channel &channel) {
   // The client sees the channel closed before it rings again, and sends that launch over
   // HTTP instead.
   channel.end();
+  retire(channel);
+}
+
+void SharedChannelServer::Impl::retire(Channel &channel) {
   {
     std::lock_guard<std::mutex> lock(mutex);
     auto found = channels.find(channel.sessionId);

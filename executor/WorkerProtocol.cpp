@@ -34,46 +34,49 @@ std::optional<uint64_t> takeSequence(std::string &bytes) {
   return sequence;
 }
 
+bool WorkerChannel::awaitRequest() {
+  auto hungUp = [&] {
+    struct pollfd closed {
+      socket, POLLIN, 0
+    };
+    return ::poll(&closed, 1, 0) > 0 && (closed.revents & (POLLHUP | POLLERR));
+  };
+  while (page->request.load(std::memory_order_acquire) == ticket) {
+    // Awake briefly for the next request: a client launching in a loop rings again within
+    // microseconds, and a worker woken from sleep costs most of a small launch
+    // (docs/performance.md).
+    if (watched.word) {
+      // A same-host client's launches come straight here: two processes on their path, so
+      // this one may poll without yielding for a moment.
+      int which = doorbell::spinEither(page->request, ticket, *watched.word, *watched.seen,
+                                       kAwaitRequestAwake, doorbell::kPauseFirst);
+      if (which == 2) {
+        watched.serve(); // May unwatch.
+        continue;
+      }
+      if (which == 1)
+        break;
+      doorbell::sleepEither(page->request, ticket, page->requestSleeping, *watched.word,
+                            *watched.seen, *watched.sleeping, std::chrono::seconds(1));
+    } else {
+      // Yielding the core between looks: the executor's doorbell has three processes on its
+      // path, and a third polling one would take the core the one with work needs.
+      if (doorbell::spin(page->request, ticket, kAwaitRequestAwake))
+        break;
+      doorbell::sleep(page->request, ticket, std::chrono::seconds(1), page->requestSleeping);
+    }
+    if (page->request.load(std::memory_order_acquire) == ticket && hungUp())
+      return false;
+  }
+  return true;
+}
+
 bool WorkerChannel::next(Message &request) {
   while (true) {
     request.fds.clear();
     if (page) {
-      // Awake briefly for the next request, yielding the core between looks: a client
-      // launching in a loop rings again within microseconds, and a worker woken from sleep
-      // costs most of a small launch (docs/performance.md).
-      while (watched.word) {
-        // A same-host client's launches come straight here: two processes on their path, so
-        // this one may poll without yielding for a moment.
-        int which = doorbell::spinEither(page->request, ticket, *watched.word, *watched.seen,
-                                         kAwaitRequestAwake, doorbell::kPauseFirst);
-        if (which == 2) {
-          watched.serve(); // May unwatch.
-          continue;
-        }
-        if (which == 1)
-          break;
-        doorbell::sleepEither(page->request, ticket, page->requestSleeping, *watched.word,
-                              *watched.seen, *watched.sleeping, std::chrono::seconds(1));
-        if (page->request.load(std::memory_order_acquire) != ticket)
-          break;
-        struct pollfd closed {
-          socket, POLLIN, 0
-        };
-        if (::poll(&closed, 1, 0) > 0 && (closed.revents & (POLLHUP | POLLERR)))
-          return false;
-      }
-      if (!watched.word)
-        doorbell::spin(page->request, ticket, kAwaitRequestAwake);
-      while (!watched.word && page->request.load(std::memory_order_acquire) == ticket) {
-        doorbell::sleep(page->request, ticket, std::chrono::seconds(1), page->requestSleeping);
-        if (page->request.load(std::memory_order_acquire) != ticket)
-          break;
-        struct pollfd closed {
-          socket, POLLIN, 0
-        };
-        if (::poll(&closed, 1, 0) > 0 && (closed.revents & (POLLHUP | POLLERR)))
-          return false;
-      }
+      if (!awaitRequest())
+        return false;
       ticket = page->request.load(std::memory_order_acquire);
       uint32_t size = page->requestBytes.load(std::memory_order_acquire);
       if (size > kMaxMessageBytes)

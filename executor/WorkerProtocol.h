@@ -152,6 +152,9 @@ private:
   };
   Watched watched;
   bool installDoorbell(Message &request);
+  /// Waits until the executor's request word moves, answering the watched channel's launches
+  /// meanwhile. False once the executor closed the channel.
+  bool awaitRequest();
   int socket;
   SharedBuffer pageBuffer;
   DoorbellPage *page = nullptr;
