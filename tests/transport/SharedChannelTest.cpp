@@ -118,6 +118,36 @@ SharedHoldings sharedHoldingsOf(pid_t pid) {
   return holdings;
 }
 
+/// Opens `n` sessions one after another, each launching once over its channel and closing,
+/// then checks that every channel ended and that the executor, once their threads are
+/// joined, holds at most `left` of Courier's shared-memory descriptors and mappings, and this
+/// process none.
+void churnSessions(const ExecutorProcess &executor, int n, size_t left) {
+  ObjectBlob shapes = loadObject(COURIER_KERNEL_SHAPES);
+  std::unique_ptr<Backend> backend = backendFor(executor);
+  double before = shmLaunches(executor);
+  for (int i = 0; i < n; ++i) {
+    std::string session = require(backend->openSession());
+    requireOk(backend->shipObject(session, shapes));
+    require(backend->launch(session, shapes, "_catalyst_pyface_noop", {}, {}));
+    requireOk(backend->closeSession(session));
+  }
+  CHECK(shmLaunches(executor) - before == n);
+  // Channels end as their sessions close.
+  CHECK(executor.awaitMetricAtMost("courier_shm_channels", 0) == 0);
+  // Their threads are joined, and their memory unmapped, just after.
+  SharedHoldings server = sharedHoldingsOf(executor.processId());
+  for (int i = 0; i < 500 && (server.descriptors > left || server.mappings > left); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    server = sharedHoldingsOf(executor.processId());
+  }
+  SharedHoldings client = sharedHoldingsOf(::getpid());
+  CHECK(server.descriptors <= left);
+  CHECK(server.mappings <= left);
+  CHECK(client.descriptors == 0);
+  CHECK(client.mappings == 0);
+}
+
 } // namespace
 
 TEST_CASE("over a unix socket launches cross shared memory and answer as over HTTP", "[shm]") {
@@ -373,57 +403,17 @@ TEST_CASE("the offer names the control page version both sides speak, and client
 TEST_CASE("10k sessions with a channel each leave no shared-memory descriptors or mappings behind",
           "[shm][leaks]") {
   ExecutorProcess executor(onUnixSocket({"--isolation", "none"}));
-  ObjectBlob shapes = loadObject(COURIER_KERNEL_SHAPES);
-  std::unique_ptr<Backend> backend = backendFor(executor);
-  for (int i = 0; i < 10000; ++i) {
-    std::string session = require(backend->openSession());
-    requireOk(backend->shipObject(session, shapes));
-    require(backend->launch(session, shapes, "_catalyst_pyface_noop", {}, {}));
-    requireOk(backend->closeSession(session));
-  }
-  CHECK(shmLaunches(executor) == 10000);
+  churnSessions(executor, 10000, 3);
   CHECK(executor.metric("courier_shm_channels_opened_total") == 10000);
-  // Channels end as their sessions close.
-  CHECK(executor.awaitMetricAtMost("courier_shm_channels", 0) == 0);
-  // Their threads are joined, and their memory unmapped, just after.
-  SharedHoldings server = sharedHoldingsOf(executor.processId());
-  for (int i = 0; i < 500 && (server.descriptors > 3 || server.mappings > 3); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    server = sharedHoldingsOf(executor.processId());
-  }
-  SharedHoldings client = sharedHoldingsOf(::getpid());
-  CHECK(server.descriptors <= 3);
-  CHECK(server.mappings <= 3);
-  CHECK(client.descriptors == 0);
-  CHECK(client.mappings == 0);
 }
 
 TEST_CASE("sessions whose workers answer their channels leave no shared-memory descriptors or "
           "mappings behind",
           "[shm][leaks]") {
-  ExecutorProcess executor(onUnixSocket());
-  ObjectBlob shapes = loadObject(COURIER_KERNEL_SHAPES);
-  std::unique_ptr<Backend> backend = backendFor(executor);
   // Each a worker of its own: fewer than the in-process 10k, the same bookkeeping (the
   // worker's descriptors, its counts page, its socket to the client).
-  for (int i = 0; i < 60; ++i) {
-    std::string session = require(backend->openSession());
-    requireOk(backend->shipObject(session, shapes));
-    require(backend->launch(session, shapes, "_catalyst_pyface_noop", {}, {}));
-    requireOk(backend->closeSession(session));
-  }
-  CHECK(shmLaunches(executor) == 60);
-  CHECK(executor.awaitMetricAtMost("courier_shm_channels", 0) == 0);
-  SharedHoldings server = sharedHoldingsOf(executor.processId());
-  for (int i = 0; i < 500 && (server.descriptors > 0 || server.mappings > 0); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    server = sharedHoldingsOf(executor.processId());
-  }
-  SharedHoldings client = sharedHoldingsOf(::getpid());
-  CHECK(server.descriptors == 0);
-  CHECK(server.mappings == 0);
-  CHECK(client.descriptors == 0);
-  CHECK(client.mappings == 0);
+  ExecutorProcess executor(onUnixSocket());
+  churnSessions(executor, 60, 0);
 }
 
 TEST_CASE("a session that expires takes its channel with it, and the client carries on over a "
