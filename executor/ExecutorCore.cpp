@@ -200,16 +200,30 @@ public:
   std::map<uint64_t, std::weak_ptr<Arena>> mapped;
   /// The same-host channel each of the session's workers answers, if any; under slotMutex.
   std::shared_ptr<const DirectChannel> direct;
-  /// The worker that ended last, until a channel launch it left unanswered (if any) has been
-  /// answered for; under workerMutex.
-  std::shared_ptr<WorkerProcess> lastEnded;
-  /// The worker that was handed `direct`; written under workerMutex.
+  /// The worker that was handed a channel, and that channel (`handed`, under workerMutex).
   std::atomic<const WorkerProcess *> directServedBy{nullptr};
+  std::shared_ptr<const DirectChannel> handed;
+  /// A worker that ended while it served a channel, and that channel, until the launch it
+  /// left unanswered there (if any) has been answered for; under workerMutex.
+  struct EndedServer {
+    std::shared_ptr<WorkerProcess> worker;
+    std::shared_ptr<const DirectChannel> channel;
+  } lastEnded;
   /// Forgets what `worker` holds: it is a new one, or a request to it failed part-way.
   void forgetWorkerState() {
     linked.clear();
     mapped.clear();
-    directServedBy.store(nullptr);
+  }
+  /// `ended` is no longer the session's worker: what it held goes, and if it served a
+  /// channel it is kept to answer for. workerMutex held.
+  void workerEnded(const std::shared_ptr<WorkerProcess> &ended) {
+    if (ended && directServedBy.load() == ended.get() && handed)
+      lastEnded = EndedServer{ended, handed};
+    if (ended && directServedBy.load() == ended.get()) {
+      directServedBy.store(nullptr);
+      handed.reset();
+    }
+    forgetWorkerState();
   }
   /// What the worker reported of each object it loaded; under attachMutex.
   std::map<std::string, ObjectInfo, std::less<>> infos;
@@ -486,9 +500,11 @@ struct ExecutorCore::Impl {
   /// forgotten, so the next request starts a fresh one. `workerMutex` held.
   /// Counts and logs how a session's worker ended (unless the executor ended it on purpose).
   void noteDeath(Session &s, WorkerProcess &worker, const WorkerDeath &death, llvm::StringRef what);
-  /// Answers the launch waiting on the session's same-host channel (if any: one rung that no
-  /// worker answered) with the error `ended`'s death gives it. `workerMutex` held.
-  void answerForWorker(Session &s, WorkerProcess &ended);
+  /// Answers the launch waiting on the channel `ended` served (if any: one rung that no
+  /// worker answered) with the error its death gives it. `workerMutex` held.
+  void answerForWorker(const Session::EndedServer &ended);
+  /// The session's channel goes: no worker is handed it any more, and its watcher ends it.
+  void dropDirect(Session &s, const std::string &why);
   /// Hands the session's same-host channel (if any) to `worker`. `workerMutex` held.
   llvm::Error handDirect(Session &s, WorkerProcess &worker, Clock::time_point deadline);
   llvm::Expected<Message> ask(Session &s, WorkerProcess &worker, MessageWriter &message,
@@ -692,7 +708,7 @@ ExecutorCore::Impl::liveWorker(Session &s, Clock::time_point deadline) {
     // It died between requests or wrote to its channel out of turn: replaced, and not the
     // coming request's fault.
     noteDeath(s, *s.worker, s.worker->end(), "no request (between requests)");
-    s.lastEnded = s.worker;
+    s.workerEnded(s.worker);
     std::lock_guard<std::mutex> lock(s.slotMutex);
     s.worker.reset();
   }
@@ -727,9 +743,29 @@ ExecutorCore::Impl::liveWorker(Session &s, Clock::time_point deadline) {
   for (const std::string &sha : objectsToLink)
     if (llvm::Error error = linkInto(s, *worker, sha, deadline))
       return std::move(error);
-  if (llvm::Error error = handDirect(s, *worker, deadline))
-    return std::move(error);
+  if (llvm::Error error = handDirect(s, *worker, deadline)) {
+    // Not the request's fault: the channel goes (its client carries on over HTTP), the
+    // request goes on unless the worker died of it.
+    dropDirect(s, llvm::toString(std::move(error)));
+    if (!worker->alive())
+      return makeWireError("worker_unavailable", "the session's worker died while it was set up: " +
+                                                     worker->death().cause);
+  }
   return worker;
+}
+
+void ExecutorCore::Impl::dropDirect(Session &s, const std::string &why) {
+  std::shared_ptr<const DirectChannel> channel;
+  {
+    std::lock_guard<std::mutex> lock(s.slotMutex);
+    channel = std::move(s.direct);
+  }
+  if (channel)
+    transport::logEvent(
+        transport::LogLevel::Warn,
+        "the same-host channel of session '" + s.id +
+            "' could not be handed to its worker; its launches go over HTTP: " + why,
+        {{"session", llvm::StringRef(s.id)}});
 }
 
 llvm::Error ExecutorCore::Impl::handDirect(Session &s, WorkerProcess &worker,
@@ -739,12 +775,12 @@ llvm::Error ExecutorCore::Impl::handDirect(Session &s, WorkerProcess &worker,
     std::lock_guard<std::mutex> lock(s.slotMutex);
     channel = s.direct;
   }
-  if (!channel || s.directServedBy.load() == &worker)
+  if (!channel || (s.directServedBy.load() == &worker && s.handed == channel))
     return llvm::Error::success();
   // A launch the last worker left unanswered must not run again in this one.
-  if (s.lastEnded) {
-    answerForWorker(s, *s.lastEnded);
-    s.lastEnded.reset();
+  if (s.lastEnded.worker) {
+    answerForWorker(s.lastEnded);
+    s.lastEnded = {};
   }
   MessageWriter share(MessageKind::Channel);
   share.u64(options.maxBytes);
@@ -756,6 +792,7 @@ llvm::Error ExecutorCore::Impl::handDirect(Session &s, WorkerProcess &worker,
               .takeError())
     return error;
   s.directServedBy = &worker;
+  s.handed = channel;
   return llvm::Error::success();
 }
 
@@ -810,13 +847,9 @@ llvm::Error ExecutorCore::Impl::linkInto(Session &s, WorkerProcess &worker, llvm
   return llvm::Error::success();
 }
 
-void ExecutorCore::Impl::answerForWorker(Session &s, WorkerProcess &ended) {
-  std::shared_ptr<const DirectChannel> channel;
-  {
-    std::lock_guard<std::mutex> lock(s.slotMutex);
-    channel = s.direct;
-  }
-  if (!channel || !channel->page)
+void ExecutorCore::Impl::answerForWorker(const Session::EndedServer &ended) {
+  const std::shared_ptr<const DirectChannel> &channel = ended.channel;
+  if (!channel || !channel->page || !ended.worker)
     return;
   shm::ControlPage &page = *channel->page;
   uint32_t request = page.request.load(std::memory_order_acquire);
@@ -831,7 +864,7 @@ void ExecutorCore::Impl::answerForWorker(Session &s, WorkerProcess &ended) {
     what = "'" + launch->launch.entry + "'";
   else
     llvm::consumeError(launch.takeError());
-  auto [code, message] = describeError(ended.endedDuring(what), "kernel_crashed");
+  auto [code, message] = describeError(ended.worker->endedDuring(what), "kernel_crashed");
   std::string reply =
       shm::encodeFailure(transport::parseErrorCode(code).value_or(ErrorCode::Internal), message);
   std::memcpy(page.replySlot, reply.data(), reply.size());
@@ -854,7 +887,7 @@ llvm::Expected<Message> ExecutorCore::Impl::ask(Session &s, WorkerProcess &worke
   {
     std::lock_guard<std::mutex> lock(s.slotMutex);
     if (s.worker.get() == &worker) {
-      s.lastEnded = s.worker;
+      s.workerEnded(s.worker);
       s.worker.reset();
     }
   }
@@ -1532,26 +1565,30 @@ HealthReport ExecutorCore::health() {
   return report;
 }
 
-llvm::Error ExecutorCore::serveDirect(Session &s, std::shared_ptr<const DirectChannel> channel,
-                                      Clock::time_point deadline, bool replace) {
+llvm::Expected<bool> ExecutorCore::serveDirect(Session &s,
+                                               std::shared_ptr<const DirectChannel> channel,
+                                               Clock::time_point deadline, bool replace) {
   if (!impl->isolated())
     return makeWireError("unavailable", "kernels run in the executor's own process");
   {
     std::lock_guard<std::mutex> lock(s.slotMutex);
     if (s.direct != channel) {
-      // A channel that was replaced is not put back by its watcher.
+      // A channel that was replaced or dropped is not put back by its watcher.
       if (!replace)
-        return llvm::Error::success();
+        return false;
       s.direct = channel;
     } else if (s.worker && s.worker.get() == s.directServedBy.load() && s.worker->alive()) {
-      return llvm::Error::success(); // Answered already: no wait for the worker's requests.
+      return true; // Answered already: no wait for the worker's requests.
     }
   }
   std::lock_guard<std::mutex> working(s.workerMutex);
   llvm::Expected<std::shared_ptr<WorkerProcess>> worker = impl->liveWorker(s, deadline);
   if (!worker)
     return worker.takeError();
-  return impl->handDirect(s, **worker, deadline);
+  if (llvm::Error error = impl->handDirect(s, **worker, deadline))
+    return std::move(error);
+  std::lock_guard<std::mutex> lock(s.slotMutex);
+  return s.direct == channel;
 }
 
 void ExecutorCore::stopDirect(Session &s, const DirectChannel *channel) {
@@ -1560,14 +1597,17 @@ void ExecutorCore::stopDirect(Session &s, const DirectChannel *channel) {
     s.direct.reset();
 }
 
-bool ExecutorCore::watchDirect(Session &s, Clock::time_point until) {
+bool ExecutorCore::watchDirect(Session &s, Clock::time_point until, int64_t &workerPid) {
   std::shared_ptr<WorkerProcess> worker;
   {
     std::lock_guard<std::mutex> lock(s.slotMutex);
     worker = s.worker;
   }
-  if (!worker)
+  workerPid = worker ? worker->pid() : 0;
+  if (!worker) {
+    std::this_thread::sleep_until(until);
     return false;
+  }
   if (worker->alive()) {
     auto left = std::chrono::ceil<std::chrono::milliseconds>(until - Clock::now());
     struct pollfd ended {
@@ -1592,17 +1632,35 @@ bool ExecutorCore::watchDirect(Session &s, Clock::time_point until) {
   if (ours) {
     worker->takeCrashReport();
     impl->noteDeath(s, *worker, worker->end(), "a same-host launch");
-    s.forgetWorkerState();
+    s.workerEnded(worker);
   }
   // Once for each worker: a launch rung after this answer is the next worker's.
-  if (ours || s.lastEnded == worker) {
-    impl->answerForWorker(s, *worker);
-    s.lastEnded.reset();
+  if (s.lastEnded.worker == worker) {
+    impl->answerForWorker(s.lastEnded);
+    s.lastEnded = {};
   }
   return true;
 }
 
-void ExecutorCore::endDirectLaunch(Session &s) { s.endWorker(EndReason::Deadline); }
+void ExecutorCore::endDirectLaunch(Session &s, int64_t workerPid) {
+  std::shared_ptr<WorkerProcess> worker;
+  {
+    std::lock_guard<std::mutex> lock(s.slotMutex);
+    worker = s.worker;
+  }
+  // The worker the watcher saw running the launch, not one started since.
+  if (worker && worker->pid() == workerPid)
+    worker->kill(EndReason::Deadline);
+}
+
+bool ExecutorCore::sessionOpen(Session &s) {
+  std::lock_guard<std::mutex> attaching(s.attachMutex);
+  return !s.closed;
+}
+
+void ExecutorCore::touch(Session &s) { s.touch(); }
+
+int ExecutorCore::requestsInFlight(Session &s) { return s.busy.load(); }
 
 void ExecutorCore::countDirectRunning(int64_t change) {
   impl->metrics.launchesRunning += static_cast<uint64_t>(change);

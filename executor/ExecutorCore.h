@@ -218,19 +218,28 @@ public:
 
   /// Has the session's worker (started now if it has none) answer `channel`'s launches, and
   /// every worker the session starts after it, until stopDirect(). `unavailable` without
-  /// isolation. Nothing to do when the current worker already answers it, or, unless
-  /// `replace`, when the session has another channel now.
-  llvm::Error serveDirect(Session &session, std::shared_ptr<const DirectChannel> channel,
-                          Clock::time_point deadline, bool replace = false);
+  /// isolation. Nothing to do when the current worker already answers it. False when the
+  /// session's channel is another one now, or none (it was dropped: no worker could take it),
+  /// unless `replace` makes `channel` the session's.
+  llvm::Expected<bool> serveDirect(Session &session, std::shared_ptr<const DirectChannel> channel,
+                                   Clock::time_point deadline, bool replace = false);
   /// No worker the session starts from now on is handed `channel` (if it is the session's).
   void stopDirect(Session &session, const DirectChannel *channel);
   /// For the thread that watches a channel the session's worker answers: waits until `until`,
-  /// or until that worker ends. If it ended it is counted and logged as any worker's death,
-  /// the launch it was running is answered with the error an HTTP launch would get, and the
-  /// session goes on without it (true). False if it runs on, or the session has no worker.
-  bool watchDirect(Session &session, Clock::time_point until);
-  /// Ends the session's worker: a launch it answers for a channel ran past its deadline.
-  void endDirectLaunch(Session &session);
+  /// or until that worker ends; `workerPid` says which worker it watched (0: none). If it
+  /// ended it is counted and logged as any worker's death, the launch it was running on its
+  /// channel is answered with the error an HTTP launch would get, and the session goes on
+  /// without it (true).
+  bool watchDirect(Session &session, Clock::time_point until, int64_t &workerPid);
+  /// Ends the session's worker `workerPid` (not one started since): the channel launch it
+  /// runs went past its deadline.
+  void endDirectLaunch(Session &session, int64_t workerPid);
+  /// Whether the session is still open (not closed or expired), without marking it used.
+  bool sessionOpen(Session &session);
+  /// Marks the session used now, for the idle reaper.
+  void touch(Session &session);
+  /// Requests (HTTP, async) running on the session's worker now.
+  int requestsInFlight(Session &session);
   /// Adds to the launch metrics what workers counted of the launches they answered for
   /// channels: `buckets` per transport::durationBuckets() bucket and one past the last.
   void countDirectLaunches(uint64_t started, uint64_t failed, llvm::ArrayRef<double> buckets,

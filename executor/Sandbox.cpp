@@ -158,6 +158,12 @@ llvm::Error enterSandbox() {
       "gettid", "exit", "exit_group"};
   for (const char *name : allowed) {
     int number = seccomp_syscall_resolve_name(name);
+#ifdef __NR_futex_waitv
+    // Known to the kernel headers the worker was built with, maybe not to libseccomp (before
+    // 2.5.4): the worker calls it when it sleeps with a same-host channel to watch.
+    if (number == __NR_SCMP_ERROR && llvm::StringRef(name) == "futex_waitv")
+      number = __NR_futex_waitv;
+#endif
     if (number == __NR_SCMP_ERROR)
       continue; // Not a system call on this architecture (e.g. poll on aarch64).
     if (int rc = seccomp_rule_add(filter, SCMP_ACT_ALLOW, number, 0))

@@ -291,14 +291,18 @@ void SharedChannelServer::Impl::handshake(transport::UniqueFd connection) {
   channel->control = std::move(*control);
   channel->page = reinterpret_cast<shm::ControlPage *>(channel->control.data());
   transport::UniqueFd clientEnd;
-  if (offer.pageVersion >= 3 && !handToWorker(*channel, *session, clientEnd))
+  if (offer.pageVersion >= 3 &&
+      (!core.options().isolated || !handToWorker(*channel, *session, clientEnd)))
     channel->pageVersion = 2;
   ByteWriter grant;
   grant.u8(1).u64(channel->regions->inputs().size()).u64(channel->regions->results().size());
   std::vector<int> fds = {channel->control.fd(), channel->regions->inputs().fd(),
                           channel->regions->results().fd()};
   if (offer.pageVersion >= 3) {
-    grant.u64(channel->pageVersion);
+    // And how many processes a launch wakes: 2 when the worker answers or the executor runs
+    // kernels itself, 3 when the executor's thread answers through a worker.
+    bool two = channel->pageVersion >= 3 || !core.options().isolated;
+    grant.u64(channel->pageVersion).u64(two ? 2 : 3);
     if (channel->pageVersion >= 3)
       fds.push_back(clientEnd.get());
   }
@@ -317,8 +321,11 @@ void SharedChannelServer::Impl::handshake(transport::UniqueFd connection) {
   std::vector<std::shared_ptr<Channel>> joining;
   {
     std::lock_guard<std::mutex> lock(mutex);
-    if (stopping)
+    if (stopping) {
+      if (channel->direct)
+        core.stopDirect(**session, channel->direct.get());
       return;
+    }
     // One channel per session: a client that asks again replaces its old one.
     auto &slot = channels[channel->sessionId];
     if (slot) {
@@ -400,10 +407,11 @@ bool SharedChannelServer::Impl::handToWorker(Channel &channel, SessionRef sessio
   channel.countsBuffer = std::move(*counts);
   channel.counts = reinterpret_cast<const shm::WorkerCounts *>(channel.countsBuffer.data());
   channel.direct = direct;
-  if (llvm::Error error =
-          core.serveDirect(*session, direct, core.deadline(std::nullopt), /*replace=*/true)) {
+  llvm::Expected<bool> served =
+      core.serveDirect(*session, direct, core.deadline(std::nullopt), /*replace=*/true);
+  if (!served || !*served) {
     core.stopDirect(*session, direct.get());
-    return fail(llvm::toString(std::move(error)));
+    return fail(served ? "it was dropped" : llvm::toString(served.takeError()));
   }
   channel.pageVersion = 3;
   return true;
@@ -452,54 +460,64 @@ void SharedChannelServer::Impl::watch(Channel &channel) {
     return;
   }
   Session &session = **found;
-  // The launch the worker is answering, as far as this thread has seen.
+  // The launch the worker runs, as far as this thread has seen: one the worker counted as
+  // started and not finished (which the client cannot write), or one the client rang and
+  // nothing answered (which the kernel cannot write) while no HTTP request holds the worker
+  // (a launch waiting behind one is not running yet; that request's deadline bounds the
+  // worker meanwhile). Only a client and its kernel together could hide a running launch,
+  // as a kernel's own thread left spinning after it returns could on the HTTP path.
   bool pending = false;
-  uint32_t pendingTicket = 0;
+  uint64_t pendingKey = 0;
+  int64_t pendingWorker = 0;
   Clock::time_point due;
   uint32_t lastSeen = page.request.load(std::memory_order_acquire);
   while (!channel.ending.load() && !page.closed.load(std::memory_order_acquire)) {
-    Clock::time_point now = Clock::now();
-    Clock::time_point wake = now + kSleepSlice;
+    Clock::time_point wake = Clock::now() + kSleepSlice;
     if (pending)
       wake = std::min(wake, due);
     // A worker that ends is settled there, and what it was running answered for.
-    bool ended = core.watchDirect(session, wake);
+    int64_t worker = 0;
+    bool ended = core.watchDirect(session, wake, worker);
     countLaunches(channel);
+    uint64_t started = channel.counts->started.load(std::memory_order_acquire);
     uint32_t request = page.request.load(std::memory_order_acquire);
-    if (ended) {
+    bool counted = started != channel.counts->finished.load(std::memory_order_acquire);
+    bool rung = page.reply.load(std::memory_order_acquire) != request &&
+                core.requestsInFlight(session) == 0;
+    bool running = !ended && worker && (counted || rung);
+    // Which launch: the worker's count while it says one runs, so that a client ringing
+    // again does not restart the clock.
+    uint64_t key = counted ? started : (uint64_t(1) << 63) | request;
+    if (!running) {
       pending = false;
-    } else if (page.reply.load(std::memory_order_acquire) != request) {
-      // In use: the idle reaper leaves the session alone.
-      llvm::consumeError(core.findSession(channel.sessionId).takeError());
-      if (!pending || request != pendingTicket) {
-        // A launch started since the last look: its deadline counts from now, as an HTTP
-        // launch's counts from its arrival.
-        pending = true;
-        pendingTicket = request;
-        uint32_t size =
-            std::min(page.requestBytes.load(std::memory_order_acquire), shm::kSlotBytes);
-        llvm::Expected<shm::LaunchRequest> launch = shm::decodeLaunchRequest(
-            llvm::StringRef(page.requestSlot, size).str(), channel.regions->inputs().size());
-        constexpr uint64_t kLongestDeadlineMs = uint64_t(1) << 40;
-        std::optional<std::chrono::milliseconds> asked;
-        if (launch) {
-          if (launch->deadlineMs)
-            asked = std::chrono::milliseconds(std::min(launch->deadlineMs, kLongestDeadlineMs));
-        } else {
-          llvm::consumeError(launch.takeError()); // The worker refuses it.
-        }
-        due = core.deadline(asked);
-      } else if (Clock::now() >= due) {
-        core.endDirectLaunch(session);
+    } else if (!pending || key != pendingKey || worker != pendingWorker) {
+      // A launch started since the last look: its deadline counts from now (at most a look
+      // late), as an HTTP launch's counts from its arrival.
+      pending = true;
+      pendingKey = key;
+      pendingWorker = worker;
+      uint32_t size = std::min(page.requestBytes.load(std::memory_order_acquire), shm::kSlotBytes);
+      llvm::Expected<shm::LaunchRequest> launch = shm::decodeLaunchRequest(
+          llvm::StringRef(page.requestSlot, size).str(), channel.regions->inputs().size());
+      constexpr uint64_t kLongestDeadlineMs = uint64_t(1) << 40;
+      std::optional<std::chrono::milliseconds> asked;
+      if (launch) {
+        // The client may ask for less than the executor's own, never more.
+        if (launch->deadlineMs)
+          asked = std::chrono::milliseconds(std::min(launch->deadlineMs, kLongestDeadlineMs));
+      } else {
+        llvm::consumeError(launch.takeError()); // The worker refuses it.
       }
-    } else {
-      pending = false;
+      due = core.deadline(asked);
+    } else if (Clock::now() >= due) {
+      core.endDirectLaunch(session, worker);
     }
-    if (request != lastSeen) {
+    // In use: the idle reaper leaves the session alone.
+    if (running || request != lastSeen) {
       lastSeen = request;
-      llvm::consumeError(core.findSession(channel.sessionId).takeError());
+      core.touch(session);
     }
-    if (!core.hasSession(channel.sessionId)) {
+    if (!core.sessionOpen(session)) {
       channel.ending = true;
       break;
     }
@@ -510,14 +528,20 @@ void SharedChannelServer::Impl::watch(Channel &channel) {
       channel.ending = true;
       break;
     }
-    // A worker that ended (or never started) is replaced, and handed the channel.
-    if (llvm::Error error =
-            core.serveDirect(session, channel.direct, core.deadline(std::nullopt))) {
-      transport::logEvent(transport::LogLevel::Warn,
-                          "the same-host channel of session '" + channel.sessionId +
-                              "' has no worker: " + llvm::toString(std::move(error)),
-                          {{"session", llvm::StringRef(channel.sessionId)}});
-      std::this_thread::sleep_for(kSleepSlice);
+    // A worker that ended (or never started) is replaced, and handed the channel. A channel
+    // no worker can take, or that is no longer the session's, ends: its client goes on over
+    // HTTP.
+    llvm::Expected<bool> served =
+        core.serveDirect(session, channel.direct, core.deadline(std::nullopt));
+    if (!served) {
+      transport::logEvent(
+          transport::LogLevel::Warn,
+          "the same-host channel of session '" + channel.sessionId +
+              "' ends: no worker could take it: " + llvm::toString(served.takeError()),
+          {{"session", llvm::StringRef(channel.sessionId)}});
+      channel.ending = true;
+    } else if (!*served) {
+      channel.ending = true;
     }
   }
   core.stopDirect(session, channel.direct.get());
@@ -731,9 +755,8 @@ llvm::Expected<SharedChannelOffer> SharedChannelServer::offer(const std::string 
   offer.inputBytes = halfInPages(bytes);
   offer.resultBytes = halfInPages(bytes);
   offer.host = impl->host;
-  // Version 3 has the session's worker answer: only with isolation.
-  offer.pageVersion =
-      std::clamp<uint32_t>(pageVersion, 1, impl->core.options().isolated ? shm::kPageVersion : 2);
+  // Without isolation a version 3 channel is granted as 2: the executor answers.
+  offer.pageVersion = std::clamp<uint32_t>(pageVersion, 1, shm::kPageVersion);
   impl->offers[offer.token] =
       Impl::Offer{sessionId, bytes, offer.pageVersion, now + kOfferLifetime};
   return offer;

@@ -432,7 +432,7 @@ private:
     channel.unwatch();
     direct = std::move(next);
     channel.watch(&direct->page->request, &direct->page->executorSleeping, &direct->seen,
-                  [this] { serveDirect(); });
+                  &direct->page->closed, [this] { serveDirect(); });
     MessageWriter done(MessageKind::Done);
     return answer(done);
   }
@@ -447,7 +447,7 @@ private:
       return;
     }
     uint32_t ticket = page.request.load(std::memory_order_acquire);
-    std::string reply = runDirect(d);
+    std::string reply = runDirect(d, ticket);
     if (reply.size() > shm::kSlotBytes) {
       d.counts->failed.fetch_add(1, std::memory_order_relaxed);
       reply = shm::encodeFailure(transport::ErrorCode::PayloadTooLarge,
@@ -460,7 +460,7 @@ private:
   }
 
   /// Runs the launch in the channel's request slot and returns its reply.
-  std::string runDirect(Direct &d) {
+  std::string runDirect(Direct &d, uint32_t ticket) {
     using transport::ErrorCode;
     shm::ControlPage &page = *d.page;
     auto failed = [&](llvm::Error error) {
@@ -529,7 +529,9 @@ private:
         return failed(std::move(error));
       // The socket holds one such buffer at most (its send buffer is small and it does not
       // wait): a client that does not take them costs nothing more.
-      if (llvm::Error error = transport::sendMessage(d.client.get(), "R", {separate->fd()}))
+      transport::ByteWriter tag; // Names the launch: a client drops one left behind.
+      tag.u8('R').u64(ticket);
+      if (llvm::Error error = transport::sendMessage(d.client.get(), tag.view(), {separate->fd()}))
         return failed(transport::makeCodedError(
             ErrorCode::BadRequest, "the client has not received the previous launch's results "
                                    "(" +

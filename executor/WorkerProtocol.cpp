@@ -45,6 +45,10 @@ bool WorkerChannel::awaitRequest() {
     // Awake briefly for the next request: a client launching in a loop rings again within
     // microseconds, and a worker woken from sleep costs most of a small launch
     // (docs/performance.md).
+    if (watched.word && watched.closed->load(std::memory_order_acquire)) {
+      watched.serve(); // Lets the ended channel go: ending it rang the word this waits on.
+      continue;
+    }
     if (watched.word) {
       // A same-host client's launches come straight here: two processes on their path, so
       // this one may poll without yielding for a moment.
@@ -137,8 +141,9 @@ bool WorkerChannel::installDoorbell(Message &request) {
 }
 
 void WorkerChannel::watch(std::atomic<uint32_t> *word, std::atomic<uint32_t> *sleeping,
-                          const uint32_t *seen, std::function<void()> serve) {
-  watched = Watched{word, sleeping, seen, std::move(serve)};
+                          const uint32_t *seen, const std::atomic<uint32_t> *closed,
+                          std::function<void()> serve) {
+  watched = Watched{word, sleeping, seen, closed, std::move(serve)};
 }
 
 llvm::Error WorkerChannel::answer(MessageWriter &message, llvm::ArrayRef<int> fds) {

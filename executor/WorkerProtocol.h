@@ -137,10 +137,11 @@ public:
   llvm::Error answer(MessageWriter &message, llvm::ArrayRef<int> fds = {});
 
   /// Watches a same-host channel's request word beside the executor's requests: next() calls
-  /// `serve` whenever `word` differs from `*seen` (serve answers it and updates `*seen`), and
-  /// sets `*sleeping` while it may sleep. Only with a doorbell page.
+  /// `serve` whenever `word` differs from `*seen` (serve answers it and updates `*seen`) or
+  /// `*closed` is set (serve lets the channel go), and sets `*sleeping` while it may sleep.
+  /// Only with a doorbell page.
   void watch(std::atomic<uint32_t> *word, std::atomic<uint32_t> *sleeping, const uint32_t *seen,
-             std::function<void()> serve);
+             const std::atomic<uint32_t> *closed, std::function<void()> serve);
   void unwatch() { watched = {}; }
 
 private:
@@ -148,6 +149,7 @@ private:
     std::atomic<uint32_t> *word = nullptr;
     std::atomic<uint32_t> *sleeping = nullptr;
     const uint32_t *seen = nullptr;
+    const std::atomic<uint32_t> *closed = nullptr;
     std::function<void()> serve;
   };
   Watched watched;

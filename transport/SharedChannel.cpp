@@ -274,11 +274,11 @@ llvm::Expected<std::unique_ptr<Client>> Client::connect(llvm::StringRef socketNa
   // Offered version 3, the grant says which the channel uses: 2 for a session whose kernels
   // run in the executor's own process.
   if (pageVersion >= 3) {
-    client->twoProcesses = true;
     uint64_t given = in.u64();
     if (given != 2 && given != 3)
       return unavailable("a grant of control page version " + llvm::Twine(given));
     pageVersion = static_cast<uint32_t>(given);
+    client->twoProcesses = in.u64() == 2;
   }
   if (!in.atEnd() || granted.fds.size() != (pageVersion >= 3 ? 4u : 3u))
     return unavailable("a malformed grant");
@@ -330,8 +330,8 @@ bool Client::fits(llvm::StringRef entry, llvm::ArrayRef<TensorView> views,
 
 bool Client::awaitReply(uint32_t ticket, std::chrono::steady_clock::time_point until) {
   uint32_t before = ticket - 1;
-  // Two processes on the launch's path (version 3, or an executor that offered 3 and granted
-  // 2 because it runs kernels itself): each may keep a core for a moment.
+  // Two processes on the launch's path (the grant says so: the worker answers, or the
+  // executor runs kernels itself): each may keep a core for a moment.
   if (doorbell::spin(page->reply, before, kAwaitReplyAwake,
                      twoProcesses ? doorbell::kPauseFirst : std::chrono::nanoseconds(0)))
     return page->reply.load(std::memory_order_acquire) == ticket;
@@ -465,14 +465,30 @@ Client::launchLocked(const std::string &sha256, llvm::StringRef entry,
   const SharedBuffer *region = &results;
   if (reply->placement == Placement::SentBuffer) {
     Message carried;
+    // Version 3: the worker's socket, each buffer naming its launch; one a launch left
+    // behind (its worker was ended after sending it) is dropped here.
+    std::string expected = "R";
+    if (workerSocket) {
+      ByteWriter tag;
+      tag.u8('R').u64(sent);
+      expected = tag.take();
+    }
     int from = workerSocket ? workerSocket.get() : connection.get();
-    llvm::Expected<ReceiveStatus> status =
-        receiveMessage(from, carried, 64, std::chrono::steady_clock::now() + kReplyGrace);
-    if (!status)
-      return lost(llvm::toString(status.takeError()));
-    if (*status != ReceiveStatus::Message || carried.fds.size() != 1)
-      return lost("the executor did not send the buffer its results are in");
-    llvm::Expected<SharedBuffer> mapped = SharedBuffer::mapAll(std::move(carried.fds[0]));
+    auto until = std::chrono::steady_clock::now() + kReplyGrace;
+    while (true) {
+      llvm::Expected<ReceiveStatus> status = receiveMessage(from, carried, 64, until);
+      if (!status)
+        return lost(llvm::toString(status.takeError()));
+      if (*status != ReceiveStatus::Message || carried.fds.size() != 1)
+        return lost("the executor did not send the buffer its results are in");
+      if (carried.bytes == expected)
+        break;
+      if (!workerSocket || carried.bytes.size() != expected.size() || carried.bytes[0] != 'R')
+        return lost("a malformed result buffer message");
+    }
+    // Sealed, as the worker that sent it runs shipped code: it cannot shrink under the copy.
+    llvm::Expected<SharedBuffer> mapped =
+        SharedBuffer::mapAll(std::move(carried.fds[0]), /*requireSealed=*/true);
     if (!mapped)
       return lost(llvm::toString(mapped.takeError()));
     separate = std::move(*mapped);

@@ -66,11 +66,11 @@ llvm::Expected<SharedBuffer> SharedBuffer::create(uint64_t size, const char *nam
   return map(std::move(fd), size);
 }
 
-llvm::Expected<SharedBuffer> SharedBuffer::mapAll(UniqueFd fd) {
+llvm::Expected<SharedBuffer> SharedBuffer::mapAll(UniqueFd fd, bool requireSealed) {
   struct stat info;
   if (::fstat(fd.get(), &info) != 0)
     return systemError("inspecting shared memory");
-  return map(std::move(fd), static_cast<uint64_t>(info.st_size));
+  return map(std::move(fd), static_cast<uint64_t>(info.st_size), requireSealed);
 }
 
 llvm::Error SharedBuffer::sealSize() {

@@ -64,8 +64,8 @@ public:
   /// it would kill this process with SIGBUS.
   static llvm::Expected<SharedBuffer> map(UniqueFd fd, uint64_t size, bool requireSealed = false);
 
-  /// Maps all of `fd`, however long it is.
-  static llvm::Expected<SharedBuffer> mapAll(UniqueFd fd);
+  /// Maps all of `fd`, however long it is (sealed against shrinking, with `requireSealed`).
+  static llvm::Expected<SharedBuffer> mapAll(UniqueFd fd, bool requireSealed = false);
 
   /// Seals the file's size (F_SEAL_SHRINK, F_SEAL_GROW, F_SEAL_SEAL): what a receiver that
   /// requires a sealed buffer needs before it maps it.

@@ -494,3 +494,41 @@ TEST_CASE("a session used only through its channel does not expire while it is u
   CHECK(executor.metric("courier_shm_channels_opened_total") == opened);
   CHECK(executor.metric("courier_sessions_expired_total") == 0);
 }
+
+TEST_CASE("a session's new channel is handed to its worker, which lets the old one go", "[shm]") {
+  // A launch left unanswered would wait out this deadline and fail.
+  ExecutorProcess executor(onUnixSocket({"--launch-timeout-ms", "20000"}));
+  ObjectBlob shapes = loadObject(COURIER_KERNEL_SHAPES);
+  std::unique_ptr<Backend> first =
+      backendFor(executor, SharedMemory::Auto, std::chrono::seconds(5));
+  std::unique_ptr<Backend> second =
+      backendFor(executor, SharedMemory::Auto, std::chrono::seconds(5));
+  std::string session = require(first->openSession());
+  requireOk(first->shipObject(session, shapes));
+  // Each backend asks for a channel of its own on the same session: each new one replaces the
+  // last, and the worker answers on it at once.
+  for (int round = 0; round < 3; ++round) {
+    for (Backend *backend : {first.get(), second.get()}) {
+      std::vector<OwnedTensor> twice =
+          require(backend->launch(session, shapes, "_catalyst_pyface_twice", {}, {{1, 8}, {1, 8}}));
+      CHECK(valuesOf(twice[0]) == std::vector<double>{1, 2});
+    }
+  }
+  CHECK(shmLaunches(executor) >= 3);
+  CHECK(executor.metric("courier_shm_channels") == 1);
+  // The worker maps the one channel it answers (its page, two regions, its counts), not the
+  // ended ones.
+  auto http = executor.client();
+  httplib::Result listed = http->Get("/v1/sessions");
+  REQUIRE(listed);
+  REQUIRE(listed->status == 200);
+  nlohmann::json sessions = nlohmann::json::parse(listed->body)["sessions"];
+  REQUIRE(sessions.size() == 1); // The one both backends launch on.
+  pid_t worker = sessions[0]["worker_pid"].get<pid_t>();
+  SharedHoldings holdings = sharedHoldingsOf(worker);
+  for (int i = 0; i < 100 && holdings.mappings > 4; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    holdings = sharedHoldingsOf(worker);
+  }
+  CHECK(holdings.mappings == 4);
+}
