@@ -310,6 +310,7 @@ void SharedChannelServer::Impl::handshake(transport::UniqueFd connection) {
     llvm::consumeError(std::move(error));
     if (channel->direct)
       core.stopDirect(**session, channel->direct.get());
+    channel->end(); // A worker handed it lets it go.
     return;
   }
   // A send to a client that stopped reading fails rather than holding the channel's thread.
@@ -324,6 +325,7 @@ void SharedChannelServer::Impl::handshake(transport::UniqueFd connection) {
     if (stopping) {
       if (channel->direct)
         core.stopDirect(**session, channel->direct.get());
+      channel->end();
       return;
     }
     // One channel per session: a client that asks again replaces its old one.
