@@ -200,9 +200,10 @@ public:
   std::map<uint64_t, std::weak_ptr<Arena>> mapped;
   /// The same-host channel each of the session's workers answers, if any; under slotMutex.
   std::shared_ptr<const DirectChannel> direct;
-  /// The worker that was handed a channel, and that channel (`handed`, under workerMutex).
+  /// The worker that was handed a channel, and that channel (`handed`, under workerMutex;
+  /// weak: a channel that ended is not kept for the worker's life).
   std::atomic<const WorkerProcess *> directServedBy{nullptr};
-  std::shared_ptr<const DirectChannel> handed;
+  std::weak_ptr<const DirectChannel> handed;
   /// A worker that ended while it served a channel, and that channel, until the launch it
   /// left unanswered there (if any) has been answered for; under workerMutex.
   struct EndedServer {
@@ -217,8 +218,9 @@ public:
   /// `ended` is no longer the session's worker: what it held goes, and if it served a
   /// channel it is kept to answer for. workerMutex held.
   void workerEnded(const std::shared_ptr<WorkerProcess> &ended) {
-    if (ended && directServedBy.load() == ended.get() && handed)
-      lastEnded = EndedServer{ended, handed};
+    std::shared_ptr<const DirectChannel> served = handed.lock();
+    if (ended && directServedBy.load() == ended.get() && served)
+      lastEnded = EndedServer{ended, std::move(served)};
     if (ended && directServedBy.load() == ended.get()) {
       directServedBy.store(nullptr);
       handed.reset();
@@ -775,7 +777,7 @@ llvm::Error ExecutorCore::Impl::handDirect(Session &s, WorkerProcess &worker,
     std::lock_guard<std::mutex> lock(s.slotMutex);
     channel = s.direct;
   }
-  if (!channel || (s.directServedBy.load() == &worker && s.handed == channel))
+  if (!channel || (s.directServedBy.load() == &worker && s.handed.lock() == channel))
     return llvm::Error::success();
   // A launch the last worker left unanswered must not run again in this one.
   if (s.lastEnded.worker) {
@@ -1567,21 +1569,32 @@ HealthReport ExecutorCore::health() {
 
 llvm::Expected<bool> ExecutorCore::serveDirect(Session &s,
                                                std::shared_ptr<const DirectChannel> channel,
-                                               Clock::time_point deadline, bool replace) {
+                                               Clock::time_point deadline, bool replace,
+                                               bool wait) {
   if (!impl->isolated())
     return makeWireError("unavailable", "kernels run in the executor's own process");
   {
     std::lock_guard<std::mutex> lock(s.slotMutex);
+    // A channel that was replaced or dropped is not put back by its watcher.
+    if (s.direct != channel && !replace)
+      return false;
+    if (s.direct == channel && s.worker && s.worker.get() == s.directServedBy.load() &&
+        s.worker->alive())
+      return true; // Answered already: no wait for the worker's requests.
+  }
+  std::unique_lock<std::mutex> working(s.workerMutex, std::defer_lock);
+  if (wait)
+    working.lock();
+  else if (!working.try_lock())
+    return false; // Busy with a request: the caller does without rather than wait out a kernel.
+  {
+    std::lock_guard<std::mutex> lock(s.slotMutex);
     if (s.direct != channel) {
-      // A channel that was replaced or dropped is not put back by its watcher.
       if (!replace)
         return false;
       s.direct = channel;
-    } else if (s.worker && s.worker.get() == s.directServedBy.load() && s.worker->alive()) {
-      return true; // Answered already: no wait for the worker's requests.
     }
   }
-  std::lock_guard<std::mutex> working(s.workerMutex);
   llvm::Expected<std::shared_ptr<WorkerProcess>> worker = impl->liveWorker(s, deadline);
   if (!worker)
     return worker.takeError();
@@ -1597,13 +1610,17 @@ void ExecutorCore::stopDirect(Session &s, const DirectChannel *channel) {
     s.direct.reset();
 }
 
-bool ExecutorCore::watchDirect(Session &s, Clock::time_point until, int64_t &workerPid) {
+bool ExecutorCore::watchDirect(Session &s, const DirectChannel *channel, Clock::time_point until,
+                               int64_t &workerPid) {
   std::shared_ptr<WorkerProcess> worker;
   {
     std::lock_guard<std::mutex> lock(s.slotMutex);
     worker = s.worker;
+    // Only a worker that answers this channel runs its launches: 0 for any other.
+    workerPid = worker && s.direct.get() == channel && s.directServedBy.load() == worker.get()
+                    ? worker->pid()
+                    : 0;
   }
-  workerPid = worker ? worker->pid() : 0;
   if (!worker) {
     std::this_thread::sleep_until(until);
     return false;
@@ -1660,7 +1677,10 @@ bool ExecutorCore::sessionOpen(Session &s) {
 
 void ExecutorCore::touch(Session &s) { s.touch(); }
 
-int ExecutorCore::requestsInFlight(Session &s) { return s.busy.load(); }
+bool ExecutorCore::workerHeld(Session &s) {
+  std::unique_lock<std::mutex> working(s.workerMutex, std::try_to_lock);
+  return !working.owns_lock();
+}
 
 void ExecutorCore::countDirectRunning(int64_t change) {
   impl->metrics.launchesRunning += static_cast<uint64_t>(change);

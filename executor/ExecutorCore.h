@@ -220,17 +220,20 @@ public:
   /// every worker the session starts after it, until stopDirect(). `unavailable` without
   /// isolation. Nothing to do when the current worker already answers it. False when the
   /// session's channel is another one now, or none (it was dropped: no worker could take it),
-  /// unless `replace` makes `channel` the session's.
+  /// unless `replace` makes `channel` the session's; false too, without `wait`, when a request
+  /// holds the worker now (the channel is not the session's then).
   llvm::Expected<bool> serveDirect(Session &session, std::shared_ptr<const DirectChannel> channel,
-                                   Clock::time_point deadline, bool replace = false);
+                                   Clock::time_point deadline, bool replace = false,
+                                   bool wait = true);
   /// No worker the session starts from now on is handed `channel` (if it is the session's).
   void stopDirect(Session &session, const DirectChannel *channel);
-  /// For the thread that watches a channel the session's worker answers: waits until `until`,
-  /// or until that worker ends; `workerPid` says which worker it watched (0: none). If it
-  /// ended it is counted and logged as any worker's death, the launch it was running on its
-  /// channel is answered with the error an HTTP launch would get, and the session goes on
-  /// without it (true).
-  bool watchDirect(Session &session, Clock::time_point until, int64_t &workerPid);
+  /// For the thread that watches `channel`: waits until `until`, or until the session's worker
+  /// ends; `workerPid` says which worker answers the channel (0: none does now). If the
+  /// worker ended it is counted and logged as any worker's death, the launch it was running
+  /// on its channel is answered with the error an HTTP launch would get, and the session goes
+  /// on without it (true).
+  bool watchDirect(Session &session, const DirectChannel *channel, Clock::time_point until,
+                   int64_t &workerPid);
   /// Ends the session's worker `workerPid` (not one started since): the channel launch it
   /// runs went past its deadline.
   void endDirectLaunch(Session &session, int64_t workerPid);
@@ -238,8 +241,9 @@ public:
   bool sessionOpen(Session &session);
   /// Marks the session used now, for the idle reaper.
   void touch(Session &session);
-  /// Requests (HTTP, async) running on the session's worker now.
-  int requestsInFlight(Session &session);
+  /// Whether something (an HTTP request, an async launch, a handover) holds the session's
+  /// worker now.
+  bool workerHeld(Session &session);
   /// Adds to the launch metrics what workers counted of the launches they answered for
   /// channels: `buckets` per transport::durationBuckets() bucket and one past the last.
   void countDirectLaunches(uint64_t started, uint64_t failed, llvm::ArrayRef<double> buckets,

@@ -409,11 +409,13 @@ bool SharedChannelServer::Impl::handToWorker(Channel &channel, SessionRef sessio
   channel.countsBuffer = std::move(*counts);
   channel.counts = reinterpret_cast<const shm::WorkerCounts *>(channel.countsBuffer.data());
   channel.direct = direct;
-  llvm::Expected<bool> served =
-      core.serveDirect(*session, direct, core.deadline(std::nullopt), /*replace=*/true);
+  // Without waiting for a request that holds the worker (a kernel may run for minutes): the
+  // client gives up on a handshake within seconds.
+  llvm::Expected<bool> served = core.serveDirect(*session, direct, core.deadline(std::nullopt),
+                                                 /*replace=*/true, /*wait=*/false);
   if (!served || !*served) {
     core.stopDirect(*session, direct.get());
-    return fail(served ? "it was dropped" : llvm::toString(served.takeError()));
+    return fail(served ? "its worker is busy" : llvm::toString(served.takeError()));
   }
   channel.pageVersion = 3;
   return true;
@@ -479,13 +481,13 @@ void SharedChannelServer::Impl::watch(Channel &channel) {
       wake = std::min(wake, due);
     // A worker that ends is settled there, and what it was running answered for.
     int64_t worker = 0;
-    bool ended = core.watchDirect(session, wake, worker);
+    bool ended = core.watchDirect(session, channel.direct.get(), wake, worker);
     countLaunches(channel);
     uint64_t started = channel.counts->started.load(std::memory_order_acquire);
     uint32_t request = page.request.load(std::memory_order_acquire);
     bool counted = started != channel.counts->finished.load(std::memory_order_acquire);
-    bool rung = page.reply.load(std::memory_order_acquire) != request &&
-                core.requestsInFlight(session) == 0;
+    bool rung = page.reply.load(std::memory_order_acquire) != request && worker &&
+                !core.workerHeld(session);
     bool running = !ended && worker && (counted || rung);
     // Which launch: the worker's count while it says one runs, so that a client ringing
     // again does not restart the clock.

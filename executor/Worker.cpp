@@ -447,6 +447,8 @@ private:
       return;
     }
     uint32_t ticket = page.request.load(std::memory_order_acquire);
+    if (ticket == d.seen)
+      return; // Woken to look at `closed`, which the client set and cleared again.
     std::string reply = runDirect(d, ticket);
     if (reply.size() > shm::kSlotBytes) {
       d.counts->failed.fetch_add(1, std::memory_order_relaxed);
