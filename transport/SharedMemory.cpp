@@ -377,21 +377,30 @@ void sleepEither(std::atomic<uint32_t> &first, uint32_t firstSeen, std::atomic<u
   if (first.load(std::memory_order_seq_cst) == firstSeen &&
       second.load(std::memory_order_seq_cst) == secondSeen) {
 #ifdef SYS_futex_waitv
-    struct futex_waitv waiters[2] = {};
-    waiters[0].val = firstSeen;
-    waiters[0].uaddr = reinterpret_cast<uintptr_t>(&first);
-    waiters[0].flags = FUTEX_32;
-    waiters[1].val = secondSeen;
-    waiters[1].uaddr = reinterpret_cast<uintptr_t>(&second);
-    waiters[1].flags = FUTEX_32;
-    struct timespec until {};
-    ::clock_gettime(CLOCK_MONOTONIC, &until);
-    int64_t nanos = static_cast<int64_t>(until.tv_nsec) + timeout.count() % 1000000000;
-    until.tv_sec += static_cast<time_t>(timeout.count() / 1000000000 + nanos / 1000000000);
-    until.tv_nsec = static_cast<long>(nanos % 1000000000);
-    long rc = ::syscall(SYS_futex_waitv, waiters, 2, 0, &until, CLOCK_MONOTONIC);
-    if (rc < 0 && errno == ENOSYS)
+    // Where the kernel (or a container's filter) refuses futex_waitv, it is not tried again.
+    static std::atomic<bool> waitvRefused{false};
+    long rc = -1;
+    errno = ENOSYS;
+    if (!waitvRefused.load(std::memory_order_relaxed)) {
+      struct futex_waitv waiters[2] = {};
+      waiters[0].val = firstSeen;
+      waiters[0].uaddr = reinterpret_cast<uintptr_t>(&first);
+      waiters[0].flags = FUTEX_32;
+      waiters[1].val = secondSeen;
+      waiters[1].uaddr = reinterpret_cast<uintptr_t>(&second);
+      waiters[1].flags = FUTEX_32;
+      struct timespec until {};
+      ::clock_gettime(CLOCK_MONOTONIC, &until);
+      int64_t nanos = static_cast<int64_t>(until.tv_nsec) + timeout.count() % 1000000000;
+      until.tv_sec += static_cast<time_t>(timeout.count() / 1000000000 + nanos / 1000000000);
+      until.tv_nsec = static_cast<long>(nanos % 1000000000);
+      rc = ::syscall(SYS_futex_waitv, waiters, 2, 0, &until, CLOCK_MONOTONIC);
+    }
+    if (rc < 0 && (errno == ENOSYS || errno == EPERM || errno == EINVAL))
+      waitvRefused.store(true, std::memory_order_relaxed);
+    if (rc < 0 && waitvRefused.load(std::memory_order_relaxed))
 #endif
+      // Without it: the first word only, waking every millisecond to look at the second.
       sleep(first, firstSeen,
             std::min<std::chrono::nanoseconds>(timeout, std::chrono::milliseconds(1)));
   }

@@ -83,3 +83,44 @@ TEST_CASE("two threads ringing each other through flagged doorbells lose no wake
   CHECK_FALSE(lost.load());
   CHECK(reply.load() == kRounds);
 }
+
+TEST_CASE("a sleep on two doorbells wakes for either, and a poll of both says which moved",
+          "[doorbell]") {
+  // As a worker sleeps on its executor's doorbell and a same-host channel's at once.
+  for (int which : {1, 2}) {
+    INFO("ringing word " << which);
+    std::atomic<uint32_t> first{0}, second{0}, firstSleeping{0}, secondSleeping{0};
+    std::atomic<bool> woke{false};
+    Clock::duration waited{};
+    std::thread waiter([&] {
+      auto start = Clock::now();
+      while (first.load() == 0 && second.load() == 0 && Clock::now() - start < kSleepTimeout)
+        doorbell::sleepEither(first, 0, firstSleeping, second, 0, secondSleeping, kSleepTimeout);
+      waited = Clock::now() - start;
+      woke = true;
+    });
+    auto giveUp = Clock::now() + std::chrono::seconds(10);
+    while ((firstSleeping.load() == 0 || secondSleeping.load() == 0) && Clock::now() < giveUp)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    REQUIRE(secondSleeping.load() == 1);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    if (which == 1)
+      doorbell::set(first, 1, firstSleeping);
+    else
+      doorbell::set(second, 1, secondSleeping);
+    waiter.join();
+    CHECK(woke.load());
+    CHECK(waited < kSleepTimeout / 2);
+    CHECK(firstSleeping.load() == 0);
+    CHECK(secondSleeping.load() == 0);
+    // The poll reports which word moved, the first when both did.
+    CHECK(doorbell::spinEither(first, 0, second, 0, std::chrono::microseconds(1),
+                               doorbell::kPauseFirst) == which);
+  }
+  std::atomic<uint32_t> a{3}, b{4};
+  CHECK(doorbell::spinEither(a, 3, b, 4, std::chrono::microseconds(200), doorbell::kPauseFirst) ==
+        0);
+  b = 5;
+  a = 4;
+  CHECK(doorbell::spinEither(a, 3, b, 4, std::chrono::microseconds(1), doorbell::kPauseFirst) == 1);
+}
