@@ -218,10 +218,9 @@ public:
   /// `ended` is no longer the session's worker: what it held goes, and if it served a
   /// channel it is kept to answer for. workerMutex held.
   void workerEnded(const std::shared_ptr<WorkerProcess> &ended) {
-    std::shared_ptr<const DirectChannel> served = handed.lock();
-    if (ended && directServedBy.load() == ended.get() && served)
-      lastEnded = EndedServer{ended, std::move(served)};
     if (ended && directServedBy.load() == ended.get()) {
+      if (std::shared_ptr<const DirectChannel> served = handed.lock())
+        lastEnded = EndedServer{ended, std::move(served)};
       directServedBy.store(nullptr);
       handed.reset();
     }
@@ -512,6 +511,12 @@ struct ExecutorCore::Impl {
   llvm::Expected<Message> ask(Session &s, WorkerProcess &worker, MessageWriter &message,
                               llvm::ArrayRef<int> fds, Clock::time_point deadline,
                               llvm::StringRef what);
+  /// A launch of `sha` on the session's worker (started, and `sha` linked, as needed): the
+  /// message so far, then the arena references (referArenas). Takes `workerMutex`.
+  llvm::Expected<Message> askLaunch(Session &s, llvm::StringRef sha, MessageWriter &launch,
+                                    const std::shared_ptr<Arena> &input,
+                                    const std::shared_ptr<Arena> &result,
+                                    Clock::time_point deadline, llvm::StringRef what);
 };
 
 llvm::Expected<std::shared_ptr<Session>> ExecutorCore::Impl::createSession(const std::string &id,
@@ -788,8 +793,8 @@ llvm::Error ExecutorCore::Impl::handDirect(Session &s, WorkerProcess &worker,
   share.u64(options.maxBytes);
   if (llvm::Error error =
           ask(s, worker, share,
-              {channel->control.get(), channel->inputs.get(), channel->results.get(),
-               channel->counts.get(), channel->workerSocket.get()},
+              {channel->control.fd(), channel->regions->inputs().fd(),
+               channel->regions->results().fd(), channel->counts.fd(), channel->workerSocket.get()},
               deadline, "handing it the same-host channel")
               .takeError())
     return error;
@@ -851,30 +856,26 @@ llvm::Error ExecutorCore::Impl::linkInto(Session &s, WorkerProcess &worker, llvm
 
 void ExecutorCore::Impl::answerForWorker(const Session::EndedServer &ended) {
   const std::shared_ptr<const DirectChannel> &channel = ended.channel;
-  if (!channel || !channel->page || !ended.worker)
+  if (!channel || !ended.worker)
     return;
-  shm::ControlPage &page = *channel->page;
+  shm::ControlPage &page = channel->page();
   uint32_t request = page.request.load(std::memory_order_acquire);
   if (page.reply.load(std::memory_order_acquire) == request)
     return;
-  // The client wrote the request: copied out, then read with the worker's checks.
+  // The client wrote the request: read with the worker's checks.
   std::string what = "a same-host launch";
-  uint32_t size = std::min(page.requestBytes.load(std::memory_order_acquire), shm::kSlotBytes);
   llvm::Expected<shm::LaunchRequest> launch =
-      shm::decodeLaunchRequest(llvm::StringRef(page.requestSlot, size).str(), channel->inputBytes);
+      shm::readRequest(page, channel->regions->inputs().size());
   if (launch)
     what = "'" + launch->launch.entry + "'";
   else
     llvm::consumeError(launch.takeError());
-  auto [code, message] = describeError(ended.worker->endedDuring(what), "kernel_crashed");
-  std::string reply =
-      shm::encodeFailure(transport::parseErrorCode(code).value_or(ErrorCode::Internal), message);
-  std::memcpy(page.replySlot, reply.data(), reply.size());
-  page.replyBytes.store(static_cast<uint32_t>(reply.size()), std::memory_order_release);
   // The dead worker finishes nothing more; the launch counts as ended (no longer running).
-  if (channel->workerCounts)
-    channel->workerCounts->finished.store(channel->workerCounts->started.load());
-  transport::doorbell::set(page.reply, request, page.clientSleeping);
+  shm::WorkerCounts &counts = channel->workerCounts();
+  counts.finished.store(counts.started.load());
+  shm::answer(page, request,
+              shm::encodeFailure(ended.worker->endedDuring(what), ErrorCode::KernelCrashed),
+              shm::kPageVersion);
   metrics.launchFailures++;
   channel->answeredForWorkers++;
 }
@@ -1221,6 +1222,24 @@ void referArenas(Session &s, MessageWriter &launch, std::vector<int> &fds,
 }
 } // namespace
 
+llvm::Expected<Message> ExecutorCore::Impl::askLaunch(
+    Session &s, llvm::StringRef sha, MessageWriter &launch, const std::shared_ptr<Arena> &input,
+    const std::shared_ptr<Arena> &result, Clock::time_point deadline, llvm::StringRef what) {
+  std::lock_guard<std::mutex> working(s.workerMutex);
+  llvm::Expected<std::shared_ptr<WorkerProcess>> worker = liveWorker(s, deadline);
+  if (!worker)
+    return worker.takeError();
+  if (!s.linked.count(sha.str()))
+    if (llvm::Error error = linkInto(s, **worker, sha, deadline))
+      return std::move(error);
+  std::vector<int> fds;
+  referArenas(s, launch, fds, input, result);
+  llvm::Expected<Message> answered = ask(s, **worker, launch, fds, deadline, what);
+  if (!answered)
+    s.mapped.clear(); // The worker may have stopped before mapping what was sent.
+  return answered;
+}
+
 llvm::Expected<LaunchResults>
 ExecutorCore::launch(Session &s, llvm::StringRef sha, llvm::StringRef entry, InputArea *area,
                      llvm::ArrayRef<TensorView> inputs, llvm::ArrayRef<ResultSpec> results,
@@ -1265,22 +1284,8 @@ ExecutorCore::launch(Session &s, llvm::StringRef sha, llvm::StringRef entry, Inp
       else
         llvm::consumeError(lent.takeError()); // The worker then makes its own buffer.
     }
-    std::string what = "'" + entry.str() + "'";
-    llvm::Expected<Message> reply = [&]() -> llvm::Expected<Message> {
-      std::lock_guard<std::mutex> working(s.workerMutex);
-      llvm::Expected<std::shared_ptr<WorkerProcess>> worker = impl->liveWorker(s, deadline);
-      if (!worker)
-        return worker.takeError();
-      if (!s.linked.count(sha.str()))
-        if (llvm::Error error = impl->linkInto(s, **worker, sha, deadline))
-          return std::move(error);
-      std::vector<int> fds;
-      referArenas(s, launch, fds, bytes.arena, resultArena);
-      llvm::Expected<Message> answered = impl->ask(s, **worker, launch, fds, deadline, what);
-      if (!answered)
-        s.mapped.clear(); // The worker may have stopped before mapping what was sent.
-      return answered;
-    }();
+    llvm::Expected<Message> reply = impl->askLaunch(s, sha, launch, bytes.arena, resultArena,
+                                                    deadline, "'" + entry.str() + "'");
     running.finish();
     if (!reply) {
       metrics.launchFailures++;
@@ -1395,22 +1400,10 @@ llvm::Expected<uint64_t> ExecutorCore::launchAsync(const SessionRef &session, ll
       }
       MessageWriter launch(MessageKind::Launch);
       launch.str(object).str(entry).u64(0).u64(0).u64(0).u64(1).str("");
-      llvm::Expected<Message> reply = [&]() -> llvm::Expected<Message> {
+      llvm::Expected<Message> reply = [&] {
         RunningLaunch running(*m, true);
-        std::lock_guard<std::mutex> working(held->workerMutex);
-        llvm::Expected<std::shared_ptr<WorkerProcess>> worker = core->liveWorker(*held, deadline);
-        if (!worker)
-          return worker.takeError();
-        if (!held->linked.count(object))
-          if (llvm::Error error = core->linkInto(*held, **worker, object, deadline))
-            return std::move(error);
-        std::vector<int> fds; // None: no arena is new to the worker.
-        referArenas(*held, launch, fds, nullptr, nullptr);
-        llvm::Expected<Message> answered =
-            core->ask(*held, **worker, launch, fds, deadline, "'" + entry + "'");
-        if (!answered)
-          held->mapped.clear();
-        return answered;
+        return core->askLaunch(*held, object, launch, nullptr, nullptr, deadline,
+                               "'" + entry + "'");
       }();
       finish(reply ? llvm::Error::success() : reply.takeError());
     });
@@ -1687,13 +1680,12 @@ void ExecutorCore::countDirectRunning(int64_t change) {
 }
 
 void ExecutorCore::countDirectLaunches(uint64_t started, uint64_t failed,
-                                       llvm::ArrayRef<double> buckets, double seconds) {
+                                       std::vector<double> buckets, double seconds) {
   Metrics &metrics = impl->metrics;
   metrics.launches += started;
   metrics.launchFailures += failed;
   if (!buckets.empty())
-    metrics.launchSeconds.ObserveMultiple(std::vector<double>(buckets.begin(), buckets.end()),
-                                          seconds);
+    metrics.launchSeconds.ObserveMultiple(buckets, seconds);
 }
 
 std::vector<prometheus::MetricFamily> ExecutorCore::collectMetrics() {

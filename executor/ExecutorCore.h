@@ -104,18 +104,25 @@ private:
 };
 
 /// A same-host channel whose launches the session's worker answers itself (control page
-/// version 3, transport/SharedChannel.h): what every worker the session starts is handed.
-/// Its descriptors are its own, closed when the last holder lets it go.
+/// version 3, transport/SharedChannel.h): what every worker the session starts is handed,
+/// each piece held for as long as the last holder keeps the channel.
 struct DirectChannel {
-  UniqueFd control, inputs, results, counts, workerSocket;
-  /// This process's view of the control page: a launch a worker died before answering is
-  /// answered here, before the next worker is handed the channel.
-  transport::SharedBuffer pageMapping, countsMapping;
-  transport::shm::ControlPage *page = nullptr;
-  transport::shm::WorkerCounts *workerCounts = nullptr; ///< Through countsMapping.
-  uint64_t inputBytes = 0;
+  /// This process's own mapping of the control page (and its descriptor): a launch a worker
+  /// died before answering is answered here, before the next worker is handed the channel.
+  transport::SharedBuffer control;
+  std::shared_ptr<SharedRegions> regions;
+  /// What the worker counts (transport::shm::WorkerCounts), which the client never maps.
+  transport::SharedBuffer counts;
+  UniqueFd workerSocket; ///< The worker's end of the socket to the client.
   /// Launches answered here for a worker that ended, for the channel's metrics.
   mutable std::atomic<uint64_t> answeredForWorkers{0};
+
+  transport::shm::ControlPage &page() const {
+    return *reinterpret_cast<transport::shm::ControlPage *>(control.data());
+  }
+  transport::shm::WorkerCounts &workerCounts() const {
+    return *reinterpret_cast<transport::shm::WorkerCounts *>(counts.data());
+  }
 };
 
 /// A launch's results: views of packed or kernel-owned tensors, alive as long as this is.
@@ -246,7 +253,7 @@ public:
   bool workerHeld(Session &session);
   /// Adds to the launch metrics what workers counted of the launches they answered for
   /// channels: `buckets` per transport::durationBuckets() bucket and one past the last.
-  void countDirectLaunches(uint64_t started, uint64_t failed, llvm::ArrayRef<double> buckets,
+  void countDirectLaunches(uint64_t started, uint64_t failed, std::vector<double> buckets,
                            double seconds);
   /// Channel launches running now went from one figure to another (each channel runs one).
   void countDirectRunning(int64_t change);

@@ -66,19 +66,6 @@ uint64_t halfInPages(uint64_t bytes) {
   return std::max(page, (bytes / 2) / page * page);
 }
 
-std::string failureOf(llvm::Error error) {
-  ErrorCode code = ErrorCode::Internal;
-  std::string message;
-  llvm::handleAllErrors(
-      std::move(error),
-      [&](const transport::CodedError &coded) {
-        code = coded.kind;
-        message = coded.message;
-      },
-      [&](const llvm::ErrorInfoBase &other) { message = other.message(); });
-  return shm::encodeFailure(code, message);
-}
-
 } // namespace
 
 struct Channel {
@@ -88,10 +75,8 @@ struct Channel {
   shm::ControlPage *page = nullptr;
   uint32_t pageVersion = 1;
   std::shared_ptr<SharedRegions> regions;
-  /// Version 3: what the session's workers are handed, and what they count.
+  /// Version 3: what the session's workers are handed, their counts among it.
   std::shared_ptr<const DirectChannel> direct;
-  transport::SharedBuffer countsBuffer;
-  const shm::WorkerCounts *counts = nullptr;
   std::mutex countsMutex;
   shm::WorkerCounts counted{};  ///< What was added to the metrics so far; under countsMutex.
   uint64_t answeredCounted = 0; ///< Of direct->answeredForWorkers; under countsMutex.
@@ -148,7 +133,8 @@ struct SharedChannelServer::Impl {
   /// Version 3 for `channel`: the counts page and the socket to the worker, then the session's
   /// worker is handed the channel. False (the executor answers, version 2) if it cannot be.
   bool handToWorker(Channel &channel, SessionRef session, transport::UniqueFd &clientEnd);
-  std::string handle(Channel &channel, llvm::StringRef request);
+  /// Runs the launch in the channel's request slot; its reply.
+  std::string handle(Channel &channel);
   /// Joins the threads of channels that ended; under `mutex`.
   void reap(std::vector<std::shared_ptr<Channel>> &joining);
 };
@@ -383,31 +369,17 @@ bool SharedChannelServer::Impl::handToWorker(Channel &channel, SessionRef sessio
   int small = 1;
   ::setsockopt(workerEnd.get(), SOL_SOCKET, SO_SNDBUF, &small, sizeof(small));
   ::fcntl(workerEnd.get(), F_SETFL, ::fcntl(workerEnd.get(), F_GETFL) | O_NONBLOCK);
-  auto duplicate = [](int fd) { return transport::UniqueFd(::fcntl(fd, F_DUPFD_CLOEXEC, 0)); };
   auto direct = std::make_shared<DirectChannel>();
-  direct->control = duplicate(channel.control.fd());
-  direct->inputs = duplicate(channel.regions->inputs().fd());
-  direct->results = duplicate(channel.regions->results().fd());
-  direct->counts = duplicate(counts->fd());
-  direct->workerSocket = std::move(workerEnd);
   // Its own mapping: the session may hold the channel a moment longer than this thread.
-  llvm::Expected<transport::SharedBuffer> view =
-      transport::SharedBuffer::map(duplicate(channel.control.fd()), sizeof(shm::ControlPage));
-  if (!view)
-    return fail(llvm::toString(view.takeError()));
-  direct->pageMapping = std::move(*view);
-  direct->page = reinterpret_cast<shm::ControlPage *>(direct->pageMapping.data());
-  direct->inputBytes = channel.regions->inputs().size();
-  if (!direct->control || !direct->inputs || !direct->results || !direct->counts)
-    return fail(llvm::Twine("duplicating descriptors: ") + std::strerror(errno));
-  llvm::Expected<transport::SharedBuffer> countsView =
-      transport::SharedBuffer::map(duplicate(counts->fd()), sizeof(shm::WorkerCounts));
-  if (!countsView)
-    return fail(llvm::toString(countsView.takeError()));
-  direct->countsMapping = std::move(*countsView);
-  direct->workerCounts = reinterpret_cast<shm::WorkerCounts *>(direct->countsMapping.data());
-  channel.countsBuffer = std::move(*counts);
-  channel.counts = reinterpret_cast<const shm::WorkerCounts *>(channel.countsBuffer.data());
+  llvm::Expected<transport::SharedBuffer> control = transport::SharedBuffer::map(
+      transport::UniqueFd(::fcntl(channel.control.fd(), F_DUPFD_CLOEXEC, 0)),
+      sizeof(shm::ControlPage));
+  if (!control)
+    return fail(llvm::toString(control.takeError()));
+  direct->control = std::move(*control);
+  direct->regions = channel.regions;
+  direct->counts = std::move(*counts);
+  direct->workerSocket = std::move(workerEnd);
   channel.direct = direct;
   // Without waiting for a request that holds the worker (a kernel may run for minutes): the
   // client gives up on a handshake within seconds.
@@ -422,10 +394,10 @@ bool SharedChannelServer::Impl::handToWorker(Channel &channel, SessionRef sessio
 }
 
 void SharedChannelServer::Impl::countLaunches(Channel &channel) {
-  if (!channel.counts)
+  if (!channel.direct)
     return;
   std::lock_guard<std::mutex> lock(channel.countsMutex);
-  const shm::WorkerCounts &now = *channel.counts;
+  const shm::WorkerCounts &now = channel.direct->workerCounts();
   shm::WorkerCounts &before = channel.counted;
   // The worker runs shipped code: a count that went back is taken as it is, adding nothing.
   auto delta = [](const std::atomic<uint64_t> &current, std::atomic<uint64_t> &seen) {
@@ -440,7 +412,7 @@ void SharedChannelServer::Impl::countLaunches(Channel &channel) {
   std::vector<double> buckets(transport::durationBuckets().size() + 1, 0.0);
   for (size_t i = 0; i < buckets.size(); ++i)
     buckets[i] = static_cast<double>(delta(now.buckets[i], before.buckets[i]));
-  uint64_t answered = channel.direct ? channel.direct->answeredForWorkers.load() : 0;
+  uint64_t answered = channel.direct->answeredForWorkers.load();
   uint64_t answeredBefore = std::exchange(channel.answeredCounted, answered);
   launches += started;
   launchFailures += failed + (answered - answeredBefore);
@@ -452,8 +424,9 @@ void SharedChannelServer::Impl::countLaunches(Channel &channel) {
     core.countDirectRunning(running - channel.reportedRunning);
     channel.reportedRunning = running;
   }
-  core.countDirectLaunches(
-      started, failed, timed ? llvm::ArrayRef<double>(buckets) : llvm::ArrayRef<double>(), seconds);
+  if (!timed)
+    buckets.clear(); // No duration to add.
+  core.countDirectLaunches(started, failed, std::move(buckets), seconds);
 }
 
 void SharedChannelServer::Impl::watch(Channel &channel) {
@@ -483,9 +456,10 @@ void SharedChannelServer::Impl::watch(Channel &channel) {
     int64_t worker = 0;
     bool ended = core.watchDirect(session, channel.direct.get(), wake, worker);
     countLaunches(channel);
-    uint64_t started = channel.counts->started.load(std::memory_order_acquire);
+    const shm::WorkerCounts &counts = channel.direct->workerCounts();
+    uint64_t started = counts.started.load(std::memory_order_acquire);
     uint32_t request = page.request.load(std::memory_order_acquire);
-    bool counted = started != channel.counts->finished.load(std::memory_order_acquire);
+    bool counted = started != counts.finished.load(std::memory_order_acquire);
     bool rung = page.reply.load(std::memory_order_acquire) != request && worker &&
                 !core.workerHeld(session);
     bool running = !ended && worker && (counted || rung);
@@ -500,18 +474,13 @@ void SharedChannelServer::Impl::watch(Channel &channel) {
       pending = true;
       pendingKey = key;
       pendingWorker = worker;
-      uint32_t size = std::min(page.requestBytes.load(std::memory_order_acquire), shm::kSlotBytes);
-      llvm::Expected<shm::LaunchRequest> launch = shm::decodeLaunchRequest(
-          llvm::StringRef(page.requestSlot, size).str(), channel.regions->inputs().size());
-      constexpr uint64_t kLongestDeadlineMs = uint64_t(1) << 40;
+      llvm::Expected<shm::LaunchRequest> launch =
+          shm::readRequest(page, channel.regions->inputs().size());
       std::optional<std::chrono::milliseconds> asked;
-      if (launch) {
-        // The client may ask for less than the executor's own, never more.
-        if (launch->deadlineMs)
-          asked = std::chrono::milliseconds(std::min(launch->deadlineMs, kLongestDeadlineMs));
-      } else {
+      if (launch)
+        asked = launch->askedDeadline();
+      else
         llvm::consumeError(launch.takeError()); // The worker refuses it.
-      }
       due = core.deadline(asked);
     } else if (Clock::now() >= due) {
       core.endDirectLaunch(session, worker);
@@ -589,22 +558,7 @@ void SharedChannelServer::Impl::serve(Channel &channel) {
     if (channel.ending.load() || page.closed.load(std::memory_order_acquire))
       break;
     seen = page.request.load(std::memory_order_acquire);
-    uint32_t size = page.requestBytes.load(std::memory_order_acquire);
-    std::string reply =
-        size > shm::kSlotBytes
-            ? shm::encodeFailure(ErrorCode::BadFrame, "a request larger than its slot")
-            : handle(channel, llvm::StringRef(page.requestSlot, size).str());
-    if (reply.size() > shm::kSlotBytes)
-      reply = shm::encodeFailure(ErrorCode::PayloadTooLarge,
-                                 "the reply does not fit the channel's reply slot");
-    std::memcpy(page.replySlot, reply.data(), reply.size());
-    page.replyBytes.store(static_cast<uint32_t>(reply.size()), std::memory_order_release);
-    if (channel.pageVersion >= 2) {
-      doorbell::set(page.reply, seen, page.clientSleeping);
-    } else {
-      page.reply.store(seen, std::memory_order_release);
-      doorbell::ring(page.reply);
-    }
+    shm::answer(page, seen, handle(channel), channel.pageVersion);
   }
   // The client sees the channel closed before it rings again, and sends that launch over
   // HTTP instead.
@@ -626,16 +580,15 @@ void SharedChannelServer::Impl::retire(Channel &channel) {
   (void)!::write(wake.get(), &one, sizeof(one));
 }
 
-std::string SharedChannelServer::Impl::handle(Channel &channel, llvm::StringRef bytes) {
-  // Copied out of the page before it is read: the client may go on writing there.
+std::string SharedChannelServer::Impl::handle(Channel &channel) {
   launches++;
   auto failed = [&](llvm::Error error) {
     launchFailures++;
-    return failureOf(std::move(error));
+    return shm::encodeFailure(std::move(error), ErrorCode::Internal);
   };
   SharedRegions &regions = *channel.regions;
   llvm::Expected<shm::LaunchRequest> request =
-      shm::decodeLaunchRequest(bytes, regions.inputs().size());
+      shm::readRequest(*channel.page, regions.inputs().size());
   if (!request)
     return failed(request.takeError());
   transport::wire::LaunchRequest &launch = request->launch;
@@ -644,12 +597,7 @@ std::string SharedChannelServer::Impl::handle(Channel &channel, llvm::StringRef 
     return failed(session.takeError());
   if (llvm::Error error = core.attach(**session, launch.object))
     return failed(std::move(error));
-  // As X-Courier-Deadline-Ms is read: bounded, and never past the executor's own.
-  constexpr uint64_t kLongestDeadlineMs = uint64_t(1) << 40;
-  Clock::time_point deadline =
-      core.deadline(request->deadlineMs ? std::optional<std::chrono::milliseconds>(
-                                              std::min(request->deadlineMs, kLongestDeadlineMs))
-                                        : std::nullopt);
+  Clock::time_point deadline = core.deadline(request->askedDeadline());
   InputArea area = core.inputAreaIn(regions, launch.inputs);
   std::vector<TensorView> inputs;
   for (const transport::wire::TensorHeader &t : launch.inputs)

@@ -343,8 +343,6 @@ private:
         return arena.takeError();
       resultArena = *arena;
     }
-    if (!in.ok())
-      return llvm::createStringError("malformed launch request");
     std::vector<TensorView> views;
     views.reserve(inputs.size());
     for (const Input &input : inputs) {
@@ -378,9 +376,6 @@ private:
         resultArena && (layout.anyInPlace || size > kInlineBytes) && size <= resultArena->size();
     if (!intoArena && layout.anyInPlace)
       size = layout.layOut(false);
-    const std::vector<uint64_t> &offsets = layout.offsets;
-    auto pack = [&](char *out, bool keptInPlace) { layout.pack(out, keptInPlace); };
-    bool anyInPlace = layout.anyInPlace;
     MessageWriter done(MessageKind::Done);
     done.u64(outcome->size());
     for (size_t i = 0; i < outcome->size(); ++i) {
@@ -388,15 +383,15 @@ private:
       done.i64(t.elemSize).u64(t.sizes.size());
       for (int64_t s : t.sizes)
         done.i64(s);
-      done.u64(offsets[i]);
+      done.u64(layout.offsets[i]);
     }
     done.u64(size);
     if (intoArena) {
-      pack(resultArena->data(), anyInPlace);
+      layout.pack(resultArena->data(), layout.anyInPlace);
       done.u64(2);
       return answer(done);
     }
-    return reply(done, size, [&](char *out) { pack(out, false); });
+    return reply(done, size, [&](char *out) { layout.pack(out, false); });
   }
 
   /// Maps a same-host channel the executor hands over, and answers its launches from now on.
@@ -450,36 +445,22 @@ private:
     if (ticket == d.seen)
       return; // Woken to look at `closed`, which the client set and cleared again.
     std::string reply = runDirect(d, ticket);
-    if (reply.size() > shm::kSlotBytes) {
+    if (reply.size() > shm::kSlotBytes) // Answered payload_too_large instead.
       d.counts->failed.fetch_add(1, std::memory_order_relaxed);
-      reply = shm::encodeFailure(transport::ErrorCode::PayloadTooLarge,
-                                 "the reply does not fit the channel's reply slot");
-    }
-    std::memcpy(page.replySlot, reply.data(), reply.size());
-    page.replyBytes.store(static_cast<uint32_t>(reply.size()), std::memory_order_release);
     d.seen = ticket;
-    doorbell::set(page.reply, ticket, page.clientSleeping);
+    shm::answer(page, ticket, std::move(reply), shm::kPageVersion);
   }
 
   /// Runs the launch in the channel's request slot and returns its reply.
   std::string runDirect(Direct &d, uint32_t ticket) {
     using transport::ErrorCode;
-    shm::ControlPage &page = *d.page;
     auto failed = [&](llvm::Error error) {
       d.counts->failed.fetch_add(1, std::memory_order_relaxed);
-      auto [code, message] = describeError(std::move(error), "launch_failed");
-      return shm::encodeFailure(transport::parseErrorCode(code).value_or(ErrorCode::Internal),
-                                message);
+      return shm::encodeFailure(std::move(error), ErrorCode::LaunchFailed);
     };
-    // Copied out of the page before it is read: the client may go on writing there.
-    uint32_t size = page.requestBytes.load(std::memory_order_acquire);
-    if (size > shm::kSlotBytes)
-      return failed(transport::makeCodedError(
-          ErrorCode::BadFrame, "shared-memory launch: a request larger than its slot"));
-    std::string bytes(page.requestSlot, size);
     SharedBuffer &inputs = d.inputs->buffer;
     SharedBuffer &results = d.results->buffer;
-    llvm::Expected<shm::LaunchRequest> request = shm::decodeLaunchRequest(bytes, inputs.size());
+    llvm::Expected<shm::LaunchRequest> request = shm::readRequest(*d.page, inputs.size());
     if (!request)
       return failed(request.takeError());
     transport::wire::LaunchRequest &launch = request->launch;
@@ -555,10 +536,8 @@ private:
   static void countDuration(Direct &d, std::chrono::steady_clock::duration took) {
     const prometheus::Histogram::BucketBoundaries &bounds = transport::durationBuckets();
     double seconds = std::chrono::duration<double>(took).count();
-    size_t bucket = std::upper_bound(bounds.begin(), bounds.end(), seconds) - bounds.begin();
-    // A value on a boundary belongs to that bucket (le).
-    if (bucket > 0 && bounds[bucket - 1] == seconds)
-      --bucket;
+    // The first bucket whose bound is at least the value (le), as a histogram counts it.
+    size_t bucket = std::lower_bound(bounds.begin(), bounds.end(), seconds) - bounds.begin();
     d.counts->buckets[std::min<size_t>(bucket, std::size(d.counts->buckets) - 1)].fetch_add(
         1, std::memory_order_relaxed);
     d.counts->nanoseconds.fetch_add(

@@ -141,6 +141,18 @@ llvm::Error WorkerProcess::died(llvm::StringRef what, Clock::time_point deadline
                                              "; the session's next request gets a fresh worker");
 }
 
+namespace {
+/// The report in a Crashed message of the fixed size; nothing for any other message.
+std::optional<CrashReport> crashReportIn(const Message &message) {
+  if (message.bytes.size() != 1 + sizeof(CrashReport) ||
+      MessageReader(message.bytes).kind() != MessageKind::Crashed)
+    return std::nullopt;
+  CrashReport report;
+  std::memcpy(&report, message.bytes.data() + 1, sizeof(report));
+  return report;
+}
+} // namespace
+
 void WorkerProcess::takeCrashReport() {
   Message message;
   while (true) {
@@ -151,12 +163,8 @@ void WorkerProcess::takeCrashReport() {
     }
     if (*status != ReceiveStatus::Message)
       return;
-    MessageReader reader(message.bytes);
-    if (reader.kind() == MessageKind::Crashed && message.bytes.size() == 1 + sizeof(CrashReport)) {
-      CrashReport report;
-      std::memcpy(&report, message.bytes.data() + 1, sizeof(report));
+    if (std::optional<CrashReport> report = crashReportIn(message))
       crash = report;
-    }
   }
 }
 
@@ -302,11 +310,8 @@ llvm::Expected<Message> WorkerProcess::request(MessageWriter &message, llvm::Arr
       return makeWireError(isWorkerCode(code) ? code : "launch_failed", message);
     }
     case MessageKind::Crashed:
-      if (reply.bytes.size() == 1 + sizeof(CrashReport)) {
-        CrashReport report;
-        std::memcpy(&report, reply.bytes.data() + 1, sizeof(report));
+      if (std::optional<CrashReport> report = crashReportIn(reply))
         crash = report;
-      }
       // The process is on its way out; wait for the channel to close, briefly.
       deadline = std::min(deadline, Clock::now() + kDyingTimeout);
       continue;

@@ -156,6 +156,40 @@ std::string encodeFailure(ErrorCode code, llvm::StringRef message) {
   return out.take();
 }
 
+std::string encodeFailure(llvm::Error error, ErrorCode fallback) {
+  ErrorCode code = fallback;
+  std::string message;
+  llvm::handleAllErrors(
+      std::move(error),
+      [&](const CodedError &coded) {
+        code = coded.kind;
+        message = coded.message;
+      },
+      [&](const llvm::ErrorInfoBase &other) { message = other.message(); });
+  return encodeFailure(code, message);
+}
+
+llvm::Expected<LaunchRequest> readRequest(const ControlPage &page, uint64_t inputBytes) {
+  uint32_t size = page.requestBytes.load(std::memory_order_acquire);
+  if (size > kSlotBytes)
+    return badFrame("a request larger than its slot");
+  return decodeLaunchRequest(std::string(page.requestSlot, size), inputBytes);
+}
+
+void answer(ControlPage &page, uint32_t ticket, std::string reply, uint32_t pageVersion) {
+  if (reply.size() > kSlotBytes)
+    reply = encodeFailure(ErrorCode::PayloadTooLarge,
+                          "the reply does not fit the channel's reply slot");
+  std::memcpy(page.replySlot, reply.data(), reply.size());
+  page.replyBytes.store(static_cast<uint32_t>(reply.size()), std::memory_order_release);
+  if (pageVersion >= 2) {
+    doorbell::set(page.reply, ticket, page.clientSleeping);
+  } else {
+    page.reply.store(ticket, std::memory_order_release);
+    doorbell::ring(page.reply);
+  }
+}
+
 llvm::Expected<LaunchReply> decodeLaunchReply(llvm::StringRef bytes, uint64_t regionBytes) {
   ByteReader in(bytes);
   LaunchReply reply;

@@ -18,6 +18,7 @@
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/Error.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstddef>
@@ -90,6 +91,15 @@ enum class Placement : uint8_t { ResultRegion = 0, SentBuffer = 1 };
 struct LaunchRequest {
   wire::LaunchRequest launch;
   uint64_t deadlineMs = 0;
+
+  /// The deadline asked for, bounded as X-Courier-Deadline-Ms is read; nothing for the
+  /// executor's own (which a request may shorten, never lengthen).
+  std::optional<std::chrono::milliseconds> askedDeadline() const {
+    constexpr uint64_t kLongestMs = uint64_t(1) << 40;
+    if (!deadlineMs)
+      return std::nullopt;
+    return std::chrono::milliseconds(std::min(deadlineMs, kLongestMs));
+  }
 };
 
 std::string encodeLaunchRequest(const LaunchRequest &request);
@@ -132,6 +142,16 @@ uint64_t requestBytes(llvm::StringRef entry, llvm::ArrayRef<wire::TensorHeader> 
                       size_t results);
 uint64_t replyBytes(llvm::ArrayRef<ResultSpec> results);
 std::string encodeFailure(ErrorCode code, llvm::StringRef message);
+/// A Failed reply for `error`: a CodedError keeps its code and message, any other is
+/// `fallback`.
+std::string encodeFailure(llvm::Error error, ErrorCode fallback);
+/// The launch in `page`'s request slot, copied out of the page first (the client may go on
+/// writing there) and decoded as decodeLaunchRequest does; one that claims more than its slot
+/// is `bad_frame`.
+llvm::Expected<LaunchRequest> readRequest(const ControlPage &page, uint64_t inputBytes);
+/// Puts `reply` in `page`'s reply slot (one larger than the slot becomes `payload_too_large`)
+/// and answers request `ticket`, waking a client of `pageVersion` that may sleep.
+void answer(ControlPage &page, uint32_t ticket, std::string reply, uint32_t pageVersion);
 /// Decodes a Done or Failed reply (`bad_frame` if it is neither) and checks the results lie
 /// in a region of `regionBytes`.
 llvm::Expected<LaunchReply> decodeLaunchReply(llvm::StringRef bytes, uint64_t regionBytes);

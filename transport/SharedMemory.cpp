@@ -163,8 +163,6 @@ llvm::StringRef ByteReader::rest() {
   return text;
 }
 
-namespace {} // namespace
-
 llvm::Error sendMessage(int socket, llvm::StringRef bytes, llvm::ArrayRef<int> fds) {
   if (fds.size() > kMaxMessageFds)
     return llvm::createStringError("too many descriptors for one message");
