@@ -166,7 +166,7 @@ llvm::Expected<Clock::time_point> ExecutorServer::Impl::deadlineFor(const httpli
   if (llvm::StringRef(req.get_header_value(wire::kDeadlineHeader)).getAsInteger(10, ms) || ms == 0)
     return makeWireError("bad_request", "header " + llvm::Twine(wire::kDeadlineHeader) +
                                             " must give a deadline in milliseconds (> 0)");
-  ms = std::min<uint64_t>(ms, uint64_t(1) << 40);
+  ms = std::min(ms, wire::kLongestDeadlineMs);
   return core->deadline(std::chrono::milliseconds(ms));
 }
 

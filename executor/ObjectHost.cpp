@@ -162,9 +162,9 @@ void remember(void *pointer, uint64_t size) {
     currentLaunch->live[pointer] = size;
 }
 
-void forget(void *pointer) {
-  if (pointer && currentLaunch)
-    currentLaunch->live.erase(pointer);
+/// True if `pointer` was the running launch's own.
+bool forget(void *pointer) {
+  return pointer && currentLaunch && currentLaunch->live.erase(pointer);
 }
 
 /// The arenas rememberArena was told of, as [begin, end) ranges.
@@ -270,9 +270,9 @@ void *trackedRealloc(void *old, size_t size) {
 void trackedFree(void *pointer) {
   if (LaunchAllocations *launch = currentLaunch; launch && launch->inArena(pointer))
     return releaseToArena(*launch, pointer);
-  forget(pointer);
-  // Arena memory belongs to its arena, whichever launch it came from.
-  if (!inKnownArena(pointer))
+  // Arena memory belongs to its arena, whichever launch it came from; what this launch took
+  // from the C allocator never lies in one, so only other pointers look at the arenas.
+  if (forget(pointer) || !inKnownArena(pointer))
     std::free(pointer);
 }
 

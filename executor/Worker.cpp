@@ -415,19 +415,17 @@ private:
     if (!counts)
       return counts.takeError();
     next->control = std::move(*control);
-    next->page = reinterpret_cast<shm::ControlPage *>(next->control.data());
     next->inputs = std::make_unique<KnownArena>(std::move(*inputs));
     next->results = std::make_unique<KnownArena>(std::move(*results));
     next->countsBuffer = std::move(*counts);
-    next->counts = reinterpret_cast<shm::WorkerCounts *>(next->countsBuffer.data());
     next->client = std::move(request.fds[4]);
     next->maxResultBytes = maxResultBytes;
     // Launches up to the last answer are done; one rung since is this worker's to answer.
-    next->seen = next->page->reply.load(std::memory_order_acquire);
+    next->seen = next->page().reply.load(std::memory_order_acquire);
     channel.unwatch();
     direct = std::move(next);
-    channel.watch(&direct->page->request, &direct->page->executorSleeping, &direct->seen,
-                  &direct->page->closed, [this] { serveDirect(); });
+    channel.watch(&direct->page().request, &direct->page().executorSleeping, &direct->seen,
+                  &direct->page().closed, [this] { serveDirect(); });
     MessageWriter done(MessageKind::Done);
     return answer(done);
   }
@@ -435,7 +433,7 @@ private:
   /// Answers the channel's launch that is waiting, or lets the channel go once it is closed.
   void serveDirect() {
     Direct &d = *direct;
-    shm::ControlPage &page = *d.page;
+    shm::ControlPage &page = d.page();
     if (page.closed.load(std::memory_order_acquire)) {
       channel.unwatch();
       direct.reset();
@@ -446,7 +444,7 @@ private:
       return; // Woken to look at `closed`, which the client set and cleared again.
     std::string reply = runDirect(d, ticket);
     if (reply.size() > shm::kSlotBytes) // Answered payload_too_large instead.
-      d.counts->failed.fetch_add(1, std::memory_order_relaxed);
+      d.counts().failed.fetch_add(1, std::memory_order_relaxed);
     d.seen = ticket;
     shm::answer(page, ticket, std::move(reply), shm::kPageVersion);
   }
@@ -455,20 +453,20 @@ private:
   std::string runDirect(Direct &d, uint32_t ticket) {
     using transport::ErrorCode;
     auto failed = [&](llvm::Error error) {
-      d.counts->failed.fetch_add(1, std::memory_order_relaxed);
+      d.counts().failed.fetch_add(1, std::memory_order_relaxed);
       return shm::encodeFailure(std::move(error), ErrorCode::LaunchFailed);
     };
     SharedBuffer &inputs = d.inputs->buffer;
     SharedBuffer &results = d.results->buffer;
-    llvm::Expected<shm::LaunchRequest> request = shm::readRequest(*d.page, inputs.size());
+    llvm::Expected<shm::LaunchRequest> request = shm::readRequest(d.page(), inputs.size());
     if (!request)
       return failed(request.takeError());
     transport::wire::LaunchRequest &launch = request->launch;
     // An object the executor has not loaded here yet goes through it, over HTTP.
     if (!host->hasObject(launch.object))
       return shm::encodeRedirect();
-    d.counts->started.fetch_add(1, std::memory_order_relaxed);
-    llvm::scope_exit finished([&] { d.counts->finished.fetch_add(1, std::memory_order_release); });
+    d.counts().started.fetch_add(1, std::memory_order_relaxed);
+    llvm::scope_exit finished([&] { d.counts().finished.fetch_add(1, std::memory_order_release); });
     std::vector<TensorView> views;
     views.reserve(launch.inputs.size());
     for (const transport::wire::TensorHeader &t : launch.inputs)
@@ -538,12 +536,12 @@ private:
     double seconds = std::chrono::duration<double>(took).count();
     // The first bucket whose bound is at least the value (le), as a histogram counts it.
     size_t bucket = std::lower_bound(bounds.begin(), bounds.end(), seconds) - bounds.begin();
-    d.counts->buckets[std::min<size_t>(bucket, std::size(d.counts->buckets) - 1)].fetch_add(
+    d.counts().buckets[std::min<size_t>(bucket, std::size(d.counts().buckets) - 1)].fetch_add(
         1, std::memory_order_relaxed);
-    d.counts->nanoseconds.fetch_add(
+    d.counts().nanoseconds.fetch_add(
         static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(took).count()),
         std::memory_order_relaxed);
-    d.counts->timed.fetch_add(1, std::memory_order_relaxed);
+    d.counts().timed.fetch_add(1, std::memory_order_relaxed);
   }
 
   llvm::Error call(MessageReader &in, Message &request) {
@@ -622,13 +620,16 @@ private:
   /// A same-host channel this worker answers (MessageKind::Channel).
   struct Direct {
     SharedBuffer control;
-    shm::ControlPage *page = nullptr;
     std::unique_ptr<KnownArena> inputs, results;
     SharedBuffer countsBuffer;
-    shm::WorkerCounts *counts = nullptr;
     UniqueFd client;
     uint64_t maxResultBytes = 0;
     uint32_t seen = 0; ///< The request answered last.
+
+    shm::ControlPage &page() const { return *reinterpret_cast<shm::ControlPage *>(control.data()); }
+    shm::WorkerCounts &counts() const {
+      return *reinterpret_cast<shm::WorkerCounts *>(countsBuffer.data());
+    }
   };
 
   WorkerChannel channel;

@@ -95,10 +95,9 @@ struct LaunchRequest {
   /// The deadline asked for, bounded as X-Courier-Deadline-Ms is read; nothing for the
   /// executor's own (which a request may shorten, never lengthen).
   std::optional<std::chrono::milliseconds> askedDeadline() const {
-    constexpr uint64_t kLongestMs = uint64_t(1) << 40;
     if (!deadlineMs)
       return std::nullopt;
-    return std::chrono::milliseconds(std::min(deadlineMs, kLongestMs));
+    return std::chrono::milliseconds(std::min(deadlineMs, wire::kLongestDeadlineMs));
   }
 };
 

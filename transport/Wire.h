@@ -29,6 +29,9 @@ inline constexpr const char *kOutputSizeHeader = "X-Courier-Output-Size";
 /// Milliseconds a launch, call, async launch or await may take; the executor ends the work
 /// (and its worker) past it. Bounded by the executor's own --launch-timeout-ms.
 inline constexpr const char *kDeadlineHeader = "X-Courier-Deadline-Ms";
+/// The longest deadline a request may ask for (milliseconds; longer is read as this): the
+/// server's own still bounds it, and no clock arithmetic overflows.
+inline constexpr uint64_t kLongestDeadlineMs = uint64_t(1) << 40;
 /// Upper bound on a frame's JSON line; a longer one is a malformed frame.
 inline constexpr size_t kMaxFrameHeaderBytes = 1 << 20;
 /// Most inputs, or results, a launch frame may declare, and the highest rank of a tensor in
