@@ -26,6 +26,18 @@ ErrorCode codeOf(const llvm::ErrorInfoBase &error, ErrorCode fallback) {
   return fallback;
 }
 
+std::pair<ErrorCode, std::string> takeCodeAndMessage(llvm::Error error, ErrorCode fallback) {
+  std::pair<ErrorCode, std::string> taken{fallback, ""};
+  llvm::handleAllErrors(
+      std::move(error),
+      [&](const CodedError &e) {
+        taken.first = e.kind;
+        taken.second = e.message;
+      },
+      [&](const llvm::ErrorInfoBase &e) { taken.second = e.message(); });
+  return taken;
+}
+
 llvm::Error withContext(const llvm::Twine &context, llvm::Error error) {
   if (!error)
     return llvm::Error::success();

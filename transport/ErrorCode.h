@@ -16,6 +16,7 @@
 #include <iterator>
 #include <optional>
 #include <string>
+#include <utility>
 
 namespace courier::transport {
 
@@ -177,6 +178,10 @@ llvm::Error makeCodedError(ErrorCode code, const llvm::Twine &message);
 
 /// The code of `error` if it is a CodedError; `fallback` for any other error.
 ErrorCode codeOf(const llvm::ErrorInfoBase &error, ErrorCode fallback = ErrorCode::Internal);
+
+/// Consumes `error` into its code (a CodedError's own, `fallback` for any other error) and its
+/// message (a CodedError's without the "[code]" its text form adds).
+std::pair<ErrorCode, std::string> takeCodeAndMessage(llvm::Error error, ErrorCode fallback);
 
 /// Puts "`context`: " before the message of `error`, keeping a CodedError's code; any other
 /// error stays uncoded. Success stays success.

@@ -94,15 +94,8 @@ struct Failure {
 };
 
 Failure toFailure(llvm::Error error) {
-  Failure failure{ErrorCode::Internal, ""};
-  llvm::handleAllErrors(
-      std::move(error),
-      [&](const CodedError &e) {
-        failure.code = e.kind;
-        failure.message = e.message;
-      },
-      [&](const llvm::ErrorInfoBase &e) { failure.message = e.message(); });
-  return failure;
+  auto [code, message] = takeCodeAndMessage(std::move(error), ErrorCode::Internal);
+  return Failure{code, std::move(message)};
 }
 
 llvm::Error toError(const Failure &failure) {

@@ -157,15 +157,7 @@ std::string encodeFailure(ErrorCode code, llvm::StringRef message) {
 }
 
 std::string encodeFailure(llvm::Error error, ErrorCode fallback) {
-  ErrorCode code = fallback;
-  std::string message;
-  llvm::handleAllErrors(
-      std::move(error),
-      [&](const CodedError &coded) {
-        code = coded.kind;
-        message = coded.message;
-      },
-      [&](const llvm::ErrorInfoBase &other) { message = other.message(); });
+  auto [code, message] = takeCodeAndMessage(std::move(error), fallback);
   return encodeFailure(code, message);
 }
 

@@ -229,17 +229,9 @@ struct Decoder {
 
   /// Takes over a CodedError's code and message, without the "[code]" its text form adds.
   bool fail(llvm::Error error) {
-    std::string text;
-    ErrorCode errorCode = code;
-    llvm::handleAllErrors(
-        std::move(error),
-        [&](const CodedError &e) {
-          text = e.message;
-          errorCode = e.kind;
-        },
-        [&](const llvm::ErrorInfoBase &e) { text = e.message(); });
+    auto [errorCode, text] = takeCodeAndMessage(std::move(error), code);
     if (problem.empty())
-      code = std::move(errorCode);
+      code = errorCode;
     return fail(std::move(text));
   }
 
