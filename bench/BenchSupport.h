@@ -9,6 +9,7 @@
 #include "llvm/Support/MemoryBuffer.h"
 
 #include <algorithm>
+#include <arpa/inet.h>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -17,8 +18,13 @@
 #include <cstdlib>
 #include <functional>
 #include <mutex>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <string>
+#include <strings.h>
+#include <sys/epoll.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <thread>
 #include <unistd.h>
 #include <vector>
@@ -204,6 +210,139 @@ inline ConcurrentCalls callConcurrently(const ConcurrentRun &run,
   return calls;
 }
 
+/// Closed loops over `run.clients` keep-alive HTTP/1.1 connections to 127.0.0.1:`port`,
+/// driven from `threads` threads with epoll as wrk drives them: connection `c` sends
+/// `request(c)` again as soon as the response to the last one is whole. The clients cost the
+/// machine a few threads whatever their number, so the figures are the server's scaling
+/// rather than that of as many client threads sharing its cores. Counted as callConcurrently
+/// counts (the window alone); every response must be 200 with a Content-Length.
+inline ConcurrentCalls driveConnections(const ConcurrentRun &run, int port,
+                                        const std::function<std::string(int)> &request,
+                                        int threads = 2) {
+  using Clock = std::chrono::steady_clock;
+  struct Connection {
+    int fd = -1;
+    std::string request, received;
+    Clock::time_point sent;
+    std::vector<double> us;
+    double slowestUs = 0;
+    bool busy = false;
+  };
+  std::vector<Connection> connections(run.clients);
+  for (int c = 0; c < run.clients; ++c) {
+    Connection &conn = connections[c];
+    conn.request = request(c);
+    conn.fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_port = htons(static_cast<uint16_t>(port));
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    int yes = 1;
+    ::setsockopt(conn.fd, IPPROTO_TCP, TCP_NODELAY, &yes, sizeof(yes));
+    if (conn.fd < 0 ||
+        ::connect(conn.fd, reinterpret_cast<sockaddr *>(&address), sizeof(address)) != 0)
+      die("connecting to 127.0.0.1:" + std::to_string(port) + ": " + std::strerror(errno));
+  }
+  auto send = [](Connection &conn) {
+    size_t done = 0;
+    while (done < conn.request.size()) {
+      ssize_t n =
+          ::send(conn.fd, conn.request.data() + done, conn.request.size() - done, MSG_NOSIGNAL);
+      if (n <= 0)
+        die(std::string("sending a request: ") + std::strerror(errno));
+      done += static_cast<size_t>(n);
+    }
+    conn.sent = Clock::now();
+    conn.busy = true;
+  };
+  /// The length of the whole response at the front of `bytes`, 0 while it is not all there.
+  auto responseLength = [](const std::string &bytes) -> size_t {
+    size_t end = bytes.find("\r\n\r\n");
+    if (end == std::string::npos)
+      return 0;
+    if (bytes.compare(0, 12, "HTTP/1.1 200") != 0)
+      die("a response was not 200: " + bytes.substr(0, bytes.find("\r\n")));
+    const char *header = "\r\ncontent-length:";
+    size_t at = 0;
+    for (size_t i = 0; i + 17 < end && !at; ++i)
+      if (strncasecmp(bytes.data() + i, header, 17) == 0)
+        at = i + 17;
+    if (!at)
+      die("a response has no Content-Length");
+    return end + 4 + std::strtoull(bytes.c_str() + at, nullptr, 10);
+  };
+  std::atomic<bool> go{false};
+  Clock::time_point started, opens, closes;
+  std::vector<std::thread> drivers;
+  for (int t = 0; t < threads; ++t)
+    drivers.emplace_back([&, t] {
+      while (!go.load())
+        std::this_thread::yield();
+      int epoll = ::epoll_create1(EPOLL_CLOEXEC);
+      int open = 0;
+      for (int c = t; c < run.clients; c += threads) {
+        struct epoll_event event {};
+        event.events = EPOLLIN;
+        event.data.ptr = &connections[c];
+        ::epoll_ctl(epoll, EPOLL_CTL_ADD, connections[c].fd, &event);
+        send(connections[c]);
+        ++open;
+      }
+      struct epoll_event events[64];
+      char buffer[65536];
+      while (open > 0) {
+        int n = ::epoll_wait(epoll, events, 64, 5000);
+        if (n <= 0)
+          die("no response within 5 s");
+        for (int i = 0; i < n; ++i) {
+          Connection &conn = *static_cast<Connection *>(events[i].data.ptr);
+          ssize_t got = ::recv(conn.fd, buffer, sizeof(buffer), 0);
+          if (got <= 0)
+            die("the server closed a connection");
+          conn.received.append(buffer, static_cast<size_t>(got));
+          size_t length = responseLength(conn.received);
+          if (length == 0 || conn.received.size() < length)
+            continue;
+          conn.received.erase(0, length);
+          Clock::time_point end = Clock::now();
+          double us = std::chrono::duration<double, std::micro>(end - conn.sent).count();
+          if (end >= opens)
+            conn.slowestUs = std::max(conn.slowestUs, us);
+          if (end >= opens && end < closes)
+            conn.us.push_back(us);
+          conn.busy = false;
+          if (end < closes)
+            send(conn);
+          else
+            --open;
+        }
+      }
+      ::close(epoll);
+    });
+  started = Clock::now();
+  opens = started + run.warmup;
+  closes = opens + run.window;
+  go = true;
+  std::this_thread::sleep_until(opens);
+  if (run.atWindowOpen)
+    run.atWindowOpen();
+  std::this_thread::sleep_until(closes);
+  if (run.atWindowClose)
+    run.atWindowClose();
+  for (std::thread &driver : drivers)
+    driver.join();
+  ConcurrentCalls calls;
+  calls.seconds = std::chrono::duration<double>(run.window).count();
+  calls.fewestByOneClient = connections.empty() ? 0 : connections[0].us.size();
+  for (Connection &conn : connections) {
+    calls.us.insert(calls.us.end(), conn.us.begin(), conn.us.end());
+    calls.slowestUs = std::max(calls.slowestUs, conn.slowestUs);
+    calls.fewestByOneClient = std::min(calls.fewestByOneClient, conn.us.size());
+    ::close(conn.fd);
+  }
+  return calls;
+}
+
 /// One row of a many-clients benchmark: calls per second in the window, their latency, the
 /// slowest call, the least-served client's calls, and the CPU per call of the server (with
 /// its workers) and of the clients (this process).
@@ -225,6 +364,10 @@ struct ClientsBenchmark {
   std::function<std::function<void(int client)>(int clients)> connect;
   /// The CPU seconds the server and its workers have used so far.
   std::function<double()> serverCpuSeconds;
+  /// When set, a third table: the HTTP request connection `c` sends, over connections to
+  /// 127.0.0.1:`port` driven by two threads (driveConnections).
+  std::function<std::string(int client)> rawRequest;
+  int port = 0;
   ConcurrentRun run;
 };
 
@@ -238,9 +381,11 @@ inline void runClientsBenchmark(ClientsBenchmark benchmark) {
               static_cast<long long>(run.window.count()),
               static_cast<long long>(run.warmup.count()));
   auto measureRow = [&](int n, std::chrono::microseconds pace) {
-    std::function<void(int)> call = benchmark.connect(n);
+    std::function<void(int)> call;
+    if (pace.count() >= 0)
+      call = benchmark.connect(n);
     run.clients = n;
-    run.pace = pace;
+    run.pace = std::max(pace, std::chrono::microseconds(0));
     double serverCpu = 0, clientCpu = 0;
     run.atWindowOpen = [&] {
       serverCpu = -benchmark.serverCpuSeconds();
@@ -250,7 +395,9 @@ inline void runClientsBenchmark(ClientsBenchmark benchmark) {
       serverCpu += benchmark.serverCpuSeconds();
       clientCpu += selfCpuSeconds();
     };
-    ConcurrentCalls calls = callConcurrently(run, call);
+    ConcurrentCalls calls = pace.count() < 0
+                                ? driveConnections(run, benchmark.port, benchmark.rawRequest)
+                                : callConcurrently(run, call);
     if (calls.us.empty())
       die(std::string("no call ended in the window of ") + std::to_string(n) + " clients");
     double count = double(calls.us.size());
@@ -293,6 +440,21 @@ inline void runClientsBenchmark(ClientsBenchmark benchmark) {
               "at 256 %.1fx p99 at 1, paced (target <= 50x; closed loops: %.1fx)\n",
               closed[3].perSecond / peak, closed[4].perSecond / peak,
               paced[4].us.p99 / paced[0].us.p99, closed[4].us.p99 / closed[0].us.p99);
+  if (!benchmark.rawRequest)
+    return;
+  benchmark.connect(0); // The last row's clients close their connections.
+  std::vector<ClientsRow> driven;
+  for (int n : counts)
+    driven.push_back(measureRow(n, std::chrono::microseconds(-1)));
+  double drivenPeak = 0;
+  for (const ClientsRow &row : driven)
+    drivenPeak = std::max(drivenPeak, row.perSecond);
+  std::printf("  closed loops over N keep-alive connections driven by 2 client threads with epoll, "
+              "as wrk drives them (the same request bytes):\n");
+  print(driven, drivenPeak);
+  std::printf("  driven by 2 threads: throughput at 64 and 256 connections %.2fx and %.2fx the "
+              "peak (target >= 0.8x)\n",
+              driven[3].perSecond / drivenPeak, driven[4].perSecond / drivenPeak);
 }
 
 } // namespace courier::bench

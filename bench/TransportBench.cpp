@@ -10,6 +10,7 @@
 #include "tests/transport/ExecutorProcess.h"
 #include "transport/Backend.h"
 #include "transport/HttpBackend.h"
+#include "transport/Wire.h"
 
 #include "llvm/Support/MemoryBuffer.h"
 
@@ -587,6 +588,19 @@ void clients(bool smoke) {
     };
   };
   benchmark.serverCpuSeconds = [&] { return cpuSecondsOfTree(executor.processId()); };
+  // The bytes the runtime's HTTP backend sends for the launch, for the connections two
+  // threads drive.
+  wire::LaunchRequest header;
+  header.object = shapes.sha256;
+  header.entry = "_catalyst_pyface_noop";
+  std::string body = wire::encodeLaunchRequest(header) + "\n";
+  benchmark.port = executor.port();
+  benchmark.rawRequest = [&](int c) {
+    const std::string &session = sessions[c % sessions.size()];
+    return "POST /v1/sessions/" + session + "/launch HTTP/1.1\r\nHost: " + executor.address() +
+           "\r\nContent-Type: " + wire::kFrameContentType + "\r\n" + wire::kSessionHeader + ": " +
+           session + "\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+  };
   runClientsBenchmark(std::move(benchmark));
 }
 

@@ -19,6 +19,8 @@ ConnectionPool::~ConnectionPool() { shutdown(); }
 
 bool ConnectionPool::refusingConnection() { return onRefusalThread; }
 
+void ConnectionPool::markRefusing(bool refusing) { onRefusalThread = refusing; }
+
 void ConnectionPool::enqueue(std::function<void()> connection) {
   std::lock_guard<std::mutex> lock(mutex);
   bool admit = admitted < most;

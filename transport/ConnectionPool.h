@@ -33,6 +33,9 @@ public:
 
   /// True on a refusal thread: the connection it runs is over the limit.
   static bool refusingConnection();
+  /// Says whether the connection the calling thread serves now is over the limit (for a
+  /// server that serves connections on threads of its own, transport/ParkingServer.h).
+  static void markRefusing(bool refusing);
 
   /// How long an idle thread beyond the kept ones lives.
   static constexpr std::chrono::seconds kIdleLife{30};

@@ -2,6 +2,7 @@
 #include "transport/HttpService.h"
 
 #include "transport/ConnectionPool.h"
+#include "transport/ParkingServer.h"
 
 #include "transport/Tls.h"
 
@@ -304,8 +305,10 @@ llvm::Error HttpService::readFrame(const httplib::Request &, httplib::Response &
 namespace {
 
 std::unique_ptr<httplib::Server> makeServer(const HttpListenOptions &listen, std::string &problem) {
-  if (!wantsTls(listen))
-    return std::make_unique<httplib::Server>();
+  if (!wantsTls(listen)) {
+    unsigned limit = std::max(1u, listen.threads);
+    return std::make_unique<ParkingServer>(ParkingServer::Limits{limit, limit});
+  }
   return std::make_unique<httplib::SSLServer>([&](SSL_CTX &ctx) {
     llvm::Error error = configureServerContext(ctx, listen);
     if (!error)
@@ -319,9 +322,10 @@ std::unique_ptr<httplib::Server> makeServer(const HttpListenOptions &listen, std
 
 HttpService::HttpService(HttpServiceOptions options)
     : opts(std::move(options)), ownedServer(makeServer(opts.listen, tlsProblem)),
-      http(*ownedServer) {
+      http(*ownedServer), parking(dynamic_cast<ParkingServer *>(ownedServer.get())) {
   unsigned connections = std::max(1u, opts.listen.threads);
-  http.new_task_queue = [connections] { return new ConnectionPool(connections); };
+  if (!parking)
+    http.new_task_queue = [connections] { return new ConnectionPool(connections); };
   http.set_tcp_nodelay(true);
   http.set_keep_alive_max_count(1000000);
   // Short, so idle connections do not hold worker threads for long; the executor's client
@@ -428,6 +432,16 @@ void HttpService::installMetrics() {
                    .Help("Requests being served, probes aside: what a drain waits for.")
                    .Register(*registry)
                    .Add({});
+  connectionsGauge = &prometheus::BuildGauge()
+                          .Name(prefix + "_connections_open")
+                          .Help("Client connections open: served, or parked between requests.")
+                          .Register(*registry)
+                          .Add({});
+  threadsGauge = &prometheus::BuildGauge()
+                      .Name(prefix + "_request_threads")
+                      .Help("Threads serving requests, busy or waiting for one.")
+                      .Register(*registry)
+                      .Add({});
   requestSeconds = &prometheus::BuildHistogram()
                         .Name(prefix + "_request_duration_seconds")
                         .Help("Time from request line to response written.")
@@ -456,6 +470,10 @@ void HttpService::countRequest(size_t route, int status) {
 
 std::string HttpService::metricsText(const std::vector<prometheus::MetricFamily> &more) {
   workGauge->Set(static_cast<double>(std::max<int64_t>(0, workInFlight)));
+  if (parking) {
+    connectionsGauge->Set(static_cast<double>(parking->openConnections()));
+    threadsGauge->Set(static_cast<double>(parking->threadCount()));
+  }
   std::vector<prometheus::MetricFamily> families = registry->Collect();
   families.insert(families.end(), more.begin(), more.end());
   return prometheus::TextSerializer().Serialize(families);
@@ -579,6 +597,8 @@ void HttpService::installHandlers() {
   });
 
   http.set_logger([this](const httplib::Request &req, const httplib::Response &res) {
+    if (parking && res.get_header_value("Connection") == "close")
+      ParkingServer::closeAfterResponse();
     bool counted = std::exchange(requestCounted, false);
     bool work = counted && std::exchange(requestIsWork, false);
     // Only drain() and stop() wait for a count to reach zero; waking them on every request
@@ -726,6 +746,13 @@ llvm::Error HttpService::run() {
   }
   runEntered = true;
   bool served = http.listen_after_bind();
+  // As with httplib's own threads, run() returns once every request has been answered:
+  // stop() closes the connections, and the threads end with their last request.
+  if (parking) {
+    if (!served)
+      parking->closeConnections(); // The listener failed: nothing else will.
+    parking->awaitThreads();
+  }
   runExited = true;
   std::lock_guard<std::mutex> lock(stopMutex);
   if (!served && !stopping)
@@ -759,7 +786,10 @@ void HttpService::stop() {
     stopSignal.wait_for(lock, drainStarted ? std::chrono::seconds(2) : std::chrono::seconds(10),
                         [&] { return inFlight <= 0; });
   }
-  shutdownAcceptedConnections(boundPort, opts.listen.socketPath);
+  if (parking)
+    parking->closeConnections();
+  else
+    shutdownAcceptedConnections(boundPort, opts.listen.socketPath);
 }
 
 void HttpService::drain() {

@@ -33,6 +33,8 @@
 
 namespace courier::transport {
 
+class ParkingServer;
+
 /// The declared Content-Length of a request, 0 when absent or malformed.
 uint64_t contentLength(const httplib::Request &req);
 
@@ -201,6 +203,8 @@ private:
   /// An httplib::SSLServer when the listener has TLS settings.
   std::unique_ptr<httplib::Server> ownedServer;
   httplib::Server &http;
+  /// `http` when it is a ParkingServer (every listener but a TLS one).
+  ParkingServer *parking = nullptr;
   int boundPort = 0;
   /// The listening socket, for raising its backlog after httplib's listen().
   int listenFd = -1;
@@ -221,6 +225,8 @@ private:
   prometheus::Histogram *requestSeconds = nullptr;
   prometheus::Counter *bytesIn = nullptr, *bytesOut = nullptr;
   prometheus::Gauge *workGauge = nullptr;
+  /// Read from the ParkingServer at each scrape (zero with TLS, which has none).
+  prometheus::Gauge *connectionsGauge = nullptr, *threadsGauge = nullptr;
   /// requests' counters, [route tag][status] flattened, each looked up on its first use.
   static constexpr size_t kStatuses = 600;
   std::unique_ptr<std::atomic<prometheus::Counter *>[]> requestCounters;

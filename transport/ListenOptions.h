@@ -19,7 +19,8 @@ struct HttpListenOptions {
   /// When non-empty, every request must carry "Authorization: Bearer <token>". A server
   /// bound beyond loopback refuses to start without one.
   std::string token;
-  /// Worker threads; each keep-alive connection holds one while it is open.
+  /// Connections open at once, and request threads, at most (transport/ParkingServer.h;
+  /// with TLS, a thread per open connection).
   unsigned threads = 32;
   /// Largest request body accepted.
   uint64_t maxBodyBytes = uint64_t(4) << 30;

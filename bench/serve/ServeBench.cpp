@@ -270,6 +270,13 @@ void clients(const std::string &dir, unsigned workers) {
     };
   };
   benchmark.serverCpuSeconds = [&] { return testing::cpuSecondsOfTree(server.processId()); };
+  benchmark.port = server.port;
+  benchmark.rawRequest = [&](int) {
+    return "POST /v1/modules/bench/invoke/small HTTP/1.1\r\nHost: 127.0.0.1:" +
+           std::to_string(server.port) +
+           "\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(input.size()) +
+           "\r\n\r\n" + input;
+  };
   bench::runClientsBenchmark(std::move(benchmark));
 }
 

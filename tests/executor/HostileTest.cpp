@@ -610,3 +610,40 @@ TEST_CASE("what a kernel prints reaches a JSON log as lines of it, one event a l
   CHECK(said == expected);
   requirePlusOneWorks(f.client, f.bystander, f.bystanderCrashers);
 }
+
+TEST_CASE("with every request thread held by launches waiting on one busy session, a health "
+          "check and another session's launch are still answered within a second",
+          "[hostile][clients]") {
+  Hostile f({"--launch-timeout-ms", "20000"});
+  // More launches than the executor keeps request threads (8 here), each napping 250 ms on one
+  // session: one naps, the others wait for the session's worker, each holding a thread.
+  constexpr int kHeld = 24;
+  std::vector<Outcome> held(kHeld);
+  std::vector<std::thread> holders;
+  for (int i = 0; i < kHeld; ++i)
+    holders.emplace_back([&, i] {
+      Client own(f.executor);
+      held[i] = outcomeOf(
+          own.launch(f.session, f.hostile, "_catalyst_pyface_nap", {i64Scalar(250)}, {1}));
+    });
+  std::this_thread::sleep_for(500ms);
+  Client fresh(f.executor);
+  auto start = Clock::now();
+  bool healthy = fresh.healthy();
+  auto healthTook = Clock::now() - start;
+  start = Clock::now();
+  Outcome other = outcomeOf(fresh.launch(f.bystander, f.bystanderCrashers,
+                                         "_catalyst_pyface_plus_one", {f64s({1, 2})}, {1}));
+  auto otherTook = Clock::now() - start;
+  for (std::thread &holder : holders)
+    holder.join();
+  INFO(other.describe());
+  CHECK(healthy);
+  CHECK(other.status == 200);
+  CHECK(healthTook < 1s);
+  CHECK(otherTook < 1s);
+  for (const Outcome &launch : held) {
+    INFO(launch.describe());
+    CHECK(launch.status == 200);
+  }
+}

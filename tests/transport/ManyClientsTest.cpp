@@ -3,6 +3,7 @@
 #include "abi/ContentHash.h"
 #include "tests/executor/Replies.h"
 #include "tests/kernels/KernelPaths.h"
+#include "tests/support/RawConnection.h"
 #include "tests/transport/ExecutorProcess.h"
 
 #include <catch2/catch.hpp>
@@ -11,7 +12,9 @@
 
 #include <atomic>
 #include <chrono>
+#include <dirent.h>
 #include <mutex>
+#include <poll.h>
 #include <thread>
 #include <vector>
 
@@ -19,6 +22,7 @@ using courier::testing::ExecutorConfig;
 using courier::testing::ExecutorProcess;
 using courier::testing::kFrameType;
 using courier::testing::kJsonType;
+using courier::testing::RawConnection;
 using courier::testing::readFile;
 using json = nlohmann::json;
 using namespace std::chrono_literals;
@@ -55,7 +59,122 @@ std::string sessionWithShapes(httplib::Client &client, const std::string &sha,
   return session;
 }
 
+/// Threads of process `pid` now.
+size_t threadsOf(pid_t pid) {
+  size_t count = 0;
+  if (DIR *dir = ::opendir(("/proc/" + std::to_string(pid) + "/task").c_str())) {
+    while (struct dirent *entry = ::readdir(dir))
+      count += entry->d_name[0] != '.';
+    ::closedir(dir);
+  }
+  return count;
+}
+
+/// Reads from `connection` until `responses` whole responses (each with a Content-Length)
+/// arrived, or 10 s pass; returns their status lines and bodies in order.
+std::vector<std::pair<std::string, std::string>> readResponses(RawConnection &connection,
+                                                               size_t responses) {
+  std::vector<std::pair<std::string, std::string>> out;
+  std::string bytes;
+  char buffer[4096];
+  auto until = Clock::now() + 10s;
+  while (out.size() < responses && Clock::now() < until) {
+    size_t end = bytes.find("\r\n\r\n");
+    if (end != std::string::npos) {
+      std::string head = bytes.substr(0, end);
+      size_t at = head.find("Content-Length: ");
+      REQUIRE(at != std::string::npos);
+      size_t length = std::stoul(head.substr(at + 16));
+      if (bytes.size() >= end + 4 + length) {
+        out.emplace_back(head.substr(0, head.find("\r\n")), bytes.substr(end + 4, length));
+        bytes.erase(0, end + 4 + length);
+        continue;
+      }
+    }
+    struct pollfd ready {
+      connection.descriptor(), POLLIN, 0
+    };
+    if (::poll(&ready, 1, 100) <= 0)
+      continue;
+    ssize_t n = ::recv(connection.descriptor(), buffer, sizeof(buffer), 0);
+    if (n <= 0)
+      break;
+    bytes.append(buffer, static_cast<size_t>(n));
+  }
+  return out;
+}
+
 } // namespace
+
+TEST_CASE("300 idle keep-alive connections hold no thread of the executor, and each is "
+          "answered again",
+          "[http][clients]") {
+  ExecutorProcess executor(ExecutorConfig{0, "", {"--warm-workers", "0"}});
+  size_t before = threadsOf(executor.processId());
+  constexpr int kConnections = 300;
+  std::vector<std::unique_ptr<RawConnection>> connections;
+  const std::string health = "GET /v1/health HTTP/1.1\r\nHost: x\r\n\r\n";
+  for (int round = 0; round < 2; ++round) {
+    if (round == 0)
+      for (int c = 0; c < kConnections; ++c)
+        connections.push_back(std::make_unique<RawConnection>(executor.port()));
+    for (auto &connection : connections)
+      connection->send(health);
+    for (auto &connection : connections) {
+      auto responses = readResponses(*connection, 1);
+      REQUIRE(responses.size() == 1);
+      CHECK(responses[0].first == "HTTP/1.1 200 OK");
+    }
+    // All 300 are open and idle now. A thread per connection would be 300 threads for the
+    // keep-alive timeout; the executor keeps its few request threads (four per core, at most
+    // 64) beside its own.
+    size_t now = threadsOf(executor.processId());
+    INFO("threads before: " << before << ", with 300 idle connections: " << now);
+    CHECK(now <= before + 70);
+    // The scrape's own connection is the 301st (an earlier scrape's or the start-up probe's
+    // may not have been seen closed yet).
+    double open = executor.metric("courier_connections_open");
+    CHECK(open >= kConnections + 1);
+    CHECK(open <= kConnections + 3);
+    CHECK(executor.metric("courier_request_threads") <= 64);
+  }
+}
+
+TEST_CASE("requests a client sends before the last is answered are answered in order",
+          "[http][clients]") {
+  ExecutorProcess executor;
+  RawConnection connection(executor.port());
+  connection.send("GET /v1/health HTTP/1.1\r\nHost: x\r\n\r\n"
+                  "GET /v1/sessions/none-such HTTP/1.1\r\nHost: x\r\n\r\n"
+                  "GET /v1/health HTTP/1.1\r\nHost: x\r\n\r\n");
+  auto responses = readResponses(connection, 3);
+  REQUIRE(responses.size() == 3);
+  CHECK(responses[0].first == "HTTP/1.1 200 OK");
+  CHECK(responses[1].first.rfind("HTTP/1.1 404", 0) == 0);
+  CHECK(responses[2].first == "HTTP/1.1 200 OK");
+}
+
+TEST_CASE("after a response that closes the connection, bytes the client sent later are never "
+          "run as a request",
+          "[http][clients][security]") {
+  ExecutorProcess executor;
+  auto setup = keepAliveClient(executor);
+  httplib::Result opened = setup->Post("/v1/sessions", "", kJsonType);
+  REQUIRE(opened);
+  std::string session = json::parse(opened->body)["session"];
+  // A GET declaring a body is refused and the connection closed; the DELETE that follows,
+  // sent a moment later as its own packet, must not close the session.
+  RawConnection connection(executor.port());
+  std::string smuggled = "DELETE /v1/sessions/" + session + " HTTP/1.1\r\nHost: x\r\n\r\n";
+  connection.send("GET /v1/health HTTP/1.1\r\nHost: x\r\nContent-Length: " +
+                  std::to_string(smuggled.size()) + "\r\n\r\n");
+  std::this_thread::sleep_for(100ms);
+  ::send(connection.descriptor(), smuggled.data(), smuggled.size(), MSG_NOSIGNAL);
+  std::string reply = connection.readAll();
+  CHECK(reply.rfind("HTTP/1.1 400", 0) == 0);
+  CHECK(reply.find("HTTP/1.1", 1) == std::string::npos);
+  CHECK(executor.metric("courier_sessions") == 1);
+}
 
 TEST_CASE("256 keep-alive clients of one executor are all answered, throughout",
           "[http][clients]") {
