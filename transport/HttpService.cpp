@@ -597,9 +597,11 @@ void HttpService::installHandlers() {
   });
 
   http.set_logger([this](const httplib::Request &req, const httplib::Response &res) {
-    if (parking && res.get_header_value("Connection") == "close")
-      ParkingServer::closeAfterResponse();
     bool counted = std::exchange(requestCounted, false);
+    // A request httplib refused before routing (a request line or header it could not
+    // read) leaves the connection out of step: it closes, as one whose response says so.
+    if (parking && (!counted || res.get_header_value("Connection") == "close"))
+      ParkingServer::closeAfterResponse();
     bool work = counted && std::exchange(requestIsWork, false);
     // Only drain() and stop() wait for a count to reach zero; waking them on every request
     // would cost each request a futex call and a context switch.
@@ -740,11 +742,13 @@ std::string HttpService::address() const {
 
 llvm::Error HttpService::run() {
   {
+    // Under the lock that stop() takes to set `stopping`: either this sees it, or stop()
+    // sees that run() began and stops the listener.
     std::lock_guard<std::mutex> lock(stopMutex);
     if (stopping)
       return llvm::Error::success();
+    runEntered = true;
   }
-  runEntered = true;
   bool served = http.listen_after_bind();
   // As with httplib's own threads, run() returns once every request has been answered:
   // stop() closes the connections, and the threads end with their last request.

@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <cstring>
 #include <string>
 #include <system_error>
@@ -23,6 +24,12 @@ namespace {
 
 /// Set while a request is served when its response says "Connection: close".
 thread_local bool closeAfter = false;
+
+/// A request line and headers must arrive within this, whatever the read timeout (a client
+/// sending a byte every few seconds would hold a request thread for ever), and be at most
+/// this long.
+constexpr std::chrono::seconds kHeadTimeout{10};
+constexpr size_t kMaxHeadBytes = 64 * 1024;
 
 /// Bytes read ahead of what the request parser asks for (it asks for a byte at a time while
 /// it reads lines).
@@ -53,7 +60,8 @@ bool await(int fd, short events, std::chrono::microseconds timeout) {
   while (true) {
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
         until - std::chrono::steady_clock::now());
-    int polled = ::poll(&ready, 1, static_cast<int>(std::max<int64_t>(0, left.count() + 1)));
+    int polled =
+        ::poll(&ready, 1, static_cast<int>(std::clamp<int64_t>(left.count() + 1, 0, INT_MAX)));
     if (polled > 0)
       return true;
     if (polled == 0 || errno != EINTR)
@@ -73,8 +81,13 @@ struct ParkingServer::Connection {
   std::unique_ptr<char[]> buffer;
   size_t begin = 0, end = 0;
   Clock::time_point parkedAt;
-  std::list<Connection *>::iterator parkedPos, livePos;
+  std::list<Connection *>::iterator parkedPos;
+  /// Names it in the epoll set: an event already taken from the set may name a connection
+  /// that was closed meanwhile, which is then not found.
+  uint64_t id = 0;
   bool isParked = false, armed = false;
+  /// Its head came too slowly or grew too long: nothing more is read from it.
+  bool broken = false;
 
   size_t buffered() const { return end - begin; }
 };
@@ -87,17 +100,22 @@ class ConnectionStream final : public httplib::Stream {
 public:
   ConnectionStream(ParkingServer::Connection &c, std::chrono::microseconds readTimeout,
                    std::chrono::microseconds writeTimeout)
-      : c(c), readTimeout(readTimeout), writeTimeout(writeTimeout) {}
+      : c(c), readTimeout(readTimeout), writeTimeout(writeTimeout),
+        headDeadline(std::chrono::steady_clock::now() + kHeadTimeout) {}
 
-  bool is_readable() const override { return c.buffered() > 0 || await(c.fd, POLLIN, readTimeout); }
+  bool is_readable() const override { return c.buffered() > 0 || awaitReadable(); }
   bool is_writable() const override { return await(c.fd, POLLOUT, writeTimeout); }
 
   ssize_t read(char *ptr, size_t size) override {
     if (size == 0)
       return 0;
     if (c.buffered() == 0) {
-      if (size >= kReadAhead)
-        return receive(ptr, size);
+      if (size >= kReadAhead) {
+        ssize_t got = receive(ptr, size);
+        if (got > 0 && !headDone && !sawHead(ptr, static_cast<size_t>(got)))
+          return -1;
+        return got;
+      }
       if (!c.buffer)
         c.buffer.reset(new char[kReadAhead]);
       ssize_t got = receive(c.buffer.get(), kReadAhead);
@@ -109,6 +127,8 @@ public:
     size_t n = std::min(size, c.buffered());
     std::memcpy(ptr, c.buffer.get() + c.begin, n);
     c.begin += n;
+    if (!headDone && !sawHead(ptr, n))
+      return -1;
     return static_cast<ssize_t>(n);
   }
 
@@ -135,6 +155,42 @@ public:
   socket_t socket() const override { return c.fd; }
 
 private:
+  /// Waits for bytes up to the read timeout, and while the request line and headers are
+  /// read, no later than their deadline (past which the connection is broken).
+  bool awaitReadable() const {
+    std::chrono::microseconds wait = readTimeout;
+    bool headLimits = false;
+    if (!headDone) {
+      auto left = std::chrono::duration_cast<std::chrono::microseconds>(
+          headDeadline - std::chrono::steady_clock::now());
+      if (left < readTimeout) {
+        wait = std::max(left, std::chrono::microseconds(0));
+        headLimits = true;
+      }
+    }
+    if (await(c.fd, POLLIN, wait))
+      return true;
+    if (headLimits)
+      c.broken = true;
+    return false;
+  }
+  /// Counts `n` bytes the parser took while the head is read, noting the blank line that ends
+  /// it; false past kMaxHeadBytes (cpp-httplib's line reader grows its line without bound).
+  bool sawHead(const char *bytes, size_t n) {
+    for (size_t i = 0; i < n && !headDone; ++i, ++headBytes) {
+      // An empty line ends the head, with or without its carriage return.
+      if (bytes[i] == '\n') {
+        headDone = lineEmpty;
+        lineEmpty = true;
+      } else if (bytes[i] != '\r') {
+        lineEmpty = false;
+      }
+    }
+    if (!headDone && headBytes > kMaxHeadBytes)
+      c.broken = true;
+    return !c.broken;
+  }
+
   /// One receive, waiting up to the read timeout for bytes: -1 on a timeout or an error, 0
   /// when the client closed.
   ssize_t receive(char *into, size_t size) {
@@ -144,13 +200,16 @@ private:
         return got;
       if (errno == EINTR)
         continue;
-      if ((errno != EAGAIN && errno != EWOULDBLOCK) || !await(c.fd, POLLIN, readTimeout))
+      if ((errno != EAGAIN && errno != EWOULDBLOCK) || !awaitReadable())
         return -1;
     }
   }
 
   ParkingServer::Connection &c;
   std::chrono::microseconds readTimeout, writeTimeout;
+  std::chrono::steady_clock::time_point headDeadline;
+  bool headDone = false, lineEmpty = false;
+  size_t headBytes = 0;
 };
 
 } // namespace
@@ -165,12 +224,17 @@ ParkingServer::ParkingServer(Limits limitsIn) : limits(limitsIn) {
   new_task_queue = [] { return new Inline; };
   epollFd = ::epoll_create1(EPOLL_CLOEXEC);
   wakeFd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  if (epollFd < 0 || wakeFd < 0)
-    throw std::system_error(errno, std::generic_category(), "setting up the connection watcher");
   struct epoll_event event {};
   event.events = EPOLLIN;
-  event.data.ptr = nullptr; // The wake-up descriptor.
-  ::epoll_ctl(epollFd, EPOLL_CTL_ADD, wakeFd, &event);
+  event.data.u64 = 0; // The wake-up descriptor; connections count from 1.
+  if (epollFd < 0 || wakeFd < 0 || ::epoll_ctl(epollFd, EPOLL_CTL_ADD, wakeFd, &event) != 0) {
+    int error = errno;
+    if (epollFd >= 0)
+      ::close(epollFd);
+    if (wakeFd >= 0)
+      ::close(wakeFd);
+    throw std::system_error(error, std::generic_category(), "setting up the connection watcher");
+  }
 }
 
 ParkingServer::~ParkingServer() {
@@ -202,6 +266,11 @@ size_t ParkingServer::openConnections() const {
   return live.size();
 }
 
+ParkingServer::Connection *ParkingServer::find(uint64_t id) const {
+  auto it = live.find(id);
+  return it == live.end() ? nullptr : it->second;
+}
+
 size_t ParkingServer::threadCount() const {
   std::lock_guard<std::mutex> lock(mutex);
   return threads;
@@ -224,7 +293,7 @@ bool ParkingServer::process_and_close_socket(socket_t sock) {
     ::close(sock);
     return false;
   }
-  if (live.size() >= limits.connections) {
+  if (live.size() - refusing >= limits.connections) {
     if (refusing >= kMaxRefusing) {
       // Refusals are themselves at their limit: closed unanswered, which the client sees
       // at once as a reset, not as a wait.
@@ -235,11 +304,16 @@ bool ParkingServer::process_and_close_socket(socket_t sock) {
     c->refused = true;
     ++refusing;
   }
-  if (!stallWatch.joinable())
-    stallWatch = std::thread([this] { watchStalls(); }); // Once the server is listening.
+  if (!stallWatch.joinable()) {
+    try {
+      stallWatch = std::thread([this] { watchStalls(); }); // Once the server is listening.
+    } catch (const std::system_error &) {
+      // No thread to be had now: the next connection tries again.
+    }
+  }
   Connection *raw = c.release();
-  live.push_front(raw);
-  raw->livePos = live.begin();
+  raw->id = ++lastId;
+  live.emplace(raw->id, raw);
   lock.unlock();
   park(raw);
   return true;
@@ -259,7 +333,7 @@ void ParkingServer::park(Connection *c) {
   c->parkedPos = std::prev(parked.end());
   struct epoll_event event {};
   event.events = EPOLLIN | EPOLLRDHUP | EPOLLONESHOT;
-  event.data.ptr = c;
+  event.data.u64 = c->id;
   if (::epoll_ctl(epollFd, c->armed ? EPOLL_CTL_MOD : EPOLL_CTL_ADD, c->fd, &event) != 0) {
     forget(c);
     return;
@@ -276,7 +350,7 @@ void ParkingServer::forget(Connection *c) {
   }
   if (c->refused)
     --refusing;
-  live.erase(c->livePos);
+  live.erase(c->id);
   if (c->armed)
     ::epoll_ctl(epollFd, EPOLL_CTL_DEL, c->fd, nullptr);
   ::shutdown(c->fd, SHUT_RDWR);
@@ -293,14 +367,32 @@ void ParkingServer::startThread() {
   }
 }
 
+void ParkingServer::expire(Clock::time_point now) {
+  while (!parked.empty() && parked.front()->parkedAt + keepAlive() <= now) {
+    Connection *c = parked.front();
+    struct pollfd ready {
+      c->fd, POLLIN | POLLRDHUP, 0
+    };
+    if (::poll(&ready, 1, 0) > 0) {
+      // Its next request (or its close) came as it expired: a thread is being handed it.
+      parked.splice(parked.end(), parked, c->parkedPos);
+      c->parkedAt = now;
+      continue;
+    }
+    forget(c);
+  }
+}
+
 void ParkingServer::runThread() {
   Clock::time_point idleSince = Clock::now();
   std::unique_lock<std::mutex> lock(mutex);
   while (!stopping) {
     // Waits for the next connection with a request, or for the oldest parked one to
     // expire. Every waiting thread waits on the one epoll set; the kernel gives each event
-    // to one of them.
+    // to one of them. Expired connections go first, on every turn, so a busy server closes
+    // them too.
     Clock::time_point now = Clock::now();
+    expire(now);
     // At least once a second, so a connection parked while every thread already waited
     // expires on time.
     auto until = std::min(idleSince + kIdleLife, now + std::chrono::seconds(1));
@@ -316,14 +408,14 @@ void ParkingServer::runThread() {
     --idle;
     if (stopping)
       break;
-    now = Clock::now();
-    if (n == 1 && event.data.ptr) {
-      auto *c = static_cast<Connection *>(event.data.ptr);
-      if (!c->isParked)
+    if (n == 1 && event.data.u64 != 0) {
+      // Not found: closed since the event was taken from the set (it expired).
+      Connection *c = find(event.data.u64);
+      if (!c || !c->isParked)
         continue;
       parked.erase(c->parkedPos);
       c->isParked = false;
-      lastTaken = now;
+      lastTaken = Clock::now();
       if (idle == 0)
         stalls.notify_one(); // Every thread is busy: the stall watch looks.
       lock.unlock();
@@ -332,8 +424,7 @@ void ParkingServer::runThread() {
       idleSince = Clock::now();
       continue;
     }
-    while (!parked.empty() && parked.front()->parkedAt + keepAlive() <= now)
-      forget(parked.front());
+    now = Clock::now();
     if (n == 0 && now >= idleSince + kIdleLife) {
       if (threads > baseThreads())
         break;
@@ -348,8 +439,13 @@ void ParkingServer::runThread() {
 void ParkingServer::watchStalls() {
   std::unique_lock<std::mutex> lock(mutex);
   while (!stopping) {
-    // Only while every thread is busy can a connection with a request wait for one.
-    stalls.wait(lock, [&] { return stopping || (threads > 0 && idle == 0); });
+    // Only while every thread is busy can a connection with a request wait for one; at the
+    // limit nothing is to be done until one is idle or ends. With no thread at all (none
+    // could be started), parked connections need one.
+    stalls.wait(lock, [&] {
+      return stopping || (threads > 0 && idle == 0 && threads < limits.threads) ||
+             (threads == 0 && !parked.empty());
+    });
     if (stopping)
       break;
     Clock::time_point seen = lastTaken;
@@ -382,7 +478,7 @@ void ParkingServer::serve(Connection *c) {
     bool closed = false;
     closeAfter = false;
     bool answered = process_request(stream, closing, closed, nullptr);
-    if (!answered || closed || closing || closeAfter)
+    if (!answered || closed || closing || closeAfter || c->broken)
       break;
     if (c->buffered() > 0)
       continue; // The client sent its next request early: it is served now, in order.
@@ -407,8 +503,8 @@ void ParkingServer::closeConnections() {
     forget(parked.front());
   // What is left is being served: its socket is shut down, so a request blocked reading or
   // writing ends, and its thread forgets it.
-  for (Connection *c : live)
-    ::shutdown(c->fd, SHUT_RDWR);
+  for (const auto &entry : live)
+    ::shutdown(entry.second->fd, SHUT_RDWR);
   lock.unlock();
   if (stallWatch.joinable())
     stallWatch.join();

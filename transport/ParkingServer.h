@@ -28,6 +28,7 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <unordered_map>
 
 namespace courier::transport {
 
@@ -88,6 +89,11 @@ private:
   void park(Connection *c);
   /// Ends `c`: its socket closes and it is forgotten. `mutex` held.
   void forget(Connection *c);
+  /// The open connection `id` names, if any. `mutex` held.
+  Connection *find(uint64_t id) const;
+  /// Closes the parked connections idle past the keep-alive timeout, but not one whose next
+  /// request (or close) has come: a thread may have just taken its event. `mutex` held.
+  void expire(Clock::time_point now);
   /// Starts a thread when every thread is busy and none took a connection for kStall.
   void watchStalls();
   void wake();
@@ -101,7 +107,9 @@ private:
   std::condition_variable stalls, ended;
   bool stopping = false, closed = false;
   std::list<Connection *> parked; ///< Oldest first: the keep-alive clock.
-  std::list<Connection *> live;   ///< Every open connection.
+  /// Every open connection, by the id its epoll events carry.
+  std::unordered_map<uint64_t, Connection *> live;
+  uint64_t lastId = 0;
   size_t refusing = 0;
   unsigned threads = 0, idle = 0;
   Clock::time_point lastTaken = Clock::now();

@@ -275,3 +275,27 @@ TEST_CASE("a connection past --threads is answered 503 overloaded at once, and s
   }
   CHECK(status == 200);
 }
+
+TEST_CASE("a request whose headers never end is cut off at 64 KiB, and the executor serves on",
+          "[http][clients][security]") {
+  ExecutorProcess executor;
+  RawConnection connection(executor.port());
+  std::string line = "X-Filler: " + std::string(1000, 'a') + "\r\n";
+  std::string head = "GET /v1/health HTTP/1.1\r\nHost: x\r\n";
+  ::send(connection.descriptor(), head.data(), head.size(), MSG_NOSIGNAL);
+  // Up to 1 MiB of header lines; the server closes the connection long before.
+  size_t sent = head.size();
+  for (int i = 0; i < 1000; ++i) {
+    ssize_t n = ::send(connection.descriptor(), line.data(), line.size(), MSG_NOSIGNAL);
+    if (n <= 0)
+      break;
+    sent += static_cast<size_t>(n);
+  }
+  std::string reply = connection.readAll(); // Returns once the server has closed.
+  INFO("sent " << sent << " bytes before the close; reply: " << reply.substr(0, 80));
+  CHECK(reply.find("200 OK") == std::string::npos);
+  auto client = keepAliveClient(executor);
+  httplib::Result health = client->Get("/v1/health");
+  REQUIRE(health);
+  CHECK(health->status == 200);
+}
