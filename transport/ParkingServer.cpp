@@ -88,6 +88,11 @@ struct ParkingServer::Connection {
   bool isParked = false, armed = false;
   /// Its head came too slowly or grew too long: nothing more is read from it.
   bool broken = false;
+  /// Answered for the last time: its sending side is shut, and what the client still sends
+  /// is read and dropped until it closes or `drainUntil`, so the last response is not lost
+  /// to a reset (closing a socket with unread bytes resets the connection).
+  bool draining = false;
+  Clock::time_point drainUntil;
 
   size_t buffered() const { return end - begin; }
 };
@@ -327,27 +332,59 @@ void ParkingServer::park(Connection *c) {
     forget(c);
     return;
   }
-  c->isParked = true;
   c->parkedAt = Clock::now();
-  parked.push_back(c);
-  c->parkedPos = std::prev(parked.end());
+  if (!arm(c, parked))
+    return;
+  if (idle == 0 && threads < std::min(baseThreads(), limits.threads))
+    startThread(); // Nobody waits for its next request: a thread for it, up to the base.
+}
+
+bool ParkingServer::arm(Connection *c, std::list<Connection *> &list) {
+  c->isParked = true;
+  list.push_back(c);
+  c->parkedPos = std::prev(list.end());
   struct epoll_event event {};
   event.events = EPOLLIN | EPOLLRDHUP | EPOLLONESHOT;
   event.data.u64 = c->id;
   if (::epoll_ctl(epollFd, c->armed ? EPOLL_CTL_MOD : EPOLL_CTL_ADD, c->fd, &event) != 0) {
     forget(c);
-    return;
+    return false;
   }
   c->armed = true;
-  if (idle == 0 && threads < std::min(baseThreads(), limits.threads))
-    startThread(); // Nobody waits for its next request: a thread for it, up to the base.
+  return true;
+}
+
+void ParkingServer::unpark(Connection *c) {
+  (c->draining ? draining : parked).erase(c->parkedPos);
+  c->isParked = false;
+}
+
+void ParkingServer::retire(Connection *c) {
+  if (stopping) {
+    forget(c);
+    return;
+  }
+  c->buffer.reset();
+  c->draining = true;
+  c->drainUntil = Clock::now() + kDrain;
+  ::shutdown(c->fd, SHUT_WR);
+  arm(c, draining);
+}
+
+bool ParkingServer::drop(Connection *c) {
+  char discard[16384];
+  for (int i = 0; i < 16; ++i) {
+    ssize_t got = ::recv(c->fd, discard, sizeof(discard), MSG_DONTWAIT);
+    if (got > 0)
+      continue;
+    return got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR);
+  }
+  return true;
 }
 
 void ParkingServer::forget(Connection *c) {
-  if (c->isParked) {
-    parked.erase(c->parkedPos);
-    c->isParked = false;
-  }
+  if (c->isParked)
+    unpark(c);
   if (c->refused)
     --refusing;
   live.erase(c->id);
@@ -368,6 +405,8 @@ void ParkingServer::startThread() {
 }
 
 void ParkingServer::expire(Clock::time_point now) {
+  while (!draining.empty() && draining.front()->drainUntil <= now)
+    forget(draining.front());
   while (!parked.empty() && parked.front()->parkedAt + keepAlive() <= now) {
     Connection *c = parked.front();
     struct pollfd ready {
@@ -398,6 +437,8 @@ void ParkingServer::runThread() {
     auto until = std::min(idleSince + kIdleLife, now + std::chrono::seconds(1));
     if (!parked.empty())
       until = std::min(until, parked.front()->parkedAt + keepAlive());
+    if (!draining.empty())
+      until = std::min(until, draining.front()->drainUntil);
     int timeout = static_cast<int>(std::clamp<int64_t>(
         std::chrono::duration_cast<std::chrono::milliseconds>(until - now).count() + 1, 0, 60000));
     ++idle;
@@ -413,8 +454,18 @@ void ParkingServer::runThread() {
       Connection *c = find(event.data.u64);
       if (!c || !c->isParked)
         continue;
-      parked.erase(c->parkedPos);
-      c->isParked = false;
+      unpark(c);
+      if (c->draining) {
+        // Bytes after its last response: dropped here, without taking a request's turn.
+        lock.unlock();
+        bool open = drop(c);
+        lock.lock();
+        if (!open || stopping || Clock::now() >= c->drainUntil)
+          forget(c);
+        else
+          arm(c, draining);
+        continue;
+      }
       lastTaken = Clock::now();
       if (idle == 0)
         stalls.notify_one(); // Every thread is busy: the stall watch looks.
@@ -478,8 +529,14 @@ void ParkingServer::serve(Connection *c) {
     bool closed = false;
     closeAfter = false;
     bool answered = process_request(stream, closing, closed, nullptr);
-    if (!answered || closed || closing || closeAfter || c->broken)
-      break;
+    if (!answered || c->broken)
+      break; // The client went, or broke the protocol: closed at once.
+    if (closed || closing || closeAfter) {
+      ConnectionPool::markRefusing(false);
+      std::lock_guard<std::mutex> lock(mutex);
+      retire(c);
+      return;
+    }
     if (c->buffered() > 0)
       continue; // The client sent its next request early: it is served now, in order.
     ConnectionPool::markRefusing(false);
@@ -501,6 +558,8 @@ void ParkingServer::closeConnections() {
   stalls.notify_all();
   while (!parked.empty())
     forget(parked.front());
+  while (!draining.empty())
+    forget(draining.front());
   // What is left is being served: its socket is shut down, so a request blocked reading or
   // writing ends, and its thread forgets it.
   for (const auto &entry : live)

@@ -68,6 +68,8 @@ public:
   static constexpr std::chrono::milliseconds kStall{10};
   /// How long an idle request thread beyond the base lives.
   static constexpr std::chrono::seconds kIdleLife{30};
+  /// How long a connection answered for the last time waits for the client to close it.
+  static constexpr std::chrono::seconds kDrain{1};
   /// Refused connections waiting for their one answer at most; more are closed unanswered.
   static constexpr unsigned kMaxRefusing = 64;
 
@@ -89,6 +91,16 @@ private:
   void park(Connection *c);
   /// Ends `c`: its socket closes and it is forgotten. `mutex` held.
   void forget(Connection *c);
+  /// Puts `c` in `list` (parked or draining) and in the epoll set; false when it could not
+  /// be (it is forgotten). `mutex` held.
+  bool arm(Connection *c, std::list<Connection *> &list);
+  /// Takes `c` out of its list. `mutex` held.
+  void unpark(Connection *c);
+  /// After a last response: shuts its sending side and drains what the client still sends,
+  /// up to kDrain, before closing. `mutex` held.
+  void retire(Connection *c);
+  /// Reads and drops what a draining connection received; false once the client closed.
+  static bool drop(Connection *c);
   /// The open connection `id` names, if any. `mutex` held.
   Connection *find(uint64_t id) const;
   /// Closes the parked connections idle past the keep-alive timeout, but not one whose next
@@ -106,7 +118,8 @@ private:
   mutable std::mutex mutex;
   std::condition_variable stalls, ended;
   bool stopping = false, closed = false;
-  std::list<Connection *> parked; ///< Oldest first: the keep-alive clock.
+  std::list<Connection *> parked;   ///< Oldest first: the keep-alive clock.
+  std::list<Connection *> draining; ///< Oldest first: retired, waiting for the client's close.
   /// Every open connection, by the id its epoll events carry.
   std::unordered_map<uint64_t, Connection *> live;
   uint64_t lastId = 0;
