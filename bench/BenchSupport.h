@@ -136,6 +136,47 @@ struct ConcurrentRun {
   std::function<void()> atWindowOpen, atWindowClose;
 };
 
+/// One client's calls that ended in the window, and its slowest from the window's start on.
+struct ClientTimes {
+  std::vector<double> us;
+  double slowestUs = 0;
+  /// Counts a call of `us` that ended at `end`.
+  void record(std::chrono::steady_clock::time_point end, double us,
+              std::chrono::steady_clock::time_point opens,
+              std::chrono::steady_clock::time_point closes) {
+    if (end >= opens)
+      slowestUs = std::max(slowestUs, us);
+    if (end >= opens && end < closes)
+      this->us.push_back(us);
+  }
+};
+
+/// Waits until the window closes, calling its hooks as it opens and closes, then joins the
+/// clients' `threads`; returns the window's calls from each client's times.
+inline ConcurrentCalls closeWindow(const ConcurrentRun &run,
+                                   std::chrono::steady_clock::time_point opens,
+                                   std::chrono::steady_clock::time_point closes,
+                                   std::vector<std::thread> &threads,
+                                   const std::vector<ClientTimes> &times) {
+  std::this_thread::sleep_until(opens);
+  if (run.atWindowOpen)
+    run.atWindowOpen();
+  std::this_thread::sleep_until(closes);
+  if (run.atWindowClose)
+    run.atWindowClose();
+  for (std::thread &thread : threads)
+    thread.join();
+  ConcurrentCalls calls;
+  calls.seconds = std::chrono::duration<double>(run.window).count();
+  calls.fewestByOneClient = times.empty() ? 0 : times[0].us.size();
+  for (const ClientTimes &client : times) {
+    calls.us.insert(calls.us.end(), client.us.begin(), client.us.end());
+    calls.slowestUs = std::max(calls.slowestUs, client.slowestUs);
+    calls.fewestByOneClient = std::min(calls.fewestByOneClient, client.us.size());
+  }
+  return calls;
+}
+
 /// `run.clients` threads each call `once(client)` once untimed (connecting), then, started
 /// together, call it until the window closes. As wrk and Triton's perf_analyzer count, the
 /// figures are those of the window alone: no client has finished early and none has yet to
@@ -144,10 +185,6 @@ struct ConcurrentRun {
 inline ConcurrentCalls callConcurrently(const ConcurrentRun &run,
                                         const std::function<void(int client)> &once) {
   using Clock = std::chrono::steady_clock;
-  struct ClientTimes {
-    std::vector<double> us;
-    double slowestUs = 0;
-  };
   std::vector<ClientTimes> times(run.clients);
   std::atomic<int> ready{0};
   std::mutex starting;
@@ -173,11 +210,8 @@ inline ConcurrentCalls callConcurrently(const ConcurrentRun &run,
           break;
         once(c);
         Clock::time_point end = Clock::now();
-        double us = std::chrono::duration<double, std::micro>(end - start).count();
-        if (end >= opens)
-          times[c].slowestUs = std::max(times[c].slowestUs, us);
-        if (end >= opens && end < closes)
-          times[c].us.push_back(us);
+        times[c].record(end, std::chrono::duration<double, std::micro>(end - start).count(), opens,
+                        closes);
         due += run.pace;
       }
     });
@@ -191,23 +225,7 @@ inline ConcurrentCalls callConcurrently(const ConcurrentRun &run,
     go = true;
   }
   startedTogether.notify_all();
-  std::this_thread::sleep_until(opens);
-  if (run.atWindowOpen)
-    run.atWindowOpen();
-  std::this_thread::sleep_until(closes);
-  if (run.atWindowClose)
-    run.atWindowClose();
-  for (std::thread &thread : threads)
-    thread.join();
-  ConcurrentCalls calls;
-  calls.seconds = std::chrono::duration<double>(run.window).count();
-  calls.fewestByOneClient = times.empty() ? 0 : times[0].us.size();
-  for (const ClientTimes &client : times) {
-    calls.us.insert(calls.us.end(), client.us.begin(), client.us.end());
-    calls.slowestUs = std::max(calls.slowestUs, client.slowestUs);
-    calls.fewestByOneClient = std::min(calls.fewestByOneClient, client.us.size());
-  }
-  return calls;
+  return closeWindow(run, opens, closes, threads, times);
 }
 
 /// Closed loops over `run.clients` keep-alive HTTP/1.1 connections to 127.0.0.1:`port`,
@@ -224,11 +242,9 @@ inline ConcurrentCalls driveConnections(const ConcurrentRun &run, int port,
     int fd = -1;
     std::string request, received;
     Clock::time_point sent;
-    std::vector<double> us;
-    double slowestUs = 0;
-    bool busy = false;
   };
   std::vector<Connection> connections(run.clients);
+  std::vector<ClientTimes> times(run.clients);
   for (int c = 0; c < run.clients; ++c) {
     Connection &conn = connections[c];
     conn.request = request(c);
@@ -253,7 +269,6 @@ inline ConcurrentCalls driveConnections(const ConcurrentRun &run, int port,
       done += static_cast<size_t>(n);
     }
     conn.sent = Clock::now();
-    conn.busy = true;
   };
   /// The length of the whole response at the front of `bytes`, 0 while it is not all there.
   auto responseLength = [](const std::string &bytes) -> size_t {
@@ -283,7 +298,7 @@ inline ConcurrentCalls driveConnections(const ConcurrentRun &run, int port,
       for (int c = t; c < run.clients; c += threads) {
         struct epoll_event event {};
         event.events = EPOLLIN;
-        event.data.ptr = &connections[c];
+        event.data.u64 = static_cast<uint64_t>(c);
         ::epoll_ctl(epoll, EPOLL_CTL_ADD, connections[c].fd, &event);
         send(connections[c]);
         ++open;
@@ -295,7 +310,8 @@ inline ConcurrentCalls driveConnections(const ConcurrentRun &run, int port,
         if (n <= 0)
           die("no response within 5 s");
         for (int i = 0; i < n; ++i) {
-          Connection &conn = *static_cast<Connection *>(events[i].data.ptr);
+          int c = static_cast<int>(events[i].data.u64);
+          Connection &conn = connections[c];
           ssize_t got = ::recv(conn.fd, buffer, sizeof(buffer), 0);
           if (got <= 0)
             die("the server closed a connection");
@@ -305,12 +321,8 @@ inline ConcurrentCalls driveConnections(const ConcurrentRun &run, int port,
             continue;
           conn.received.erase(0, length);
           Clock::time_point end = Clock::now();
-          double us = std::chrono::duration<double, std::micro>(end - conn.sent).count();
-          if (end >= opens)
-            conn.slowestUs = std::max(conn.slowestUs, us);
-          if (end >= opens && end < closes)
-            conn.us.push_back(us);
-          conn.busy = false;
+          times[c].record(end, std::chrono::duration<double, std::micro>(end - conn.sent).count(),
+                          opens, closes);
           if (end < closes)
             send(conn);
           else
@@ -323,23 +335,9 @@ inline ConcurrentCalls driveConnections(const ConcurrentRun &run, int port,
   opens = started + run.warmup;
   closes = opens + run.window;
   go = true;
-  std::this_thread::sleep_until(opens);
-  if (run.atWindowOpen)
-    run.atWindowOpen();
-  std::this_thread::sleep_until(closes);
-  if (run.atWindowClose)
-    run.atWindowClose();
-  for (std::thread &driver : drivers)
-    driver.join();
-  ConcurrentCalls calls;
-  calls.seconds = std::chrono::duration<double>(run.window).count();
-  calls.fewestByOneClient = connections.empty() ? 0 : connections[0].us.size();
-  for (Connection &conn : connections) {
-    calls.us.insert(calls.us.end(), conn.us.begin(), conn.us.end());
-    calls.slowestUs = std::max(calls.slowestUs, conn.slowestUs);
-    calls.fewestByOneClient = std::min(calls.fewestByOneClient, conn.us.size());
+  ConcurrentCalls calls = closeWindow(run, opens, closes, drivers, times);
+  for (Connection &conn : connections)
     ::close(conn.fd);
-  }
   return calls;
 }
 
