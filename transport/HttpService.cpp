@@ -579,6 +579,11 @@ void HttpService::installHandlers() {
           refusalIdGiven = true;
           res.set_header("X-Request-Id", currentRequestId);
         }
+        // A request httplib refused before routing, or whose body it would not read, leaves
+        // the connection out of step: the reply says it closes (and it does, see the logger),
+        // so the client does not send its next request on it.
+        if (!requestCounted || (res.status != 404 && res.body.empty() && res.content_length_ == 0))
+          res.set_header("Connection", "close");
         if (!res.body.empty() || res.content_length_ > 0)
           return httplib::Server::HandlerResponse::Unhandled;
         if (res.status == 404)

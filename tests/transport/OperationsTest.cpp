@@ -230,6 +230,9 @@ TEST_CASE("a request httplib refuses before routing gets an id in its reply and 
   std::smatch id;
   REQUIRE(std::regex_search(reply, id, std::regex("\r\nX-Request-Id: ([0-9a-f]{16})\r\n")));
   CHECK(reply.find("\"code\":\"bad_request\"") != std::string::npos);
+  // The rest of what was sent cannot be read as a request: the reply says the connection
+  // closes, so a client does not send its next request on it.
+  CHECK(reply.find("\r\nConnection: close\r\n") != std::string::npos);
   std::string line = executor.awaitLogLine([&](const std::string &text) {
     return text.find("\"request_id\":\"" + id[1].str() + "\"") != std::string::npos;
   });
