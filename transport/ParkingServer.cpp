@@ -183,13 +183,16 @@ private:
   /// it; false past kMaxHeadBytes (cpp-httplib's line reader grows its line without bound).
   bool sawHead(const char *bytes, size_t n) {
     for (size_t i = 0; i < n && !headDone; ++i, ++headBytes) {
-      // An empty line ends the head, with or without its carriage return.
+      // As cpp-httplib reads a head: the line that is exactly "\r\n", after the request
+      // line, ends it (a line ending in a bare "\n" is skipped, not an end).
       if (bytes[i] == '\n') {
-        headDone = lineEmpty;
-        lineEmpty = true;
-      } else if (bytes[i] != '\r') {
-        lineEmpty = false;
+        headDone = lines > 0 && lineLength == 1 && lastByte == '\r';
+        ++lines;
+        lineLength = 0;
+      } else {
+        ++lineLength;
       }
+      lastByte = bytes[i];
     }
     if (!headDone && headBytes > kMaxHeadBytes)
       c.broken = true;
@@ -213,7 +216,9 @@ private:
   ParkingServer::Connection &c;
   std::chrono::microseconds readTimeout, writeTimeout;
   std::chrono::steady_clock::time_point headDeadline;
-  bool headDone = false, lineEmpty = false;
+  bool headDone = false;
+  size_t lines = 0, lineLength = 0;
+  char lastByte = 0;
   size_t headBytes = 0;
 };
 
@@ -245,6 +250,8 @@ ParkingServer::ParkingServer(Limits limitsIn) : limits(limitsIn) {
 ParkingServer::~ParkingServer() {
   closeConnections();
   awaitThreads(); // A request thread still serving holds this object.
+  if (stallWatch.joinable())
+    stallWatch.join(); // It ends once `stopping` is set.
   ::close(epollFd);
   ::close(wakeFd);
 }
@@ -298,7 +305,7 @@ bool ParkingServer::process_and_close_socket(socket_t sock) {
     ::close(sock);
     return false;
   }
-  if (live.size() - refusing >= limits.connections) {
+  if (live.size() - refusing - drainingCount >= limits.connections) {
     if (refusing >= kMaxRefusing) {
       // Refusals are themselves at their limit: closed unanswered, which the client sees
       // at once as a reset, not as a wait.
@@ -366,6 +373,11 @@ void ParkingServer::retire(Connection *c) {
   }
   c->buffer.reset();
   c->draining = true;
+  ++drainingCount;
+  if (c->refused) {
+    c->refused = false; // Answered: no longer a refusal waiting.
+    --refusing;
+  }
   c->drainUntil = Clock::now() + kDrain;
   ::shutdown(c->fd, SHUT_WR);
   arm(c, draining);
@@ -387,6 +399,8 @@ void ParkingServer::forget(Connection *c) {
     unpark(c);
   if (c->refused)
     --refusing;
+  if (c->draining)
+    --drainingCount;
   live.erase(c->id);
   if (c->armed)
     ::epoll_ctl(epollFd, EPOLL_CTL_DEL, c->fd, nullptr);
@@ -495,7 +509,7 @@ void ParkingServer::watchStalls() {
     // could be started), parked connections need one.
     stalls.wait(lock, [&] {
       return stopping || (threads > 0 && idle == 0 && threads < limits.threads) ||
-             (threads == 0 && !parked.empty());
+             (threads == 0 && (!parked.empty() || !draining.empty()));
     });
     if (stopping)
       break;
@@ -564,9 +578,6 @@ void ParkingServer::closeConnections() {
   // writing ends, and its thread forgets it.
   for (const auto &entry : live)
     ::shutdown(entry.second->fd, SHUT_RDWR);
-  lock.unlock();
-  if (stallWatch.joinable())
-    stallWatch.join();
 }
 
 } // namespace courier::transport

@@ -124,6 +124,7 @@ private:
   std::unordered_map<uint64_t, Connection *> live;
   uint64_t lastId = 0;
   size_t refusing = 0;
+  size_t drainingCount = 0; ///< Connections retired and not yet closed.
   unsigned threads = 0, idle = 0;
   Clock::time_point lastTaken = Clock::now();
 };
