@@ -304,18 +304,21 @@ llvm::Error HttpService::readFrame(const httplib::Request &, httplib::Response &
 
 namespace {
 
+/// The server and how it holds connections: a ParkingServer, or with TLS an SSLServer with a
+/// thread per connection from a ConnectionPool; both up to `threads` connections.
 std::unique_ptr<httplib::Server> makeServer(const HttpListenOptions &listen, std::string &problem) {
-  if (!wantsTls(listen)) {
-    unsigned limit = std::max(1u, listen.threads);
+  unsigned limit = std::max(1u, listen.threads);
+  if (!wantsTls(listen))
     return std::make_unique<ParkingServer>(ParkingServer::Limits{limit, limit});
-  }
-  return std::make_unique<httplib::SSLServer>([&](SSL_CTX &ctx) {
+  auto server = std::make_unique<httplib::SSLServer>([&](SSL_CTX &ctx) {
     llvm::Error error = configureServerContext(ctx, listen);
     if (!error)
       return true;
     problem = llvm::toString(std::move(error));
     return false;
   });
+  server->new_task_queue = [limit] { return new ConnectionPool(limit); };
+  return server;
 }
 
 } // namespace
@@ -323,9 +326,6 @@ std::unique_ptr<httplib::Server> makeServer(const HttpListenOptions &listen, std
 HttpService::HttpService(HttpServiceOptions options)
     : opts(std::move(options)), ownedServer(makeServer(opts.listen, tlsProblem)),
       http(*ownedServer), parking(dynamic_cast<ParkingServer *>(ownedServer.get())) {
-  unsigned connections = std::max(1u, opts.listen.threads);
-  if (!parking)
-    http.new_task_queue = [connections] { return new ConnectionPool(connections); };
   http.set_tcp_nodelay(true);
   http.set_keep_alive_max_count(1000000);
   // Short, so idle connections do not hold worker threads for long; the executor's client
@@ -603,9 +603,9 @@ void HttpService::installHandlers() {
 
   http.set_logger([this](const httplib::Request &req, const httplib::Response &res) {
     bool counted = std::exchange(requestCounted, false);
-    // A request httplib refused before routing (a request line or header it could not
-    // read) leaves the connection out of step: it closes, as one whose response says so.
-    if (parking && (!counted || res.get_header_value("Connection") == "close"))
+    // A response that says the connection closes (the error handler says so for a request
+    // httplib refused before routing) is the connection's last.
+    if (parking && res.get_header_value("Connection") == "close")
       ParkingServer::closeAfterResponse();
     bool work = counted && std::exchange(requestIsWork, false);
     // Only drain() and stop() wait for a count to reach zero; waking them on every request

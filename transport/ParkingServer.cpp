@@ -1,6 +1,7 @@
 #include "transport/ParkingServer.h"
 
 #include "transport/ConnectionPool.h"
+#include "transport/SharedMemory.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -13,7 +14,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <climits>
 #include <cstring>
 #include <string>
 #include <system_error>
@@ -53,20 +53,7 @@ void addressOf(const sockaddr_storage &address, socklen_t length, std::string &i
 
 /// Waits up to `timeout` for `events` on `fd`; false on a timeout or an error.
 bool await(int fd, short events, std::chrono::microseconds timeout) {
-  struct pollfd ready {
-    fd, events, 0
-  };
-  auto until = std::chrono::steady_clock::now() + timeout;
-  while (true) {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        until - std::chrono::steady_clock::now());
-    int polled =
-        ::poll(&ready, 1, static_cast<int>(std::clamp<int64_t>(left.count() + 1, 0, INT_MAX)));
-    if (polled > 0)
-      return true;
-    if (polled == 0 || errno != EINTR)
-      return false;
-  }
+  return pollUntil(fd, events, std::chrono::steady_clock::now() + timeout) > 0;
 }
 
 } // namespace
@@ -326,7 +313,6 @@ bool ParkingServer::process_and_close_socket(socket_t sock) {
   Connection *raw = c.release();
   raw->id = ++lastId;
   live.emplace(raw->id, raw);
-  lock.unlock();
   park(raw);
   return true;
 }
@@ -334,7 +320,6 @@ bool ParkingServer::process_and_close_socket(socket_t sock) {
 void ParkingServer::park(Connection *c) {
   if (c->buffer && c->buffered() == 0)
     c->buffer.reset(); // A parked connection costs its socket and this record, no buffer.
-  std::lock_guard<std::mutex> lock(mutex);
   if (stopping) {
     forget(c);
     return;
@@ -528,45 +513,35 @@ void ParkingServer::watchStalls() {
 }
 
 void ParkingServer::serve(Connection *c) {
+  // Read only by the pre-routing handler, within a request this thread serves.
   ConnectionPool::markRefusing(c->refused);
   while (true) {
     ConnectionStream stream(
         *c, std::chrono::seconds(read_timeout_sec_) + std::chrono::microseconds(read_timeout_usec_),
         std::chrono::seconds(write_timeout_sec_) + std::chrono::microseconds(write_timeout_usec_));
     // After stop() (the listener closed) a connection takes no request after this one.
-    bool closing =
-        c->refused || ++c->served >= keep_alive_max_count_ || svr_sock_ == INVALID_SOCKET;
-    {
-      std::lock_guard<std::mutex> lock(mutex);
-      closing = closing || stopping;
-    }
+    bool closing = c->refused || ++c->served >= keep_alive_max_count_ ||
+                   svr_sock_ == INVALID_SOCKET || stopping;
     bool closed = false;
     closeAfter = false;
     bool answered = process_request(stream, closing, closed, nullptr);
+    std::lock_guard<std::mutex> lock(mutex);
     if (!answered || c->broken)
-      break; // The client went, or broke the protocol: closed at once.
-    if (closed || closing || closeAfter) {
-      ConnectionPool::markRefusing(false);
-      std::lock_guard<std::mutex> lock(mutex);
+      forget(c); // The client went, or broke the protocol: closed at once.
+    else if (closed || closing || closeAfter)
       retire(c);
-      return;
-    }
-    if (c->buffered() > 0)
+    else if (c->buffered() > 0)
       continue; // The client sent its next request early: it is served now, in order.
-    ConnectionPool::markRefusing(false);
-    park(c);
+    else
+      park(c);
     return;
   }
-  ConnectionPool::markRefusing(false);
-  std::lock_guard<std::mutex> lock(mutex);
-  forget(c);
 }
 
 void ParkingServer::closeConnections() {
-  std::unique_lock<std::mutex> lock(mutex);
-  if (closed)
+  std::lock_guard<std::mutex> lock(mutex);
+  if (stopping)
     return;
-  closed = true;
   stopping = true;
   wake(); // Stays readable: every thread waiting on the epoll set sees it.
   stalls.notify_all();

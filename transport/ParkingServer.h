@@ -87,7 +87,7 @@ private:
   void startThread();
   /// Serves requests on `c` while they come, then parks or closes it.
   void serve(Connection *c);
-  /// Puts `c` in the epoll set until its next request comes.
+  /// Puts `c` in the epoll set until its next request comes. `mutex` held.
   void park(Connection *c);
   /// Ends `c`: its socket closes and it is forgotten. `mutex` held.
   void forget(Connection *c);
@@ -117,7 +117,8 @@ private:
 
   mutable std::mutex mutex;
   std::condition_variable stalls, ended;
-  bool stopping = false, closed = false;
+  /// Set once, by closeConnections(), under `mutex`; read without it on the request path.
+  std::atomic<bool> stopping{false};
   std::list<Connection *> parked;   ///< Oldest first: the keep-alive clock.
   std::list<Connection *> draining; ///< Oldest first: retired, waiting for the client's close.
   /// Every open connection, by the id its epoll events carry.

@@ -194,6 +194,21 @@ llvm::Error sendMessage(int socket, llvm::StringRef bytes, llvm::ArrayRef<int> f
   }
 }
 
+int pollUntil(int fd, short events, std::chrono::steady_clock::time_point until) {
+  struct pollfd ready {
+    fd, events, 0
+  };
+  while (true) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        until - std::chrono::steady_clock::now());
+    // Round up, so a deadline a fraction of a millisecond away is still waited for.
+    int polled =
+        ::poll(&ready, 1, static_cast<int>(std::clamp<int64_t>(left.count() + 1, 0, INT_MAX)));
+    if (polled >= 0 || errno != EINTR)
+      return polled;
+  }
+}
+
 llvm::Expected<ReceiveStatus>
 receiveMessage(int socket, Message &out, size_t maxBytes,
                std::optional<std::chrono::steady_clock::time_point> deadline,
@@ -213,23 +228,12 @@ receiveMessage(int socket, Message &out, size_t maxBytes,
   }
   // Without a deadline a blocking receive does what a poll and then a receive would, with
   // one system call fewer.
-  while (deadline) {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        *deadline - std::chrono::steady_clock::now());
-    // Round up, so a deadline a fraction of a millisecond away is still waited for.
-    int timeout =
-        left.count() < 0 ? 0 : static_cast<int>(std::min<int64_t>(left.count() + 1, 1 << 30));
-    struct pollfd ready {
-      socket, POLLIN, 0
-    };
-    int polled = ::poll(&ready, 1, timeout);
-    if (polled < 0 && errno == EINTR)
-      continue;
+  if (deadline) {
+    int polled = pollUntil(socket, POLLIN, *deadline);
     if (polled < 0)
       return systemError("waiting on a local channel");
     if (polled == 0)
       return ReceiveStatus::TimedOut;
-    break;
   }
   // One receive buffer per thread: sizing a fresh string for the largest message would
   // clear 100 KiB on every small reply.

@@ -148,6 +148,10 @@ inline constexpr size_t kMaxMessageFds = 5;
 /// Sends one message (and up to kMaxMessageFds descriptors) on a SOCK_SEQPACKET socket.
 llvm::Error sendMessage(int socket, llvm::StringRef bytes, llvm::ArrayRef<int> fds = {});
 
+/// Waits until `fd` has one of `events` or `until` passes, through interruptions: 1 when it
+/// has, 0 when the time ran out, -1 on an error (errno says which).
+int pollUntil(int fd, short events, std::chrono::steady_clock::time_point until);
+
 /// How a receive ended.
 enum class ReceiveStatus { Message, Closed, TimedOut, Interrupted };
 
