@@ -148,7 +148,15 @@ void setWorkerOutputSink(WorkerOutputSink sink) { pendingSink() = std::move(sink
 
 void logWorkerOutput() {
   setWorkerOutputSink([](pid_t worker, llvm::StringRef line) {
-    transport::logEvent(transport::LogLevel::Info, line, {{"worker", int64_t(worker)}});
+    // The line is the kernel's to choose. In text it is always quoted, so that it cannot
+    // pass for a line or a message of the server's (those never begin with a quote); JSON
+    // keeps it as the message, a string.
+    if (transport::logFormat() == transport::LogFormat::Text)
+      transport::logEvent(transport::LogLevel::Info,
+                          transport::textLogValue(line, transport::LogQuoting::Always),
+                          {{"worker", int64_t(worker)}});
+    else
+      transport::logEvent(transport::LogLevel::Info, line, {{"worker", int64_t(worker)}});
   });
 }
 

@@ -27,7 +27,8 @@ constexpr size_t kWorkerOutputLineMax = 4096;
 void setWorkerOutputSink(WorkerOutputSink sink);
 
 /// Sets the sink to the server's log (transport/Log.h): each line becomes an info event with
-/// the line as its message and the worker's pid as `worker`.
+/// the line as its message (in text, always quoted and escaped by textLogValue) and the
+/// worker's pid as `worker`.
 void logWorkerOutput();
 
 /// True when a sink is set: WorkerProcess::spawn then gives each worker a pipe.

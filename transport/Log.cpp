@@ -18,25 +18,92 @@ namespace {
 
 std::atomic<LogFormat> currentFormat{LogFormat::Text};
 
-/// A text value as it can be read back off the line: bare when it has no space, quote or
-/// control character, else in double quotes with those escaped as JSON escapes them.
-void writeTextValue(llvm::raw_ostream &os, llvm::StringRef value) {
-  bool bare = !value.empty() && llvm::none_of(value, [](char c) {
-    return c == ' ' || c == '"' || c == '=' || static_cast<unsigned char>(c) < 0x20 || c == 0x7f;
-  });
+/// Writes `text` with each control character escaped as JSON escapes it (`\n`, `\u001b`),
+/// DEL and the C1 controls (U+0080 to U+009F, which terminals also obey) included, and with
+/// quotes and backslashes escaped too when it goes between quotes; bytes that are not UTF-8
+/// become U+FFFD first, so none is read as a lone C1 control either.
+void writeEscaped(llvm::raw_ostream &os, llvm::StringRef text, bool quoted) {
+  std::string fixed;
+  if (!llvm::json::isUTF8(text)) {
+    fixed = llvm::json::fixUTF8(text);
+    text = fixed;
+  }
+  for (size_t i = 0; i < text.size(); ++i) {
+    unsigned char c = text[i];
+    unsigned control = c;
+    if (c == 0xc2 && i + 1 < text.size() && static_cast<unsigned char>(text[i + 1]) <= 0x9f) {
+      // UTF-8 lead bytes continue with 0x80 and above: this is U+0080 to U+009F.
+      control = static_cast<unsigned char>(text[++i]);
+    } else if (c >= 0x20 && c != 0x7f) {
+      if (quoted && (c == '"' || c == '\\'))
+        os << '\\';
+      os << c;
+      continue;
+    }
+    switch (control) {
+    case '\n':
+      os << "\\n";
+      break;
+    case '\r':
+      os << "\\r";
+      break;
+    case '\t':
+      os << "\\t";
+      break;
+    default:
+      os << llvm::format("\\u%04x", control);
+    }
+  }
+}
+
+void writeTextValue(llvm::raw_ostream &os, llvm::StringRef value, LogQuoting quoting) {
+  bool bare =
+      quoting == LogQuoting::WhenNeeded && !value.empty() && llvm::all_of(value, [](char c) {
+        return c > ' ' && c < 0x7f && c != '"' && c != '=' && c != '\\';
+      });
   if (bare) {
     os << value;
     return;
   }
-  os << llvm::json::Value(llvm::json::fixUTF8(value));
+  os << '"';
+  writeEscaped(os, value, /*quoted=*/true);
+  os << '"';
+}
+
+/// llvm::json escapes C0 controls in strings but writes DEL and C1 as they are: escaped here,
+/// where they can only stand inside a string (everything else of a line is ASCII we wrote).
+void escapeDelAndC1(std::string &line) {
+  auto isControl = [&](size_t i) {
+    unsigned char c = line[i];
+    return c == 0x7f ||
+           (c == 0xc2 && i + 1 < line.size() && static_cast<unsigned char>(line[i + 1]) <= 0x9f);
+  };
+  size_t i = 0;
+  while (i < line.size() && !isControl(i))
+    ++i;
+  if (i == line.size())
+    return;
+  std::string escaped = line.substr(0, i);
+  llvm::raw_string_ostream os(escaped);
+  for (; i < line.size(); ++i) {
+    if (!isControl(i)) {
+      os << line[i];
+      continue;
+    }
+    unsigned control = static_cast<unsigned char>(line[i]);
+    if (control == 0xc2)
+      control = static_cast<unsigned char>(line[++i]);
+    os << llvm::format("\\u%04x", control);
+  }
+  line = std::move(escaped);
 }
 
 } // namespace
 
-std::string textLogValue(llvm::StringRef value) {
+std::string textLogValue(llvm::StringRef value, LogQuoting quoting) {
   std::string text;
   llvm::raw_string_ostream os(text);
-  writeTextValue(os, value);
+  writeTextValue(os, value, quoting);
   return text;
 }
 
@@ -84,17 +151,18 @@ std::string formatLogLine(LogFormat format, llvm::StringRef time, LogLevel level
             },
             field.value);
     });
+    os.flush();
+    escapeDelAndC1(line);
   } else {
     // One event, one line, whatever the message holds.
     os << time << ' ' << logLevelName(level) << ' ';
-    for (char c : message)
-      os << (c == '\n' || c == '\r' ? ' ' : c);
+    writeEscaped(os, message, /*quoted=*/false);
     for (const LogField &field : fields) {
       os << ' ' << field.key << '=';
       std::visit(
           [&](auto value) {
             if constexpr (std::is_same_v<decltype(value), llvm::StringRef>)
-              writeTextValue(os, value);
+              writeTextValue(os, value, LogQuoting::WhenNeeded);
             else if constexpr (std::is_same_v<decltype(value), double>)
               os << llvm::format("%.3f", value);
             else

@@ -35,15 +35,24 @@ struct LogField {
 };
 
 /// Formats one line, ending in a newline: in text, "<time> <level> <message>" then
-/// " key=value" per field (values with spaces quoted); in JSON, {"time", "level", "msg",
-/// then the fields in order}. `time` is "2026-12-01T07:10:03.123Z".
+/// " key=value" per field (values as textLogValue writes them); in JSON, {"time", "level",
+/// "msg", then the fields in order}. `time` is "2026-12-01T07:10:03.123Z". Either way no byte
+/// of the message or a value can end the line or reach a terminal as a control character:
+/// text escapes the message's control characters (C0, DEL and C1, as `\n`, `\u001b`, ...)
+/// and writes values through textLogValue; JSON escapes them in its strings, DEL and C1
+/// included. Bytes that are not UTF-8 become U+FFFD.
 std::string formatLogLine(LogFormat format, llvm::StringRef time, LogLevel level,
                           llvm::StringRef message, llvm::ArrayRef<LogField> fields);
 
-/// `value` as a text line writes a field's value: bare when it has no space, quote, `=` or
-/// control character, else quoted with JSON's escapes. For text a client chose that goes into
-/// a message (a request's path), so that it cannot pass for a field of its own.
-std::string textLogValue(llvm::StringRef value);
+enum class LogQuoting { WhenNeeded, Always };
+
+/// `value` as a text line writes it: bare when it is printable ASCII without a space, quote,
+/// backslash or `=` (and `quoting` is WhenNeeded), else in double quotes with quotes,
+/// backslashes and control characters (C0, DEL, C1) escaped as JSON escapes them and bytes
+/// that are not UTF-8 as U+FFFD. The one escaping of text that a peer chose (a request's path,
+/// a line a worker wrote), wherever it goes into a text line: quoted, it can neither break
+/// its line nor pass for a field, a server's message or a terminal's command.
+std::string textLogValue(llvm::StringRef value, LogQuoting quoting = LogQuoting::WhenNeeded);
 
 /// The current UTC time as log lines give it, to the millisecond.
 std::string logTimestamp();

@@ -22,6 +22,7 @@
 #include <filesystem>
 #include <fstream>
 #include <netinet/in.h>
+#include <regex>
 #include <set>
 #include <sstream>
 #include <sys/socket.h>
@@ -609,6 +610,80 @@ TEST_CASE("what a kernel prints reaches a JSON log as lines of it, one event a l
                                        "no newline at the end"};
   CHECK(said == expected);
   requirePlusOneWorks(f.client, f.bystander, f.bystanderCrashers);
+}
+
+/// True when `log` holds a control character other than the newlines ending its lines: C0,
+/// DEL, or C1 as UTF-8.
+bool holdsRawControl(const std::string &log) {
+  return log.find("\xc2\x9b") != std::string::npos || llvm::any_of(log, [](char c) {
+           auto byte = static_cast<unsigned char>(c);
+           return (byte < 0x20 && byte != '\n') || byte == 0x7f;
+         });
+}
+
+constexpr const char *kForgedRequestLine =
+    "2026-12-01T07:10:03.123Z info GET /v1/health 200 in=0 out=0 0.100ms request=forged";
+
+TEST_CASE("a kernel's stderr reaches a text log quoted, as lines of its worker: it forges no "
+          "line of the executor's and passes no control character",
+          "[hostile][log]") {
+  Hostile f;
+  Outcome forged =
+      outcomeOf(f.client.launch(f.session, f.hostile, "_catalyst_pyface_forge_log_line", {}, {1}));
+  INFO(forged.describe());
+  REQUIRE(forged.status == 200);
+  std::string last = f.executor.awaitLogLine(
+      [](const std::string &line) { return line.find("end of forgery") != std::string::npos; });
+  REQUIRE(last != "");
+
+  std::string log = f.executor.log();
+  INFO("log:\n" << log);
+  CHECK_FALSE(holdsRawControl(log));
+  // The forged request line is in the log once: as what a worker said, quoted whole.
+  std::vector<std::string> mentions;
+  for (const std::string &line : f.executor.logLines())
+    if (line.find("request=forged") != std::string::npos)
+      mentions.push_back(line);
+  REQUIRE(mentions.size() == 1);
+  std::regex workerLine(R"re(\S+ info "(.*)" worker=\d+)re");
+  std::smatch said;
+  REQUIRE(std::regex_match(mentions[0], said, workerLine));
+  CHECK(said[1] == kForgedRequestLine);
+  REQUIRE(std::regex_match(last, said, workerLine));
+  CHECK(said[1] == R"(\u001b[2J\rcleared \u001b]0;title\u0007 \u007f \u009b2J end of forgery)");
+  requirePlusOneWorks(f.client, f.bystander, f.bystanderCrashers);
+}
+
+TEST_CASE("a kernel's stderr reaches a JSON log as strings: every line is one object, with no "
+          "control character outside JSON's escapes",
+          "[hostile][log]") {
+  Hostile f({"--launch-timeout-ms", "5000", "--log-format", "json"});
+  Outcome forged =
+      outcomeOf(f.client.launch(f.session, f.hostile, "_catalyst_pyface_forge_log_line", {}, {1}));
+  INFO(forged.describe());
+  REQUIRE(forged.status == 200);
+  REQUIRE(f.executor.awaitLogLine([](const std::string &line) {
+    return line.find("end of forgery") != std::string::npos;
+  }) != "");
+
+  std::string log = f.executor.log();
+  INFO("log:\n" << log);
+  CHECK_FALSE(holdsRawControl(log));
+  std::vector<std::string> said;
+  // Whole lines only: a request's line may still be being written.
+  std::istringstream whole(log.substr(0, log.rfind('\n') + 1));
+  for (std::string line; std::getline(whole, line);) {
+    INFO("log line: " << line);
+    json event = json::parse(line, nullptr, /*allow_exceptions=*/false);
+    REQUIRE(event.is_object());
+    if (event.contains("worker"))
+      said.push_back(event["msg"].get<std::string>());
+    else
+      CHECK(event.dump().find("forged") == std::string::npos);
+  }
+  CHECK(llvm::is_contained(said, kForgedRequestLine));
+  CHECK(llvm::is_contained(said, "\x1b[2J\rcleared \x1b]0;title\x07 \x7f \xc2\x9b"
+                                 "2J end of forgery"));
 }
 
 TEST_CASE("with every request thread held by launches waiting on one busy session, a health "

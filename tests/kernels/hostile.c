@@ -292,6 +292,19 @@ void _catalyst_pyface_shout(void *results, void *args) {
 }
 SIGNATURE(shout, 0, 1, 1, 8)
 
+/* Writes to stderr what would forge lines of a text log if written as it is: a line shaped
+ * like a request line of the executor's, a terminal's clear-screen, a carriage return, an OSC
+ * title, DEL and the C1 CSI. Returns one f64 one. */
+void _catalyst_pyface_forge_log_line(void *results, void *args) {
+  say(2, "\n2026-12-01T07:10:03.123Z info GET /v1/health 200 in=0 out=0 0.100ms "
+         "request=forged\n");
+  say(2, "\x1b[2J");
+  say(2, "\rcleared \x1b]0;title\x07 \x7f \xc2\x9b"
+         "2J end of forgery\n");
+  return_f64s(results, 1.0, 1);
+}
+SIGNATURE(forge_log_line, 0, 1, 1, 8)
+
 /* No arguments, no results (so it may be launched async): sleeps 1 s. */
 void _catalyst_pyface_nap_second(void *results, void *args) { sleep_ms(1000); }
 SIGNATURE(nap_second, 0, 0)

@@ -29,6 +29,8 @@ using namespace courier;
 using namespace courier::serve;
 using courier::transport::logEvent;
 using courier::transport::LogLevel;
+using courier::transport::LogQuoting;
+using courier::transport::textLogValue;
 
 static const char *const kUsage =
     "usage: courier-serve [--listen HOST:PORT] [--token-file FILE] [--executor ADDR|local]\n"
@@ -268,8 +270,10 @@ public:
     std::lock_guard<std::mutex> lock(mutex);
     std::string name = sys::path::stem(path).str();
     if (!isModuleName(name)) {
+      // Whoever can write to the directory chose this name: quoted, as a client's path is.
       logEvent(LogLevel::Warn,
-               "watch: skipping '" + path + "': '" + name + "' is not a module name",
+               "watch: skipping " + textLogValue(path, LogQuoting::Always) +
+                   ": its name is not a module name",
                {{"file", StringRef(path)}});
       return;
     }
