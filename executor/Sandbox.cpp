@@ -22,6 +22,7 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
+#include <sys/ucontext.h>
 #include <termios.h>
 #include <unistd.h>
 
@@ -70,7 +71,45 @@ void sendReport(const CrashReport &report) {
 }
 alignas(16) char alternateStack[64 * 1024];
 
-void reportCrash(int signal, siginfo_t *info, void *) {
+/// Set by enterSandbox: its filter traps newfstatat for the handler below to answer.
+volatile sig_atomic_t answerStatAt = 0;
+
+/// Answers a trapped newfstatat: fstat for the C library's form (a descriptor, an empty path
+/// and AT_EMPTY_PATH), EACCES for anything naming a path. True when it answered.
+bool answerTrappedStatAt(const siginfo_t *info, void *context) {
+  if (!answerStatAt || !info || !context || info->si_syscall != SYS_newfstatat)
+    return false;
+  auto *state = static_cast<ucontext_t *>(context);
+#if defined(__x86_64__)
+  greg_t *registers = state->uc_mcontext.gregs;
+  long fd = registers[REG_RDI], flags = registers[REG_R10];
+  auto *path = reinterpret_cast<const char *>(registers[REG_RSI]);
+  void *status = reinterpret_cast<void *>(registers[REG_RDX]);
+  greg_t &result = registers[REG_RAX];
+#elif defined(__aarch64__)
+  auto *registers = state->uc_mcontext.regs;
+  long fd = static_cast<long>(registers[0]), flags = static_cast<long>(registers[3]);
+  auto *path = reinterpret_cast<const char *>(registers[1]);
+  void *status = reinterpret_cast<void *>(registers[2]);
+  auto &result = registers[0];
+#else
+  return false;
+#endif
+  long answer = -EACCES;
+  if ((flags & AT_EMPTY_PATH) && path && path[0] == '\0') {
+    int saved = errno;
+    answer = ::syscall(SYS_fstat, fd, status);
+    if (answer < 0)
+      answer = -errno;
+    errno = saved;
+  }
+  result = static_cast<std::remove_reference_t<decltype(result)>>(answer);
+  return true;
+}
+
+void reportCrash(int signal, siginfo_t *info, void *context) {
+  if (signal == SIGSYS && answerTrappedStatAt(info, context))
+    return;
   CrashReport report;
   report.signal = signal;
   report.code = info ? info->si_code : 0;
@@ -116,6 +155,12 @@ llvm::Error applyLimits(const SandboxLimits &limits) {
   if (limits.noNewProcesses)
     if (llvm::Error error = setLimit(RLIMIT_NPROC, 0, "RLIMIT_NPROC"))
       return error;
+  if (limits.fileBytes) {
+    if (llvm::Error error = setLimit(RLIMIT_FSIZE, limits.fileBytes, "RLIMIT_FSIZE"))
+      return error;
+    // Growing a file past it then fails with EFBIG instead of killing the worker.
+    ::signal(SIGXFSZ, SIG_IGN);
+  }
   return setLimit(RLIMIT_CORE, 0, "RLIMIT_CORE");
 }
 
@@ -147,7 +192,7 @@ llvm::Error enterSandbox() {
   static const char *const allowed[] = {
       // its channel, its log, shared buffers
       "read", "write", "readv", "writev", "recvmsg", "sendmsg", "recvfrom", "sendto", "close",
-      "poll", "ppoll", "fstat", "newfstatat", "lseek", "memfd_create", "ftruncate",
+      "poll", "ppoll", "fstat", "lseek", "memfd_create", "ftruncate",
       // memory
       "mmap", "munmap", "mprotect", "mremap", "madvise", "brk",
       // synchronisation and time
@@ -179,8 +224,76 @@ llvm::Error enterSandbox() {
   struct scmp_arg_cmp toSelf = {0, SCMP_CMP_EQ, static_cast<scmp_datum_t>(::getpid()), 0};
   if (int rc = seccomp_rule_add_array(filter, SCMP_ACT_ALLOW, SCMP_SYS(tgkill), 1, &toSelf))
     return systemError("allowing tgkill", -rc);
+  // newfstatat is left to trap: the crash reporter answers it (answerTrappedStatAt).
+  answerStatAt = 1;
   if (int rc = seccomp_load(filter))
     return systemError("loading the seccomp filter", -rc);
+  return llvm::Error::success();
+}
+
+llvm::Error dropCapabilities() {
+  struct __user_cap_header_struct header = {_LINUX_CAPABILITY_VERSION_3, 0};
+  struct __user_cap_data_struct held[2] = {};
+  if (::syscall(SYS_capget, &header, held) != 0)
+    return systemError("reading capabilities");
+  bool mayChangeBits = held[0].effective & (1u << CAP_SETPCAP);
+  if (mayChangeBits) {
+    // Executing a program as root would otherwise grant every capability again.
+    constexpr unsigned long kSecureBits = (1ul << 0) | (1ul << 1) | (1ul << 2) | (1ul << 3) |
+                                          (1ul << 4) | (1ul << 5) | (1ul << 6) | (1ul << 7);
+    if (::prctl(PR_SET_SECUREBITS, kSecureBits, 0, 0, 0) != 0)
+      return systemError("setting the secure bits");
+    for (int capability = 0; ::prctl(PR_CAPBSET_READ, capability, 0, 0, 0) >= 0; ++capability)
+      if (::prctl(PR_CAPBSET_DROP, capability, 0, 0, 0) != 0)
+        return systemError(
+            llvm::formatv("dropping capability {0} from the bounding set", capability));
+  }
+  if (::prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0 && errno != EINVAL)
+    return systemError("clearing ambient capabilities");
+  struct __user_cap_data_struct none[2] = {};
+  if (::syscall(SYS_capset, &header, none) != 0)
+    return systemError("dropping capabilities");
+  return llvm::Error::success();
+}
+
+llvm::Error forbidFileWritesInAllThreads() {
+  scmp_filter_ctx filter = seccomp_init(SCMP_ACT_ALLOW);
+  if (!filter)
+    return llvm::createStringError("seccomp_init failed");
+  llvm::scope_exit release([&] { seccomp_release(filter); });
+  // Every thread, including those started before and those a signal handler runs on.
+  if (int rc = seccomp_attr_set(filter, SCMP_FLTATR_CTL_TSYNC, 1))
+    return systemError("synchronising the filter to every thread", -rc);
+  const uint32_t refused = SCMP_ACT_ERRNO(EACCES);
+  static const char *const changesFiles[] = {
+      "creat",      "rename",    "renameat",  "renameat2",   "link",         "linkat",
+      "symlink",    "symlinkat", "unlink",    "unlinkat",    "mkdir",        "mkdirat",
+      "rmdir",      "mknod",     "mknodat",   "truncate",    "chmod",        "fchmod",
+      "fchmodat",   "fchmodat2", "chown",     "fchown",      "lchown",       "fchownat",
+      "setxattr",   "lsetxattr", "fsetxattr", "removexattr", "lremovexattr", "fremovexattr",
+      "utime",      "utimes",    "utimensat", "futimesat",   "bind",         "mount_setattr",
+      "move_mount", "open_tree", "fsopen",    "fsmount"};
+  for (const char *name : changesFiles) {
+    int number = seccomp_syscall_resolve_name(name);
+    if (number == __NR_SCMP_ERROR)
+      continue; // Not a system call here, or unknown to this libseccomp.
+    if (int rc = seccomp_rule_add(filter, refused, number, 0))
+      return systemError(llvm::formatv("refusing {0}", name), -rc);
+  }
+  // openat2 passes its flags in memory a filter cannot read; the C library does not use it.
+  if (int rc = seccomp_rule_add(filter, SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(openat2), 0))
+    return systemError("refusing openat2", -rc);
+  // open and openat with any flag that writes, creates or truncates (O_TMPFILE needs one).
+  for (scmp_datum_t flag : {O_WRONLY, O_RDWR, O_CREAT, O_TRUNC})
+    for (auto [call, argument] : {std::pair{SCMP_SYS(open), 1u}, std::pair{SCMP_SYS(openat), 2u}}) {
+      if (call < 0)
+        continue; // open is not a system call on aarch64.
+      struct scmp_arg_cmp has = {argument, SCMP_CMP_MASKED_EQ, flag, flag};
+      if (int rc = seccomp_rule_add_array(filter, refused, call, 1, &has))
+        return systemError("refusing writable opens", -rc);
+    }
+  if (int rc = seccomp_load(filter))
+    return systemError("loading the file-write filter", rc < 0 ? -rc : EBUSY);
   return llvm::Error::success();
 }
 
@@ -221,18 +334,18 @@ llvm::Expected<bool> forbidFileWrites() {
 llvm::Error enterModuleSandbox() {
   if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
     return systemError("setting no-new-privs");
-  // Not dumpable: other workers (the same user) cannot open this one's /proc/<pid>/mem.
-  // No capabilities: a worker of a root server cannot override that, nor file permissions.
+  // Not dumpable: other workers (the same user) cannot open this one's /proc/<pid>/mem; the
+  // worker dropped its capabilities when it started (dropCapabilities), so a worker of a
+  // root server cannot override that, nor file permissions.
   if (::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0)
     return systemError("clearing dumpable");
-  struct __user_cap_header_struct header = {_LINUX_CAPABILITY_VERSION_3, 0};
-  struct __user_cap_data_struct none[2] = {};
-  if (::syscall(SYS_capset, &header, none) != 0)
-    return systemError("dropping capabilities");
   scmp_filter_ctx filter = seccomp_init(SCMP_ACT_ALLOW);
   if (!filter)
     return llvm::createStringError("seccomp_init failed");
   llvm::scope_exit release([&] { seccomp_release(filter); });
+  // Threads started before (the compiler's) are bound as this one is.
+  if (int rc = seccomp_attr_set(filter, SCMP_FLTATR_CTL_TSYNC, 1))
+    return systemError("synchronising the filter to every thread", -rc);
   static const char *const denied[] = {
       // other programs and processes
       "execve", "execveat", "fork", "vfork", "ptrace", "process_vm_readv", "process_vm_writev",

@@ -23,10 +23,14 @@ struct SandboxLimits {
   /// RLIMIT_NPROC 0: no new threads or processes. A module worker needs threads (its
   /// compiler runs on a large stack of its own), so it relies on its filter instead.
   bool noNewProcesses = true;
+  /// RLIMIT_FSIZE: the largest file, memfds included, the worker may make (0: no limit).
+  /// Where the worker has no control group of its own (executor/WorkerCgroup.h) this is
+  /// what bounds the memory a file in memory holds once unmapped.
+  uint64_t fileBytes = 0;
 };
 
-/// Sets RLIMIT_AS, RLIMIT_CPU, RLIMIT_NOFILE, RLIMIT_NPROC (0, with noNewProcesses) and
-/// RLIMIT_CORE (0, so a crashing kernel never writes a core file).
+/// Sets RLIMIT_AS, RLIMIT_CPU, RLIMIT_NOFILE, RLIMIT_NPROC (0, with noNewProcesses),
+/// RLIMIT_FSIZE and RLIMIT_CORE (0, so a crashing kernel never writes a core file).
 llvm::Error applyLimits(const SandboxLimits &limits);
 
 /// Installs handlers for the signals a kernel dies of (on an alternate stack, so a stack
@@ -43,8 +47,16 @@ void ringOnCrash(std::atomic<uint32_t> &request, std::atomic<uint32_t> &reply);
 /// new-handler, so a compile that reaches its memory limit is named as such.
 [[noreturn]] void reportOutOfMemoryAndAbort();
 
+/// Drops every capability of the process for good: effective, permitted, inheritable,
+/// ambient and (where it may) the bounding set, with the secure bits that keep a root
+/// process from regaining them. Capabilities are per thread, so a worker calls this first,
+/// while it has one thread; the threads it starts later have none.
+llvm::Error dropCapabilities();
+
 /// Sets PR_SET_NO_NEW_PRIVS and loads the filter: anything not allowed traps with SIGSYS,
-/// which the crash reporter names with the system call's number.
+/// which the crash reporter names with the system call's number. newfstatat, which the C
+/// library's fstat uses, also traps: the crash reporter answers it for a descriptor and
+/// refuses a path with EACCES, so a kernel cannot learn of files outside its worker.
 llvm::Error enterSandbox();
 
 /// The module worker's confinement: a module's host code compiles, reads and writes the
@@ -54,9 +66,15 @@ llvm::Error enterSandbox();
 /// identity changes, kernel modules, BPF or io_uring. A denied call traps with SIGSYS.
 llvm::Error enterModuleSandbox();
 
-/// Forbids this process, from now on, to create, write, truncate, rename or remove any file
-/// (Landlock, with no path allowed; descriptors already open keep working). False when the
-/// kernel has no Landlock: nothing was changed. Needs no-new-privs (enterModuleSandbox).
+/// Forbids every thread of this process, from now on, to open a file for writing, or to
+/// create, truncate, rename, link, remove, change the mode, owner or times of any file or
+/// bind a socket to a path (a seccomp filter synchronised to all threads; a call refused
+/// fails with EACCES). Descriptors already open keep working, and memfds are not paths.
+/// Needs no-new-privs (enterModuleSandbox).
+llvm::Error forbidFileWritesInAllThreads();
+
+/// Forbids the calling thread, and those it starts later, the same with Landlock (no path
+/// allowed): a second lock where the kernel has it. False when it has not.
 llvm::Expected<bool> forbidFileWrites();
 
 } // namespace courier::executor

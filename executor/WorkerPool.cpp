@@ -12,9 +12,11 @@
 #include <csignal>
 #include <cstring>
 #include <fcntl.h>
+#include <map>
 #include <poll.h>
 #include <spawn.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -106,6 +108,12 @@ const WorkerDeath &WorkerProcess::settle() {
     return howItDied;
   case EndReason::None:
     break;
+  }
+  // The kernel's out-of-memory killer ends a worker past its group's bound with SIGKILL.
+  if (group && WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL && group->killedForMemory()) {
+    howItDied = {"out of memory (its memory limit, counting shared memory it created; SIGKILL)",
+                 "SIGKILL"};
+    return howItDied;
   }
   // A report counts only if the signal it names is what ended the process: a kernel can
   // write a report of its own and carry on.
@@ -456,7 +464,7 @@ llvm::Expected<std::unique_ptr<WorkerProcess>> WorkerPool::start() {
     args.push_back("--allow-unsigned-objects");
   args.insert(args.end(), settings.extraArguments.begin(), settings.extraArguments.end());
   llvm::Expected<std::unique_ptr<WorkerProcess>> worker =
-      WorkerProcess::spawn(settings.program, args);
+      WorkerProcess::spawn(settings.program, args, settings.memoryMiB << 20, settings.extraThreads);
   if (worker && settings.doorbell)
     if (llvm::Error error = (*worker)->shareDoorbell())
       return std::move(error);
@@ -464,7 +472,19 @@ llvm::Expected<std::unique_ptr<WorkerProcess>> WorkerPool::start() {
 }
 
 llvm::Expected<std::unique_ptr<WorkerProcess>>
-WorkerProcess::spawn(const std::string &program, const std::vector<std::string> &argsIn) {
+WorkerProcess::spawn(const std::string &program, const std::vector<std::string> &argsIn,
+                     uint64_t memoryBytes, uint64_t extraThreads) {
+  llvm::Expected<int> image = workerProgram(program);
+  if (!image)
+    return image.takeError();
+  // posix_spawn takes a path: this one names the descriptor, whatever is now at `program`.
+  std::string imagePath = "/proc/self/fd/" + std::to_string(*image);
+  std::vector<std::string> environment = workerEnvironment();
+  std::vector<char *> envp;
+  for (std::string &variable : environment)
+    envp.push_back(variable.data());
+  envp.push_back(nullptr);
+
   int ends[2];
   if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, ends) != 0)
     return llvm::createStringError(llvm::Twine("socketpair: ") + std::strerror(errno));
@@ -510,7 +530,7 @@ WorkerProcess::spawn(const std::string &program, const std::vector<std::string> 
   posix_spawnattr_setsigdefault(&attributes, &all);
   posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
   pid_t pid = -1;
-  int rc = ::posix_spawn(&pid, program.c_str(), &actions, &attributes, argv.data(), environ);
+  int rc = ::posix_spawn(&pid, imagePath.c_str(), &actions, &attributes, argv.data(), envp.data());
   posix_spawn_file_actions_destroy(&actions);
   posix_spawnattr_destroy(&attributes);
   if (rc != 0)
@@ -522,6 +542,9 @@ WorkerProcess::spawn(const std::string &program, const std::vector<std::string> 
     relayWorkerOutput(pid, outputRead.release());
   liveWorkers++;
   std::unique_ptr<WorkerProcess> worker(new WorkerProcess(pid, std::move(mine)));
+  // Before the worker says it is ready it has run only its own code: nothing it maps to start
+  // escapes the group, and no module or kernel runs before the bounds are set below.
+  worker->group = WorkerCgroup::adopt(pid);
 
   Message hello;
   llvm::Expected<ReceiveStatus> status =
@@ -532,6 +555,9 @@ WorkerProcess::spawn(const std::string &program, const std::vector<std::string> 
   if (*status == ReceiveStatus::Message && reader.kind() == MessageKind::Ready) {
     if (llvm::Error error = checkReady(reader, program))
       return std::move(error);
+    if (worker->group)
+      if (llvm::Error error = worker->group->limit(memoryBytes, extraThreads))
+        return std::move(error);
     return std::move(worker);
   }
   if (*status == ReceiveStatus::Message && reader.kind() == MessageKind::Failed) {
@@ -545,6 +571,51 @@ WorkerProcess::spawn(const std::string &program, const std::vector<std::string> 
             .str());
   return llvm::createStringError(program + " " + describeStatus(worker->reap()) +
                                  " while starting");
+}
+
+llvm::Expected<int> workerProgram(const std::string &program) {
+  static std::mutex mutex;
+  static std::map<std::string, int> opened;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (auto found = opened.find(program); found != opened.end())
+    return found->second;
+  int fd = ::open(program.c_str(), O_PATH | O_CLOEXEC);
+  if (fd < 0)
+    return llvm::createStringError(
+        llvm::formatv("starting {0}: {1}", program, std::strerror(errno)).str());
+  struct stat info;
+  std::string refused;
+  if (::fstat(fd, &info) != 0)
+    refused = std::strerror(errno);
+  else if (!S_ISREG(info.st_mode))
+    refused = "not a regular file";
+  else if ((info.st_mode & S_IXUSR) == 0)
+    refused = "not executable";
+  else if (info.st_mode & (S_IWGRP | S_IWOTH))
+    refused = "others may write to it";
+  else if (info.st_uid != 0 && info.st_uid != ::geteuid())
+    refused = "owned by another user (uid " + std::to_string(info.st_uid) + ")";
+  if (!refused.empty()) {
+    ::close(fd);
+    return llvm::createStringError(
+        llvm::formatv("refusing the worker program {0}: {1}", program, refused).str());
+  }
+  opened[program] = fd;
+  return fd;
+}
+
+std::vector<std::string> workerEnvironment() {
+  static const llvm::StringRef kept[] = {"GLIBC_TUNABLES",        "ASAN_OPTIONS",
+                                         "UBSAN_OPTIONS",         "LSAN_OPTIONS",
+                                         "COURIER_TLS_CA",        "COURIER_TLS_CLIENT_CERT",
+                                         "COURIER_TLS_CLIENT_KEY"};
+  std::vector<std::string> environment;
+  for (char **variable = environ; *variable; ++variable) {
+    llvm::StringRef name = llvm::StringRef(*variable).split('=').first;
+    if (llvm::is_contained(kept, name))
+      environment.emplace_back(*variable);
+  }
+  return environment;
 }
 
 } // namespace courier::executor

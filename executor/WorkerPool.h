@@ -4,6 +4,7 @@
 #ifndef COURIER_EXECUTOR_WORKERPOOL_H
 #define COURIER_EXECUTOR_WORKERPOOL_H
 
+#include "executor/WorkerCgroup.h"
 #include "executor/WorkerProtocol.h"
 
 #include "llvm/Support/Error.h"
@@ -37,6 +38,10 @@ struct WorkerSettings {
   bool doorbell = false;
   /// Passed after the flags above: what a program other than courier-worker needs.
   std::vector<std::string> extraArguments;
+  /// Threads a worker may start beyond those it has when it is ready, where it has a control
+  /// group of its own (executor/WorkerCgroup.h). A session worker's filter lets kernels start
+  /// none; a module worker's host code may.
+  uint64_t extraThreads = 64;
 };
 
 /// Why the executor ended a worker itself; a worker that dies on its own has none.
@@ -58,8 +63,15 @@ public:
   /// waits until it reports Ready (or why it could not start). The worker is sent SIGKILL
   /// when the thread that started it ends (PDEATHSIG), so start workers from a thread that
   /// lives as long as they may: WorkerPool's.
+  /// The program is executed through a descriptor opened the first time it is started
+  /// (workerProgram): a file put in its place later is never run. Its environment holds only
+  /// what workers read (workerEnvironment). Where a control group can be made, the worker gets
+  /// one bounding its memory, memfd pages included, at `memoryBytes` past what it holds when
+  /// ready and its threads at `extraThreads` more.
   static llvm::Expected<std::unique_ptr<WorkerProcess>> spawn(const std::string &program,
-                                                              const std::vector<std::string> &args);
+                                                              const std::vector<std::string> &args,
+                                                              uint64_t memoryBytes = 0,
+                                                              uint64_t extraThreads = 0);
 
   pid_t pid() const { return processId; }
   bool alive() const { return !dead.load(); }
@@ -109,6 +121,8 @@ private:
 
   pid_t processId;
   UniqueFd channel;
+  /// Removed after the process is reaped (members go after the destructor's body).
+  std::unique_ptr<WorkerCgroup> group;
   std::atomic<bool> dead{false};
   std::atomic<EndReason> endReason{EndReason::None};
   std::mutex reapMutex;
@@ -181,6 +195,14 @@ private:
   std::atomic<bool> lastStartFailed{false};
   std::thread refiller;
 };
+
+/// The descriptor `program` is executed through, opened (O_PATH) and checked the first time:
+/// a regular file that only its owner, this user or root, may change.
+llvm::Expected<int> workerProgram(const std::string &program);
+
+/// The environment a worker starts with: the C library's tunables, the sanitizers' options
+/// and the TLS client files a module's host code may use; nothing else of the server's.
+std::vector<std::string> workerEnvironment();
 
 } // namespace courier::executor
 

@@ -3,6 +3,7 @@
 // (jit/IsolatedModule.cpp).
 #include "jit/ModuleWorker.h"
 
+#include "jit/DiskCache.h"
 #include "jit/Internal.h"
 #include "jit/ParseGuard.h"
 
@@ -69,7 +70,10 @@ std::vector<TensorSpec> readSpecs(MessageReader &in) {
 } // namespace
 
 void writeOptions(MessageWriter &out, const EngineOptions &options) {
-  out.u64(options.optLevel).str(options.cacheDir).u64(options.diskCache ? 1 : 0);
+  // Resolved here: a worker starts without the server's environment (HOME, XDG_CACHE_HOME).
+  out.u64(options.optLevel)
+      .str(options.cacheDir.empty() ? defaultCacheDir() : options.cacheDir)
+      .u64(options.diskCache ? 1 : 0);
   out.str(options.executorOverride);
   out.u64(static_cast<uint64_t>(options.connectTimeout.count()));
   out.u64(static_cast<uint64_t>(options.requestTimeout.count()));
@@ -372,14 +376,14 @@ private:
       return answerError(llvm::createStringError("a malformed compile request"));
     engine = std::make_unique<Engine>(std::move(options));
     // Once the compile has written the cache, the module's code may write no file: it
-    // cannot plant another module's objects there, nor anything anywhere else.
+    // cannot plant another module's objects there, replace a program the server starts, nor
+    // write anything anywhere else. The lock holds in every thread before setup() runs.
     if (sandboxed)
       setBeforeModuleCode(lockFileSystem);
     llvm::Expected<std::shared_ptr<Module>> compiled = engine->compile(*text, name, compileOptions);
     if (!compiled)
       return answerError(compiled.takeError());
-    // Landlock binds the thread that asks and those it starts later: the compile's thread
-    // was locked before setup() ran, and this one, which runs the calls, is locked here.
+    // A module without host code to run (no setup) locks here, before its first call.
     if (sandboxed)
       lockFileSystem();
     module = std::move(*compiled);
@@ -529,14 +533,23 @@ private:
 void outOfMemory() { executor::reportOutOfMemoryAndAbort(); }
 
 void lockFileSystem() {
-  llvm::Expected<bool> locked = executor::forbidFileWrites();
-  if (!locked) {
-    // A module must not run with its file system open when it was meant to be closed: the
-    // compile fails (compile_crashed, SIGABRT) and this says why in the server's log.
-    llvm::errs() << "courier-module-worker: " << llvm::toString(locked.takeError()) << "\n";
+  static bool locked = false;
+  if (locked)
+    return;
+  // A module must not run with its file system open when it was meant to be closed: the
+  // compile fails (compile_crashed, SIGABRT) and this says why in the server's log.
+  auto failed = [](llvm::Error error) {
+    llvm::errs() << "courier-module-worker: " << llvm::toString(std::move(error)) << "\n";
     std::abort();
-  }
-  // Without Landlock in the kernel the worker runs as before: seccomp and no-new-privs only.
+  };
+  // Every thread: the compiler's, and any a signal handler of the module's may run on.
+  if (llvm::Error error = executor::forbidFileWritesInAllThreads())
+    failed(std::move(error));
+  // A second lock on this thread where the kernel has Landlock.
+  llvm::Expected<bool> landlocked = executor::forbidFileWrites();
+  if (!landlocked)
+    failed(landlocked.takeError());
+  locked = true;
 }
 
 /// Compiled once before the worker says it is ready: the first compile in a process pays for
@@ -581,6 +594,9 @@ int runModuleWorker(int argc, char **argv) {
     llvm::consumeError(executor::sendMessage(channel, failed.view()));
     return 2;
   };
+  // First, while this is the only thread: the compiler's threads, started later, hold none.
+  if (llvm::Error error = executor::dropCapabilities())
+    return fail(llvm::toString(std::move(error)));
   llvm::Expected<Flags> flags = parseFlags(argc, argv);
   if (!flags)
     return fail(llvm::toString(flags.takeError()));

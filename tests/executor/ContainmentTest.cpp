@@ -3,6 +3,7 @@
 // happened; the executor keeps serving, the session's next launch works without re-shipping,
 // other sessions never notice, deadlines end spinning kernels, and health and metrics say
 // what happened.
+#include "executor/WorkerCgroup.h"
 #include "tests/executor/Replies.h"
 #include "tests/kernels/KernelPaths.h"
 #include "tests/transport/ExecutorProcess.h"
@@ -22,6 +23,7 @@
 #include <csignal>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <mutex>
 #include <regex>
@@ -899,4 +901,100 @@ TEST_CASE("sessions beyond --max-sessions are refused with 503 until one closes"
   REQUIRE(closed);
   CHECK(closed->status == 204);
   client.openSession();
+}
+
+namespace {
+
+/// "NAME" of each "NAME=value" in /proc/PID/environ.
+std::vector<std::string> environmentNames(pid_t pid) {
+  std::vector<std::string> names;
+  std::istringstream entries(courier::testing::procFile(pid, "environ"));
+  for (std::string entry; std::getline(entries, entry, '\0');)
+    names.push_back(entry.substr(0, entry.find('=')));
+  return names;
+}
+
+/// A line of /proc/PID/task/TID/status, without its name ("CapEff:\t0000000000000000").
+std::string statusField(const std::filesystem::path &task, const std::string &name) {
+  std::ifstream in(task / "status");
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind(name + ":", 0) == 0)
+      return line.substr(line.find_first_not_of(" \t", name.size() + 1));
+  return "";
+}
+
+bool workerCgroupsUsable() {
+  return std::string(courier::executor::WorkerCgroup::kind()) != "none";
+}
+
+} // namespace
+
+TEST_CASE("a kernel cannot stat a path outside its worker, and fstat of its own descriptors works",
+          "[containment][sandbox]") {
+  Contained f;
+  for (const char *path : {"/etc/shadow", "/proc/1", "/"}) {
+    Outcome stat = outcomeOf(f.launch("_catalyst_pyface_stat_path", {chars(path, true)}, {{0, 8}}));
+    INFO(path << ": " << stat.describe());
+    REQUIRE(stat.status == 200);
+    CHECK(i64Of(stat.results[0]) == -EACCES);
+  }
+  Outcome own = outcomeOf(f.launch("_catalyst_pyface_stat_stdin", {}, {{0, 8}}));
+  INFO(own.describe());
+  REQUIRE(own.status == 200);
+  CHECK(i64Of(own.results[0]) == 0);
+  requireSessionGoesOn(f);
+}
+
+TEST_CASE("memory a kernel holds in unmapped memfds counts against --worker-memory-mib",
+          "[containment][sandbox][memory]") {
+  Contained f({"--worker-memory-mib", "64"});
+  Outcome hoarded = outcomeOf(f.launch("_catalyst_pyface_memfd_hoard", {i64Scalar(512)}, {{0, 8}}));
+  INFO(hoarded.describe());
+  if (workerCgroupsUsable())
+    requireCrashed(hoarded, "out of memory", "_catalyst_pyface_memfd_hoard");
+  else
+    WARN("no control group can be made here: memfds are bounded by the file size limit and "
+         "the open-file limit only");
+  requireSessionGoesOn(f);
+}
+
+TEST_CASE("session workers hold no capability and none of the executor's environment but what "
+          "they read",
+          "[containment][sandbox]") {
+  ::setenv("COURIER_TEST_SECRET", "a-secret-of-the-executor", 1);
+  Contained f;
+  ::unsetenv("COURIER_TEST_SECRET");
+  requirePlusOneWorks(f);
+  // The executor has it, so a worker that inherited its environment would.
+  CHECK(courier::testing::procFile(f.executor.processId(), "environ")
+            .find("a-secret-of-the-executor") != std::string::npos);
+  // A warm worker the pool is starting has not reached its sandbox yet: wait for every one to.
+  std::vector<pid_t> workers;
+  auto started = [&] {
+    workers = courier::testing::liveChildrenOf(f.executor.processId());
+    return !workers.empty() && std::all_of(workers.begin(), workers.end(), [](pid_t worker) {
+      return statusField("/proc/" + std::to_string(worker), "Seccomp") == "2";
+    });
+  };
+  for (auto until = Clock::now() + 10s; !started() && Clock::now() < until;)
+    std::this_thread::sleep_for(10ms);
+  REQUIRE_FALSE(workers.empty());
+  const std::vector<std::string> kept = {"GLIBC_TUNABLES",        "ASAN_OPTIONS",
+                                         "UBSAN_OPTIONS",         "LSAN_OPTIONS",
+                                         "COURIER_TLS_CA",        "COURIER_TLS_CLIENT_CERT",
+                                         "COURIER_TLS_CLIENT_KEY"};
+  for (pid_t worker : workers) {
+    INFO("worker " << worker);
+    for (const std::string &name : environmentNames(worker)) {
+      INFO(name);
+      CHECK(std::find(kept.begin(), kept.end(), name) != kept.end());
+    }
+    for (const auto &task :
+         std::filesystem::directory_iterator("/proc/" + std::to_string(worker) + "/task")) {
+      INFO("thread " << task.path().filename().string());
+      for (const char *set : {"CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"})
+        CHECK(statusField(task.path(), set) == "0000000000000000");
+      CHECK(statusField(task.path(), "Seccomp") == "2");
+    }
+  }
 }

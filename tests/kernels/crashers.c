@@ -21,15 +21,23 @@ void abort(void);
 enum {
   SYS_write = 1,
   SYS_open = 2,
+  SYS_mmap = 9,
+  SYS_munmap = 11,
   SYS_nanosleep = 35,
   SYS_socket = 41,
   SYS_fork = 57,
   SYS_execve = 59,
   SYS_kill = 62,
   SYS_creat = 85,
+  SYS_ftruncate = 77,
   SYS_exit_group = 231,
   SYS_openat = 257,
+  SYS_newfstatat = 262,
+  SYS_memfd_create = 319,
   AT_FDCWD = -100,
+  AT_EMPTY_PATH = 0x1000,
+  PROT_READ_WRITE = 3,
+  MAP_SHARED = 1,
   O_WRONLY_CREAT = 01 | 0100,
   AF_INET = 2,
   SOCK_STREAM = 1,
@@ -177,6 +185,61 @@ void _catalyst_pyface_malloc_bomb(void *results, void *args) {
   return_i64(results, heldMiB);
 }
 SIGNATURE(malloc_bomb, 1, 1, 0, 8, 0, 8)
+
+/* newfstatat(AT_FDCWD, path, ...) on the path in input 0: a kernel learning a file's size,
+ * owner and mode (or whether it exists) outside its worker. Returns the call's result. */
+void _catalyst_pyface_stat_path(void *results, void *args) {
+  char status[256];
+  return_i64(results,
+             raw_syscall(SYS_newfstatat, AT_FDCWD, (long)string_arg(args, 0), (long)status, 0));
+}
+SIGNATURE(stat_path, 1, 1, 1, 1, 0, 8)
+
+/* fstat of its standard input, as the C library asks it (newfstatat with an empty path):
+ * what a worker's own code needs. Returns the call's result. */
+void _catalyst_pyface_stat_stdin(void *results, void *args) {
+  char status[256];
+  return_i64(results, raw_syscall(SYS_newfstatat, 0, (long)"", (long)status, AT_EMPTY_PATH));
+}
+SIGNATURE(stat_stdin, 0, 1, 0, 8)
+
+/* Holds input 0 MiB in memfds of 32 MiB (each within a file size limit of 64 MiB): creates
+ * one, touches every page through a mapping, unmaps it and keeps the descriptor, so that
+ * RLIMIT_AS no longer counts it. Returns the MiB held, or the failing call's negative
+ * result. */
+void _catalyst_pyface_memfd_hoard(void *results, void *args) {
+  desc0 *in = ARG(desc0, args, 0);
+  i64 total = ((const i64 *)in->aligned)[in->offset];
+  const long bytes = 32l << 20;
+  i64 held = 0;
+  for (; held < total; held += 32) {
+    long fd = raw_syscall(SYS_memfd_create, (long)"hoard", 0, 0, 0);
+    long grown = fd < 0 ? fd : raw_syscall(SYS_ftruncate, fd, bytes, 0, 0);
+    if (grown < 0) {
+      return_i64(results, grown);
+      return;
+    }
+    /* mmap takes six arguments; the last two (descriptor, offset) go in r8 and r9. */
+    long mapped;
+    register long r10 __asm__("r10") = MAP_SHARED;
+    register long r8 __asm__("r8") = fd;
+    register long r9 __asm__("r9") = 0;
+    __asm__ volatile("syscall"
+                     : "=a"(mapped)
+                     : "a"(SYS_mmap), "D"(0), "S"(bytes), "d"(PROT_READ_WRITE), "r"(r10), "r"(r8),
+                       "r"(r9)
+                     : "rcx", "r11", "memory");
+    if (mapped < 0 && mapped > -4096) {
+      return_i64(results, mapped);
+      return;
+    }
+    for (long at = 0; at < bytes; at += 4096)
+      ((volatile char *)mapped)[at] = 1;
+    raw_syscall(SYS_munmap, mapped, bytes, 0, 0);
+  }
+  return_i64(results, held);
+}
+SIGNATURE(memfd_hoard, 1, 1, 0, 8, 0, 8)
 
 /* Writes its rank-1 i8 input (a line) to fd 1 with the raw write call and returns the
  * call's result: the bytes written. */

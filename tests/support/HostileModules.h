@@ -150,6 +150,156 @@ module @escape {
 }
 )";
 
+/// Tries to create a file from setup() and from a SIGUSR1 handler it installs and sends to
+/// every thread of its worker (from /proc/self/task), as a module escaping a file-write lock
+/// that bound some threads only would. @signalsHandled and @filesCreated count what happened.
+inline constexpr const char *kBreakoutModule = R"(
+module @breakout {
+  llvm.mlir.global internal constant @probe("/tmp/courier-breakout-probe\00") {addr_space = 0 : i32}
+  llvm.mlir.global internal constant @tasks("/proc/self/task\00") {addr_space = 0 : i32}
+  llvm.mlir.global internal @handled(0 : i32) {addr_space = 0 : i32} : i32
+  llvm.mlir.global internal @created(0 : i32) {addr_space = 0 : i32} : i32
+  llvm.func @creat(!llvm.ptr, i32) -> i32
+  llvm.func @close(i32) -> i32
+  llvm.func @signal(i32, !llvm.ptr) -> !llvm.ptr
+  llvm.func @getpid() -> i32
+  llvm.func @tgkill(i32, i32, i32) -> i32
+  llvm.func @usleep(i32) -> i32
+  llvm.func @opendir(!llvm.ptr) -> !llvm.ptr
+  llvm.func @readdir(!llvm.ptr) -> !llvm.ptr
+  llvm.func @closedir(!llvm.ptr) -> i32
+  llvm.func @atoi(!llvm.ptr) -> i32
+  llvm.func @tryCreate() {
+    %path = llvm.mlir.addressof @probe : !llvm.ptr
+    %mode = llvm.mlir.constant(384 : i32) : i32
+    %fd = llvm.call @creat(%path, %mode) : (!llvm.ptr, i32) -> i32
+    %zero = llvm.mlir.constant(0 : i32) : i32
+    %ok = llvm.icmp "sge" %fd, %zero : i32
+    llvm.cond_br %ok, ^made, ^done
+  ^made:
+    %counter = llvm.mlir.addressof @created : !llvm.ptr
+    %n = llvm.load %counter : !llvm.ptr -> i32
+    %one = llvm.mlir.constant(1 : i32) : i32
+    %m = llvm.add %n, %one : i32
+    llvm.store %m, %counter : i32, !llvm.ptr
+    %closed = llvm.call @close(%fd) : (i32) -> i32
+    llvm.br ^done
+  ^done:
+    llvm.return
+  }
+  llvm.func @onSignal(%signal: i32) {
+    %counter = llvm.mlir.addressof @handled : !llvm.ptr
+    %n = llvm.load volatile %counter : !llvm.ptr -> i32
+    %one = llvm.mlir.constant(1 : i32) : i32
+    %m = llvm.add %n, %one : i32
+    llvm.store volatile %m, %counter : i32, !llvm.ptr
+    llvm.call @tryCreate() : () -> ()
+    llvm.return
+  }
+  func.func public @setup() {
+    llvm.call @tryCreate() : () -> ()
+    %usr1 = arith.constant 10 : i32
+    %handler = llvm.mlir.addressof @onSignal : !llvm.ptr
+    %old = llvm.call @signal(%usr1, %handler) : (i32, !llvm.ptr) -> !llvm.ptr
+    %pid = llvm.call @getpid() : () -> i32
+    %path = llvm.mlir.addressof @tasks : !llvm.ptr
+    %dir = llvm.call @opendir(%path) : (!llvm.ptr) -> !llvm.ptr
+    %null = llvm.mlir.zero : !llvm.ptr
+    %last = scf.while (%unused = %null) : (!llvm.ptr) -> !llvm.ptr {
+      %entry = llvm.call @readdir(%dir) : (!llvm.ptr) -> !llvm.ptr
+      %more = llvm.icmp "ne" %entry, %null : !llvm.ptr
+      scf.condition(%more) %entry : !llvm.ptr
+    } do {
+    ^bb0(%entry: !llvm.ptr):
+      // d_name follows d_ino, d_off, d_reclen and d_type.
+      %name = llvm.getelementptr %entry[19] : (!llvm.ptr) -> !llvm.ptr, i8
+      %tid = llvm.call @atoi(%name) : (!llvm.ptr) -> i32
+      %sent = llvm.call @tgkill(%pid, %tid, %usr1) : (i32, i32, i32) -> i32
+      scf.yield %entry : !llvm.ptr
+    }
+    %closed = llvm.call @closedir(%dir) : (!llvm.ptr) -> i32
+    %wait = arith.constant 200000 : i32
+    %slept = llvm.call @usleep(%wait) : (i32) -> i32
+    return
+  }
+  func.func public @signalsHandled(%n: i64) -> i32 {
+    %counter = llvm.mlir.addressof @handled : !llvm.ptr
+    %v = llvm.load volatile %counter : !llvm.ptr -> i32
+    return %v : i32
+  }
+  func.func public @filesCreated(%n: i64) -> i32 {
+    %counter = llvm.mlir.addressof @created : !llvm.ptr
+    %v = llvm.load volatile %counter : !llvm.ptr -> i32
+    return %v : i32
+  }
+}
+)";
+
+/// @spawn(n) starts n threads that pause for good and returns how many started: a thread
+/// bomb. @hoard(mib) holds that many MiB (a multiple of 64) in memfds it touched through a
+/// mapping and unmapped, where RLIMIT_AS no longer counts them, and returns it.
+inline constexpr const char *kGreedyModule = R"(
+module @greedy {
+  llvm.mlir.global internal constant @name("hoard\00") {addr_space = 0 : i32}
+  llvm.func @pthread_create(!llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr) -> i32
+  llvm.func @pause() -> i32
+  llvm.func @memfd_create(!llvm.ptr, i32) -> i32
+  llvm.func @ftruncate(i32, i64) -> i32
+  llvm.func @mmap(!llvm.ptr, i64, i32, i32, i32, i64) -> !llvm.ptr
+  llvm.func @munmap(!llvm.ptr, i64) -> i32
+  llvm.func @sleeper(%arg: !llvm.ptr) -> !llvm.ptr {
+    %r = llvm.call @pause() : () -> i32
+    %null = llvm.mlir.zero : !llvm.ptr
+    llvm.return %null : !llvm.ptr
+  }
+  func.func public @spawn(%n: i64) -> i64 {
+    %one = llvm.mlir.constant(1 : i64) : i64
+    %id = llvm.alloca %one x i64 : (i64) -> !llvm.ptr
+    %null = llvm.mlir.zero : !llvm.ptr
+    %fn = llvm.mlir.addressof @sleeper : !llvm.ptr
+    %zero = arith.constant 0 : i64
+    %z32 = arith.constant 0 : i32
+    %lo = arith.constant 0 : index
+    %hi = arith.index_cast %n : i64 to index
+    %step = arith.constant 1 : index
+    %made = scf.for %i = %lo to %hi step %step iter_args(%count = %zero) -> (i64) {
+      %rc = llvm.call @pthread_create(%id, %null, %fn, %null)
+          : (!llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr) -> i32
+      %ok = arith.cmpi eq, %rc, %z32 : i32
+      %inc = arith.extui %ok : i1 to i64
+      %next = arith.addi %count, %inc : i64
+      scf.yield %next : i64
+    }
+    return %made : i64
+  }
+  func.func public @hoard(%mib: i64) -> i64 {
+    %name = llvm.mlir.addressof @name : !llvm.ptr
+    %z32 = arith.constant 0 : i32
+    %z64 = arith.constant 0 : i64
+    %chunkMiB = arith.constant 64 : i64
+    %chunk = arith.constant 67108864 : i64
+    %null = llvm.mlir.zero : !llvm.ptr
+    %readWrite = arith.constant 3 : i32
+    %shared = arith.constant 1 : i32
+    %page = arith.constant 4096 : i64
+    %byte = arith.constant 1 : i8
+    // In memfds of 64 MiB, each mapped only while it is touched.
+    scf.for %held = %z64 to %mib step %chunkMiB : i64 {
+      %fd = llvm.call @memfd_create(%name, %z32) : (!llvm.ptr, i32) -> i32
+      %grown = llvm.call @ftruncate(%fd, %chunk) : (i32, i64) -> i32
+      %p = llvm.call @mmap(%null, %chunk, %readWrite, %shared, %fd, %z64)
+          : (!llvm.ptr, i64, i32, i32, i32, i64) -> !llvm.ptr
+      scf.for %at = %z64 to %chunk step %page : i64 {
+        %q = llvm.getelementptr %p[%at] : (!llvm.ptr, i64) -> !llvm.ptr, i8
+        llvm.store volatile %byte, %q : i8, !llvm.ptr
+      }
+      %unmapped = llvm.call @munmap(%p, %chunk) : (!llvm.ptr, i64) -> i32
+    }
+    return %mib : i64
+  }
+}
+)";
+
 } // namespace courier::testing
 
 #endif // COURIER_TESTS_SUPPORT_HOSTILEMODULES_H
