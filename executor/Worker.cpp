@@ -79,7 +79,9 @@ llvm::Expected<WorkerOptions> parseOptions(int argc, char **argv) {
     if (name == "--parent")
       options.parent = static_cast<pid_t>(number);
     else if (name == "--memory-mib")
-      options.limits.memoryBytes = number << 20;
+      // A memfd a kernel makes counts only while mapped: without a control group of its own
+      // (executor/WorkerCgroup.h) the file size limit bounds one.
+      options.limits.memoryBytes = options.limits.fileBytes = number << 20;
     else
       options.limits.cpuSeconds = number;
   }
@@ -652,6 +654,9 @@ int runWorker(int argc, char **argv) {
     llvm::consumeError(sendMessage(kWorkerChannelFd, failed.view()));
     return 2;
   };
+  // First, while this is the only thread: every thread started later has none either.
+  if (llvm::Error error = dropCapabilities())
+    return fail(llvm::toString(std::move(error)));
   llvm::Expected<WorkerOptions> options = parseOptions(argc, argv);
   if (!options)
     return fail(llvm::toString(options.takeError()));
