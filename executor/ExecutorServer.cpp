@@ -49,6 +49,15 @@ void reportFailure(httplib::Response &res, llvm::Error error) {
   sendError(res, code, message);
 }
 
+/// A JSON request body, within the nesting every JSON a peer sends is held to
+/// (wire::kMaxJsonDepth); a body that is not JSON is a discarded value, for the caller's
+/// own message.
+llvm::Expected<json> parseBody(const httplib::Request &req) {
+  if (llvm::Error error = wire::checkJsonDepth(req.body, "the request body"))
+    return std::move(error);
+  return json::parse(req.body, nullptr, /*allow_exceptions=*/false);
+}
+
 executor::CoreOptions coreOptions(const ExecutorServerOptions &options) {
   executor::CoreOptions core;
   core.plugins = options.plugins;
@@ -374,7 +383,10 @@ llvm::Error ExecutorServer::Impl::offerChannel(const httplib::Request &req,
   uint64_t requested = 0;
   uint32_t pageVersion = 1;
   if (!req.body.empty()) {
-    json body = json::parse(req.body, nullptr, /*allow_exceptions=*/false);
+    llvm::Expected<json> parsed = parseBody(req);
+    if (!parsed)
+      return parsed.takeError();
+    json &body = *parsed;
     auto unsignedOrAbsent = [&](const char *key) {
       return !body.contains(key) || body[key].is_number_unsigned();
     };
@@ -506,7 +518,10 @@ llvm::Error ExecutorServer::Impl::launchAsync(const httplib::Request &req, httpl
   llvm::Expected<Scope> scoped = scope(req, res, nullptr);
   if (!scoped)
     return scoped.takeError();
-  json body = json::parse(req.body, nullptr, /*allow_exceptions=*/false);
+  llvm::Expected<json> parsed = parseBody(req);
+  if (!parsed)
+    return parsed.takeError();
+  json &body = *parsed;
   if (!body.is_object() || !body.contains("object") || !body["object"].is_string() ||
       !body.contains("entry") || !body["entry"].is_string())
     return makeWireError("bad_request", "expected {\"object\": sha256, \"entry\": name}");

@@ -126,6 +126,12 @@ std::string describeTransportError(httplib::Error error) {
 /// know (a newer executor's) is `internal`, its name kept in the message; anything that is
 /// not an error body (a proxy's HTML page, say) is described by its status.
 Failure parseErrorBody(int status, const std::string &body) {
+  // A body nested past the bound is not parsed: an executor cannot make its client build a
+  // value per bracket.
+  if (llvm::Error error = wire::checkJsonDepth(body, "the error body")) {
+    std::string message = takeCodeAndMessage(std::move(error), ErrorCode::Internal).second;
+    return Failure{ErrorCode::Internal, "HTTP " + std::to_string(status) + ": " + message};
+  }
   json parsed = json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (parsed.is_object() && parsed.contains("error") && parsed["error"].is_object()) {
     const json &error = parsed["error"];
@@ -443,6 +449,8 @@ llvm::Expected<json> HttpBackend::exchange(const std::string &method, const std:
   }
   if (res.body.empty())
     return json::object();
+  if (llvm::Error error = wire::checkJsonDepth(res.body, "the reply", ErrorCode::Internal))
+    return withContext(where(operation), std::move(error));
   json parsed = json::parse(res.body, nullptr, /*allow_exceptions=*/false);
   if (parsed.is_discarded())
     return makeCodedError(ErrorCode::Internal, where(operation) + ": reply is not JSON");

@@ -32,6 +32,33 @@ int statusForCode(llvm::StringRef code) {
   return known ? httpStatus(*known) : 500;
 }
 
+llvm::Error checkJsonDepth(llvm::StringRef text, const llvm::Twine &what, ErrorCode code) {
+  unsigned depth = 0;
+  bool inString = false, escaped = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    char c = text[i];
+    if (inString) {
+      if (escaped)
+        escaped = false;
+      else if (c == '\\')
+        escaped = true;
+      else if (c == '"')
+        inString = false;
+    } else if (c == '"') {
+      inString = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > kMaxJsonDepth)
+        return makeCodedError(code, what + " nests JSON arrays and objects deeper than " +
+                                        llvm::Twine(kMaxJsonDepth) + " levels (at byte " +
+                                        llvm::Twine(i) + "); at most " +
+                                        llvm::Twine(kMaxJsonDepth) + " are accepted");
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+  return llvm::Error::success();
+}
+
 std::string errorBody(llvm::StringRef code, llvm::StringRef message) {
   ordered body = {{"error", {{"code", code.str()}, {"message", message.str()}}}};
   // Replace rather than throw on invalid UTF-8: messages may quote arbitrary symbol names.
@@ -310,6 +337,8 @@ struct Decoder {
 };
 
 llvm::Expected<json> parseLine(llvm::StringRef line) {
+  if (llvm::Error error = checkJsonDepth(line, "the frame header", ErrorCode::BadFrame))
+    return std::move(error);
   json parsed = json::parse(line.begin(), line.end(), nullptr, /*allow_exceptions=*/false);
   if (parsed.is_discarded() || !parsed.is_object())
     return makeCodedError(ErrorCode::BadFrame, "frame header is not a JSON object");

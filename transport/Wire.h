@@ -49,6 +49,16 @@ inline constexpr auto kErrorCodes = codesSentBy<kSentByExecutor>();
 /// `too_many_launches`. Each holds its outcome until awaited, so an unbounded number would
 /// let one client grow the executor without limit.
 inline constexpr size_t kMaxPendingLaunches = 64;
+/// The deepest arrays and objects may nest in JSON a peer sends: a request body or frame
+/// header the executor reads, a reply the HTTP client reads, a body courier-serve reads.
+/// Deeper JSON is refused before it is parsed: a parser builds a value (or a stack frame) per
+/// bracket, so 20 MB of '[' would otherwise take gigabytes.
+inline constexpr unsigned kMaxJsonDepth = 128;
+/// An error of `code` saying that `what` ("the request body") nests JSON deeper than
+/// kMaxJsonDepth, if `text` does; success otherwise. Brackets in strings do not count; text
+/// that is not JSON is left for the parser to refuse.
+llvm::Error checkJsonDepth(llvm::StringRef text, const llvm::Twine &what,
+                           ErrorCode code = ErrorCode::BadRequest);
 /// The JSON error body: {"error":{"code":...,"message":...}}.
 std::string errorBody(ErrorCode code, llvm::StringRef message);
 

@@ -21,8 +21,9 @@ namespace od = simdjson::ondemand;
 
 namespace {
 
-/// parseJSON's bound: deeper input is refused there, so it is not taken here.
-constexpr size_t kMaxDepth = 128;
+/// parseJSON's bound (the one the executor holds its JSON to): deeper input is refused there,
+/// so it is not taken here.
+constexpr size_t kMaxDepth = transport::wire::kMaxJsonDepth;
 
 /// Most digits a number may have for simdjson's get_double() here: past 19 it takes a slower
 /// path that Debian's simdjson 3.0 gets wrong for about one number in ten (0.22173711947632793

@@ -17,8 +17,9 @@ namespace wire = courier::transport::wire;
 namespace {
 
 llvm::Expected<json::Object> parseObject(llvm::StringRef body, llvm::StringRef what) {
-  // Bounded nesting: llvm::json parses recursively, on the stack of the thread serving.
-  llvm::Expected<json::Value> parsed = parseJSON(body);
+  // Bounded nesting, as the executor bounds its JSON: llvm::json parses recursively, on the
+  // stack of the thread serving.
+  llvm::Expected<json::Value> parsed = parseJSON(body, wire::kMaxJsonDepth);
   if (!parsed)
     return makeServeError(ErrorCode::BadRequest,
                           what + " is not JSON: " + llvm::toString(parsed.takeError()));
