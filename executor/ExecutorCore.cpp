@@ -51,7 +51,8 @@ namespace {
 
 struct Metrics {
   std::atomic<uint64_t> launches{0}, launchFailures{0}, calls{0}, callFailures{0};
-  std::atomic<uint64_t> objectUploads{0}, objectsDropped{0}, sessionsOpened{0}, sessionsExpired{0};
+  std::atomic<uint64_t> objectUploads{0}, objectsDropped{0}, objectsEvicted{0};
+  std::atomic<uint64_t> sessionsOpened{0}, sessionsExpired{0};
   std::atomic<uint64_t> deadlineKills{0}, workersRestarted{0};
   /// Launches between their start and their outcome, over either channel.
   std::atomic<uint64_t> launchesRunning{0};
@@ -461,7 +462,14 @@ struct ExecutorCore::Impl {
   std::mutex objectsMutex;
   std::unordered_map<std::string, StoredObject> objects; ///< By SHA-256.
   uint64_t objectBytes = 0;
+  uint64_t heldBytes = 0;   ///< Bytes of the objects some session holds.
   uint64_t attachments = 0; ///< Sum of `holders`.
+  /// `store_full` naming `sha` if an object of `bytes` cannot fit beside the objects sessions
+  /// hold; objectsMutex held.
+  llvm::Error refuseUnlessRoom(llvm::StringRef sha, uint64_t bytes) const;
+  /// Evicts objects no session holds, oldest first, until `bytes` more fit (which
+  /// refuseUnlessRoom has checked they can); objectsMutex held.
+  void makeRoom(uint64_t bytes);
 
   /// Starts the sessions' workers (with isolation).
   std::unique_ptr<WorkerPool> pool;
@@ -606,7 +614,8 @@ llvm::Error ExecutorCore::Impl::attach(Session &session, llvm::StringRef sha) {
     auto it = objects.find(sha.str());
     if (it == objects.end())
       return makeWireError("unknown_object", "object " + sha + " is not on this executor");
-    it->second.holders++;
+    if (it->second.holders++ == 0)
+      heldBytes += it->second.blob.bytes->size();
     attachments++;
     blob = it->second.blob;
   }
@@ -680,8 +689,43 @@ void ExecutorCore::Impl::dropHold(llvm::StringRef sha) {
   if (it == objects.end() || it->second.holders == 0)
     return;
   attachments--;
-  if (--it->second.holders == 0)
+  if (--it->second.holders == 0) {
     it->second.unheldSince = Clock::now();
+    heldBytes -= it->second.blob.bytes->size();
+  }
+}
+
+llvm::Error ExecutorCore::Impl::refuseUnlessRoom(llvm::StringRef sha, uint64_t bytes) const {
+  uint64_t limit = options.maxStoreBytes;
+  if (bytes <= limit && heldBytes <= limit - bytes)
+    return llvm::Error::success();
+  std::string object = sha.empty() ? "an object" : ("object " + sha).str();
+  return makeCodedError(
+      ErrorCode::StoreFull,
+      llvm::formatv("{0} of {1} bytes does not fit the object store: sessions hold {2} bytes of "
+                    "objects and the store holds at most {3} bytes (--max-object-store-mib {4}); "
+                    "objects no session holds are evicted to make room, but these are held: "
+                    "detach objects or close sessions, or raise the limit",
+                    object, bytes, heldBytes, limit, limit >> 20));
+}
+
+void ExecutorCore::Impl::makeRoom(uint64_t bytes) {
+  if (objectBytes <= options.maxStoreBytes && bytes <= options.maxStoreBytes - objectBytes)
+    return;
+  std::vector<std::unordered_map<std::string, StoredObject>::iterator> unheld;
+  for (auto it = objects.begin(); it != objects.end(); ++it)
+    if (it->second.holders == 0)
+      unheld.push_back(it);
+  llvm::sort(unheld, [](const auto &a, const auto &b) {
+    return a->second.unheldSince < b->second.unheldSince;
+  });
+  for (auto it : unheld) {
+    if (objectBytes <= options.maxStoreBytes && bytes <= options.maxStoreBytes - objectBytes)
+      return;
+    objectBytes -= it->second.blob.bytes->size();
+    metrics.objectsEvicted++;
+    objects.erase(it);
+  }
 }
 
 void ExecutorCore::Impl::dropUnheldObjects() {
@@ -1084,13 +1128,17 @@ llvm::Error ExecutorCore::closeSession(llvm::StringRef id) {
 
 const std::string &ExecutorCore::sessionId(const Session &session) { return session.id; }
 
-bool ExecutorCore::storeObject(ObjectBlob blob) {
+llvm::Expected<bool> ExecutorCore::storeObject(ObjectBlob blob) {
   bool stored = false;
   {
     std::lock_guard<std::mutex> lock(impl->objectsMutex);
     auto it = impl->objects.find(blob.sha256);
     if (it == impl->objects.end()) {
-      impl->objectBytes += blob.bytes->size();
+      uint64_t bytes = blob.bytes->size();
+      if (llvm::Error error = impl->refuseUnlessRoom(blob.sha256, bytes))
+        return std::move(error);
+      impl->makeRoom(bytes);
+      impl->objectBytes += bytes;
       std::string sha = blob.sha256;
       impl->objects.emplace(std::move(sha), Impl::StoredObject{std::move(blob), 0, Clock::now()});
       stored = true;
@@ -1102,6 +1150,11 @@ bool ExecutorCore::storeObject(ObjectBlob blob) {
   if (stored)
     impl->metrics.objectUploads++;
   return stored;
+}
+
+llvm::Error ExecutorCore::checkStoreRoom(uint64_t bytes) {
+  std::lock_guard<std::mutex> lock(impl->objectsMutex);
+  return impl->refuseUnlessRoom("", bytes);
 }
 
 std::optional<ObjectBlob> ExecutorCore::findObject(llvm::StringRef sha) {
@@ -1709,6 +1762,9 @@ std::vector<prometheus::MetricFamily> ExecutorCore::collectMetrics() {
       counter("courier_objects_dropped_total",
               "Objects dropped from the store after no session held them for the grace period.",
               metrics.objectsDropped),
+      counter("courier_objects_evicted_total",
+              "Objects no session held, evicted to keep the store within its limit.",
+              metrics.objectsEvicted),
       counter("courier_sessions_opened_total", "Sessions created.", metrics.sessionsOpened),
       counter("courier_sessions_expired_total", "Sessions closed for being idle.",
               metrics.sessionsExpired),
@@ -1724,6 +1780,9 @@ std::vector<prometheus::MetricFamily> ExecutorCore::collectMetrics() {
     std::lock_guard<std::mutex> lock(impl->objectsMutex);
     families.push_back(gauge("courier_objects", "Objects held.", impl->objects.size()));
     families.push_back(gauge("courier_object_bytes", "Bytes of objects held.", impl->objectBytes));
+    families.push_back(gauge("courier_object_store_limit_bytes",
+                             "Most bytes of objects the store holds (--max-object-store-mib).",
+                             impl->options.maxStoreBytes));
     families.push_back(gauge("courier_attached_objects",
                              "Objects loaded in sessions, once per session holding one.",
                              impl->attachments));

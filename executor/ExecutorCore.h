@@ -41,6 +41,9 @@ struct CoreOptions {
   std::chrono::seconds idleTimeout{600};
   /// An object no session holds is dropped from the store after this long.
   std::chrono::milliseconds objectGrace{60000};
+  /// Most bytes of objects the store holds. An upload that would pass it first evicts objects
+  /// no session holds, oldest first; when those are not enough it is `store_full`.
+  uint64_t maxStoreBytes = uint64_t(1024) << 20;
   /// Largest tensor bytes a launch may bring or return.
   uint64_t maxBytes = uint64_t(4) << 30;
   /// Launch durations go into a histogram (two clock reads per launch, which the in-process
@@ -184,8 +187,13 @@ public:
   static const std::string &sessionId(const Session &session);
 
   /// Stores `blob` (its hash already checked); true if it was new. An upload of a stored
-  /// object restarts its grace period.
-  bool storeObject(ObjectBlob blob);
+  /// object restarts its grace period. A new object that would take the store past
+  /// `maxStoreBytes` evicts objects no session holds, oldest first, or is `store_full` (and
+  /// nothing is evicted) when sessions hold too much for it to fit.
+  llvm::Expected<bool> storeObject(ObjectBlob blob);
+  /// `store_full` if an object of `bytes` could not be stored even once every object no
+  /// session holds were evicted: checked before an upload's body is read.
+  llvm::Error checkStoreRoom(uint64_t bytes);
   std::optional<ObjectBlob> findObject(llvm::StringRef sha);
   /// Every stored object, by SHA-256.
   std::vector<ObjectSummary> listObjects();

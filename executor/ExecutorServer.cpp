@@ -63,6 +63,7 @@ executor::CoreOptions coreOptions(const ExecutorServerOptions &options) {
   core.plugins = options.plugins;
   core.idleTimeout = options.idleTimeout;
   core.objectGrace = options.objectGrace;
+  core.maxStoreBytes = options.maxObjectStoreMiB << 20;
   core.maxBytes = options.maxBodyBytes;
   // Async launches run on threads of their own, fewer than connections: each holds a
   // session's worker, and sessions are fewer still.
@@ -290,14 +291,24 @@ llvm::Error ExecutorServer::Impl::hasObject(const httplib::Request &req, httplib
 llvm::Error ExecutorServer::Impl::putObject(const httplib::Request &req, httplib::Response &res,
                                             const httplib::ContentReader &reader) {
   std::string sha = req.matches[1];
+  // An object that could not fit is refused before its body is read; one that fits now may
+  // still not once it has come, which storeObject says.
+  if (req.has_header("Content-Length") && !core->findObject(sha)) {
+    if (llvm::Error error = core->checkStoreRoom(contentLength(req))) {
+      discardBody(reader, res);
+      return error;
+    }
+  }
   auto bytes = std::make_shared<std::string>();
   if (llvm::Error error = service.readBody(req, res, reader, *bytes))
     return error;
   std::string actual = wire::sha256Hex(*bytes);
   if (actual != sha)
     return makeWireError("hash_mismatch", "object body hashes to " + actual + ", not " + sha);
-  bool stored = core->storeObject(ObjectBlob{sha, std::move(bytes)});
-  sendJson(res, stored ? 201 : 200, {{"sha256", sha}, {"stored", stored}});
+  llvm::Expected<bool> stored = core->storeObject(ObjectBlob{sha, std::move(bytes)});
+  if (!stored)
+    return stored.takeError();
+  sendJson(res, *stored ? 201 : 200, {{"sha256", sha}, {"stored", *stored}});
   return llvm::Error::success();
 }
 

@@ -24,6 +24,9 @@ struct ExecutorServerOptions : HttpListenOptions {
   /// An object no session holds is dropped from the store after this long, so a client
   /// between its upload and its attach, or re-attaching soon after a release, finds it.
   std::chrono::milliseconds objectGrace{60000};
+  /// Most the object store holds: an upload past it evicts objects no session holds, oldest
+  /// first, or is refused (507 `store_full`) when sessions hold too much.
+  uint64_t maxObjectStoreMiB = 1024;
 
   /// Where shipped code runs. `Process` (the default): each session's objects are linked
   /// and run in that session's own sandboxed worker process, so a kernel that crashes,

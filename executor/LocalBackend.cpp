@@ -141,7 +141,9 @@ private:
     });
     if (other || !missing)
       return other;
-    core->storeObject(object);
+    Expected<bool> stored = core->storeObject(object);
+    if (!stored)
+      return stored.takeError();
     return core->attach(session, object.sha256);
   }
 
@@ -160,6 +162,8 @@ Expected<std::unique_ptr<Backend>> createLocalBackend(const BackendOptions &opti
   core.launchTimeout = kForever;
   core.asyncThreads = 64;
   core.timeLaunches = false;
+  // The application's own objects, each attached as it is stored: no bound but its memory.
+  core.maxStoreBytes = UINT64_MAX;
   Expected<std::unique_ptr<executor::ExecutorCore>> created =
       executor::ExecutorCore::create(std::move(core));
   if (!created)

@@ -59,6 +59,7 @@ enum class ErrorCode : uint8_t {
   Overloaded,
   TlsFailed,
   ExecutorLost,
+  StoreFull,
 };
 
 /// Who sends a code in an HTTP error body; a code with neither bit is raised and handled
@@ -117,6 +118,7 @@ inline constexpr ErrorCodeInfo kErrorTable[] = {
     {ErrorCode::Overloaded, "overloaded", 503, kBoth},
     {ErrorCode::TlsFailed, "tls_failed", 502, 0},
     {ErrorCode::ExecutorLost, "executor_lost", 502, 0},
+    {ErrorCode::StoreFull, "store_full", 507, kSentByExecutor},
 };
 
 namespace detail {

@@ -1,20 +1,27 @@
 // What a peer cannot make the executor (or its client) hold: JSON nested past
-// wire::kMaxJsonDepth on every route that reads JSON; against a real courier-executor, whose
-// memory is read from /proc.
+// wire::kMaxJsonDepth on every route that reads JSON, and objects past --max-object-store-mib;
+// each against a real courier-executor, whose memory is read from /proc.
+#include "tests/kernels/KernelPaths.h"
 #include "tests/support/Require.h"
 #include "tests/transport/ExecutorProcess.h"
 #include "transport/Backend.h"
 #include "transport/ErrorCode.h"
 #include "transport/Wire.h"
 
+#include "llvm/Support/MemoryBuffer.h"
+
 #include <catch2/catch.hpp>
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <fstream>
+#include <random>
 #include <string>
 #include <thread>
+#include <vector>
 
 using namespace courier::transport;
 using courier::testing::ExecutorConfig;
@@ -55,6 +62,37 @@ std::string openSession(httplib::Client &http) {
   REQUIRE(opened);
   REQUIRE(opened->status == 201);
   return json::parse(opened->body)["session"];
+}
+
+/// `n` bytes no two calls repeat, as an object's body (the store does not look inside).
+std::string uniqueBytes(size_t n) {
+  static std::mt19937_64 random(std::random_device{}());
+  std::string bytes(n, '\0');
+  for (size_t i = 0; i < n; i += 8) {
+    uint64_t word = random();
+    std::memcpy(bytes.data() + i, &word, std::min<size_t>(8, n - i));
+  }
+  return bytes;
+}
+
+/// A loadable object of about `bytes` bytes: scale.o with bytes after its end, which nothing
+/// in an ELF file points to; `seed` makes each a different object.
+std::string paddedScale(size_t bytes, char seed) {
+  auto buffer = llvm::MemoryBuffer::getFile(COURIER_KERNEL_SCALE);
+  REQUIRE(buffer);
+  std::string object = (*buffer)->getBuffer().str();
+  object.resize(std::max(bytes, object.size() + 1), seed);
+  return object;
+}
+
+httplib::Result putObject(httplib::Client &http, const std::string &bytes) {
+  return http.Put("/v1/objects/" + wire::sha256Hex(bytes), bytes, wire::kBytesContentType);
+}
+
+int objectStatus(httplib::Client &http, const std::string &bytes) {
+  httplib::Result res = http.Get("/v1/objects/" + wire::sha256Hex(bytes));
+  REQUIRE(res);
+  return res->status;
 }
 
 } // namespace
@@ -137,4 +175,90 @@ TEST_CASE("the HTTP client refuses an executor's reply or error body nested deep
   }
   hostile.stop();
   serving.join();
+}
+
+TEST_CASE("uploads past --max-object-store-mib evict the objects no session holds, oldest "
+          "first",
+          "[limits]") {
+  ExecutorProcess executor(ExecutorConfig{0, "", {"--quiet", "--max-object-store-mib", "4"}});
+  auto http = executor.client();
+  CHECK(executor.metric("courier_object_store_limit_bytes") == 4 << 20);
+  std::vector<std::string> objects;
+  for (int i = 0; i < 3; ++i) {
+    objects.push_back(uniqueBytes(1536 << 10));
+    httplib::Result stored = putObject(*http, objects.back());
+    REQUIRE(stored);
+    CHECK(stored->status == 201);
+  }
+  // 4.5 MiB would not fit: the oldest went.
+  CHECK(objectStatus(*http, objects[0]) == 404);
+  CHECK(objectStatus(*http, objects[1]) == 200);
+  CHECK(objectStatus(*http, objects[2]) == 200);
+  CHECK(executor.metric("courier_objects_evicted_total") == 1);
+  // Uploading one again makes it the newest: the next to go is the other.
+  REQUIRE(putObject(*http, objects[1])->status == 200);
+  objects.push_back(uniqueBytes(1536 << 10));
+  REQUIRE(putObject(*http, objects.back())->status == 201);
+  CHECK(objectStatus(*http, objects[1]) == 200);
+  CHECK(objectStatus(*http, objects[2]) == 404);
+  CHECK(executor.metric("courier_objects_evicted_total") == 2);
+  CHECK(executor.metric("courier_object_bytes") <= 4 << 20);
+}
+
+TEST_CASE("twenty unattached 8 MiB uploads to a 16 MiB store leave the executor's memory "
+          "within the bound",
+          "[limits][memory]") {
+  ExecutorProcess executor(ExecutorConfig{0, "", {"--quiet", "--max-object-store-mib", "16"}});
+  auto http = executor.client();
+  long before = statusKiB(executor.processId(), "VmRSS");
+  for (int i = 0; i < 20; ++i)
+    REQUIRE(putObject(*http, uniqueBytes(8 << 20))->status == 201);
+  CHECK(executor.metric("courier_object_bytes") <= 16 << 20);
+  CHECK(executor.metric("courier_objects_evicted_total") == 18);
+  // 160 MiB were uploaded; the store holds 16 and a request one body at a time.
+  long grownKiB = statusKiB(executor.processId(), "VmRSS") - before;
+  INFO("the executor's memory grew by " << grownKiB << " KiB");
+  CHECK(grownKiB < (96 << 10));
+}
+
+TEST_CASE("with objects sessions hold filling the store, the next upload is refused with 507 "
+          "store_full and the executor keeps serving",
+          "[limits]") {
+  ExecutorProcess executor(ExecutorConfig{0, "", {"--quiet", "--max-object-store-mib", "1"}});
+  auto http = executor.client();
+  std::string session = openSession(*http);
+  std::string held = paddedScale(640 << 10, 'a');
+  std::string heldSha = wire::sha256Hex(held);
+  REQUIRE(putObject(*http, held)->status == 201);
+  httplib::Result attached = http->Post("/v1/sessions/" + session + "/objects/" + heldSha);
+  REQUIRE(attached);
+  REQUIRE(attached->status == 200);
+
+  std::string next = paddedScale(640 << 10, 'b');
+  ErrorReply full = errorOf(putObject(*http, next));
+  CHECK(full.status == 507);
+  CHECK(full.code == "store_full");
+  CHECK_THAT(full.message, Catch::Contains(std::to_string(next.size()) + " bytes") &&
+                               Catch::Contains(std::to_string(held.size()) + " bytes") &&
+                               Catch::Contains("--max-object-store-mib 1"));
+  CHECK(objectStatus(*http, next) == 404);
+  // What fits beside the held object is stored, and the held object still launches.
+  std::string small = uniqueBytes(64 << 10);
+  CHECK(putObject(*http, small)->status == 201);
+  std::vector<double> values = {1, 2, 3, 4};
+  json header = {{"object", heldSha},
+                 {"entry", "_catalyst_pyface_scale"},
+                 {"inputs", {{{"elemSize", 8}, {"sizes", {4}}, {"offset", 0}, {"bytes", 32}}}},
+                 {"results", {{{"rank", 1}, {"elemSize", 8}}}}};
+  std::string frame =
+      header.dump() + "\n" + std::string(reinterpret_cast<const char *>(values.data()), 32);
+  httplib::Result launched =
+      http->Post("/v1/sessions/" + session + "/launch", frame, wire::kFrameContentType);
+  REQUIRE(launched);
+  CHECK(launched->status == 200);
+  // Once released, the held object is evicted like any other.
+  REQUIRE(http->Delete("/v1/sessions/" + session + "/objects/" + heldSha)->status == 200);
+  CHECK(putObject(*http, next)->status == 201);
+  CHECK(objectStatus(*http, held) == 404);
+  CHECK(executor.metric("courier_object_bytes") <= 1 << 20);
 }

@@ -23,7 +23,8 @@ static const char *const kUsage =
     "                        [--launch-timeout-ms N] [--worker-memory-mib N]\n"
     "                        [--worker-cpu-seconds N] [--warm-workers N] [--max-sessions N]\n"
     "                        [--no-sandbox] [--drain-timeout-ms N] [--shm-arena-mib N]\n"
-    "                        [--allow-unsigned-objects] [--quiet] [--log-format text|json]\n"
+    "                        [--max-object-store-mib N] [--allow-unsigned-objects] [--quiet]\n"
+    "                        [--log-format text|json]\n"
     "                        [--tls-cert FILE --tls-key FILE [--tls-client-ca FILE]]\n"
     "                        [--insecure-plaintext]\n"
     "  --listen        address to bind: HOST:PORT (default 127.0.0.1:7000; port 0 picks a\n"
@@ -32,6 +33,9 @@ static const char *const kUsage =
     "  --token-file    file holding the bearer token every request must carry\n"
     "  --idle-timeout  close sessions unused for this long (default 600)\n"
     "  --object-grace  drop objects no session holds after this long (default 60; fractions ok)\n"
+    "  --max-object-store-mib  most the object store holds (default 1024): an upload past it\n"
+    "                  evicts objects no session holds, oldest first, or is answered 507\n"
+    "                  store_full when sessions hold too much\n"
     "  --threads       connections open at once, and requests served at once (default 512;\n"
     "                  an idle connection holds no thread, and four threads per core serve while\n"
     "                  requests keep moving); one more connection is answered 503\n"
@@ -89,7 +93,7 @@ static Expected<ExecutorServerOptions> parseArguments(int argc, char **argv) {
                              "--object-grace", "--threads", "--max-body-mib", "--isolation",
                              "--launch-timeout-ms", "--worker-memory-mib", "--worker-cpu-seconds",
                              "--warm-workers", "--max-sessions", "--drain-timeout-ms",
-                             "--shm-arena-mib"},
+                             "--shm-arena-mib", "--max-object-store-mib"},
                             name))
       return args.unknown();
     if (Error e = args.readValue())
@@ -146,6 +150,11 @@ static Expected<ExecutorServerOptions> parseArguments(int argc, char **argv) {
         return std::move(e);
       if (options.shmArenaMiB > (uint64_t(1) << 20))
         return createStringError("--shm-arena-mib allows at most 1048576 (1 TiB)");
+    } else if (name == "--max-object-store-mib") {
+      if (Error e = args.number(options.maxObjectStoreMiB))
+        return std::move(e);
+      if (options.maxObjectStoreMiB == 0 || options.maxObjectStoreMiB > (uint64_t(1) << 30))
+        return createStringError("--max-object-store-mib must be from 1 to 1073741824");
     } else if (name == "--warm-workers") {
       if (Error e = args.number(warmWorkers))
         return std::move(e);
