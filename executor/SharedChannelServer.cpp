@@ -15,13 +15,11 @@
 #include <condition_variable>
 #include <cstring>
 #include <fcntl.h>
-#include <linux/sockios.h>
 #include <map>
 #include <mutex>
 #include <poll.h>
 #include <random>
 #include <sys/eventfd.h>
-#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <thread>
@@ -364,8 +362,8 @@ bool SharedChannelServer::Impl::handToWorker(Channel &channel, SessionRef sessio
     return fail(llvm::Twine("socketpair: ") + std::strerror(errno));
   transport::UniqueFd workerEnd(pair[0]);
   clientEnd.reset(pair[1]);
-  // The worker sends a result buffer only when the socket has room and never waits: with a
-  // small send buffer, a client that takes none holds at most a buffer or two.
+  // The worker sends a result buffer only when the client has received the last one, and
+  // never waits: a client that takes none holds one buffer at most.
   int small = 1;
   ::setsockopt(workerEnd.get(), SOL_SOCKET, SO_SNDBUF, &small, sizeof(small));
   ::fcntl(workerEnd.get(), F_SETFL, ::fcntl(workerEnd.get(), F_GETFL) | O_NONBLOCK);
@@ -656,11 +654,14 @@ std::string SharedChannelServer::Impl::handle(Channel &channel) {
     if (reply.placement == shm::Placement::SentBuffer) {
       // A client that left earlier results unreceived would have this process hold every
       // one of them in the connection's queue.
-      int pending = 0;
-      if (::ioctl(channel.connection.get(), SIOCOUTQ, &pending) != 0 || pending > 0)
+      llvm::Expected<uint64_t> pending = transport::unreceivedBytes(channel.connection.get());
+      if (!pending || *pending > 0) {
+        if (!pending)
+          llvm::consumeError(pending.takeError());
         return failed(makeCodedError(ErrorCode::BadRequest,
                                      "the client has not received the previous launch's "
                                      "results from the connection"));
+      }
       if (llvm::Error error = separate.sealSize())
         return failed(std::move(error));
       if (llvm::Error error =

@@ -500,7 +500,17 @@ private:
     if (inRegion) {
       layout.pack(results.data(), layout.anyInPlace);
     } else {
-      // Larger than the result region: in a buffer of its own, sent to the client.
+      // Larger than the result region: in a buffer of its own, sent to the client, which must
+      // have received the last one: one buffer at most waits on the socket for a client that
+      // takes none (docs/protocol.md), as the executor holds to when it answers.
+      llvm::Expected<uint64_t> unreceived = transport::unreceivedBytes(d.client.get());
+      if (!unreceived || *unreceived > 0)
+        return failed(transport::makeCodedError(
+            ErrorCode::BadRequest,
+            "the client has not received the previous launch's results from the worker's "
+            "socket, and one buffer of results at most waits there" +
+                (unreceived ? std::string()
+                            : " (" + llvm::toString(unreceived.takeError()) + ")")));
       llvm::Expected<SharedBuffer> separate = SharedBuffer::create(total, "courier-shm-reply");
       if (!separate)
         return failed(transport::makeCodedError(
@@ -510,15 +520,12 @@ private:
       layout.pack(separate->data(), false);
       if (llvm::Error error = separate->sealSize())
         return failed(std::move(error));
-      // The socket holds one such buffer at most (its send buffer is small and it does not
-      // wait): a client that does not take them costs nothing more.
       transport::ByteWriter tag; // Names the launch: a client drops one left behind.
       tag.u8('R').u64(ticket);
       if (llvm::Error error = transport::sendMessage(d.client.get(), tag.view(), {separate->fd()}))
-        return failed(transport::makeCodedError(
-            ErrorCode::BadRequest, "the client has not received the previous launch's results "
-                                   "(" +
-                                       llvm::toString(std::move(error)) + ")"));
+        return failed(
+            transport::makeCodedError(ErrorCode::BadRequest, "sending the results to the client: " +
+                                                                 llvm::toString(std::move(error))));
       reply.placement = shm::Placement::SentBuffer;
     }
     for (size_t i = 0; i < outcome->size(); ++i) {

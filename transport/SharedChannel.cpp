@@ -381,6 +381,22 @@ bool Client::awaitReply(uint32_t ticket, std::chrono::steady_clock::time_point u
   return page->reply.load(std::memory_order_acquire) == ticket;
 }
 
+void Client::dropUnclaimedBuffers() {
+  int from = workerSocket ? workerSocket.get() : connection.get();
+  // At most one waits, as the sender holds to; a few more reads cost nothing.
+  for (int i = 0; i < 4; ++i) {
+    Message stale;
+    llvm::Expected<ReceiveStatus> status =
+        receiveMessage(from, stale, 64, std::chrono::steady_clock::now());
+    if (!status) {
+      llvm::consumeError(status.takeError());
+      return;
+    }
+    if (*status != ReceiveStatus::Message)
+      return;
+  }
+}
+
 std::optional<llvm::Expected<std::vector<OwnedTensor>>>
 Client::launch(const std::string &sha256, llvm::StringRef entry, llvm::ArrayRef<TensorView> views,
                llvm::ArrayRef<ResultSpec> specs, std::chrono::milliseconds timeout,
@@ -474,8 +490,10 @@ Client::launchLocked(const std::string &sha256, llvm::StringRef entry,
     redirected = true; // Nothing ran: launch() sends it over HTTP.
     return makeCodedError(ErrorCode::Unavailable, where + ": redirected");
   }
-  if (reply->failure)
+  if (reply->failure) {
+    dropUnclaimedBuffers();
     return makeCodedError(reply->failure->first, where + ": " + reply->failure->second);
+  }
   if (reply->results.size() != specs.size())
     return lost(llvm::formatv("executor returned {0} results, expected {1}", reply->results.size(),
                               specs.size()));

@@ -203,6 +203,10 @@ private:
                const std::string &where);
   /// Waits for the reply to request `ticket`; false if the channel broke or `until` passed.
   bool awaitReply(uint32_t ticket, std::chrono::steady_clock::time_point until);
+  /// Drops the result buffers waiting on the socket after a failed launch: one sent before
+  /// the launch failed (its worker ended after sending it, or its reply did not fit the
+  /// slot) is nobody's, and while it waits the next buffer would be refused.
+  void dropUnclaimedBuffers();
 
   UniqueFd connection;
   /// Version 3: the socket the session's worker sends results too large for the region on.

@@ -4,13 +4,16 @@
 
 #include "llvm/Support/FormatVariadic.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <climits>
 #include <cstring>
 #include <fcntl.h>
 #include <linux/futex.h>
+#include <linux/sockios.h>
 #include <poll.h>
 #include <sched.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -161,6 +164,13 @@ llvm::StringRef ByteReader::rest() {
   llvm::StringRef text = bytes.substr(pos);
   pos = bytes.size();
   return text;
+}
+
+llvm::Expected<uint64_t> unreceivedBytes(int socket) {
+  int pending = 0;
+  if (::ioctl(socket, SIOCOUTQ, &pending) != 0)
+    return llvm::createStringError(llvm::Twine("SIOCOUTQ: ") + std::strerror(errno));
+  return static_cast<uint64_t>(std::max(pending, 0));
 }
 
 llvm::Error sendMessage(int socket, llvm::StringRef bytes, llvm::ArrayRef<int> fds) {

@@ -148,6 +148,10 @@ inline constexpr size_t kMaxMessageFds = 5;
 /// Sends one message (and up to kMaxMessageFds descriptors) on a SOCK_SEQPACKET socket.
 llvm::Error sendMessage(int socket, llvm::StringRef bytes, llvm::ArrayRef<int> fds = {});
 
+/// Bytes sent on the unix socket `socket` that its peer has not received yet (SIOCOUTQ):
+/// nonzero while a message waits, with whatever descriptors it carries.
+llvm::Expected<uint64_t> unreceivedBytes(int socket);
+
 /// Waits until `fd` has one of `events` or `until` passes, through interruptions: 1 when it
 /// has, 0 when the time ran out, -1 on an error (errno says which).
 int pollUntil(int fd, short events, std::chrono::steady_clock::time_point until);

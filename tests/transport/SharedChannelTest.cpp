@@ -15,9 +15,12 @@
 #include <nlohmann/json.hpp>
 
 #include <csignal>
+#include <cstring>
 #include <dirent.h>
 #include <fstream>
 #include <string>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <thread>
 #include <vector>
 
@@ -148,7 +151,133 @@ void churnSessions(const ExecutorProcess &executor, int n, size_t left) {
   CHECK(client.mappings == 0);
 }
 
+/// A version 3 channel driven by hand: it writes launches and reads their replies, and
+/// receives the result buffers the worker sends only when told to, as a careless or hostile
+/// client may never do.
+struct HandDrivenChannel {
+  HandDrivenChannel(httplib::Client &http, const std::string &session, uint64_t arenaBytes) {
+    httplib::Result offered =
+        http.Post("/v1/sessions/" + session + "/shm",
+                  nlohmann::json{{"page_version", 3}, {"arena_bytes", arenaBytes}}.dump(),
+                  "application/json");
+    REQUIRE(offered);
+    REQUIRE(offered->status == 200);
+    nlohmann::json offer = nlohmann::json::parse(offered->body);
+    std::string name = offer["socket"];
+    std::string token = offer["token"];
+    struct sockaddr_un address {};
+    address.sun_family = AF_UNIX;
+    std::memcpy(address.sun_path + 1, name.data() + 1, name.size() - 1);
+    connection.reset(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
+    REQUIRE(::connect(
+                connection.get(), reinterpret_cast<struct sockaddr *>(&address),
+                static_cast<socklen_t>(offsetof(struct sockaddr_un, sun_path) + name.size())) == 0);
+    requireOk(sendMessage(connection.get(), token));
+    Message grant;
+    REQUIRE(require(receiveMessage(connection.get(), grant, 4096,
+                                   std::chrono::steady_clock::now() + std::chrono::seconds(10))) ==
+            ReceiveStatus::Message);
+    ByteReader in(grant.bytes);
+    REQUIRE(in.u8() == 1);
+    uint64_t inputBytes = in.u64(), resultBytes = in.u64();
+    REQUIRE(in.u64() == 3); // The worker answers.
+    in.u64();
+    REQUIRE(grant.fds.size() == 4);
+    control = require(
+        SharedBuffer::map(std::move(grant.fds[0]), shm::pageBytes(3), /*requireSealed=*/true));
+    inputs = require(SharedBuffer::map(std::move(grant.fds[1]), inputBytes, true));
+    resultRegionBytes = resultBytes;
+    workerSocket = std::move(grant.fds[3]);
+    page = reinterpret_cast<shm::ControlPage *>(control.data());
+  }
+
+  /// Runs `entry` of `object` on `values` (one f64 vector in, one out) and returns its reply.
+  shm::LaunchReply launch(const ObjectBlob &object, const char *entry,
+                          const std::vector<double> &values) {
+    shm::LaunchRequest request;
+    request.launch.object = object.sha256;
+    request.launch.entry = entry;
+    wire::TensorHeader input;
+    input.elemSize = 8;
+    input.sizes = {static_cast<int64_t>(values.size())};
+    input.bytes = 8 * values.size();
+    REQUIRE(input.bytes <= inputs.size());
+    std::memcpy(inputs.data(), values.data(), input.bytes);
+    request.launch.inputs.push_back(input);
+    request.launch.results.push_back(ResultSpec{1, 8});
+    std::string bytes = shm::encodeLaunchRequest(request);
+    std::memcpy(page->requestSlot, bytes.data(), bytes.size());
+    page->requestBytes.store(static_cast<uint32_t>(bytes.size()), std::memory_order_release);
+    uint32_t sent = ++ticket;
+    doorbell::set(page->request, sent, page->executorSleeping);
+    auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    for (uint32_t seen = page->reply.load(); seen != sent;
+         seen = page->reply.load(std::memory_order_acquire)) {
+      REQUIRE(std::chrono::steady_clock::now() < until);
+      doorbell::sleep(page->reply, seen, std::chrono::milliseconds(100), page->clientSleeping);
+    }
+    std::string reply(page->replySlot, page->replyBytes.load(std::memory_order_acquire));
+    return require(shm::decodeLaunchReply(reply, UINT64_MAX));
+  }
+
+  /// Receives every result buffer waiting on the worker's socket; returns how many there were.
+  size_t receiveWaiting() {
+    size_t received = 0;
+    Message buffer;
+    while (require(receiveMessage(workerSocket.get(), buffer, 64,
+                                  std::chrono::steady_clock::now())) == ReceiveStatus::Message)
+      ++received;
+    return received;
+  }
+
+  UniqueFd connection, workerSocket;
+  SharedBuffer control, inputs;
+  uint64_t resultRegionBytes = 0;
+  shm::ControlPage *page = nullptr;
+  uint32_t ticket = 0;
+};
+
 } // namespace
+
+TEST_CASE("a client that receives no result buffers has one waiting at most: each launch that "
+          "needs another gets bad_request until the client takes it",
+          "[shm]") {
+  ExecutorProcess executor(onUnixSocket());
+  ObjectBlob shapes = loadObject(COURIER_KERNEL_SHAPES);
+  auto http = executor.client();
+  httplib::Result opened = http->Post("/v1/sessions");
+  REQUIRE(opened);
+  std::string session = nlohmann::json::parse(opened->body)["session"];
+  REQUIRE(http->Put("/v1/objects/" + shapes.sha256, *shapes.bytes, "application/octet-stream")
+              ->status == 201);
+  REQUIRE(http->Post("/v1/sessions/" + session + "/objects/" + shapes.sha256)->status == 200);
+  // 32 KiB regions: padding 4096 values (32 KiB in) returns 16 bytes more than the result
+  // region holds, in a buffer of its own.
+  HandDrivenChannel channel(*http, session, 64 << 10);
+  REQUIRE(channel.resultRegionBytes == 32 << 10);
+  std::vector<double> values = ramp(4096);
+  shm::LaunchReply first = channel.launch(shapes, "_catalyst_pyface_pad", values);
+  INFO((first.failure ? first.failure->second : std::string()));
+  REQUIRE(!first.failure);
+  CHECK(first.placement == shm::Placement::SentBuffer);
+  for (int i = 0; i < 8; ++i) {
+    shm::LaunchReply refused = channel.launch(shapes, "_catalyst_pyface_pad", values);
+    REQUIRE(refused.failure);
+    CHECK(refused.failure->first == ErrorCode::BadRequest);
+    CHECK_THAT(refused.failure->second, Catch::Contains("has not received the previous launch's"));
+  }
+  // Results that fit the region need no buffer and run meanwhile.
+  shm::LaunchReply small = channel.launch(shapes, "_catalyst_pyface_pad", ramp(16));
+  REQUIRE(!small.failure);
+  CHECK(small.placement == shm::Placement::ResultRegion);
+  CHECK(channel.receiveWaiting() == 1);
+  // Once the client took it, the next buffer is sent.
+  shm::LaunchReply again = channel.launch(shapes, "_catalyst_pyface_pad", values);
+  REQUIRE(!again.failure);
+  CHECK(again.placement == shm::Placement::SentBuffer);
+  CHECK(channel.receiveWaiting() == 1);
+  CHECK(http->Get("/v1/health")->status == 200);
+}
 
 TEST_CASE("over a unix socket launches cross shared memory and answer as over HTTP", "[shm]") {
   ExecutorProcess executor(onUnixSocket());
