@@ -34,6 +34,15 @@ row-major bytes, sent from the array's own memory when it already is so (a strid
 big-endian array is packed once first), and each output read straight from the socket
 into a NumPy array of its own. `Client.invoke_json` sends and reads JSON tensors instead.
 See `Client.invoke` for dtypes, ``bf16`` and scalars.
+
+Replies. The client believes no size a reply states before the bytes arrive: a body is read
+in pieces of at most 1 MiB and an output array grows with the bytes received, so a server
+that claims terabytes costs what it sends, up to ``max_reply_mib``. A frame's header is
+checked (at most 4096 outputs of rank 64 at most, shapes of non-negative integers that
+account for every byte and no more) before any output is read, and JSON of any nesting is
+read without exhausting the interpreter's stack. A reply that breaks any of this is a
+`ServeError` naming what was wrong: ``bad_frame`` for a frame, ``internal`` for the rest,
+``payload_too_large`` for one over ``max_reply_mib``.
 """
 
 import http.client
@@ -74,8 +83,17 @@ _COURIER_NAMES = {
     (dtype.kind, dtype.itemsize): name for name, dtype in DTYPES.items() if name != "bf16"
 }
 
-# The longest header line a frame reply may have (docs/protocol.md: at most 1 MiB).
+# The longest header line a frame reply may have (docs/protocol.md: at most 1 MiB), and the
+# most outputs and the highest rank its header may declare (transport/Wire.h).
 _MAX_HEADER_LINE = 1 << 20
+_MAX_FRAME_TENSORS = 4096
+_MAX_FRAME_RANK = 64
+# The most bytes a reply is read in at once, and the first allocation for an output: what a
+# reply claims is allocated only as its bytes arrive.
+_READ_PIECE = 1 << 20
+# The most bytes of an error reply read: a Courier error body is far smaller, and one that
+# is not still gets its status's code.
+_MAX_ERROR_BODY = 1 << 20
 
 _IDEMPOTENT = frozenset(("GET", "HEAD", "PUT", "DELETE"))
 
@@ -88,7 +106,8 @@ class ServeError(Exception):
     when no reply came; ``diagnostics`` lists, for ``compile_failed``, dicts with ``file``,
     ``line``, ``column``, ``severity`` and ``message`` (else it is empty).
 
-    Besides the server's codes, the client raises (``status`` ``None``):
+    Besides the server's codes, the client raises (``status`` ``None``, or the status of a
+    reply that came but could not be read):
 
     - ``unavailable``: the server could not be reached (refused, no such socket, no route),
       or the connection was lost while the request was being sent;
@@ -98,10 +117,13 @@ class ServeError(Exception):
     - ``deadline_exceeded``: no reply within the client's ``timeout``;
     - ``invalid_input``: an input the client cannot send (a dtype Courier has no type
       for, or a ``dtypes`` entry that does not fit), refused before anything is sent;
-    - ``bad_frame``: a frame reply whose bytes do not match its header line;
-    - ``internal``: a reply that is not what the API promises (not JSON, or an error
-      status without a Courier error body, e.g. a proxy's page; ``401``, ``502`` and ``504``
-      pages are ``unauthorized``, ``executor_lost`` and ``deadline_exceeded``).
+    - ``bad_frame``: a frame reply whose header line is malformed or out of bounds, or
+      whose bytes do not match it;
+    - ``payload_too_large``: a reply longer than the client's ``max_reply_mib``;
+    - ``internal``: a reply that is not what the API promises (not HTTP, not JSON, JSON of
+      the wrong shape, or an error status without a Courier error body, e.g. a proxy's
+      page; ``401``, ``502`` and ``504`` pages are ``unauthorized``, ``executor_lost`` and
+      ``deadline_exceeded``).
     """
 
     def __init__(self, code, message, status=None, diagnostics=()):
@@ -138,10 +160,43 @@ class _Lost(Exception):
     """A reused connection failed where sending the request again is safe."""
 
 
+def _parse_json(body):
+    """``body`` parsed as JSON; ValueError (with what was wrong) when it is not, or nests
+    deeper than the interpreter's stack allows."""
+    try:
+        return json.loads(body)
+    except RecursionError:
+        raise ValueError("its JSON nests too deeply") from None
+
+
+def _read_body(response, limit, what):
+    """The reply's body, read in pieces of at most _READ_PIECE bytes, so that a length it
+    claims costs only what arrives; ServeError ``payload_too_large`` past ``limit`` bytes."""
+    def too_large(size):
+        return ServeError("payload_too_large", "{} is {} bytes, more than the client reads "
+                          "({} MiB, its max_reply_mib)".format(what, size, limit >> 20),
+                          response.status)
+    if response.length is not None and response.length > limit:
+        raise too_large(response.length)
+    pieces = []
+    size = 0
+    while True:
+        piece = response.read(min(_READ_PIECE, limit + 1 - size))
+        if not piece:
+            if response.length:
+                # http.client returns what came of a body cut short of its Content-Length.
+                raise http.client.IncompleteRead(b"".join(pieces), response.length)
+            return b"".join(pieces)
+        pieces.append(piece)
+        size += len(piece)
+        if size > limit:
+            raise too_large("more than {}".format(limit))
+
+
 def _error_from_reply(status, body):
     """The ServeError of an error reply: the one place the client reads an error body."""
     try:
-        error = json.loads(body)["error"]
+        error = _parse_json(body)["error"]
         code = error["code"]
         message = error["message"]
         if not isinstance(code, str) or not isinstance(message, str):
@@ -152,7 +207,9 @@ def _error_from_reply(status, body):
         code = {401: "unauthorized", 502: "executor_lost", 504: "deadline_exceeded"}
         return ServeError(code.get(status, "internal"),
                           "HTTP {} without a Courier error body".format(status), status)
-    diagnostics = error.get("diagnostics") or []
+    diagnostics = error.get("diagnostics")
+    if not isinstance(diagnostics, list):
+        diagnostics = []
     return ServeError(code, message, status, diagnostics)
 
 
@@ -258,14 +315,22 @@ def _output_array(index, output, bf16_bits):
         shape = tuple(output["shape"])
         data = output["data"]
         dtype = DTYPES[name]
-    except (KeyError, TypeError) as e:
+        if not all(type(d) is int and d >= 0 for d in shape):
+            raise ValueError("its shape {} is not of non-negative integers".format(
+                list(shape)))
+        # The data is already in memory, parsed: the shape must account for it exactly.
+        # float() reads the "NaN" and "Infinity" strings JSON carries them as.
+        array = np.array(data, dtype="<f4" if name == "bf16" else dtype)
+        if array.size != math.prod(shape):
+            raise ValueError("its shape {} needs {} values, its data holds {}".format(
+                list(shape), math.prod(shape), array.size))
+        array = array.reshape(shape)
+    except (KeyError, TypeError, ValueError, OverflowError) as e:
         raise ServeError("internal", "output {} of the reply is not a tensor: {}".format(
             index, e)) from None
-    if name == "bf16":
-        # float() reads the "NaN" and "Infinity" strings JSON carries them as.
-        floats = np.array(data, dtype="<f4").reshape(shape)
-        return _bf16_bits(floats) if bf16_bits else floats
-    return np.array(data, dtype=dtype).reshape(shape)
+    if name == "bf16" and bf16_bits:
+        return _bf16_bits(array)
+    return array
 
 
 class Client:
@@ -275,10 +340,13 @@ class Client:
     sent as ``Authorization: Bearer <token>`` on every request; ``timeout`` (seconds)
     bounds connecting and each wait for the server's bytes; ``context`` is the
     ``ssl.SSLContext`` of an ``https`` address; ``max_idle`` is how many connections stay
-    open between requests. A client is a context manager; `close` closes its connections.
+    open between requests; ``max_reply_mib`` bounds the bytes of one reply (a frame's
+    outputs or a JSON body): a longer one fails with ``payload_too_large``. A client is a
+    context manager; `close` closes its connections.
     """
 
-    def __init__(self, url, token=None, timeout=60.0, context=None, max_idle=4):
+    def __init__(self, url, token=None, timeout=60.0, context=None, max_idle=4,
+                 max_reply_mib=4096):
         parsed = urllib.parse.urlsplit(url)
         self.url = url
         self._timeout = timeout
@@ -307,6 +375,7 @@ class Client:
                              "https://HOST:PORT or unix:/PATH)".format(url))
         self._headers = {"Authorization": "Bearer " + token} if token is not None else {}
         self._max_idle = max_idle
+        self._max_reply = int(max_reply_mib) << 20
         self._idle = []
         self._lock = threading.Lock()
 
@@ -337,7 +406,7 @@ class Client:
     def metrics(self):
         """``GET /metrics``: the Prometheus text, as a str."""
         return self._request("GET", "/metrics", [b""], 0, None,
-                             lambda response: response.read().decode())
+                             lambda response: self._read_text(response, "the metrics"))
 
     # --- modules ------------------------------------------------------------------------
 
@@ -370,7 +439,10 @@ class Client:
 
     def list(self):
         """``GET /v1/modules``: every module's description, sorted by name."""
-        return self._json("GET", "/v1/modules")["modules"]
+        modules = self._json("GET", "/v1/modules").get("modules")
+        if not isinstance(modules, list):
+            raise ServeError("internal", "the reply to a module listing has no modules list")
+        return modules
 
     def delete(self, name):
         """``DELETE /v1/modules/{name}``."""
@@ -431,7 +503,7 @@ class Client:
         tensors = [_json_tensor(index, value, dtypes[index] if dtypes is not None else None)
                    for index, value in enumerate(inputs)]
         reply = self._json("POST", self._invoke_path(name, entry), {"inputs": tensors})
-        outputs = reply.get("outputs")
+        outputs = reply.get("outputs") if isinstance(reply, dict) else None
         if not isinstance(outputs, list):
             raise ServeError("internal", "the invoke reply has no outputs list")
         return [_output_array(i, output, bf16_bits) for i, output in enumerate(outputs)]
@@ -459,15 +531,25 @@ class Client:
         content_type = None if body is None else "application/json"
         return self._request(method, path, [data], len(data), content_type, self._read_json)
 
-    @staticmethod
-    def _read_json(response):
-        body = response.read()
+    def _read_json(self, response):
+        body = _read_body(response, self._max_reply, "the reply")
         if response.status == 204:
             return None
         try:
-            return json.loads(body)
-        except ValueError:
-            raise ServeError("internal", "the reply to a request is not JSON",
+            reply = _parse_json(body)
+            if not isinstance(reply, dict):
+                raise ValueError("it is a JSON {}, not an object".format(type(reply).__name__))
+        except ValueError as e:
+            raise ServeError("internal", "the reply to a request is not a JSON object: "
+                             "{}".format(e), response.status) from None
+        return reply
+
+    def _read_text(self, response, what):
+        body = _read_body(response, self._max_reply, what)
+        try:
+            return body.decode()
+        except UnicodeDecodeError as e:
+            raise ServeError("internal", "{} are not UTF-8: {}".format(what, e),
                              response.status) from None
 
     def _request(self, method, path, body, length, content_type, read):
@@ -539,9 +621,19 @@ class Client:
                 raise _Lost() from None
             raise ServeError("unavailable", "{}: cannot connect ({})".format(
                 where, e.strerror or e)) from None
+        except http.client.HTTPException as e:
+            # A status line or headers http.client refuses (over 100 headers, a line over
+            # 64 KiB, no HTTP version): not a reply at all.
+            raise ServeError("internal", "{}: the reply is not HTTP ({}: {})".format(
+                where, type(e).__name__, e)) from None
         try:
             if not 200 <= response.status < 300:
-                return _error_from_reply(response.status, response.read())
+                body = response.read(_MAX_ERROR_BODY)
+                if response.read(1):
+                    # Longer than any Courier error body: not one, and not read further.
+                    body = b""
+                    conn.close()
+                return _error_from_reply(response.status, body)
             return read(response)
         except socket.timeout:
             raise ServeError("deadline_exceeded", "{}: the reply stalled past the client's "
@@ -549,6 +641,10 @@ class Client:
         except (http.client.IncompleteRead, ConnectionError) as e:
             raise ServeError("executor_lost", "{}: connection lost during the reply ({}); the "
                              "request may have run".format(where, e)) from None
+        except (http.client.HTTPException, ValueError) as e:
+            # A chunk size that is not hex, and the like.
+            raise ServeError("internal", "{}: the reply's body is not HTTP ({}: {})".format(
+                where, type(e).__name__, e), response.status) from None
 
     def _read_frame(self, response, bf16_bits):
         """A frame reply's outputs, each read from the socket into an array of its own."""
@@ -556,40 +652,10 @@ class Client:
         if not content_type.startswith(FRAME_CONTENT_TYPE):
             raise ServeError("internal", "a frame invoke answered {!r}, not a frame".format(
                 content_type), response.status)
-        line = response.readline(_MAX_HEADER_LINE + 1)
-        try:
-            if not line.endswith(b"\n"):
-                raise ValueError("no newline in its first {} bytes".format(len(line)))
-            outputs = json.loads(line)["outputs"]
-            specs = [(DTYPES[out["dtype"]], out["dtype"], tuple(out["shape"]), out["offset"],
-                      out["bytes"]) for out in outputs]
-        except (ValueError, KeyError, TypeError) as e:
-            raise ServeError("bad_frame", "the reply's frame header is not one: {}".format(e),
-                             response.status) from None
+        specs = self._frame_outputs(response)
         arrays = []
-        offset = 0
-        for index, (dtype, name, shape, at, size) in enumerate(specs):
-            # The declared shape is checked against the declared bytes before anything is
-            # allocated for it: a malformed reply must not make the client allocate.
-            if not all(isinstance(d, int) and d >= 0 for d in shape):
-                raise ServeError("bad_frame", "output {} of the reply has shape {}".format(
-                    index, list(shape)), response.status)
-            expected = int(np.prod(shape, dtype=object)) * dtype.itemsize
-            if at != offset or size != expected:
-                raise ServeError("bad_frame", "output {} of the reply declares bytes {}..{}, "
-                                 "expected {}..{}".format(index, at, at + size, offset,
-                                                          offset + expected),
-                                 response.status)
-            array = np.empty(shape, dtype)
-            view = memoryview(array.reshape(-1).view(np.uint8))
-            filled = 0
-            while filled < size:
-                got = response.readinto(view[filled:])
-                if not got:
-                    raise ServeError("bad_frame", "the reply ends in output {}, {} of its {} "
-                                     "bytes read".format(index, filled, size), response.status)
-                filled += got
-            offset += size
+        for index, (dtype, name, shape, size) in enumerate(specs):
+            array = self._read_output(response, index, dtype, shape, size)
             if name == "bf16" and not bf16_bits:
                 array = _bf16_to_float32(array)
             arrays.append(array)
@@ -597,6 +663,83 @@ class Client:
             raise ServeError("bad_frame", "the reply holds bytes past its {} outputs".format(
                 len(arrays)), response.status)
         return arrays
+
+    def _frame_outputs(self, response):
+        """The frame reply's header line as (dtype, name, shape, bytes) per output, each
+        checked before anything is allocated for it: bounded counts and ranks, shapes that
+        need exactly the declared bytes, at consecutive offsets, which add up to what the
+        reply's Content-Length leaves (when it has one) and to no more than max_reply_mib."""
+        def bad(what):
+            return ServeError("bad_frame", "the reply's frame header is not one: " + what,
+                              response.status)
+        line = response.readline(_MAX_HEADER_LINE + 1)
+        if not line.endswith(b"\n"):
+            raise bad("no newline in its first {} bytes".format(len(line)))
+        try:
+            header = _parse_json(line)
+        except ValueError as e:
+            raise bad(str(e)) from None
+        outputs = header.get("outputs") if isinstance(header, dict) else None
+        if not isinstance(outputs, list):
+            raise bad("it has no outputs list")
+        if len(outputs) > _MAX_FRAME_TENSORS:
+            raise bad("it declares {} outputs, more than {}".format(len(outputs),
+                                                                   _MAX_FRAME_TENSORS))
+        specs = []
+        offset = 0
+        for index, out in enumerate(outputs):
+            if not isinstance(out, dict):
+                raise bad("output {} is not an object".format(index))
+            name, shape = out.get("dtype"), out.get("shape")
+            at, size = out.get("offset"), out.get("bytes")
+            if not isinstance(name, str) or name not in DTYPES:
+                raise bad("output {} has dtype {!r}".format(index, name))
+            if not isinstance(shape, list) or len(shape) > _MAX_FRAME_RANK or \
+                    not all(type(d) is int and d >= 0 for d in shape):
+                raise bad("output {} has shape {!r}, not up to {} non-negative integers"
+                          .format(index, shape, _MAX_FRAME_RANK))
+            if type(at) is not int or type(size) is not int:
+                raise bad("output {} has offset {!r} and bytes {!r}, not integers".format(
+                    index, at, size))
+            dtype = DTYPES[name]
+            expected = math.prod(shape) * dtype.itemsize
+            if at != offset or size != expected:
+                raise ServeError("bad_frame", "output {} of the reply declares bytes {}..{}, "
+                                 "expected {}..{}".format(index, at, at + size, offset,
+                                                          offset + expected),
+                                 response.status)
+            offset += size
+            specs.append((dtype, name, tuple(shape), size))
+        if response.length is not None and offset != response.length:
+            raise ServeError("bad_frame", "the reply's frame header declares {} bytes of "
+                             "outputs, and {} bytes follow it".format(offset, response.length),
+                             response.status)
+        if offset > self._max_reply:
+            raise ServeError("payload_too_large", "the reply's outputs are {} bytes, more "
+                             "than the client reads ({} MiB, its max_reply_mib)".format(
+                                 offset, self._max_reply >> 20), response.status)
+        return specs
+
+    @staticmethod
+    def _read_output(response, index, dtype, shape, size):
+        """Output ``index``: ``size`` bytes read into an array of its own, which grows with
+        the bytes that arrive (by doubling, from _READ_PIECE) rather than being allocated at
+        the size the header claims."""
+        array = np.empty(0, dtype)
+        filled = 0
+        while filled < size:
+            room = min(size, max(2 * filled, _READ_PIECE))
+            array.resize(room // dtype.itemsize, refcheck=False)
+            with memoryview(array.view(np.uint8)) as view:
+                while filled < room:
+                    got = response.readinto(view[filled:room])
+                    if not got:
+                        raise ServeError("bad_frame", "the reply ends in output {}, {} of its "
+                                         "{} bytes read".format(index, filled, size),
+                                         response.status)
+                    filled += got
+        array.shape = shape
+        return array
 
     def _take(self):
         """An idle connection the server has not closed, else a new one (not yet open)."""
