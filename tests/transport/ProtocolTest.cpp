@@ -434,9 +434,12 @@ TEST_CASE("a body's claimed length is not reserved before its bytes arrive", "[p
   // A limit of 1 TiB lets a request claim a body no machine could reserve at once; taken at
   // its word, the executor failed such a request (500) before reading any of it. Now it
   // reads what comes and finds the body cut short (400). httplib sends no reply after a
-  // failed read, so the status is read from the metrics.
-  ExecutorProcess executor(
-      ExecutorConfig{0, "", {"--plugin", COURIER_TEST_PLUGIN, "--max-body-mib", "1048576"}});
+  // failed read, so the status is read from the metrics. The store's bound is as large, or
+  // the upload would be refused (507) from its claim before any of it is read.
+  ExecutorProcess executor(ExecutorConfig{0,
+                                          "",
+                                          {"--plugin", COURIER_TEST_PLUGIN, "--max-body-mib",
+                                           "1048576", "--max-object-store-mib", "1048576"}});
   Peer peer(executor);
   std::string session = peer.openSession();
   const std::string claimed = std::to_string((uint64_t(1) << 40) - 1);
