@@ -477,8 +477,6 @@ WorkerProcess::spawn(const std::string &program, const std::vector<std::string> 
   llvm::Expected<int> image = workerProgram(program);
   if (!image)
     return image.takeError();
-  // posix_spawn takes a path: this one names the descriptor, whatever is now at `program`.
-  std::string imagePath = "/proc/self/fd/" + std::to_string(*image);
   std::vector<std::string> environment = workerEnvironment();
   std::vector<char *> envp;
   for (std::string &variable : environment)
@@ -529,6 +527,9 @@ WorkerProcess::spawn(const std::string &program, const std::vector<std::string> 
   posix_spawnattr_setsigmask(&attributes, &none);
   posix_spawnattr_setsigdefault(&attributes, &all);
   posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+  // posix_spawn takes a path: this one names the descriptor, whatever is now at `program`
+  // (it lies above the descriptors placed above, so no action replaces it).
+  std::string imagePath = "/proc/self/fd/" + std::to_string(*image);
   pid_t pid = -1;
   int rc = ::posix_spawn(&pid, imagePath.c_str(), &actions, &attributes, argv.data(), envp.data());
   posix_spawn_file_actions_destroy(&actions);
@@ -579,10 +580,16 @@ llvm::Expected<int> workerProgram(const std::string &program) {
   std::lock_guard<std::mutex> lock(mutex);
   if (auto found = opened.find(program); found != opened.end())
     return found->second;
-  int fd = ::open(program.c_str(), O_PATH | O_CLOEXEC);
+  int first = ::open(program.c_str(), O_PATH | O_CLOEXEC);
+  // Above the descriptors a worker's are placed at (0 to kWorkerChannelFd), which a spawn
+  // would replace before it executes this one.
+  int fd = first < 0 ? -1 : ::fcntl(first, F_DUPFD_CLOEXEC, kWorkerChannelFd + 1);
+  int error = errno;
+  if (first >= 0)
+    ::close(first);
   if (fd < 0)
     return llvm::createStringError(
-        llvm::formatv("starting {0}: {1}", program, std::strerror(errno)).str());
+        llvm::formatv("starting {0}: {1}", program, std::strerror(error)).str());
   struct stat info;
   std::string refused;
   if (::fstat(fd, &info) != 0)
