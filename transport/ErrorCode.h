@@ -60,6 +60,7 @@ enum class ErrorCode : uint8_t {
   TlsFailed,
   ExecutorLost,
   StoreFull,
+  UnsupportedEncoding,
 };
 
 /// Who sends a code in an HTTP error body; a code with neither bit is raised and handled
@@ -119,6 +120,7 @@ inline constexpr ErrorCodeInfo kErrorTable[] = {
     {ErrorCode::TlsFailed, "tls_failed", 502, 0},
     {ErrorCode::ExecutorLost, "executor_lost", 502, 0},
     {ErrorCode::StoreFull, "store_full", 507, kSentByExecutor},
+    {ErrorCode::UnsupportedEncoding, "unsupported_encoding", 415, kBoth},
 };
 
 namespace detail {

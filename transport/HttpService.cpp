@@ -3,8 +3,9 @@
 
 #include "transport/ConnectionPool.h"
 #include "transport/ParkingServer.h"
-
+#include "transport/ServerStream.h"
 #include "transport/Tls.h"
+#include "transport/TlsServer.h"
 
 #include "transport/Log.h"
 #include "transport/Metrics.h"
@@ -132,6 +133,20 @@ std::optional<std::string> ambiguousFraming(const httplib::Request &req) {
   return std::nullopt;
 }
 
+/// The Content-Encoding of a request body that is not sent as it is, if any. httplib inflates
+/// gzip, deflate and br bodies as it reads them, so the body limit would count compressed
+/// bytes (1 MiB of gzip inflates to 1 GiB); no route takes a compressed body, so any coding
+/// but `identity` is refused before the body is read.
+std::optional<std::string> refusedEncoding(const httplib::Request &req) {
+  size_t count = req.get_header_value_count("Content-Encoding");
+  for (size_t i = 0; i < count; ++i) {
+    std::string coding = req.get_header_value("Content-Encoding", i);
+    if (!llvm::StringRef(coding).trim().equals_insensitive("identity"))
+      return coding;
+  }
+  return std::nullopt;
+}
+
 /// Shuts down (without closing: the fds stay httplib's) every connected socket of this
 /// process whose local end is `port` (TCP) or `socketPath` (a unix socket), i.e. the
 /// connections this server accepted.
@@ -239,7 +254,10 @@ llvm::Error bodyFailure(httplib::Response &res, bool overLimit, const std::strin
   res.set_header("Connection", "close");
   if (overLimit || res.status == 413)
     return makeCodedError(ErrorCode::PayloadTooLarge, tooLarge);
-  return makeCodedError(ErrorCode::BadRequest, "request body could not be read");
+  const std::string &problem = RequestWatch::problem();
+  return makeCodedError(ErrorCode::BadRequest, problem.empty()
+                                                   ? "request body could not be read"
+                                                   : "request body could not be read: " + problem);
 }
 
 } // namespace
@@ -310,7 +328,7 @@ std::unique_ptr<httplib::Server> makeServer(const HttpListenOptions &listen, std
   unsigned limit = std::max(1u, listen.threads);
   if (!wantsTls(listen))
     return std::make_unique<ParkingServer>(ParkingServer::Limits{limit, limit});
-  auto server = std::make_unique<httplib::SSLServer>([&](SSL_CTX &ctx) {
+  auto server = std::make_unique<TlsServer>([&](SSL_CTX &ctx) {
     llvm::Error error = configureServerContext(ctx, listen);
     if (!error)
       return true;
@@ -554,6 +572,19 @@ void HttpService::installHandlers() {
       res.set_header("Connection", "close");
       return httplib::Server::HandlerResponse::Handled;
     }
+    if (std::optional<std::string> coding = refusedEncoding(req)) {
+      opts.sendError(res, "unsupported_encoding",
+                     "Content-Encoding '" + *coding +
+                         "' is not accepted: send the body uncompressed (no route takes a "
+                         "compressed body)");
+      // The body is not read: closing keeps its bytes from being parsed as a next request.
+      res.set_header("Connection", "close");
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    // One Transfer-Encoding, chunked (ambiguousFraming): each chunk must end exactly where its
+    // size line says, which httplib's reader does not check.
+    if (req.has_header("Transfer-Encoding"))
+      RequestWatch::expectChunkedBody();
     // A draining server is about to close its connections: each reply says so, so that no
     // client (nor a proxy's connection pool) sends another request on one.
     if (drainStarted)
@@ -591,7 +622,10 @@ void HttpService::installHandlers() {
         else if (res.status == 413)
           opts.sendError(res, "payload_too_large", opts.payloadTooLargeMessage);
         else if (res.status < 500)
-          opts.sendError(res, "bad_request", "malformed HTTP request");
+          opts.sendError(res, "bad_request",
+                         RequestWatch::problem().empty()
+                             ? std::string("malformed HTTP request")
+                             : "malformed HTTP request: " + RequestWatch::problem());
         else
           opts.sendError(res, "internal", "internal error");
         return httplib::Server::HandlerResponse::Handled;
@@ -605,8 +639,8 @@ void HttpService::installHandlers() {
     bool counted = std::exchange(requestCounted, false);
     // A response that says the connection closes (the error handler says so for a request
     // httplib refused before routing) is the connection's last.
-    if (parking && res.get_header_value("Connection") == "close")
-      ParkingServer::closeAfterResponse();
+    if (res.get_header_value("Connection") == "close")
+      closeAfterResponse();
     bool work = counted && std::exchange(requestIsWork, false);
     // Only drain() and stop() wait for a count to reach zero; waking them on every request
     // would cost each request a futex call and a context switch.

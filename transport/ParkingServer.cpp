@@ -1,10 +1,9 @@
 #include "transport/ParkingServer.h"
 
 #include "transport/ConnectionPool.h"
+#include "transport/ServerStream.h"
 #include "transport/SharedMemory.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
@@ -22,34 +21,9 @@ namespace courier::transport {
 
 namespace {
 
-/// Set while a request is served when its response says "Connection: close".
-thread_local bool closeAfter = false;
-
-/// A request line and headers must arrive within this, whatever the read timeout (a client
-/// sending a byte every few seconds would hold a request thread for ever), and be at most
-/// this long.
-constexpr std::chrono::seconds kHeadTimeout{10};
-constexpr size_t kMaxHeadBytes = 64 * 1024;
-
 /// Bytes read ahead of what the request parser asks for (it asks for a byte at a time while
 /// it reads lines).
 constexpr size_t kReadAhead = 4096;
-
-void addressOf(const sockaddr_storage &address, socklen_t length, std::string &ip, int &port) {
-  char text[INET6_ADDRSTRLEN] = "";
-  if (address.ss_family == AF_INET && length >= sizeof(sockaddr_in)) {
-    const auto &v4 = reinterpret_cast<const sockaddr_in &>(address);
-    inet_ntop(AF_INET, &v4.sin_addr, text, sizeof(text));
-    port = ntohs(v4.sin_port);
-  } else if (address.ss_family == AF_INET6 && length >= sizeof(sockaddr_in6)) {
-    const auto &v6 = reinterpret_cast<const sockaddr_in6 &>(address);
-    inet_ntop(AF_INET6, &v6.sin6_addr, text, sizeof(text));
-    port = ntohs(v6.sin6_port);
-  } else {
-    port = 0; // A unix socket: no address to give.
-  }
-  ip = text;
-}
 
 /// Waits up to `timeout` for `events` on `fd`; false on a timeout or an error.
 bool await(int fd, short events, std::chrono::microseconds timeout) {
@@ -92,8 +66,10 @@ class ConnectionStream final : public httplib::Stream {
 public:
   ConnectionStream(ParkingServer::Connection &c, std::chrono::microseconds readTimeout,
                    std::chrono::microseconds writeTimeout)
-      : c(c), readTimeout(readTimeout), writeTimeout(writeTimeout),
-        headDeadline(std::chrono::steady_clock::now() + kHeadTimeout) {}
+      : c(c), readTimeout(readTimeout), writeTimeout(writeTimeout) {}
+
+  /// The request broke a rule of framing: it is answered 400, and its connection closes.
+  bool refused() const { return watch.refused(); }
 
   bool is_readable() const override { return c.buffered() > 0 || awaitReadable(); }
   bool is_writable() const override { return await(c.fd, POLLOUT, writeTimeout); }
@@ -104,7 +80,7 @@ public:
     if (c.buffered() == 0) {
       if (size >= kReadAhead) {
         ssize_t got = receive(ptr, size);
-        if (got > 0 && !headDone && !sawHead(ptr, static_cast<size_t>(got)))
+        if (got > 0 && !watched(ptr, static_cast<size_t>(got)))
           return -1;
         return got;
       }
@@ -119,7 +95,7 @@ public:
     size_t n = std::min(size, c.buffered());
     std::memcpy(ptr, c.buffer.get() + c.begin, n);
     c.begin += n;
-    if (!headDone && !sawHead(ptr, n))
+    if (!watched(ptr, n))
       return -1;
     return static_cast<ssize_t>(n);
   }
@@ -152,9 +128,9 @@ private:
   bool awaitReadable() const {
     std::chrono::microseconds wait = readTimeout;
     bool headLimits = false;
-    if (!headDone) {
+    if (watch.inHead()) {
       auto left = std::chrono::duration_cast<std::chrono::microseconds>(
-          headDeadline - std::chrono::steady_clock::now());
+          watch.headDeadline() - std::chrono::steady_clock::now());
       if (left < readTimeout) {
         wait = std::max(left, std::chrono::microseconds(0));
         headLimits = true;
@@ -166,24 +142,16 @@ private:
       c.broken = true;
     return false;
   }
-  /// Counts `n` bytes the parser took while the head is read, noting the blank line that ends
-  /// it; false past kMaxHeadBytes (cpp-httplib's line reader grows its line without bound).
-  bool sawHead(const char *bytes, size_t n) {
-    for (size_t i = 0; i < n && !headDone; ++i, ++headBytes) {
-      // As cpp-httplib reads a head: the line that is exactly "\r\n", after the request
-      // line, ends it (a line ending in a bare "\n" is skipped, not an end).
-      if (bytes[i] == '\n') {
-        headDone = lines > 0 && lineLength == 1 && lastByte == '\r';
-        ++lines;
-        lineLength = 0;
-      } else {
-        ++lineLength;
-      }
-      lastByte = bytes[i];
-    }
-    if (!headDone && headBytes > kMaxHeadBytes)
-      c.broken = true;
-    return !c.broken;
+  /// Shows the watch `n` bytes the parser took; false when they broke a rule (a head past
+  /// kMaxHeadBytes also breaks the connection: cpp-httplib's line reader grows its line
+  /// without bound).
+  bool watched(const char *bytes, size_t n) {
+    if (c.broken)
+      return false;
+    if (watch.take(bytes, n))
+      return true;
+    c.broken = watch.broken();
+    return false;
   }
 
   /// One receive, waiting up to the read timeout for bytes: -1 on a timeout or an error, 0
@@ -202,11 +170,7 @@ private:
 
   ParkingServer::Connection &c;
   std::chrono::microseconds readTimeout, writeTimeout;
-  std::chrono::steady_clock::time_point headDeadline;
-  bool headDone = false;
-  size_t lines = 0, lineLength = 0;
-  char lastByte = 0;
-  size_t headBytes = 0;
+  RequestWatch watch;
 };
 
 } // namespace
@@ -248,8 +212,6 @@ void ParkingServer::wake() {
   [[maybe_unused]] ssize_t written = ::write(wakeFd, &one, sizeof(one));
 }
 
-void ParkingServer::closeAfterResponse() { closeAfter = true; }
-
 unsigned ParkingServer::baseThreads() {
   static const unsigned base = std::clamp(4 * std::thread::hardware_concurrency(), 8u, 64u);
   return base;
@@ -278,13 +240,8 @@ size_t ParkingServer::threadCount() const {
 bool ParkingServer::process_and_close_socket(socket_t sock) {
   auto c = std::make_unique<Connection>();
   c->fd = sock;
-  sockaddr_storage address{};
-  socklen_t length = sizeof(address);
-  if (::getpeername(sock, reinterpret_cast<sockaddr *>(&address), &length) == 0)
-    addressOf(address, length, c->remoteIp, c->remotePort);
-  length = sizeof(address);
-  if (::getsockname(sock, reinterpret_cast<sockaddr *>(&address), &length) == 0)
-    addressOf(address, length, c->localIp, c->localPort);
+  socketAddress(sock, /*remote=*/true, c->remoteIp, c->remotePort);
+  socketAddress(sock, /*remote=*/false, c->localIp, c->localPort);
   std::unique_lock<std::mutex> lock(mutex);
   if (stopping) {
     lock.unlock();
@@ -523,11 +480,12 @@ void ParkingServer::serve(Connection *c) {
     bool closing = c->refused || ++c->served >= keep_alive_max_count_ ||
                    svr_sock_ == INVALID_SOCKET || stopping;
     bool closed = false;
-    closeAfter = false;
+    takeCloseAfterResponse();
     bool answered = process_request(stream, closing, closed, nullptr);
+    bool closeAfter = takeCloseAfterResponse() || stream.refused();
     std::lock_guard<std::mutex> lock(mutex);
     if (!answered || c->broken)
-      forget(c); // The client went, or broke the protocol: closed at once.
+      forget(c); // The client went, or broke the head's limits: closed at once.
     else if (closed || closing || closeAfter)
       retire(c);
     else if (c->buffered() > 0)

@@ -48,10 +48,6 @@ public:
   /// ends). Does not wait for requests being run (the destructor does). Call after stop();
   /// the server does not serve again afterwards.
   void closeConnections();
-  /// Called while a request is served (from the logger, which sees the response): the
-  /// response said "Connection: close", so nothing after it on the connection is read, such
-  /// as a request hidden in a body whose framing was refused.
-  static void closeAfterResponse();
   /// Returns once closeConnections() was called and every request thread has ended.
   void awaitThreads();
 

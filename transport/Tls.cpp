@@ -189,6 +189,12 @@ llvm::Error configureServerContext(SSL_CTX &ctx, const HttpListenOptions &listen
   // The names of the accepted CAs go to clients in the certificate request.
   SSL_CTX_set_client_CA_list(&ctx, names);
   SSL_CTX_set_verify(&ctx, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, nullptr);
+  // A session verified a client's certificate: OpenSSL resumes it only within the context it
+  // was made in, and without one set it fails a resuming client's handshake with an
+  // "internal error" alert.
+  static const unsigned char kSessionContext[] = "courier-server";
+  if (SSL_CTX_set_session_id_context(&ctx, kSessionContext, sizeof(kSessionContext) - 1) != 1)
+    return problem(caWhat, "cannot be used: the TLS session context could not be set");
   return llvm::Error::success();
 }
 

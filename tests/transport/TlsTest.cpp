@@ -1,9 +1,12 @@
 // TLS between the HTTP backend and a real courier-executor on loopback: verification of the
-// executor's certificate, mutual TLS, the errors of each way it fails, and the start-up
-// refusals of a server whose TLS settings do not hold.
+// executor's certificate, mutual TLS and its session resumption, the errors of each way it
+// fails, the start-up refusals of a server whose TLS settings do not hold, and a TLS
+// listener's limits on a request's head, encoding and framing.
 #include "tests/kernels/KernelPaths.h"
+#include "tests/support/HostileRequests.h"
 #include "tests/support/ServerProcess.h"
 #include "tests/support/TestCertificates.h"
+#include "tests/support/TlsConnection.h"
 #include "transport/Backend.h"
 #include "transport/ErrorCode.h"
 
@@ -15,15 +18,23 @@
 #include <csignal>
 #include <cstdlib>
 #include <fstream>
+#include <poll.h>
 #include <sys/wait.h>
 
 using namespace courier::transport;
 using Catch::Contains;
+using courier::testing::encodedRequest;
+using courier::testing::gzipOfZeros;
+using courier::testing::parseRawReply;
+using courier::testing::procStatusKiB;
+using courier::testing::RawReply;
 using courier::testing::runCommand;
 using courier::testing::runServerToExit;
 using courier::testing::ServerProcess;
 using courier::testing::ServerSpec;
 using courier::testing::TestCertificates;
+using courier::testing::TlsClientFiles;
+using courier::testing::TlsConnection;
 
 namespace {
 
@@ -325,4 +336,138 @@ TEST_CASE("a TLS executor stops cleanly on SIGTERM with a client's connection op
   int status = executor->terminate(SIGTERM, std::chrono::seconds(15));
   CHECK(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 0);
+}
+
+namespace {
+
+const std::string kHealth = "GET /v1/health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+
+} // namespace
+
+TEST_CASE("under mutual TLS a client resumes its session, over TLS 1.2 and 1.3", "[tls]") {
+  TestCertificates pki;
+  auto executor = tlsExecutor(pki, pki.serverCert, {"--tls-client-ca", pki.caCert});
+  for (int version : {TLS1_2_VERSION, TLS1_3_VERSION}) {
+    INFO("TLS version 0x" << std::hex << version);
+    TlsClientFiles files{pki.caCert, pki.clientCert, pki.clientKey, version};
+    SSL_SESSION *saved = nullptr;
+    {
+      TlsConnection first(executor->port(), files);
+      REQUIRE(first.send(kHealth));
+      // Reading the reply also reads the session tickets TLS 1.3 sends after the handshake.
+      CHECK_THAT(first.readAll(), Catch::StartsWith("HTTP/1.1 200"));
+      saved = first.session();
+    }
+    REQUIRE(saved);
+    // Without a session id context the executor answered this handshake with a fatal
+    // "internal error" alert.
+    TlsConnection second(executor->port(), files, saved);
+    SSL_SESSION_free(saved);
+    CHECK(second.resumed());
+    REQUIRE(second.send(kHealth));
+    CHECK_THAT(second.readAll(), Catch::StartsWith("HTTP/1.1 200"));
+  }
+}
+
+TEST_CASE("a TLS listener refuses a compressed body with 415 before reading it, and closes the "
+          "connection",
+          "[tls][security]") {
+  TestCertificates pki;
+  auto executor = tlsExecutor(pki, pki.serverCert, {"--max-body-mib", "1"});
+  const std::string bomb = gzipOfZeros(64u << 20);
+  for (auto [method, path] : std::vector<std::pair<std::string, std::string>>{
+           {"POST", "/v1/sessions"}, {"PUT", "/v1/objects/" + std::string(64, 'a')}}) {
+    INFO(method << " " << path);
+    TlsConnection connection(executor->port(), {pki.caCert});
+    REQUIRE(connection.send(encodedRequest(method, path, "gzip", bomb)));
+    RawReply reply = parseRawReply(connection.readAll());
+    CHECK(reply.status == 415);
+    CHECK(reply.code == "unsupported_encoding");
+    CHECK(reply.saysClose);
+    CHECK(reply.responses == 1);
+  }
+  TlsConnection connection(executor->port(), {pki.caCert});
+  REQUIRE(connection.send(encodedRequest("GET", "/v1/health", "br", "")));
+  CHECK(parseRawReply(connection.readAll()).status == 415);
+}
+
+TEST_CASE("a TLS listener refuses what a plaintext one refuses of a head and a chunked body",
+          "[tls][security]") {
+  TestCertificates pki;
+  auto executor = tlsExecutor(pki, pki.serverCert);
+  std::string smuggled = "GET /v1/ready HTTP/1.1\r\nHost: x\r\n\r\n";
+  struct Case {
+    const char *what;
+    std::string request, message;
+  };
+  for (const Case &c : std::vector<Case>{
+           {"a space before a header's colon",
+            "GET /v1/health HTTP/1.1\r\nHost: x\r\nContent-Length : " +
+                std::to_string(smuggled.size()) + "\r\n\r\n" + smuggled,
+            "the header name 'Content-Length ' is not a token"},
+           {"a chunk's data longer than its size",
+            "POST /v1/sessions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+            "2\r\n{}xx\r\n0\r\n\r\n" +
+                smuggled,
+            "a chunk's data is not followed by CRLF at its declared size of 2 bytes"}}) {
+    INFO(c.what);
+    TlsConnection connection(executor->port(), {pki.caCert});
+    REQUIRE(connection.send(c.request));
+    RawReply reply = parseRawReply(connection.readAll());
+    CHECK(reply.status == 400);
+    CHECK_THAT(reply.message, Contains(c.message));
+    CHECK(reply.saysClose);
+    CHECK(reply.responses == 1);
+  }
+}
+
+TEST_CASE("a TLS listener cuts off a head that never ends at 64 KiB, and the executor's memory "
+          "stays small",
+          "[tls][security][memory]") {
+  TestCertificates pki;
+  auto executor = tlsExecutor(pki, pki.serverCert);
+  long peakBefore = procStatusKiB(executor->processId(), "VmHWM");
+  TlsConnection connection(executor->port(), {pki.caCert});
+  // One header line without a newline, up to 32 MiB; the executor closes long before.
+  const size_t most = 32u << 20;
+  REQUIRE(connection.send("GET /v1/health HTTP/1.1\r\nHost: x\r\nX-Endless: "));
+  const std::string run(16384, 'a');
+  size_t sent = 0;
+  while (sent < most && connection.send(run))
+    sent += run.size();
+  INFO("sent " << sent << " bytes of the line");
+  CHECK(sent < most);
+  CHECK(connection.readAll().find("200 OK") == std::string::npos);
+  long grownKiB = procStatusKiB(executor->processId(), "VmHWM") - peakBefore;
+  INFO("the executor's peak memory grew by " << grownKiB << " KiB");
+  CHECK(grownKiB < (16 << 10));
+  TlsConnection after(executor->port(), {pki.caCert});
+  REQUIRE(after.send(kHealth));
+  CHECK_THAT(after.readAll(), Catch::StartsWith("HTTP/1.1 200"));
+}
+
+TEST_CASE("a TLS listener closes a connection whose head trickles in past 10 s, unanswered",
+          "[tls][security]") {
+  TestCertificates pki;
+  auto executor = tlsExecutor(pki, pki.serverCert);
+  // TLS 1.2: a TLS 1.3 server sends session tickets after the handshake, which the poll below
+  // would take for the executor's close.
+  TlsConnection connection(executor->port(), {pki.caCert, "", "", TLS1_2_VERSION});
+  // A byte every 200 ms would take 25 s to send this head; each byte comes well within the
+  // read timeout, so only the head's deadline ends it.
+  std::string head =
+      "GET /v1/health HTTP/1.1\r\nHost: x\r\nX-Slow: " + std::string(70, 'a') + "\r\n\r\n";
+  size_t sent = 0;
+  for (; sent < head.size(); ++sent) {
+    if (!connection.send(head.substr(sent, 1)))
+      break;
+    struct pollfd closed {
+      connection.descriptor(), POLLIN, 0
+    };
+    if (::poll(&closed, 1, 200) > 0)
+      break; // The executor closed the connection (or answered).
+  }
+  INFO("sent " << sent << " of " << head.size() << " bytes");
+  CHECK(sent < head.size());
+  CHECK(connection.readAll().find("HTTP/1.1 200") == std::string::npos);
 }
