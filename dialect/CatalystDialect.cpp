@@ -25,8 +25,9 @@ void CatalystDialect::initialize() {
 namespace {
 /// The keys each dictionary attribute accepts.
 /// `pipeline` and `backend` are Catalyst's: the passes that lower the module, and a label
-/// Catalyst's front end sets (kept, not used).
-constexpr StringLiteral kTargetKeys[] = {"triple", "cpu", "features", "pipeline", "backend"};
+/// Catalyst's front end sets (kept, not used). `fp` is the floating-point policy:
+/// "fast" (the default: reductions may be reordered and products fused) or "strict".
+constexpr StringLiteral kTargetKeys[] = {"triple", "cpu", "features", "pipeline", "backend", "fp"};
 constexpr StringLiteral kDispatchKeys[] = {"address"};
 constexpr StringLiteral kKnownAttributes[] = {
     CatalystDialect::kTargetAttrName, CatalystDialect::kDispatchAttrName,
@@ -61,6 +62,9 @@ LogicalResult CatalystDialect::verifyOperationAttribute(Operation *op, NamedAttr
         return op->emitError() << "'" << name << "' field '" << field.getName().getValue()
                                << "' must be a string";
     }
+    if (auto fp = dict.getAs<StringAttr>("fp"); fp && fp != "fast" && fp != "strict")
+      return op->emitError() << "'" << name << "' field 'fp' must be \"fast\" or \"strict\", not '"
+                             << fp.getValue() << "'";
     if (isDispatch) {
       auto address = dict.getAs<StringAttr>("address");
       if (!address)

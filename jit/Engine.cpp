@@ -662,7 +662,9 @@ Engine::Impl::lower(mlir::ModuleOp module, llvm::orc::JITTargetMachineBuilder &j
   std::function<mlir::LogicalResult()> deferred;
   hooks.name = [](const TargetSlot &slot) { return targetObjectName(slot.index, slot.symbol); };
   hooks.defer = [&](std::function<mlir::LogicalResult()> finish) { deferred = std::move(finish); };
-  buildDispatchPipeline(pm, {"", options.optLevel, options.maxObjectBytes, jobs, std::move(hooks)});
+  // Targets sent to an executor whatever their IR says are not compiled for this machine.
+  buildDispatchPipeline(pm, {"", options.optLevel, options.maxObjectBytes, jobs, std::move(hooks),
+                             /*localRunsHere=*/options.executorOverride.empty()});
   pm.addInstrumentation(std::make_unique<PipelineObserver>(times));
   mlir::LogicalResult dispatched = pm.run(module);
   llvm::Expected<std::string> object =

@@ -40,16 +40,6 @@ using namespace mlir;
 namespace courier {
 namespace {
 
-void initializeAllTargets() {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    llvm::InitializeAllTargetInfos();
-    llvm::InitializeAllTargets();
-    llvm::InitializeAllTargetMCs();
-    llvm::InitializeAllAsmPrinters();
-  });
-}
-
 /// A public kernel function, and whether its C interface returns results through a pointer.
 struct Kernel {
   std::string name;
@@ -195,7 +185,7 @@ struct CrossCompileTargets : impl::CrossCompileTargetsBase<CrossCompileTargets> 
   std::map<std::string, Lowering> *lowerings = nullptr;
 
   void runOnOperation() override {
-    initializeAllTargets();
+    initializeTargets();
     auto state = std::make_shared<TargetResults>();
     state->maxObjectBytes = maxObjectBytes;
     state->sink = hooks.sink;
@@ -270,16 +260,11 @@ struct CrossCompileTargets : impl::CrossCompileTargetsBase<CrossCompileTargets> 
       signalPassFailure();
   }
 
-  /// The triple, CPU and features `spec` names, checked (once per run for each three).
-  const TargetConfig &configFor(DictionaryAttr spec) {
-    auto tripleAttr = spec.getAs<StringAttr>("triple");
-    std::string tripleName =
-        tripleAttr && !tripleAttr.empty() ? tripleAttr.str() : llvm::sys::getProcessTriple();
-    std::string cpu = "generic", features;
-    if (auto attr = spec.getAs<StringAttr>("cpu"))
-      cpu = attr.str();
-    if (auto attr = spec.getAs<StringAttr>("features"))
-      features = attr.str();
+  /// The triple, CPU and features `target` is compiled for (getTargetCpu), checked (once per
+  /// run for each three).
+  const TargetConfig &configFor(ModuleOp target) {
+    TargetCpu chosen = getTargetCpu(target, localRunsHere);
+    std::string tripleName = chosen.triple, cpu = chosen.cpu, features = chosen.features;
     auto [it, inserted] = results->configs.try_emplace({tripleName, cpu, features});
     TargetConfig &config = it->second;
     if (!inserted)
@@ -356,10 +341,10 @@ struct CrossCompileTargets : impl::CrossCompileTargetsBase<CrossCompileTargets> 
   /// LLVM IR for code generation.
   LogicalResult prepare(TargetJob &job) {
     ModuleOp target = job.target;
-    auto spec = target->getAttrOfType<DictionaryAttr>(catalyst::CatalystDialect::kTargetAttrName);
-    job.config = &configFor(spec);
+    job.config = &configFor(target);
     if (!job.config->refusal.empty())
       return target.emitError(job.config->refusal);
+    auto spec = target->getAttrOfType<DictionaryAttr>(catalyst::CatalystDialect::kTargetAttrName);
     auto pipelineAttr = spec.getAs<StringAttr>("pipeline");
     StringRef pipeline = pipelineAttr ? pipelineAttr.getValue() : StringRef();
 

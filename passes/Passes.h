@@ -6,7 +6,11 @@
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "mlir/Dialect/Transform/IR/TransformDialect.h"
+#include "mlir/Dialect/Vector/IR/VectorOps.h"
 #include "mlir/Pass/Pass.h"
 #include "mlir/Pass/PassManager.h"
 
@@ -78,6 +82,9 @@ struct PipelineOptions {
   uint64_t maxObjectBytes = 0; ///< See cross-compile-targets' max-object-bytes.
   unsigned jobs = 0;           ///< See cross-compile-targets' jobs.
   CrossCompileHooks hooks{};   ///< With a sink, objects go there and `workspace` is not used.
+  /// See cross-compile-targets' local-runs-here: false when every target is sent to an
+  /// executor whatever its IR says.
+  bool localRunsHere = true;
 };
 
 /// cross-compile-targets with `hooks`.
@@ -97,9 +104,10 @@ void buildDispatchPipeline(mlir::OpPassManager &pm, const PipelineOptions &optio
 void buildHostLowering(mlir::OpPassManager &pm);
 
 /// Bufferize (one-shot, identity layouts at function boundaries), free buffers and lower to
-/// the LLVM dialect: the pipeline cross-compile-targets runs on each target module. The host
-/// pipeline shares its steps but adds the dispatch passes between them.
-void buildBufferizeAndLowerToLLVM(mlir::OpPassManager &pm);
+/// the LLVM dialect: the pipeline cross-compile-targets runs on each target module, which the
+/// host pipeline vectorized before (`vectorize` adds courier-vectorize, for modules that
+/// were not). The host pipeline shares its steps but adds the dispatch passes between them.
+void buildBufferizeAndLowerToLLVM(mlir::OpPassManager &pm, bool vectorize = false);
 
 /// Registers the passes and the `courier-pipeline` pipeline with the global registry.
 void registerCourierPassesAndPipelines();

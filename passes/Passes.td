@@ -58,7 +58,10 @@ def CrossCompileTargets : Pass<"cross-compile-targets", "::mlir::ModuleOp"> {
            "error at the module and is not written">,
     Option<"jobs", "jobs", "unsigned", /*default=*/"0",
            "Threads that generate code for target modules at once, the pass's own among "
-           "them (0: one per core)">
+           "them (0: one per core)">,
+    Option<"localRunsHere", "local-runs-here", "bool", /*default=*/"true",
+           "Modules whose dispatch address is \"local\" run in this process: without a "
+           "`cpu` of their own, their code is for this machine's CPU and features">
   ];
 }
 
@@ -139,6 +142,48 @@ def ConvertExecutorToLLVM : Pass<"convert-executor-to-llvm", "::mlir::ModuleOp">
     that was not dispatched has no lowering and is reported here.
   }];
   let dependentDialects = ["::mlir::LLVM::LLVMDialect"];
+}
+
+def VectorizeKernels : Pass<"courier-vectorize", "::mlir::ModuleOp"> {
+  let summary = "Tile linalg ops on tensors for caches and registers and vectorize them";
+  let description = [{
+    For every function, in the host module and in nested target modules, the linalg ops on
+    tensors of static shape are tiled and vectorized at the vector width of the CPU the
+    function's code is for (`catalyst.target`'s `cpu` and `features`, or this machine's for
+    code that runs in this process; 512 bits with AVX-512, 256 with AVX, 128 with SSE or
+    NEON). It runs before bufferization, on tensors, so that an accumulator is carried by a
+    loop in registers rather than read and written in memory at every step.
+
+    - `linalg.matmul`: tiles of 64 x 256 x 256 for the caches, then 8 x (2 vectors) x 1 for
+      the registers; the 8 x 2-vector accumulator is hoisted out of the k loop and the
+      contraction lowered to outer products, that is broadcasts and FMAs.
+    - Every other linalg op (elementwise `linalg.generic`, `linalg.fill`, reductions,
+      transposes, broadcasts): tiles of 1 along every loop but the innermost, which takes
+      four vectors.
+
+    A function in a module whose `catalyst.target` has `fp = "strict"` is left alone, so
+    its floating-point operations keep source order (and are not fused into FMAs): the
+    results are bit-identical to the scalar lowering. Ops with dynamic shapes, and the
+    partial tiles at the edges of shapes that tiles do not divide, stay scalar.
+
+    ```mlir
+    %r = linalg.matmul ins(%a, %b : tensor<64x64xf32>, tensor<64x64xf32>)
+                       outs(%c : tensor<64x64xf32>) -> tensor<64x64xf32>
+    // becomes, inside loops over tiles of C, a k loop carrying the accumulator:
+    %acc = scf.for %k = %c0 to %c64 step %c1 iter_args(%v = %init) -> (vector<8x32xf32>) {
+      ...
+      %row = vector.fma %a_ik, %b_k, %v_i : vector<32xf32>
+      ...
+    }
+    ```
+  }];
+  let options = [
+    Option<"localRunsHere", "local-runs-here", "bool", /*default=*/"true",
+           "As cross-compile-targets' option of the same name">
+  ];
+  let dependentDialects = ["::mlir::linalg::LinalgDialect", "::mlir::scf::SCFDialect",
+                           "::mlir::vector::VectorDialect", "::mlir::tensor::TensorDialect",
+                           "::mlir::transform::TransformDialect"];
 }
 
 def ExpandStridedCopies : Pass<"courier-expand-strided-copies", "::mlir::ModuleOp"> {

@@ -7,6 +7,7 @@
 #include "mlir/Dialect/Bufferization/Transforms/Passes.h"
 #include "mlir/Dialect/Linalg/Passes.h"
 #include "mlir/Dialect/MemRef/Transforms/Passes.h"
+#include "mlir/Dialect/Vector/Transforms/Passes.h"
 #include "mlir/InitAllPasses.h"
 #include "mlir/Pass/PassRegistry.h"
 #include "mlir/Transforms/Passes.h"
@@ -14,15 +15,21 @@
 #include "llvm/Support/Path.h"
 
 #include <mutex>
+#include <optional>
 
 using namespace mlir;
 
 namespace courier {
 namespace {
 
-void addOneShotBufferize(OpPassManager &pm) {
+/// `vectorize` with the value of local-runs-here, or nothing for IR vectorized before (a
+/// target module cross-compile-targets lowers: its copy no longer says what CPU it is for).
+void addOneShotBufferize(OpPassManager &pm, std::optional<bool> vectorize) {
   // Elementwise arith/math on tensors has no bufferization of its own; linalg does.
   pm.addNestedPass<func::FuncOp>(createConvertElementwiseToLinalgPass());
+  // On tensors, before bufferization: accumulators become values carried by loops.
+  if (vectorize)
+    pm.addPass(createVectorizeKernels({*vectorize}));
   bufferization::OneShotBufferizePassOptions options;
   options.bufferizeFunctionBoundaries = true;
   options.functionBoundaryTypeConversion = bufferization::LayoutMapOption::IdentityLayoutMap;
@@ -39,6 +46,12 @@ void addLowerToLLVM(OpPassManager &pm, bool withExecutor) {
   pm.addPass(createConvertBufferizationToMemRefPass());
   pm.addPass(createExpandStridedCopies());
   pm.addNestedPass<func::FuncOp>(createConvertLinalgToLoopsPass());
+  // Vector transfers to plain loads and stores (unrolled: loops of allocas in a k loop would
+  // overflow the stack), reductions to shuffles.
+  VectorTransferToSCFOptions transfers;
+  transfers.enableFullUnroll();
+  pm.addPass(createConvertVectorToSCFPass(transfers));
+  pm.addNestedPass<func::FuncOp>(vector::createLowerVectorMultiReductionPass());
   // bf16 arithmetic runs in f32 and is rounded back (to nearest, ties to even) with integer
   // ops: LLVM would call __truncsfbf2 instead, which neither the JIT nor an executor provides.
   pm.addPass(arith::createArithEmulateUnsupportedFloats({{"bf16"}, "f32"}));
@@ -48,6 +61,7 @@ void addLowerToLLVM(OpPassManager &pm, bool withExecutor) {
   pm.addPass(createSCFToControlFlowPass());
   pm.addPass(createConvertMathToLibmPass());
   pm.addPass(createConvertMathToLLVMPass());
+  pm.addPass(createConvertVectorToLLVMPass());
   if (withExecutor)
     pm.addPass(createConvertExecutorToLLVM());
   pm.addPass(createFinalizeMemRefToLLVMConversionPass());
@@ -62,16 +76,17 @@ void addLowerToLLVM(OpPassManager &pm, bool withExecutor) {
 
 } // namespace
 
-void buildBufferizeAndLowerToLLVM(OpPassManager &pm) {
-  addOneShotBufferize(pm);
+void buildBufferizeAndLowerToLLVM(OpPassManager &pm, bool vectorize) {
+  addOneShotBufferize(pm, vectorize ? std::optional<bool>(true) : std::nullopt);
   addLowerToLLVM(pm, /*withExecutor=*/false);
 }
 
 void buildDispatchPipeline(OpPassManager &pm, const PipelineOptions &options) {
   pm.addPass(createLowerRuntimeDispatch());
-  addOneShotBufferize(pm);
-  pm.addPass(createCrossCompileTargets(
-      {options.workspace, options.optLevel, options.maxObjectBytes, options.jobs}, options.hooks));
+  addOneShotBufferize(pm, options.localRunsHere);
+  pm.addPass(createCrossCompileTargets({options.workspace, options.optLevel, options.maxObjectBytes,
+                                        options.jobs, options.localRunsHere},
+                                       options.hooks));
   pm.addPass(createDispatchExecutorTargets());
 }
 
@@ -124,7 +139,7 @@ void registerCourierPassesAndPipelines() {
   PassPipelineRegistration<>(
       "courier-lower-to-llvm",
       "Bufferize and lower a module without executor ops to the LLVM dialect",
-      [](OpPassManager &pm) { buildBufferizeAndLowerToLLVM(pm); });
+      [](OpPassManager &pm) { buildBufferizeAndLowerToLLVM(pm, /*vectorize=*/true); });
 }
 
 } // namespace courier

@@ -1,6 +1,13 @@
 // Helpers the dispatch passes share.
 #include "passes/TargetModules.h"
 
+#include "llvm/MC/MCSubtargetInfo.h"
+#include "llvm/MC/TargetRegistry.h"
+#include "llvm/Support/TargetSelect.h"
+#include "llvm/TargetParser/Host.h"
+
+#include <mutex>
+
 using namespace mlir;
 
 namespace courier {
@@ -30,6 +37,80 @@ SmallVector<std::string> getProgramExecutors(ModuleOp host) {
       if (std::string address = getDispatchAddress(target); !llvm::is_contained(addresses, address))
         addresses.push_back(std::move(address));
   return addresses;
+}
+
+void initializeTargets() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    llvm::InitializeAllTargetInfos();
+    llvm::InitializeAllTargets();
+    llvm::InitializeAllTargetMCs();
+    llvm::InitializeAllAsmPrinters();
+  });
+}
+
+namespace {
+
+/// This machine's features as a feature string: "+avx2,+fma,-avx512f,...".
+std::string hostFeatures() {
+  std::string features;
+  for (const auto &feature : llvm::sys::getHostCPUFeatures()) {
+    if (!features.empty())
+      features += ',';
+    features += (feature.getValue() ? "+" : "-") + feature.getKey().str();
+  }
+  return features;
+}
+
+} // namespace
+
+TargetCpu getTargetCpu(ModuleOp target, bool localRunsHere) {
+  TargetCpu chosen;
+  auto spec = target->getAttrOfType<DictionaryAttr>(catalyst::CatalystDialect::kTargetAttrName);
+  auto text = [&](StringRef key) -> std::optional<std::string> {
+    if (spec)
+      if (auto attr = spec.getAs<StringAttr>(key))
+        return attr.str();
+    return std::nullopt;
+  };
+  std::string processTriple = llvm::sys::getProcessTriple();
+  chosen.triple = text("triple").value_or("");
+  if (chosen.triple.empty())
+    chosen.triple = processTriple;
+  std::optional<std::string> cpu = text("cpu");
+  bool here = llvm::Triple(chosen.triple).getArch() == llvm::Triple(processTriple).getArch();
+  bool native = cpu && *cpu == "native";
+  bool inProcess = !spec || (localRunsHere && getDispatchAddress(target) == kLocalAddress);
+  if (here && (native || (!cpu && inProcess))) {
+    chosen.cpu = llvm::sys::getHostCPUName().str();
+    chosen.features = hostFeatures();
+    if (std::optional<std::string> extra = text("features"); extra && !extra->empty())
+      chosen.features += "," + *extra;
+    return chosen;
+  }
+  chosen.cpu = cpu.value_or("generic");
+  chosen.features = text("features").value_or("");
+  return chosen;
+}
+
+unsigned getVectorBits(const TargetCpu &cpu) {
+  llvm::Triple triple(cpu.triple);
+  if (!triple.isX86())
+    return 128;
+  initializeTargets();
+  std::string error;
+  const llvm::Target *backend = llvm::TargetRegistry::lookupTarget(triple, error);
+  if (!backend)
+    return 128;
+  std::unique_ptr<llvm::MCSubtargetInfo> subtarget(
+      backend->createMCSubtargetInfo(triple, cpu.cpu, cpu.features));
+  if (!subtarget)
+    return 128;
+  if (subtarget->checkFeatures("+avx512f"))
+    return 512;
+  if (subtarget->checkFeatures("+avx"))
+    return 256;
+  return 128;
 }
 
 Value SessionCache::get(Operation *user, StringRef address) {

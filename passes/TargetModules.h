@@ -26,6 +26,25 @@ std::string getDispatchAddress(mlir::ModuleOp target);
 /// in order: the executors an empty `dispatch` may bind to (modules without one do not count).
 llvm::SmallVector<std::string> getProgramExecutors(mlir::ModuleOp host);
 
+/// Registers every LLVM target this build has, once per process.
+void initializeTargets();
+
+/// What code for a target module is generated for.
+struct TargetCpu {
+  std::string triple, cpu, features;
+};
+
+/// The triple, CPU and features `target`'s `catalyst.target` names (a host module, or an
+/// empty triple: this process's). A CPU of "native", or none for a module that runs in this
+/// process (its dispatch address is "local") when `localRunsHere`, is this machine's CPU with
+/// every feature it has; any other module without one gets "generic", which any CPU of its
+/// architecture runs.
+TargetCpu getTargetCpu(mlir::ModuleOp target, bool localRunsHere);
+
+/// The width in bits of the vector registers floating-point code for `cpu` may use: 512 with
+/// AVX-512, 256 with AVX, else 128 (SSE, NEON).
+unsigned getVectorBits(const TargetCpu &cpu);
+
 /// Opens sessions at the top of functions, at most once per function and address.
 class SessionCache {
 public:

@@ -253,8 +253,15 @@ module @dev attributes {catalyst.dispatch = {adress = "127.0.0.1:7000"}} {
 
 // -----
 
-// expected-error @+1 {{'catalyst.target' has unknown key 'tripel'; the known keys are 'triple', 'cpu', 'features', 'pipeline', 'backend'}}
+// expected-error @+1 {{'catalyst.target' has unknown key 'tripel'; the known keys are 'triple', 'cpu', 'features', 'pipeline', 'backend', 'fp'}}
 module @dev attributes {catalyst.target = {tripel = "x86_64-unknown-linux-gnu"}} {
+}
+
+// -----
+
+// The floating-point policy is one of two words.
+// expected-error @+1 {{'catalyst.target' field 'fp' must be "fast" or "strict", not 'exact'}}
+module @dev attributes {catalyst.target = {fp = "exact"}} {
 }
 
 // -----

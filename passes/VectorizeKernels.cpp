@@ -1,0 +1,207 @@
+// courier-vectorize: tiles linalg ops on tensors for the caches and the registers of the CPU
+// a function's code is for, then vectorizes them with upstream's transform ops.
+#include "passes/Passes.h"
+#include "passes/TargetModules.h"
+
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Dialect/SCF/Transforms/TileUsingInterface.h"
+#include "mlir/Dialect/SCF/Transforms/Transforms.h"
+#include "mlir/Dialect/Transform/IR/TransformDialect.h"
+#include "mlir/Dialect/Transform/Transforms/TransformInterpreterUtils.h"
+#include "mlir/IR/PatternMatch.h"
+#include "mlir/Parser/Parser.h"
+#include "mlir/Transforms/GreedyPatternRewriteDriver.h"
+
+#include <mutex>
+
+using namespace mlir;
+
+namespace courier {
+
+#define GEN_PASS_DEF_VECTORIZEKERNELS
+#include "passes/Passes.h.inc"
+
+namespace {
+
+/// What follows the tiling, for a whole function: vectorize every tile, fold the tiles'
+/// slices into the vector transfers, hoist what does not change across a loop (the matmul's
+/// accumulator becomes a vector carried by the k loop), and lower contractions to outer
+/// products and those to FMAs.
+constexpr llvm::StringLiteral kVectorizeSchedule = R"mlir(
+module attributes {transform.with_named_sequence} {
+  transform.named_sequence @vectorize(%function: !transform.any_op {transform.consumed}) {
+    %vectorized = transform.structured.vectorize_children_and_apply_patterns %function
+        : (!transform.any_op) -> !transform.any_op
+    transform.apply_patterns to %vectorized {
+      transform.apply_patterns.canonicalization
+      transform.apply_patterns.tensor.fold_tensor_subset_ops_into_vector_transfers
+    } : !transform.any_op
+    %loops = transform.structured.match ops{["scf.for"]} in %vectorized
+        : (!transform.any_op) -> !transform.any_op
+    transform.apply_licm to %loops : !transform.any_op
+    transform.loop.hoist_loop_invariant_subsets %loops : !transform.any_op
+    transform.apply_patterns to %vectorized {
+      transform.apply_patterns.vector.lower_contraction lowering_strategy = "outerproduct"
+      transform.apply_patterns.vector.lower_outerproduct
+      transform.apply_patterns.canonicalization
+    } : !transform.any_op
+    transform.yield
+  }
+}
+)mlir";
+
+/// How a function's ops are tiled: the vector width of its CPU, in bits.
+struct Plan {
+  unsigned vectorBits = 128;
+  bool strict = false;
+};
+
+int64_t lanesOf(Type element, unsigned vectorBits) {
+  unsigned bits = element.isIntOrFloat() ? element.getIntOrFloatBitWidth() : 0;
+  return bits ? std::max<int64_t>(1, vectorBits / bits) : 1;
+}
+
+/// Tile sizes, one level after another, for `op` (a tile of an earlier `level`: its shape is
+/// that tile's); empty when it is left as it is.
+SmallVector<SmallVector<int64_t>> tilesFor(linalg::LinalgOp op, const Plan &plan, int64_t level) {
+  if (!op.hasPureTensorSemantics() || op.hasDynamicShape())
+    return {};
+  SmallVector<int64_t> ranges = op.getStaticLoopRanges();
+  if (ranges.empty())
+    return {};
+  Type element = getElementTypeOrSelf(op->getResult(0).getType());
+  int64_t lanes = lanesOf(element, plan.vectorBits);
+  auto clamp = [&](SmallVector<int64_t> sizes) {
+    for (auto [size, range] : llvm::zip(sizes, ranges))
+      size = std::min(size, range);
+    return sizes;
+  };
+  if (isa<linalg::MatmulOp>(op) && isa<FloatType>(element) && ranges.size() == 3)
+    return {level == 0 ? clamp({64, 256, 256}) : SmallVector<int64_t>{}, clamp({8, 2 * lanes, 1})};
+  SmallVector<int64_t> sizes(ranges.size(), 1);
+  sizes.back() = 4 * lanes;
+  return {clamp(sizes)};
+}
+
+/// Marks an op tiled by the first `n` levels of its tile sizes.
+constexpr llvm::StringLiteral kLevelAttr = "courier.tiled_levels";
+
+/// Tiles `op` by `sizes` and peels the last iteration of each loop where the sizes do not
+/// divide the loop's range: the main loop then has tiles of static shape, which vectorize, and
+/// the remainder one of static shape too (its bounds are constants). The tiled ops, the
+/// remainder's among them, are marked as tiled to `level`.
+LogicalResult tileAndPeel(RewriterBase &rewriter, linalg::LinalgOp op, ArrayRef<int64_t> sizes,
+                          int64_t level) {
+  scf::SCFTilingOptions options;
+  options.setTileSizes(getAsIndexOpFoldResult(rewriter.getContext(), sizes));
+  rewriter.setInsertionPoint(op);
+  FailureOr<scf::SCFTilingResult> tiled =
+      scf::tileUsingSCF(rewriter, cast<TilingInterface>(op.getOperation()), options);
+  if (failed(tiled))
+    return op.emitError("tiling for vectors failed");
+  rewriter.replaceOp(op, tiled->replacements);
+  tiled->tiledOps.back()->setAttr(kLevelAttr, rewriter.getI64IntegerAttr(level));
+  // Innermost first: peeling a loop copies those inside it, which are then peeled already.
+  for (LoopLikeOpInterface loop : llvm::reverse(tiled->loops)) {
+    auto forOp = dyn_cast<scf::ForOp>(loop.getOperation());
+    scf::ForOp remainder;
+    // Fails where nothing is left over: the loop stays as it is.
+    if (forOp)
+      (void)scf::peelForLoopAndSimplifyBounds(rewriter, forOp, remainder);
+  }
+  return success();
+}
+
+/// Folds the bounds peeling left behind (affine.min of constants, slices of static size).
+LogicalResult simplify(func::FuncOp function) {
+  MLIRContext *context = function.getContext();
+  RewritePatternSet patterns(context);
+  // As the canonicalizer collects them: the dialects' (a tensor.cast folded into the linalg
+  // op that uses it) and the ops'.
+  for (Dialect *dialect : context->getLoadedDialects())
+    dialect->getCanonicalizationPatterns(patterns);
+  for (RegisteredOperationName name : context->getRegisteredOperations())
+    name.getCanonicalizationPatterns(patterns, context);
+  return applyPatternsGreedily(function, std::move(patterns));
+}
+
+/// Tiles every op of `function` level by level, simplifying between levels so that the next
+/// level sees static shapes; true when anything was tiled.
+FailureOr<bool> tileFunction(func::FuncOp function, const Plan &plan) {
+  IRRewriter rewriter(function.getContext());
+  bool tiled = false;
+  for (int64_t level = 0;; ++level) {
+    SmallVector<std::pair<linalg::LinalgOp, SmallVector<int64_t>>> work;
+    function.walk([&](linalg::LinalgOp op) {
+      auto done = op->getAttrOfType<IntegerAttr>(kLevelAttr);
+      if ((done ? done.getInt() : 0) != level)
+        return;
+      SmallVector<SmallVector<int64_t>> levels = tilesFor(op, plan, level);
+      if (level < static_cast<int64_t>(levels.size()))
+        work.emplace_back(op, levels[level]);
+    });
+    if (work.empty())
+      break;
+    for (auto &[op, sizes] : work)
+      if (failed(tileAndPeel(rewriter, op, sizes, level + 1)))
+        return failure();
+    tiled = true;
+    if (failed(simplify(function)))
+      return function.emitError("simplifying tiled loops did not converge");
+  }
+  function.walk([](linalg::LinalgOp op) { op->removeAttr(kLevelAttr); });
+  return tiled;
+}
+
+class VectorizeKernels : public impl::VectorizeKernelsBase<VectorizeKernels> {
+public:
+  using VectorizeKernelsBase::VectorizeKernelsBase;
+
+  void runOnOperation() override {
+    ModuleOp root = getOperation();
+    OwningOpRef<ModuleOp> schedule = parseSourceString<ModuleOp>(kVectorizeSchedule, &getContext());
+    if (!schedule) {
+      root.emitError("the vectorization schedule does not parse");
+      return signalPassFailure();
+    }
+    auto sequence = schedule->lookupSymbol("vectorize");
+    SmallVector<func::FuncOp> functions;
+    root.walk([&](func::FuncOp function) {
+      if (!function.isExternal())
+        functions.push_back(function);
+    });
+    llvm::DenseMap<Operation *, Plan> plans;
+    for (func::FuncOp function : functions) {
+      auto module = function->getParentOfType<ModuleOp>();
+      auto [it, inserted] = plans.try_emplace(module);
+      if (inserted)
+        it->second = planFor(module);
+      const Plan &plan = it->second;
+      if (plan.strict)
+        continue;
+      FailureOr<bool> tiled = tileFunction(function, plan);
+      if (failed(tiled))
+        return signalPassFailure();
+      if (!*tiled)
+        continue;
+      if (failed(transform::applyTransformNamedSequence(function, sequence, *schedule,
+                                                        transform::TransformOptions())))
+        return signalPassFailure();
+    }
+  }
+
+private:
+  Plan planFor(ModuleOp module) {
+    Plan plan;
+    plan.vectorBits = getVectorBits(getTargetCpu(module, localRunsHere));
+    if (auto spec =
+            module->getAttrOfType<DictionaryAttr>(catalyst::CatalystDialect::kTargetAttrName))
+      if (auto fp = spec.getAs<StringAttr>("fp"))
+        plan.strict = fp.getValue() == "strict";
+    return plan;
+  }
+};
+
+} // namespace
+
+} // namespace courier

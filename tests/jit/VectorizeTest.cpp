@@ -1,0 +1,197 @@
+// Kernels the default lowering tiles and vectorizes (courier-vectorize), against references
+// computed here: matmuls of sizes that tiles do and do not divide, elementwise ops and
+// reductions, in target modules on the in-process executor and in host code; and
+// fp = "strict", bit-identical to products and sums taken in source order.
+#include "jit/Engine.h"
+
+#include "tests/jit/TestSupport.h"
+
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+using namespace courier;
+using courier::testing::ok;
+using courier::testing::optionsIn;
+using courier::testing::TempDir;
+
+namespace {
+
+std::string shape(int64_t rows, int64_t cols) {
+  return "tensor<" + std::to_string(rows) + "x" + std::to_string(cols) + "xf32>";
+}
+
+/// A target module computing A (m x k) * B (k x n) with linalg.matmul, with `fp` as its
+/// floating-point policy ("" for the default).
+std::string matmulProgram(int64_t m, int64_t n, int64_t k, const std::string &fp) {
+  std::string a = shape(m, k), b = shape(k, n), c = shape(m, n);
+  std::string target = fp.empty() ? "{}" : "{fp = \"" + fp + "\"}";
+  std::ostringstream text;
+  text << "module @app {\n"
+       << "  func.func public @main(%a: " << a << ", %b: " << b << ") -> " << c << " {\n"
+       << "    %r = catalyst.launch_kernel @dev::@mm(%a, %b) : (" << a << ", " << b << ") -> " << c
+       << "\n    return %r : " << c << "\n  }\n"
+       << "  module @dev attributes {catalyst.target = " << target
+       << ", catalyst.dispatch = {address = \"local\"}} {\n"
+       << "    func.func public @mm(%a: " << a << ", %b: " << b << ") -> " << c << " {\n"
+       << "      %z = arith.constant 0.0 : f32\n"
+       << "      %e = tensor.empty() : " << c << "\n"
+       << "      %f = linalg.fill ins(%z : f32) outs(%e : " << c << ") -> " << c << "\n"
+       << "      %r = linalg.matmul ins(%a, %b : " << a << ", " << b << ") outs(%f : " << c
+       << ") -> " << c << "\n"
+       << "      return %r : " << c << "\n    }\n  }\n}\n";
+  return text.str();
+}
+
+std::vector<float> randoms(size_t count, unsigned seed) {
+  std::mt19937 generator(seed);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  std::vector<float> values(count);
+  for (float &v : values)
+    v = uniform(generator);
+  return values;
+}
+
+/// C = A * B with every product rounded, then added in order of k: the scalar lowering's
+/// arithmetic (volatile keeps the compiler from fusing the two into an FMA).
+std::vector<float> matmulInOrder(const std::vector<float> &a, const std::vector<float> &b,
+                                 int64_t m, int64_t n, int64_t k) {
+  std::vector<float> c(m * n, 0.0f);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      float sum = 0.0f;
+      for (int64_t p = 0; p < k; ++p) {
+        volatile float product = a[i * k + p] * b[p * n + j];
+        sum = sum + product;
+      }
+      c[i * n + j] = sum;
+    }
+  return c;
+}
+
+/// The same in double precision: the exact answer to within f32 rounding of the inputs.
+std::vector<double> matmulExact(const std::vector<float> &a, const std::vector<float> &b, int64_t m,
+                                int64_t n, int64_t k) {
+  std::vector<double> c(m * n, 0.0);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t p = 0; p < k; ++p)
+      for (int64_t j = 0; j < n; ++j)
+        c[i * n + j] += double(a[i * k + p]) * double(b[p * n + j]);
+  return c;
+}
+
+std::vector<float> runMatmul(Engine &engine, int64_t m, int64_t n, int64_t k, const std::string &fp,
+                             const std::vector<float> &a, const std::vector<float> &b) {
+  auto module = engine.compile(matmulProgram(m, n, k, fp), "matmul.mlir");
+  REQUIRE(ok(module));
+  auto out =
+      (*module)->invoke("main", {Tensor::of<float>({m, k}, a), Tensor::of<float>({k, n}, b)});
+  REQUIRE(ok(out));
+  REQUIRE(out->size() == 1);
+  llvm::ArrayRef<float> values = (*out)[0].view<float>();
+  return std::vector<float>(values.begin(), values.end());
+}
+
+} // namespace
+
+TEST_CASE("vectorized matmuls match a reference at sizes tiles do and do not divide",
+          "[jit][vectorize]") {
+  TempDir dir;
+  Engine engine(optionsIn(dir));
+  struct Size {
+    int64_t m, n, k;
+  };
+  for (Size s : {Size{1, 1, 1}, Size{17, 17, 17}, Size{64, 64, 64}, Size{8, 32, 300},
+                 Size{301, 257, 129}, Size{128, 512, 256}}) {
+    INFO(s.m << " x " << s.n << " x " << s.k);
+    std::vector<float> a = randoms(s.m * s.k, 1), b = randoms(s.k * s.n, 2);
+    std::vector<float> c = runMatmul(engine, s.m, s.n, s.k, "", a, b);
+    std::vector<double> exact = matmulExact(a, b, s.m, s.n, s.k);
+    // Reordered and fused sums of k terms of magnitude below 1: within k ulps of 1.
+    double tolerance = double(s.k) * 1.2e-7 + 1e-7;
+    double worst = 0;
+    for (size_t i = 0; i < c.size(); ++i)
+      worst = std::max(worst, std::abs(double(c[i]) - exact[i]));
+    CHECK(worst <= tolerance);
+  }
+}
+
+TEST_CASE("fp = \"strict\" gives the bits of products and sums taken in source order",
+          "[jit][vectorize]") {
+  TempDir dir;
+  Engine engine(optionsIn(dir));
+  int64_t m = 33, n = 65, k = 129;
+  std::vector<float> a = randoms(m * k, 3), b = randoms(k * n, 4);
+  std::vector<float> strict = runMatmul(engine, m, n, k, "strict", a, b);
+  std::vector<float> inOrder = matmulInOrder(a, b, m, n, k);
+  REQUIRE(strict.size() == inOrder.size());
+  CHECK(std::memcmp(strict.data(), inOrder.data(), strict.size() * sizeof(float)) == 0);
+  // The default reorders and fuses: the bits differ somewhere, within the tolerance.
+  std::vector<float> fast = runMatmul(engine, m, n, k, "", a, b);
+  CHECK(std::memcmp(fast.data(), inOrder.data(), fast.size() * sizeof(float)) != 0);
+}
+
+TEST_CASE("vectorized elementwise ops and reductions match a reference, in a target and in "
+          "host code",
+          "[jit][vectorize]") {
+  TempDir dir;
+  Engine engine(optionsIn(dir));
+  for (int64_t n : {1, 17, 1000, 1023, 4096}) {
+    INFO("n = " << n);
+    std::string v = "tensor<" + std::to_string(n) + "xf32>";
+    std::string m2 = "tensor<3x" + std::to_string(n) + "xf32>";
+    std::ostringstream text;
+    text << "module @app {\n"
+         << "  func.func public @host_add(%a: " << v << ", %b: " << v << ") -> " << v << " {\n"
+         << "    %r = arith.addf %a, %b : " << v << "\n    return %r : " << v << "\n  }\n"
+         << "  func.func public @main(%a: " << v << ", %b: " << v << ", %m: " << m2 << ") -> (" << v
+         << ", tensor<3xf32>) {\n"
+         << "    %r:2 = catalyst.launch_kernel @dev::@k(%a, %b, %m) : (" << v << ", " << v << ", "
+         << m2 << ") -> (" << v << ", tensor<3xf32>)\n"
+         << "    return %r#0, %r#1 : " << v << ", tensor<3xf32>\n  }\n"
+         << "  module @dev attributes {catalyst.target = {}, catalyst.dispatch = {address = "
+            "\"local\"}} {\n"
+         << "    func.func public @k(%a: " << v << ", %b: " << v << ", %m: " << m2 << ") -> (" << v
+         << ", tensor<3xf32>) {\n"
+         << "      %p = arith.mulf %a, %b : " << v << "\n"
+         << "      %z = arith.constant 0.0 : f32\n"
+         << "      %e = tensor.empty() : tensor<3xf32>\n"
+         << "      %f = linalg.fill ins(%z : f32) outs(%e : tensor<3xf32>) -> tensor<3xf32>\n"
+         << "      %s = linalg.reduce ins(%m : " << m2
+         << ") outs(%f : tensor<3xf32>) dimensions = [1]\n"
+         << "        (%x: f32, %acc: f32) {\n"
+         << "          %t = arith.addf %x, %acc : f32\n"
+         << "          linalg.yield %t : f32\n"
+         << "        }\n"
+         << "      return %p, %s : " << v << ", tensor<3xf32>\n    }\n  }\n}\n";
+    auto module = engine.compile(text.str(), "elementwise.mlir");
+    REQUIRE(ok(module));
+    std::vector<float> a = randoms(n, 5), b = randoms(n, 6), rows = randoms(3 * n, 7);
+    auto sum =
+        (*module)->invoke("host_add", {Tensor::of<float>({n}, a), Tensor::of<float>({n}, b)});
+    REQUIRE(ok(sum));
+    auto out = (*module)->invoke("main", {Tensor::of<float>({n}, a), Tensor::of<float>({n}, b),
+                                          Tensor::of<float>({3, n}, rows)});
+    REQUIRE(ok(out));
+    llvm::ArrayRef<float> added = (*sum)[0].view<float>();
+    llvm::ArrayRef<float> product = (*out)[0].view<float>();
+    llvm::ArrayRef<float> reduced = (*out)[1].view<float>();
+    for (int64_t i = 0; i < n; ++i) {
+      // One rounding each: exact whatever the order.
+      CHECK(added[i] == a[i] + b[i]);
+      CHECK(product[i] == a[i] * b[i]);
+    }
+    for (int64_t r = 0; r < 3; ++r) {
+      double exact = 0;
+      for (int64_t i = 0; i < n; ++i)
+        exact += rows[r * n + i];
+      CHECK(std::abs(reduced[r] - exact) <= double(n) * 1.2e-7 + 1e-6);
+    }
+  }
+}

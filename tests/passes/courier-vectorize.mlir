@@ -1,0 +1,80 @@
+// RUN: courier-opt %s -courier-vectorize | FileCheck %s
+
+// Tiles and vectors follow each target module's CPU: the same matmul gets 8 x 32 f32
+// accumulators with AVX-512, 8 x 16 with AVX2 and 8 x 8 with NEON; each is carried by the k
+// loop in registers and updated with one FMA per row.
+module @app {
+  // CHECK-LABEL: module @avx512
+  module @avx512 attributes {catalyst.target = {cpu = "znver4"}} {
+    // CHECK-LABEL: func.func public @matmul
+    // CHECK: scf.for {{.*}} step %c8
+    // CHECK: scf.for {{.*}} step %c32
+    // CHECK: %[[INIT:.*]] = vector.transfer_read {{.*}} : tensor<64x64xf32>, vector<8x32xf32>
+    // CHECK: %[[ACC:.*]] = scf.for {{.*}} iter_args(%[[CARRIED:.*]] = %[[INIT]]) -> (vector<8x32xf32>)
+    // CHECK-COUNT-8: vector.fma {{.*}} : vector<32xf32>
+    // CHECK: scf.yield {{.*}} : vector<8x32xf32>
+    // CHECK: vector.transfer_write %[[ACC]]
+    // CHECK-NOT: linalg.matmul
+    func.func public @matmul(%a: tensor<64x64xf32>, %b: tensor<64x64xf32>, %c: tensor<64x64xf32>) -> tensor<64x64xf32> {
+      %r = linalg.matmul ins(%a, %b : tensor<64x64xf32>, tensor<64x64xf32>) outs(%c : tensor<64x64xf32>) -> tensor<64x64xf32>
+      return %r : tensor<64x64xf32>
+    }
+
+    // Elementwise ops take four vectors a step.
+    // CHECK-LABEL: func.func public @add
+    // CHECK: scf.for {{.*}} step %c64
+    // CHECK: vector.transfer_read {{.*}} : tensor<4096xf32>, vector<64xf32>
+    // CHECK: arith.addf {{.*}} : vector<64xf32>
+    func.func public @add(%a: tensor<4096xf32>, %b: tensor<4096xf32>) -> tensor<4096xf32> {
+      %e = tensor.empty() : tensor<4096xf32>
+      %r = linalg.add ins(%a, %b : tensor<4096xf32>, tensor<4096xf32>) outs(%e : tensor<4096xf32>) -> tensor<4096xf32>
+      return %r : tensor<4096xf32>
+    }
+
+    // A reduction along the innermost dimension reduces four vectors a step into a value the
+    // loop carries.
+    // CHECK-LABEL: func.func public @rowsum
+    // CHECK: scf.for {{.*}} iter_args({{.*}}) -> (vector<1xf32>)
+    // CHECK: vector.multi_reduction <add>, {{.*}} [1] : vector<1x64xf32> to vector<1xf32>
+    func.func public @rowsum(%a: tensor<16x1024xf32>, %init: tensor<16xf32>) -> tensor<16xf32> {
+      %r = linalg.reduce ins(%a : tensor<16x1024xf32>) outs(%init : tensor<16xf32>) dimensions = [1]
+        (%x: f32, %acc: f32) {
+          %s = arith.addf %x, %acc : f32
+          linalg.yield %s : f32
+        }
+      return %r : tensor<16xf32>
+    }
+  }
+
+  // CHECK-LABEL: module @avx2
+  // CHECK: scf.for {{.*}} iter_args({{.*}}) -> (vector<8x16xf32>)
+  // CHECK-COUNT-8: vector.fma {{.*}} : vector<16xf32>
+  module @avx2 attributes {catalyst.target = {cpu = "haswell"}} {
+    func.func public @matmul(%a: tensor<64x64xf32>, %b: tensor<64x64xf32>, %c: tensor<64x64xf32>) -> tensor<64x64xf32> {
+      %r = linalg.matmul ins(%a, %b : tensor<64x64xf32>, tensor<64x64xf32>) outs(%c : tensor<64x64xf32>) -> tensor<64x64xf32>
+      return %r : tensor<64x64xf32>
+    }
+  }
+
+  // CHECK-LABEL: module @neon
+  // CHECK: scf.for {{.*}} iter_args({{.*}}) -> (vector<8x8xf32>)
+  // CHECK-COUNT-8: vector.fma {{.*}} : vector<8xf32>
+  module @neon attributes {catalyst.target = {triple = "aarch64-unknown-linux-gnu"}} {
+    func.func public @matmul(%a: tensor<64x64xf32>, %b: tensor<64x64xf32>, %c: tensor<64x64xf32>) -> tensor<64x64xf32> {
+      %r = linalg.matmul ins(%a, %b : tensor<64x64xf32>, tensor<64x64xf32>) outs(%c : tensor<64x64xf32>) -> tensor<64x64xf32>
+      return %r : tensor<64x64xf32>
+    }
+  }
+
+  // fp = "strict" keeps source order: nothing is tiled, vectorized or fused.
+  // CHECK-LABEL: module @strict
+  // CHECK-NOT: vector.
+  // CHECK: linalg.matmul
+  // CHECK-NOT: vector.
+  module @strict attributes {catalyst.target = {cpu = "znver4", fp = "strict"}} {
+    func.func public @matmul(%a: tensor<64x64xf32>, %b: tensor<64x64xf32>, %c: tensor<64x64xf32>) -> tensor<64x64xf32> {
+      %r = linalg.matmul ins(%a, %b : tensor<64x64xf32>, tensor<64x64xf32>) outs(%c : tensor<64x64xf32>) -> tensor<64x64xf32>
+      return %r : tensor<64x64xf32>
+    }
+  }
+}
