@@ -1,0 +1,349 @@
+// Kernels compiled by Courier and run in process against single-threaded OpenBLAS and plain
+// loops, in the same run: f32 matmuls against cblas_sgemm, a 3x3 convolution against sgemm at
+// its im2col GEMM's size, and memory-bound ops (add, row sum, softmax) against C++ loops and a
+// STREAM triad. The programs are bench/inputs/kernels/*.mlir; see docs/performance.md.
+#include "bench/BenchSupport.h"
+#include "jit/Engine.h"
+
+#include "llvm/Support/MemoryBuffer.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+using namespace courier;
+using courier::bench::check;
+using courier::bench::die;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+/// How long the benchmark runs: rounds of each comparison, and the least time one timed
+/// sample of a side takes (calls are repeated within a sample until it does).
+struct Settings {
+  int rounds = 9;
+  double sampleMs = 30;
+};
+
+std::vector<float> randoms(size_t count, unsigned seed) {
+  std::mt19937 generator(seed);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  std::vector<float> values(count);
+  for (float &v : values)
+    v = uniform(generator);
+  return values;
+}
+
+/// One side of a comparison: what one call does, and the milliseconds per call of each round.
+struct Side {
+  Side(const char *name, std::function<void()> once) : name(name), once(std::move(once)) {}
+
+  const char *name;
+  std::function<void()> once;
+  std::vector<double> ms;
+  int callsPerSample = 1;
+
+  double best() const { return *std::min_element(ms.begin(), ms.end()); }
+  double median() const { return bench::median(ms); }
+};
+
+/// Times the sides in turn, round after round (A, B, A, B, ...), so that load from elsewhere
+/// on the machine falls on all of them alike. Each side first runs once untimed.
+void interleave(std::vector<Side *> sides, const Settings &settings) {
+  for (Side *side : sides) {
+    side->once();
+    double ms = bench::secondsOf(side->once) * 1e3;
+    side->callsPerSample = std::max(1, static_cast<int>(std::ceil(settings.sampleMs / ms)));
+  }
+  for (int round = 0; round < settings.rounds; ++round)
+    for (Side *side : sides) {
+      double seconds = bench::secondsOf([&] {
+        for (int i = 0; i < side->callsPerSample; ++i)
+          side->once();
+      });
+      side->ms.push_back(seconds * 1e3 / side->callsPerSample);
+    }
+}
+
+std::string readFile(const std::string &path) {
+  auto buffer = llvm::MemoryBuffer::getFile(path);
+  if (!buffer)
+    die("reading " + path);
+  return (*buffer)->getBuffer().str();
+}
+
+/// Compiles bench/inputs/kernels/<name>.mlir with the disk cache off, so that every target is
+/// compiled here; prints the compile's wall time and its code generation's share.
+std::shared_ptr<Module> compileKernel(Engine &engine, const std::string &name) {
+  std::string path = std::string(COURIER_SOURCE_DIR) + "/bench/inputs/kernels/" + name + ".mlir";
+  std::string text = readFile(path);
+  std::shared_ptr<Module> module;
+  double seconds = bench::secondsOf([&] {
+    module = check(engine.compile(text, name, CompileOptions{{}, path}), "compiling a kernel");
+  });
+  const PhaseTimes &times = module->compileTimes();
+  std::printf("  compile %-20s %8.1f ms (passes %.1f, target code %.1f, link %.1f)\n", name.c_str(),
+              seconds * 1e3, times.passes, times.crossCompile, times.link);
+  return module;
+}
+
+/// Calls `entry` of `module` on borrowed inputs and returns its one result.
+Tensor invokeOne(const Module &module, llvm::ArrayRef<TensorRef> inputs) {
+  std::vector<Tensor> out = check(module.invoke("main", inputs), "invoking a kernel");
+  if (out.size() != 1)
+    die("a kernel returned " + std::to_string(out.size()) + " results, not 1");
+  return std::move(out[0]);
+}
+
+/// Ends the benchmark unless `got` matches `want` within `tolerance` (absolute, scaled by
+/// the magnitude of `want`): a kernel computing something else is not measured.
+void expectClose(const char *what, llvm::ArrayRef<float> got, llvm::ArrayRef<float> want,
+                 double tolerance) {
+  if (got.size() != want.size())
+    die(std::string(what) + ": " + std::to_string(got.size()) + " elements, expected " +
+        std::to_string(want.size()));
+  for (size_t i = 0; i < got.size(); ++i)
+    if (!(std::abs(double(got[i]) - double(want[i])) <=
+          tolerance * std::max(1.0, std::abs(double(want[i])))))
+      die(std::string(what) + ": element " + std::to_string(i) + " is " + std::to_string(got[i]) +
+          ", expected " + std::to_string(want[i]));
+}
+
+const char *verdict(double ratio, double target) { return ratio >= target ? "met" : "NOT met"; }
+
+/// Prints a compute-bound comparison: GFLOP/s from the best and median times of each side, and
+/// the ratio of the medians.
+void printFlops(const char *op, const char *size, double flops, const Side &courier,
+                const Side &reference, double target) {
+  auto rate = [&](double ms) { return flops / (ms * 1e-3) / 1e9; };
+  double ratio = reference.median() / courier.median();
+  std::printf("%-8s %-16s courier %7.3f ms median (%6.1f GFLOP/s; best %6.1f)  %s %7.3f ms "
+              "(%6.1f; best %6.1f)  ratio %.2fx (target >= %.1fx: %s)\n",
+              op, size, courier.median(), rate(courier.median()), rate(courier.best()),
+              reference.name, reference.median(), rate(reference.median()), rate(reference.best()),
+              ratio, target, verdict(ratio, target));
+}
+
+/// Single-threaded sgemm C = A * B (row-major, beta 0).
+void sgemm(int m, int n, int k, const float *a, const float *b, float *c) {
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.0f, a, k, b, n, 0.0f, c, n);
+}
+
+void matmuls(Engine &engine, const Settings &settings) {
+  struct Size {
+    int m, n, k;
+    const char *name, *label;
+    double target;
+  };
+  const Size sizes[] = {{256, 256, 256, "matmul-256", "256^3", 0.5},
+                        {512, 512, 512, "matmul-512", "512^3", 0.5},
+                        {1024, 1024, 1024, "matmul-1024", "1024^3", 0.8},
+                        {301, 257, 129, "matmul-301x257x129", "301x257x129", 0.5}};
+  std::printf("\n## f32 matmul: Courier in process vs cblas_sgemm (1 thread)\n");
+  for (const Size &s : sizes) {
+    std::shared_ptr<Module> module = compileKernel(engine, s.name);
+    std::vector<float> a = randoms(size_t(s.m) * s.k, 1), b = randoms(size_t(s.k) * s.n, 2);
+    std::vector<float> c(size_t(s.m) * s.n);
+    TensorRef inputs[] = {TensorRef::of<float>({s.m, s.k}, a), TensorRef::of<float>({s.k, s.n}, b)};
+    sgemm(s.m, s.n, s.k, a.data(), b.data(), c.data());
+    Tensor result = invokeOne(*module, inputs);
+    expectClose(s.name, result.view<float>(), c, 2e-6 * s.k);
+    Side courier{"courier", [&] { invokeOne(*module, inputs); }};
+    Side openblas{"openblas", [&] { sgemm(s.m, s.n, s.k, a.data(), b.data(), c.data()); }};
+    interleave({&courier, &openblas}, settings);
+    printFlops("matmul", s.label, 2.0 * s.m * s.n * s.k, courier, openblas, s.target);
+  }
+}
+
+void conv2d(Engine &engine, const Settings &settings) {
+  std::printf("\n## conv2d NHWC 1x58x58x64 * HWCF 3x3x64x64 -> 1x56x56x64 vs sgemm at its "
+              "im2col size (M 3136, N 64, K 576)\n");
+  const int h = 58, w = 58, c = 64, f = 64, oh = 56, ow = 56, kh = 3, kw = 3;
+  std::shared_ptr<Module> module = compileKernel(engine, "conv2d");
+  std::vector<float> input = randoms(size_t(h) * w * c, 3),
+                     filter = randoms(size_t(kh) * kw * c * f, 4);
+  // The reference convolution, through im2col and sgemm: its check and the GEMM it is timed as.
+  std::vector<float> patches(size_t(oh) * ow * kh * kw * c);
+  for (int y = 0; y < oh; ++y)
+    for (int x = 0; x < ow; ++x)
+      for (int i = 0; i < kh; ++i)
+        for (int j = 0; j < kw; ++j)
+          std::memcpy(&patches[((size_t(y) * ow + x) * kh * kw + i * kw + j) * c],
+                      &input[((size_t(y) + i) * w + x + j) * c], c * sizeof(float));
+  const int m = oh * ow, n = f, k = kh * kw * c;
+  std::vector<float> out(size_t(m) * n);
+  sgemm(m, n, k, patches.data(), filter.data(), out.data());
+  TensorRef inputs[] = {TensorRef::of<float>({1, h, w, c}, input),
+                        TensorRef::of<float>({kh, kw, c, f}, filter)};
+  Tensor result = invokeOne(*module, inputs);
+  expectClose("conv2d", result.view<float>(), out, 2e-6 * k);
+  Side courier{"courier", [&] { invokeOne(*module, inputs); }};
+  Side openblas{"sgemm", [&] { sgemm(m, n, k, patches.data(), filter.data(), out.data()); }};
+  interleave({&courier, &openblas}, settings);
+  printFlops("conv2d", "3x3x64x64", 2.0 * m * n * k, courier, openblas, 0.5);
+}
+
+/// Prints a memory-bound comparison: GB/s (bytes read and written) of Courier, a C++ loop and
+/// the triad measured in the same rounds.
+void printBandwidth(const char *op, const char *size, double bytes, const Side &courier,
+                    const Side &loop, const Side &triad, double triadBytes) {
+  auto rate = [](double bytes, double ms) { return bytes / (ms * 1e-3) / 1e9; };
+  std::printf("%-8s %-16s courier %7.3f ms median (%5.1f GB/s; best %5.1f)  loop %7.3f ms "
+              "(%5.1f; best %5.1f)  triad %5.1f GB/s (best %5.1f)  courier/loop %.2fx  "
+              "courier/triad %.2fx\n",
+              op, size, courier.median(), rate(bytes, courier.median()),
+              rate(bytes, courier.best()), loop.median(), rate(bytes, loop.median()),
+              rate(bytes, loop.best()), rate(triadBytes, triad.median()),
+              rate(triadBytes, triad.best()), loop.median() / courier.median(),
+              rate(bytes, courier.median()) / rate(triadBytes, triad.median()));
+}
+
+void memoryBound(Engine &engine, const Settings &settings) {
+  std::printf("\n## memory-bound ops: Courier in process vs a C++ loop into a buffer it reuses, "
+              "and a STREAM triad a[i] = b[i] + s*c[i] over 4M floats (GB/s: bytes read + "
+              "written)\n");
+  const size_t n = size_t(4) << 20;
+  std::vector<float> ta(n), tb = randoms(n, 5), tc = randoms(n, 6);
+  const float s = 3.0f;
+  auto triadOnce = [&] {
+    float *__restrict a = ta.data();
+    const float *__restrict b = tb.data(), *__restrict c = tc.data();
+    for (size_t i = 0; i < n; ++i)
+      a[i] = b[i] + s * c[i];
+  };
+  const double triadBytes = 12.0 * n;
+
+  {
+    std::shared_ptr<Module> module = compileKernel(engine, "add");
+    std::vector<float> a = randoms(n, 7), b = randoms(n, 8), sum(n);
+    auto loopOnce = [&] {
+      float *__restrict out = sum.data();
+      const float *__restrict x = a.data(), *__restrict y = b.data();
+      for (size_t i = 0; i < n; ++i)
+        out[i] = x[i] + y[i];
+    };
+    TensorRef inputs[] = {TensorRef::of<float>({int64_t(n)}, a),
+                          TensorRef::of<float>({int64_t(n)}, b)};
+    loopOnce();
+    expectClose("add", invokeOne(*module, inputs).view<float>(), sum, 0);
+    Side courier{"courier", [&] { invokeOne(*module, inputs); }};
+    Side loop{"loop", loopOnce}, triad{"triad", triadOnce};
+    interleave({&courier, &loop, &triad}, settings);
+    printBandwidth("add", "4M", 12.0 * n, courier, loop, triad, triadBytes);
+  }
+
+  const int rows = 4096, cols = 1024;
+  std::vector<float> x = randoms(size_t(rows) * cols, 9);
+  TensorRef matrix[] = {TensorRef::of<float>({rows, cols}, x)};
+  {
+    std::shared_ptr<Module> module = compileKernel(engine, "rowsum");
+    std::vector<float> sums(rows);
+    auto loopOnce = [&] {
+      for (int r = 0; r < rows; ++r) {
+        const float *row = &x[size_t(r) * cols];
+        float total = 0;
+        for (int j = 0; j < cols; ++j)
+          total += row[j];
+        sums[r] = total;
+      }
+    };
+    loopOnce();
+    expectClose("rowsum", invokeOne(*module, matrix).view<float>(), sums, 1e-4);
+    Side courier{"courier", [&] { invokeOne(*module, matrix); }};
+    Side loop{"loop", loopOnce}, triad{"triad", triadOnce};
+    interleave({&courier, &loop, &triad}, settings);
+    printBandwidth("rowsum", "4096x1024", 4.0 * rows * cols + 4.0 * rows, courier, loop, triad,
+                   triadBytes);
+  }
+
+  {
+    // linalg.softmax is measured where it compiles; the composed ops always are.
+    auto linalgSoftmax = engine.compile(
+        readFile(std::string(COURIER_SOURCE_DIR) + "/bench/inputs/kernels/softmax-linalg.mlir"),
+        "softmax-linalg");
+    std::printf("  linalg.softmax %s\n", linalgSoftmax
+                                             ? "compiles"
+                                             : "does not compile; measured as the linalg ops a "
+                                               "user writes (softmax.mlir)");
+    if (!linalgSoftmax)
+      llvm::consumeError(linalgSoftmax.takeError());
+    std::shared_ptr<Module> module = compileKernel(engine, "softmax");
+    std::vector<float> out(x.size());
+    auto loopOnce = [&] {
+      for (int r = 0; r < rows; ++r) {
+        const float *row = &x[size_t(r) * cols];
+        float *dst = &out[size_t(r) * cols];
+        float max = row[0];
+        for (int j = 1; j < cols; ++j)
+          max = std::max(max, row[j]);
+        float total = 0;
+        for (int j = 0; j < cols; ++j) {
+          dst[j] = std::exp(row[j] - max);
+          total += dst[j];
+        }
+        for (int j = 0; j < cols; ++j)
+          dst[j] /= total;
+      }
+    };
+    loopOnce();
+    expectClose("softmax", invokeOne(*module, matrix).view<float>(), out, 1e-5);
+    Side courier{"courier", [&] { invokeOne(*module, matrix); }};
+    Side loop{"loop", loopOnce}, triad{"triad", triadOnce};
+    std::vector<Side *> sides = {&courier, &loop, &triad};
+    Side builtin{"linalg.softmax", [&] { invokeOne(**linalgSoftmax, matrix); }};
+    if (linalgSoftmax) {
+      expectClose("linalg.softmax", invokeOne(**linalgSoftmax, matrix).view<float>(), out, 1e-5);
+      sides.push_back(&builtin);
+    }
+    interleave(sides, settings);
+    printBandwidth("softmax", "4096x1024", 8.0 * rows * cols, courier, loop, triad, triadBytes);
+    if (linalgSoftmax)
+      printBandwidth("softmax", "linalg.softmax", 8.0 * rows * cols, builtin, loop, triad,
+                     triadBytes);
+  }
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  std::string section = "all";
+  Settings settings;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--quick")
+      settings = Settings{1, 0};
+    else if (arg == "all" || arg == "matmul" || arg == "conv" || arg == "memory")
+      section = arg;
+    else
+      die("unknown argument '" + arg +
+          "' (usage: courier-kernel-bench [all|matmul|conv|memory] "
+          "[--quick])");
+  }
+  openblas_set_num_threads(1);
+  std::printf("OpenBLAS %s, core %s, %d thread(s)%s\n", openblas_get_config(),
+              openblas_get_corename(), openblas_get_num_threads(),
+              std::getenv("OPENBLAS_CORETYPE") ? " (OPENBLAS_CORETYPE is set: it chose the core)"
+                                               : "");
+  std::printf("each figure: the median and best of %d interleaved rounds, each round at least "
+              "%.0f ms of calls per side\n",
+              settings.rounds, settings.sampleMs);
+  EngineOptions options;
+  options.diskCache = false;
+  Engine engine(options);
+  if (section == "all" || section == "matmul")
+    matmuls(engine, settings);
+  if (section == "all" || section == "conv")
+    conv2d(engine, settings);
+  if (section == "all" || section == "memory")
+    memoryBound(engine, settings);
+  return 0;
+}
