@@ -276,6 +276,15 @@ llvm::Expected<Message> WorkerProcess::request(MessageWriter &message, llvm::Arr
     if (fromPage) {
       reply = std::move(*fromPage);
       fromPage.reset();
+      // The worker answers on one path at a time: anything on the socket beside an answer in
+      // the page was written by the kernel, out of turn (a forged reply).
+      struct pollfd waiting {
+        channel.get(), POLLIN, 0
+      };
+      if (::poll(&waiting, 1, 0) != 0) {
+        kill(EndReason::None);
+        return died(what, deadline);
+      }
     } else {
       // A small kernel answers within microseconds: wait for it awake, briefly.
       llvm::Expected<ReceiveStatus> status = receiveMessage(
