@@ -23,6 +23,25 @@
  *
  * so the table is 3 + 2 * (N + M) words long. Executors check each launch against it: a launch
  * that disagrees would make the kernel read or write past its buffers.
+ *
+ * Features record: an object whose code needs CPU features beyond what every CPU of its
+ * architecture has (LLVM's "generic" CPU for its triple) names them in one ELF note, in a
+ * section of type SHT_NOTE named COURIER_FEATURES_SECTION that is not allocated (no loader
+ * maps it, and no symbol or relocation refers to it):
+ *
+ *     namesz            sizeof(COURIER_NOTE_NAME), 8
+ *     descsz            length of the list below, without padding
+ *     type              COURIER_NOTE_FEATURES
+ *     name              COURIER_NOTE_NAME, NUL-terminated, padded with NULs to 4 bytes
+ *     desc              the features' LLVM names ("avx2", "fma", "neon"), without '+',
+ *                       sorted and separated by ',', padded with NULs to 4 bytes
+ *
+ * in the object's byte order. The names are the instruction-set features the code was
+ * compiled with, those its CPU implies included, tuning features excluded. An object without
+ * the section needs nothing beyond its triple (objects from before the record read so too);
+ * an executor whose CPU lacks a named feature refuses the object (`unsupported_cpu`) rather
+ * than have it die of an illegal instruction. Records are added to, never changed: a reader
+ * skips notes of other names or types.
  */
 #ifndef COURIER_ABI_KERNELABI_H
 #define COURIER_ABI_KERNELABI_H
@@ -35,5 +54,14 @@
 
 /** Layout version of the signature table, its first word. */
 #define COURIER_SIGNATURE_VERSION 1
+
+/** The section of the features record. */
+#define COURIER_FEATURES_SECTION ".note.courier.features"
+
+/** The name of the features note, its owner in ELF's terms. */
+#define COURIER_NOTE_NAME "Courier"
+
+/** The type of the features note. */
+#define COURIER_NOTE_FEATURES 1
 
 #endif /* COURIER_ABI_KERNELABI_H */

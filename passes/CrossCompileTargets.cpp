@@ -14,16 +14,20 @@
 #include "mlir/Target/LLVMIR/Export.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Config/llvm-config.h"
+#include "llvm/IR/Constants.h"
+#include "llvm/IR/GlobalVariable.h"
 #include "llvm/IR/LLVMContext.h"
 #include "llvm/IR/Module.h"
 #include "llvm/MC/MCSubtargetInfo.h"
 #include "llvm/MC/TargetRegistry.h"
+#include "llvm/Support/Endian.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/TargetSelect.h"
 #include "llvm/Target/TargetMachine.h"
 #include "llvm/TargetParser/Host.h"
+#include "llvm/Transforms/Utils/ModuleUtils.h"
 
 #include <limits>
 #include <map>
@@ -100,14 +104,53 @@ void addPyfaceEntry(ModuleOp module, const Kernel &kernel) {
   LLVM::ReturnOp::create(builder, loc, ValueRange());
 }
 
+/// Adds the features record (abi/KernelABI.h) naming `required`, unless it is empty: an
+/// unallocated note section, which the object's code never refers to.
+void addFeaturesRecord(llvm::Module &module, const llvm::Triple &triple,
+                       ArrayRef<std::string> required) {
+  if (required.empty())
+    return;
+  std::string list = llvm::join(required, ",");
+  llvm::endianness order =
+      triple.isLittleEndian() ? llvm::endianness::little : llvm::endianness::big;
+  std::string note;
+  auto word = [&](uint32_t value) {
+    char bytes[4];
+    llvm::support::endian::write32(bytes, value, order);
+    note.append(bytes, sizeof(bytes));
+  };
+  auto padded = [&](StringRef text) {
+    note += text;
+    note.append(llvm::alignTo(text.size(), 4) - text.size(), '\0');
+  };
+  word(sizeof(COURIER_NOTE_NAME));
+  word(static_cast<uint32_t>(list.size()));
+  word(COURIER_NOTE_FEATURES);
+  padded(StringRef(COURIER_NOTE_NAME, sizeof(COURIER_NOTE_NAME)));
+  padded(list);
+  llvm::Constant *bytes =
+      llvm::ConstantDataArray::getString(module.getContext(), note, /*AddNull=*/false);
+  auto *record =
+      new llvm::GlobalVariable(module, bytes->getType(), /*isConstant=*/true,
+                               llvm::GlobalValue::PrivateLinkage, bytes, "courier.features");
+  record->setSection(COURIER_FEATURES_SECTION);
+  record->setAlignment(llvm::Align(4));
+  // Excluded from the image: the section is neither allocated nor loaded.
+  record->setMetadata(llvm::LLVMContext::MD_exclude, llvm::MDNode::get(module.getContext(), {}));
+  llvm::appendToCompilerUsed(module, {record});
+}
+
 /// Bumped whenever what this pass makes of a module changes in a way its fingerprint does
-/// not see (the default lowering, the entries it adds), so older cached objects are not used.
-constexpr llvm::StringLiteral kFingerprintFormat = "courier-target-v1";
+/// not see (the default lowering, the entries it adds, the features record), so older cached
+/// objects are not used.
+constexpr llvm::StringLiteral kFingerprintFormat = "courier-target-v2";
 
 /// A triple, CPU and features checked once per run, for every module that names them.
 struct TargetConfig {
   llvm::Triple triple;
   std::string cpu, features;
+  /// What objects for them record they need (getRequiredFeatures).
+  std::vector<std::string> required;
   const llvm::Target *backend = nullptr;
   /// Why the three are refused (the diagnostic each module naming them gets); empty if not.
   std::string refusal;
@@ -300,6 +343,7 @@ struct CrossCompileTargets : impl::CrossCompileTargetsBase<CrossCompileTargets> 
         return config;
       }
     }
+    config.required = getRequiredFeatures(chosen);
     return config;
   }
 
@@ -430,6 +474,7 @@ struct CrossCompileTargets : impl::CrossCompileTargetsBase<CrossCompileTargets> 
     if (!job.llvmModule)
       return target.emitError("translating the target module to LLVM IR failed");
     job.llvmModule->setTargetTriple(job.config->triple);
+    addFeaturesRecord(*job.llvmModule, job.config->triple, job.config->required);
     return success();
   }
 

@@ -1,6 +1,7 @@
 // Helpers the dispatch passes share.
 #include "passes/TargetModules.h"
 
+#include "llvm/ADT/StringSet.h"
 #include "llvm/MC/MCSubtargetInfo.h"
 #include "llvm/MC/TargetRegistry.h"
 #include "llvm/Support/TargetSelect.h"
@@ -62,7 +63,80 @@ std::string hostFeatures() {
   return features;
 }
 
+/// The instruction-set features enabled for `cpu` and `features` on `triple`: the feature bits
+/// LLVM sets for them less the tuning ones the CPU's model sets (which say how to schedule, not
+/// which instructions exist). Empty when LLVM cannot describe the subtarget.
+llvm::StringSet<> enabledIsaFeatures(const llvm::Target &backend, const llvm::Triple &triple,
+                                     StringRef cpu, StringRef features) {
+  llvm::StringSet<> enabled;
+  std::unique_ptr<llvm::MCSubtargetInfo> subtarget(
+      backend.createMCSubtargetInfo(triple, cpu, features));
+  if (!subtarget)
+    return enabled;
+  llvm::FeatureBitset tuning;
+  for (const llvm::SubtargetSubTypeKV &model : subtarget->getAllProcessorDescriptions())
+    if (cpu == model.Key)
+      tuning = model.TuneImplies.getAsBitset();
+  const llvm::FeatureBitset &bits = subtarget->getFeatureBits();
+  for (const llvm::SubtargetFeatureKV &feature : subtarget->getAllProcessorFeatures())
+    if (bits.test(feature.Value) && !tuning.test(feature.Value))
+      enabled.insert(feature.Key);
+  return enabled;
+}
+
+const llvm::Target *lookupBackend(const llvm::Triple &triple) {
+  initializeTargets();
+  std::string error;
+  return llvm::TargetRegistry::lookupTarget(triple, error);
+}
+
 } // namespace
+
+TargetCpu getReportedTargetCpu(StringRef triple, StringRef cpu, ArrayRef<std::string> features) {
+  TargetCpu chosen{triple.str(), "generic", ""};
+  llvm::Triple parsed(triple);
+  const llvm::Target *backend = lookupBackend(parsed);
+  if (!backend)
+    return chosen;
+  std::unique_ptr<llvm::MCSubtargetInfo> subtarget(backend->createMCSubtargetInfo(parsed, "", ""));
+  if (!subtarget)
+    return chosen;
+  if (!cpu.empty() && subtarget->isCPUStringValid(cpu))
+    chosen.cpu = cpu.str();
+  llvm::StringSet<> known;
+  for (const llvm::SubtargetFeatureKV &feature : subtarget->getAllProcessorFeatures())
+    known.insert(feature.Key);
+  // A name this build does not know is one it would not generate code for anyway.
+  std::string reported;
+  for (const std::string &feature : features)
+    if (known.contains(feature))
+      reported += (reported.empty() ? "+" : ",+") + feature;
+  llvm::StringSet<> given = enabledIsaFeatures(*backend, parsed, "generic", reported);
+  llvm::StringSet<> baseline = enabledIsaFeatures(*backend, parsed, "generic", "");
+  std::vector<std::string> hidden;
+  for (const auto &feature : enabledIsaFeatures(*backend, parsed, chosen.cpu, ""))
+    if (!given.contains(feature.getKey()) && !baseline.contains(feature.getKey()))
+      hidden.push_back(feature.getKey().str());
+  llvm::sort(hidden);
+  chosen.features = reported;
+  for (const std::string &feature : hidden)
+    chosen.features += (chosen.features.empty() ? "-" : ",-") + feature;
+  return chosen;
+}
+
+std::vector<std::string> getRequiredFeatures(const TargetCpu &cpu) {
+  llvm::Triple triple(cpu.triple);
+  const llvm::Target *backend = lookupBackend(triple);
+  if (!backend)
+    return {};
+  llvm::StringSet<> baseline = enabledIsaFeatures(*backend, triple, "generic", "");
+  std::vector<std::string> required;
+  for (const auto &feature : enabledIsaFeatures(*backend, triple, cpu.cpu, cpu.features))
+    if (!baseline.contains(feature.getKey()))
+      required.push_back(feature.getKey().str());
+  llvm::sort(required);
+  return required;
+}
 
 TargetCpu getTargetCpu(ModuleOp target, bool localRunsHere) {
   TargetCpu chosen;

@@ -10,6 +10,7 @@
 #include "llvm/ADT/MapVector.h"
 
 #include <string>
+#include <vector>
 
 namespace courier {
 
@@ -40,6 +41,19 @@ struct TargetCpu {
 /// every feature it has; any other module without one gets "generic", which any CPU of its
 /// architecture runs.
 TargetCpu getTargetCpu(mlir::ModuleOp target, bool localRunsHere);
+
+/// What code for an executor that reported `cpu` and `features` (its `/v1/health`) is
+/// generated for, on `triple`: the CPU if this build of LLVM knows it ("generic" if not), every
+/// reported feature it knows turned on, and every feature the CPU's model implies that the
+/// reported ones do not give turned off (a virtual machine may hide what its model has).
+TargetCpu getReportedTargetCpu(llvm::StringRef triple, llvm::StringRef cpu,
+                               llvm::ArrayRef<std::string> features);
+
+/// The instruction-set features code for `cpu` may use beyond those of the "generic" CPU of
+/// its triple, by LLVM's names, sorted: those its features string turns on and those its CPU
+/// implies, tuning features excluded. What an object records it needs (abi/KernelABI.h); empty
+/// for a triple this build has no target for.
+std::vector<std::string> getRequiredFeatures(const TargetCpu &cpu);
 
 /// The width in bits of the vector registers floating-point code for `cpu` may use: 512 with
 /// AVX-512, 256 with AVX, else 128 (SSE, NEON).
