@@ -4,6 +4,7 @@
 #include "passes/TargetModules.h"
 
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Dialect/Linalg/Transforms/Transforms.h"
 #include "mlir/Dialect/SCF/Transforms/TileUsingInterface.h"
 #include "mlir/Dialect/SCF/Transforms/Transforms.h"
 #include "mlir/Dialect/Transform/IR/TransformDialect.h"
@@ -80,7 +81,14 @@ SmallVector<SmallVector<int64_t>> tilesFor(linalg::LinalgOp op, const Plan &plan
     return {level == 0 ? clamp({64, 256, 256}) : SmallVector<int64_t>{}, clamp({8, 2 * lanes, 1})};
   SmallVector<int64_t> sizes(ranges.size(), 1);
   sizes.back() = 4 * lanes;
-  return {clamp(sizes)};
+  if (op.getIteratorTypesArray().back() != utils::IteratorType::reduction)
+    return {clamp(sizes)};
+  // A reduction along the innermost loop (a row sum): the other loops first, then that one,
+  // keeping a vector of partial results the loop carries (tileAndPeel).
+  SmallVector<int64_t> outer(ranges.size(), 1), inner(ranges.size(), 0);
+  outer.back() = 0;
+  inner.back() = 4 * lanes;
+  return {clamp(outer), clamp(inner)};
 }
 
 /// Marks an op tiled by the first `n` levels of its tile sizes.
@@ -94,6 +102,15 @@ LogicalResult tileAndPeel(RewriterBase &rewriter, linalg::LinalgOp op, ArrayRef<
                           int64_t level) {
   scf::SCFTilingOptions options;
   options.setTileSizes(getAsIndexOpFoldResult(rewriter.getContext(), sizes));
+  // A reduction along the innermost loop alone (a row sum's second level) keeps a vector of
+  // partial results the loop carries, reduced across once after it, rather than reducing each
+  // tile across.
+  unsigned innermost = op.getNumLoops() - 1;
+  bool onlyInnermost = llvm::all_of(sizes.drop_back(), [](int64_t size) { return size == 0; });
+  if (!isa<linalg::MatmulOp>(op) && onlyInnermost && sizes.back() > 1 &&
+      op.getIteratorTypesArray().back() == utils::IteratorType::reduction)
+    options.setReductionTilingStrategy(ReductionTilingStrategy::PartialReductionOuterReduction)
+        .setReductionDims({innermost});
   rewriter.setInsertionPoint(op);
   FailureOr<scf::SCFTilingResult> tiled =
       scf::tileUsingSCF(rewriter, cast<TilingInterface>(op.getOperation()), options);
@@ -128,6 +145,12 @@ LogicalResult simplify(func::FuncOp function) {
 /// Tiles every op of `function` level by level, simplifying between levels so that the next
 /// level sees static shapes; true when anything was tiled.
 FailureOr<bool> tileFunction(func::FuncOp function, const Plan &plan) {
+  // Elementwise arith and math on tensors become linalg first, in target modules too (the
+  // pipeline's convert-elementwise-to-linalg reaches the host's functions only).
+  RewritePatternSet elementwise(function.getContext());
+  linalg::populateElementwiseToLinalgConversionPatterns(elementwise);
+  if (failed(applyPatternsGreedily(function, std::move(elementwise))))
+    return function.emitError("turning elementwise ops into linalg did not converge");
   IRRewriter rewriter(function.getContext());
   bool tiled = false;
   for (int64_t level = 0;; ++level) {

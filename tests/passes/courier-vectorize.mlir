@@ -31,11 +31,13 @@ module @app {
       return %r : tensor<4096xf32>
     }
 
-    // A reduction along the innermost dimension reduces four vectors a step into a value the
-    // loop carries.
+    // A reduction along the innermost dimension adds four vectors a step into partial sums
+    // the loop carries, and reduces those across once, after the loop.
     // CHECK-LABEL: func.func public @rowsum
-    // CHECK: scf.for {{.*}} iter_args({{.*}}) -> (vector<1xf32>)
-    // CHECK: vector.multi_reduction <add>, {{.*}} [1] : vector<1x64xf32> to vector<1xf32>
+    // CHECK: %[[PARTIAL:.*]] = scf.for {{.*}} iter_args({{.*}}) -> (vector<1x64xf32>)
+    // CHECK: arith.addf {{.*}} : vector<1x64xf32>
+    // CHECK: vector.multi_reduction <add>, %[[PARTIAL]], {{.*}} [1] : vector<1x64xf32> to vector<1xf32>
+
     func.func public @rowsum(%a: tensor<16x1024xf32>, %init: tensor<16xf32>) -> tensor<16xf32> {
       %r = linalg.reduce ins(%a : tensor<16x1024xf32>) outs(%init : tensor<16xf32>) dimensions = [1]
         (%x: f32, %acc: f32) {
@@ -43,6 +45,14 @@ module @app {
           linalg.yield %s : f32
         }
       return %r : tensor<16xf32>
+    }
+
+    // Elementwise arith on tensors in a target module is vectorized too.
+    // CHECK-LABEL: func.func public @scale
+    // CHECK: arith.mulf {{.*}} : vector<64xf32>
+    func.func public @scale(%a: tensor<1000xf32>, %b: tensor<1000xf32>) -> tensor<1000xf32> {
+      %r = arith.mulf %a, %b : tensor<1000xf32>
+      return %r : tensor<1000xf32>
     }
   }
 
