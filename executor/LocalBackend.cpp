@@ -4,6 +4,7 @@
 #include "executor/LocalBackend.h"
 
 #include "executor/ExecutorCore.h"
+#include "executor/ResultBlocks.h"
 #include "transport/ErrorCode.h"
 
 #include "llvm/Support/FormatVariadic.h"
@@ -168,6 +169,9 @@ Expected<std::unique_ptr<Backend>> createLocalBackend(const BackendOptions &opti
       executor::ExecutorCore::create(std::move(core));
   if (!created)
     return withContext("local", created.takeError());
+  // Kernels here run again and again in one process: their large buffers are kept, faulted
+  // in, for the next launch (executor/ResultBlocks.h).
+  enableBlockReuse();
   return std::make_unique<LocalBackend>(std::move(*created));
 }
 

@@ -10,6 +10,7 @@
 
 #include "abi/KernelABI.h"
 #include "executor/ElfValidation.h"
+#include "executor/ResultBlocks.h"
 #include "transport/Wire.h"
 
 #include "llvm/ADT/DenseMap.h"
@@ -222,7 +223,9 @@ void releaseToArena(LaunchAllocations &launch, void *pointer) {
 void *trackedMalloc(size_t size) {
   if (void *pointer = fromArena(size, 1))
     return pointer;
-  void *pointer = std::malloc(size);
+  void *pointer = takeBlock(size);
+  if (!pointer)
+    pointer = std::malloc(size);
   remember(pointer, size);
   return pointer;
 }
@@ -273,14 +276,16 @@ void trackedFree(void *pointer) {
   // Arena memory belongs to its arena, whichever launch it came from; what this launch took
   // from the C allocator never lies in one, so only other pointers look at the arenas.
   if (forget(pointer) || !inKnownArena(pointer))
-    std::free(pointer);
+    giveBlock(pointer);
 }
 
 void *trackedAlignedAlloc(size_t alignment, size_t size) {
   if (isPowerOf2_64(alignment))
     if (void *pointer = fromArena(size, alignment))
       return pointer;
-  void *pointer = std::aligned_alloc(alignment, size);
+  void *pointer = isPowerOf2_64(alignment) ? takeBlock(size, alignment) : nullptr;
+  if (!pointer)
+    pointer = std::aligned_alloc(alignment, size);
   remember(pointer, size);
   return pointer;
 }
@@ -288,6 +293,12 @@ void *trackedAlignedAlloc(size_t alignment, size_t size) {
 int trackedPosixMemalign(void **out, size_t alignment, size_t size) {
   if (isPowerOf2_64(alignment) && alignment >= sizeof(void *))
     if (void *pointer = fromArena(size, alignment)) {
+      *out = pointer;
+      return 0;
+    }
+  if (isPowerOf2_64(alignment))
+    if (void *pointer = takeBlock(size, alignment)) {
+      remember(pointer, size);
       *out = pointer;
       return 0;
     }

@@ -215,6 +215,12 @@ struct InvokeOptions {
   /// Replaces EngineOptions::invokeTimeout for this call; zero means no limit. Enforced
   /// with Isolation::Process only: in-process code cannot be stopped.
   std::optional<std::chrono::milliseconds> timeout;
+  /// Buffers of the caller's that results are written into, in place: none, or one per
+  /// result of the entry, where one without data leaves its result to come back as usual.
+  /// Each must have its result's dtype and shape (InvalidInput naming the output otherwise,
+  /// before the call where the signature tells, and with nothing written). A result written
+  /// to an output comes back as a Tensor of its dtype and shape that holds no bytes.
+  std::vector<OutputRef> outputs;
 };
 
 /// The worker of an isolated module (with EngineOptions::workersPerModule above 1, its
@@ -346,8 +352,8 @@ public:
   const std::string &name() const;
 
   /// Invokes `entry` of the current version, which stays loaded until the call returns.
-  llvm::Expected<std::vector<Tensor>> invoke(llvm::StringRef entry,
-                                             llvm::ArrayRef<Tensor> inputs) const;
+  llvm::Expected<std::vector<Tensor>> invoke(llvm::StringRef entry, llvm::ArrayRef<Tensor> inputs,
+                                             const InvokeOptions &options = {}) const;
 
 private:
   struct Impl;

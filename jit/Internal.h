@@ -55,8 +55,14 @@ struct ResultRef {
   /// Inline for the ranks programs use: invoke allocates nothing it can avoid.
   llvm::SmallVector<int64_t, 4> shape, strides;
   const uint8_t *data;
+  /// The allocation that holds this result and no other, packed row-major: a consumer may
+  /// take it over (setting this to null) instead of copying the
+  /// result, and then releases it with transport::giveBlock. Null otherwise.
+  void *allocation = nullptr;
   /// Its size once packed row-major.
   size_t packedBytes() const;
+  /// True when its elements lie packed row-major from `data` on.
+  bool isRowMajor() const;
   /// Copies it row-major to `out` (packedBytes() bytes).
   void pack(uint8_t *out) const;
 };
@@ -70,10 +76,11 @@ struct ModuleInternals {
 };
 
 /// Calls `entry` of an in-process module after checking `inputs` against its signature,
-/// hands its results to `consume` (valid only during the call), then frees them.
+/// hands its results to `consume` (valid only during the call), then frees those whose
+/// allocation `consume` did not take.
 llvm::Error invokeInProcess(const Module::Impl &impl, llvm::StringRef entry,
                             llvm::ArrayRef<TensorRef> inputs,
-                            llvm::function_ref<void(llvm::ArrayRef<ResultRef>)> consume);
+                            llvm::function_ref<void(llvm::MutableArrayRef<ResultRef>)> consume);
 
 llvm::Error engineError(ErrorCode kind, std::string message);
 

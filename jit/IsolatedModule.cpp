@@ -456,7 +456,7 @@ private:
       if (!count || static_cast<uint64_t>(*count) * dtypeSize(r.dtype) != r.size ||
           r.offset > total || total - r.offset < r.size)
         return malformed("a result that does not match its shape");
-      Tensor t{r.dtype, r.shape, std::vector<uint8_t>(r.size)};
+      Tensor t{r.dtype, r.shape, TensorBytes::uninitialized(r.size)};
       if (r.size)
         std::memcpy(t.bytes.data(), bytes.data() + r.offset, r.size);
       outputs.push_back(std::move(t));

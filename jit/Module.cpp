@@ -1,6 +1,8 @@
 // A loaded module: typed invocation through its packed entry wrappers, and unloading.
 #include "jit/Internal.h"
 
+#include "executor/ResultBlocks.h"
+
 #include "llvm/Support/FormatVariadic.h"
 
 #include <cstdlib>
@@ -135,6 +137,16 @@ size_t ResultRef::packedBytes() const {
   return n;
 }
 
+bool ResultRef::isRowMajor() const {
+  if (llvm::is_contained(shape, 0))
+    return true;
+  int64_t stride = 1;
+  for (size_t d = shape.size(); d-- > 0; stride *= shape[d])
+    if (shape[d] != 1 && strides[d] != stride)
+      return false;
+  return true;
+}
+
 void ResultRef::pack(uint8_t *out) const {
   size_t elem = dtypeSize(dtype);
   size_t rank = shape.size();
@@ -166,7 +178,7 @@ void ResultRef::pack(uint8_t *out) const {
 
 llvm::Error invokeInProcess(const Module::Impl &impl, llvm::StringRef entry,
                             llvm::ArrayRef<TensorRef> inputs,
-                            llvm::function_ref<void(llvm::ArrayRef<ResultRef>)> consume) {
+                            llvm::function_ref<void(llvm::MutableArrayRef<ResultRef>)> consume) {
   const EntrySignature *signature = nullptr;
   for (const EntrySignature &e : impl.entries)
     if (e.name == entry)
@@ -247,10 +259,29 @@ llvm::Error invokeInProcess(const Module::Impl &impl, llvm::StringRef entry,
       if (!llvm::is_contained(allocations, desc.allocated()))
         allocations.push_back(desc.allocated());
   }
+  // A result alone in its allocation and packed row-major can become its tensor's bytes.
+  llvm::SmallVector<void *, 4> offered;
+  for (size_t j = 0, k = 0; j < numOutputs; ++j) {
+    if (signature->outputs[j].isScalar)
+      continue;
+    void *allocation = outputDescs[k++].allocated();
+    size_t sharing = llvm::count_if(
+        outputDescs, [&](const Descriptor &desc) { return desc.allocated() == allocation; });
+    if (allocation && sharing == 1 && results[j].isRowMajor()) {
+      results[j].allocation = allocation;
+      offered.push_back(allocation);
+    }
+  }
   if (!failure)
     consume(results);
-  for (void *allocation : allocations)
-    std::free(allocation);
+  // Large buffers go back to be reused by the next call (see executor/ResultBlocks.h).
+  for (void *allocation : allocations) {
+    bool taken =
+        llvm::is_contained(offered, allocation) &&
+        !llvm::any_of(results, [&](const ResultRef &r) { return r.allocation == allocation; });
+    if (!taken)
+      transport::giveBlock(allocation);
+  }
   if (failure)
     return executorError("invoking '" + signature->name + "' of module '" + impl.name + "'",
                          std::move(failure));
@@ -266,22 +297,127 @@ llvm::Expected<std::vector<Tensor>> Module::invoke(llvm::StringRef entry,
   return invoke(entry, refs, options);
 }
 
+namespace {
+
+llvm::Error outputError(llvm::StringRef entry, size_t index, const llvm::Twine &what) {
+  return engineError(ErrorCode::InvalidInput,
+                     llvm::formatv("output {0} of '{1}' {2}", index, entry, what.str()));
+}
+
+std::string shapeText(llvm::ArrayRef<int64_t> shape) {
+  std::string text = "[";
+  for (size_t d = 0; d < shape.size(); ++d)
+    text += (d ? ", " : "") + std::to_string(shape[d]);
+  return text + "]";
+}
+
+/// Checks the outputs the caller passed against what the signature says of the results,
+/// before the call: their count, and each one's dtype, rank, static dimensions and size.
+llvm::Error checkOutputs(const EntrySignature &signature, llvm::ArrayRef<OutputRef> outputs) {
+  if (outputs.empty())
+    return llvm::Error::success();
+  if (outputs.size() != signature.outputs.size())
+    return engineError(ErrorCode::InvalidInput,
+                       llvm::formatv("entry '{0}' has {1} results, got {2} outputs", signature.name,
+                                     signature.outputs.size(), outputs.size()));
+  for (size_t j = 0; j < outputs.size(); ++j) {
+    const OutputRef &out = outputs[j];
+    const TensorSpec &spec = signature.outputs[j];
+    if (!out.data)
+      continue;
+    if (out.dtype != spec.dtype)
+      return outputError(signature.name, j,
+                         "must be " + dtypeName(spec.dtype) + ", got " + dtypeName(out.dtype));
+    if (out.shape.size() != spec.shape.size())
+      return outputError(signature.name, j,
+                         "must have rank " + llvm::Twine(spec.shape.size()) + ", got rank " +
+                             llvm::Twine(out.shape.size()));
+    for (size_t d = 0; d < spec.shape.size(); ++d)
+      if (out.shape[d] < 0 || (spec.shape[d] >= 0 && spec.shape[d] != out.shape[d]))
+        return outputError(signature.name, j,
+                           "must have shape " + spec.str() + ", got " + shapeText(out.shape));
+    std::optional<int64_t> count = checkedElementCount(out.shape, dtypeSize(out.dtype));
+    if (!count || out.size != static_cast<size_t>(*count) * dtypeSize(out.dtype))
+      return outputError(signature.name, j,
+                         "holds " + llvm::Twine(out.size) + " bytes, its shape " +
+                             shapeText(out.shape) + " needs another size");
+  }
+  return llvm::Error::success();
+}
+
+/// A result's shape, checked against the output it is to be written into.
+llvm::Error checkResultFits(llvm::StringRef entry, size_t index, const OutputRef &out,
+                            llvm::ArrayRef<int64_t> shape) {
+  if (llvm::ArrayRef<int64_t>(out.shape) == shape)
+    return llvm::Error::success();
+  return outputError(entry, index,
+                     "has shape " + shapeText(out.shape) + ", the result has shape " +
+                         shapeText(shape));
+}
+
+} // namespace
+
 llvm::Expected<std::vector<Tensor>> Module::invoke(llvm::StringRef entry,
                                                    llvm::ArrayRef<TensorRef> inputs,
                                                    const InvokeOptions &options) const {
-  if (impl->isolated)
-    return invokeIsolated(*impl->isolated, entry, inputs, options);
+  llvm::ArrayRef<OutputRef> outs = options.outputs;
+  if (!outs.empty())
+    if (const EntrySignature *signature = findEntry(entry))
+      if (llvm::Error error = checkOutputs(*signature, outs))
+        return std::move(error);
+  if (impl->isolated) {
+    llvm::Expected<std::vector<Tensor>> results =
+        invokeIsolated(*impl->isolated, entry, inputs, options);
+    if (!results || outs.empty())
+      return results;
+    for (size_t j = 0; j < results->size() && j < outs.size(); ++j) {
+      Tensor &t = (*results)[j];
+      if (!outs[j].data)
+        continue;
+      if (llvm::Error error = checkResultFits(entry, j, outs[j], t.shape))
+        return std::move(error);
+      if (!t.bytes.empty())
+        std::memcpy(outs[j].data, t.bytes.data(), t.bytes.size());
+      t.bytes = TensorBytes();
+    }
+    return results;
+  }
   std::vector<Tensor> outputs;
-  if (llvm::Error error =
-          invokeInProcess(*impl, entry, inputs, [&](llvm::ArrayRef<ResultRef> results) {
-            for (const ResultRef &r : results) {
-              Tensor t{
-                  r.dtype, {r.shape.begin(), r.shape.end()}, std::vector<uint8_t>(r.packedBytes())};
-              r.pack(t.bytes.data());
-              outputs.push_back(std::move(t));
-            }
-          }))
+  // The first output whose result has another shape, and that shape.
+  std::optional<size_t> unfit;
+  llvm::SmallVector<int64_t, 4> unfitShape;
+  llvm::Error error =
+      invokeInProcess(*impl, entry, inputs, [&](llvm::MutableArrayRef<ResultRef> results) {
+        // Every output is checked before any is written: a failed call writes none.
+        for (size_t j = 0; j < outs.size() && j < results.size(); ++j)
+          if (outs[j].data &&
+              llvm::ArrayRef<int64_t>(outs[j].shape) != llvm::ArrayRef<int64_t>(results[j].shape)) {
+            unfit = j;
+            unfitShape = results[j].shape;
+            return;
+          }
+        for (size_t j = 0; j < results.size(); ++j) {
+          ResultRef &r = results[j];
+          Tensor t{r.dtype, {r.shape.begin(), r.shape.end()}, {}};
+          if (j < outs.size() && outs[j].data) {
+            r.pack(outs[j].data);
+          } else if (r.allocation) {
+            // The kernel's buffer becomes the tensor's: no copy, and it goes back for reuse
+            // when the tensor is done with it.
+            t.bytes = TensorBytes::adopt(std::exchange(r.allocation, nullptr),
+                                         const_cast<uint8_t *>(r.data), r.packedBytes(),
+                                         transport::giveBlock);
+          } else {
+            t.bytes = TensorBytes::uninitialized(r.packedBytes());
+            r.pack(t.bytes.data());
+          }
+          outputs.push_back(std::move(t));
+        }
+      });
+  if (error)
     return std::move(error);
+  if (unfit)
+    return checkResultFits(entry, *unfit, outs[*unfit], unfitShape);
   return outputs;
 }
 

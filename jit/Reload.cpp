@@ -79,11 +79,12 @@ uint64_t ReloadableModule::version() const {
 const std::string &ReloadableModule::name() const { return impl->name; }
 
 llvm::Expected<std::vector<Tensor>> ReloadableModule::invoke(llvm::StringRef entry,
-                                                             llvm::ArrayRef<Tensor> inputs) const {
+                                                             llvm::ArrayRef<Tensor> inputs,
+                                                             const InvokeOptions &options) const {
   std::shared_ptr<Module> pinned = current();
   if (!pinned)
     return llvm::createStringError("module '%s' has no version loaded", impl->name.c_str());
-  return pinned->invoke(entry, inputs);
+  return pinned->invoke(entry, inputs, options);
 }
 
 //===- FileWatcher --------------------------------------------------------------------===//

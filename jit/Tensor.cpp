@@ -125,11 +125,49 @@ int64_t Tensor::numElements() const { return product(shape); }
 
 int64_t TensorRef::numElements() const { return product(shape); }
 
+TensorBytes TensorBytes::adopt(void *allocation, uint8_t *data, size_t size, Release release) {
+  TensorBytes bytes;
+  bytes.allocation = allocation;
+  bytes.release = release;
+  bytes.first = data;
+  bytes.count = bytes.room = size;
+  return bytes;
+}
+
+void TensorBytes::reserve(size_t bytes) {
+  if (bytes <= room)
+    return;
+  auto *grown = static_cast<uint8_t *>(std::malloc(bytes));
+  if (!grown)
+    llvm::report_bad_alloc_error("growing a tensor's bytes");
+  if (count)
+    std::memcpy(grown, first, count);
+  size_t kept = count;
+  reset();
+  allocation = first = grown;
+  release = std::free;
+  count = kept;
+  room = bytes;
+}
+
+void TensorBytes::reset() {
+  if (allocation)
+    release(allocation);
+  allocation = nullptr;
+  release = nullptr;
+  first = nullptr;
+  count = room = 0;
+}
+
+OutputRef OutputRef::into(Tensor &tensor) {
+  return of(tensor.dtype, tensor.shape, tensor.bytes.data(), tensor.bytes.size());
+}
+
 TensorRef Tensor::ref() const { return TensorRef::of(dtype, shape, bytes.data(), bytes.size()); }
 
 Tensor TensorRef::copy() const {
   return Tensor{dtype, std::vector<int64_t>(shape.begin(), shape.end()),
-                std::vector<uint8_t>(data, data + size)};
+                TensorBytes(data, data + size)};
 }
 
 void detail::viewMismatch(const char *what, DType held, DType wanted) {

@@ -10,9 +10,12 @@
 #include "llvm/Support/Error.h"
 #include "llvm/Support/JSON.h"
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <initializer_list>
+#include <iterator>
 #include <optional>
 #include <string>
 #include <type_traits>
@@ -112,19 +115,194 @@ struct TensorRef {
   Tensor copy() const;
 };
 
+/// A caller's buffer that invoke writes a result into, in place (InvokeOptions::outputs):
+/// its dtype and shape must be the result's, and `size` the bytes they take. Invoke writes the
+/// whole buffer and nothing else; the bytes must stay valid until the invoke returns.
+struct OutputRef {
+  DType dtype = DType::F32;
+  llvm::SmallVector<int64_t, 4> shape;
+  uint8_t *data = nullptr;
+  size_t size = 0; ///< In bytes; invoke checks it against the shape.
+
+  /// `values` to be written in place, `shape` row-major: OutputRef::of<float>({2, 2}, buffer).
+  template <typename T>
+  static OutputRef of(llvm::ArrayRef<int64_t> shape, llvm::MutableArrayRef<T> values) {
+    return {dtypeOf<T>, llvm::SmallVector<int64_t, 4>(shape.begin(), shape.end()),
+            reinterpret_cast<uint8_t *>(values.data()), values.size() * sizeof(T)};
+  }
+  /// `size` bytes at `data` to hold elements of `dtype`.
+  static OutputRef of(DType dtype, llvm::ArrayRef<int64_t> shape, void *data, size_t size) {
+    return {dtype, llvm::SmallVector<int64_t, 4>(shape.begin(), shape.end()),
+            static_cast<uint8_t *>(data), size};
+  }
+  /// The bytes of `tensor`, with its dtype and shape.
+  static OutputRef into(Tensor &tensor);
+};
+
+/// The bytes of a Tensor: a contiguous byte buffer with the parts of std::vector<uint8_t>'s
+/// interface that code uses (data, size, resize, iteration, comparison, conversion both
+/// ways), which can also adopt a buffer allocated elsewhere together with the function that
+/// releases it, so that a kernel's result becomes a tensor without a copy. Bytes that resize
+/// adds are zero, as a vector's are; resizeForOverwrite leaves them for the caller to write.
+/// Growing an adopted buffer moves the bytes to storage of its own.
+class TensorBytes {
+public:
+  using value_type = uint8_t;
+  using size_type = size_t;
+  using difference_type = std::ptrdiff_t;
+  using reference = uint8_t &;
+  using const_reference = const uint8_t &;
+  using pointer = uint8_t *;
+  using const_pointer = const uint8_t *;
+  using iterator = uint8_t *;
+  using const_iterator = const uint8_t *;
+  /// Releases an adopted allocation.
+  using Release = void (*)(void *allocation);
+
+  TensorBytes() = default;
+  explicit TensorBytes(size_t count) { resize(count); }
+  TensorBytes(size_t count, uint8_t value) { resize(count, value); }
+  TensorBytes(std::initializer_list<uint8_t> values) { assign(values.begin(), values.end()); }
+  template <typename It, typename = typename std::iterator_traits<It>::iterator_category>
+  TensorBytes(It first, It last) {
+    assign(first, last);
+  }
+  TensorBytes(const std::vector<uint8_t> &values) { assign(values.begin(), values.end()); }
+  TensorBytes(const TensorBytes &other) { assign(other.begin(), other.end()); }
+  TensorBytes(TensorBytes &&other) noexcept { steal(other); }
+  TensorBytes &operator=(const TensorBytes &other) {
+    if (this != &other)
+      assign(other.begin(), other.end());
+    return *this;
+  }
+  TensorBytes &operator=(TensorBytes &&other) noexcept {
+    if (this != &other) {
+      reset();
+      steal(other);
+    }
+    return *this;
+  }
+  TensorBytes &operator=(const std::vector<uint8_t> &values) {
+    assign(values.begin(), values.end());
+    return *this;
+  }
+  ~TensorBytes() { reset(); }
+
+  /// `size` bytes at `data`, inside `allocation`, which `release` frees once these bytes are
+  /// no longer needed.
+  static TensorBytes adopt(void *allocation, uint8_t *data, size_t size, Release release);
+  /// `count` bytes whose values are left for the caller to write.
+  static TensorBytes uninitialized(size_t count) {
+    TensorBytes bytes;
+    bytes.resizeForOverwrite(count);
+    return bytes;
+  }
+
+  uint8_t *data() { return first; }
+  const uint8_t *data() const { return first; }
+  size_t size() const { return count; }
+  bool empty() const { return count == 0; }
+  size_t capacity() const { return room; }
+  iterator begin() { return first; }
+  iterator end() { return first + count; }
+  const_iterator begin() const { return first; }
+  const_iterator end() const { return first + count; }
+  const_iterator cbegin() const { return first; }
+  const_iterator cend() const { return first + count; }
+  uint8_t &operator[](size_t i) { return first[i]; }
+  const uint8_t &operator[](size_t i) const { return first[i]; }
+  uint8_t &front() { return first[0]; }
+  const uint8_t &front() const { return first[0]; }
+  uint8_t &back() { return first[count - 1]; }
+  const uint8_t &back() const { return first[count - 1]; }
+
+  void reserve(size_t bytes);
+  void resize(size_t bytes, uint8_t value = 0) {
+    size_t had = count;
+    resizeForOverwrite(bytes);
+    if (bytes > had)
+      std::memset(first + had, value, bytes - had);
+  }
+  void resizeForOverwrite(size_t bytes) {
+    if (bytes > room)
+      reserve(std::max(bytes, room + room / 2));
+    count = bytes;
+  }
+  void clear() { count = 0; }
+  void push_back(uint8_t value) {
+    resizeForOverwrite(count + 1);
+    first[count - 1] = value;
+  }
+  template <typename It> void assign(It from, It to) {
+    size_t n = static_cast<size_t>(std::distance(from, to));
+    clear();
+    resizeForOverwrite(n);
+    std::copy(from, to, first);
+  }
+  void assign(size_t bytes, uint8_t value) {
+    clear();
+    resize(bytes, value);
+  }
+  template <typename It> iterator insert(const_iterator at, It from, It to) {
+    size_t offset = static_cast<size_t>(at - first),
+           n = static_cast<size_t>(std::distance(from, to));
+    size_t had = count;
+    resizeForOverwrite(count + n);
+    std::memmove(first + offset + n, first + offset, had - offset);
+    std::copy(from, to, first + offset);
+    return first + offset;
+  }
+  void swap(TensorBytes &other) noexcept {
+    TensorBytes held(std::move(other));
+    other = std::move(*this);
+    *this = std::move(held);
+  }
+
+  operator std::vector<uint8_t>() const { return std::vector<uint8_t>(begin(), end()); }
+
+  friend bool operator==(const TensorBytes &a, const TensorBytes &b) {
+    return equal(a, b.data(), b.size());
+  }
+  friend bool operator!=(const TensorBytes &a, const TensorBytes &b) { return !(a == b); }
+  friend bool operator==(const TensorBytes &a, const std::vector<uint8_t> &b) {
+    return equal(a, b.data(), b.size());
+  }
+  friend bool operator!=(const TensorBytes &a, const std::vector<uint8_t> &b) { return !(a == b); }
+  friend bool operator==(const std::vector<uint8_t> &a, const TensorBytes &b) { return b == a; }
+  friend bool operator!=(const std::vector<uint8_t> &a, const TensorBytes &b) { return !(b == a); }
+
+private:
+  static bool equal(const TensorBytes &a, const uint8_t *data, size_t size) {
+    return a.count == size && (size == 0 || std::memcmp(a.first, data, size) == 0);
+  }
+  void steal(TensorBytes &other) {
+    allocation = std::exchange(other.allocation, nullptr);
+    release = std::exchange(other.release, nullptr);
+    first = std::exchange(other.first, nullptr);
+    count = std::exchange(other.count, 0);
+    room = std::exchange(other.room, 0);
+  }
+  void reset();
+
+  void *allocation = nullptr; ///< What `release` frees; null when nothing is held.
+  Release release = nullptr;
+  uint8_t *first = nullptr;
+  size_t count = 0, room = 0;
+};
+
 /// An owning, contiguous, row-major tensor. A scalar is a tensor of rank 0. A value type:
 /// copies copy the bytes; one thread may write a tensor while no other reads it.
 struct Tensor {
   DType dtype = DType::F32;
   std::vector<int64_t> shape;
-  std::vector<uint8_t> bytes;
+  TensorBytes bytes;
 
   /// The product of the shape; see checkedElementCount for untrusted shapes.
   int64_t numElements() const;
 
   /// A tensor holding a copy of `values` with `shape`: Tensor::of<float>({3}, {1.5f, 2, 3}).
   template <typename T> static Tensor of(std::vector<int64_t> shape, llvm::ArrayRef<T> values) {
-    Tensor t{dtypeOf<T>, std::move(shape), std::vector<uint8_t>(values.size() * sizeof(T))};
+    Tensor t{dtypeOf<T>, std::move(shape), TensorBytes::uninitialized(values.size() * sizeof(T))};
     if (!values.empty())
       std::memcpy(t.bytes.data(), values.data(), t.bytes.size());
     return t;
