@@ -251,14 +251,72 @@ void readInputs(const EntrySignature &entry, py::handle args, CallInputs &inputs
   }
 }
 
-py::object resultsToPython(std::vector<Tensor> &&results) {
+void readOutputs(const EntrySignature &entry, py::handle out, CallOutputs &outputs) {
+  if (out.is_none())
+    return;
+  std::vector<py::handle> given;
+  if (py::isinstance<py::tuple>(out) || py::isinstance<py::list>(out)) {
+    for (py::handle item : out)
+      given.push_back(item);
+  } else {
+    given.push_back(out);
+  }
+  if (given.size() != entry.outputs.size())
+    raiseInvokeError(ErrorCode::InvalidInput,
+                     "out= of '" + entry.name + "' has " + std::to_string(given.size()) +
+                         " arrays, the entry has " + std::to_string(entry.outputs.size()) +
+                         " results (None for one that is to be returned)");
+  for (size_t j = 0; j < given.size(); ++j) {
+    py::handle value = given[j];
+    const TensorSpec &spec = entry.outputs[j];
+    std::string name = "output " + std::to_string(j) + " of '" + entry.name + "'";
+    if (value.is_none()) {
+      outputs.refs.emplace_back();
+      outputs.arrays.push_back(py::none());
+      continue;
+    }
+    if (!py::isinstance<py::array>(value))
+      raiseInvokeError(ErrorCode::InvalidInput,
+                       name + " must be a NumPy array, got " + pythonTypeName(value));
+    auto array = py::reinterpret_borrow<py::array>(value);
+    auto *proxy = py::detail::array_proxy(array.ptr());
+    auto *descr = py::detail::array_descriptor_proxy(proxy->descr);
+    std::optional<DType> courier = courierDType(descr->kind, descr->elsize, &spec);
+    if (!courier || *courier != spec.dtype || !nativeOrder(descr->byteorder))
+      raiseInvokeError(ErrorCode::InvalidInput, name + " must be an array of " +
+                                                    std::string(py::str(numpyDType(spec.dtype))) +
+                                                    " (" + spec.str() + "), got one of " +
+                                                    std::string(py::str(array.dtype())));
+    constexpr int kInPlace = py::array::c_style | py::detail::npy_api::NPY_ARRAY_ALIGNED_;
+    if ((proxy->flags & kInPlace) != kInPlace)
+      raiseInvokeError(ErrorCode::InvalidInput,
+                       name + " must be C-contiguous and aligned: results are written in place");
+    if (!(proxy->flags & py::detail::npy_api::NPY_ARRAY_WRITEABLE_))
+      raiseInvokeError(ErrorCode::InvalidInput, name + " is read-only");
+    size_t bytes = dtypeSize(*courier);
+    for (int d = 0; d < proxy->nd; ++d)
+      bytes *= size_t(proxy->dimensions[d]);
+    OutputRef ref{*courier, {}, reinterpret_cast<uint8_t *>(proxy->data), bytes};
+    ref.shape.assign(proxy->dimensions, proxy->dimensions + proxy->nd);
+    outputs.refs.push_back(std::move(ref));
+    outputs.arrays.push_back(std::move(array));
+  }
+}
+
+py::object resultsToPython(std::vector<Tensor> &&results, const CallOutputs &outputs) {
+  // A result written to an output is that array.
+  auto result = [&](size_t i) -> py::object {
+    if (i < outputs.arrays.size() && !outputs.arrays[i].is_none())
+      return outputs.arrays[i];
+    return toArray(std::move(results[i]));
+  };
   if (results.empty())
     return py::none();
   if (results.size() == 1)
-    return toArray(std::move(results[0]));
+    return result(0);
   py::tuple tuple(results.size());
   for (size_t i = 0; i < results.size(); ++i)
-    tuple[i] = toArray(std::move(results[i]));
+    tuple[i] = result(i);
   return tuple;
 }
 

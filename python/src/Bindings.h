@@ -44,9 +44,23 @@ struct CallInputs {
 /// called. Raises InvokeError (invalid_input) for what it cannot read.
 void readInputs(const EntrySignature &entry, py::handle args, CallInputs &inputs);
 
+/// The arrays a call writes its results into (out=), as the engine takes them: an OutputRef
+/// per result (one without data for a result to be returned) and the array it points into.
+struct CallOutputs {
+  std::vector<OutputRef> refs;
+  llvm::SmallVector<py::object, 4> arrays;
+};
+
+/// Reads `out`: None, an array (an entry of one result), or a tuple or list with an array or
+/// None per result. Each array must be C-contiguous, aligned, writable and of the result's
+/// dtype in native byte order; its shape is the engine's to check. Raises InvokeError
+/// (invalid_input) naming the output otherwise.
+void readOutputs(const EntrySignature &entry, py::handle out, CallOutputs &outputs);
+
 /// The results of a call as Python returns them: None for none, the array for one, a tuple
-/// for several. Each array owns its tensor's bytes: no copy is made.
-py::object resultsToPython(std::vector<Tensor> &&results);
+/// for several. Each array owns its tensor's bytes: no copy is made. A result written into
+/// an array of `outputs` is that array.
+py::object resultsToPython(std::vector<Tensor> &&results, const CallOutputs &outputs = {});
 
 /// Adds Error, CompileError, EngineError, InvokeError and Diagnostic to `module`.
 void registerErrors(py::module_ &module);

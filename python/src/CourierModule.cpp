@@ -126,12 +126,19 @@ template <typename Work> auto withoutGil(Phase phase, Work work) {
 }
 
 py::object call(const Module &module, const EntrySignature &entry, py::handle args,
-                const InvokeOptions &options) {
+                InvokeOptions options, py::handle out = py::none()) {
   CallInputs inputs;
   readInputs(entry, args, inputs);
-  return resultsToPython(withoutGil(Phase::Invoke, [&] {
-    return module.invoke(entry.name, llvm::ArrayRef<TensorRef>(inputs.refs), options);
-  }));
+  CallOutputs outputs;
+  readOutputs(entry, out, outputs);
+  options.outputs = std::move(outputs.refs);
+  return resultsToPython(withoutGil(Phase::Invoke,
+                                    [&] {
+                                      return module.invoke(entry.name,
+                                                           llvm::ArrayRef<TensorRef>(inputs.refs),
+                                                           options);
+                                    }),
+                         outputs);
 }
 
 /// Entry, whose calls come straight to callEntry (its tp_call slot): a call is a few
@@ -140,9 +147,12 @@ PyTypeObject *entryType = nullptr;
 
 PyObject *callEntry(PyObject *self, PyObject *args, PyObject *kwargs) {
   try {
-    if (kwargs && PyDict_Size(kwargs) != 0) {
-      PyErr_SetString(PyExc_TypeError, "an entry takes its inputs by position; for a timeout, "
-                                       "call module.invoke(name, *inputs, timeout=seconds)");
+    // out= is the one keyword: results written into the caller's arrays.
+    PyObject *out = kwargs ? PyDict_GetItemString(kwargs, "out") : nullptr;
+    if (kwargs && PyDict_Size(kwargs) != (out ? 1 : 0)) {
+      PyErr_SetString(PyExc_TypeError,
+                      "an entry takes its inputs by position and out=; for a timeout, "
+                      "call module.invoke(name, *inputs, timeout=seconds)");
       return nullptr;
     }
     // Entry's instances hold their BoundEntry in place (a class without bases of its own).
@@ -155,7 +165,9 @@ PyObject *callEntry(PyObject *self, PyObject *args, PyObject *kwargs) {
       return nullptr;
     }
     auto *entry = static_cast<const BoundEntry *>(held.value_ptr());
-    return call(*entry->module, *entry->signature, args, {}).release().ptr();
+    return call(*entry->module, *entry->signature, args, {}, out ? py::handle(out) : py::none())
+        .release()
+        .ptr();
   } catch (py::error_already_set &e) {
     e.restore();
   } catch (py::builtin_exception &e) {
@@ -169,7 +181,7 @@ PyObject *callEntry(PyObject *self, PyObject *args, PyObject *kwargs) {
 }
 
 py::object invokeByName(const std::shared_ptr<Module> &module, const std::string &name,
-                        py::args args, py::handle timeout) {
+                        py::args args, py::handle timeout, py::handle out) {
   InvokeOptions options;
   options.timeout = toMilliseconds(seconds(timeout, "timeout"), "timeout");
   const EntrySignature *entry = module->findEntry(name);
@@ -182,7 +194,7 @@ py::object invokeByName(const std::shared_ptr<Module> &module, const std::string
     raiseInvokeError(ErrorCode::UnknownEntry,
                      "module '" + module->name() + "' has no entry '" + name + "'");
   }
-  return call(*module, *entry, args, options);
+  return call(*module, *entry, args, options, out);
 }
 
 py::object wrapModule(std::shared_ptr<Module> module) {
@@ -374,9 +386,12 @@ PYBIND11_MODULE(_courier, m) {
 
   // __call__ for those who look for it (callable() sees the slot either way); calls come to
   // the slot, set after it, since setting the attribute sets the slot too.
-  entryClass.def("__call__", [](const BoundEntry &e, py::args args) {
-    return call(*e.module, *e.signature, args, {});
-  });
+  entryClass.def(
+      "__call__",
+      [](const BoundEntry &e, py::args args, py::handle out) {
+        return call(*e.module, *e.signature, args, {}, out);
+      },
+      py::kw_only(), "out"_a = py::none());
   entryType = reinterpret_cast<PyTypeObject *>(entryClass.ptr());
   entryType->tp_call = &callEntry;
   PyType_Modified(entryType);
@@ -396,12 +411,14 @@ PYBIND11_MODULE(_courier, m) {
           "Every entry, in the order the module declares them")
       .def(
           "invoke",
-          [](const PyModule &self, const std::string &entry, py::args args, py::handle timeout) {
-            return invokeByName(self.module, entry, std::move(args), timeout);
+          [](const PyModule &self, const std::string &entry, py::args args, py::handle timeout,
+             py::handle out) {
+            return invokeByName(self.module, entry, std::move(args), timeout, out);
           },
-          "entry"_a, py::kw_only(), "timeout"_a = py::none(),
+          "entry"_a, py::kw_only(), "timeout"_a = py::none(), "out"_a = py::none(),
           "Invokes `entry` with the arrays given; `timeout` (seconds) ends an isolated "
-          "module's call and its worker")
+          "module's call and its worker; results are written into `out` (an array, or a "
+          "tuple with an array or None per result), which is returned in their place")
       .def_property_readonly(
           "compile_times",
           [](const PyModule &self) { return phaseTimes(self.module->compileTimes()); },
@@ -489,11 +506,11 @@ PYBIND11_MODULE(_courier, m) {
           "The current version as a Module, or None before the first load")
       .def(
           "invoke",
-          [](const PyReloadable &self, const std::string &entry, py::args args,
-             py::handle timeout) {
-            return invokeByName(currentOrRaise(self), entry, std::move(args), timeout);
+          [](const PyReloadable &self, const std::string &entry, py::args args, py::handle timeout,
+             py::handle out) {
+            return invokeByName(currentOrRaise(self), entry, std::move(args), timeout, out);
           },
-          "entry"_a, py::kw_only(), "timeout"_a = py::none(),
+          "entry"_a, py::kw_only(), "timeout"_a = py::none(), "out"_a = py::none(),
           "Invokes `entry` of the current version, which stays loaded until the call returns")
       .def("__getattr__", [](const PyReloadable &self, const std::string &name) -> py::object {
         std::shared_ptr<Module> module = self.reloadable->current();

@@ -172,6 +172,79 @@ def test_results_own_their_bytes(engine):
     np.testing.assert_array_equal(y, np.full(1024, 3, np.float32))
 
 
+LARGE_ADD = """module @app {
+  func.func public @main(%a: tensor<1048576xf32>, %b: tensor<1048576xf32>) -> tensor<1048576xf32> {
+    %r = catalyst.launch_kernel @dev::@add(%a, %b)
+        : (tensor<1048576xf32>, tensor<1048576xf32>) -> tensor<1048576xf32>
+    return %r : tensor<1048576xf32>
+  }
+  module @dev attributes {catalyst.target = {}, catalyst.dispatch = {address = "local"}} {
+    func.func public @add(%a: tensor<1048576xf32>, %b: tensor<1048576xf32>) -> tensor<1048576xf32> {
+      %r = arith.addf %a, %b : tensor<1048576xf32>
+      return %r : tensor<1048576xf32>
+    }
+  }
+}"""
+
+
+def test_results_are_written_into_out_in_place(engine):
+    module = engine.compile(LARGE_ADD, "large_add")
+    a = np.arange(1 << 20, dtype=np.float32)
+    b = np.full(1 << 20, 0.5, np.float32)
+    out = np.empty(1 << 20, np.float32)
+    address = out.ctypes.data
+    assert module.main(a, b, out=out) is out
+    assert out.ctypes.data == address
+    np.testing.assert_array_equal(out, a + b)
+    assert module.invoke("main", a, b, out=(out,)) is out
+    np.testing.assert_array_equal(out, a + b)
+    # An input may be the output: the kernel has read it before its result is written.
+    module.main(a, b, out=a)
+    np.testing.assert_array_equal(a, np.arange(1 << 20, dtype=np.float32) + 0.5)
+
+
+def test_results_of_two_calls_never_alias(engine):
+    module = engine.compile(LARGE_ADD, "large_add")
+    a = np.arange(1 << 20, dtype=np.float32)
+    first = module.main(a, a)
+    second = module.main(a, np.ones(1 << 20, np.float32))
+    assert first.ctypes.data != second.ctypes.data
+    np.testing.assert_array_equal(first, a + a)
+    np.testing.assert_array_equal(second, a + 1)
+    # Results dropped at once give their buffers to the next call, which still computes.
+    for _ in range(5):
+        np.testing.assert_array_equal(module.main(a, a), a + a)
+
+
+@pytest.mark.parametrize(
+    "out, says",
+    [
+        (np.empty(1 << 20, np.float64), "output 0 of 'main' must be an array of float32"),
+        (np.empty(5, np.float32), "output 0 of 'main' must have shape tensor<1048576xf32>"),
+        (np.empty(2 << 20, np.float32)[::2], "output 0 of 'main' must be C-contiguous"),
+        ([0.0], "output 0 of 'main' must be a NumPy array, got float"),
+        ((None, None), "out= of 'main' has 2 arrays, the entry has 1 results"),
+    ],
+    ids=["dtype", "shape", "strided", "list", "count"],
+)
+def test_unfit_out_is_refused_naming_it(engine, out, says):
+    module = engine.compile(LARGE_ADD, "large_add")
+    a = np.zeros(1 << 20, np.float32)
+    with pytest.raises(courier.InvokeError) as caught:
+        module.main(a, a, out=out)
+    assert caught.value.kind == "invalid_input"
+    assert says in str(caught.value)
+
+
+def test_read_only_out_is_refused(engine):
+    module = engine.compile(LARGE_ADD, "large_add")
+    a = np.zeros(1 << 20, np.float32)
+    out = np.empty(1 << 20, np.float32)
+    out.flags.writeable = False
+    with pytest.raises(courier.InvokeError, match="output 0 of 'main' is read-only"):
+        module.invoke("main", a, a, out=out)
+
+
 def test_entries_and_signatures(engine):
     module = engine.compile(program_for("f64", (2, 3), True), "sig")
     assert module.name == "sig"
