@@ -204,4 +204,102 @@ def ExpandStridedCopies : Pass<"courier-expand-strided-copies", "::mlir::ModuleO
   let dependentDialects = ["::mlir::linalg::LinalgDialect"];
 }
 
+def LowerTosa : Pass<"courier-lower-tosa", "::mlir::ModuleOp"> {
+  let summary = "Lower the functions that hold TOSA ops to linalg on tensors";
+  let description = [{
+    Part of the first stage of the default lowering (input dialects to linalg on tensors).
+    Every function, in the module and in its nested (target) modules, that holds an op of
+    the TOSA dialect goes through upstream's `tosa-to-linalg-pipeline` (optional
+    decompositions, shape inference, broadcastable operands, `tosa-to-linalg-named`,
+    constant folding, `tosa-to-linalg`), then `tosa-to-scf`, `tosa-to-arith` (with
+    `tosa.apply_scale`) and `tosa-to-tensor`, with the canonicalizations those passes
+    expect. Functions without TOSA ops are left exactly as they are. `tosa-validate` is not
+    run: it refuses f64, which TOSA's profiles lack and the lowering computes as it does f32.
+    A TOSA op the lowering does not know (`tosa.custom`) fails to legalize, at the op.
+
+    ```mlir
+    %m = tosa.matmul %a, %b, %zp, %zp : (tensor<1x17x33xf32>, tensor<1x33x19xf32>,
+                                         tensor<1xf32>, tensor<1xf32>) -> tensor<1x17x19xf32>
+    // becomes
+    %f = linalg.fill ins(%zero : f32) outs(%e : tensor<1x17x19xf32>) -> tensor<1x17x19xf32>
+    %m = linalg.batch_matmul ins(%a, %b : tensor<1x17x33xf32>, tensor<1x33x19xf32>)
+                             outs(%f : tensor<1x17x19xf32>) -> tensor<1x17x19xf32>
+    ```
+  }];
+}
+
+def DecomposeLinalgOps : Pass<"courier-decompose-linalg-ops", "::mlir::ModuleOp"> {
+  let summary = "Decompose linalg ops that neither bufferize nor vectorize as they are";
+  let description = [{
+    Part of the first stage of the default lowering (input dialects to linalg on tensors),
+    for every function of the module and of its nested modules:
+
+    - an op of `AggregatedOpInterface` (`linalg.softmax`) becomes the ops its
+      `decomposeOperation` builds: reductions and elementwise `linalg.generic`s, which the
+      vectorizer tiles like any other;
+    - `linalg.pack` becomes `tensor.pad`, `tensor.expand_shape` and `linalg.transpose`, and
+      `linalg.unpack` becomes `linalg.transpose`, `tensor.collapse_shape` and
+      `tensor.extract_slice`: neither has a bufferization of its own.
+
+    ```mlir
+    %r = linalg.softmax dimension(1) ins(%x : tensor<2x16xf32>) outs(%e : tensor<2x16xf32>)
+           -> tensor<2x16xf32>
+    // becomes: the maximum of each row, exp(x - max), the sum of each row, the quotient
+    %max = linalg.generic {... iterator_types = ["parallel", "reduction"]} ... arith.maxnumf
+    %exp = linalg.generic ... arith.subf, math.exp
+    %sum = linalg.generic {... iterator_types = ["parallel", "reduction"]} ... arith.addf
+    %r = linalg.generic ... arith.divf
+    ```
+  }];
+  let dependentDialects = ["::mlir::linalg::LinalgDialect", "::mlir::tensor::TensorDialect",
+                           "::mlir::arith::ArithDialect", "::mlir::math::MathDialect"];
+}
+
+def ApproximateMath : Pass<"courier-approximate-math", "::mlir::ModuleOp"> {
+  let summary = "Compute f32 math functions with polynomial approximations";
+  let description = [{
+    Runs in the default lowering after vectorization and before `convert-math-to-libm`, so
+    that `math.exp` on `vector<16xf32>` becomes sixteen lanes of arithmetic rather than
+    sixteen calls of `expf`. On f32 scalars and vectors, `math.exp`, `expm1`, `log`,
+    `log2`, `log1p`, `tanh`, `erf`, `atan` and `atan2` become upstream's polynomial
+    approximations (`populateMathPolynomialApproximationPatterns`), each within a few ulps
+    of libm (tests/jit/InputDialectsTest.cpp states and checks the bound of each). Other
+    functions (`sin` and `cos`, whose approximations lose accuracy on large arguments,
+    `pow`, ...) and every f64 function stay calls into libm. On f16 and bf16, every math
+    function is computed in f32 and rounded back. The exact ops the approximations are made
+    of, and that have an instruction of their own (`math.fma`, `absf`, `floor`, `ceil`,
+    `trunc`, `roundeven`, `round`, `copysign`, `sqrt`), become LLVM's intrinsics on f32 and
+    f64 scalars and vectors (an n-D vector as the 1-D vector of its elements):
+    `convert-math-to-libm` would call `fmaf` or `floorf` per element.
+
+    ```mlir
+    %y = math.exp %x : vector<16xf32>
+    // becomes a range reduction, a polynomial and a scaling by a power of two:
+    %k = math.floor ... : vector<16xf32>
+    %p = math.fma ... : vector<16xf32>
+    ...
+    ```
+  }];
+  let dependentDialects = ["::mlir::arith::ArithDialect", "::mlir::math::MathDialect",
+                           "::mlir::vector::VectorDialect", "::mlir::LLVM::LLVMDialect"];
+}
+
+def CheckLowered : Pass<"courier-check-lowered", "::mlir::ModuleOp"> {
+  let summary = "Report the first op the default lowering did not lower to LLVM";
+  let description = [{
+    The last pass of the default lowering. An op no pass converted (an op of a dialect the
+    pipeline does not handle, or one no lowering takes as it is) would otherwise leave
+    `builtin.unrealized_conversion_cast`s behind, and translation would fail far from the
+    cause. This pass fails with an error at the first such op, naming it and where it was
+    written; where only casts are left, at the first cast, with the types no conversion
+    joined.
+
+    ```mlir
+    %c = complex.abs %z : complex<f32>
+    // error: 'complex.abs' at input.mlir:3:8 could not be lowered to LLVM by the default
+    // pipeline
+    ```
+  }];
+}
+
 #endif // COURIER_PASSES_TD

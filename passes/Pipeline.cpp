@@ -22,9 +22,18 @@ using namespace mlir;
 namespace courier {
 namespace {
 
+/// Stage 1, input dialects to linalg on tensors, for the host's functions and those of its
+/// target modules (the vectorizer, which runs on both, sees linalg): TOSA, then aggregate ops
+/// and linalg.pack/unpack decomposed. Code without them is left as it was.
+void addInputLowering(OpPassManager &pm) {
+  pm.addPass(createLowerTosa());
+  pm.addPass(createDecomposeLinalgOps());
+}
+
 /// `vectorize` with the value of local-runs-here, or nothing for IR vectorized before (a
 /// target module cross-compile-targets lowers: its copy no longer says what CPU it is for).
 void addOneShotBufferize(OpPassManager &pm, std::optional<bool> vectorize) {
+  addInputLowering(pm);
   // Elementwise arith/math on tensors has no bufferization of its own; linalg does.
   pm.addNestedPass<func::FuncOp>(createConvertElementwiseToLinalgPass());
   // On tensors, before bufferization: accumulators become values carried by loops.
@@ -52,6 +61,9 @@ void addLowerToLLVM(OpPassManager &pm, bool withExecutor) {
   transfers.enableFullUnroll();
   pm.addPass(createConvertVectorToSCFPass(transfers));
   pm.addNestedPass<func::FuncOp>(vector::createLowerVectorMultiReductionPass());
+  // Vector math becomes vector arithmetic where an approximation is accurate enough, before
+  // the rest goes to libm (and before bf16 is emulated: approximations compute it in f32).
+  pm.addPass(createApproximateMath());
   // bf16 arithmetic runs in f32 and is rounded back (to nearest, ties to even) with integer
   // ops: LLVM would call __truncsfbf2 instead, which neither the JIT nor an executor provides.
   pm.addPass(arith::createArithEmulateUnsupportedFloats({{"bf16"}, "f32"}));
@@ -72,6 +84,7 @@ void addLowerToLLVM(OpPassManager &pm, bool withExecutor) {
   pm.addPass(createUBToLLVMConversionPass());
   pm.addPass(createReconcileUnrealizedCastsPass());
   pm.addPass(createCanonicalizerPass());
+  pm.addPass(createCheckLowered());
 }
 
 } // namespace
@@ -136,6 +149,10 @@ void registerCourierPassesAndPipelines() {
       [](OpPassManager &pm, const CourierPipelineOptions &options) {
         buildCourierPipeline(pm, {options.workspace, options.optLevel, 0, options.jobs});
       });
+  PassPipelineRegistration<>(
+      "courier-input-lowering",
+      "Stage 1 of the default lowering: TOSA and aggregate linalg ops to linalg on tensors",
+      [](OpPassManager &pm) { addInputLowering(pm); });
   PassPipelineRegistration<>(
       "courier-lower-to-llvm",
       "Bufferize and lower a module without executor ops to the LLVM dialect",
