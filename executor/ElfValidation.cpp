@@ -6,6 +6,7 @@
 
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/BinaryFormat/Dwarf.h"
 #include "llvm/BinaryFormat/ELF.h"
 #include "llvm/Object/ELFObjectFile.h"
@@ -447,7 +448,75 @@ Error readSignatureTable(const object::ELFObjectFileBase &elf, StringRef sha256,
   return Error::success();
 }
 
+/// Reads the features notes of the section `contents` (abi/KernelABI.h) into `out`; notes of
+/// other names or types are skipped.
+Error readFeaturesNotes(StringRef contents, bool littleEndian, StringRef sha256,
+                        std::vector<std::string> &out) {
+  auto malformed = [&](const Twine &what) {
+    return makeError(formatv("object {0} has a malformed features record ({1}): {2}", sha256,
+                             COURIER_FEATURES_SECTION, what.str()));
+  };
+  DataExtractor data(contents, littleEndian, 4);
+  uint64_t offset = 0;
+  while (offset < contents.size()) {
+    if (contents.size() - offset < 12)
+      return malformed(formatv("a note at offset {0:x} is cut short", offset));
+    DataExtractor::Cursor cursor(offset);
+    uint64_t nameSize = data.getU32(cursor), descSize = data.getU32(cursor);
+    uint32_t type = data.getU32(cursor);
+    if (!cursor)
+      return malformed(toString(cursor.takeError()));
+    uint64_t name = offset + 12, desc = name + alignTo(nameSize, 4);
+    if (nameSize > contents.size() - name || desc > contents.size() ||
+        descSize > contents.size() - desc)
+      return malformed(
+          formatv("the note at offset {0:x} runs past the end of its section", offset));
+    offset = std::min<uint64_t>(desc + alignTo(descSize, 4), contents.size());
+    if (contents.substr(name, nameSize) !=
+            StringRef(COURIER_NOTE_NAME, sizeof(COURIER_NOTE_NAME)) ||
+        type != COURIER_NOTE_FEATURES)
+      continue;
+    for (StringRef feature : split(contents.substr(desc, descSize), ',')) {
+      if (feature.empty() ||
+          !all_of(feature, [](char c) { return isAlnum(c) || c == '.' || c == '-' || c == '_'; }))
+        return malformed(formatv("'{0}' is not a feature name", feature));
+      out.push_back(feature.str());
+    }
+  }
+  return Error::success();
+}
+
 } // namespace
+
+Expected<std::vector<std::string>> readRequiredFeatures(StringRef sha256, StringRef bytes) {
+  std::vector<std::string> required;
+  auto parsed = object::ObjectFile::createObjectFile(MemoryBufferRef(bytes, sha256));
+  if (!parsed) {
+    consumeError(parsed.takeError());
+    return required;
+  }
+  auto *elf = dyn_cast<object::ELFObjectFileBase>(parsed->get());
+  if (!elf || elf->getArch() != Triple(sys::getProcessTriple()).getArch())
+    return required;
+  for (const object::SectionRef &section : elf->sections()) {
+    if (object::ELFSectionRef(section).getType() != ELF::SHT_NOTE)
+      continue;
+    auto name = section.getName();
+    if (!name) {
+      consumeError(name.takeError());
+      continue;
+    }
+    if (*name != COURIER_FEATURES_SECTION)
+      continue;
+    auto contents = section.getContents();
+    if (!contents)
+      return makeError(formatv("object {0} is damaged: section {1} ({2}): {3}", sha256,
+                               section.getIndex(), *name, toString(contents.takeError())));
+    if (Error error = readFeaturesNotes(*contents, elf->isLittleEndian(), sha256, required))
+      return std::move(error);
+  }
+  return required;
+}
 
 Error validateObject(StringRef sha256, StringRef bytes, ObjectExports &out) {
   out = ObjectExports();

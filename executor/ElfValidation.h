@@ -39,6 +39,13 @@ constexpr uint64_t kMaxObjectMemoryBytes = uint64_t{256} << 20;
 /// to entries it exports; fills `out`. Errors name `sha256`.
 llvm::Error validateObject(llvm::StringRef sha256, llvm::StringRef bytes, ObjectExports &out);
 
+/// The CPU features `bytes`' features record names (abi/KernelABI.h), sorted as written: empty
+/// when it has none, and when it is not an ELF object for this machine (validateObject then
+/// says why it does not load). A record that is not as the header lays it out is an error
+/// naming `sha256`.
+llvm::Expected<std::vector<std::string>> readRequiredFeatures(llvm::StringRef sha256,
+                                                              llvm::StringRef bytes);
+
 } // namespace courier::transport
 
 #endif // COURIER_EXECUTOR_ELFVALIDATION_H

@@ -2,6 +2,7 @@
 // worker process (or, without isolation, in this one). See executor/ExecutorCore.h.
 #include "executor/ExecutorCore.h"
 
+#include "executor/ElfValidation.h"
 #include "executor/HostCpu.h"
 #include "executor/HostErrors.h"
 #include "executor/ObjectHost.h"
@@ -1128,7 +1129,34 @@ llvm::Error ExecutorCore::closeSession(llvm::StringRef id) {
 
 const std::string &ExecutorCore::sessionId(const Session &session) { return session.id; }
 
+namespace {
+
+/// Refuses an object whose features record (abi/KernelABI.h) names a feature this machine's
+/// CPU lacks: its code would die of an illegal instruction at the first launch that reached it.
+llvm::Error checkObjectCpu(const ObjectBlob &blob) {
+  llvm::Expected<std::vector<std::string>> required =
+      transport::readRequiredFeatures(blob.sha256, *blob.bytes);
+  if (!required)
+    return transport::makeCodedError(ErrorCode::InvalidObject,
+                                     llvm::toString(required.takeError()));
+  std::vector<std::string> missing = missingHostFeatures(*required);
+  if (missing.empty())
+    return llvm::Error::success();
+  return transport::makeCodedError(
+      ErrorCode::UnsupportedCpu,
+      llvm::formatv("object {0} needs CPU feature{1} {2}, which this executor's CPU ({3}) lacks: "
+                    "compile it for this executor's CPU (its /v1/health names the CPU and "
+                    "features) or send it to one that has them",
+                    blob.sha256, missing.size() == 1 ? "" : "s", llvm::join(missing, ", "),
+                    describeHostCpu().name));
+}
+
+} // namespace
+
 llvm::Expected<bool> ExecutorCore::storeObject(ObjectBlob blob) {
+  // Read before the store is locked: the object is refused before it takes any room.
+  if (llvm::Error error = checkObjectCpu(blob))
+    return std::move(error);
   bool stored = false;
   {
     std::lock_guard<std::mutex> lock(impl->objectsMutex);

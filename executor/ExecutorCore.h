@@ -189,7 +189,9 @@ public:
   /// Stores `blob` (its hash already checked); true if it was new. An upload of a stored
   /// object restarts its grace period. A new object that would take the store past
   /// `maxStoreBytes` evicts objects no session holds, oldest first, or is `store_full` (and
-  /// nothing is evicted) when sessions hold too much for it to fit.
+  /// nothing is evicted) when sessions hold too much for it to fit. An object whose features
+  /// record (abi/KernelABI.h) names a CPU feature this machine lacks is `unsupported_cpu`,
+  /// naming what is missing, and is not stored.
   llvm::Expected<bool> storeObject(ObjectBlob blob);
   /// `store_full` if an object of `bytes` could not be stored even once every object no
   /// session holds were evicted: checked before an upload's body is read.

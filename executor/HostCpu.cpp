@@ -2,7 +2,12 @@
 #include "executor/HostCpu.h"
 
 #include "llvm/ADT/StringMap.h"
+#include "llvm/ADT/StringSet.h"
+#include "llvm/MC/MCSubtargetInfo.h"
+#include "llvm/MC/TargetRegistry.h"
+#include "llvm/Support/TargetSelect.h"
 #include "llvm/TargetParser/Host.h"
+#include "llvm/TargetParser/Triple.h"
 
 #include <algorithm>
 
@@ -58,7 +63,59 @@ constexpr FeatureBits kFeatures[] = {
     {0, kHwcap2Rng, "rand"},
 };
 
+/// Every feature this machine's CPU has: describeHostCpu's, and those LLVM's model of the CPU
+/// by its name and features sets (the features LLVM found absent stay off).
+llvm::StringSet<> hostFeatureSet() {
+  llvm::StringSet<> features;
+  HostCpu cpu = describeHostCpu();
+  for (const std::string &feature : cpu.features)
+    features.insert(feature);
+  llvm::InitializeNativeTarget();
+  llvm::Triple triple(llvm::sys::getProcessTriple());
+  std::string error;
+  const llvm::Target *backend = llvm::TargetRegistry::lookupTarget(triple, error);
+  if (!backend)
+    return features;
+  std::unique_ptr<llvm::MCSubtargetInfo> names(backend->createMCSubtargetInfo(triple, "", ""));
+  if (!names)
+    return features;
+  llvm::StringSet<> known;
+  for (const llvm::SubtargetFeatureKV &feature : names->getAllProcessorFeatures())
+    known.insert(feature.Key);
+  std::string given;
+  auto give = [&](llvm::StringRef feature, bool on) {
+    if (known.contains(feature))
+      given += (given.empty() ? "" : ",") + std::string(on ? "+" : "-") + feature.str();
+  };
+  // Under qemu-user LLVM finds nothing on aarch64, and describeHostCpu read the hwcaps.
+  llvm::StringMap<bool> probed = llvm::sys::getHostCPUFeatures();
+  if (llvm::none_of(probed, [](const auto &feature) { return feature.getValue(); }))
+    for (const std::string &feature : cpu.features)
+      give(feature, true);
+  for (const auto &feature : probed)
+    give(feature.getKey(), feature.getValue());
+  if (!names->isCPUStringValid(cpu.name))
+    cpu.name = "generic";
+  std::unique_ptr<llvm::MCSubtargetInfo> model(
+      backend->createMCSubtargetInfo(triple, cpu.name, given));
+  if (!model)
+    return features;
+  for (const llvm::SubtargetFeatureKV &feature : model->getAllProcessorFeatures())
+    if (model->getFeatureBits().test(feature.Value))
+      features.insert(feature.Key);
+  return features;
+}
+
 } // namespace
+
+std::vector<std::string> missingHostFeatures(const std::vector<std::string> &required) {
+  static const llvm::StringSet<> host = hostFeatureSet();
+  std::vector<std::string> missing;
+  for (const std::string &feature : required)
+    if (!host.contains(feature))
+      missing.push_back(feature);
+  return missing;
+}
 
 std::vector<std::string> aarch64FeaturesFromHwcaps(uint64_t hwcap, uint64_t hwcap2) {
   std::vector<std::string> features;

@@ -20,6 +20,13 @@ struct HostCpu {
 /// has no such line, so when LLVM finds no feature the words themselves are read.
 HostCpu describeHostCpu();
 
+/// The features of `required` (LLVM names, as an object's features record lists them,
+/// abi/KernelABI.h) that this machine's CPU lacks, in their order. The CPU has a feature when
+/// describeHostCpu finds it, or LLVM's model of the CPU by that name and those features has
+/// it (a feature another implies, say, or one no probe reports, such as "nopl" on x86-64): the
+/// same reading code compiled for this CPU in process is generated from.
+std::vector<std::string> missingHostFeatures(const std::vector<std::string> &required);
+
 /// The LLVM features that LLVM 22 reads from a /proc/cpuinfo "Features" line the kernel writes
 /// for these AT_HWCAP and AT_HWCAP2 words (asm/hwcap.h): "asimd" is neon, "aes" with "pmull"
 /// is aes, and so on. Sorted. Defined on every host, for its tests.

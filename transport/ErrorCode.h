@@ -61,6 +61,7 @@ enum class ErrorCode : uint8_t {
   ExecutorLost,
   StoreFull,
   UnsupportedEncoding,
+  UnsupportedCpu,
 };
 
 /// Who sends a code in an HTTP error body; a code with neither bit is raised and handled
@@ -121,6 +122,7 @@ inline constexpr ErrorCodeInfo kErrorTable[] = {
     {ErrorCode::ExecutorLost, "executor_lost", 502, 0},
     {ErrorCode::StoreFull, "store_full", 507, kSentByExecutor},
     {ErrorCode::UnsupportedEncoding, "unsupported_encoding", 415, kBoth},
+    {ErrorCode::UnsupportedCpu, "unsupported_cpu", 422, kSentByExecutor},
 };
 
 namespace detail {
