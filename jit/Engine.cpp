@@ -9,7 +9,9 @@
 #include "dialect/Dialects.h"
 #include "passes/CompilePool.h"
 #include "passes/Passes.h"
+#include "passes/TargetModules.h"
 #include "runtime/Runtime.h"
+#include "transport/HttpBackend.h"
 
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/MLIRContext.h"
@@ -51,6 +53,11 @@ namespace courier {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+/// How long a compile waits to learn an executor's CPU (Engine::Impl::executorCpu): a connect
+/// and one small reply on a network that answers. Past it, code is for the generic CPU.
+constexpr std::chrono::milliseconds kExecutorCpuConnectTimeout{1000};
+constexpr std::chrono::milliseconds kExecutorCpuTimeout{2000};
 
 double msSince(Clock::time_point start) {
   return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
@@ -342,6 +349,69 @@ struct Engine::Impl {
   std::string hostError;
   /// With Isolation::Process: compiles modules in workers instead of here.
   std::unique_ptr<WorkerLauncher> launcher;
+  /// The CPU each executor address reported when this engine first compiled for it (nullopt:
+  /// it could not be asked), so that each is asked once.
+  std::mutex executorCpusMutex;
+  std::map<std::string, std::optional<transport::ExecutorCpu>> executorCpus;
+
+  /// The CPU the executor at `address` reports, asked the first time only; nullopt when it
+  /// cannot be asked (unreachable, too old to say, or no network here).
+  std::optional<transport::ExecutorCpu> executorCpu(const std::string &address) {
+    std::lock_guard<std::mutex> lock(executorCpusMutex);
+    auto [it, inserted] = executorCpus.try_emplace(address);
+    if (!inserted)
+      return it->second;
+    transport::BackendOptions backend;
+    backend.connectTimeout = options.connectTimeout;
+    backend.requestTimeout = options.requestTimeout;
+    backend.bearerToken = options.authToken;
+    backend.tls = options.tls;
+    llvm::Expected<transport::ExecutorCpu> asked = transport::askExecutorCpu(
+        address, backend, kExecutorCpuConnectTimeout, kExecutorCpuTimeout);
+    if (asked)
+      it->second = std::move(*asked);
+    else
+      llvm::consumeError(asked.takeError()); // Code for the triple's generic CPU runs there.
+    return it->second;
+  }
+
+  /// Gives every target module of `module` that names no CPU and is sent to an executor (its
+  /// address, or options.executorOverride) the CPU and features that executor reports, in its
+  /// `catalyst.target`, so code for it is generated for them (getReportedTargetCpu); its own
+  /// features come after them. A module whose executor cannot be asked, or runs another
+  /// architecture, is left for the generic CPU of its triple. Returns what it set, which
+  /// keys the disk cache beside the text.
+  std::string setExecutorCpus(mlir::ModuleOp module) {
+    std::string chosen;
+    mlir::MLIRContext *ctx = module.getContext();
+    for (mlir::ModuleOp target : getTargetModules(module)) {
+      auto spec =
+          target->getAttrOfType<mlir::DictionaryAttr>(catalyst::CatalystDialect::kTargetAttrName);
+      if (!spec || spec.contains("cpu"))
+        continue;
+      std::string address =
+          options.executorOverride.empty() ? getDispatchAddress(target) : options.executorOverride;
+      if (address == kLocalAddress)
+        continue;
+      std::optional<transport::ExecutorCpu> reported = executorCpu(address);
+      if (!reported)
+        continue;
+      std::string triple = llvm::sys::getProcessTriple();
+      if (auto named = spec.getAs<mlir::StringAttr>("triple"); named && !named.empty())
+        triple = named.str();
+      if (llvm::Triple(triple).getArch() != llvm::Triple(reported->triple).getArch())
+        continue;
+      TargetCpu cpu = getReportedTargetCpu(triple, reported->cpu, reported->features);
+      if (auto own = spec.getAs<mlir::StringAttr>("features"); own && !own.empty())
+        cpu.features += (cpu.features.empty() ? "" : ",") + own.str();
+      mlir::NamedAttrList entries(spec);
+      entries.set("cpu", mlir::StringAttr::get(ctx, cpu.cpu));
+      entries.set("features", mlir::StringAttr::get(ctx, cpu.features));
+      target->setAttr(catalyst::CatalystDialect::kTargetAttrName, entries.getDictionary(ctx));
+      chosen += address + '\0' + cpu.cpu + '\0' + cpu.features + '\0';
+    }
+    return chosen;
+  }
 
   /// The disk cache's directory; empty when there is none (disabled, or no default).
   std::string cacheDir() const {
@@ -561,6 +631,9 @@ Engine::Impl::compile(llvm::StringRef text, llvm::StringRef name,
       return diagnostics.error(("compiling '" + source + "' failed").str());
     }
   }
+  // The executors' CPUs are part of what a program compiles to: the disk cache keys on them.
+  if (std::string executorCpus = setExecutorCpus(*module); !executorCpus.empty())
+    key = cacheKey(text, jtmb->getCPU() + jtmb->getFeatures().getString() + '\0' + executorCpus);
   llvm::StringMap<std::string> unsupported;
   std::vector<EntrySignature> entries = prepareEntries(*module, unsupported);
   times.parse = msSince(start);

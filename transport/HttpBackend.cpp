@@ -1010,4 +1010,25 @@ llvm::Expected<std::unique_ptr<Backend>> createHttpBackend(llvm::StringRef addre
   return std::make_unique<HttpBackend>(address.str(), std::move(*parsed), std::move(settings));
 }
 
+llvm::Expected<ExecutorCpu> askExecutorCpu(llvm::StringRef address, const BackendOptions &options,
+                                           std::chrono::milliseconds connectTimeout,
+                                           std::chrono::milliseconds timeout) {
+  BackendOptions settings = options;
+  settings.connectTimeout = std::min(connectTimeout, options.connectTimeout);
+  settings.requestTimeout = std::min(timeout, options.requestTimeout);
+  settings.sharedMemory = SharedMemory::Off;
+  llvm::Expected<std::unique_ptr<Backend>> backend = createHttpBackend(address, settings);
+  if (!backend)
+    return backend.takeError();
+  llvm::Expected<Health> health = (*backend)->health();
+  if (!health)
+    return health.takeError();
+  if (health->triple.empty() || health->cpu.empty())
+    return makeCodedError(ErrorCode::Unavailable,
+                          "asking " + address +
+                              " for its CPU: its health names no triple or cpu (an executor "
+                              "older than the CPU report)");
+  return ExecutorCpu{health->triple, health->cpu, health->features};
+}
+
 } // namespace courier::transport

@@ -23,6 +23,21 @@ namespace courier::transport {
 llvm::Expected<std::unique_ptr<Backend>> createHttpBackend(llvm::StringRef address,
                                                            const BackendOptions &options);
 
+/// The CPU an executor reports in its health: what code for it is compiled for.
+struct ExecutorCpu {
+  std::string triple;                ///< "x86_64-unknown-linux-gnu".
+  std::string cpu;                   ///< LLVM's name: "znver3", "generic".
+  std::vector<std::string> features; ///< Enabled features, by LLVM's names.
+};
+
+/// Asks the executor at `address` (as createHttpBackend takes it, with `options`' token and
+/// TLS settings) for its CPU, one `GET /v1/health` connecting within `connectTimeout` and
+/// answered within `timeout` (each at most the options' own). An error (CodedError) when it
+/// cannot be reached, does not answer in time, or is too old to report its CPU.
+llvm::Expected<ExecutorCpu> askExecutorCpu(llvm::StringRef address, const BackendOptions &options,
+                                           std::chrono::milliseconds connectTimeout,
+                                           std::chrono::milliseconds timeout);
+
 } // namespace courier::transport
 
 #endif // COURIER_TRANSPORT_HTTPBACKEND_H
