@@ -519,6 +519,10 @@ WorkerProcess::spawn(const std::string &program, const std::vector<std::string> 
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_adddup2(&actions, theirs.get(), kWorkerChannelFd);
+  // Kept open across the exec (a dup2 onto itself clears close-on-exec): an interpreter that
+  // runs a script worker opens the script by the path it was executed by, which names it.
+  // A worker closes every descriptor above its channel first thing.
+  posix_spawn_file_actions_adddup2(&actions, *image, *image);
   // Nothing to read, and no terminal to push input into (TIOCSTI).
   posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
   if (outputWrite.get() >= 0) {

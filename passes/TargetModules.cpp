@@ -2,6 +2,7 @@
 #include "passes/TargetModules.h"
 
 #include "llvm/ADT/StringSet.h"
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/MC/MCSubtargetInfo.h"
 #include "llvm/MC/TargetRegistry.h"
 #include "llvm/Support/TargetSelect.h"
@@ -176,6 +177,17 @@ unsigned getVectorBits(const TargetCpu &cpu) {
   const llvm::Target *backend = llvm::TargetRegistry::lookupTarget(triple, error);
   if (!backend)
     return 128;
+  // An unknown CPU is cross-compile-targets' to report (LLVM would warn here as well).
+  std::unique_ptr<llvm::MCSubtargetInfo> plain(backend->createMCSubtargetInfo(triple, "", ""));
+  if (!plain || !plain->isCPUStringValid(cpu.cpu))
+    return 128;
+  for (StringRef feature : llvm::split(cpu.features, ',')) {
+    StringRef name = feature.trim().drop_front();
+    if (!name.empty() &&
+        llvm::none_of(plain->getAllProcessorFeatures(),
+                      [&](const llvm::SubtargetFeatureKV &known) { return name == known.Key; }))
+      return 128;
+  }
   std::unique_ptr<llvm::MCSubtargetInfo> subtarget(
       backend->createMCSubtargetInfo(triple, cpu.cpu, cpu.features));
   if (!subtarget)

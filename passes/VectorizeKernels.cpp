@@ -67,6 +67,14 @@ int64_t lanesOf(Type element, unsigned vectorBits) {
 SmallVector<SmallVector<int64_t>> tilesFor(linalg::LinalgOp op, const Plan &plan, int64_t level) {
   if (!op.hasPureTensorSemantics() || op.hasDynamicShape())
     return {};
+  // Vectors of i1 (or any type narrower than a byte) load and store packed bits, while a
+  // tensor of them keeps a byte per element: such ops stay scalar.
+  auto subByte = [](Type type) {
+    Type element = getElementTypeOrSelf(type);
+    return element.isIntOrFloat() && element.getIntOrFloatBitWidth() < 8;
+  };
+  if (llvm::any_of(op->getOperandTypes(), subByte) || llvm::any_of(op->getResultTypes(), subByte))
+    return {};
   SmallVector<int64_t> ranges = op.getStaticLoopRanges();
   if (ranges.empty())
     return {};
