@@ -261,11 +261,12 @@ def ApproximateMath : Pass<"courier-approximate-math", "::mlir::ModuleOp"> {
     Runs in the default lowering after vectorization and before `convert-math-to-libm`, so
     that `math.exp` on `vector<16xf32>` becomes sixteen lanes of arithmetic rather than
     sixteen calls of `expf`. On f32 scalars and vectors, `math.exp`, `expm1`, `log`,
-    `log2`, `log1p`, `tanh`, `erf`, `atan` and `atan2` become upstream's polynomial
-    approximations (`populateMathPolynomialApproximationPatterns`), each within a few ulps
-    of libm (tests/jit/InputDialectsTest.cpp states and checks the bound of each). Other
-    functions (`sin` and `cos`, whose approximations lose accuracy on large arguments,
-    `pow`, ...) and every f64 function stay calls into libm. On f16 and bf16, every math
+    `log2`, `log1p`, `tanh` and `erf` become upstream's polynomial approximations
+    (`populateMathPolynomialApproximationPatterns`), each within 4 ulps of the exact result
+    (tests/jit/InputDialectsTest.cpp states and checks the bound of each). Other functions
+    (`sin` and `cos`, whose approximations lose accuracy on large arguments, `atan` and
+    `atan2`, whose are 27 and 39 ulps off, `pow`, ...) and every f64 function stay calls into
+    libm. On f16 and bf16, every math
     function is computed in f32 and rounded back. The exact ops the approximations are made
     of, and that have an instruction of their own (`math.fma`, `absf`, `floor`, `ceil`,
     `trunc`, `roundeven`, `round`, `copysign`, `sqrt`), become LLVM's intrinsics on f32 and
