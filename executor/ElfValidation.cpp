@@ -488,7 +488,8 @@ Error readFeaturesNotes(StringRef contents, bool littleEndian, StringRef sha256,
 
 } // namespace
 
-Expected<std::vector<std::string>> readRequiredFeatures(StringRef sha256, StringRef bytes) {
+Expected<std::vector<std::string>> readRequiredFeatures(StringRef sha256, StringRef bytes,
+                                                        bool anyMachine) {
   std::vector<std::string> required;
   auto parsed = object::ObjectFile::createObjectFile(MemoryBufferRef(bytes, sha256));
   if (!parsed) {
@@ -496,7 +497,7 @@ Expected<std::vector<std::string>> readRequiredFeatures(StringRef sha256, String
     return required;
   }
   auto *elf = dyn_cast<object::ELFObjectFileBase>(parsed->get());
-  if (!elf || elf->getArch() != Triple(sys::getProcessTriple()).getArch())
+  if (!elf || (!anyMachine && elf->getArch() != Triple(sys::getProcessTriple()).getArch()))
     return required;
   for (const object::SectionRef &section : elf->sections()) {
     if (object::ELFSectionRef(section).getType() != ELF::SHT_NOTE)

@@ -41,10 +41,10 @@ llvm::Error validateObject(llvm::StringRef sha256, llvm::StringRef bytes, Object
 
 /// The CPU features `bytes`' features record names (abi/KernelABI.h), sorted as written: empty
 /// when it has none, and when it is not an ELF object for this machine (validateObject then
-/// says why it does not load). A record that is not as the header lays it out is an error
-/// naming `sha256`.
-llvm::Expected<std::vector<std::string>> readRequiredFeatures(llvm::StringRef sha256,
-                                                              llvm::StringRef bytes);
+/// says why it does not load) unless `anyMachine` (a tool reading another machine's objects).
+/// A record that is not as the header lays it out is an error naming `sha256`.
+llvm::Expected<std::vector<std::string>>
+readRequiredFeatures(llvm::StringRef sha256, llvm::StringRef bytes, bool anyMachine = false);
 
 } // namespace courier::transport
 

@@ -70,7 +70,10 @@ llvm::StringSet<> hostFeatureSet() {
   HostCpu cpu = describeHostCpu();
   for (const std::string &feature : cpu.features)
     features.insert(feature);
-  llvm::InitializeNativeTarget();
+  // Every target's description, not the native one's: an executor cross-built with another
+  // machine's LLVM headers would name that machine's target as native.
+  llvm::InitializeAllTargetInfos();
+  llvm::InitializeAllTargetMCs();
   llvm::Triple triple(llvm::sys::getProcessTriple());
   std::string error;
   const llvm::Target *backend = llvm::TargetRegistry::lookupTarget(triple, error);
