@@ -4,13 +4,20 @@
 // The kernel runs the executor and its workers through binfmt_misc's qemu-aarch64 entry, as
 // it would any program; qemu-user cannot load a seccomp filter (the filter would apply to
 // qemu's own system calls), so the executor runs with --no-sandbox (docs/deploy.md).
+#include "executor/ElfValidation.h"
 #include "executor/HostCpu.h"
 #include "jit/Engine.h"
+#include "passes/TargetModules.h"
 #include "transport/HttpBackend.h"
 
 #include "tests/jit/TestSupport.h"
 #include "tests/kernels/KernelPaths.h"
 #include "tests/support/ServerProcess.h"
+
+#include "llvm/BinaryFormat/ELF.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Path.h"
 
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
@@ -18,6 +25,8 @@
 #include <algorithm>
 #include <fstream>
 #include <memory>
+#include <regex>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -161,6 +170,46 @@ std::string refusalOf(const std::string &address, const char *path) {
     message = e.message;
   });
   return message;
+}
+
+/// A program whose `main` multiplies A (m x k) by B (k x n) with a linalg.matmul in a target
+/// module for aarch64 that names no CPU, run at ADDRESS.
+std::string matmulProgram(int64_t m, int64_t n, int64_t k) {
+  auto shape = [](int64_t rows, int64_t cols) {
+    return "tensor<" + std::to_string(rows) + "x" + std::to_string(cols) + "xf32>";
+  };
+  std::string a = shape(m, k), b = shape(k, n), c = shape(m, n);
+  std::ostringstream text;
+  text << "module @app {\n"
+       << "  func.func public @main(%a: " << a << ", %b: " << b << ") -> " << c << " {\n"
+       << "    %r = catalyst.launch_kernel @board::@mm(%a, %b) : (" << a << ", " << b << ") -> "
+       << c << "\n    return %r : " << c << "\n  }\n"
+       << "  module @board attributes {catalyst.target = {triple = \"aarch64-unknown-linux-gnu\"},"
+       << " catalyst.dispatch = {address = \"ADDRESS\"}} {\n"
+       << "    func.func public @mm(%a: " << a << ", %b: " << b << ") -> " << c << " {\n"
+       << "      %z = arith.constant 0.0 : f32\n"
+       << "      %e = tensor.empty() : " << c << "\n"
+       << "      %f = linalg.fill ins(%z : f32) outs(%e : " << c << ") -> " << c << "\n"
+       << "      %r = linalg.matmul ins(%a, %b : " << a << ", " << b << ") outs(%f : " << c
+       << ") -> " << c << "\n"
+       << "      return %r : " << c << "\n    }\n  }\n}\n";
+  return text.str();
+}
+
+/// The aarch64 objects the engine cached in `dir`.
+std::vector<std::string> aarch64ObjectsIn(const TempDir &dir) {
+  std::vector<std::string> paths;
+  std::error_code ec;
+  for (llvm::sys::fs::recursive_directory_iterator it(dir.path, ec), end; it != end && !ec;
+       it.increment(ec)) {
+    if (llvm::sys::path::extension(it->path()) != ".o")
+      continue;
+    std::string bytes = testing::readFile(it->path());
+    // e_machine, little-endian, at offset 18 of the ELF header.
+    if (bytes.size() > 20 && uint8_t(bytes[18]) == llvm::ELF::EM_AARCH64 && bytes[19] == 0)
+      paths.push_back(it->path());
+  }
+  return paths;
 }
 
 /// The shape and element type of `t`, then its values.
@@ -377,4 +426,58 @@ TEST_CASE("under qemu-user the aarch64 executor cannot sandbox its workers and s
   CHECK(status != 0);
   CHECK_THAT(log, Catch::Contains("loading the seccomp filter"));
   CHECK_THAT(log, Catch::Contains("--no-sandbox"));
+}
+
+TEST_CASE("a vectorized f32 matmul for aarch64 is compiled for the executor's CPU and runs there "
+          "with exact numbers",
+          "[cross]") {
+  auto executor = startAarch64Executor();
+  TempDir dir;
+  Engine engine(optionsIn(dir));
+  // 37 x 43 x 29: whole 8 x 8 register tiles (two NEON vectors a row) and the peeled
+  // remainders of every loop.
+  const int64_t m = 37, n = 43, k = 29;
+  auto module = engine.compile(at(matmulProgram(m, n, k), executor->address()), "matmul.mlir");
+  REQUIRE(ok(module));
+  // Small integers: every product and sum is exact in f32, in any order.
+  std::vector<double> a(m * k), b(k * n), expected(m * n, 0.0);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t p = 0; p < k; ++p)
+      a[i * k + p] = double((i * 3 + p * 5) % 7 - 3);
+  for (int64_t p = 0; p < k; ++p)
+    for (int64_t j = 0; j < n; ++j)
+      b[p * n + j] = double((p * 2 + j) % 5 - 2);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j)
+      for (int64_t p = 0; p < k; ++p)
+        expected[i * n + j] += a[i * k + p] * b[p * n + j];
+  auto out = (*module)->invoke("main", {Tensor::fromDoubles(DType::F32, {m, k}, a),
+                                        Tensor::fromDoubles(DType::F32, {k, n}, b)});
+  REQUIRE(ok(out));
+  REQUIRE(out->size() == 1);
+  checkTensor((*out)[0], DType::F32, {m, n}, expected);
+
+  // The object records what the executor reported, and what that implies, less what every
+  // aarch64 CPU has (the executor ran it, so its CPU has them); its code multiplies and adds
+  // four f32 lanes at a time.
+  auto health = healthOf(*executor);
+  std::vector<std::string> reported = health["features"];
+  std::vector<std::string> required = getRequiredFeatures(getReportedTargetCpu(
+      "aarch64-unknown-linux-gnu", health["cpu"].get<std::string>(), reported));
+  std::vector<std::string> objects = aarch64ObjectsIn(dir);
+  REQUIRE(objects.size() == 1);
+  auto record = transport::readRequiredFeatures(objects[0], testing::readFile(objects[0]),
+                                                /*anyMachine=*/true);
+  REQUIRE(ok(record));
+  CHECK(*record == required);
+  auto [status, disassembly] =
+      testing::runCommand(std::string(COURIER_LLVM_OBJDUMP) + " -d " + objects[0]);
+  REQUIRE(status == 0);
+  std::regex fma(R"(fmla\s+v[0-9]+\.4s)");
+  std::istringstream lines(disassembly);
+  bool vectorized = false;
+  for (std::string line; std::getline(lines, line) && !vectorized;)
+    vectorized = std::regex_search(line, fma);
+  INFO(disassembly);
+  CHECK(vectorized);
 }
