@@ -14,9 +14,11 @@
 #include <cstring>
 #include <fcntl.h>
 #include <fstream>
+#include <grp.h>
 #include <linux/capability.h>
 #include <linux/landlock.h>
 #include <linux/sockios.h>
+#include <pwd.h>
 #include <sched.h>
 #include <sys/ioctl.h>
 #include <sys/prctl.h>
@@ -234,6 +236,29 @@ llvm::Error enterSandbox() {
   answerStatAt = 1;
   if (int rc = seccomp_load(filter))
     return systemError("loading the seccomp filter", -rc);
+  return llvm::Error::success();
+}
+
+llvm::Error leaveRoot() {
+  if (::geteuid() != 0)
+    return llvm::Error::success();
+  uid_t uid = 65534;
+  gid_t gid = 65534;
+  if (const struct passwd *nobody = ::getpwnam("nobody")) {
+    uid = nobody->pw_uid;
+    gid = nobody->pw_gid;
+  }
+  // The bounding set while this process may still change it.
+  for (int capability = 0; ::prctl(PR_CAPBSET_READ, capability, 0, 0, 0) >= 0; ++capability)
+    if (::prctl(PR_CAPBSET_DROP, capability, 0, 0, 0) != 0)
+      return systemError(
+          llvm::formatv("dropping capability {0} from the bounding set", capability));
+  if (::setgroups(0, nullptr) != 0)
+    return systemError("dropping supplementary groups");
+  if (::setresgid(gid, gid, gid) != 0)
+    return systemError(llvm::formatv("becoming group {0}", gid));
+  if (::setresuid(uid, uid, uid) != 0)
+    return systemError(llvm::formatv("becoming user {0}", uid));
   return llvm::Error::success();
 }
 

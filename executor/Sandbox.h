@@ -47,6 +47,12 @@ void ringOnCrash(std::atomic<uint32_t> &request, std::atomic<uint32_t> &reply);
 /// new-handler, so a compile that reaches its memory limit is named as such.
 [[noreturn]] void reportOutOfMemoryAndAbort();
 
+/// For a worker of a server that runs as root: leaves root for good, for the user "nobody"
+/// (uid and gid 65534 where the system has none), with no supplementary groups and an empty
+/// capability bounding set. Nothing is done for any other user. Clears the parent-death
+/// signal, as every change of user does: set it again after.
+llvm::Error leaveRoot();
+
 /// Drops every capability of the process for good: effective, permitted, inheritable,
 /// ambient and (where it may) the bounding set, with the secure bits that keep a root
 /// process from regaining them. Capabilities are per thread, so a worker calls this first,

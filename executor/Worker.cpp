@@ -661,12 +661,16 @@ int runWorker(int argc, char **argv) {
     llvm::consumeError(sendMessage(kWorkerChannelFd, failed.view()));
     return 2;
   };
-  // First, while this is the only thread: every thread started later has none either.
-  if (llvm::Error error = dropCapabilities())
-    return fail(llvm::toString(std::move(error)));
   llvm::Expected<WorkerOptions> options = parseOptions(argc, argv);
   if (!options)
     return fail(llvm::toString(options.takeError()));
+  // First, while this is the only thread: every thread started later has none either. A
+  // sandboxed worker of a root server runs as nobody.
+  if (options->sandbox)
+    if (llvm::Error error = leaveRoot())
+      return fail(llvm::toString(std::move(error)));
+  if (llvm::Error error = dropCapabilities())
+    return fail(llvm::toString(std::move(error)));
   // Die with the executor, even while a kernel spins and never reads the channel again.
   if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 ||
       (options->parent && ::getppid() != options->parent))

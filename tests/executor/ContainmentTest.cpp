@@ -958,8 +958,8 @@ TEST_CASE("memory a kernel holds in unmapped memfds counts against --worker-memo
   requireSessionGoesOn(f);
 }
 
-TEST_CASE("session workers hold no capability and none of the executor's environment but what "
-          "they read",
+TEST_CASE("session workers hold no capability, run as nobody under a root executor, and have none "
+          "of the executor's environment but what they read",
           "[containment][sandbox]") {
   ::setenv("COURIER_TEST_SECRET", "a-secret-of-the-executor", 1);
   Contained f;
@@ -989,6 +989,9 @@ TEST_CASE("session workers hold no capability and none of the executor's environ
       INFO(name);
       CHECK(std::find(kept.begin(), kept.end(), name) != kept.end());
     }
+    // A worker of a root executor runs as nobody.
+    if (::geteuid() == 0)
+      CHECK(statusField("/proc/" + std::to_string(worker), "Uid").rfind("0\t", 0) != 0);
     for (const auto &task :
          std::filesystem::directory_iterator("/proc/" + std::to_string(worker) + "/task")) {
       INFO("thread " << task.path().filename().string());
