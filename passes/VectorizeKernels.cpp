@@ -54,6 +54,7 @@ module attributes {transform.with_named_sequence} {
 /// How a function's ops are tiled: the vector width of its CPU, in bits.
 struct Plan {
   unsigned vectorBits = 128;
+  /// Left as written: fp = "strict", or a module with a pipeline of its own.
   bool strict = false;
 };
 
@@ -157,6 +158,9 @@ FailureOr<bool> tileFunction(func::FuncOp function, const Plan &plan) {
   // pipeline's convert-elementwise-to-linalg reaches the host's functions only).
   RewritePatternSet elementwise(function.getContext());
   linalg::populateElementwiseToLinalgConversionPatterns(elementwise);
+  // A contraction with a unit dimension becomes the smaller one: tosa.matmul's batch of one
+  // is then a linalg.matmul, tiled as one.
+  linalg::populateContractionOpRankReducingPatterns(elementwise);
   if (failed(applyPatternsGreedily(function, std::move(elementwise))))
     return function.emitError("turning elementwise ops into linalg did not converge");
   IRRewriter rewriter(function.getContext());
@@ -226,9 +230,13 @@ private:
     Plan plan;
     plan.vectorBits = getVectorBits(getTargetCpu(module, localRunsHere));
     if (auto spec =
-            module->getAttrOfType<DictionaryAttr>(catalyst::CatalystDialect::kTargetAttrName))
+            module->getAttrOfType<DictionaryAttr>(catalyst::CatalystDialect::kTargetAttrName)) {
       if (auto fp = spec.getAs<StringAttr>("fp"))
         plan.strict = fp.getValue() == "strict";
+      // A module that names its own lowering pipeline is lowered as it says, from its IR.
+      if (spec.getAs<StringAttr>("pipeline"))
+        plan.strict = true;
+    }
     return plan;
   }
 };

@@ -56,6 +56,17 @@ module @app {
     }
   }
 
+  // A batch of one is a matmul, tiled as one.
+  // CHECK-LABEL: module @batch
+  // CHECK: scf.for {{.*}} iter_args({{.*}}) -> (vector<8x32xf32>)
+  // CHECK-COUNT-8: vector.fma {{.*}} : vector<32xf32>
+  module @batch attributes {catalyst.target = {cpu = "znver4"}} {
+    func.func public @bmm(%a: tensor<1x64x64xf32>, %b: tensor<1x64x64xf32>, %c: tensor<1x64x64xf32>) -> tensor<1x64x64xf32> {
+      %r = linalg.batch_matmul ins(%a, %b : tensor<1x64x64xf32>, tensor<1x64x64xf32>) outs(%c : tensor<1x64x64xf32>) -> tensor<1x64x64xf32>
+      return %r : tensor<1x64x64xf32>
+    }
+  }
+
   // CHECK-LABEL: module @avx2
   // CHECK: scf.for {{.*}} iter_args({{.*}}) -> (vector<8x16xf32>)
   // CHECK-COUNT-8: vector.fma {{.*}} : vector<16xf32>
