@@ -1,9 +1,11 @@
-// Fuzzes object intake as a session's host performs it (executor/ObjectHost.h): an object's
+// Fuzzes object intake as an executor performs it: its features record read
+// (executor/ElfValidation.h), then as a session's host does (executor/ObjectHost.h): an object's
 // bytes are validated (executor/ElfValidation.h), linked with ORC and unloaded again. The
 // seeds are the test kernels; a mutant JITLink would trip over must be refused by the
 // validation, with an error, before it is linked. Nothing of a linked object is run.
 #include "tests/fuzz/FuzzSupport.h"
 
+#include "executor/ElfValidation.h"
 #include "executor/ObjectHost.h"
 
 #include "abi/KernelABI.h"
@@ -36,6 +38,12 @@ ObjectHost &host() {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   ObjectBlob object = ObjectBlob::fromBytes(bytesOf(data, size).str());
+  // The executor reads an object's features record in its main process, before any sandbox
+  // (executor/ExecutorCore.cpp, storeObject): every mutant is read or refused with an error.
+  llvm::Expected<std::vector<std::string>> required =
+      readRequiredFeatures(object.sha256, *object.bytes, /*anyMachine=*/true);
+  if (!required)
+    llvm::consumeError(required.takeError());
   ObjectHost &objects = host();
   if (llvm::Error error = objects.addObject(object))
     return refused(std::move(error)), 0;
