@@ -157,9 +157,13 @@ def VectorizeKernels : Pass<"courier-vectorize", "::mlir::ModuleOp"> {
     - `linalg.matmul`: tiles of 64 x 256 x 256 for the caches, then 8 x (2 vectors) x 1 for
       the registers; the 8 x 2-vector accumulator is hoisted out of the k loop and the
       contraction lowered to outer products, that is broadcasts and FMAs.
+    - `linalg.conv_2d_nhwc_hwcf`: tiles of 8 output pixels by 2 vectors of filters, one
+      filter tap and input channel a step, decomposed to 1-D convolutions; the accumulator is
+      carried across the filter row, column and channel loops and updated with FMAs.
     - Every other linalg op (elementwise `linalg.generic`, `linalg.fill`, reductions,
       transposes, broadcasts): tiles of 1 along every loop but the innermost, which takes
-      four vectors.
+      four vectors; a reduction along the innermost loop keeps four vectors of partial
+      results and reduces them across once, after the loop.
 
     A function in a module whose `catalyst.target` has `fp = "strict"` is left alone, so
     its floating-point operations keep source order (and are not fused into FMAs): the

@@ -36,10 +36,17 @@ module attributes {transform.with_named_sequence} {
     transform.apply_patterns to %vectorized {
       transform.apply_patterns.canonicalization
       transform.apply_patterns.tensor.fold_tensor_subset_ops_into_vector_transfers
+      // A tile's read and write of its accumulator must have one type to be hoisted as a
+      // pair: a convolution's 1-D view reads it with one leading unit dimension fewer.
+      transform.apply_patterns.vector.cast_away_vector_leading_one_dim
     } : !transform.any_op
     %loops = transform.structured.match ops{["scf.for"]} in %vectorized
         : (!transform.any_op) -> !transform.any_op
     transform.apply_licm to %loops : !transform.any_op
+    transform.loop.hoist_loop_invariant_subsets %loops : !transform.any_op
+    // Loops come outer first: once more for each reduction loop a tile may be nested in
+    // (a convolution's filter row, column and input channel), so the accumulator leaves all.
+    transform.loop.hoist_loop_invariant_subsets %loops : !transform.any_op
     transform.loop.hoist_loop_invariant_subsets %loops : !transform.any_op
     transform.apply_patterns to %vectorized {
       transform.apply_patterns.vector.lower_contraction lowering_strategy = "outerproduct"
@@ -88,6 +95,11 @@ SmallVector<SmallVector<int64_t>> tilesFor(linalg::LinalgOp op, const Plan &plan
   };
   if (isa<linalg::MatmulOp>(op) && isa<FloatType>(element) && ranges.size() == 3)
     return {level == 0 ? clamp({64, 256, 256}) : SmallVector<int64_t>{}, clamp({8, 2 * lanes, 1})};
+  // A 2-D convolution (n, oh, ow, f, kh, kw, c): a register tile of 8 output pixels by two
+  // vectors of filters, one filter tap and one input channel a step; decomposed to a 1-D
+  // convolution, it vectorizes to outer products as a matmul tile does.
+  if (isa<linalg::Conv2DNhwcHwcfOp>(op) && isa<FloatType>(element) && ranges.size() == 7)
+    return {clamp({1, 1, 8, 2 * lanes, 1, 1, 1})};
   SmallVector<int64_t> sizes(ranges.size(), 1);
   sizes.back() = 4 * lanes;
   if (op.getIteratorTypesArray().back() != utils::IteratorType::reduction)
@@ -185,6 +197,11 @@ FailureOr<bool> tileFunction(func::FuncOp function, const Plan &plan) {
       return function.emitError("simplifying tiled loops did not converge");
   }
   function.walk([](linalg::LinalgOp op) { op->removeAttr(kLevelAttr); });
+  // Convolution tiles with one filter row become 1-D convolutions, which vectorize.
+  RewritePatternSet decompose(function.getContext());
+  linalg::populateDecomposeConvolutionPatterns(decompose);
+  if (tiled && failed(applyPatternsGreedily(function, std::move(decompose))))
+    return function.emitError("decomposing convolution tiles did not converge");
   return tiled;
 }
 

@@ -195,3 +195,59 @@ TEST_CASE("vectorized elementwise ops and reductions match a reference, in a tar
     }
   }
 }
+
+TEST_CASE("a vectorized 2-D convolution matches a reference, tiles dividing its shape or not",
+          "[jit][vectorize]") {
+  TempDir dir;
+  Engine engine(optionsIn(dir));
+  struct Shape {
+    int64_t h, w, c, f;
+  };
+  for (Shape s : {Shape{10, 10, 16, 64}, Shape{13, 11, 5, 37}}) {
+    int64_t oh = s.h - 2, ow = s.w - 2;
+    INFO(s.h << "x" << s.w << "x" << s.c << " * 3x3x" << s.c << "x" << s.f);
+    auto type = [](std::vector<int64_t> dims) {
+      std::string text = "tensor<";
+      for (int64_t d : dims)
+        text += std::to_string(d) + "x";
+      return text + "f32>";
+    };
+    std::string in = type({1, s.h, s.w, s.c}), filter = type({3, 3, s.c, s.f}),
+                out = type({1, oh, ow, s.f});
+    std::ostringstream text;
+    text << "module @app {\n"
+         << "  func.func public @main(%i: " << in << ", %w: " << filter << ") -> " << out << " {\n"
+         << "    %r = catalyst.launch_kernel @dev::@conv(%i, %w) : (" << in << ", " << filter
+         << ") -> " << out << "\n    return %r : " << out << "\n  }\n"
+         << "  module @dev attributes {catalyst.target = {}, catalyst.dispatch = {address = "
+            "\"local\"}} {\n"
+         << "    func.func public @conv(%i: " << in << ", %w: " << filter << ") -> " << out
+         << " {\n"
+         << "      %z = arith.constant 0.0 : f32\n"
+         << "      %e = tensor.empty() : " << out << "\n"
+         << "      %f = linalg.fill ins(%z : f32) outs(%e : " << out << ") -> " << out << "\n"
+         << "      %r = linalg.conv_2d_nhwc_hwcf ins(%i, %w : " << in << ", " << filter
+         << ") outs(%f : " << out << ") -> " << out << "\n"
+         << "      return %r : " << out << "\n    }\n  }\n}\n";
+    auto module = engine.compile(text.str(), "conv.mlir");
+    REQUIRE(ok(module));
+    std::vector<float> image = randoms(s.h * s.w * s.c, 8), weights = randoms(9 * s.c * s.f, 9);
+    auto result = (*module)->invoke("main", {Tensor::of<float>({1, s.h, s.w, s.c}, image),
+                                             Tensor::of<float>({3, 3, s.c, s.f}, weights)});
+    REQUIRE(ok(result));
+    llvm::ArrayRef<float> got = (*result)[0].view<float>();
+    double worst = 0;
+    for (int64_t y = 0; y < oh; ++y)
+      for (int64_t x = 0; x < ow; ++x)
+        for (int64_t f = 0; f < s.f; ++f) {
+          double exact = 0;
+          for (int64_t ky = 0; ky < 3; ++ky)
+            for (int64_t kx = 0; kx < 3; ++kx)
+              for (int64_t c = 0; c < s.c; ++c)
+                exact += double(image[((y + ky) * s.w + (x + kx)) * s.c + c]) *
+                         double(weights[((ky * 3 + kx) * s.c + c) * s.f + f]);
+          worst = std::max(worst, std::abs(double(got[(y * ow + x) * s.f + f]) - exact));
+        }
+    CHECK(worst <= double(9 * s.c) * 1.2e-7 + 1e-6);
+  }
+}

@@ -34,9 +34,10 @@ module @app {
     // A reduction along the innermost dimension adds four vectors a step into partial sums
     // the loop carries, and reduces those across once, after the loop.
     // CHECK-LABEL: func.func public @rowsum
-    // CHECK: %[[PARTIAL:.*]] = scf.for {{.*}} iter_args({{.*}}) -> (vector<1x64xf32>)
-    // CHECK: arith.addf {{.*}} : vector<1x64xf32>
-    // CHECK: vector.multi_reduction <add>, %[[PARTIAL]], {{.*}} [1] : vector<1x64xf32> to vector<1xf32>
+    // CHECK: %[[PARTIAL:.*]] = scf.for {{.*}} iter_args({{.*}}) -> (vector<64xf32>)
+    // CHECK: arith.addf {{.*}} : vector<64xf32>
+    // CHECK: %[[ROW:.*]] = vector.broadcast %[[PARTIAL]] : vector<64xf32> to vector<1x64xf32>
+    // CHECK: vector.multi_reduction <add>, %[[ROW]], {{.*}} [1] : vector<1x64xf32> to vector<1xf32>
 
     func.func public @rowsum(%a: tensor<16x1024xf32>, %init: tensor<16xf32>) -> tensor<16xf32> {
       %r = linalg.reduce ins(%a : tensor<16x1024xf32>) outs(%init : tensor<16xf32>) dimensions = [1]
@@ -64,6 +65,20 @@ module @app {
     func.func public @bmm(%a: tensor<1x64x64xf32>, %b: tensor<1x64x64xf32>, %c: tensor<1x64x64xf32>) -> tensor<1x64x64xf32> {
       %r = linalg.batch_matmul ins(%a, %b : tensor<1x64x64xf32>, tensor<1x64x64xf32>) outs(%c : tensor<1x64x64xf32>) -> tensor<1x64x64xf32>
       return %r : tensor<1x64x64xf32>
+    }
+  }
+
+  // A 2-D convolution: 8 output pixels by two vectors of filters, carried across the filter
+  // row, column and input channel loops, one FMA per pixel a step.
+  // CHECK-LABEL: module @conv
+  // CHECK: scf.for {{.*}} iter_args({{.*}}) -> (vector<8x32xf32>)
+  // CHECK: scf.for {{.*}} iter_args({{.*}}) -> (vector<8x32xf32>)
+  // CHECK: scf.for {{.*}} iter_args({{.*}}) -> (vector<8x32xf32>)
+  // CHECK-COUNT-8: vector.fma {{.*}} : vector<32xf32>
+  module @conv attributes {catalyst.target = {cpu = "znver4"}} {
+    func.func public @conv(%i: tensor<1x10x10x16xf32>, %w: tensor<3x3x16x64xf32>, %o: tensor<1x8x8x64xf32>) -> tensor<1x8x8x64xf32> {
+      %r = linalg.conv_2d_nhwc_hwcf ins(%i, %w : tensor<1x10x10x16xf32>, tensor<3x3x16x64xf32>) outs(%o : tensor<1x8x8x64xf32>) -> tensor<1x8x8x64xf32>
+      return %r : tensor<1x8x8x64xf32>
     }
   }
 
