@@ -75,14 +75,7 @@ int64_t lanesOf(Type element, unsigned vectorBits) {
 SmallVector<SmallVector<int64_t>> tilesFor(linalg::LinalgOp op, const Plan &plan, int64_t level) {
   if (!op.hasPureTensorSemantics() || op.hasDynamicShape())
     return {};
-  // Vectors of i1 (or any type narrower than a byte) load and store packed bits, while a
-  // tensor of them keeps a byte per element: such ops stay scalar.
-  auto subByte = [](Type type) {
-    Type element = getElementTypeOrSelf(type);
-    return element.isIntOrFloat() && element.getIntOrFloatBitWidth() < 8;
-  };
-  if (llvm::any_of(op->getOperandTypes(), subByte) || llvm::any_of(op->getResultTypes(), subByte))
-    return {};
+
   SmallVector<int64_t> ranges = op.getStaticLoopRanges();
   if (ranges.empty())
     return {};
@@ -175,6 +168,21 @@ FailureOr<bool> tileFunction(func::FuncOp function, const Plan &plan) {
   linalg::populateContractionOpRankReducingPatterns(elementwise);
   if (failed(applyPatternsGreedily(function, std::move(elementwise))))
     return function.emitError("turning elementwise ops into linalg did not converge");
+  // Vectors of i1 (or any type narrower than a byte) load and store packed bits, while a
+  // tensor of them keeps a byte per element: a function with such an op is left scalar (the
+  // schedule vectorizes every op of a function it is given, tiled or not).
+  auto subByte = [](Type type) {
+    Type element = getElementTypeOrSelf(type);
+    return element.isIntOrFloat() && element.getIntOrFloatBitWidth() < 8;
+  };
+  WalkResult narrow = function.walk([&](linalg::LinalgOp op) {
+    return llvm::any_of(op->getOperandTypes(), subByte) ||
+                   llvm::any_of(op->getResultTypes(), subByte)
+               ? WalkResult::interrupt()
+               : WalkResult::advance();
+  });
+  if (narrow.wasInterrupted())
+    return false;
   IRRewriter rewriter(function.getContext());
   bool tiled = false;
   for (int64_t level = 0;; ++level) {
