@@ -126,6 +126,40 @@ void reportCrash(int signal, siginfo_t *info, void *context) {
   ::raise(signal);
 }
 
+/// A seccomp filter that allows what it does not name, loaded into every thread of the
+/// process (those started before, and those a signal handler may run on).
+class AllThreadsFilter {
+public:
+  AllThreadsFilter() : filter(seccomp_init(SCMP_ACT_ALLOW)) {}
+  ~AllThreadsFilter() {
+    if (filter)
+      seccomp_release(filter);
+  }
+  AllThreadsFilter(const AllThreadsFilter &) = delete;
+  AllThreadsFilter &operator=(const AllThreadsFilter &) = delete;
+
+  /// The filter, or the error that kept it from being made.
+  llvm::Expected<scmp_filter_ctx> get() {
+    if (!filter)
+      return llvm::createStringError("seccomp_init failed");
+    if (int rc = seccomp_attr_set(filter, SCMP_FLTATR_CTL_TSYNC, 1))
+      return systemError("synchronising the filter to every thread", -rc);
+    return filter;
+  }
+
+private:
+  scmp_filter_ctx filter;
+};
+
+/// Empties the capability bounding set (needs CAP_SETPCAP).
+llvm::Error dropBoundingSet() {
+  for (int capability = 0; ::prctl(PR_CAPBSET_READ, capability, 0, 0, 0) >= 0; ++capability)
+    if (::prctl(PR_CAPBSET_DROP, capability, 0, 0, 0) != 0)
+      return systemError(
+          llvm::formatv("dropping capability {0} from the bounding set", capability));
+  return llvm::Error::success();
+}
+
 } // namespace
 
 void ringOnCrash(std::atomic<uint32_t> &request, std::atomic<uint32_t> &reply) {
@@ -249,10 +283,8 @@ llvm::Error leaveRoot() {
     gid = nobody->pw_gid;
   }
   // The bounding set while this process may still change it.
-  for (int capability = 0; ::prctl(PR_CAPBSET_READ, capability, 0, 0, 0) >= 0; ++capability)
-    if (::prctl(PR_CAPBSET_DROP, capability, 0, 0, 0) != 0)
-      return systemError(
-          llvm::formatv("dropping capability {0} from the bounding set", capability));
+  if (llvm::Error error = dropBoundingSet())
+    return error;
   if (::setgroups(0, nullptr) != 0)
     return systemError("dropping supplementary groups");
   if (::setresgid(gid, gid, gid) != 0)
@@ -274,10 +306,8 @@ llvm::Error dropCapabilities() {
                                           (1ul << 4) | (1ul << 5) | (1ul << 6) | (1ul << 7);
     if (::prctl(PR_SET_SECUREBITS, kSecureBits, 0, 0, 0) != 0)
       return systemError("setting the secure bits");
-    for (int capability = 0; ::prctl(PR_CAPBSET_READ, capability, 0, 0, 0) >= 0; ++capability)
-      if (::prctl(PR_CAPBSET_DROP, capability, 0, 0, 0) != 0)
-        return systemError(
-            llvm::formatv("dropping capability {0} from the bounding set", capability));
+    if (llvm::Error error = dropBoundingSet())
+      return error;
   }
   if (::prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0 && errno != EINVAL)
     return systemError("clearing ambient capabilities");
@@ -288,13 +318,11 @@ llvm::Error dropCapabilities() {
 }
 
 llvm::Error forbidFileWritesInAllThreads() {
-  scmp_filter_ctx filter = seccomp_init(SCMP_ACT_ALLOW);
-  if (!filter)
-    return llvm::createStringError("seccomp_init failed");
-  llvm::scope_exit release([&] { seccomp_release(filter); });
-  // Every thread, including those started before and those a signal handler runs on.
-  if (int rc = seccomp_attr_set(filter, SCMP_FLTATR_CTL_TSYNC, 1))
-    return systemError("synchronising the filter to every thread", -rc);
+  AllThreadsFilter allThreads;
+  llvm::Expected<scmp_filter_ctx> made = allThreads.get();
+  if (!made)
+    return made.takeError();
+  scmp_filter_ctx filter = *made;
   const uint32_t refused = SCMP_ACT_ERRNO(EACCES);
   static const char *const changesFiles[] = {
       "creat",      "rename",    "renameat",  "renameat2",   "link",         "linkat",
@@ -370,13 +398,12 @@ llvm::Error enterModuleSandbox() {
   // root server cannot override that, nor file permissions.
   if (::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0)
     return systemError("clearing dumpable");
-  scmp_filter_ctx filter = seccomp_init(SCMP_ACT_ALLOW);
-  if (!filter)
-    return llvm::createStringError("seccomp_init failed");
-  llvm::scope_exit release([&] { seccomp_release(filter); });
   // Threads started before (the compiler's) are bound as this one is.
-  if (int rc = seccomp_attr_set(filter, SCMP_FLTATR_CTL_TSYNC, 1))
-    return systemError("synchronising the filter to every thread", -rc);
+  AllThreadsFilter allThreads;
+  llvm::Expected<scmp_filter_ctx> made = allThreads.get();
+  if (!made)
+    return made.takeError();
+  scmp_filter_ctx filter = *made;
   static const char *const denied[] = {
       // other programs and processes
       "execve", "execveat", "fork", "vfork", "ptrace", "process_vm_readv", "process_vm_writev",
