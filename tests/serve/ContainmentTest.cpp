@@ -115,8 +115,8 @@ bool running(pid_t pid) {
   return close != std::string::npos && close + 2 < line.size() && line[close + 2] != 'Z';
 }
 
-/// True once no process the server started has burnt CPU for `window`: nothing goes on.
-bool childrenIdle(pid_t server, std::chrono::milliseconds window) {
+/// True when no process the server started burns CPU through `window`.
+bool idleThrough(pid_t server, std::chrono::milliseconds window) {
   std::map<pid_t, long> before;
   for (pid_t child : liveChildrenOf(server))
     before[child] = cpuTicks(child);
@@ -128,6 +128,17 @@ bool childrenIdle(pid_t server, std::chrono::milliseconds window) {
     if (now >= 0 && (now - ticks) * 1000 > ticksPerSecond * window.count() / 10)
       return false;
   }
+  return true;
+}
+
+/// True once, within 20 s, no process the server started burns CPU through `window`: nothing
+/// goes on. A worker the pool starts to replace one it ended warms up first (a compile, which
+/// takes seconds under the sanitizers); a call left spinning never goes quiet.
+bool childrenIdle(pid_t server, std::chrono::milliseconds window) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (!idleThrough(server, window))
+    if (std::chrono::steady_clock::now() >= deadline)
+      return false;
   return true;
 }
 
