@@ -7,7 +7,7 @@ set -euo pipefail
 
 packages=(cmake ninja-build pkg-config g++ python3 git curl
   llvm-22-dev libmlir-22-dev mlir-22-tools clang-22 lld-22 libclang-rt-22-dev
-  libcpp-httplib-dev nlohmann-json3-dev catch2 libssl-dev openssl libbenchmark-dev libseccomp-dev
+  libcpp-httplib-dev zlib1g-dev nlohmann-json3-dev catch2 libssl-dev openssl libbenchmark-dev libseccomp-dev
   prometheus-cpp-dev libsimdjson-dev libdragonbox-dev nginx
   python3-dev pybind11-dev python3-numpy python3-pytest libopenblas-dev)
 
