@@ -87,12 +87,6 @@ llvm::Error engineError(ErrorCode kind, std::string message);
 /// An executor failure the runtime recorded, classified by the transport's wire code.
 llvm::Error executorError(llvm::Twine context, llvm::Error cause);
 
-/// The offset at which `text` first nests `openers` deeper than `maxDepth`, or npos. Text in
-/// double-quoted strings (with backslash escapes) never counts; with `lineComments`, neither
-/// does text from "//" to the end of the line. The parsers downstream recurse per level.
-size_t findExcessNesting(llvm::StringRef text, unsigned maxDepth, llvm::StringRef openers,
-                         llvm::StringRef closers, bool lineComments);
-
 /// The lines of one compiled text, indexed when a diagnostic first points into it.
 class SourceLines {
 public:

@@ -391,37 +391,8 @@ llvm::Error checkRange(const llvm::json::Value &value, DType dtype, size_t index
 
 } // namespace
 
-size_t findExcessNesting(llvm::StringRef text, unsigned maxDepth, llvm::StringRef openers,
-                         llvm::StringRef closers, bool lineComments) {
-  unsigned depth = 0;
-  bool inString = false, escaped = false, inComment = false;
-  for (size_t i = 0; i < text.size(); ++i) {
-    char c = text[i];
-    if (inComment) {
-      inComment = c != '\n';
-    } else if (inString) {
-      if (escaped)
-        escaped = false;
-      else if (c == '\\')
-        escaped = true;
-      else if (c == '"')
-        inString = false;
-    } else if (c == '"') {
-      inString = true;
-    } else if (lineComments && c == '/' && text.substr(i + 1).starts_with("/")) {
-      inComment = true;
-    } else if (openers.contains(c)) {
-      if (++depth > maxDepth)
-        return i;
-    } else if (closers.contains(c) && depth > 0) {
-      --depth;
-    }
-  }
-  return llvm::StringRef::npos;
-}
-
 llvm::Expected<llvm::json::Value> parseJSON(llvm::StringRef text, unsigned maxDepth) {
-  if (findExcessNesting(text, maxDepth, "[{", "]}", /*lineComments=*/false) !=
+  if (transport::wire::findExcessNesting(text, maxDepth, "[{", "]}", /*lineComments=*/false) !=
       llvm::StringRef::npos)
     return llvm::createStringError("JSON nested deeper than %u levels", maxDepth);
   return llvm::json::parse(text);

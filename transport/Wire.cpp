@@ -32,12 +32,15 @@ int statusForCode(llvm::StringRef code) {
   return known ? httpStatus(*known) : 500;
 }
 
-llvm::Error checkJsonDepth(llvm::StringRef text, const llvm::Twine &what, ErrorCode code) {
+size_t findExcessNesting(llvm::StringRef text, unsigned maxDepth, llvm::StringRef openers,
+                         llvm::StringRef closers, bool lineComments) {
   unsigned depth = 0;
-  bool inString = false, escaped = false;
+  bool inString = false, escaped = false, inComment = false;
   for (size_t i = 0; i < text.size(); ++i) {
     char c = text[i];
-    if (inString) {
+    if (inComment) {
+      inComment = c != '\n';
+    } else if (inString) {
       if (escaped)
         escaped = false;
       else if (c == '\\')
@@ -46,17 +49,26 @@ llvm::Error checkJsonDepth(llvm::StringRef text, const llvm::Twine &what, ErrorC
         inString = false;
     } else if (c == '"') {
       inString = true;
-    } else if (c == '[' || c == '{') {
-      if (++depth > kMaxJsonDepth)
-        return makeCodedError(code, what + " nests JSON arrays and objects deeper than " +
-                                        llvm::Twine(kMaxJsonDepth) + " levels (at byte " +
-                                        llvm::Twine(i) + "); at most " +
-                                        llvm::Twine(kMaxJsonDepth) + " are accepted");
-    } else if ((c == ']' || c == '}') && depth > 0) {
+    } else if (lineComments && c == '/' && text.substr(i + 1).starts_with("/")) {
+      inComment = true;
+    } else if (openers.contains(c)) {
+      if (++depth > maxDepth)
+        return i;
+    } else if (closers.contains(c) && depth > 0) {
       --depth;
     }
   }
-  return llvm::Error::success();
+  return llvm::StringRef::npos;
+}
+
+llvm::Error checkJsonDepth(llvm::StringRef text, const llvm::Twine &what, ErrorCode code) {
+  size_t at = findExcessNesting(text, kMaxJsonDepth, "[{", "]}", /*lineComments=*/false);
+  if (at == llvm::StringRef::npos)
+    return llvm::Error::success();
+  return makeCodedError(code, what + " nests JSON arrays and objects deeper than " +
+                                  llvm::Twine(kMaxJsonDepth) + " levels (at byte " +
+                                  llvm::Twine(at) + "); at most " + llvm::Twine(kMaxJsonDepth) +
+                                  " are accepted");
 }
 
 std::string errorBody(llvm::StringRef code, llvm::StringRef message) {

@@ -54,6 +54,11 @@ inline constexpr size_t kMaxPendingLaunches = 64;
 /// Deeper JSON is refused before it is parsed: a parser builds a value (or a stack frame) per
 /// bracket, so 20 MB of '[' would otherwise take gigabytes.
 inline constexpr unsigned kMaxJsonDepth = 128;
+/// The offset at which `text` first nests `openers` deeper than `maxDepth`, or npos. Text in
+/// double-quoted strings (with backslash escapes) never counts; with `lineComments`, neither
+/// does text from "//" to the end of the line. The parsers downstream recurse per level.
+size_t findExcessNesting(llvm::StringRef text, unsigned maxDepth, llvm::StringRef openers,
+                         llvm::StringRef closers, bool lineComments);
 /// An error of `code` saying that `what` ("the request body") nests JSON deeper than
 /// kMaxJsonDepth, if `text` does; success otherwise. Brackets in strings do not count; text
 /// that is not JSON is left for the parser to refuse.
