@@ -54,13 +54,16 @@ void initializeTargets() {
 namespace {
 
 /// This machine's features as a feature string: "+avx2,+fma,-avx512f,...".
-std::string hostFeatures() {
-  std::string features;
-  for (const auto &feature : llvm::sys::getHostCPUFeatures()) {
-    if (!features.empty())
-      features += ',';
-    features += (feature.getValue() ? "+" : "-") + feature.getKey().str();
-  }
+const std::string &hostFeatures() {
+  static const std::string features = [] {
+    std::string text;
+    for (const auto &feature : llvm::sys::getHostCPUFeatures()) {
+      if (!text.empty())
+        text += ',';
+      text += (feature.getValue() ? "+" : "-") + feature.getKey().str();
+    }
+    return text;
+  }();
   return features;
 }
 

@@ -217,14 +217,19 @@ class VectorizeKernels : public impl::VectorizeKernelsBase<VectorizeKernels> {
 public:
   using VectorizeKernelsBase::VectorizeKernelsBase;
 
+  /// Parses the schedule once per pass manager, not once per run; shared by the pass's copies.
+  LogicalResult initialize(MLIRContext *context) override {
+    schedule = std::make_shared<OwningOpRef<ModuleOp>>(
+        parseSourceString<ModuleOp>(kVectorizeSchedule, context));
+    if (!*schedule)
+      return emitError(UnknownLoc::get(context), "the vectorization schedule does not parse");
+    return success();
+  }
+
   void runOnOperation() override {
     ModuleOp root = getOperation();
-    OwningOpRef<ModuleOp> schedule = parseSourceString<ModuleOp>(kVectorizeSchedule, &getContext());
-    if (!schedule) {
-      root.emitError("the vectorization schedule does not parse");
-      return signalPassFailure();
-    }
-    auto sequence = schedule->lookupSymbol("vectorize");
+    ModuleOp scheduleModule = schedule->get();
+    auto sequence = scheduleModule.lookupSymbol("vectorize");
     SmallVector<func::FuncOp> functions;
     root.walk([&](func::FuncOp function) {
       if (!function.isExternal())
@@ -244,13 +249,15 @@ public:
         return signalPassFailure();
       if (!*tiled)
         continue;
-      if (failed(transform::applyTransformNamedSequence(function, sequence, *schedule,
+      if (failed(transform::applyTransformNamedSequence(function, sequence, scheduleModule,
                                                         transform::TransformOptions())))
         return signalPassFailure();
     }
   }
 
 private:
+  std::shared_ptr<OwningOpRef<ModuleOp>> schedule;
+
   Plan planFor(ModuleOp module) {
     Plan plan;
     plan.vectorBits = getVectorBits(getTargetCpu(module, localRunsHere));
