@@ -7,6 +7,7 @@
 
 #include "abi/ContentHash.h"
 #include "dialect/Dialects.h"
+#include "executor/RuntimeSymbols.h"
 #include "passes/CompilePool.h"
 #include "passes/Passes.h"
 #include "passes/TargetModules.h"
@@ -143,7 +144,7 @@ std::vector<EntrySignature> prepareEntries(mlir::ModuleOp module,
   for (auto fn : module.getOps<mlir::func::FuncOp>()) {
     if (!fn.isPublic() || fn.isExternal() || isLifecycleFunction(fn.getName()))
       continue;
-    EntrySignature signature{fn.getName().str(), {}, {}};
+    EntrySignature signature{fn.getName().str(), {}, {}, {}, {}};
     std::string reason;
     auto collect = [&](mlir::TypeRange types, llvm::StringRef what,
                        std::vector<TensorSpec> &specs) {
@@ -158,6 +159,14 @@ std::vector<EntrySignature> prepareEntries(mlir::ModuleOp module,
     };
     collect(fn.getArgumentTypes(), "argument", signature.inputs);
     collect(fn.getResultTypes(), "result", signature.outputs);
+    for (unsigned i = 0; i < fn.getNumArguments(); ++i) {
+      auto name = fn.getArgAttrOfType<mlir::StringAttr>(i, "courier.name");
+      signature.inputNames.push_back(name ? name.getValue().str() : std::string());
+    }
+    for (unsigned i = 0; i < fn.getNumResults(); ++i) {
+      auto name = fn.getResultAttrOfType<mlir::StringAttr>(i, "courier.name");
+      signature.outputNames.push_back(name ? name.getValue().str() : std::string());
+    }
     if (!reason.empty()) {
       unsupported[fn.getName()] = reason;
       continue;
@@ -843,12 +852,18 @@ Engine::Impl::link(std::string name, std::string object, llvm::orc::JITTargetMac
     return jit.takeError();
   impl->jit = std::move(*jit);
   llvm::orc::JITDylib &main = impl->jit->getMainJITDylib();
-  // The runtime ABI resolves to this process's implementation; everything else (libc,
-  // libm) to the process's libraries.
+  // The runtime ABI resolves to this process's implementation, libm and the compiler-runtime
+  // helpers to those Courier links in (the same ones kernels get), anything else to the
+  // process's libraries.
   llvm::orc::SymbolMap runtimeSymbols;
   for (const runtime::AbiSymbol &symbol : runtime::abiSymbols())
     runtimeSymbols[impl->jit->mangleAndIntern(symbol.name)] = {
         llvm::orc::ExecutorAddr::fromPtr(symbol.address), llvm::JITSymbolFlags::Exported};
+  for (const CourierRuntimeSymbol *symbol = courierRuntimeSymbols; symbol->name; ++symbol)
+    if (symbol->address)
+      runtimeSymbols.try_emplace(impl->jit->mangleAndIntern(symbol->name),
+                                 llvm::orc::ExecutorAddr::fromPtr(symbol->address),
+                                 llvm::JITSymbolFlags::Exported);
   if (llvm::Error error = main.define(llvm::orc::absoluteSymbols(std::move(runtimeSymbols))))
     return std::move(error);
   llvm::Expected<std::unique_ptr<llvm::orc::DynamicLibrarySearchGenerator>> process =

@@ -31,6 +31,10 @@ struct EntrySignature {
   std::string name;
   std::vector<TensorSpec> inputs;
   std::vector<TensorSpec> outputs;
+  /// What an argument or result attribute `courier.name = "..."` calls each input and output,
+  /// one per input (output), empty where the function names none. Servers may show them
+  /// (courier-serve's KServe v2 routes name tensors by them); invoke goes by position.
+  std::vector<std::string> inputNames, outputNames;
 };
 
 /// One diagnostic from parsing or a pass.

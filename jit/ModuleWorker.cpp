@@ -116,6 +116,11 @@ void writeEntries(MessageWriter &out, const std::vector<EntrySignature> &entries
     out.str(entry.name);
     writeSpecs(out, entry.inputs);
     writeSpecs(out, entry.outputs);
+    for (const std::vector<std::string> *names : {&entry.inputNames, &entry.outputNames}) {
+      out.u64(names->size());
+      for (const std::string &name : *names)
+        out.str(name);
+    }
   }
 }
 
@@ -125,6 +130,11 @@ std::vector<EntrySignature> readEntries(MessageReader &in) {
     entry.name = in.str().str();
     entry.inputs = readSpecs(in);
     entry.outputs = readSpecs(in);
+    for (std::vector<std::string> *names : {&entry.inputNames, &entry.outputNames}) {
+      names->resize(in.count(8));
+      for (std::string &name : *names)
+        name = in.str().str();
+    }
   }
   return entries;
 }

@@ -146,6 +146,16 @@ struct ModuleStore::Record {
   uint64_t reloads = 0, failedReloads = 0;
   std::optional<ModuleInfo::LastError> lastError;
   std::atomic<uint64_t> calls{0}, failedCalls{0};
+  /// By entry name; only entries the module has (or had) get one. Guarded by `mutex`.
+  std::map<std::string, EntryCallStats> entryStats;
+
+  /// Applies `update` to the statistics of `entry`.
+  template <typename Update> void countCall(llvm::StringRef entry, Update update) {
+    std::lock_guard<std::mutex> lock(mutex);
+    EntryCallStats &stats = entryStats[entry.str()];
+    update(stats);
+    stats.last = std::chrono::system_clock::now();
+  }
 
   void fail(ErrorCode code, llvm::StringRef message) {
     std::lock_guard<std::mutex> lock(mutex);
@@ -547,23 +557,60 @@ llvm::Expected<const EntrySignature *> ModuleStore::entry(const Pinned &pinned,
                             "' (entries: " + (known.empty() ? "none" : known) + ")");
 }
 
-void ModuleStore::recordCallFailure(const Pinned &pinned, ErrorCode code, llvm::StringRef message) {
+void ModuleStore::recordCallFailure(const Pinned &pinned, ErrorCode code, llvm::StringRef message,
+                                    llvm::StringRef entry) {
   stats.invokes++;
   stats.invokeFailures++;
   if (std::shared_ptr<Record> record = find(pinned.name)) {
     record->calls++;
     record->failedCalls++;
     record->fail(code, message);
+    if (!entry.empty() && pinned.module->findEntry(entry))
+      record->countCall(entry, [](EntryCallStats &s) { s.failures++; });
   }
+}
+
+void ModuleStore::recordCallPhases(const Pinned &pinned, llvm::StringRef entry,
+                                   std::chrono::nanoseconds input,
+                                   std::chrono::nanoseconds output) {
+  if (std::shared_ptr<Record> record = find(pinned.name))
+    record->countCall(entry, [&](EntryCallStats &s) {
+      s.inputNanos += static_cast<uint64_t>(input.count());
+      s.outputNanos += static_cast<uint64_t>(output.count());
+    });
+}
+
+llvm::Expected<std::map<std::string, EntryCallStats>>
+ModuleStore::callStats(llvm::StringRef name) const {
+  std::shared_ptr<Record> record = find(name);
+  if (!record)
+    return makeServeError(ErrorCode::UnknownModule, "no module '" + name + "'");
+  std::lock_guard<std::mutex> lock(record->mutex);
+  return record->entryStats;
 }
 
 llvm::Expected<std::vector<Tensor>> ModuleStore::invoke(const Pinned &pinned, llvm::StringRef entry,
                                                         llvm::ArrayRef<Tensor> inputs,
                                                         const InvokeOptions &callOptions) {
+  auto started = std::chrono::steady_clock::now();
   llvm::Expected<std::vector<Tensor>> outputs = pinned.module->invoke(entry, inputs, callOptions);
+  auto nanos = static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() -
+                                                           started)
+          .count());
+  std::shared_ptr<Record> record = find(pinned.name);
+  if (record && pinned.module->findEntry(entry))
+    record->countCall(entry, [&](EntryCallStats &s) {
+      if (outputs) {
+        s.successes++;
+        s.inferNanos += nanos;
+      } else {
+        s.failureNanos += nanos; // Counted as a failure by recordCallFailure below.
+      }
+    });
   if (outputs) {
     stats.invokes++;
-    if (std::shared_ptr<Record> record = find(pinned.name))
+    if (record)
       record->calls++;
     return outputs;
   }
@@ -577,7 +624,7 @@ llvm::Expected<std::vector<Tensor>> ModuleStore::invoke(const Pinned &pinned, ll
         code = e.kind;
       },
       [&](const llvm::ErrorInfoBase &e) { message = e.message(); });
-  recordCallFailure(pinned, code, message);
+  recordCallFailure(pinned, code, message, entry);
   return makeServeError(code, message);
 }
 

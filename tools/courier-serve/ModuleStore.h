@@ -98,6 +98,17 @@ struct ModuleInfo {
   std::optional<LastError> lastError;
 };
 
+/// The calls of one entry of a module since the module was created (KServe v2 statistics).
+/// Durations in nanoseconds: `inferNanos` in the engine, `inputNanos` reading the request's
+/// tensors and `outputNanos` writing the reply's, each over the successful calls.
+struct EntryCallStats {
+  uint64_t successes = 0, failures = 0;
+  uint64_t inferNanos = 0, inputNanos = 0, outputNanos = 0;
+  uint64_t failureNanos = 0; ///< In the engine, over the failed calls it was given.
+  /// When the last call ended; the epoch before the first.
+  std::chrono::system_clock::time_point last;
+};
+
 /// Outcome of a create or replace.
 struct LoadResult {
   ModuleInfo info;
@@ -153,8 +164,16 @@ public:
   llvm::Expected<std::vector<Tensor>> invoke(const Pinned &pinned, llvm::StringRef entry,
                                              llvm::ArrayRef<Tensor> inputs,
                                              const InvokeOptions &callOptions = {});
-  /// Records a failure that happened before the engine was called (bad inputs).
-  void recordCallFailure(const Pinned &pinned, ErrorCode code, llvm::StringRef message);
+  /// Records a failure that happened before the engine was called (bad inputs), against
+  /// `entry` when the request named one the module has.
+  void recordCallFailure(const Pinned &pinned, ErrorCode code, llvm::StringRef message,
+                         llvm::StringRef entry = {});
+  /// Adds the time a successful call of `entry` took reading its inputs and writing its
+  /// outputs to its statistics.
+  void recordCallPhases(const Pinned &pinned, llvm::StringRef entry,
+                        std::chrono::nanoseconds input, std::chrono::nanoseconds output);
+  /// The calls of each entry of module `name` that has been called, by entry name.
+  llvm::Expected<std::map<std::string, EntryCallStats>> callStats(llvm::StringRef name) const;
 
   std::vector<ModuleInfo> list() const;
   llvm::Expected<ModuleInfo> info(llvm::StringRef name) const;

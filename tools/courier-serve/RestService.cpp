@@ -3,6 +3,7 @@
 // HttpService's wrapper, which turns an llvm::Error (or a stray exception) into
 // {"error":{"code","message"}} with the status of its code, so handlers never throw.
 #include "tools/courier-serve/RestService.h"
+#include "tools/courier-serve/KServeV2.h"
 #include "tools/courier-serve/ModuleMetrics.h"
 #include "tools/courier-serve/RequestBodies.h"
 
@@ -182,6 +183,8 @@ struct RestService::Impl {
   /// module (ModuleMetrics.h bounds the series).
   ModuleHistogram invokeSeconds, compileSeconds;
   std::atomic<bool> ready{false};
+  /// The KServe v2 routes, over the same store, listener and counters.
+  KServeV2 v2;
 
   Impl(ServeOptions optionsIn, ModuleStore &store)
       : options(std::move(optionsIn)), store(store), service(serviceOptions()),
@@ -190,7 +193,32 @@ struct RestService::Impl {
                       [&store](llvm::StringRef name) { return store.holds(name); }),
         compileSeconds("courier_serve_compile_request_duration_seconds",
                        "Time a create or replace request waited for its compile, by module.",
-                       [&store](llvm::StringRef name) { return store.holds(name); }) {}
+                       [&store](llvm::StringRef name) { return store.holds(name); }),
+        v2(kserveContext()) {}
+
+  KServeContext kserveContext() {
+    KServeContext context{store, service};
+    context.maxBodyBytes = options.maxBodyBytes;
+    context.allowSharedMemory = options.allowSharedMemory;
+    context.readiness = [this] { return readinessError(); };
+    context.call = [this](const Pinned &pinned, const EntrySignature &entry,
+                          llvm::ArrayRef<Tensor> inputs, bool &called) {
+      return call(pinned, entry, InvokeOptions(), inputs, called);
+    };
+    context.forget = [this](llvm::StringRef name) {
+      invokeSeconds.forget(name);
+      compileSeconds.forget(name);
+    };
+    return context;
+  }
+  /// Why the server is not ready (draining, loading or stopping), or success.
+  llvm::Error readinessError() {
+    if (service.draining())
+      return makeServeError(ErrorCode::Draining, "courier-serve is draining before it exits");
+    if (!ready)
+      return makeServeError(ErrorCode::NotReady, "loading watched modules or shutting down");
+    return llvm::Error::success();
+  }
 
   HttpServiceOptions serviceOptions();
   std::vector<HttpService::Route> routes();
@@ -362,7 +390,7 @@ llvm::Error RestService::Impl::invoke(const httplib::Request &req, httplib::Resp
   if (!error || called)
     return error; // The store counted the call and any failure of it.
   return llvm::handleErrors(std::move(error), [&](std::unique_ptr<ServeError> e) -> llvm::Error {
-    store.recordCallFailure(*pinned, e->kind, e->message);
+    store.recordCallFailure(*pinned, e->kind, e->message, (*entry)->name);
     return llvm::Error(std::move(e));
   });
 }
@@ -542,10 +570,8 @@ llvm::Error RestService::Impl::health(const httplib::Request &, httplib::Respons
 }
 
 llvm::Error RestService::Impl::readiness(const httplib::Request &, httplib::Response &res) {
-  if (service.draining())
-    return makeServeError(ErrorCode::Draining, "courier-serve is draining before it exits");
-  if (!ready)
-    return makeServeError(ErrorCode::NotReady, "loading watched modules or shutting down");
+  if (llvm::Error error = readinessError())
+    return error;
   sendJson(res, 200,
            json::Object{{"status", "ready"}, {"modules", static_cast<int64_t>(store.size())}});
   return llvm::Error::success();
@@ -593,6 +619,8 @@ llvm::Expected<std::unique_ptr<RestService>> RestService::create(ServeOptions op
     return std::move(error);
   auto impl = std::make_unique<Impl>(std::move(options), store);
   impl->service.addRoutes(impl->routes());
+  // After /v1's: the last of them answers every /v2 path no other route takes.
+  impl->service.addRoutes(impl->v2.routes());
   if (llvm::Error error = impl->service.bind())
     return std::move(error);
   return std::unique_ptr<RestService>(new RestService(std::move(impl)));

@@ -1,5 +1,6 @@
-// courier-serve's HTTP front: the /v1 REST API (docs/rest.md) over a ModuleStore. Only
-// RestService.cpp touches the HTTP library; no HTTP type appears here.
+// courier-serve's HTTP front: the /v1 REST API and the KServe v2 routes (docs/rest.md) over a
+// ModuleStore. Only RestService.cpp and KServeV2.cpp touch the HTTP library; no HTTP type
+// appears here.
 #ifndef COURIER_TOOLS_SERVE_RESTSERVICE_H
 #define COURIER_TOOLS_SERVE_RESTSERVICE_H
 
@@ -20,6 +21,10 @@ struct ServeOptions : transport::HttpListenOptions {
     port = 8080;
     maxBodyBytes = uint64_t(256) << 20;
   }
+  /// The KServe v2 system shared-memory extension: clients on this host may register POSIX
+  /// shared-memory regions that tensors are read from and written to. Off by default, since
+  /// it reads and writes the memory a client names.
+  bool allowSharedMemory = false;
 };
 
 /// The REST server. create() binds; run() serves until stop(). The store must outlive it.

@@ -43,6 +43,7 @@ static const char *const kUsage =
     "                     [--workers-per-module N]\n"
     "                     [--watch-opt-level N]\n"
     "                     [--module-memory-mib N] [--no-sandbox] [--drain-timeout-ms N]\n"
+    "                     [--allow-shared-memory]\n"
     "                     [--tls-cert FILE --tls-key FILE [--tls-client-ca FILE]]\n"
     "                     [--insecure-plaintext] [--tls-ca FILE]\n"
     "                     [--tls-client-cert FILE --tls-client-key FILE]\n" COURIER_TLS_USAGE
@@ -87,7 +88,10 @@ static const char *const kUsage =
     "                        going to an idle one (default 1; at most 64)\n"
     "  --no-sandbox          start module workers without no-new-privs and seccomp\n"
     "  --drain-timeout-ms    on SIGTERM, how long requests in flight may take to finish while\n"
-    "                        /v1/ready answers 503 and new modules are refused (default 30000)\n";
+    "                        /v1/ready answers 503 and new modules are refused (default 30000)\n"
+    "  --allow-shared-memory take KServe v2 tensors in POSIX shared memory that clients on this\n"
+    "                        host register (/v2/systemsharedmemory); off by default, since the\n"
+    "                        server then reads and writes memory a client names\n";
 
 namespace {
 
@@ -115,6 +119,10 @@ Expected<Arguments> parseArguments(int argc, char **argv) {
     }
     if (flags.arg() == "--no-sandbox") {
       args.store.sandbox = false;
+      continue;
+    }
+    if (flags.arg() == "--allow-shared-memory") {
+      args.serve.allowSharedMemory = true;
       continue;
     }
     Expected<bool> logFlag = transport::readLogFormatFlag(flags);
