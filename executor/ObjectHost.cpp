@@ -11,15 +11,14 @@
 #include "abi/KernelABI.h"
 #include "executor/ElfValidation.h"
 #include "executor/ResultBlocks.h"
+#include "executor/RuntimeSymbols.h"
 #include "transport/Wire.h"
 
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/SmallVector.h"
 #include "llvm/ADT/StringMap.h"
-#include "llvm/ADT/StringSet.h"
 #include "llvm/ExecutionEngine/JITLink/JITLink.h"
 #include "llvm/ExecutionEngine/Orc/AbsoluteSymbols.h"
-#include "llvm/ExecutionEngine/Orc/ExecutionUtils.h"
 #include "llvm/ExecutionEngine/Orc/LLJIT.h"
 #include "llvm/ExecutionEngine/Orc/ObjectLinkingLayer.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -91,52 +90,6 @@ constexpr uint64_t kMaxResultSpan = uint64_t{1} << 47;
 
 Error makeError(const Twine &message) {
   return createStringError(inconvertibleErrorCode(), message);
-}
-
-/// The only process symbols kernels may bind to: the C allocator and memory routines that
-/// MLIR's lowering and clang emit calls to, libm, and compiler-rt helpers. Anything else
-/// fails at load time with a "symbols not found" message naming the symbol.
-const StringSet<> &allowedProcessSymbols() {
-  static const StringSet<> allowed = [] {
-    StringSet<> names;
-    for (const char *name : {"malloc",
-                             "free",
-                             "calloc",
-                             "realloc",
-                             "aligned_alloc",
-                             "posix_memalign",
-                             "memcpy",
-                             "memmove",
-                             "memset",
-                             "memcmp",
-                             "abort",
-                             "__stack_chk_fail",
-                             "__stack_chk_guard",
-                             "__powisf2",
-                             "__powidf2",
-                             "__mulsc3",
-                             "__muldc3",
-                             "__divsc3",
-                             "__divdc3",
-                             "__extendhfsf2",
-                             "__truncsfhf2",
-                             "__truncdfhf2",
-                             "__truncsfbf2",
-                             "__truncdfbf2"})
-      names.insert(name);
-    for (const char *math :
-         {"sin",       "cos",      "tan",   "asin",      "acos",  "atan",  "atan2",     "sinh",
-          "cosh",      "tanh",     "asinh", "acosh",     "atanh", "exp",   "exp2",      "expm1",
-          "log",       "log2",     "log10", "log1p",     "pow",   "sqrt",  "cbrt",      "fabs",
-          "floor",     "ceil",     "round", "roundeven", "trunc", "rint",  "nearbyint", "fmod",
-          "remainder", "copysign", "fmin",  "fmax",      "fma",   "hypot", "erf",       "erfc",
-          "tgamma",    "lgamma",   "ldexp", "frexp",     "modf",  "sincos"}) {
-      names.insert(math);
-      names.insert((Twine(math) + "f").str());
-    }
-    return names;
-  }();
-  return allowed;
 }
 
 /// The buffers kernels allocate during one launch, with their sizes, so the host can check
@@ -621,8 +574,8 @@ Expected<std::unique_ptr<ObjectHost>> ObjectHost::create(std::shared_ptr<PluginS
   auto impl = std::make_unique<Impl>();
   impl->plugins = std::move(plugins);
   impl->options = options;
-  // No platform and no implicit process symbols: kernels see only the allow-listed C
-  // runtime below, and the inactive platform needs no ORC runtime library.
+  // No platform and no implicit process symbols: kernels see only the C runtime below, and
+  // the inactive platform needs no ORC runtime library.
   auto jit = orc::LLJITBuilder()
                  .setLinkProcessSymbolsByDefault(false)
                  .setPlatformSetUp(orc::setUpInactivePlatform)
@@ -649,14 +602,17 @@ Expected<std::unique_ptr<ObjectHost>> ObjectHost::create(std::shared_ptr<PluginS
   if (!runtime)
     return makeError("creating the object host's runtime library: " +
                      toString(runtime.takeError()));
-  if (Error error = runtime->define(orc::absoluteSymbols(trackedAllocators(session))))
-    return makeError("exposing the C allocator to kernels: " + toString(std::move(error)));
-  auto generator = orc::DynamicLibrarySearchGenerator::GetForCurrentProcess(
-      impl->jit->getDataLayout().getGlobalPrefix(),
-      [](const orc::SymbolStringPtr &name) { return allowedProcessSymbols().contains(*name); });
-  if (!generator)
-    return makeError("exposing C runtime symbols to kernels: " + toString(generator.takeError()));
-  runtime->addGenerator(std::move(*generator));
+  // Kernels bind to the allocator's tracking wrappers and to Courier's table of runtime
+  // symbols (executor/RuntimeSymbols.h), never to whatever else the process has loaded:
+  // anything else fails at load time with "Symbols not found" naming the symbol.
+  orc::SymbolMap symbols = trackedAllocators(session);
+  for (const CourierRuntimeSymbol *symbol = courierRuntimeSymbols; symbol->name; ++symbol) {
+    orc::SymbolStringPtr name = session.intern(symbol->name);
+    if (symbol->address && !symbols.count(name))
+      symbols[name] = {orc::ExecutorAddr::fromPtr(symbol->address), JITSymbolFlags::Exported};
+  }
+  if (Error error = runtime->define(orc::absoluteSymbols(std::move(symbols))))
+    return makeError("exposing the C runtime to kernels: " + toString(std::move(error)));
   impl->runtime = &*runtime;
   return std::unique_ptr<ObjectHost>(new ObjectHost(std::move(impl)));
 }
