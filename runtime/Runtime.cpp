@@ -655,6 +655,60 @@ Error failure(const Twine &context, Error cause) {
   return transport::withContext(context, std::move(cause));
 }
 
+/// A launch in progress, for crash reports (kernelInFlight): the pointers are the launch's
+/// arguments, valid while it runs.
+struct LaunchInFlight {
+  const char *entry;
+  const char *object;
+};
+thread_local const LaunchInFlight *threadLaunch = nullptr;
+std::atomic<const LaunchInFlight *> latestLaunch{nullptr};
+
+/// Records a launch while it runs: two stores and two loads, next to a kernel call.
+class LaunchRecord {
+public:
+  LaunchRecord(const char *entry, const char *object) : launch{entry, object} {
+    previous = threadLaunch;
+    threadLaunch = &launch;
+    latestLaunch.store(&launch, std::memory_order_release);
+  }
+  ~LaunchRecord() {
+    threadLaunch = previous;
+    const LaunchInFlight *self = &launch;
+    latestLaunch.compare_exchange_strong(self, previous, std::memory_order_acq_rel);
+  }
+  LaunchRecord(const LaunchRecord &) = delete;
+  LaunchRecord &operator=(const LaunchRecord &) = delete;
+
+private:
+  LaunchInFlight launch;
+  const LaunchInFlight *previous;
+};
+
+/// kernelName's text for `entry` and `object` into `out` (at most `size` bytes with the NUL),
+/// with no allocation: it runs in signal handlers too.
+void writeKernelName(const char *entry, const char *object, char *out, size_t size) {
+  size_t n = 0;
+  auto put = [&](const char *begin, const char *end) {
+    for (const char *c = begin; c != end && n + 1 < size; ++c)
+      out[n++] = *c;
+  };
+  auto end = [](const char *text) { return text + std::strlen(text); };
+  auto say = [&](const char *text) { put(text, end(text)); };
+  static constexpr char kTarget[] = "target:";
+  if (std::strncmp(object, kTarget, sizeof(kTarget) - 1) == 0)
+    if (const char *dash = std::strchr(object, '-')) {
+      say("@");
+      say(dash + 1);
+      say("::");
+    }
+  say("@");
+  size_t prefix = std::strlen(COURIER_ENTRY_PREFIX);
+  put(std::strncmp(entry, COURIER_ENTRY_PREFIX, prefix) == 0 ? entry + prefix : entry, end(entry));
+  if (size)
+    out[n] = 0;
+}
+
 /// The body of __catalyst__executor__launch; on success every result descriptor is filled,
 /// on failure none is touched.
 Error launchImpl(int64_t handle, const char *entryArg, const char *object, size_t nIn,
@@ -673,7 +727,7 @@ Error launchImpl(int64_t handle, const char *entryArg, const char *object, size_
   // meant to cost little more than the kernel call.
   std::shared_ptr<Session> session;
   auto where = [&] {
-    std::string text = formatv("launch '{0}'", entry).str();
+    std::string text = "launch of " + kernelName(entry, object);
     if (session)
       text += " on '" + session->address + "'";
     return text;
@@ -719,7 +773,10 @@ Error launchImpl(int64_t handle, const char *entryArg, const char *object, size_
   auto blob = objectFor(*session, object);
   if (!blob)
     return failure(where(), blob.takeError());
-  auto results = session->backend->launch(session->id, **blob, entry, views, specs);
+  auto results = [&] {
+    LaunchRecord record(entryArg, object);
+    return session->backend->launch(session->id, **blob, entry, views, specs);
+  }();
   if (!results)
     return failure(where(), results.takeError());
 
@@ -782,6 +839,24 @@ Expected<std::string> callImpl(int64_t handle, const char *sym, const void *args
 }
 
 } // namespace
+
+std::string kernelName(StringRef entry, StringRef object) {
+  std::string entryText = entry.str(), objectText = object.str();
+  std::string name(entryText.size() + objectText.size() + 6, '\0');
+  writeKernelName(entryText.c_str(), objectText.c_str(), name.data(), name.size());
+  name.resize(std::strlen(name.c_str()));
+  return name;
+}
+
+bool kernelInFlight(char *buffer, size_t size) {
+  const LaunchInFlight *launch = threadLaunch;
+  if (!launch)
+    launch = latestLaunch.load(std::memory_order_acquire);
+  if (!launch || size == 0)
+    return false;
+  writeKernelName(launch->entry, launch->object, buffer, size);
+  return true;
+}
 
 ModuleScope::ModuleScope(ScopeOptions options) : state(std::make_shared<State>()) {
   static std::atomic<uint64_t> nextId{1};
@@ -916,7 +991,7 @@ int64_t __catalyst__executor__launch_async(int64_t session, const char *entry, c
       return 0;
     }
     std::string name = entryName(entry);
-    std::string where = formatv("launch_async '{0}'", name).str();
+    std::string where = "launch_async of " + kernelName(name, object);
     std::shared_ptr<Session> found = Registry::get().find(session);
     if (!found) {
       recordError(where + ": " + unknownSession(session));

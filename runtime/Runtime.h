@@ -93,6 +93,17 @@ void clearError();
 /// transport::CodedError with that code, so callers tell kinds apart without reading text.
 llvm::Error takeError();
 
+/// A kernel as its MLIR names it, from what a launch names: "@dev::@spin" for the entry
+/// `_catalyst_pyface_spin` (or `spin`) of an object the engine named "target:0-dev"
+/// (targetObjectName in jit/DiskCache.h), "@spin" of an object at a path.
+std::string kernelName(llvm::StringRef entry, llvm::StringRef object);
+
+/// Writes the name kernelName gives the kernel a launch of this process is running (the
+/// calling thread's, else the latest to start on any thread) into `buffer`, NUL-terminated
+/// and cut to `size`; returns false, writing nothing, when none is running. Async-signal-safe:
+/// for a crash report of a kernel run in process.
+bool kernelInFlight(char *buffer, size_t size);
+
 } // namespace courier::runtime
 
 #endif // COURIER_RUNTIME_RUNTIME_H

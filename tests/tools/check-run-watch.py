@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """courier-run --watch: a saved edit is reloaded and run again, a broken edit is reported
 while the old version keeps serving, an edit that crashes is reported and the watch goes on
-(the module runs in a worker process), and Ctrl-C ends the run cleanly."""
+(the module runs in a worker process), a save after an edit that spins ends its call and is
+served, and Ctrl-C ends the run cleanly, idle or while a call spins. A watch whose first
+version spins ends the call at the default deadline (10 s) and serves the next save."""
 import os
 import shutil
 import signal
@@ -32,6 +34,82 @@ def save(path, text):
     with open(path + ".tmp", "w") as f:
         f.write(text)
     os.replace(path + ".tmp", path)
+
+
+def spinning(original):
+    """The sample with a kernel that never returns (its result depends on the loop)."""
+    text = original.replace(
+        "%d = arith.mulf %x, %two : tensor<4xf64>",
+        "%zero = arith.constant 0 : i64\n"
+        "      %n = scf.while (%i = %zero) : (i64) -> i64 {\n"
+        "        %true = arith.constant true\n"
+        "        scf.condition(%true) %i : i64\n"
+        "      } do {\n"
+        "      ^bb0(%i: i64):\n"
+        "        %step = arith.constant 1 : i64\n"
+        "        %j = arith.addi %i, %step : i64\n"
+        "        scf.yield %j : i64\n"
+        "      }\n"
+        "      %f = arith.sitofp %n : i64 to f64\n"
+        "      %s = tensor.splat %f : tensor<4xf64>\n"
+        "      %d = arith.mulf %x, %s : tensor<4xf64>")
+    if text == original:
+        raise SystemExit("the sample no longer has the line this test edits")
+    return text
+
+
+def watch(courier_run, app, work, *flags):
+    proc = subprocess.Popen(
+        [courier_run, app, "--arg", "[1, 2, 3, 4]", "--watch", "--cache-dir",
+         os.path.join(work, "cache"), *flags],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out, err = queue.Queue(), queue.Queue()
+    threading.Thread(target=lines, args=(proc.stdout, out), daemon=True).start()
+    threading.Thread(target=lines, args=(proc.stderr, err), daemon=True).start()
+    return proc, out, err
+
+
+def stop(proc, when):
+    proc.send_signal(signal.SIGINT)
+    try:
+        code = proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise SystemExit(f"courier-run --watch did not stop on SIGINT {when}")
+    if code != 0:
+        raise SystemExit(f"courier-run --watch exited with {code} on SIGINT {when}")
+
+
+def first_version_spins(courier_run, original, work):
+    """With no --invoke-timeout-ms, a watch ends a call after 10 s; the next save is served."""
+    app = os.path.join(work, "spins-first.mlir")
+    save(app, spinning(original))
+    proc, out, err = watch(courier_run, app, work)
+    try:
+        expect(err, lambda l: "watching" in l, "the watch to start")
+        expect(err, lambda l: "took longer than 10000 ms" in l, "the default deadline", 40)
+        expect(err, lambda l: "version 1 was ended at its deadline (10000 ms)" in l
+               and "no version serves yet" in l, "the first version's end")
+        save(app, original)
+        expect(err, lambda l: "reloaded" in l and "as version 2" in l, "the reload after a spin")
+        expect(out, lambda l: l == '{"data":[3,5,7,9],"dtype":"f64","shape":[4]}',
+               "the result after the spin")
+        # --invoke-timeout-ms replaces the default.
+        save(app, spinning(original).replace("%step = arith.constant 1", "%step = arith.constant 2"))
+        expect(err, lambda l: "as version 3" in l, "the second spinning edit")
+        stop(proc, "while a call spins")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+    proc, out, err = watch(courier_run, app, work, "--invoke-timeout-ms", "300")
+    try:
+        save(app, spinning(original))
+        expect(err, lambda l: "took longer than 300 ms" in l, "the deadline given", 20)
+        stop(proc, "after a deadline")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
 
 
 def main():
@@ -88,13 +166,22 @@ def main():
         if proc.poll() is not None:
             raise SystemExit(f"courier-run --watch exited with {proc.returncode}")
 
-        proc.send_signal(signal.SIGINT)
-        code = proc.wait(timeout=30)
-        if code != 0:
-            raise SystemExit(f"courier-run --watch exited with {code} on SIGINT")
+        # An edit that spins: the next save ends its call and is compiled and served.
+        save(app, spinning(original))
+        expect(err, lambda l: "reloaded" in l and "as version 5" in l, "the spinning edit")
+        save(app, original.replace("dense<1.0>", "dense<7.0>"))
+        expect(err, lambda l: "as version 6" in l, "the save after the spinning edit")
+        expect(err, lambda l: "version 5 is still running its call: ended, version 6 replaces it"
+               in l, "the spinning call's end")
+        expect(out, lambda l: l == '{"data":[9,11,13,15],"dtype":"f64","shape":[4]}',
+               "the result after the spinning edit")
+
+        stop(proc, "when idle")
+        first_version_spins(courier_run, original, work)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    print("courier-run --watch: reload, failed reload, crashed edit and exit all as expected")
+    print("courier-run --watch: reload, failed reload, crashed and spinning edits, deadlines "
+          "and exit all as expected")
 
 
 if __name__ == "__main__":

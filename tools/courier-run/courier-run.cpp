@@ -1,6 +1,7 @@
 // courier-run: compile an MLIR file with the engine, call one entry with JSON arguments and
 // print its results as JSON, one object per result.
 #include "jit/Engine.h"
+#include "runtime/Runtime.h"
 #include "tools/common/CommandLine.h"
 
 #include "llvm/Support/CommandLine.h"
@@ -10,12 +11,20 @@
 #include "llvm/Support/raw_ostream.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <csignal>
 #include <cstdint>
+#include <cstring>
+#include <functional>
+#include <iterator>
 #include <mutex>
+#include <optional>
 #include <pthread.h>
 #include <sys/prctl.h>
+#include <thread>
+#include <unistd.h>
 
 using namespace courier;
 namespace cl = llvm::cl;
@@ -91,8 +100,10 @@ cl::opt<bool> watch("watch",
                     cl::desc("Keep running: on every save of the file, reload it (the old "
                              "version serves until the new one is ready, and only the target "
                              "modules the save changed are compiled) and call the entry "
-                             "again; -O0 or -O1 make a reload quicker and the kernels slower "
-                             "(docs/performance.md)"),
+                             "again; a call still running when the next save comes, or after "
+                             "--invoke-timeout-ms (default 10000 here), is ended; -O0 or -O1 "
+                             "make a reload quicker and the kernels slower "
+                             "(docs/performance.md); Ctrl-C stops the watch"),
                     cl::cat(category));
 cl::opt<bool> isolate("isolate",
                       cl::desc("Compile and run the module in a worker process of its own, "
@@ -102,7 +113,7 @@ cl::opt<bool> isolate("isolate",
                       cl::cat(category));
 cl::opt<unsigned> invokeTimeoutMs("invoke-timeout-ms",
                                   cl::desc("With isolation, end a call that runs longer (0: "
-                                           "no limit)"),
+                                           "no limit; default 0, and 10000 with --watch)"),
                                   cl::init(0), cl::cat(category));
 cl::opt<unsigned> compileTimeoutMs("compile-timeout-ms",
                                    cl::desc("With isolation, end a compile that runs longer (0: "
@@ -125,8 +136,17 @@ cl::opt<uint64_t> maxObjectMiB("max-object-mib",
                                         "to; 0: no limit"),
                                cl::init(EngineOptions().maxObjectBytes >> 20), cl::cat(category));
 
+/// Serialises what courier-run prints: in a watch, the watcher's thread and the runner's
+/// both report.
+std::recursive_mutex outputMutex;
+
+void say(const llvm::Twine &line) {
+  std::lock_guard<std::recursive_mutex> lock(outputMutex);
+  llvm::errs() << line << "\n";
+}
+
 int fail(const llvm::Twine &message) {
-  llvm::errs() << "courier-run: error: " << message << "\n";
+  say("courier-run: error: " + message);
   return 1;
 }
 
@@ -156,10 +176,93 @@ Failure describe(llvm::Error error) {
 
 int fail(llvm::Error error) {
   Failure failure = describe(std::move(error));
+  std::lock_guard<std::recursive_mutex> lock(outputMutex);
   llvm::errs() << failure.diagnostics;
   if (!failure.line.empty())
     return fail(failure.line);
   return 1;
+}
+
+/// The entry courier-run is invoking in this process, for the crash report; null otherwise.
+std::atomic<const char *> invokingEntry{nullptr};
+
+/// The signals code dies of, and the handlers they had before courier-run's crash report.
+constexpr int kFaultSignals[] = {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT, SIGTRAP};
+struct sigaction previousFaultActions[std::size(kFaultSignals)];
+
+void writeStderr(const char *text) {
+  for (size_t left = std::strlen(text); left;) {
+    ssize_t n = ::write(STDERR_FILENO, text, left);
+    if (n <= 0)
+      return;
+    text += n;
+    left -= static_cast<size_t>(n);
+  }
+}
+
+/// A fault while courier-run invokes a module in process is the module's, not the
+/// compiler's: it is reported as such, naming the signal and the kernel (or the entry, for
+/// host code), and the process dies of the signal. A fault anywhere else goes to the handler
+/// that was there before (LLVM's stack dump). Async-signal-safe.
+void reportFault(int signal, siginfo_t *info, void *context) {
+  size_t index = 0;
+  while (kFaultSignals[index] != signal)
+    ++index;
+  const char *entry = invokingEntry.load();
+  if (!entry) {
+    const struct sigaction &previous = previousFaultActions[index];
+    if (previous.sa_flags & SA_SIGINFO) {
+      previous.sa_sigaction(signal, info, context);
+      return;
+    }
+    if (previous.sa_handler != SIG_DFL && previous.sa_handler != SIG_IGN) {
+      previous.sa_handler(signal);
+      return;
+    }
+  } else {
+    char kernel[512];
+    const char *name = sigabbrev_np(signal);
+    writeStderr("courier-run: ");
+    if (runtime::kernelInFlight(kernel, sizeof kernel)) {
+      writeStderr("kernel ");
+      writeStderr(kernel);
+    } else {
+      writeStderr("entry '");
+      writeStderr(entry);
+      writeStderr("'");
+    }
+    writeStderr(" crashed with SIG");
+    writeStderr(name ? name : "?");
+    if (signal == SIGSEGV || signal == SIGBUS) {
+      char address[2 + 16 + 1] = "0x";
+      auto value = reinterpret_cast<uintptr_t>(info->si_addr);
+      int digits = 1;
+      while (digits < 16 && (value >> (4 * digits)))
+        ++digits;
+      for (int i = 0; i < digits; ++i)
+        address[2 + i] = "0123456789abcdef"[(value >> (4 * (digits - 1 - i))) & 0xf];
+      address[2 + digits] = 0;
+      writeStderr(" (address ");
+      writeStderr(address);
+      writeStderr(")");
+    }
+    writeStderr(" in this process; run with --isolate to contain it\n");
+  }
+  // Die of the signal: a fault recurs when the handler returns, a sent signal is raised again.
+  for (int fault : kFaultSignals)
+    ::signal(fault, SIG_DFL);
+  if (info->si_code <= 0 || signal == SIGABRT)
+    ::raise(signal);
+}
+
+/// Puts reportFault in front of the handlers already installed (LLVM's, from InitLLVM).
+void installFaultReport() {
+  struct sigaction action = {};
+  action.sa_sigaction = reportFault;
+  action.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_NODEFER;
+  sigemptyset(&action.sa_mask);
+  for (size_t i = 0; i < std::size(kFaultSignals); ++i)
+    ::sigaction(kFaultSignals[i], &action, &previousFaultActions[i]);
 }
 
 /// One input as given: its JSON text, and how to name it in an error.
@@ -250,8 +353,9 @@ llvm::Error gatherInputs(bool programFromStdin) {
   return llvm::Error::success();
 }
 
-/// Parses the inputs for `entry`, calls it, prints its results; returns the exit code.
-int runOnce(const Module &module) {
+/// Parses the inputs for `entry`, calls it, prints its results; returns the exit code. A call
+/// that fails once `abandoned()` holds (a watch ended it for a newer version) is not reported.
+int runOnce(const Module &module, const std::function<bool()> &abandoned = {}) {
   const EntrySignature *entry = module.findEntry(entryName);
   if (!entry) // invoke explains why: no such function, or one it cannot call.
     return fail(module.invoke(entryName, {}).takeError());
@@ -271,12 +375,20 @@ int runOnce(const Module &module) {
     inputs.push_back(std::move(*tensor));
   }
   auto start = std::chrono::steady_clock::now();
+  invokingEntry.store(entryName.c_str());
   llvm::Expected<std::vector<Tensor>> outputs = module.invoke(entryName, inputs);
+  invokingEntry.store(nullptr);
   double runMs =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-  if (!outputs)
+  if (!outputs) {
+    if (abandoned && abandoned()) {
+      llvm::consumeError(outputs.takeError());
+      return 1;
+    }
     return fail(outputs.takeError());
+  }
   // Each number in the shortest text of its own element type, as courier-serve prints it.
+  std::lock_guard<std::recursive_mutex> lock(outputMutex);
   for (const Tensor &output : *outputs) {
     writeTensorJSON(llvm::outs(), output);
     llvm::outs() << "\n";
@@ -293,6 +405,164 @@ int runOnce(const Module &module) {
   }
   return 0;
 }
+
+/// The default deadline of a call in a watch: an edit that spins is ended after it.
+constexpr unsigned kWatchInvokeTimeoutMs = 10000;
+
+/// How long a stop waits for a compile in flight before courier-run leaves without it.
+constexpr std::chrono::seconds kStopGrace{2};
+
+/// SIGINT and SIGTERM during a watch: blocked in every thread (construct it before any
+/// starts) and taken by one of its own, so a watch stops at any time, whatever its other
+/// threads are doing. wait() returns on the first; if courier-run has not left kStopGrace
+/// later (a compile or an in-process call that cannot be stopped), or on a second signal,
+/// it leaves at once with status 0.
+class StopSignals {
+public:
+  StopSignals() {
+    sigemptyset(&signals);
+    sigaddset(&signals, SIGINT);
+    sigaddset(&signals, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+    std::thread([this] {
+      int received;
+      sigwait(&signals, &received);
+      {
+        std::lock_guard<std::mutex> lock(mutex);
+        stopped = true;
+      }
+      woken.notify_all();
+      struct timespec grace = {static_cast<time_t>(kStopGrace.count()), 0};
+      sigtimedwait(&signals, nullptr, &grace);
+      llvm::outs().flush();
+      std::_Exit(0);
+    }).detach();
+  }
+
+  void wait() {
+    std::unique_lock<std::mutex> lock(mutex);
+    woken.wait(lock, [&] { return stopped; });
+  }
+
+private:
+  sigset_t signals;
+  std::mutex mutex;
+  std::condition_variable woken;
+  bool stopped = false;
+};
+
+/// The versions of a watch: each compiled save is handed over and its entry run on a thread
+/// of the runner's, one version at a time. A version handed over while an earlier one's call
+/// still runs ends that call (Module::terminate), so an edit that spins is replaced by the
+/// next save. A version is kept, and then serves, once its call returned with its worker
+/// alive; one whose worker crashed or was ended at its deadline is dropped.
+class WatchRunner {
+public:
+  explicit WatchRunner(std::string file) : file(std::move(file)) {
+    thread = std::thread([this] { run(); });
+  }
+  ~WatchRunner() { stop(); }
+
+  /// Hands over a save's module, compiled in `ms` (negative for the first version, which no
+  /// line announces).
+  void submit(std::shared_ptr<Module> module, double ms) {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (stopping)
+      return;
+    if (module == latest) {
+      say(llvm::formatv("courier-run: '{0}' is unchanged, version {1}", file, latestVersion));
+      return;
+    }
+    uint64_t version = ++latestVersion;
+    latest = module;
+    if (ms >= 0)
+      say(llvm::formatv("courier-run: reloaded '{0}' as version {1} in {2:f1} ms", file, version,
+                        ms));
+    if (running && !runningEnded) {
+      runningEnded = true;
+      say(llvm::formatv("courier-run: version {0} is still running its call: ended, version {1} "
+                        "replaces it",
+                        runningVersion, version));
+      running->terminate();
+    }
+    pending = std::move(module);
+    pendingVersion = version;
+    woken.notify_all();
+  }
+
+  /// Reports a save that failed to compile in `ms`: its diagnostics first, where an editor
+  /// finds them, then what became of the reload.
+  void failed(const Failure &failure, double ms) {
+    std::lock_guard<std::mutex> lock(mutex);
+    std::lock_guard<std::recursive_mutex> output(outputMutex);
+    llvm::errs() << failure.diagnostics;
+    say(llvm::formatv("courier-run: reload of '{0}' failed after {1:f1} ms, {2}{3}{4}", file, ms,
+                      servingText(), failure.line.empty() ? "" : ": ", failure.line));
+  }
+
+  /// Ends the call in flight and the runner's thread.
+  void stop() {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      stopping = true;
+      if (running && !runningEnded) {
+        runningEnded = true;
+        running->terminate();
+      }
+      woken.notify_all();
+    }
+    if (thread.joinable())
+      thread.join();
+  }
+
+private:
+  void run() {
+    while (true) {
+      std::shared_ptr<Module> module;
+      uint64_t version;
+      {
+        std::unique_lock<std::mutex> lock(mutex);
+        woken.wait(lock, [&] { return stopping || pending; });
+        if (stopping)
+          return;
+        module = running = std::move(pending);
+        version = runningVersion = pendingVersion;
+        runningEnded = false;
+      }
+      runOnce(*module, [&] {
+        std::lock_guard<std::mutex> lock(mutex);
+        return runningEnded;
+      });
+      WorkerState state = module->workerState();
+      std::lock_guard<std::mutex> lock(mutex);
+      running = nullptr;
+      if (runningEnded)
+        continue; // said when it was ended
+      if (!state.lastDeath.empty()) {
+        say(llvm::formatv("courier-run: version {0} {1} {2}; {3}", version,
+                          state.crashes ? "crashed with" : "was", state.lastDeath, servingText()));
+        continue;
+      }
+      serving = std::move(module);
+      servingVersion = version;
+    }
+  }
+
+  /// What serves while a newer version failed. Under the lock.
+  std::string servingText() const {
+    return serving ? llvm::formatv("version {0} keeps serving", servingVersion).str()
+                   : std::string("no version serves yet");
+  }
+
+  const std::string file;
+  std::mutex mutex;
+  std::condition_variable woken;
+  std::shared_ptr<Module> serving, latest, pending, running;
+  uint64_t servingVersion = 0, latestVersion = 0, pendingVersion = 0, runningVersion = 0;
+  bool runningEnded = false; ///< The call of `running` was ended for a newer version.
+  bool stopping = false;
+  std::thread thread;
+};
 
 } // namespace
 
@@ -355,7 +625,10 @@ int main(int argc, char **argv) {
     // opened through /proc by it.
     ::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
     options.isolation = Isolation::Process;
-    options.invokeTimeout = std::chrono::milliseconds(invokeTimeoutMs);
+    // A watch keeps a deadline, so that an edit that spins does not hold it for good.
+    options.invokeTimeout = std::chrono::milliseconds(invokeTimeoutMs.getNumOccurrences() || !watch
+                                                          ? invokeTimeoutMs.getValue()
+                                                          : kWatchInvokeTimeoutMs);
     options.compileTimeout = std::chrono::milliseconds(compileTimeoutMs);
     options.workerMemoryMiB = moduleMemoryMiB;
     // One compile at a time: none waits warm for a run without --watch. A watch keeps two: a
@@ -369,25 +642,24 @@ int main(int argc, char **argv) {
     return fail("--invoke-timeout-ms, --compile-timeout-ms and --module-memory-mib need "
                 "isolation (--isolate or --watch)");
   }
+  if (!isolated)
+    installFaultReport();
+  // Before any thread starts, so that every thread leaves the two signals to the watch.
+  std::optional<StopSignals> stopSignals;
+  if (watch)
+    stopSignals.emplace();
   Engine engine(options);
 
   llvm::Expected<std::shared_ptr<Module>> first = engine.compile((*file)->getBuffer(), programName);
   if (!first)
     return fail(first.takeError());
-  std::shared_ptr<Module> current = std::move(*first);
-  uint64_t version = 1;
-  // The version now serving: the last one whose entry ran without killing its worker.
-  uint64_t serving = 1;
-  if (int status = runOnce(*current))
-    if (!watch)
-      return status;
   if (!watch)
-    return 0;
+    return runOnce(**first);
 
-  // Each save compiles the file and runs the entry on the new version. A version that fails
-  // to compile, or whose worker dies running the entry, is reported and dropped: the previous
-  // version keeps serving.
-  std::mutex outputMutex;
+  // Each save is compiled on the watcher's thread and run on the runner's: a version whose
+  // call spins is ended by the next save rather than keeping it waiting.
+  WatchRunner runner(inputFile);
+  runner.submit(std::move(*first), /*ms=*/-1);
   llvm::Expected<std::unique_ptr<FileWatcher>> watcher =
       FileWatcher::create(inputFile, "", [&](const std::string &) {
         auto start = std::chrono::steady_clock::now();
@@ -399,48 +671,17 @@ int main(int argc, char **argv) {
         double ms =
             std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
                 .count();
-        std::lock_guard<std::mutex> lock(outputMutex);
-        if (!next) {
-          // The diagnostics first, where an editor finds them; then what became of the reload.
-          Failure failure = describe(next.takeError());
-          llvm::errs() << failure.diagnostics
-                       << llvm::formatv("courier-run: reload of '{0}' failed after {1:f1} ms, "
-                                        "version {2} keeps serving{3}{4}\n",
-                                        inputFile, ms, serving, failure.line.empty() ? "" : ": ",
-                                        failure.line);
-          return;
-        }
-        if (*next == current) {
-          llvm::errs() << llvm::formatv("courier-run: '{0}' is unchanged, version {1}\n", inputFile,
-                                        serving);
-          return;
-        }
-        uint64_t candidate = ++version;
-        llvm::errs() << llvm::formatv("courier-run: reloaded '{0}' as version {1} in {2:f1} ms\n",
-                                      inputFile, candidate, ms);
-        runOnce(**next);
-        WorkerState state = (*next)->workerState();
-        // A version whose worker died running the entry, or was ended at its deadline, is
-        // not kept.
-        if (!state.lastDeath.empty()) {
-          llvm::errs() << llvm::formatv("courier-run: version {0} {1} {2}; version {3} keeps "
-                                        "serving\n",
-                                        candidate, state.crashes ? "crashed with" : "was",
-                                        state.lastDeath, serving);
-          return;
-        }
-        current = std::move(*next);
-        serving = candidate;
+        if (!next)
+          runner.failed(describe(next.takeError()), ms);
+        else
+          runner.submit(std::move(*next), ms);
       });
   if (!watcher)
     return fail(watcher.takeError());
-  llvm::errs() << "courier-run: watching '" << inputFile << "' (Ctrl-C to stop)\n";
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
-  int received;
-  sigwait(&signals, &received);
+  say("courier-run: watching '" + inputFile + "' (Ctrl-C to stop)");
+  stopSignals->wait();
+  // The call in flight is ended; a compile in flight is waited for, up to StopSignals'
+  // grace period.
+  runner.stop();
   return 0;
 }
