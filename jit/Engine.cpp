@@ -244,6 +244,10 @@ public:
     return llvm::make_error<CompileError>(summary.str(), std::move(diagnostics));
   }
 
+  /// The module as its user named it (Engine::compile's `name`), not its MLIR symbol, for
+  /// the summaries of failures.
+  std::string moduleName;
+
   /// `failure` with the diagnostics recorded since error() made it, when it is a compile
   /// error (one found while other work was still reporting).
   llvm::Error withLater(llvm::Error failure) {
@@ -617,6 +621,7 @@ Engine::Impl::compile(llvm::StringRef text, llvm::StringRef name,
   mlir::MLIRContext ctx(registry, mlir::MLIRContext::Threading::DISABLED);
   ctx.printOpOnDiagnostic(false);
   DiagnosticCollector diagnostics(ctx, options.diagnosticSink, source, text);
+  diagnostics.moduleName = name.str();
   // Verified once the nesting of what aliases built is known to be bounded: verifiers
   // recurse on it.
   mlir::ParserConfig config(&ctx, /*verifyAfterParse=*/false);
@@ -751,8 +756,7 @@ Engine::Impl::lower(mlir::ModuleOp module, llvm::orc::JITTargetMachineBuilder &j
   llvm::Expected<std::string> object =
       mlir::succeeded(dispatched)
           ? hostObject(module, jtmb, entries, times, cache, objects, diagnostics)
-          : diagnostics.error("lowering '" + module.getSymName().value_or("module").str() +
-                              "' failed");
+          : diagnostics.error("lowering '" + diagnostics.moduleName + "' failed");
   mlir::LogicalResult generated = mlir::success();
   if (deferred) {
     auto start = Clock::now();
@@ -764,8 +768,8 @@ Engine::Impl::lower(mlir::ModuleOp module, llvm::orc::JITTargetMachineBuilder &j
   if (!object)
     return diagnostics.withLater(object.takeError());
   if (mlir::failed(generated))
-    return diagnostics.error("compiling the target modules of '" +
-                             module.getSymName().value_or("module").str() + "' failed");
+    return diagnostics.error("compiling the target modules of '" + diagnostics.moduleName +
+                             "' failed");
   return object;
 }
 
@@ -808,8 +812,7 @@ llvm::Expected<std::string> Engine::Impl::lowerHost(mlir::ModuleOp module,
   buildHostLowering(pm);
   pm.addInstrumentation(std::make_unique<PipelineObserver>(times));
   if (mlir::failed(pm.run(module)))
-    return diagnostics.error("lowering '" + module.getSymName().value_or("module").str() +
-                             "' failed");
+    return diagnostics.error("lowering '" + diagnostics.moduleName + "' failed");
 
   auto start = Clock::now();
   llvm::LLVMContext llvmContext;
@@ -827,8 +830,7 @@ llvm::Expected<std::string> Engine::Impl::lowerHost(mlir::ModuleOp module,
   if (llvm::Error error = emitObjectFile(*llvmModule, **machine, options.optLevel, object))
     return std::move(error);
   if (mlir::failed(checkHostObjectSize(module, object.size(), options.maxObjectBytes)))
-    return diagnostics.error("compiling '" + module.getSymName().value_or("module").str() +
-                             "' failed");
+    return diagnostics.error("compiling '" + diagnostics.moduleName + "' failed");
   times.link += msSince(start);
   return std::string(object);
 }

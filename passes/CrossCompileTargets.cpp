@@ -445,12 +445,13 @@ struct CrossCompileTargets : impl::CrossCompileTargetsBase<CrossCompileTargets> 
       return target.emitError("lowering the target module to LLVM failed");
     // A named pipeline may stop short of the LLVM dialect, or drop the C interfaces the
     // entries call.
-    StringRef lowering = pipeline.empty() ? "the default" : pipeline;
+    std::string lowering =
+        pipeline.empty() ? "the default pipeline" : ("pipeline '" + pipeline + "'").str();
     WalkResult unlowered = copy->walk([&](Operation *op) {
       if (op == copy->getOperation() || isa<LLVM::LLVMDialect>(op->getDialect()))
         return WalkResult::advance();
-      target.emitError("lowering by '")
-          << lowering << "' left '" << op->getName()
+      target.emitError("lowering by ")
+          << lowering << " left '" << op->getName()
           << "' in the module; the pipeline must lower it to the LLVM dialect";
       return WalkResult::interrupt();
     });
@@ -458,8 +459,8 @@ struct CrossCompileTargets : impl::CrossCompileTargetsBase<CrossCompileTargets> 
       return failure();
     for (const Kernel &kernel : kernels)
       if (!copy->lookupSymbol<LLVM::LLVMFuncOp>("_mlir_ciface_" + kernel.name))
-        return target.emitError("lowering by '")
-               << lowering << "' left no '_mlir_ciface_" << kernel.name
+        return target.emitError("lowering by ")
+               << lowering << " left no '_mlir_ciface_" << kernel.name
                << "'; the pipeline must keep llvm.emit_c_interface when it lowers func.func";
     for (const Kernel &kernel : kernels) {
       addPyfaceEntry(*copy, kernel);

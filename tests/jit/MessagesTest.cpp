@@ -1,0 +1,84 @@
+// What failures say, in the names the user wrote: a kernel as `@dev::@scale` (not its entry
+// symbol), a module by the name it was compiled under (not its MLIR symbol).
+#include "jit/DiskCache.h"
+#include "runtime/Runtime.h"
+#include "tests/jit/TestSupport.h"
+#include "tests/transport/ExecutorProcess.h"
+
+using namespace courier;
+using courier::testing::failed;
+using courier::testing::ok;
+using courier::testing::optionsIn;
+using courier::testing::TempDir;
+
+namespace {
+
+/// A module @app whose kernel @dev::@null_load loads from address 0, sent to `address`.
+std::string nullLoadAt(const std::string &address) {
+  return R"(module @app {
+  func.func public @main(%x: tensor<4xf64>) -> tensor<4xf64> {
+    %y = catalyst.launch_kernel @dev::@null_load(%x) : (tensor<4xf64>) -> tensor<4xf64>
+    return %y : tensor<4xf64>
+  }
+  module @dev attributes {catalyst.target = {}, catalyst.dispatch = {address = ")" +
+         address + R"("}} {
+    func.func public @null_load(%x: tensor<4xf64>) -> tensor<4xf64> {
+      %null = llvm.mlir.zero : !llvm.ptr
+      %v = llvm.load volatile %null : !llvm.ptr -> f64
+      %s = tensor.splat %v : tensor<4xf64>
+      %r = arith.addf %x, %s : tensor<4xf64>
+      return %r : tensor<4xf64>
+    }
+  }
+})";
+}
+
+} // namespace
+
+TEST_CASE("a kernel is named as its MLIR names it, from the object name the engine gives",
+          "[messages]") {
+  CHECK(runtime::kernelName("_catalyst_pyface_spin", targetObjectName(0, "dev")) == "@dev::@spin");
+  CHECK(runtime::kernelName("spin", targetObjectName(3, "gpu_part")) == "@gpu_part::@spin");
+  // Catalyst's IR names objects by path: the kernel keeps its own name.
+  CHECK(runtime::kernelName("_catalyst_pyface_spin", "/w/kernels.o") == "@spin");
+  char none[8] = "x";
+  CHECK(!runtime::kernelInFlight(none, sizeof none));
+  CHECK(std::string(none) == "x");
+}
+
+TEST_CASE("a failed launch names the kernel @dev::@null_load, not its entry symbol",
+          "[messages][executor]") {
+  TempDir dir;
+  testing::ExecutorProcess executor;
+  Engine engine(optionsIn(dir));
+  auto module = engine.compile(nullLoadAt(executor.address()), "crashing");
+  REQUIRE(ok(module));
+  auto out = (*module)->invoke("main", {Tensor::fromDoubles(DType::F64, {4}, {1, 2, 3, 4})});
+  REQUIRE(failed(out));
+  std::string message = llvm::toString(out.takeError());
+  CHECK_THAT(message, Catch::StartsWith("invoking 'main' of module 'crashing': launch of "
+                                        "@dev::@null_load on '" +
+                                        executor.address() + "': "));
+}
+
+TEST_CASE("a failed compile's summary names the module as the caller named it", "[messages]") {
+  TempDir dir;
+  Engine engine(optionsIn(dir));
+  // A target no code generator knows: the module is @app, the caller's name 's'.
+  auto module = engine.compile(R"(module @app {
+  func.func public @main(%x: tensor<4xf64>) -> tensor<4xf64> {
+    %y = catalyst.launch_kernel @dev::@k(%x) : (tensor<4xf64>) -> tensor<4xf64>
+    return %y : tensor<4xf64>
+  }
+  module @dev attributes {catalyst.target = {triple = "nonsense-unknown-nothing"}} {
+    func.func public @k(%x: tensor<4xf64>) -> tensor<4xf64> {
+      return %x : tensor<4xf64>
+    }
+  }
+})",
+                               "s");
+  REQUIRE(failed(module));
+  std::string summary;
+  llvm::handleAllErrors(module.takeError(), [&](const CompileError &e) { summary = e.summary; });
+  CHECK(summary == "lowering 's' failed");
+}
