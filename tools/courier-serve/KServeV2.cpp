@@ -212,7 +212,8 @@ struct KServeV2::Impl {
                         const httplib::ContentReader &reader, const EntrySignature &entry,
                         InferRequest &request);
   /// Copies the shared-memory inputs in from their regions; keeps the regions in `held`.
-  llvm::Error fillSharedInputs(InferRequest &request, std::vector<std::shared_ptr<Region>> &held);
+  llvm::Error fillSharedInputs(const EntrySignature &entry, InferRequest &request,
+                               std::vector<std::shared_ptr<Region>> &held);
   llvm::Expected<std::shared_ptr<Region>> region(const SharedMemoryRef &ref,
                                                  const llvm::Twine &what);
   llvm::Error sendInferReply(httplib::Response &res, const Model &model,
@@ -477,14 +478,17 @@ llvm::Expected<std::shared_ptr<Region>> KServeV2::Impl::region(const SharedMemor
   return found;
 }
 
-llvm::Error KServeV2::Impl::fillSharedInputs(InferRequest &request,
+llvm::Error KServeV2::Impl::fillSharedInputs(const EntrySignature &entry, InferRequest &request,
                                              std::vector<std::shared_ptr<Region>> &held) {
+  std::vector<std::string> names;
   for (size_t i = 0; i < request.inputs.size(); ++i) {
     const InputSource &source = request.sources[i];
     if (source.kind != InputSource::Kind::SharedMemory)
       continue;
+    if (names.empty())
+      names = inputNames(entry);
     llvm::Expected<std::shared_ptr<Region>> found =
-        region(source.shared, "input " + llvm::Twine(i));
+        region(source.shared, "input '" + names[i] + "'");
     if (!found)
       return found.takeError();
     Tensor &input = request.inputs[i];
@@ -582,7 +586,7 @@ llvm::Error KServeV2::Impl::infer(const httplib::Request &req, httplib::Response
   std::vector<std::shared_ptr<Region>> held;
   llvm::Error error = readInfer(req, res, reader, *model->entry, request);
   if (!error)
-    error = fillSharedInputs(request, held);
+    error = fillSharedInputs(*model->entry, request, held);
   if (error) {
     // A request the engine never saw is still a failed call of the model, as on /v1.
     return llvm::handleErrors(std::move(error), [&](std::unique_ptr<ServeError> e) -> llvm::Error {
