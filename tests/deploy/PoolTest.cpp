@@ -495,6 +495,16 @@ TEST_CASE("every request about a module reaches the courier-serve instance its n
       REQUIRE(res);
       REQUIRE(res->status == 200);
       CHECK(json::parse(res->body)["outputs"][0]["data"] == json::array({3, 5, 7, 9}));
+      // The KServe v2 routes reach the same instance, by the model's module.
+      httplib::Result v2 = front->Post(
+          "/v2/models/" + name + (i == 0 ? "" : ".main") + "/infer",
+          R"({"inputs": [{"name": "input0", "datatype": "FP64", "shape": [4],
+                          "data": [1, 2, 3, 4]}]})",
+          "application/json");
+      REQUIRE(v2);
+      INFO(v2->body);
+      REQUIRE(v2->status == 200);
+      CHECK(json::parse(v2->body)["outputs"][0]["data"] == json::array({3, 5, 7, 9}));
     }
   }
 }
