@@ -1,11 +1,9 @@
 // The HTTP server plumbing shared by the executor and courier-serve (see HttpService.h).
 #include "transport/HttpService.h"
 
-#include "transport/ConnectionPool.h"
 #include "transport/ParkingServer.h"
 #include "transport/ServerStream.h"
 #include "transport/Tls.h"
-#include "transport/TlsServer.h"
 
 #include "transport/Log.h"
 #include "transport/Metrics.h"
@@ -145,41 +143,6 @@ std::optional<std::string> refusedEncoding(const httplib::Request &req) {
       return coding;
   }
   return std::nullopt;
-}
-
-/// Shuts down (without closing: the fds stay httplib's) every connected socket of this
-/// process whose local end is `port` (TCP) or `socketPath` (a unix socket), i.e. the
-/// connections this server accepted.
-void shutdownAcceptedConnections(int port, const std::string &socketPath) {
-  std::error_code ec;
-  for (const auto &entry : std::filesystem::directory_iterator("/proc/self/fd", ec)) {
-    int fd = 0;
-    if (llvm::StringRef(entry.path().filename().string()).getAsInteger(10, fd))
-      continue;
-    struct stat info;
-    if (fstat(fd, &info) != 0 || !S_ISSOCK(info.st_mode))
-      continue;
-    sockaddr_storage local{}, peer{};
-    socklen_t localLength = sizeof(local), peerLength = sizeof(peer);
-    if (getsockname(fd, reinterpret_cast<sockaddr *>(&local), &localLength) != 0 ||
-        getpeername(fd, reinterpret_cast<sockaddr *>(&peer), &peerLength) != 0)
-      continue;
-    if (local.ss_family == AF_UNIX) {
-      const sockaddr_un &named = *reinterpret_cast<const sockaddr_un *>(&local);
-      size_t length = localLength > offsetof(sockaddr_un, sun_path)
-                          ? strnlen(named.sun_path, localLength - offsetof(sockaddr_un, sun_path))
-                          : 0;
-      if (!socketPath.empty() && socketPath == std::string(named.sun_path, length))
-        shutdown(fd, SHUT_RDWR);
-      continue;
-    }
-    int localPort =
-        local.ss_family == AF_INET    ? ntohs(reinterpret_cast<sockaddr_in *>(&local)->sin_port)
-        : local.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6 *>(&local)->sin6_port)
-                                      : -1;
-    if (socketPath.empty() && localPort == port)
-      shutdown(fd, SHUT_RDWR);
-  }
 }
 
 } // namespace
@@ -322,28 +285,32 @@ llvm::Error HttpService::readFrame(const httplib::Request &, httplib::Response &
 
 namespace {
 
-/// The server and how it holds connections: a ParkingServer, or with TLS an SSLServer with a
-/// thread per connection from a ConnectionPool; both up to `threads` connections.
-std::unique_ptr<httplib::Server> makeServer(const HttpListenOptions &listen, std::string &problem) {
-  unsigned limit = std::max(1u, listen.threads);
-  if (!wantsTls(listen))
-    return std::make_unique<ParkingServer>(ParkingServer::Limits{limit, limit});
-  auto server = std::make_unique<TlsServer>([&](SSL_CTX &ctx) {
-    llvm::Error error = configureServerContext(ctx, listen);
-    if (!error)
-      return true;
-    problem = llvm::toString(std::move(error));
-    return false;
-  });
-  server->new_task_queue = [limit] { return new ConnectionPool(limit); };
-  return server;
+/// The server, plaintext or TLS (transport/ParkingServer.h), with `refusal` writing the 503
+/// it sends a connection it refuses.
+std::unique_ptr<ParkingServer> makeServer(const HttpListenOptions &listen, std::string &problem,
+                                          ParkingServer::RefusalWriter refusal) {
+  ParkingServer::Limits limits{std::max(1u, listen.threads), std::max(1u, listen.maxConnections),
+                               listen.maxConnectionsPerClient};
+  ParkingServer::TlsSetup tls;
+  if (wantsTls(listen))
+    tls = [&](SSL_CTX &ctx) {
+      llvm::Error error = configureServerContext(ctx, listen);
+      if (!error)
+        return true;
+      problem = llvm::toString(std::move(error));
+      return false;
+    };
+  return std::make_unique<ParkingServer>(limits, std::move(refusal), std::move(tls));
 }
 
 } // namespace
 
 HttpService::HttpService(HttpServiceOptions options)
-    : opts(std::move(options)), ownedServer(makeServer(opts.listen, tlsProblem)),
-      http(*ownedServer), parking(dynamic_cast<ParkingServer *>(ownedServer.get())) {
+    : opts(std::move(options)),
+      ownedServer(
+          makeServer(opts.listen, tlsProblem,
+                     [this](ParkingServer::Refusal reason) { return refusalResponse(reason); })),
+      http(*ownedServer), parking(ownedServer.get()) {
   http.set_tcp_nodelay(true);
   http.set_keep_alive_max_count(1000000);
   // Short, so idle connections do not hold worker threads for long; the executor's client
@@ -488,13 +455,78 @@ void HttpService::countRequest(size_t route, int status) {
 
 std::string HttpService::metricsText(const std::vector<prometheus::MetricFamily> &more) {
   workGauge->Set(static_cast<double>(std::max<int64_t>(0, workInFlight)));
-  if (parking) {
-    connectionsGauge->Set(static_cast<double>(parking->openConnections()));
-    threadsGauge->Set(static_cast<double>(parking->threadCount()));
-  }
+  ParkingServer::Counts held = parking->counts();
+  connectionsGauge->Set(static_cast<double>(held.open));
+  threadsGauge->Set(static_cast<double>(held.threads));
   std::vector<prometheus::MetricFamily> families = registry->Collect();
+  const std::string &prefix = opts.metricPrefix;
+  using prometheus::MetricType;
+  prometheus::MetricFamily parked =
+      metricFamily(prefix + "_connections_parked",
+                   "Open connections without a thread, by what they wait for: their next "
+                   "request (idle), the rest of a request head (head), or a TLS handshake.",
+                   MetricType::Gauge);
+  addSample(parked, static_cast<double>(held.idle), "state", "idle");
+  addSample(parked, static_cast<double>(held.heads), "state", "head");
+  addSample(parked, static_cast<double>(held.handshakes), "state", "handshake");
+  families.push_back(std::move(parked));
+  prometheus::MetricFamily refused =
+      metricFamily(prefix + "_connections_refused_total",
+                   "Connections answered 503 overloaded and closed, by the limit they met: "
+                   "--max-connections with every connection busy (connections), or "
+                   "--max-connections-per-client (per_client).",
+                   MetricType::Counter);
+  addSample(refused, static_cast<double>(held.refused[size_t(ParkingServer::Refusal::Overloaded)]),
+            "reason", "connections");
+  addSample(refused, static_cast<double>(held.refused[size_t(ParkingServer::Refusal::PerClient)]),
+            "reason", "per_client");
+  families.push_back(std::move(refused));
+  const char *kinds[] = {"idle", "head", "handshake"};
+  prometheus::MetricFamily evicted =
+      metricFamily(prefix + "_connections_evicted_total",
+                   "Parked connections closed to admit a new one at --max-connections, by "
+                   "what they waited for.",
+                   MetricType::Counter);
+  prometheus::MetricFamily timedOut =
+      metricFamily(prefix + "_connections_timed_out_total",
+                   "Parked connections closed past their timeout (keep-alive, head, "
+                   "handshake), by what they waited for.",
+                   MetricType::Counter);
+  for (size_t kind = 0; kind < ParkingServer::kParkedKinds; ++kind) {
+    addSample(evicted, static_cast<double>(held.evicted[kind]), "state", kinds[kind]);
+    addSample(timedOut, static_cast<double>(held.timedOut[kind]), "state", kinds[kind]);
+  }
+  families.push_back(std::move(evicted));
+  families.push_back(std::move(timedOut));
   families.insert(families.end(), more.begin(), more.end());
   return prometheus::TextSerializer().Serialize(families);
+}
+
+std::string HttpService::refusalResponse(ParkingServer::Refusal reason) {
+  httplib::Response res;
+  if (reason == ParkingServer::Refusal::PerClient)
+    opts.sendError(res, "overloaded",
+                   llvm::formatv("this client address has its limit of {0} connections open "
+                                 "(--max-connections-per-client); reuse or close one, and retry",
+                                 opts.listen.maxConnectionsPerClient)
+                       .str());
+  else
+    opts.sendError(res, "overloaded",
+                   llvm::formatv("the server has its limit of {0} connections open "
+                                 "(--max-connections), every one busy; retry, or use another "
+                                 "server",
+                                 std::max(1u, opts.listen.maxConnections))
+                       .str());
+  // Sent before any request is read (the connection is refused as it is accepted): the id
+  // is made here.
+  std::string id = requestIdFor(httplib::Request());
+  std::string head = "HTTP/1.1 " + std::to_string(res.status) + " " +
+                     (res.status == 503 ? "Service Unavailable" : "Error") + "\r\n";
+  for (const auto &header : res.headers)
+    head += header.first + ": " + header.second + "\r\n";
+  head += "Content-Length: " + std::to_string(res.body.size()) +
+          "\r\nConnection: close\r\nRetry-After: 1\r\nX-Request-Id: " + id + "\r\n\r\n";
+  return head + res.body;
 }
 
 void HttpService::noteLogSubject(std::string subject) { currentSubject = std::move(subject); }
@@ -554,18 +586,6 @@ void HttpService::installHandlers() {
     requestIsWork = !isProbe(req);
     if (requestIsWork)
       workInFlight++;
-    if (ConnectionPool::refusingConnection()) {
-      // Over the connection limit: answered at once and closed, never left waiting for a
-      // connection ahead of it to close (transport/ConnectionPool.h).
-      opts.sendError(res, "overloaded",
-                     llvm::formatv("the server is serving its limit of {0} connections "
-                                   "(--threads); retry, or use another server",
-                                   std::max(1u, opts.listen.threads))
-                         .str());
-      res.set_header("Connection", "close");
-      res.set_header("Retry-After", "1");
-      return httplib::Server::HandlerResponse::Handled;
-    }
     if (std::optional<std::string> ambiguity = ambiguousFraming(req)) {
       opts.sendError(res, "bad_request", *ambiguity);
       // Where this body ends is the question: nothing after the headers can be trusted.
@@ -791,11 +811,9 @@ llvm::Error HttpService::run() {
   bool served = http.listen_after_bind();
   // As with httplib's own threads, run() returns once every request has been answered:
   // stop() closes the connections, and the threads end with their last request.
-  if (parking) {
-    if (!served)
-      parking->closeConnections(); // The listener failed: nothing else will.
-    parking->awaitThreads();
-  }
+  if (!served)
+    parking->closeConnections(); // The listener failed: nothing else will.
+  parking->awaitThreads();
   runExited = true;
   std::lock_guard<std::mutex> lock(stopMutex);
   if (!served && !stopping)
@@ -829,10 +847,7 @@ void HttpService::stop() {
     stopSignal.wait_for(lock, drainStarted ? std::chrono::seconds(2) : std::chrono::seconds(10),
                         [&] { return inFlight <= 0; });
   }
-  if (parking)
-    parking->closeConnections();
-  else
-    shutdownAcceptedConnections(boundPort, opts.listen.socketPath);
+  parking->closeConnections();
 }
 
 void HttpService::drain() {

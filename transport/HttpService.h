@@ -6,6 +6,7 @@
 #define COURIER_TRANSPORT_HTTPSERVICE_H
 
 #include "transport/ListenOptions.h"
+#include "transport/ParkingServer.h"
 #include "transport/Wire.h"
 
 #include "llvm/ADT/StringRef.h"
@@ -32,8 +33,6 @@
 #include <vector>
 
 namespace courier::transport {
-
-class ParkingServer;
 
 /// The declared Content-Length of a request, 0 when absent or malformed.
 uint64_t contentLength(const httplib::Request &req);
@@ -200,11 +199,12 @@ private:
   HttpServiceOptions opts;
   /// Why the TLS context could not be set up, reported by bind(); empty when it could.
   std::string tlsProblem;
-  /// An httplib::SSLServer when the listener has TLS settings.
-  std::unique_ptr<httplib::Server> ownedServer;
+  /// The server, plaintext or TLS.
+  std::unique_ptr<ParkingServer> ownedServer;
   httplib::Server &http;
-  /// `http` when it is a ParkingServer (every listener but a TLS one).
   ParkingServer *parking = nullptr;
+  /// The whole response refusing a connection at a connection limit.
+  std::string refusalResponse(ParkingServer::Refusal reason);
   int boundPort = 0;
   /// The listening socket, for raising its backlog after httplib's listen().
   int listenFd = -1;
@@ -225,7 +225,7 @@ private:
   prometheus::Histogram *requestSeconds = nullptr;
   prometheus::Counter *bytesIn = nullptr, *bytesOut = nullptr;
   prometheus::Gauge *workGauge = nullptr;
-  /// Read from the ParkingServer at each scrape (zero with TLS, which has none).
+  /// Read from the ParkingServer at each scrape.
   prometheus::Gauge *connectionsGauge = nullptr, *threadsGauge = nullptr;
   /// requests' counters, [route tag][status] flattened, each looked up on its first use.
   static constexpr size_t kStatuses = 600;

@@ -19,9 +19,15 @@ struct HttpListenOptions {
   /// When non-empty, every request must carry "Authorization: Bearer <token>". A server
   /// bound beyond loopback refuses to start without one.
   std::string token;
-  /// Connections open at once, and request threads, at most (transport/ParkingServer.h;
-  /// with TLS, a thread per open connection).
+  /// Requests served at once, and so request threads, at most (transport/ParkingServer.h).
   unsigned threads = 32;
+  /// Connections open at once at most, idle ones included: at the limit a new connection
+  /// closes the oldest idle one, and is refused 503 `overloaded` only when every one is busy.
+  unsigned maxConnections = 10000;
+  /// Connections open at once from one peer address (a unix-socket peer: one uid) at most;
+  /// the next is refused 503 `overloaded`. 0 for no limit (behind a proxy, every client is
+  /// the proxy).
+  unsigned maxConnectionsPerClient = 256;
   /// Largest request body accepted.
   uint64_t maxBodyBytes = uint64_t(4) << 30;
   /// One line per request on stderr: method, path, status, bytes in/out, milliseconds.

@@ -1,9 +1,12 @@
 #include "transport/ParkingServer.h"
 
-#include "transport/ConnectionPool.h"
 #include "transport/ServerStream.h"
 #include "transport/SharedMemory.h"
 
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+
+#include <fcntl.h>
 #include <poll.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
@@ -13,7 +16,9 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <system_error>
 
@@ -22,46 +27,135 @@ namespace courier::transport {
 namespace {
 
 /// Bytes read ahead of what the request parser asks for (it asks for a byte at a time while
-/// it reads lines).
+/// it reads lines), and the first size of a connection's buffer.
 constexpr size_t kReadAhead = 4096;
+/// A connection's buffer grows to hold a whole head, and no further: past it the parser is
+/// handed what came, and the head's limit refuses it.
+constexpr size_t kMaxBuffer = kMaxHeadBytes + kReadAhead;
 
 /// Waits up to `timeout` for `events` on `fd`; false on a timeout or an error.
 bool await(int fd, short events, std::chrono::microseconds timeout) {
   return pollUntil(fd, events, std::chrono::steady_clock::now() + timeout) > 0;
 }
 
+/// Whether `fd` has bytes (or a close) waiting, without waiting.
+bool readableNow(int fd) {
+  struct pollfd ready {
+    fd, POLLIN | POLLRDHUP, 0
+  };
+  return ::poll(&ready, 1, 0) > 0;
+}
+
+/// Waits for what `error` (SSL_get_error) says the connection needs, up to `timeout`; false on
+/// a timeout, an error, or a failure that waiting does not mend.
+bool awaitTls(int fd, int error, std::chrono::microseconds timeout) {
+  if (error == SSL_ERROR_WANT_READ)
+    return await(fd, POLLIN, timeout);
+  if (error == SSL_ERROR_WANT_WRITE)
+    return await(fd, POLLOUT, timeout);
+  return false;
+}
+
+/// What a peer's connections are counted under: its address, or a unix-socket peer's uid.
+std::string peerKey(int fd, const std::string &remoteIp) {
+  if (!remoteIp.empty())
+    return remoteIp;
+  struct ucred credentials {};
+  socklen_t length = sizeof(credentials);
+  if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &credentials, &length) == 0)
+    return "uid:" + std::to_string(credentials.uid);
+  return "unknown";
+}
+
 } // namespace
 
 struct ParkingServer::Connection {
   int fd = -1;
-  bool refused = false;
-  size_t served = 0; ///< Requests answered on it.
+  SSL *ssl = nullptr; ///< With TLS.
+  size_t served = 0;  ///< Requests answered on it.
   std::string remoteIp, localIp;
   int remotePort = 0, localPort = 0;
-  /// Bytes received and not yet parsed: a read-ahead, or a next request sent early.
+  /// Under its peer's count (ParkingServer::perPeer), with `peer` its key.
+  bool counted = false;
+  std::string peer;
+  /// Refused, waiting for its handshake to end before its 503 is sent.
+  bool refused = false;
+  Refusal reason = Refusal::Overloaded;
+  /// Bytes received and not yet parsed: a head read as it came, a read-ahead, or a next
+  /// request sent early. `scanned` marks how far the head's end was looked for.
   std::unique_ptr<char[]> buffer;
-  size_t begin = 0, end = 0;
-  Clock::time_point parkedAt;
-  std::list<Connection *>::iterator parkedPos;
+  size_t capacity = 0, begin = 0, end = 0, scanned = 0;
+  /// The set it is parked in (none while a thread has it), and its place there.
+  ParkedSet *set = nullptr;
+  Clock::time_point since;
+  Clock::time_point acceptedAt, headStart;
+  bool inHead = false;          ///< A head is partly received.
+  bool requestLineDone = false; ///< Of the head being looked at, by headEnds().
   /// Names it in the epoll set: an event already taken from the set may name a connection
   /// that was closed meanwhile, which is then not found.
   uint64_t id = 0;
-  bool isParked = false, armed = false;
+  bool armed = false;
   /// Its head came too slowly or grew too long: nothing more is read from it.
   bool broken = false;
   /// Answered for the last time: its sending side is shut, and what the client still sends
-  /// is read and dropped until it closes or `drainUntil`, so the last response is not lost
+  /// is read and dropped until it closes or kDrain passes, so the last response is not lost
   /// to a reset (closing a socket with unread bytes resets the connection).
   bool draining = false;
-  Clock::time_point drainUntil;
 
   size_t buffered() const { return end - begin; }
+  /// Room for at least `want` bytes after `end` (less once the buffer is at kMaxBuffer).
+  void makeRoom(size_t want) {
+    if (begin == end)
+      begin = end = scanned = 0;
+    if (capacity - end >= want)
+      return;
+    if (begin > 0) {
+      std::memmove(buffer.get(), buffer.get() + begin, end - begin);
+      end -= begin;
+      scanned = scanned > begin ? scanned - begin : 0;
+      begin = 0;
+      if (capacity - end >= want)
+        return;
+    }
+    size_t grown = std::min(kMaxBuffer, std::max({kReadAhead, 2 * capacity, end + want}));
+    if (grown <= capacity)
+      return;
+    std::unique_ptr<char[]> larger(new char[grown]);
+    if (end > 0)
+      std::memcpy(larger.get(), buffer.get(), end);
+    buffer = std::move(larger);
+    capacity = grown;
+  }
+  /// Whether the buffer holds the end of a head: its empty line, or a header line ending in
+  /// a bare LF (which the parser refuses at once rather than waiting for more).
+  bool headEnds() {
+    const char *bytes = buffer.get();
+    for (size_t i = std::max(begin, scanned); i < end; ++i) {
+      if (bytes[i] != '\n')
+        continue;
+      if (!requestLineDone) {
+        requestLineDone = true;
+        if (i - begin <= 1)
+          return true; // No request line: the parser refuses it.
+        continue;
+      }
+      if (bytes[i - 1] != '\r' || bytes[i - 2] == '\n')
+        return true;
+    }
+    scanned = end;
+    return false;
+  }
+  void releaseBuffer() {
+    buffer.reset();
+    capacity = begin = end = scanned = 0;
+  }
 };
 
 namespace {
 
 /// cpp-httplib's view of a connection for one request: reads through the connection's
-/// read-ahead, and waits for the socket only when it has nothing to give.
+/// buffer, and waits for the socket only when it has nothing to give; with TLS, through its
+/// SSL object on the non-blocking socket.
 class ConnectionStream final : public httplib::Stream {
 public:
   ConnectionStream(ParkingServer::Connection &c, std::chrono::microseconds readTimeout,
@@ -71,7 +165,9 @@ public:
   /// The request broke a rule of framing: it is answered 400, and its connection closes.
   bool refused() const { return watch.refused(); }
 
-  bool is_readable() const override { return c.buffered() > 0 || awaitReadable(); }
+  bool is_readable() const override {
+    return c.buffered() > 0 || (c.ssl && SSL_pending(c.ssl) > 0) || awaitReadable();
+  }
   bool is_writable() const override { return await(c.fd, POLLOUT, writeTimeout); }
 
   ssize_t read(char *ptr, size_t size) override {
@@ -84,13 +180,11 @@ public:
           return -1;
         return got;
       }
-      if (!c.buffer)
-        c.buffer.reset(new char[kReadAhead]);
-      ssize_t got = receive(c.buffer.get(), kReadAhead);
+      c.makeRoom(kReadAhead);
+      ssize_t got = receive(c.buffer.get() + c.end, c.capacity - c.end);
       if (got <= 0)
         return got;
-      c.begin = 0;
-      c.end = static_cast<size_t>(got);
+      c.end += static_cast<size_t>(got);
     }
     size_t n = std::min(size, c.buffered());
     std::memcpy(ptr, c.buffer.get() + c.begin, n);
@@ -101,6 +195,20 @@ public:
   }
 
   ssize_t write(const char *ptr, size_t size) override {
+    if (size == 0)
+      return 0;
+    if (c.ssl) {
+      int offered = static_cast<int>(std::min<size_t>(size, INT_MAX));
+      while (true) {
+        int put = SSL_write(c.ssl, ptr, offered);
+        if (put > 0)
+          return put;
+        if (!awaitTls(c.fd, SSL_get_error(c.ssl, put), writeTimeout)) {
+          ERR_clear_error();
+          return -1;
+        }
+      }
+    }
     while (true) {
       ssize_t sent = ::send(c.fd, ptr, size, MSG_NOSIGNAL | MSG_DONTWAIT);
       if (sent >= 0)
@@ -158,6 +266,18 @@ private:
   /// when the client closed.
   ssize_t receive(char *into, size_t size) {
     while (true) {
+      if (c.ssl) {
+        int got = SSL_read(c.ssl, into, static_cast<int>(std::min<size_t>(size, INT_MAX)));
+        if (got > 0)
+          return got;
+        int error = SSL_get_error(c.ssl, got);
+        if (error == SSL_ERROR_ZERO_RETURN)
+          return 0;
+        if (error == SSL_ERROR_WANT_READ ? awaitReadable() : awaitTls(c.fd, error, readTimeout))
+          continue;
+        ERR_clear_error();
+        return -1;
+      }
       ssize_t got = ::recv(c.fd, into, size, MSG_DONTWAIT);
       if (got >= 0)
         return got;
@@ -175,7 +295,15 @@ private:
 
 } // namespace
 
-ParkingServer::ParkingServer(Limits limitsIn) : limits(limitsIn) {
+ParkingServer::ParkingServer(Limits limitsIn, RefusalWriter refusalIn, TlsSetup tls)
+    : limits(limitsIn), refusal(std::move(refusalIn)), tlsWanted(static_cast<bool>(tls)) {
+  if (tls) {
+    SSL_CTX *context = SSL_CTX_new(TLS_server_method());
+    if (context && tls(*context))
+      tlsContext = context;
+    else if (context)
+      SSL_CTX_free(context);
+  }
   // The accept loop hands each connection to process_and_close_socket at once, which only
   // parks it: nothing there waits.
   struct Inline final : httplib::TaskQueue {
@@ -194,6 +322,8 @@ ParkingServer::ParkingServer(Limits limitsIn) : limits(limitsIn) {
       ::close(epollFd);
     if (wakeFd >= 0)
       ::close(wakeFd);
+    if (tlsContext)
+      SSL_CTX_free(tlsContext);
     throw std::system_error(error, std::generic_category(), "setting up the connection watcher");
   }
 }
@@ -205,6 +335,12 @@ ParkingServer::~ParkingServer() {
     stallWatch.join(); // It ends once `stopping` is set.
   ::close(epollFd);
   ::close(wakeFd);
+  if (tlsContext)
+    SSL_CTX_free(tlsContext);
+}
+
+bool ParkingServer::is_valid() const {
+  return httplib::Server::is_valid() && (!tlsWanted || tlsContext);
 }
 
 void ParkingServer::wake() {
@@ -222,14 +358,23 @@ void ParkingServer::awaitThreads() {
   ended.wait(lock, [&] { return stopping && threads == 0; });
 }
 
-size_t ParkingServer::openConnections() const {
+ParkingServer::Counts ParkingServer::counts() const {
   std::lock_guard<std::mutex> lock(mutex);
-  return live.size();
+  Counts out;
+  out.open = live.size() - refusing - drainingCount;
+  out.idle = idleSet.size();
+  out.heads = headSet.size();
+  out.handshakes = handshakeSet.size();
+  out.threads = threads;
+  out.refused = refusedCount;
+  out.evicted = evictedCount;
+  out.timedOut = timedOutCount;
+  return out;
 }
 
-ParkingServer::Connection *ParkingServer::find(uint64_t id) const {
-  auto it = live.find(id);
-  return it == live.end() ? nullptr : it->second;
+size_t ParkingServer::openConnections() const {
+  std::lock_guard<std::mutex> lock(mutex);
+  return live.size() - refusing - drainingCount;
 }
 
 size_t ParkingServer::threadCount() const {
@@ -237,28 +382,57 @@ size_t ParkingServer::threadCount() const {
   return threads;
 }
 
+ParkingServer::Connection *ParkingServer::find(uint64_t id) const {
+  auto it = live.find(id);
+  return it == live.end() ? nullptr : it->second;
+}
+
+bool ParkingServer::pressed() const {
+  size_t open = live.size() - refusing - drainingCount;
+  return 4 * open >= 3 * size_t(limits.connections);
+}
+
+std::chrono::milliseconds ParkingServer::headTimeout() const {
+  return pressed() ? kPressedTimeout : kHeadTimeout;
+}
+
+std::chrono::milliseconds ParkingServer::handshakeTimeout() const {
+  return pressed() ? kPressedTimeout : kHandshakeTimeout;
+}
+
 bool ParkingServer::process_and_close_socket(socket_t sock) {
   auto c = std::make_unique<Connection>();
   c->fd = sock;
   socketAddress(sock, /*remote=*/true, c->remoteIp, c->remotePort);
   socketAddress(sock, /*remote=*/false, c->localIp, c->localPort);
-  std::unique_lock<std::mutex> lock(mutex);
-  if (stopping) {
-    lock.unlock();
-    ::shutdown(sock, SHUT_RDWR);
-    ::close(sock);
-    return false;
-  }
-  if (live.size() - refusing - drainingCount >= limits.connections) {
-    if (refusing >= kMaxRefusing) {
-      // Refusals are themselves at their limit: closed unanswered, which the client sees
-      // at once as a reset, not as a wait.
-      lock.unlock();
+  if (limits.perClient > 0)
+    c->peer = peerKey(sock, c->remoteIp);
+  if (tlsContext) {
+    // Non-blocking throughout: a blocking SSL_read waits inside OpenSSL for the rest of a
+    // record, which a client sending a byte at a time could stretch without end.
+    int flags = ::fcntl(sock, F_GETFL);
+    c->ssl = SSL_new(tlsContext);
+    if (!c->ssl || flags < 0 || ::fcntl(sock, F_SETFL, flags | O_NONBLOCK) != 0 ||
+        SSL_set_fd(c->ssl, sock) != 1) {
+      if (c->ssl)
+        SSL_free(c->ssl);
+      ERR_clear_error();
       ::close(sock);
       return false;
     }
-    c->refused = true;
-    ++refusing;
+    // Buffers only while records move: an idle TLS connection costs little more than a
+    // plaintext one.
+    SSL_set_mode(c->ssl, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER |
+                             SSL_MODE_RELEASE_BUFFERS);
+  }
+  std::unique_lock<std::mutex> lock(mutex);
+  if (stopping) {
+    lock.unlock();
+    if (c->ssl)
+      SSL_free(c->ssl);
+    ::shutdown(sock, SHUT_RDWR);
+    ::close(sock);
+    return false;
   }
   if (!stallWatch.joinable()) {
     try {
@@ -267,33 +441,107 @@ bool ParkingServer::process_and_close_socket(socket_t sock) {
       // No thread to be had now: the next connection tries again.
     }
   }
+  size_t open = live.size() - refusing - drainingCount;
   Connection *raw = c.release();
   raw->id = ++lastId;
+  raw->acceptedAt = Clock::now();
   live.emplace(raw->id, raw);
-  park(raw);
+  if (limits.perClient > 0) {
+    auto seen = perPeer.find(raw->peer);
+    if (seen != perPeer.end() && seen->second >= limits.perClient) {
+      refuse(raw, Refusal::PerClient);
+      return true;
+    }
+  }
+  if (open >= limits.connections && !evictOne()) {
+    refuse(raw, Refusal::Overloaded);
+    return true;
+  }
+  if (limits.perClient > 0) {
+    ++perPeer[raw->peer];
+    raw->counted = true;
+  }
+  if (raw->ssl) {
+    if (handshakeSet.size() >= kMaxHandshakes) {
+      ++evictedCount[size_t(Parked::Handshake)];
+      forget(handshakeSet.begin()->second);
+    }
+    if (!park(raw, handshakeSet, raw->acceptedAt, EPOLLIN))
+      return true;
+  } else if (!park(raw, idleSet, raw->acceptedAt, EPOLLIN | EPOLLRDHUP)) {
+    return true;
+  }
+  if (idle == 0 && threads < std::min(baseThreads(), limits.threads))
+    startThread(); // Nobody waits for its first bytes: a thread for it, up to the base.
   return true;
 }
 
-void ParkingServer::park(Connection *c) {
-  if (c->buffer && c->buffered() == 0)
-    c->buffer.reset(); // A parked connection costs its socket and this record, no buffer.
-  if (stopping) {
+bool ParkingServer::evictOne() {
+  // The oldest idle connection whose next request (or close) has not come, among the first
+  // few: one whose request is here is as good as busy, and a thread is about to take it.
+  int looked = 0;
+  for (auto it = idleSet.begin(); it != idleSet.end() && looked < kEvictionLooks; ++it, ++looked)
+    if (!readableNow(it->second->fd)) {
+      ++evictedCount[size_t(Parked::Idle)];
+      forget(it->second);
+      return true;
+    }
+  if (!headSet.empty()) {
+    ++evictedCount[size_t(Parked::Head)];
+    forget(headSet.begin()->second);
+    return true;
+  }
+  if (!handshakeSet.empty()) {
+    ++evictedCount[size_t(Parked::Handshake)];
+    forget(handshakeSet.begin()->second);
+    return true;
+  }
+  return false;
+}
+
+void ParkingServer::refuse(Connection *c, Refusal reason) {
+  ++refusedCount[size_t(reason)];
+  c->reason = reason;
+  if (!c->ssl) {
+    answerRefusal(c);
+    return;
+  }
+  if (refusing >= kMaxRefusing) {
+    // Refusals are themselves at their limit: closed unanswered, which the client sees at
+    // once as a reset, not as a wait.
     forget(c);
     return;
   }
-  c->parkedAt = Clock::now();
-  if (!arm(c, parked))
-    return;
-  if (idle == 0 && threads < std::min(baseThreads(), limits.threads))
-    startThread(); // Nobody waits for its next request: a thread for it, up to the base.
+  c->refused = true;
+  ++refusing;
+  park(c, refusalSet, c->acceptedAt, EPOLLIN);
 }
 
-bool ParkingServer::arm(Connection *c, std::list<Connection *> &list) {
-  c->isParked = true;
-  list.push_back(c);
-  c->parkedPos = std::prev(list.end());
+void ParkingServer::answerRefusal(Connection *c) {
+  std::string response = refusal(c->reason);
+  // A few hundred bytes into an empty socket buffer: sent whole, or the client is gone.
+  if (c->ssl)
+    SSL_write(c->ssl, response.data(), static_cast<int>(response.size()));
+  else
+    ::send(c->fd, response.data(), response.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+  ERR_clear_error();
+  if (c->refused) {
+    c->refused = false;
+    --refusing;
+  }
+  retire(c);
+}
+
+bool ParkingServer::park(Connection *c, ParkedSet &set, Clock::time_point since, uint32_t events) {
+  if (stopping) {
+    forget(c);
+    return false;
+  }
+  c->set = &set;
+  c->since = since;
+  set.emplace(since, c);
   struct epoll_event event {};
-  event.events = EPOLLIN | EPOLLRDHUP | EPOLLONESHOT;
+  event.events = events | EPOLLONESHOT;
   event.data.u64 = c->id;
   if (::epoll_ctl(epollFd, c->armed ? EPOLL_CTL_MOD : EPOLL_CTL_ADD, c->fd, &event) != 0) {
     forget(c);
@@ -303,9 +551,29 @@ bool ParkingServer::arm(Connection *c, std::list<Connection *> &list) {
   return true;
 }
 
+void ParkingServer::parkAfterRead(Connection *c, Read read) {
+  if (read == Read::Closed || read == Read::Whole) {
+    forget(c); // Whole is served, never parked: only a closed one comes here.
+    return;
+  }
+  if (read == Read::Partial) {
+    if (!c->inHead) {
+      c->inHead = true;
+      c->headStart = Clock::now();
+    }
+    park(c, headSet, c->headStart, EPOLLIN | EPOLLRDHUP);
+    return;
+  }
+  if (c->buffered() == 0)
+    c->releaseBuffer(); // A parked connection costs its socket and this record, no buffer.
+  park(c, idleSet, Clock::now(), EPOLLIN | EPOLLRDHUP);
+}
+
 void ParkingServer::unpark(Connection *c) {
-  (c->draining ? draining : parked).erase(c->parkedPos);
-  c->isParked = false;
+  if (!c->set)
+    return;
+  c->set->erase({c->since, c});
+  c->set = nullptr;
 }
 
 void ParkingServer::retire(Connection *c) {
@@ -313,16 +581,23 @@ void ParkingServer::retire(Connection *c) {
     forget(c);
     return;
   }
-  c->buffer.reset();
+  if (c->counted) {
+    auto seen = perPeer.find(c->peer);
+    if (seen != perPeer.end() && --seen->second == 0)
+      perPeer.erase(seen);
+    c->counted = false;
+  }
+  c->releaseBuffer();
+  if (c->ssl) {
+    SSL_shutdown(c->ssl); // Its close_notify, if the socket takes it now.
+    ERR_clear_error();
+  }
   c->draining = true;
   ++drainingCount;
-  if (c->refused) {
-    c->refused = false; // Answered: no longer a refusal waiting.
-    --refusing;
-  }
-  c->drainUntil = Clock::now() + kDrain;
+  if (drainingCount > kMaxDraining && !drainSet.empty())
+    forget(drainSet.begin()->second);
   ::shutdown(c->fd, SHUT_WR);
-  arm(c, draining);
+  park(c, drainSet, Clock::now(), EPOLLIN | EPOLLRDHUP);
 }
 
 bool ParkingServer::drop(Connection *c) {
@@ -337,8 +612,12 @@ bool ParkingServer::drop(Connection *c) {
 }
 
 void ParkingServer::forget(Connection *c) {
-  if (c->isParked)
-    unpark(c);
+  unpark(c);
+  if (c->counted) {
+    auto seen = perPeer.find(c->peer);
+    if (seen != perPeer.end() && --seen->second == 0)
+      perPeer.erase(seen);
+  }
   if (c->refused)
     --refusing;
   if (c->draining)
@@ -346,6 +625,8 @@ void ParkingServer::forget(Connection *c) {
   live.erase(c->id);
   if (c->armed)
     ::epoll_ctl(epollFd, EPOLL_CTL_DEL, c->fd, nullptr);
+  if (c->ssl)
+    SSL_free(c->ssl);
   ::shutdown(c->fd, SHUT_RDWR);
   ::close(c->fd);
   delete c;
@@ -361,40 +642,63 @@ void ParkingServer::startThread() {
 }
 
 void ParkingServer::expire(Clock::time_point now) {
-  while (!draining.empty() && draining.front()->drainUntil <= now)
-    forget(draining.front());
-  while (!parked.empty() && parked.front()->parkedAt + keepAlive() <= now) {
-    Connection *c = parked.front();
-    struct pollfd ready {
-      c->fd, POLLIN | POLLRDHUP, 0
-    };
-    if (::poll(&ready, 1, 0) > 0) {
+  while (!drainSet.empty() && drainSet.begin()->first + kDrain <= now)
+    forget(drainSet.begin()->second);
+  auto handshake = handshakeTimeout();
+  while (!refusalSet.empty() && refusalSet.begin()->first + handshake <= now)
+    forget(refusalSet.begin()->second);
+  while (!handshakeSet.empty() && handshakeSet.begin()->first + handshake <= now) {
+    ++timedOutCount[size_t(Parked::Handshake)];
+    forget(handshakeSet.begin()->second);
+  }
+  auto head = headTimeout();
+  while (!headSet.empty() && headSet.begin()->first + head <= now) {
+    ++timedOutCount[size_t(Parked::Head)];
+    forget(headSet.begin()->second);
+  }
+  while (!idleSet.empty() && idleSet.begin()->first + keepAlive() <= now) {
+    Connection *c = idleSet.begin()->second;
+    if (readableNow(c->fd)) {
       // Its next request (or its close) came as it expired: a thread is being handed it.
-      parked.splice(parked.end(), parked, c->parkedPos);
-      c->parkedAt = now;
+      // Its epoll event stays armed (or taken); only its clock moves.
+      unpark(c);
+      c->set = &idleSet;
+      c->since = now;
+      idleSet.emplace(now, c);
       continue;
     }
+    ++timedOutCount[size_t(Parked::Idle)];
     forget(c);
   }
+}
+
+ParkingServer::Clock::time_point ParkingServer::nextExpiry() const {
+  Clock::time_point next = Clock::time_point::max();
+  if (!drainSet.empty())
+    next = std::min(next, drainSet.begin()->first + kDrain);
+  if (!handshakeSet.empty())
+    next = std::min(next, handshakeSet.begin()->first + handshakeTimeout());
+  if (!refusalSet.empty())
+    next = std::min(next, refusalSet.begin()->first + handshakeTimeout());
+  if (!headSet.empty())
+    next = std::min(next, headSet.begin()->first + headTimeout());
+  if (!idleSet.empty())
+    next = std::min(next, idleSet.begin()->first + keepAlive());
+  return next;
 }
 
 void ParkingServer::runThread() {
   Clock::time_point idleSince = Clock::now();
   std::unique_lock<std::mutex> lock(mutex);
   while (!stopping) {
-    // Waits for the next connection with a request, or for the oldest parked one to
-    // expire. Every waiting thread waits on the one epoll set; the kernel gives each event
-    // to one of them. Expired connections go first, on every turn, so a busy server closes
-    // them too.
+    // Waits for the next connection with something to do, or for the oldest parked one to
+    // time out. Every waiting thread waits on the one epoll set; the kernel gives each event
+    // to one of them. Timeouts go first, on every turn, so a busy server closes them too.
     Clock::time_point now = Clock::now();
     expire(now);
     // At least once a second, so a connection parked while every thread already waited
-    // expires on time.
-    auto until = std::min(idleSince + kIdleLife, now + std::chrono::seconds(1));
-    if (!parked.empty())
-      until = std::min(until, parked.front()->parkedAt + keepAlive());
-    if (!draining.empty())
-      until = std::min(until, draining.front()->drainUntil);
+    // expires on time (and under pressure, its shorter timeouts).
+    auto until = std::min({idleSince + kIdleLife, now + std::chrono::seconds(1), nextExpiry()});
     int timeout = static_cast<int>(std::clamp<int64_t>(
         std::chrono::duration_cast<std::chrono::milliseconds>(until - now).count() + 1, 0, 60000));
     ++idle;
@@ -406,28 +710,11 @@ void ParkingServer::runThread() {
     if (stopping)
       break;
     if (n == 1 && event.data.u64 != 0) {
-      // Not found: closed since the event was taken from the set (it expired).
+      // Not found or not parked: closed, or moved on, since the event was taken.
       Connection *c = find(event.data.u64);
-      if (!c || !c->isParked)
+      if (!c || !c->set)
         continue;
-      unpark(c);
-      if (c->draining) {
-        // Bytes after its last response: dropped here, without taking a request's turn.
-        lock.unlock();
-        bool open = drop(c);
-        lock.lock();
-        if (!open || stopping || Clock::now() >= c->drainUntil)
-          forget(c);
-        else
-          arm(c, draining);
-        continue;
-      }
-      lastTaken = Clock::now();
-      if (idle == 0)
-        stalls.notify_one(); // Every thread is busy: the stall watch looks.
-      lock.unlock();
-      serve(c);
-      lock.lock();
+      step(c, lock);
       idleSince = Clock::now();
       continue;
     }
@@ -443,6 +730,106 @@ void ParkingServer::runThread() {
   ended.notify_all();
 }
 
+ParkingServer::Read ParkingServer::readHead(Connection *c) {
+  while (true) {
+    if (c->buffered() > 0 && c->headEnds())
+      return Read::Whole;
+    c->makeRoom(kReadAhead);
+    if (c->end == c->capacity)
+      return Read::Whole; // At kMaxBuffer without an end: the parser refuses it.
+    char *into = c->buffer.get() + c->end;
+    size_t room = c->capacity - c->end;
+    ssize_t got;
+    if (c->ssl) {
+      int read = SSL_read(c->ssl, into, static_cast<int>(std::min<size_t>(room, INT_MAX)));
+      if (read > 0) {
+        got = read;
+      } else {
+        int error = SSL_get_error(c->ssl, read);
+        ERR_clear_error();
+        if (error != SSL_ERROR_WANT_READ)
+          return Read::Closed;
+        got = -1;
+        errno = EAGAIN;
+      }
+    } else {
+      got = ::recv(c->fd, into, room, MSG_DONTWAIT);
+    }
+    if (got > 0) {
+      c->end += static_cast<size_t>(got);
+      continue;
+    }
+    if (got == 0)
+      return Read::Closed;
+    if (errno == EINTR)
+      continue;
+    if (errno != EAGAIN && errno != EWOULDBLOCK)
+      return Read::Closed;
+    return c->buffered() > 0 ? Read::Partial : Read::Nothing;
+  }
+}
+
+void ParkingServer::step(Connection *c, std::unique_lock<std::mutex> &lock) {
+  ParkedSet *from = c->set;
+  unpark(c);
+  if (from == &drainSet) {
+    // Bytes after its last response: dropped here, without taking a request's turn.
+    Clock::time_point drainUntil = c->since + kDrain;
+    lock.unlock();
+    bool open = drop(c);
+    lock.lock();
+    if (!open || stopping || Clock::now() >= drainUntil)
+      forget(c);
+    else
+      park(c, drainSet, drainUntil - kDrain, EPOLLIN | EPOLLRDHUP);
+    return;
+  }
+  Read read = Read::Nothing;
+  if (from == &handshakeSet || from == &refusalSet) {
+    lock.unlock();
+    int accepted = SSL_accept(c->ssl);
+    int error = accepted == 1 ? SSL_ERROR_NONE : SSL_get_error(c->ssl, accepted);
+    ERR_clear_error();
+    if (accepted == 1 && !c->refused)
+      read = readHead(c); // The request often comes with the handshake's last flight.
+    lock.lock();
+    if (stopping) {
+      forget(c);
+      return;
+    }
+    if (accepted != 1) {
+      if (error == SSL_ERROR_WANT_READ || error == SSL_ERROR_WANT_WRITE)
+        park(c, *from, c->acceptedAt,
+             error == SSL_ERROR_WANT_WRITE ? EPOLLOUT : EPOLLIN | EPOLLRDHUP);
+      else
+        forget(c); // A failed handshake: a bad certificate, or not TLS at all.
+      return;
+    }
+    if (c->refused) {
+      answerRefusal(c);
+      return;
+    }
+  } else {
+    lock.unlock();
+    read = readHead(c);
+    lock.lock();
+    if (stopping) {
+      forget(c);
+      return;
+    }
+  }
+  if (read != Read::Whole) {
+    parkAfterRead(c, read);
+    return;
+  }
+  lastTaken = Clock::now();
+  if (idle == 0)
+    stalls.notify_one(); // Every thread is busy: the stall watch looks.
+  lock.unlock();
+  serve(c);
+  lock.lock();
+}
+
 void ParkingServer::watchStalls() {
   std::unique_lock<std::mutex> lock(mutex);
   while (!stopping) {
@@ -451,7 +838,7 @@ void ParkingServer::watchStalls() {
     // could be started), parked connections need one.
     stalls.wait(lock, [&] {
       return stopping || (threads > 0 && idle == 0 && threads < limits.threads) ||
-             (threads == 0 && (!parked.empty() || !draining.empty()));
+             (threads == 0 && live.size() > 0);
     });
     if (stopping)
       break;
@@ -470,28 +857,36 @@ void ParkingServer::watchStalls() {
 }
 
 void ParkingServer::serve(Connection *c) {
-  // Read only by the pre-routing handler, within a request this thread serves.
-  ConnectionPool::markRefusing(c->refused);
+  auto readTimeout =
+      std::chrono::seconds(read_timeout_sec_) + std::chrono::microseconds(read_timeout_usec_);
+  auto writeTimeout =
+      std::chrono::seconds(write_timeout_sec_) + std::chrono::microseconds(write_timeout_usec_);
   while (true) {
-    ConnectionStream stream(
-        *c, std::chrono::seconds(read_timeout_sec_) + std::chrono::microseconds(read_timeout_usec_),
-        std::chrono::seconds(write_timeout_sec_) + std::chrono::microseconds(write_timeout_usec_));
+    ConnectionStream stream(*c, readTimeout, writeTimeout);
     // After stop() (the listener closed) a connection takes no request after this one.
-    bool closing = c->refused || ++c->served >= keep_alive_max_count_ ||
-                   svr_sock_ == INVALID_SOCKET || stopping;
+    bool closing = ++c->served >= keep_alive_max_count_ || svr_sock_ == INVALID_SOCKET || stopping;
     bool closed = false;
     takeCloseAfterResponse();
-    bool answered = process_request(stream, closing, closed, nullptr);
+    bool answered =
+        process_request(stream, closing, closed, [c](httplib::Request &req) { req.ssl = c->ssl; });
     bool closeAfter = takeCloseAfterResponse() || stream.refused();
+    c->inHead = c->requestLineDone = false;
+    c->scanned = c->begin;
+    if (answered && !c->broken && !closed && !closing && !closeAfter) {
+      // Its next request may be here already (sent early, or while this one ran): served
+      // on this thread, without a turn through the epoll set.
+      Read next = readHead(c);
+      if (next == Read::Whole)
+        continue;
+      std::lock_guard<std::mutex> lock(mutex);
+      parkAfterRead(c, next);
+      return;
+    }
     std::lock_guard<std::mutex> lock(mutex);
     if (!answered || c->broken)
       forget(c); // The client went, or broke the head's limits: closed at once.
-    else if (closed || closing || closeAfter)
-      retire(c);
-    else if (c->buffered() > 0)
-      continue; // The client sent its next request early: it is served now, in order.
     else
-      park(c);
+      retire(c);
     return;
   }
 }
@@ -503,10 +898,9 @@ void ParkingServer::closeConnections() {
   stopping = true;
   wake(); // Stays readable: every thread waiting on the epoll set sees it.
   stalls.notify_all();
-  while (!parked.empty())
-    forget(parked.front());
-  while (!draining.empty())
-    forget(draining.front());
+  for (ParkedSet *set : {&idleSet, &headSet, &handshakeSet, &refusalSet, &drainSet})
+    while (!set->empty())
+      forget(set->begin()->second);
   // What is left is being served: its socket is shut down, so a request blocked reading or
   // writing ends, and its thread forgets it.
   for (const auto &entry : live)

@@ -3,15 +3,18 @@
 
 #include "transport/HostPort.h"
 #include "transport/Log.h"
+#include "transport/ParkingServer.h"
 
 #include "Version.h"
 
+#include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
 
 #include <cstdio>
 #include <cstdlib>
 #include <pthread.h>
+#include <sys/resource.h>
 
 namespace courier::transport {
 
@@ -108,6 +111,56 @@ llvm::Error setDrainTimeout(const ArgumentReader &args, HttpListenOptions &optio
 llvm::Error checkThreadCount(uint64_t threads) {
   if (threads == 0 || threads > 4096)
     return llvm::createStringError("--threads must be between 1 and 4096");
+  return llvm::Error::success();
+}
+
+llvm::Expected<bool> readConnectionFlag(ArgumentReader &args, HttpListenOptions &options,
+                                        bool &maxGiven) {
+  bool perClient = args.name() == "--max-connections-per-client";
+  if (!perClient && args.name() != "--max-connections")
+    return false;
+  uint64_t value = 0;
+  if (llvm::Error error = args.readValue())
+    return std::move(error);
+  if (llvm::Error error = args.number(value))
+    return std::move(error);
+  if (perClient) {
+    if (value > 1000000)
+      return llvm::createStringError("--max-connections-per-client is at most 1000000 (0: none)");
+    options.maxConnectionsPerClient = static_cast<unsigned>(value);
+    return true;
+  }
+  if (value == 0 || value > 1000000)
+    return llvm::createStringError("--max-connections must be between 1 and 1000000");
+  options.maxConnections = static_cast<unsigned>(value);
+  maxGiven = true;
+  return true;
+}
+
+llvm::Error fitConnectionLimit(HttpListenOptions &options, bool maxGiven) {
+  struct rlimit files {};
+  if (getrlimit(RLIMIT_NOFILE, &files) != 0)
+    return llvm::Error::success(); // Nothing known to check against.
+  if (files.rlim_cur < files.rlim_max) {
+    struct rlimit raised = files;
+    raised.rlim_cur = files.rlim_max;
+    if (setrlimit(RLIMIT_NOFILE, &raised) == 0)
+      files = raised;
+  }
+  if (files.rlim_cur == RLIM_INFINITY ||
+      ParkingServer::filesNeeded(options.maxConnections) <= files.rlim_cur)
+    return llvm::Error::success();
+  size_t reserved = ParkingServer::filesNeeded(0);
+  size_t fits = files.rlim_cur > reserved ? files.rlim_cur - reserved : 0;
+  if (maxGiven || fits == 0)
+    return llvm::createStringError(
+        llvm::formatv("--max-connections {0} needs {1} open files, and RLIMIT_NOFILE allows "
+                      "{2}: give --max-connections {3} or less, or raise the limit (ulimit -n, "
+                      "or LimitNOFILE= in a systemd unit)",
+                      options.maxConnections, ParkingServer::filesNeeded(options.maxConnections),
+                      uint64_t(files.rlim_cur), fits)
+            .str());
+  options.maxConnections = static_cast<unsigned>(fits);
   return llvm::Error::success();
 }
 

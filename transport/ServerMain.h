@@ -67,6 +67,26 @@ llvm::Error checkThreadCount(uint64_t threads);
 /// HttpService::bind() checks how they combine and loads the files.
 llvm::Expected<bool> readTlsFlag(ArgumentReader &args, HttpListenOptions &options);
 
+/// Takes --max-connections N and --max-connections-per-client N into `options`, noting in
+/// `maxGiven` that --max-connections was given. False when the argument is neither.
+llvm::Expected<bool> readConnectionFlag(ArgumentReader &args, HttpListenOptions &options,
+                                        bool &maxGiven);
+
+/// Raises the soft RLIMIT_NOFILE to the hard one and checks that --max-connections fits under
+/// it with the descriptors a server needs besides: a value given past it is an error saying
+/// what the limit allows; the default is lowered to fit.
+llvm::Error fitConnectionLimit(HttpListenOptions &options, bool maxGiven);
+
+/// The usage lines of readConnectionFlag's flags, for a server's --help.
+#define COURIER_CONNECTION_USAGE                                                                   \
+  "  --max-connections N  connections open at once, idle ones included (default 10000, at\n"       \
+  "                  most what RLIMIT_NOFILE allows); at the limit a new connection closes\n"      \
+  "                  the oldest idle one, and only when every one is busy is it answered\n"        \
+  "                  503 overloaded and closed\n"                                                  \
+  "  --max-connections-per-client N  connections open at once from one client address\n"           \
+  "                  (a unix-socket client: one uid); past it, 503 overloaded (default 256;\n"     \
+  "                  0 for none, as behind a proxy, where every client is the proxy)\n"
+
 /// Takes --log-format text|json, setting the format of every line the process logs from then
 /// on (transport/Log.h). False when the argument is another one.
 llvm::Expected<bool> readLogFormatFlag(ArgumentReader &args);

@@ -26,7 +26,8 @@ static const char *const kUsage =
     "                        [--max-object-store-mib N] [--allow-unsigned-objects] [--quiet]\n"
     "                        [--log-format text|json]\n"
     "                        [--tls-cert FILE --tls-key FILE [--tls-client-ca FILE]]\n"
-    "                        [--insecure-plaintext]\n"
+    "                        [--insecure-plaintext] [--max-connections N]\n"
+    "                        [--max-connections-per-client N]\n"
     "  --listen        address to bind: HOST:PORT (default 127.0.0.1:7000; port 0 picks a\n"
     "                  free one) or unix:PATH (a socket file created mode 0600)\n"
     "  --plugin        shared library whose symbols `call` can reach (repeatable)\n"
@@ -36,10 +37,8 @@ static const char *const kUsage =
     "  --max-object-store-mib  most the object store holds (default 1024): an upload past it\n"
     "                  evicts objects no session holds, oldest first, or is answered 507\n"
     "                  store_full when sessions hold too much\n"
-    "  --threads       connections open at once, and requests served at once (default 512;\n"
-    "                  an idle connection holds no thread, and four threads per core serve while\n"
-    "                  requests keep moving); one more connection is answered 503\n"
-    "                  overloaded and closed\n"
+    "  --threads       requests served at once (default 512; an idle connection holds no\n"
+    "                  thread, and four threads per core serve while requests keep moving)\n"
     "  --max-body-mib  largest request body accepted (default 4096)\n"
     "  --isolation     process (default): each session's code runs in its own sandboxed\n"
     "                  worker process; none: in this process, uncontained\n"
@@ -56,13 +55,14 @@ static const char *const kUsage =
     "                  inputs and results, half each (default 256; 0 offers no channel)\n"
     "  --allow-unsigned-objects  accept objects without signature tables\n"
     "  --quiet         do not log one line per request to stderr\n" COURIER_LOG_USAGE
-        COURIER_TLS_USAGE;
+        COURIER_TLS_USAGE COURIER_CONNECTION_USAGE;
 
 static Expected<ExecutorServerOptions> parseArguments(int argc, char **argv) {
   ExecutorServerOptions options;
   std::string listen = "127.0.0.1:7000", tokenFile;
   uint64_t maxBodyMiB = 4096, idleSeconds = 600, threads = 512;
   double graceSeconds = 60;
+  bool maxConnectionsGiven = false;
   uint64_t launchTimeoutMs = 60000, warmWorkers = 2;
   courier::transport::ArgumentReader args(argc, argv, kUsage);
   while (args.next()) {
@@ -87,6 +87,12 @@ static Expected<ExecutorServerOptions> parseArguments(int argc, char **argv) {
     if (!tls)
       return tls.takeError();
     if (*tls)
+      continue;
+    Expected<bool> connections =
+        courier::transport::readConnectionFlag(args, options, maxConnectionsGiven);
+    if (!connections)
+      return connections.takeError();
+    if (*connections)
       continue;
     StringRef name = args.name();
     if (!llvm::is_contained({"--listen", "--plugin", "--token-file", "--idle-timeout",
@@ -172,6 +178,8 @@ static Expected<ExecutorServerOptions> parseArguments(int argc, char **argv) {
     options.token = std::move(*token);
   }
   if (Error e = courier::transport::checkThreadCount(threads))
+    return std::move(e);
+  if (Error e = courier::transport::fitConnectionLimit(options, maxConnectionsGiven))
     return std::move(e);
   options.idleTimeout = std::chrono::seconds(idleSeconds);
   options.objectGrace = std::chrono::milliseconds(static_cast<int64_t>(graceSeconds * 1000));

@@ -46,8 +46,10 @@ static const char *const kUsage =
     "                     [--allow-shared-memory]\n"
     "                     [--tls-cert FILE --tls-key FILE [--tls-client-ca FILE]]\n"
     "                     [--insecure-plaintext] [--tls-ca FILE]\n"
-    "                     [--tls-client-cert FILE --tls-client-key FILE]\n" COURIER_TLS_USAGE
-        COURIER_LOG_USAGE
+    "                     [--tls-client-cert FILE --tls-client-key FILE]\n"
+    "                     [--max-connections N]\n"
+    "                     [--max-connections-per-client N]\n" COURIER_TLS_USAGE
+        COURIER_CONNECTION_USAGE COURIER_LOG_USAGE
     "  --listen              address to bind: HOST:PORT (default 127.0.0.1:8080; port 0 picks\n"
     "                        a free one) or unix:PATH (a socket file created mode 0600)\n"
     "  --token-file          file holding the bearer token every request must carry\n"
@@ -74,10 +76,9 @@ static const char *const kUsage =
     "                        size (default 64; 0: no limit)\n"
     "  --max-object-mib      largest object a module (host or target) may compile to\n"
     "                        (default 256; 0: no limit)\n"
-    "  --threads             connections open at once, and requests served at once\n"
-    "                        (default 512; an idle connection holds no thread, and four threads\n"
-    "                        per core serve while requests keep moving); one more connection\n"
-    "                        is answered 503 overloaded and closed\n"
+    "  --threads             requests served at once (default 512; an idle connection holds\n"
+    "                        no thread, and four threads per core serve while requests keep\n"
+    "                        moving)\n"
     "  --quiet               do not log one line per request to stderr\n"
     "  --isolation           process (default): each module version compiles, links and runs\n"
     "                        in a sandboxed worker process of its own; none: in this process\n"
@@ -111,6 +112,7 @@ Expected<Arguments> parseArguments(int argc, char **argv) {
   uint64_t maxConstantMiB = args.store.maxConstantBytes >> 20,
            maxObjectMiB = args.store.maxObjectBytes >> 20;
   uint64_t jobs = 0, watchOptLevel = args.watchOptLevel, workersPerModule = 1;
+  bool maxConnectionsGiven = false;
   transport::ArgumentReader flags(argc, argv, kUsage);
   while (flags.next()) {
     if (flags.arg() == "--quiet") {
@@ -134,6 +136,12 @@ Expected<Arguments> parseArguments(int argc, char **argv) {
     if (!tls)
       return tls.takeError();
     if (*tls)
+      continue;
+    Expected<bool> connections =
+        transport::readConnectionFlag(flags, args.serve, maxConnectionsGiven);
+    if (!connections)
+      return connections.takeError();
+    if (*connections)
       continue;
     StringRef name = flags.name();
     bool executorTls =
@@ -232,6 +240,8 @@ Expected<Arguments> parseArguments(int argc, char **argv) {
     args.store.executorToken = std::move(*token);
   }
   if (Error error = transport::checkThreadCount(threads))
+    return std::move(error);
+  if (Error error = transport::fitConnectionLimit(args.serve, maxConnectionsGiven))
     return std::move(error);
   if (maxModules == 0)
     return createStringError("--max-modules must be at least 1");

@@ -1,0 +1,239 @@
+// An executor's connection limits under a client that abuses them: idle connections and
+// half-sent heads by the thousand, plaintext and TLS, leave everyone else served; past
+// --max-connections-per-client one address is refused with a 503 it can read while another is
+// served; at --max-connections with every connection busy the next is refused the same way;
+// and a TLS port closes connections that never start a handshake.
+#include "abi/ContentHash.h"
+#include "tests/executor/Replies.h"
+#include "tests/kernels/KernelPaths.h"
+#include "tests/support/ConnectionFlood.h"
+#include "tests/support/HostileRequests.h"
+#include "tests/support/RawConnection.h"
+#include "tests/support/TestCertificates.h"
+#include "tests/transport/ExecutorProcess.h"
+
+#include <catch2/catch.hpp>
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <thread>
+
+using courier::testing::ConnectionFlood;
+using courier::testing::ExecutorConfig;
+using courier::testing::ExecutorProcess;
+using courier::testing::kFrameType;
+using courier::testing::kJsonType;
+using courier::testing::parseRawReply;
+using courier::testing::RawConnection;
+using courier::testing::RawReply;
+using courier::testing::readFile;
+using courier::testing::ServerProcess;
+using courier::testing::ServerSpec;
+using courier::testing::TestCertificates;
+using json = nlohmann::json;
+using namespace std::chrono_literals;
+
+namespace {
+
+/// A new client's health check, a session, an object and a noop launch, each answered within
+/// `within` (the client's timeouts) and successful.
+void requireServedPromptly(const ServerProcess &server, std::chrono::milliseconds within) {
+  auto client = server.client();
+  client->set_connection_timeout(within);
+  client->set_read_timeout(within);
+  client->set_write_timeout(within);
+  httplib::Result health = client->Get("/v1/health");
+  INFO(
+      "health: " << (health ? std::to_string(health->status) : httplib::to_string(health.error())));
+  REQUIRE(health);
+  REQUIRE(health->status == 200);
+  // The object store and a launch: work, not only a probe, is served.
+  client->set_read_timeout(10s);
+  std::string bytes = readFile(COURIER_KERNEL_SHAPES);
+  std::string sha = courier::sha256Hex(bytes);
+  httplib::Result opened = client->Post("/v1/sessions", "", kJsonType);
+  REQUIRE(opened);
+  REQUIRE(opened->status == 201);
+  std::string session = json::parse(opened->body)["session"];
+  httplib::Result stored =
+      client->Put(("/v1/objects/" + sha).c_str(), bytes, "application/octet-stream");
+  REQUIRE(stored);
+  REQUIRE((stored->status == 201 || stored->status == 200));
+  httplib::Result attached = client->Post(("/v1/sessions/" + session + "/objects/" + sha).c_str(),
+                                          {{"X-Courier-Session", session}}, "", kJsonType);
+  REQUIRE(attached);
+  REQUIRE(attached->status == 200);
+  std::string frame = json({{"object", sha},
+                            {"entry", "_catalyst_pyface_noop"},
+                            {"inputs", json::array()},
+                            {"results", json::array()}})
+                          .dump() +
+                      "\n";
+  for (int i = 0; i < 10; ++i) {
+    httplib::Result launched = client->Post(("/v1/sessions/" + session + "/launch").c_str(),
+                                            {{"X-Courier-Session", session}}, frame, kFrameType);
+    REQUIRE(launched);
+    CHECK(launched->status == 200);
+  }
+}
+
+/// Under a flood of `idle` silent connections and `heads` half-sent heads from one client, a
+/// new client is served within 1 s and the executor's resident memory stays flat.
+void floodThenServe(ServerProcess &executor, const std::string &tlsCaFile) {
+  requireServedPromptly(executor, 10s); // Warmed up: the session machinery is loaded.
+  long before = courier::testing::residentKiB(executor.processId());
+  ConnectionFlood flood(executor.port(), {2000, 200, 0, tlsCaFile});
+  REQUIRE(flood.opened() == 2200);
+  requireServedPromptly(executor, 1000ms);
+  // Most of the flood is still open (none has reached the 5 s keep-alive timeout of a quick
+  // plaintext flood; a TLS one takes a few seconds to make).
+  double open = executor.metric("courier_connections_open");
+  INFO("open: " << open << ", closed by the executor: " << flood.closedByServer());
+  CHECK(open >= (tlsCaFile.empty() ? 2000 : 1000));
+  // The half-sent heads wait without a thread each.
+  CHECK(executor.metric("courier_connections_parked{state=\"head\"}") >= 190);
+  CHECK(executor.metric("courier_request_threads") <= 64 + 8);
+  long after = courier::testing::residentKiB(executor.processId());
+  INFO("resident before the flood: " << before << " KiB, during it: " << after << " KiB");
+  CHECK(after - before < 64 * 1024);
+}
+
+} // namespace
+
+TEST_CASE("2000 idle connections and 200 half-sent heads from one client leave the executor "
+          "serving a new client at once",
+          "[http][connections][memory]") {
+  ExecutorProcess executor(ExecutorConfig{
+      0, "", {"--quiet", "--warm-workers", "1", "--max-connections-per-client", "0"}});
+  floodThenServe(executor, "");
+}
+
+TEST_CASE("2000 idle TLS connections and 200 half-sent heads from one client leave the "
+          "executor serving a new TLS client at once",
+          "[http][connections][tls][memory]") {
+  TestCertificates pki;
+  ServerSpec spec{COURIER_EXECUTOR_PATH,
+                  "courier-executor",
+                  0,
+                  "",
+                  {"--quiet", "--warm-workers", "1", "--max-connections-per-client", "0",
+                   "--tls-cert", pki.serverCert, "--tls-key", pki.serverKey}};
+  spec.tlsCaFile = pki.caCert;
+  ServerProcess executor(spec);
+  floodThenServe(executor, pki.caCert);
+}
+
+TEST_CASE("past --max-connections-per-client one address gets a 503 it can read while another "
+          "address is served",
+          "[http][connections]") {
+  ExecutorProcess executor(ExecutorConfig{0, "", {"--max-connections-per-client", "8"}});
+  auto flood = std::make_unique<ConnectionFlood>(executor.port(),
+                                                 ConnectionFlood::Shape{8, 0, 0, "", "127.0.0.1"});
+  const std::string health = "GET /v1/health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+  std::string refusedBytes = courier::testing::exchangeFrom(executor.port(), "127.0.0.1", health);
+  INFO(refusedBytes);
+  RawReply refused = parseRawReply(refusedBytes);
+  CHECK(refused.status == 503);
+  CHECK(refused.code == "overloaded");
+  CHECK_THAT(refused.message, Catch::Contains("--max-connections-per-client"));
+  CHECK(refused.saysClose);
+  CHECK(refusedBytes.find("Retry-After: 1") != std::string::npos);
+  RawReply served =
+      parseRawReply(courier::testing::exchangeFrom(executor.port(), "127.0.0.2", health));
+  CHECK(served.status == 200);
+  // Once the flood's connections close, the first address is served again.
+  flood.reset();
+  int status = 0;
+  for (auto deadline = std::chrono::steady_clock::now() + 10s;
+       status != 200 && std::chrono::steady_clock::now() < deadline;) {
+    status =
+        parseRawReply(courier::testing::exchangeFrom(executor.port(), "127.0.0.1", health)).status;
+    if (status != 200)
+      std::this_thread::sleep_for(20ms);
+  }
+  CHECK(status == 200);
+  CHECK(executor.metric("courier_connections_refused_total{reason=\"per_client\"}") >= 1);
+}
+
+TEST_CASE("at --max-connections the oldest idle connection is closed to admit a new one",
+          "[http][connections]") {
+  ExecutorProcess executor(ExecutorConfig{0, "", {"--max-connections", "4"}});
+  std::vector<std::unique_ptr<httplib::Client>> holders;
+  for (int i = 0; i < 4; ++i) {
+    holders.push_back(executor.client());
+    httplib::Result res = holders.back()->Get("/v1/health");
+    REQUIRE(res);
+    REQUIRE(res->status == 200);
+  }
+  // Each of the four is idle now; a fifth connection is served, not refused, and so is each
+  // one after it, all held open.
+  for (int i = 0; i < 3; ++i) {
+    holders.push_back(executor.client());
+    httplib::Result res = holders.back()->Get("/v1/health");
+    REQUIRE(res);
+    CHECK(res->status == 200);
+  }
+  CHECK(executor.metric("courier_connections_evicted_total{state=\"idle\"}") >= 3);
+  CHECK(executor.metric("courier_connections_refused_total{reason=\"connections\"}") == 0);
+}
+
+TEST_CASE("at --max-connections with every connection busy the next one is answered 503 "
+          "overloaded, which the client reads, and one is served once a busy one is done",
+          "[http][connections]") {
+  ExecutorProcess executor(ExecutorConfig{0, "", {"--max-connections", "4"}});
+  // Four requests whose bodies are half sent: each holds its connection busy.
+  const std::string head =
+      "POST /v1/sessions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+      "Content-Length: 4\r\n\r\n{}";
+  std::vector<std::unique_ptr<RawConnection>> busy;
+  for (int i = 0; i < 4; ++i) {
+    busy.push_back(std::make_unique<RawConnection>(executor.port()));
+    busy.back()->send(head);
+  }
+  auto extra = executor.client();
+  extra->set_read_timeout(5s);
+  httplib::Result refused = extra->Get("/v1/health");
+  REQUIRE(refused);
+  CHECK(refused->status == 503);
+  CHECK(json::parse(refused->body)["error"]["code"] == "overloaded");
+  CHECK_THAT(std::string(json::parse(refused->body)["error"]["message"]),
+             Catch::Contains("--max-connections"));
+  CHECK(refused->get_header_value("Connection") == "close");
+  CHECK(refused->get_header_value("Retry-After") == "1");
+  // One busy request ends: answered, its connection idle, and so a new one is served.
+  busy.front()->send("  ");
+  int status = 0;
+  for (auto deadline = std::chrono::steady_clock::now() + 10s;
+       status != 200 && std::chrono::steady_clock::now() < deadline;) {
+    httplib::Result res = extra->Get("/v1/health");
+    status = res ? res->status : 0;
+    if (status != 200)
+      std::this_thread::sleep_for(20ms);
+  }
+  CHECK(status == 200);
+  CHECK(executor.metric("courier_connections_refused_total{reason=\"connections\"}") >= 1);
+}
+
+TEST_CASE("a TCP connection to a TLS port that never starts a handshake is closed within the "
+          "handshake timeout, and 1000 of them do not stop a real TLS client",
+          "[http][connections][tls]") {
+  TestCertificates pki;
+  ServerSpec spec{COURIER_EXECUTOR_PATH,
+                  "courier-executor",
+                  0,
+                  "",
+                  {"--quiet", "--warm-workers", "1", "--max-connections-per-client", "0",
+                   "--tls-cert", pki.serverCert, "--tls-key", pki.serverKey}};
+  spec.tlsCaFile = pki.caCert;
+  ServerProcess executor(spec);
+  {
+    RawConnection silent(executor.port());
+    // The handshake timeout is 3 s; a second more for the server's turn.
+    CHECK(courier::testing::closedWithin(silent.descriptor(), 4000));
+  }
+  ConnectionFlood flood(executor.port(), {0, 0, 1000, ""});
+  REQUIRE(flood.opened() == 1000);
+  requireServedPromptly(executor, 1000ms);
+  CHECK(executor.metric("courier_connections_evicted_total{state=\"handshake\"}") >= 700);
+}
