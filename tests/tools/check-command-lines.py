@@ -2,7 +2,8 @@
 """Every tool's command line follows one set of conventions: --version prints Courier's
 version (the project version in CMakeLists.txt), an unknown flag is "unknown option '--x'",
 a flag given last without its value is "option '--x' needs a value", each as
-"TOOL: error: ..." with a non-zero exit. courier-run reads its program from standard input
+"TOOL: error: ..." with a non-zero exit; -h is --help everywhere, and courier-run with no
+arguments prints a short usage. courier-run reads its program from standard input
 given "-"; courier-opt --help-courier lists Courier's passes alone, and courier-opt takes every
 option mlir-opt takes."""
 import os
@@ -54,6 +55,14 @@ def main():
                    f"{tool}: error: unknown option '{spelled}'" in proc.stderr,
                    f"exit {proc.returncode}, stderr {proc.stderr[:300]!r}")
 
+        # -h is --help, on every tool.
+        short, long = run([path, "-h"]), run([path, "--help"])
+        expect(f"{tool} -h prints its usage as --help does",
+               short.returncode == 0 and f"usage: {tool} " in short.stdout.lower()
+               and short.stdout == long.stdout,
+               f"exit {short.returncode}, stdout {short.stdout[:300]!r}, "
+               f"stderr {short.stderr[:300]!r}")
+
         proc = run([path] + lead + [value_flag])
         expect(f"{tool} {value_flag} without a value says it needs one",
                proc.returncode != 0 and
@@ -61,6 +70,14 @@ def main():
                f"exit {proc.returncode}, stderr {proc.stderr[:300]!r}")
 
     courier_run = os.path.join(tool_dir, "courier-run")
+    proc = run([courier_run])
+    expect("courier-run with no arguments prints a short usage, not cl's complaint",
+           proc.returncode == 1
+           and proc.stderr.startswith("USAGE: courier-run [options] <file.mlir")
+           and "--help lists every option" in proc.stderr
+           and "Not enough positional" not in proc.stderr
+           and len(proc.stderr.splitlines()) < 12,
+           f"exit {proc.returncode}, stderr {proc.stderr[:300]!r}")
     with open(sample) as f:
         program = f.read()
     proc = run([courier_run, "-", "--arg", "[1, 2, 3, 4]", "--no-disk-cache"], stdin=program)

@@ -16,6 +16,25 @@ void setVersionPrinter(llvm::StringRef tool) {
   cl::SetVersionPrinter([](llvm::raw_ostream &os) { os << versionText(name) << "\n"; });
 }
 
+void addShortHelp() {
+  auto &options = cl::getRegisteredOptions();
+  auto help = options.find("help");
+  if (help == options.end() || options.count("h"))
+    return;
+  static cl::alias shortHelp("h", cl::desc("Alias for --help"), cl::aliasopt(*help->second),
+                             cl::NotHidden);
+  // Listed with --help's own options, whatever category the tool shows.
+  shortHelp.addCategory(help->second->Categories.front() ? *help->second->Categories.front()
+                                                         : cl::getGeneralCategory());
+}
+
+bool printUsageIfNoArguments(int argc, llvm::StringRef usage) {
+  if (argc > 1)
+    return false;
+  llvm::errs() << usage;
+  return true;
+}
+
 namespace {
 
 bool takesItsValueAttached(const cl::Option &option) {

@@ -12,6 +12,14 @@ namespace courier::tools {
 /// LLVM's.
 void setVersionPrinter(llvm::StringRef tool);
 
+/// Registers -h as another name of --help, as the servers take it. Call before parsing.
+void addShortHelp();
+
+/// For a tool run with no arguments at all: prints `usage` (a few lines: what the tool does,
+/// how it is called, where every option is listed) to stderr and returns true, so that
+/// main() exits 1, instead of cl's "Not enough positional command line arguments".
+bool printUsageIfNoArguments(int argc, llvm::StringRef usage);
+
 /// Checks `argv` against the options registered with llvm::cl before cl parses it, and
 /// refuses the first argument no option takes, "unknown option '--x' (see --help)", and an
 /// option that needs a value given last without one, "option '--entry' needs a value".

@@ -84,6 +84,7 @@ int main(int argc, char **argv) {
   mlir::registerDefaultTimingManagerCLOptions();
   mlir::tracing::DebugCounter::registerCLOptions();
   courier::tools::setVersionPrinter("courier-opt");
+  courier::tools::addShortHelp();
   if (llvm::Error error = courier::tools::checkOptions(argc, argv)) {
     llvm::errs() << "courier-opt: error: " << llvm::toString(std::move(error)) << "\n";
     return 1;

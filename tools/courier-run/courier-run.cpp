@@ -570,6 +570,16 @@ int main(int argc, char **argv) {
   llvm::InitLLVM init(argc, argv);
   cl::HideUnrelatedOptions(category);
   tools::setVersionPrinter("courier-run");
+  tools::addShortHelp();
+  if (tools::printUsageIfNoArguments(
+          argc, "USAGE: courier-run [options] <file.mlir, or - for standard input>\n\n"
+                "Compiles an MLIR program and runs one of its entries, printing each result as "
+                "JSON:\n"
+                "  courier-run app.mlir --entry main --arg '[1, 2, 3, 4]'\n"
+                "  courier-run app.mlir --arg '[1, 2, 3, 4]' --watch    (run again on every "
+                "save)\n\n"
+                "courier-run --help lists every option.\n"))
+    return 1;
   if (llvm::Error error = tools::checkOptions(argc, argv))
     return fail(std::move(error));
   cl::ParseCommandLineOptions(argc, argv, "Compile an MLIR program and run one of its entries\n");
