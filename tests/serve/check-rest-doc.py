@@ -36,6 +36,7 @@ def main():
         "LA": ["--max-modules", "1", "--max-body-bytes", "65536", "--max-constant-mib", "1"],
         "SA": ["--compile-timeout-ms", "1"],
         "WA": ["--watch", watch],
+        "SM": ["--allow-shared-memory"],
     }
     procs, addresses = [], {}
     try:
