@@ -17,6 +17,7 @@
 #include <grp.h>
 #include <linux/capability.h>
 #include <linux/landlock.h>
+#include <linux/securebits.h>
 #include <linux/sockios.h>
 #include <pwd.h>
 #include <sched.h>
@@ -152,6 +153,10 @@ private:
 };
 
 /// Empties the capability bounding set (needs CAP_SETPCAP).
+/// Changes of user, group or capabilities.
+const char *const kIdentityCalls[] = {"setuid",    "setgid",    "setreuid", "setregid", "setresuid",
+                                      "setresgid", "setgroups", "setfsuid", "setfsgid", "capset"};
+
 llvm::Error dropBoundingSet() {
   for (int capability = 0; ::prctl(PR_CAPBSET_READ, capability, 0, 0, 0) >= 0; ++capability)
     if (::prctl(PR_CAPBSET_DROP, capability, 0, 0, 0) != 0)
@@ -273,24 +278,65 @@ llvm::Error enterSandbox() {
   return llvm::Error::success();
 }
 
+Identity unprivilegedIdentity() {
+  Identity nobody;
+  if (const struct passwd *entry = ::getpwnam("nobody")) {
+    nobody.uid = entry->pw_uid;
+    nobody.gid = entry->pw_gid;
+  }
+  return nobody;
+}
+
+llvm::Error becomeUser(Identity who) {
+  if (::geteuid() != 0)
+    return llvm::Error::success();
+  if (::setgroups(0, nullptr) != 0)
+    return systemError("dropping supplementary groups");
+  if (::setresgid(who.gid, who.gid, who.gid) != 0)
+    return systemError(llvm::formatv("becoming group {0}", who.gid));
+  if (::setresuid(who.uid, who.uid, who.uid) != 0)
+    return systemError(llvm::formatv("becoming user {0}", who.uid));
+  if (who.uid == 0)
+    return llvm::Error::success();
+  struct __user_cap_header_struct header = {_LINUX_CAPABILITY_VERSION_3, 0};
+  struct __user_cap_data_struct held[2] = {};
+  if (::syscall(SYS_capget, &header, held) != 0)
+    return systemError("reading capabilities");
+  if (held[0].permitted || held[1].permitted || held[0].effective || held[1].effective)
+    return llvm::createStringError(
+        llvm::formatv("capabilities survived becoming user {0}", who.uid).str());
+  return llvm::Error::success();
+}
+
 llvm::Error leaveRoot() {
   if (::geteuid() != 0)
     return llvm::Error::success();
-  uid_t uid = 65534;
-  gid_t gid = 65534;
-  if (const struct passwd *nobody = ::getpwnam("nobody")) {
-    uid = nobody->pw_uid;
-    gid = nobody->pw_gid;
-  }
   // The bounding set while this process may still change it.
   if (llvm::Error error = dropBoundingSet())
     return error;
-  if (::setgroups(0, nullptr) != 0)
-    return systemError("dropping supplementary groups");
-  if (::setresgid(gid, gid, gid) != 0)
-    return systemError(llvm::formatv("becoming group {0}", gid));
-  if (::setresuid(uid, uid, uid) != 0)
-    return systemError(llvm::formatv("becoming user {0}", uid));
+  return becomeUser(unprivilegedIdentity());
+}
+
+llvm::Error dropCapabilitiesButIdentity() {
+  if (::geteuid() != 0)
+    return dropCapabilities();
+  // No capabilities for root at exec, no ambient ones ever, and the two rules that would let
+  // CAP_SETUID and CAP_SETGID outlive a change of user (SECBIT_KEEP_CAPS and
+  // SECBIT_NO_SETUID_FIXUP) locked off.
+  constexpr unsigned long kSecureBits =
+      SECBIT_NOROOT | SECBIT_NOROOT_LOCKED | SECBIT_NO_SETUID_FIXUP_LOCKED |
+      SECBIT_KEEP_CAPS_LOCKED | SECBIT_NO_CAP_AMBIENT_RAISE | SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED;
+  if (::prctl(PR_SET_SECUREBITS, kSecureBits, 0, 0, 0) != 0)
+    return systemError("setting the secure bits");
+  if (llvm::Error error = dropBoundingSet())
+    return error;
+  if (::prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0 && errno != EINVAL)
+    return systemError("clearing ambient capabilities");
+  struct __user_cap_header_struct header = {_LINUX_CAPABILITY_VERSION_3, 0};
+  struct __user_cap_data_struct kept[2] = {};
+  kept[0].permitted = kept[0].effective = (1u << CAP_SETUID) | (1u << CAP_SETGID);
+  if (::syscall(SYS_capset, &header, kept) != 0)
+    return systemError("dropping capabilities");
   return llvm::Error::success();
 }
 
@@ -337,6 +383,14 @@ llvm::Error forbidFileWritesInAllThreads() {
     if (number == __NR_SCMP_ERROR)
       continue; // Not a system call here, or unknown to this libseccomp.
     if (int rc = seccomp_rule_add(filter, refused, number, 0))
+      return systemError(llvm::formatv("refusing {0}", name), -rc);
+  }
+  // Whoever the worker is by now, it stays: no user, group or capability changes.
+  for (const char *name : kIdentityCalls) {
+    int number = seccomp_syscall_resolve_name(name);
+    if (number == __NR_SCMP_ERROR)
+      continue;
+    if (int rc = seccomp_rule_add(filter, SCMP_ACT_ERRNO(EPERM), number, 0))
       return systemError(llvm::formatv("refusing {0}", name), -rc);
   }
   // openat2 passes its flags in memory a filter cannot read; the C library does not use it.
@@ -390,7 +444,7 @@ llvm::Expected<bool> forbidFileWrites() {
   return true;
 }
 
-llvm::Error enterModuleSandbox() {
+llvm::Error enterModuleSandbox(bool identityChangeLater) {
   if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
     return systemError("setting no-new-privs");
   // Not dumpable: other workers (the same user) cannot open this one's /proc/<pid>/mem; the
@@ -414,20 +468,25 @@ llvm::Error enterModuleSandbox() {
       "kexec_file_load", "reboot", "swapon", "swapoff", "acct", "quotactl", "syslog",
       "settimeofday", "clock_settime", "adjtimex", "clock_adjtime", "sethostname", "setdomainname",
       "iopl", "ioperm", "vhangup", "lookup_dcookie", "personality",
-      // identity
-      "setuid", "setgid", "setreuid", "setregid", "setresuid", "setresgid", "setgroups", "setfsuid",
-      "setfsgid", "capset",
       // kernel interfaces a computation has no use for
       "bpf", "perf_event_open", "userfaultfd", "keyctl", "add_key", "request_key", "io_uring_setup",
       "io_uring_enter", "io_uring_register", "fanotify_init", "mbind", "move_pages",
       "migrate_pages"};
-  for (const char *name : denied) {
-    int number = seccomp_syscall_resolve_name(name);
-    if (number == __NR_SCMP_ERROR)
-      continue;
-    if (int rc = seccomp_rule_add(filter, SCMP_ACT_TRAP, number, 0))
-      return systemError(llvm::formatv("denying {0}", name), -rc);
-  }
+  auto deny = [&](llvm::ArrayRef<const char *> names) -> llvm::Error {
+    for (const char *name : names) {
+      int number = seccomp_syscall_resolve_name(name);
+      if (number == __NR_SCMP_ERROR)
+        continue;
+      if (int rc = seccomp_rule_add(filter, SCMP_ACT_TRAP, number, 0))
+        return systemError(llvm::formatv("denying {0}", name), -rc);
+    }
+    return llvm::Error::success();
+  };
+  if (llvm::Error error = deny(denied))
+    return error;
+  if (!identityChangeLater)
+    if (llvm::Error error = deny(kIdentityCalls))
+      return error;
   // clone only for threads. clone3 passes its flags in memory a filter cannot read: it fails
   // with ENOSYS, and the C library falls back to clone.
   struct scmp_arg_cmp notThread = {0, SCMP_CMP_MASKED_EQ, CLONE_THREAD, 0};
@@ -455,13 +514,17 @@ llvm::Error enterModuleSandbox() {
   for (Refused refused :
        {Refused{SCMP_SYS(fcntl), F_SETOWN, 1}, Refused{SCMP_SYS(fcntl), F_SETOWN_EX, 1},
         Refused{SCMP_SYS(fcntl), F_SETSIG, 1}, Refused{SCMP_SYS(ioctl), FIOSETOWN, 1},
-        Refused{SCMP_SYS(ioctl), SIOCSPGRP, 1}, Refused{SCMP_SYS(ioctl), TIOCSTI, 1},
-        // Clearing it would let a spinning worker outlive its server.
-        Refused{SCMP_SYS(prctl), PR_SET_PDEATHSIG, 0}}) {
+        Refused{SCMP_SYS(ioctl), SIOCSPGRP, 1}, Refused{SCMP_SYS(ioctl), TIOCSTI, 1}}) {
     struct scmp_arg_cmp is = {refused.argument, SCMP_CMP_EQ, refused.command, 0};
     if (int rc = seccomp_rule_add_array(filter, SCMP_ACT_TRAP, refused.call, 1, &is))
-      return systemError("limiting fcntl, ioctl and prctl", -rc);
+      return systemError("limiting fcntl and ioctl", -rc);
   }
+  // The parent-death signal may be set again (becoming another user clears it) but only to
+  // SIGKILL: clearing it would let a spinning worker outlive its server.
+  struct scmp_arg_cmp deathSignal[] = {{0, SCMP_CMP_EQ, PR_SET_PDEATHSIG, 0},
+                                       {1, SCMP_CMP_NE, SIGKILL, 0}};
+  if (int rc = seccomp_rule_add_array(filter, SCMP_ACT_TRAP, SCMP_SYS(prctl), 2, deathSignal))
+    return systemError("limiting prctl", -rc);
   if (int rc = seccomp_load(filter))
     return systemError("loading the seccomp filter", -rc);
   return llvm::Error::success();

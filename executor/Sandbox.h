@@ -9,6 +9,7 @@
 #include <atomic>
 
 #include <cstdint>
+#include <sys/types.h>
 
 namespace courier::executor {
 
@@ -47,11 +48,36 @@ void ringOnCrash(std::atomic<uint32_t> &request, std::atomic<uint32_t> &reply);
 /// new-handler, so a compile that reaches its memory limit is named as such.
 [[noreturn]] void reportOutOfMemoryAndAbort();
 
-/// For a worker of a server that runs as root: leaves root for good, for the user "nobody"
-/// (uid and gid 65534 where the system has none), with no supplementary groups and an empty
-/// capability bounding set. Nothing is done for any other user. Clears the parent-death
-/// signal, as every change of user does: set it again after.
+/// A user and group a worker of a root server becomes.
+struct Identity {
+  uid_t uid = 65534;
+  gid_t gid = 65534;
+};
+
+/// The user "nobody" (uid and gid 65534 where the system has none). Reads the user database:
+/// call it before any sandbox is entered.
+Identity unprivilegedIdentity();
+
+/// For a worker of a server that runs as root: leaves root for good, for the user "nobody",
+/// with no supplementary groups and an empty capability bounding set. Nothing is done for
+/// any other user. Clears the parent-death signal, as every change of user does: set it
+/// again after.
 llvm::Error leaveRoot();
+
+/// For a worker of a root server that runs trusted code as root before it runs anyone
+/// else's (a module worker compiles into the server's cache): drops every capability but
+/// CAP_SETUID and CAP_SETGID, empties the bounding set and locks the secure bits so that
+/// becoming another user (becomeUser) clears what is left in every thread, and nothing
+/// brings it back. Call it first, while the process has one thread; the threads it starts
+/// later hold the same two. Nothing is done for any user but root.
+llvm::Error dropCapabilitiesButIdentity();
+
+/// Becomes `who` in every thread (the C library changes the ids of all threads), without
+/// supplementary groups. From root, the kernel then clears each thread's capabilities
+/// (dropCapabilitiesButIdentity left the secure bits that make it so); this checks it did
+/// in the calling thread. Nothing is done for any user but root. Clears the parent-death
+/// signal: set it again after.
+llvm::Error becomeUser(Identity who);
 
 /// Drops every capability of the process for good: effective, permitted, inheritable,
 /// ambient and (where it may) the bounding set, with the secure bits that keep a root
@@ -70,12 +96,16 @@ llvm::Error enterSandbox();
 /// no-new-privs and a deny-list: no new programs or processes (threads only), no signals to
 /// other processes, no tracing or reading other processes' memory, no mounts, namespaces,
 /// identity changes, kernel modules, BPF or io_uring. A denied call traps with SIGSYS.
-llvm::Error enterModuleSandbox();
+/// With `identityChangeLater`, changes of user stay allowed here: the worker becomes
+/// unprivileged (becomeUser) before any module code runs, and forbidFileWritesInAllThreads
+/// forbids them from then on.
+llvm::Error enterModuleSandbox(bool identityChangeLater = false);
 
 /// Forbids every thread of this process, from now on, to open a file for writing, or to
 /// create, truncate, rename, link, remove, change the mode, owner or times of any file or
 /// bind a socket to a path (a seccomp filter synchronised to all threads; a call refused
-/// fails with EACCES). Descriptors already open keep working, and memfds are not paths.
+/// fails with EACCES), and to change user, group or capabilities (EPERM). Descriptors
+/// already open keep working, and memfds are not paths.
 /// Needs no-new-privs (enterModuleSandbox).
 llvm::Error forbidFileWritesInAllThreads();
 

@@ -11,11 +11,15 @@
 #include "executor/Worker.h"
 #include "transport/ServerMain.h"
 
+#include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <csignal>
+#include <cstdlib>
 #include <cstring>
+#include <fcntl.h>
 #include <new>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <unistd.h>
 
@@ -311,7 +315,43 @@ llvm::Expected<Flags> parseFlags(int argc, char **argv) {
   return flags;
 }
 
-/// Forbids file writes from here on (executor::forbidFileWrites), or ends the worker.
+/// Whether this worker runs as root until lockFileSystem, then as `unprivileged`.
+bool leaveRootBeforeModuleCode = false;
+executor::Identity unprivileged;
+
+/// A module's code runs as nobody where the server is root (lockFileSystem), and the TLS
+/// files that reach executors may be root's alone: a path of `tls` (or of its environment
+/// default) becomes a memfd holding the file's bytes, read now, named by its
+/// /proc/self/fd path. A file that cannot be read keeps its path, for the connection to name.
+void holdTlsFiles(transport::TlsClientOptions &tls) {
+  for (auto [path, variable] : {std::pair{&tls.caFile, "COURIER_TLS_CA"},
+                                std::pair{&tls.certFile, "COURIER_TLS_CLIENT_CERT"},
+                                std::pair{&tls.keyFile, "COURIER_TLS_CLIENT_KEY"}}) {
+    if (path->empty())
+      if (const char *fromEnvironment = std::getenv(variable))
+        *path = fromEnvironment;
+    if (path->empty())
+      continue;
+    auto file = llvm::MemoryBuffer::getFile(*path, /*IsText=*/false,
+                                            /*RequiresNullTerminator=*/false);
+    if (!file)
+      continue;
+    int held = ::memfd_create("courier-tls", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (held < 0)
+      continue;
+    llvm::StringRef bytes = (*file)->getBuffer();
+    bool written = ::write(held, bytes.data(), bytes.size()) == static_cast<ssize_t>(bytes.size());
+    if (!written ||
+        ::fcntl(held, F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_GROW | F_SEAL_SHRINK | F_SEAL_SEAL) != 0) {
+      ::close(held);
+      continue;
+    }
+    *path = "/proc/self/fd/" + std::to_string(held);
+  }
+}
+
+/// Forbids file writes from here on (executor::forbidFileWrites), becoming `unprivileged`
+/// first where this worker should, or ends the worker.
 void lockFileSystem();
 
 class ModuleWorker {
@@ -375,6 +415,8 @@ private:
     if (module)
       return answerError(llvm::createStringError("this worker already holds a module"));
     EngineOptions options = moduleproto::readOptions(in);
+    if (leaveRootBeforeModuleCode)
+      holdTlsFiles(options.tls);
     std::string name = in.str().str();
     CompileOptions compileOptions;
     compileOptions.sourceName = in.str().str();
@@ -552,6 +594,14 @@ void lockFileSystem() {
     llvm::errs() << "courier-module-worker: " << llvm::toString(std::move(error)) << "\n";
     std::abort();
   };
+  // Module code runs as nobody in every thread; changing user resets the parent-death
+  // signal, so it is set again (the server is still the parent: no exit between).
+  if (leaveRootBeforeModuleCode) {
+    if (llvm::Error error = executor::becomeUser(unprivileged))
+      failed(std::move(error));
+    if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0)
+      failed(llvm::createStringError("setting the parent-death signal again"));
+  }
   // Every thread: the compiler's, and any a signal handler of the module's may run on.
   if (llvm::Error error = executor::forbidFileWritesInAllThreads())
     failed(std::move(error));
@@ -604,12 +654,20 @@ int runModuleWorker(int argc, char **argv) {
     llvm::consumeError(executor::sendMessage(channel, failed.view()));
     return 2;
   };
-  // First, while this is the only thread: the compiler's threads, started later, hold none.
-  if (llvm::Error error = executor::dropCapabilities())
-    return fail(llvm::toString(std::move(error)));
   llvm::Expected<Flags> flags = parseFlags(argc, argv);
   if (!flags)
     return fail(llvm::toString(flags.takeError()));
+  // First, while this is the only thread: the compiler's threads, started later, hold none.
+  // A sandboxed worker of a root server compiles as root, into the server's cache, and keeps
+  // only what it needs to become nobody before any module code runs (lockFileSystem).
+  leaveRootBeforeModuleCode = flags->sandbox && ::geteuid() == 0;
+  if (leaveRootBeforeModuleCode) {
+    unprivileged = executor::unprivilegedIdentity();
+    if (llvm::Error error = executor::dropCapabilitiesButIdentity())
+      return fail(llvm::toString(std::move(error)));
+  } else if (llvm::Error error = executor::dropCapabilities()) {
+    return fail(llvm::toString(std::move(error)));
+  }
   if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || (flags->parent && ::getppid() != flags->parent))
     return 3;
   // Nothing but the standard streams and the channel: the server's sockets must not reach a
@@ -622,7 +680,7 @@ int runModuleWorker(int argc, char **argv) {
   if (llvm::Error error = executor::applyLimits(flags->limits))
     return fail(llvm::toString(std::move(error)));
   if (flags->sandbox)
-    if (llvm::Error error = executor::enterModuleSandbox())
+    if (llvm::Error error = executor::enterModuleSandbox(leaveRootBeforeModuleCode))
       return fail("cannot enter the sandbox: " + llvm::toString(std::move(error)));
   if (llvm::Error error = executor::sendReady(channel, flags->sandbox)) {
     llvm::consumeError(std::move(error));

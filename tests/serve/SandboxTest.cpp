@@ -2,6 +2,7 @@
 // setup(), from a signal handler on another thread, or with one compile job; no capability
 // in any thread; no program the server starts changed on disk; threads and memory in
 // memfds bounded by the worker's control group, against real courier-serve processes.
+#include "executor/Sandbox.h"
 #include "executor/WorkerCgroup.h"
 #include "tests/serve/RestClient.h"
 #include "tests/serve/ServeProcess.h"
@@ -94,6 +95,46 @@ TEST_CASE("no thread of a module worker holds a capability, even under a root se
     ++threads;
   }
   CHECK(threads >= 2);
+}
+
+TEST_CASE("module code of a root server runs as nobody in every thread and cannot read the "
+          "files only root may",
+          "[serve][containment][sandbox]") {
+  if (::geteuid() != 0) {
+    WARN("skipped: the server runs as root only when the test does");
+    return;
+  }
+  const char *const rootOnly = "/tmp/courier-root-only-probe";
+  {
+    std::ofstream(rootOnly) << "secret\n";
+    std::filesystem::permissions(rootOnly, std::filesystem::perms::owner_read |
+                                               std::filesystem::perms::owner_write);
+  }
+  ServeProcess serve;
+  auto http = serve.client();
+  requireCreated(*http, "breakout", kBreakoutModule);
+  CHECK(callI64(*http, "breakout", "readsOwnersFile", 0) == 0);
+  // The compile still wrote the server's cache, as root, before module code ran: a second
+  // module with the same text is a cache hit.
+  requireCreated(*http, "again", kBreakoutModule);
+  Reply again = get(*http, "/v1/modules/again");
+  REQUIRE(again.status == 200);
+  CHECK(again.body["phases"]["cacheHit"] == true);
+  pid_t worker = workerOf(*http, "breakout");
+  std::string nobody = std::to_string(courier::executor::unprivilegedIdentity().uid);
+  int threads = 0;
+  for (const auto &task :
+       std::filesystem::directory_iterator("/proc/" + std::to_string(worker) + "/task")) {
+    std::ifstream in(task.path() / "status");
+    std::stringstream status;
+    status << in.rdbuf();
+    INFO("thread " << task.path().filename().string());
+    std::string uid = field(status.str(), "Uid");
+    CHECK(uid == nobody + "\t" + nobody + "\t" + nobody + "\t" + nobody);
+    ++threads;
+  }
+  CHECK(threads >= 2);
+  std::filesystem::remove(rootOnly);
 }
 
 TEST_CASE("a worker program replaced on disk after the server started is never run",

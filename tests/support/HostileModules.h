@@ -157,6 +157,8 @@ inline constexpr const char *kBreakoutModule = R"(
 module @breakout {
   llvm.mlir.global internal constant @probe("/tmp/courier-breakout-probe\00") {addr_space = 0 : i32}
   llvm.mlir.global internal constant @tasks("/proc/self/task\00") {addr_space = 0 : i32}
+  llvm.mlir.global internal constant @rootOnly("/tmp/courier-root-only-probe\00") {addr_space = 0 : i32}
+  llvm.func @open(!llvm.ptr, i32) -> i32
   llvm.mlir.global internal @handled(0 : i32) {addr_space = 0 : i32} : i32
   llvm.mlir.global internal @created(0 : i32) {addr_space = 0 : i32} : i32
   llvm.func @creat(!llvm.ptr, i32) -> i32
@@ -226,6 +228,22 @@ module @breakout {
     %counter = llvm.mlir.addressof @handled : !llvm.ptr
     %v = llvm.load volatile %counter : !llvm.ptr -> i32
     return %v : i32
+  }
+  // 1 when a file only its owner may read (mode 0600) opens for reading.
+  func.func public @readsOwnersFile(%n: i64) -> i32 {
+    %path = llvm.mlir.addressof @rootOnly : !llvm.ptr
+    %readOnly = llvm.mlir.constant(0 : i32) : i32
+    %fd = llvm.call @open(%path, %readOnly) : (!llvm.ptr, i32) -> i32
+    %zero = llvm.mlir.constant(0 : i32) : i32
+    %opened = llvm.icmp "sge" %fd, %zero : i32
+    %closed = scf.if %opened -> i32 {
+      %c = llvm.call @close(%fd) : (i32) -> i32
+      scf.yield %c : i32
+    } else {
+      scf.yield %zero : i32
+    }
+    %one = arith.extui %opened : i1 to i32
+    return %one : i32
   }
   func.func public @filesCreated(%n: i64) -> i32 {
     %counter = llvm.mlir.addressof @created : !llvm.ptr
