@@ -228,6 +228,8 @@ start_server() {
   local args=(--listen "unix:$run_dir/$name.sock")
   [ -z "$token_file" ] || args+=(--token-file "$token_file")
   [ "$kind" = executor ] || args+=(--cache-dir "$run_dir/$name-cache")
+  # Every client of a server is nginx, by one uid: nginx's limit_conn is the per-client limit.
+  args+=(--max-connections-per-client 0)
   rm -f "$run_dir/$name.sock"
   setsid "$program" "${args[@]}" "${extra[@]}" >"$run_dir/$name.out" 2>>"$run_dir/$name.log" &
   pids+=($!)
@@ -280,11 +282,20 @@ user_line=""
 # (0600) sockets.
 [ "$(id -u)" -ne 0 ] || user_line="user root;"
 
+# Descriptors an nginx worker may open: the hard RLIMIT_NOFILE (nginx raises its soft limit
+# to worker_rlimit_nofile; past the hard one only root may), at most 131072; and connections
+# per worker half of that, a proxied request holding two.
+worker_nofile=$(ulimit -Hn)
+[[ $worker_nofile =~ ^[0-9]+$ ]] || worker_nofile=131072
+[ "$worker_nofile" -le 131072 ] || worker_nofile=131072
+worker_connections=$((worker_nofile / 2))
+
 render() { # template, port
   local listen_line="$host:$2"
   [ -z "$tls_cert" ] || listen_line="$listen_line ssl"
   sed -e "s|@RUN_DIR@|$run_dir|g" -e "s|@CONF_DIR@|$run_dir|g" -e "s|@USER@|$user_line|g" \
-    -e "s|@LISTEN@|$listen_line|g" -e "s|@MAX_BODY@|$max_body|g" "$1"
+    -e "s|@LISTEN@|$listen_line|g" -e "s|@MAX_BODY@|$max_body|g" \
+    -e "s|@WORKER_NOFILE@|$worker_nofile|g" -e "s|@WORKER_CONNECTIONS@|$worker_connections|g" "$1"
 }
 
 free_port() {

@@ -3,6 +3,7 @@
 // server and stands between the servers and hostile or broken clients.
 #include "abi/ContentHash.h"
 #include "tests/deploy/PoolProcess.h"
+#include "tests/support/ConnectionFlood.h"
 #include "tests/support/RawConnection.h"
 #include "tests/support/TestCertificates.h"
 
@@ -363,6 +364,56 @@ TEST_CASE("a program runs on a pool through a front door that terminates TLS", "
   requireSampleRunsOn(pool.address(), "--tls-ca " + certificates.caCert);
 }
 
+namespace {
+
+/// Under 2000 idle connections and 200 half-sent heads from one client at the front door, a
+/// new client's health check is answered within 1 s and a program runs on the pool; nginx's
+/// workers stay small.
+void requireServedThroughFlood(const PoolProcess &pool, const std::string &tlsCaFile,
+                               const std::string &runExtra) {
+  long before = 0;
+  for (pid_t worker : courier::testing::childrenOf(pool.nginxPid()))
+    before += residentKiB(worker);
+  courier::testing::ConnectionFlood flood(pool.port(), {2000, 200, 0, tlsCaFile});
+  REQUIRE(flood.opened() == 2200);
+  auto client = pool.front();
+  client->set_connection_timeout(std::chrono::seconds(1));
+  client->set_read_timeout(std::chrono::seconds(1));
+  httplib::Result health = client->Get("/v1/health");
+  INFO(
+      "health: " << (health ? std::to_string(health->status) : httplib::to_string(health.error())));
+  REQUIRE(health);
+  CHECK(health->status == 200);
+  httplib::Result opened = openSession(*client, "through-the-flood");
+  REQUIRE(opened);
+  CHECK(opened->status == 201);
+  requireSampleRunsOn(pool.address(), runExtra);
+  CHECK(flood.closedByServer() < 200);
+  long after = 0;
+  for (pid_t worker : courier::testing::childrenOf(pool.nginxPid()))
+    after += residentKiB(worker);
+  INFO("nginx workers' resident memory before: " << before << " KiB, during: " << after << " KiB");
+  CHECK(after - before < 64 * 1024);
+}
+
+} // namespace
+
+TEST_CASE("2000 idle connections and 200 half-sent heads from one client leave an executor "
+          "pool's front door serving a new client",
+          "[deploy][connections]") {
+  Pool pool(PoolKind::Executors);
+  requireServedThroughFlood(pool, "", "");
+}
+
+TEST_CASE("2000 idle TLS connections and 200 half-sent heads from one client leave a TLS "
+          "front door serving a new client",
+          "[deploy][connections][tls]") {
+  courier::testing::TestCertificates certificates;
+  PoolProcess pool(PoolKind::Executors, 2, {},
+                   {certificates.serverCert, certificates.serverKey, certificates.caCert});
+  requireServedThroughFlood(pool, certificates.caCert, "--tls-ca " + certificates.caCert);
+}
+
 TEST_CASE("an executor pool's front door refuses a header flood and keeps answering health",
           "[deploy]") {
   Pool pool(PoolKind::Executors);
@@ -496,11 +547,11 @@ TEST_CASE("every request about a module reaches the courier-serve instance its n
       REQUIRE(res->status == 200);
       CHECK(json::parse(res->body)["outputs"][0]["data"] == json::array({3, 5, 7, 9}));
       // The KServe v2 routes reach the same instance, by the model's module.
-      httplib::Result v2 = front->Post(
-          "/v2/models/" + name + (i == 0 ? "" : ".main") + "/infer",
-          R"({"inputs": [{"name": "input0", "datatype": "FP64", "shape": [4],
+      httplib::Result v2 =
+          front->Post("/v2/models/" + name + (i == 0 ? "" : ".main") + "/infer",
+                      R"({"inputs": [{"name": "input0", "datatype": "FP64", "shape": [4],
                           "data": [1, 2, 3, 4]}]})",
-          "application/json");
+                      "application/json");
       REQUIRE(v2);
       INFO(v2->body);
       REQUIRE(v2->status == 200);
