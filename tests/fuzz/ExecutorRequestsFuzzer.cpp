@@ -15,6 +15,13 @@
 // Every reply must be either a success of its route or {"error": {"code", "message"}} with
 // a known code and that code's status, and the executor must keep serving.
 //
+// An input that starts with the line "RAW" is instead one request's bytes, sent as they are
+// on a connection of its own and half-closed: HTTP's framing itself (chunk sizes, the
+// spellings of Content-Length and Transfer-Encoding). It must hold exactly one HTTP/1.1
+// request line, and the executor must answer it at most once: a second answer means part of
+// the request was served as another (a framing differential), which is what nginx in front
+// would not see.
+//
 // Shipped code runs in this process (isolation "none"), so only what cannot misbehave is
 // offered: scale.o, whose one entry reads exactly the input it is given, and the test plugin's
 // call symbols. A call of any other symbol would run arbitrary code with the call signature,
@@ -27,15 +34,20 @@
 #include "transport/ErrorCode.h"
 #include "transport/Wire.h"
 
+#include "llvm/ADT/ScopeExit.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/MemoryBuffer.h"
 
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
+#include <arpa/inet.h>
 #include <memory>
+#include <netinet/in.h>
 #include <regex>
+#include <sys/socket.h>
 #include <thread>
+#include <unistd.h>
 
 using namespace courier;
 using namespace courier::fuzz;
@@ -231,10 +243,80 @@ httplib::Result send(Executor &e, const Request &request) {
   return e.client->send(sent);
 }
 
+/// Sends `bytes` on a new connection to the executor, half-closes it and returns all it
+/// answered (at most 1 MiB, within 10 s).
+std::string exchangeRaw(const Executor &e, const std::string &bytes) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0)
+    broken("socket for a raw request");
+  llvm::scope_exit closeFd([&] { ::close(fd); });
+  struct timeval limit = {10, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof(limit));
+  ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof(limit));
+  sockaddr_in address = {};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(e.server->port());
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr *>(&address), sizeof(address)) != 0)
+    broken("connecting for a raw request");
+  for (size_t sent = 0; sent < bytes.size();) {
+    ssize_t n = ::send(fd, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL);
+    if (n <= 0)
+      break; // The executor closed first: what it answered is still read.
+    sent += static_cast<size_t>(n);
+  }
+  ::shutdown(fd, SHUT_WR);
+  std::string answered;
+  char buffer[65536];
+  while (answered.size() < (1u << 20)) {
+    ssize_t n = ::recv(fd, buffer, sizeof(buffer), 0);
+    if (n <= 0)
+      break;
+    answered.append(buffer, static_cast<size_t>(n));
+  }
+  return answered;
+}
+
+/// Counts occurrences of `needle` in `haystack`.
+size_t occurrences(llvm::StringRef haystack, llvm::StringRef needle) {
+  size_t count = 0;
+  for (size_t at = haystack.find(needle); at != llvm::StringRef::npos;
+       at = haystack.find(needle, at + needle.size()))
+    ++count;
+  return count;
+}
+
+int runRaw(Executor &e, llvm::StringRef text) {
+  std::string bytes = substitute(text, e);
+  // Calls run code in this process; only a session's worker contains that (see above).
+  if (occurrences(bytes, " HTTP/1.1\r\n") != 1 ||
+      decodedPath(bytes).find("call") != std::string::npos)
+    return -1;
+  std::string answered = exchangeRaw(e, bytes);
+  size_t answers = occurrences(answered, "HTTP/1.1 ") + occurrences(answered, "HTTP/1.0 ");
+  if (answers > 1)
+    broken("one raw request was answered " + std::to_string(answers) +
+           " times: part of it was served as another request");
+  // Whatever the request did to the session, the next input starts from the same state.
+  httplib::Result closed = e.client->Delete(std::string("/v1/sessions/") + kSession);
+  if (!closed)
+    broken("closing the fuzz session after a raw request: no reply");
+  openSession(e);
+  return 0;
+}
+
 } // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   Executor &e = executor();
+  if (llvm::StringRef input = bytesOf(data, size); input.consume_front("RAW\n")) {
+    if (int rejected = runRaw(e, input))
+      return rejected;
+    httplib::Result health = e.client->Get("/v1/health");
+    if (!health || health->status != 200)
+      broken("the executor no longer answers after a raw request");
+    return 0;
+  }
   std::vector<Request> requests;
   llvm::StringRef rest = bytesOf(data, size);
   while (!rest.empty() && requests.size() < 4) {
