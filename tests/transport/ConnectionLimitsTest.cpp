@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include <chrono>
+#include <string>
 #include <thread>
 
 using courier::testing::ConnectionFlood;
@@ -236,4 +237,22 @@ TEST_CASE("a TCP connection to a TLS port that never starts a handshake is close
   REQUIRE(flood.opened() == 1000);
   requireServedPromptly(executor, 1000ms);
   CHECK(executor.metric("courier_connections_evicted_total{state=\"handshake\"}") >= 700);
+}
+
+TEST_CASE("a --max-connections past what RLIMIT_NOFILE allows is refused at start-up, naming "
+          "the limit",
+          "[http][connections]") {
+  // Under a hard limit of 4096 descriptors, set for the executor alone.
+  auto [status, log] = courier::testing::runCommand(
+      "ulimit -n 4096 && ulimit -Hn 4096 && exec " + std::string(COURIER_EXECUTOR_PATH) +
+      " --listen 127.0.0.1:0 --max-connections 10000");
+  CHECK(status > 0);
+  CHECK_THAT(log, Catch::Contains("--max-connections 10000 needs 11792 open files, and "
+                                  "RLIMIT_NOFILE allows 4096: give --max-connections 2304 or "
+                                  "less"));
+  // Without the flag, the default fits itself under the limit.
+  auto [served, started] = courier::testing::runCommand(
+      "ulimit -n 4096 && ulimit -Hn 4096 && timeout 2 " + std::string(COURIER_EXECUTOR_PATH) +
+      " --listen 127.0.0.1:0 --quiet | head -n 1");
+  CHECK_THAT(started, Catch::Contains("listening on 127.0.0.1:"));
 }
