@@ -12,8 +12,8 @@ set -euo pipefail
 # so a checkout that rewrites this file during a long run cannot change what runs.
 main() {
   root=$(cd "$(dirname "$0")/.." && pwd)
-  targets=(frame-header json-tensors serve-requests executor-requests object-intake mlir-intake
-    worker-messages shared-memory)
+  targets=(frame-header json-tensors serve-requests kserve-requests executor-requests
+    object-intake mlir-intake worker-messages shared-memory)
   usage() {
     echo "usage: fuzz.sh TARGET|all SECONDS [libFuzzer flags...]; targets: ${targets[*]}" >&2
     exit 2
