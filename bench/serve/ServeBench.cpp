@@ -5,7 +5,9 @@
 // a 16 MiB tensor; the 16 MiB tensor as JSON each way, beside courier-serve's reading and
 // printing of it in this process and their floors (a bare simdjson walk, a bare std::to_chars
 // loop); then hot reload latency (save -> first answer from the new version) of
-// the two servers in watch mode. Paths alternate so outside load falls on all of them alike.
+// the two servers in watch mode. First, the KServe v2 infer beside the /v1 invoke on each
+// server (`courier-serve-bench v2` runs only that). Paths alternate so outside load falls on
+// all of them alike.
 // Prints each path's times, its ratio to the in-process call and the isolated/none ratios
 // (see docs/performance.md).
 #include "bench/BenchSupport.h"
@@ -139,6 +141,20 @@ std::string post(httplib::Client &http, const std::string &path, const std::stri
   return std::move(res->body);
 }
 
+/// post() with request headers.
+std::string postWith(httplib::Client &http, const std::string &path,
+                     const httplib::Headers &headers, const std::string &body, const char *type) {
+  httplib::Result res = http.Post(
+      path.c_str(), headers, body.size(),
+      [&](size_t offset, size_t length, httplib::DataSink &sink) {
+        return sink.write(body.data() + offset, std::min<size_t>(length, 1 << 20));
+      },
+      type);
+  if (!res || res->status != 200)
+    die("POST " + path + " failed: " + (res ? res->body : httplib::to_string(res.error())));
+  return std::move(res->body);
+}
+
 std::string jsonBody(const Tensor &tensor) {
   std::string text;
   llvm::raw_string_ostream os(text);
@@ -205,6 +221,59 @@ void report(const char *title, std::vector<Path> &paths,
                 percentile(paths[a].seconds, 0.5) / percentile(paths[b].seconds, 0.5),
                 roundRatio(roundP50s, a, b));
   std::fflush(stdout);
+}
+
+/// The KServe v2 infer against the /v1 invoke it stands beside, on one server: a small tensor
+/// as JSON each way (/v2 JSON tensors against a /v1 JSON invoke), and the 16 MiB tensor as
+/// binary data in and out (Triton's binary tensor data extension) against a /v1 frame.
+void kserve(httplib::Client &http, const char *server, const Tensor &small, const Tensor &big,
+            bool smoke) {
+  std::string smallJson = jsonBody(small), bigFrame = frameBody(big);
+  std::string smallV2 = "{\"inputs\":[{\"name\":\"input0\",\"datatype\":\"FP32\",\"shape\":[4],"
+                        "\"data\":[1,2,3,4]}]}";
+  std::string header = "{\"inputs\":[{\"name\":\"input0\",\"datatype\":\"FP32\",\"shape\":[" +
+                       std::to_string(big.shape[0]) + "],\"parameters\":{\"binary_data_size\":" +
+                       std::to_string(big.bytes.size()) +
+                       "}}],\"parameters\":{\"binary_data_output\":true}}";
+  std::string bigV2 = header;
+  bigV2.append(reinterpret_cast<const char *>(big.bytes.data()), big.bytes.size());
+  httplib::Headers binary = {{"Inference-Header-Content-Length", std::to_string(header.size())}};
+  // The replies carry the same numbers, each its own way.
+  std::string v1Reply =
+      post(http, "/v1/modules/bench/invoke/big", bigFrame, "application/x-courier-frame");
+  std::string v2Reply =
+      postWith(http, "/v2/models/bench.big/infer", binary, bigV2, "application/octet-stream");
+  if (v1Reply.size() < big.bytes.size() || v2Reply.size() < big.bytes.size() ||
+      std::memcmp(v1Reply.data() + v1Reply.size() - big.bytes.size(),
+                  v2Reply.data() + v2Reply.size() - big.bytes.size(), big.bytes.size()) != 0)
+    die("the /v2 binary reply's tensor is not the /v1 frame's");
+  std::vector<std::vector<double>> roundP50s;
+  std::vector<Path> smallPaths = {
+      {"/v1 invoke, JSON",
+       [&] { post(http, "/v1/modules/bench/invoke/small", smallJson, "application/json"); },
+       {}},
+      {"/v2 infer, JSON",
+       [&] { post(http, "/v2/models/bench.small/infer", smallV2, "application/json"); },
+       {}},
+  };
+  measure(smallPaths, smoke ? 1 : 20, smoke ? 10 : 500, roundP50s);
+  std::string title = std::string("KServe v2 beside /v1, ") + server + ": small tensor (16 B)";
+  report(title.c_str(), smallPaths, roundP50s, {{1, 0}});
+  std::vector<Path> bigPaths = {
+      {"/v1 invoke, frame",
+       [&] { post(http, "/v1/modules/bench/invoke/big", bigFrame, "application/x-courier-frame"); },
+       {}},
+      {"/v2 infer, binary data",
+       [&] {
+         postWith(http, "/v2/models/bench.big/infer", binary, bigV2, "application/octet-stream");
+       },
+       {}},
+  };
+  measure(bigPaths, smoke ? 1 : 11, smoke ? 1 : 3, roundP50s);
+  title = std::string("KServe v2 beside /v1, ") + server + ": 16 MiB tensor (16 MiB in and out)";
+  report(title.c_str(), bigPaths, roundP50s, {{1, 0}});
+  std::printf("throughput /v2 binary / /v1 frame: %.3f (median of round ratios)\n",
+              roundRatio(roundP50s, 0, 1));
 }
 
 /// A program whose answer tells its version: `main` returns x * factor.
@@ -339,6 +408,14 @@ int main(int argc, char **argv) {
     values[i] = static_cast<double>(i % 1000) * 0.5;
   Tensor small = Tensor::fromDoubles(DType::F32, {4}, {1, 2, 3, 4});
   Tensor big = Tensor::fromDoubles(DType::F32, {kBigElements}, values);
+  bool v2Only = argc > 1 && std::strcmp(argv[1], "v2") == 0;
+  kserve(*isolatedHttp, "isolated", small, big, smoke);
+  kserve(*noneHttp, "none", small, big, smoke);
+  if (v2Only) {
+    std::error_code ignored;
+    std::filesystem::remove_all(dir, ignored);
+    return 0;
+  }
   std::string smallJson = jsonBody(small), smallFrame = frameBody(small);
   std::string bigJson = jsonBody(big), bigFrame = frameBody(big);
   // Room past the end, as the server's body has: simdjson reads up to 64 bytes beyond it.
