@@ -31,6 +31,17 @@ module @app {
       return %r : tensor<4096xf32>
     }
 
+    // arith.addf on tensors becomes a linalg op whose result starts empty, not as its first
+    // operand (which bufferization would copy into the result first).
+    // CHECK-LABEL: func.func public @arith_add
+    // CHECK: %[[EMPTY:.*]] = tensor.empty() : tensor<4096xf32>
+    // CHECK: scf.for {{.*}} step %c64 iter_args(%{{.*}} = %[[EMPTY]])
+    // CHECK: arith.addf {{.*}} : vector<64xf32>
+    func.func public @arith_add(%a: tensor<4096xf32>, %b: tensor<4096xf32>) -> tensor<4096xf32> {
+      %r = arith.addf %a, %b : tensor<4096xf32>
+      return %r : tensor<4096xf32>
+    }
+
     // A reduction along the innermost dimension adds four vectors a step into partial sums
     // the loop carries, and reduces those across once, after the loop.
     // CHECK-LABEL: func.func public @rowsum
