@@ -53,6 +53,8 @@ thread_local bool requestIsWork = false;
 // The request's id and what it concerns, for its log line.
 thread_local std::string currentRequestId;
 thread_local std::string currentSubject;
+// The request's path, for sendError (HttpService::requestPath).
+thread_local std::string currentPath;
 // Whether the error handler gave an id to a request httplib refused before routing.
 thread_local bool refusalIdGiven = false;
 
@@ -533,6 +535,8 @@ void HttpService::noteLogSubject(std::string subject) { currentSubject = std::mo
 
 const std::string &HttpService::requestId() { return currentRequestId; }
 
+const std::string &HttpService::requestPath() { return currentPath; }
+
 void HttpService::logRequest(const httplib::Request &req, const httplib::Response &res,
                              size_t route, double seconds, uint64_t in, uint64_t out) {
   std::string subject = currentSubject;
@@ -576,6 +580,7 @@ const char *HttpService::routeName(size_t tag) const {
 
 void HttpService::installHandlers() {
   http.set_pre_routing_handler([this](const httplib::Request &req, httplib::Response &res) {
+    currentPath = req.path;
     requestStart = Clock::now();
     currentRoute = 0;
     requestCounted = true;
@@ -622,6 +627,7 @@ void HttpService::installHandlers() {
   // get the same JSON error shape as ours.
   http.set_error_handler(httplib::Server::HandlerWithResponse(
       [this](const httplib::Request &req, httplib::Response &res) {
+        currentPath = req.path;
         if (!requestCounted && !refusalIdGiven) {
           // Refused by httplib before routing (a request line or header it cannot take): the
           // id is made here, where the reply can still carry it, and the log line uses it.

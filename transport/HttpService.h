@@ -151,6 +151,9 @@ public:
   /// one (1 to 64 of A-Z a-z 0-9 . _ -), else one made up here; every response carries it
   /// back in X-Request-Id and its log line names it.
   static const std::string &requestId();
+  /// The path of the request being served or refused, for a server whose routes answer
+  /// errors in more than one shape (courier-serve's /v2); empty before a request is read.
+  static const std::string &requestPath();
   /// How many tags there are, "none" included.
   size_t routeCount() const { return routeNames.size(); }
 

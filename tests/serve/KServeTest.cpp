@@ -739,11 +739,18 @@ TEST_CASE("the bearer token guards the v2 routes", "[serve][v2]") {
   httplib::Client anonymous("127.0.0.1", serve.port());
   for (const char *path : {"/v2", "/v2/health/live", "/v2/models/m"}) {
     INFO(path);
-    CHECK(toReply(anonymous.Get(path)).status == 401);
+    Reply refused = toReply(anonymous.Get(path));
+    CHECK(refused.status == 401);
+    // In the v2 shape, as every refusal of a v2 path is, even before routing.
+    CHECK(v2Error(refused) == "missing or wrong bearer token");
+    CHECK(refused.headers.find("X-Courier-Error-Code")->second == "unauthorized");
   }
-  CHECK(
-      toReply(anonymous.Post("/v2/models/m/infer", kFourOnes.dump(), "application/json")).status ==
-      401);
+  Reply refused =
+      toReply(anonymous.Post("/v2/models/m/infer", kFourOnes.dump(), "application/json"));
+  CHECK(refused.status == 401);
+  CHECK(v2Error(refused) == "missing or wrong bearer token");
+  // /v1 keeps its own shape.
+  CHECK(toReply(anonymous.Get("/v1/modules")).body["error"]["code"] == "unauthorized");
   auto http = serve.client();
   requireCreated(*http, "m", scaled(2));
   CHECK(get(*http, "/v2/health/live").status == 200);

@@ -154,6 +154,12 @@ struct Region {
 
 } // namespace
 
+bool isKServePath(llvm::StringRef path) { return path == "/v2" || path.starts_with("/v2/"); }
+
+void sendKServeError(httplib::Response &res, ErrorCode code, llvm::StringRef message) {
+  sendV2Error(res, code, message);
+}
+
 struct KServeV2::Impl {
   KServeContext context;
   ModuleStore &store;

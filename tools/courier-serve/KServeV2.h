@@ -18,6 +18,13 @@
 
 namespace courier::serve {
 
+/// True for a path of the v2 routes ("/v2" and below): errors there take the v2 shape.
+bool isKServePath(llvm::StringRef path);
+/// Answers `code` in the v2 shape: {"error": message}, the protocol's status for the code,
+/// and the code in X-Courier-Error-Code. For refusals made before routing (HttpService's
+/// sendError) of a v2 path.
+void sendKServeError(httplib::Response &res, ErrorCode code, llvm::StringRef message);
+
 /// What the v2 routes share with RestService.
 struct KServeContext {
   ModuleStore &store;

@@ -197,7 +197,7 @@ struct RestService::Impl {
         v2(kserveContext()) {}
 
   KServeContext kserveContext() {
-    KServeContext context{store, service};
+    KServeContext context{store, service, 0, false, {}, {}, {}};
     context.maxBodyBytes = options.maxBodyBytes;
     context.allowSharedMemory = options.allowSharedMemory;
     context.readiness = [this] { return readinessError(); };
@@ -276,7 +276,12 @@ HttpServiceOptions RestService::Impl::serviceOptions() {
   service.payloadTooLargeMessage = "request body exceeds the server's limit of " +
                                    std::to_string(options.maxBodyBytes) + " bytes";
   service.sendError = [](httplib::Response &res, llvm::StringRef code, llvm::StringRef message) {
-    sendError(res, transport::parseErrorCode(code).value_or(ErrorCode::Internal), message);
+    ErrorCode parsed = transport::parseErrorCode(code).value_or(ErrorCode::Internal);
+    // A refusal before routing (a token, a limit, a malformed request) of a v2 path is
+    // answered in the shape v2 clients read.
+    if (isKServePath(HttpService::requestPath()))
+      return sendKServeError(res, parsed, message);
+    sendError(res, parsed, message);
   };
   service.reportFailure = reportFailure;
   service.metricPrefix = "courier_serve";
