@@ -1,6 +1,7 @@
 // The functions compiled code may call outside itself, with the addresses Courier gives them:
-// the C allocator and memory routines, libm, and the compiler-runtime helpers LLVM's code
-// generator calls (half-precision conversions, powi, complex multiply and divide). The
+// the C allocator and memory routines, the libm functions the default lowering calls, and
+// the compiler-runtime helpers LLVM's code generator calls (half-precision and bfloat16
+// conversions on x86-64). The
 // helpers are linked into Courier from the compiler's own runtime library, so kernels and
 // host code find the same ones in every process: courier-run, a Python interpreter, an
 // embedding application, a worker or an executor.

@@ -289,6 +289,30 @@ def ApproximateMath : Pass<"courier-approximate-math", "::mlir::ModuleOp"> {
                            "::mlir::vector::VectorDialect", "::mlir::LLVM::LLVMDialect"];
 }
 
+def LowerMath : Pass<"courier-lower-math", "::mlir::ModuleOp"> {
+  let summary = "Lower every math op to a libm call, arithmetic or an LLVM intrinsic";
+  let description = [{
+    Runs in the default lowering after `courier-approximate-math` and `convert-math-to-funcs`
+    (which turns `math.ipowi` and `math.fpowi` into functions that multiply by squaring) and
+    before `convert-math-to-llvm`. Every math op libm has a function for becomes a call of it
+    (`math.sin` on f32: `sinf`; a vector op, one call per element); `math.rsqrt`, which libm
+    lacks, becomes `1 / sqrt(x)`; `math.isinf` and `math.isnormal` become compares of
+    `|x|`. What is left (`ctlz`, `cttz`, `ctpop`, `absi`, `isnan`, `isfinite`, `sincos`)
+    is `convert-math-to-llvm`'s. Unlike upstream's `convert-math-to-libm`, an op without a
+    libm function is left as it is rather than refused.
+
+    ```mlir
+    %r = math.rsqrt %x : f32
+    // becomes
+    %s = math.sqrt %x : f32
+    %r = arith.divf %one, %s : f32
+    ```
+  }];
+  let dependentDialects = ["::mlir::arith::ArithDialect", "::mlir::func::FuncDialect",
+                           "::mlir::math::MathDialect", "::mlir::vector::VectorDialect",
+                           "::mlir::LLVM::LLVMDialect"];
+}
+
 def CheckLowered : Pass<"courier-check-lowered", "::mlir::ModuleOp"> {
   let summary = "Report the first op the default lowering did not lower to LLVM";
   let description = [{

@@ -63,6 +63,9 @@ void addLowerToLLVM(OpPassManager &pm, bool withExecutor) {
   pm.addNestedPass<func::FuncOp>(vector::createLowerVectorMultiReductionPass());
   // Vector math becomes vector arithmetic where an approximation is accurate enough, before
   // the rest goes to libm (and before bf16 is emulated: approximations compute it in f32).
+  // Complex arithmetic becomes arithmetic and math on its parts (no __mulsc3, no libm
+  // complex functions); the math that leaves goes the way of all math below.
+  pm.addPass(createConvertComplexToStandardPass());
   pm.addPass(createApproximateMath());
   // bf16 arithmetic runs in f32 and is rounded back (to nearest, ties to even) with integer
   // ops: LLVM would call __truncsfbf2 instead, which neither the JIT nor an executor provides.
@@ -71,8 +74,13 @@ void addLowerToLLVM(OpPassManager &pm, bool withExecutor) {
   pm.addPass(memref::createExpandStridedMetadataPass());
   pm.addPass(createLowerAffinePass());
   pm.addPass(createSCFToControlFlowPass());
-  pm.addPass(createConvertMathToLibmPass());
+  // Every math op to something that loads: ipowi and fpowi to functions multiplying by
+  // squaring, the rest to libm, arithmetic or LLVM intrinsics (courier-lower-math); the
+  // calls that can come out are executor/RuntimeSymbols.c's, which a test checks.
+  pm.addPass(createConvertMathToFuncs());
+  pm.addPass(createLowerMath());
   pm.addPass(createConvertMathToLLVMPass());
+  pm.addPass(createConvertComplexToLLVMPass());
   pm.addPass(createConvertVectorToLLVMPass());
   if (withExecutor)
     pm.addPass(createConvertExecutorToLLVM());
