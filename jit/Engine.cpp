@@ -7,6 +7,7 @@
 
 #include "abi/ContentHash.h"
 #include "dialect/Dialects.h"
+#include "executor/RuntimeSymbols.h"
 #include "passes/CompilePool.h"
 #include "passes/Passes.h"
 #include "passes/TargetModules.h"
@@ -853,12 +854,18 @@ Engine::Impl::link(std::string name, std::string object, llvm::orc::JITTargetMac
     return jit.takeError();
   impl->jit = std::move(*jit);
   llvm::orc::JITDylib &main = impl->jit->getMainJITDylib();
-  // The runtime ABI resolves to this process's implementation; everything else (libc,
-  // libm) to the process's libraries.
+  // The runtime ABI resolves to this process's implementation, libm and the compiler-runtime
+  // helpers to those Courier links in (the same ones kernels get), anything else to the
+  // process's libraries.
   llvm::orc::SymbolMap runtimeSymbols;
   for (const runtime::AbiSymbol &symbol : runtime::abiSymbols())
     runtimeSymbols[impl->jit->mangleAndIntern(symbol.name)] = {
         llvm::orc::ExecutorAddr::fromPtr(symbol.address), llvm::JITSymbolFlags::Exported};
+  for (const CourierRuntimeSymbol *symbol = courierRuntimeSymbols; symbol->name; ++symbol)
+    if (symbol->address)
+      runtimeSymbols.try_emplace(impl->jit->mangleAndIntern(symbol->name),
+                                 llvm::orc::ExecutorAddr::fromPtr(symbol->address),
+                                 llvm::JITSymbolFlags::Exported);
   if (llvm::Error error = main.define(llvm::orc::absoluteSymbols(std::move(runtimeSymbols))))
     return std::move(error);
   llvm::Expected<std::unique_ptr<llvm::orc::DynamicLibrarySearchGenerator>> process =
