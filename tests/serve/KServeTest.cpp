@@ -4,6 +4,7 @@
 // versions across reloads, and reloads under a loop of infers.
 #include "tests/serve/RestClient.h"
 #include "tests/serve/ServeProcess.h"
+#include "tests/support/RawConnection.h"
 
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
@@ -14,6 +15,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstring>
 #include <fstream>
 #include <limits>
@@ -25,6 +27,7 @@ using courier::testing::get;
 using courier::testing::json;
 using courier::testing::post;
 using courier::testing::put;
+using courier::testing::RawConnection;
 using courier::testing::Reply;
 using courier::testing::requireCreated;
 using courier::testing::ServeConfig;
@@ -844,9 +847,67 @@ TEST_CASE("system shared memory is refused unless enabled; enabled, tensors go t
                        json({{"key", "/courier-no-such-object"}, {"byte_size", 8}}).dump());
   CHECK(missing.status == 400);
 
+  // The client may shrink its object under a registered region: an error, and the server
+  // keeps serving.
+  {
+    int fd = ::shm_open(key.c_str(), O_RDWR, 0);
+    REQUIRE(fd >= 0);
+    REQUIRE(::ftruncate(fd, 16) == 0);
+    ::close(fd);
+  }
+  InferReply shrunk = infer(*http, "/v2/models/m/infer", request);
+  CHECK(shrunk.status == 400);
+  CHECK(shrunk.error() ==
+        "shared-memory region 'r' (" + key + ") no longer holds its registered bytes");
+  CHECK(get(*http, "/v2/health/live").status == 200);
+
   CHECK(post(*http, "/v2/systemsharedmemory/region/r/unregister", "").status == 200);
   CHECK(get(*http, "/v2/systemsharedmemory/status").body == json::array());
   InferReply unregistered = infer(*http, "/v2/models/m/infer", request);
   CHECK(unregistered.status == 400);
   CHECK(unregistered.error() == "input 'input0': no shared-memory region 'r' is registered");
+}
+
+TEST_CASE("after SIGTERM /v2/health/ready answers 503 while an infer in flight completes",
+          "[serve][v2][drain]") {
+  ServeProcess serve;
+  auto http = serve.client();
+  awaitReady(*http);
+  REQUIRE(get(*http, "/v2/health/ready").status == 200);
+  requireCreated(*http, "m", scaled(2));
+
+  // An infer whose body has not all arrived is in flight.
+  std::string body = kFourOnes.dump();
+  RawConnection inFlight(serve.port());
+  inFlight.send("POST /v2/models/m/infer HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                "Content-Type: application/json\r\nContent-Length: " +
+                std::to_string(body.size()) + "\r\n\r\n" + body.substr(0, 10));
+  double seen = serve.metric("courier_serve_requests_in_flight");
+  for (auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+       seen != 1 && std::chrono::steady_clock::now() < deadline;
+       std::this_thread::sleep_for(std::chrono::milliseconds(10)))
+    seen = serve.metric("courier_serve_requests_in_flight");
+  REQUIRE(seen == 1);
+
+  serve.signal(SIGTERM);
+  auto probe = serve.client();
+  Reply ready = get(*probe, "/v2/health/ready");
+  for (auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+       ready.status == 200 && std::chrono::steady_clock::now() < deadline;
+       std::this_thread::sleep_for(std::chrono::milliseconds(10)))
+    ready = get(*probe, "/v2/health/ready");
+  CHECK(ready.status == 503);
+  CHECK(v2Error(ready) == "courier-serve is draining before it exits");
+  CHECK(ready.headers.find("X-Courier-Error-Code")->second == "draining");
+  CHECK(get(*probe, "/v2/health/live").status == 200);
+  CHECK(post(*probe, "/v2/repository/models/m/load", "").status == 503);
+
+  inFlight.send(body.substr(10));
+  std::string reply = inFlight.readAll();
+  INFO(reply);
+  CHECK(reply.rfind("HTTP/1.1 200", 0) == 0);
+  CHECK(reply.find("\"data\":[2,2,2,2]") != std::string::npos);
+  int status = serve.terminate();
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
 }

@@ -135,20 +135,41 @@ std::vector<std::pair<std::string, const EntrySignature *>> modelsOf(const std::
   return models;
 }
 
-/// A region of a client's POSIX shared memory, mapped read-write as the client named it.
+/// A region of a client's POSIX shared memory, opened read-write as the client named it. Read
+/// and written through its descriptor (pread, pwrite) rather than mapped: the client may
+/// shrink its object at any time, and a mapping would then fault the server where a short
+/// read or write is an error.
 struct Region {
   std::string name, key;
   uint64_t offset = 0, bytes = 0;
-  void *mapping = nullptr;
-  size_t mappedBytes = 0;
-  uint8_t *data = nullptr; ///< The region's first byte, inside the mapping.
+  int fd = -1;
 
   Region() = default;
   Region(const Region &) = delete;
   Region &operator=(const Region &) = delete;
   ~Region() {
-    if (mapping)
-      ::munmap(mapping, mappedBytes);
+    if (fd >= 0)
+      ::close(fd);
+  }
+
+  /// Copies `size` bytes at region offset `at` into `out` (pread), or out of `in` (pwrite).
+  llvm::Error transfer(uint64_t at, uint8_t *out, const uint8_t *in, uint64_t size) const {
+    uint64_t done = 0;
+    while (done < size) {
+      off_t position = static_cast<off_t>(offset + at + done);
+      size_t chunk = static_cast<size_t>(std::min<uint64_t>(size - done, 1 << 30));
+      ssize_t n =
+          out ? ::pread(fd, out + done, chunk, position) : ::pwrite(fd, in + done, chunk, position);
+      if (n < 0 && errno == EINTR)
+        continue;
+      if (n <= 0)
+        return makeServeError(ErrorCode::BadRequest,
+                              "shared-memory region '" + name + "' (" + key +
+                                  ") no longer holds its registered bytes" +
+                                  (n < 0 ? ": " + std::string(std::strerror(errno)) : ""));
+      done += static_cast<uint64_t>(n);
+    }
+    return llvm::Error::success();
   }
 };
 
@@ -499,9 +520,9 @@ llvm::Error KServeV2::Impl::fillSharedInputs(const EntrySignature &entry, InferR
       return found.takeError();
     Tensor &input = request.inputs[i];
     input.bytes = TensorBytes::uninitialized(static_cast<size_t>(source.shared.bytes));
-    if (source.shared.bytes)
-      std::memcpy(input.bytes.data(), (*found)->data + source.shared.offset,
-                  static_cast<size_t>(source.shared.bytes));
+    if (llvm::Error error = (*found)->transfer(source.shared.offset, input.bytes.data(), nullptr,
+                                               source.shared.bytes))
+      return error;
     held.push_back(std::move(*found));
   }
   return llvm::Error::success();
@@ -533,9 +554,9 @@ llvm::Error KServeV2::Impl::sendInferReply(httplib::Response &res, const Model &
                                                          llvm::Twine(tensor.bytes.size()) +
                                                          " bytes, shared_memory_byte_size gives " +
                                                          llvm::Twine(asked.shared->bytes));
-      if (!tensor.bytes.empty())
-        std::memcpy((*found)->data + asked.shared->offset, tensor.bytes.data(),
-                    tensor.bytes.size());
+      if (llvm::Error error = (*found)->transfer(asked.shared->offset, nullptr, tensor.bytes.data(),
+                                                 tensor.bytes.size()))
+        return error;
       text +=
           ",\"parameters\":{\"shared_memory_region\":" + dump(json::Value(asked.shared->region)) +
           ",\"shared_memory_byte_size\":" + std::to_string(tensor.bytes.size()) + "}}";
@@ -863,17 +884,7 @@ llvm::Error KServeV2::Impl::shmRegister(const httplib::Request &req, httplib::Re
                                                      " bytes at offset " + llvm::Twine(*offset));
   }
   auto region = std::make_shared<Region>();
-  uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
-  uint64_t start = *offset / page * page;
-  region->mappedBytes = static_cast<size_t>(*offset - start + *bytes);
-  void *mapping = ::mmap(nullptr, region->mappedBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd,
-                         static_cast<off_t>(start));
-  ::close(fd);
-  if (mapping == MAP_FAILED)
-    return makeServeError(ErrorCode::BadRequest,
-                          "cannot map shared memory '" + *key + "': " + std::strerror(errno));
-  region->mapping = mapping;
-  region->data = static_cast<uint8_t *>(mapping) + (*offset - start);
+  region->fd = fd;
   region->name = name;
   region->key = key->str();
   region->offset = *offset;
