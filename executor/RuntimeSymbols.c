@@ -27,6 +27,35 @@ void __truncsfbf2(void);
 void __truncdfbf2(void);
 #endif
 
+#if defined(COURIER_HAVE_RUNNER_UTILS)
+// MLIR's runner utilities (libmlir_c_runner_utils, libmlir_runner_utils): what vector.print
+// lowers to, and the printMemref* functions programs written for mlir-runner call.
+#define RUNNER_UTILS(X)                                                                          \
+  X(printI64) X(printU64) X(printF32) X(printF64) X(printString) X(printOpen) X(printClose)     \
+  X(printComma) X(printNewline) X(printFlops) X(rtclock) X(printMemrefI32) X(printMemrefI64)    \
+  X(printMemrefF32) X(printMemrefF64) X(printMemrefInd) X(printMemrefC32) X(printMemrefC64)    \
+  X(_mlir_ciface_printMemrefI8) X(_mlir_ciface_printMemrefI16) X(_mlir_ciface_printMemrefI32)  \
+  X(_mlir_ciface_printMemrefI64) X(_mlir_ciface_printMemrefF16)                                \
+  X(_mlir_ciface_printMemrefBF16) X(_mlir_ciface_printMemrefF32)                               \
+  X(_mlir_ciface_printMemrefF64) X(_mlir_ciface_printMemrefInd) X(_mlir_ciface_printMemrefC32) \
+  X(_mlir_ciface_printMemrefC64) X(_mlir_ciface_printMemrefShapeI8)                            \
+  X(_mlir_ciface_printMemrefShapeI32) X(_mlir_ciface_printMemrefShapeI64)                      \
+  X(_mlir_ciface_printMemrefShapeF32) X(_mlir_ciface_printMemrefShapeF64)                      \
+  X(_mlir_ciface_printMemrefShapeInd) X(_mlir_ciface_printMemrefShapeC32)                      \
+  X(_mlir_ciface_printMemrefShapeC64) X(_mlir_ciface_printMemref0dF32)                         \
+  X(_mlir_ciface_printMemref1dF32) X(_mlir_ciface_printMemref1dF64)                            \
+  X(_mlir_ciface_printMemref1dI8) X(_mlir_ciface_printMemref1dI32)                             \
+  X(_mlir_ciface_printMemref1dI64) X(_mlir_ciface_printMemref1dInd)                            \
+  X(_mlir_ciface_printMemref1dC32) X(_mlir_ciface_printMemref1dC64)                            \
+  X(_mlir_ciface_printMemref2dF32) X(_mlir_ciface_printMemref3dF32)                            \
+  X(_mlir_ciface_printMemref4dF32) X(_mlir_ciface_printMemrefVector4x4xf32)                    \
+  X(_mlir_ciface_nanoTime)
+#define DECLARE(name) void name(void);
+RUNNER_UTILS(DECLARE)
+#undef DECLARE
+#define PRINTING(name) {#name, (const void *)&name, COURIER_SYMBOL_PRINTING},
+#endif
+
 #define MEMORY(name) {#name, (const void *)&name, COURIER_SYMBOL_MEMORY},
 #define HELPER(name) {#name, (const void *)&name, COURIER_SYMBOL_HELPER},
 #define LIBM(name) {#name, (const void *)&name, COURIER_SYMBOL_LIBM},
@@ -55,5 +84,8 @@ const struct CourierRuntimeSymbol courierRuntimeSymbols[] = {
     LIBM(cbrtf) LIBM(floor) LIBM(floorf) LIBM(ceil) LIBM(ceilf) LIBM(round) LIBM(roundf)
     LIBM(roundeven) LIBM(roundevenf) LIBM(trunc) LIBM(truncf) LIBM(fmod) LIBM(fmodf) LIBM(fma)
     LIBM(fmaf) LIBM(erf) LIBM(erfc) LIBM(erfcf) LIBM(sincos) LIBM(sincosf)
+#if defined(COURIER_HAVE_RUNNER_UTILS)
+    RUNNER_UTILS(PRINTING)
+#endif
     // clang-format on
     {NULL, NULL, COURIER_SYMBOL_MEMORY}};

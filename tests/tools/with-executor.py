@@ -1,14 +1,15 @@
 #!/usr/bin/env python3
 """Runs commands against a fresh courier-executor, for lit tests of the host side.
 
-    with-executor.py EXECUTOR [EXECUTOR-ARGS...] -- COMMAND... [--then COMMAND...]...
+    with-executor.py [--show-log] EXECUTOR [EXECUTOR-ARGS...] -- COMMAND... [--then COMMAND...]...
 
 Starts EXECUTOR on a free loopback port (or where EXECUTOR-ARGS' own --listen says, such as
 a unix socket), waits until it is bound, runs each COMMAND in turn
 with every "{executor}" in it replaced by the executor's address, and prints each command's
 stdout and stderr (merged, in order) followed by "exit status N" or "killed by SIGNAME".
 Ends by printing "the executor is still serving" if its health check answers; otherwise
-says why, prints the executor's log and exits 1."""
+says why, prints the executor's log and exits 1. With --show-log, the executor's log (its
+standard error, where its workers' output goes) follows "executor log:" at the end."""
 import http.client
 import os
 import signal
@@ -61,7 +62,8 @@ def healthy(address):
 
 
 def main():
-    executor, commands = split(sys.argv[1:])
+    show_log = sys.argv[1:2] == ["--show-log"]
+    executor, commands = split(sys.argv[2 if show_log else 1:])
     with tempfile.TemporaryFile() as log:
         listen = [] if "--listen" in executor else ["--listen", "127.0.0.1:0"]
         proc = subprocess.Popen(executor + listen + ["--quiet"],
@@ -87,6 +89,10 @@ def main():
                 state = "exited" if proc.poll() is not None else "stopped answering"
                 raise SystemExit(f"the executor {state} (status {proc.poll()})")
             print("the executor is still serving")
+            if show_log:
+                log.seek(0)
+                print("executor log:")
+                sys.stdout.write(log.read().decode(errors="replace"))
         finally:
             if proc.poll() is None:
                 proc.terminate()

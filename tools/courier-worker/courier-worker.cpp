@@ -2,4 +2,11 @@
 // on descriptor 3 (executor/Worker.h). Not meant to be run by hand.
 #include "executor/Worker.h"
 
-int main(int argc, char **argv) { return courier::executor::runWorker(argc, argv); }
+#include <cstdio>
+
+int main(int argc, char **argv) {
+  // What kernels print (vector.print, printMemrefF32) reaches the log a line at a time, not
+  // when a buffer fills or the worker ends.
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  return courier::executor::runWorker(argc, argv);
+}
