@@ -3,6 +3,7 @@
 #ifndef COURIER_BENCH_BENCHSUPPORT_H
 #define COURIER_BENCH_BENCHSUPPORT_H
 
+#include "tests/support/ConnectionFlood.h"
 #include "transport/Backend.h"
 
 #include "llvm/Support/Error.h"
@@ -434,6 +435,20 @@ inline void runClientsBenchmark(ClientsBenchmark benchmark) {
   std::printf("  paced (all clients together at half the peak, each at most half one client's "
               "rate; times from when a call was due):\n");
   print(paced, peak);
+  // The same closed loops while one more client holds 2000 connections open that send
+  // nothing (made just before the row, which ends before the server's 5 s keep-alive timeout
+  // closes them): idle connections cost the server no thread, so no throughput.
+  std::vector<ClientsRow> besideIdle;
+  for (int n : {64, 256}) {
+    courier::testing::ConnectionFlood idle(benchmark.port, {2000, 0, 0});
+    besideIdle.push_back(measureRow(n, std::chrono::microseconds(0)));
+  }
+  std::printf("  closed loops beside 2000 idle connections of one more client:\n");
+  print(besideIdle, peak);
+  std::printf("  beside 2000 idle connections: %.2fx and %.2fx the rows without them at 64 and 256 "
+              "clients (target >= 0.9x)\n",
+              besideIdle[0].perSecond / closed[3].perSecond,
+              besideIdle[1].perSecond / closed[4].perSecond);
   std::printf("  throughput at 64 and 256 clients %.2fx and %.2fx the peak (target >= 0.8x); p99 "
               "at 256 %.1fx p99 at 1, paced (target <= 50x; closed loops: %.1fx)\n",
               closed[3].perSecond / peak, closed[4].perSecond / peak,

@@ -104,7 +104,10 @@ void launchScale(Backend &backend, const std::string &session, const ObjectBlob 
 
 /// A courier-executor process, as deployed, on a free loopback port.
 ExecutorProcess startExecutor() {
-  return ExecutorProcess(courier::testing::ExecutorConfig{0, "", {"--quiet"}});
+  // One client address, the benchmark's, for every client (and the idle ones of the
+  // clients benchmark): no per-client limit.
+  return ExecutorProcess(
+      courier::testing::ExecutorConfig{0, "", {"--quiet", "--max-connections-per-client", "0"}});
 }
 
 void latency(int n) {

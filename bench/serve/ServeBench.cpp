@@ -73,8 +73,17 @@ public:
     int out[2];
     if (pipe(out) != 0)
       die("pipe failed");
-    std::vector<std::string> args = {COURIER_SERVE_PATH, "--listen",   "127.0.0.1:0", "--quiet",
-                                     "--max-body-bytes", "1073741824", "--cache-dir", cacheDir};
+    // Every client is the benchmark, from one address: no per-client limit.
+    std::vector<std::string> args = {COURIER_SERVE_PATH,
+                                     "--listen",
+                                     "127.0.0.1:0",
+                                     "--quiet",
+                                     "--max-body-bytes",
+                                     "1073741824",
+                                     "--cache-dir",
+                                     cacheDir,
+                                     "--max-connections-per-client",
+                                     "0"};
     args.insert(args.end(), extra.begin(), extra.end());
     pid = fork();
     if (pid == 0) {

@@ -4,7 +4,6 @@
 
 #include "tests/support/HostileRequests.h"
 
-#include <catch2/catch.hpp>
 #include <openssl/err.h>
 
 #include <arpa/inet.h>
@@ -18,6 +17,7 @@
 #include <chrono>
 #include <csignal>
 #include <cstring>
+#include <stdexcept>
 
 namespace courier::testing {
 
@@ -62,53 +62,62 @@ ConnectionFlood::ConnectionFlood(int port, const Shape &shape) {
   std::signal(SIGPIPE, SIG_IGN);
   if (!shape.tlsCaFile.empty()) {
     ctx = SSL_CTX_new(TLS_client_method());
-    REQUIRE(ctx);
-    SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, nullptr);
-    REQUIRE(SSL_CTX_load_verify_locations(ctx, shape.tlsCaFile.c_str(), nullptr) == 1);
+    if (!ctx || (SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, nullptr),
+                 SSL_CTX_load_verify_locations(ctx, shape.tlsCaFile.c_str(), nullptr) != 1))
+      throw std::runtime_error("a TLS client context trusting " + shape.tlsCaFile +
+                               " could not be made");
   }
   const std::string half = "POST /v1/sessions HTTP/1.1\r\nHost: x\r\nContent-Le";
   auto open = [&](bool handshake, const std::string &send) {
     int fd = connectFrom(port, shape.from);
-    std::string why = fd < 0 ? std::strerror(errno) : "";
-    INFO("connection " << connections.size() << ": " << why);
-    REQUIRE(fd >= 0);
+    if (fd < 0)
+      throw std::runtime_error("connection " + std::to_string(connections.size()) +
+                               " of the flood: " + std::strerror(errno));
     Held held{fd, nullptr};
+    connections.push_back(held);
     if (ctx && handshake) {
-      held.ssl = SSL_new(ctx);
+      connections.back().ssl = held.ssl = SSL_new(ctx);
       SSL_set_fd(held.ssl, fd);
       SSL_set_tlsext_host_name(held.ssl, "localhost");
-      int connected = SSL_connect(held.ssl);
-      INFO("handshake " << connections.size() << ": "
-                        << ERR_error_string(ERR_get_error(), nullptr));
-      REQUIRE(connected == 1);
+      if (SSL_connect(held.ssl) != 1)
+        throw std::runtime_error("handshake " + std::to_string(connections.size()) +
+                                 " of the flood: " + ERR_error_string(ERR_get_error(), nullptr));
     }
-    connections.push_back(held);
     if (send.empty())
       return;
-    if (held.ssl)
-      REQUIRE(SSL_write(held.ssl, send.data(), static_cast<int>(send.size())) ==
-              static_cast<int>(send.size()));
-    else
-      REQUIRE(::send(fd, send.data(), send.size(), MSG_NOSIGNAL) ==
-              static_cast<ssize_t>(send.size()));
+    bool sent = held.ssl ? SSL_write(held.ssl, send.data(), static_cast<int>(send.size())) ==
+                               static_cast<int>(send.size())
+                         : ::send(fd, send.data(), send.size(), MSG_NOSIGNAL) ==
+                               static_cast<ssize_t>(send.size());
+    if (!sent)
+      throw std::runtime_error("a half-sent head of the flood could not be sent");
   };
   connections.reserve(shape.idle + shape.heads + shape.silent);
-  for (size_t i = 0; i < shape.silent; ++i)
-    open(false, "");
-  for (size_t i = 0; i < shape.idle; ++i)
-    open(true, "");
-  for (size_t i = 0; i < shape.heads; ++i)
-    open(true, half);
+  try {
+    for (size_t i = 0; i < shape.silent; ++i)
+      open(false, "");
+    for (size_t i = 0; i < shape.idle; ++i)
+      open(true, "");
+    for (size_t i = 0; i < shape.heads; ++i)
+      open(true, half);
+  } catch (...) {
+    release();
+    throw;
+  }
 }
 
-ConnectionFlood::~ConnectionFlood() {
+ConnectionFlood::~ConnectionFlood() { release(); }
+
+void ConnectionFlood::release() {
   for (Held &held : connections) {
     if (held.ssl)
       SSL_free(held.ssl);
     ::close(held.fd);
   }
+  connections.clear();
   if (ctx)
     SSL_CTX_free(ctx);
+  ctx = nullptr;
 }
 
 size_t ConnectionFlood::closedByServer() const {

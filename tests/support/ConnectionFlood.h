@@ -30,6 +30,7 @@ public:
     /// The loopback address the connections come from.
     std::string from = "127.0.0.1";
   };
+  /// Throws std::runtime_error naming what failed (a connect, a handshake).
   ConnectionFlood(int port, const Shape &shape);
   ~ConnectionFlood();
   ConnectionFlood(const ConnectionFlood &) = delete;
@@ -41,6 +42,7 @@ public:
   size_t closedByServer() const;
 
 private:
+  void release();
   struct Held {
     int fd = -1;
     SSL *ssl = nullptr;
