@@ -355,9 +355,20 @@ public:
   uint64_t version() const;
   const std::string &name() const;
 
-  /// Invokes `entry` of the current version, which stays loaded until the call returns.
+  /// Invokes `entry` of the current version, which stays loaded until the call returns, as
+  /// Module::invoke does (the same overloads and options).
   llvm::Expected<std::vector<Tensor>> invoke(llvm::StringRef entry, llvm::ArrayRef<Tensor> inputs,
                                              const InvokeOptions &options = {}) const;
+  /// The same with inputs the caller owns, read in place (see TensorRef).
+  llvm::Expected<std::vector<Tensor>> invoke(llvm::StringRef entry,
+                                             llvm::ArrayRef<TensorRef> inputs,
+                                             const InvokeOptions &options = {}) const;
+  /// invoke(entry, {}) and invoke(entry, {a, b}) with Tensors.
+  llvm::Expected<std::vector<Tensor>> invoke(llvm::StringRef entry,
+                                             std::initializer_list<Tensor> inputs,
+                                             const InvokeOptions &options = {}) const {
+    return invoke(entry, llvm::ArrayRef<Tensor>(inputs), options);
+  }
 
 private:
   struct Impl;

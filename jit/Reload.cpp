@@ -87,6 +87,15 @@ llvm::Expected<std::vector<Tensor>> ReloadableModule::invoke(llvm::StringRef ent
   return pinned->invoke(entry, inputs, options);
 }
 
+llvm::Expected<std::vector<Tensor>> ReloadableModule::invoke(llvm::StringRef entry,
+                                                             llvm::ArrayRef<TensorRef> inputs,
+                                                             const InvokeOptions &options) const {
+  std::shared_ptr<Module> pinned = current();
+  if (!pinned)
+    return llvm::createStringError("module '%s' has no version loaded", impl->name.c_str());
+  return pinned->invoke(entry, inputs, options);
+}
+
 //===- FileWatcher --------------------------------------------------------------------===//
 
 struct FileWatcher::Impl {

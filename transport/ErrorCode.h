@@ -166,6 +166,16 @@ std::optional<ErrorCode> parseErrorCode(llvm::StringRef name);
 
 /// A failure with its code. `message` says what failed and where ("launching 'k' on h:p:
 /// ..."); the text form (llvm::toString) appends the code: "... [unknown_object]".
+/// A coded error's message: a string, which a call also returns, so that
+/// `error.message()` compiles and reads the message, as llvm::ErrorInfoBase::message()
+/// (which a member named `message` hides) would read it of an EngineError.
+class ErrorMessage : public std::string {
+public:
+  ErrorMessage(std::string text) : std::string(std::move(text)) {}
+  using std::string::operator=;
+  const std::string &operator()() const { return *this; }
+};
+
 class CodedError : public llvm::ErrorInfo<CodedError> {
 public:
   static char ID;
@@ -177,7 +187,8 @@ public:
   const ErrorCode kind;
   /// errorCodeName(kind), for code that works with the wire name.
   const llvm::StringRef code;
-  std::string message;
+  /// The message alone; the error's text (log()) adds " [code]".
+  ErrorMessage message;
 };
 
 llvm::Error makeCodedError(ErrorCode code, const llvm::Twine &message);

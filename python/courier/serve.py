@@ -244,6 +244,25 @@ def _bf16_to_float32(bits):
     return (np.asarray(bits, dtype="<u2").astype("<u4") << 16).view("<f4")
 
 
+def _exactly(index, value, dtype, dtype_name):
+    """Numbers or nested lists as an array of ``dtype``, as the engine converts them: rounded
+    to a float dtype, refused when an integer or bool dtype cannot hold them exactly."""
+    try:
+        given = np.asarray(value)
+        if dtype.kind == "f" or given.dtype.kind not in "biuf":
+            return np.asarray(value, dtype=dtype)
+        with np.errstate(invalid="ignore", over="ignore"):
+            array = given.astype(dtype)
+            exact = np.array_equal(array.astype(given.dtype), given)
+    except (TypeError, ValueError, OverflowError) as e:
+        raise ServeError("invalid_input", "input {}: cannot be {}: {}".format(
+            index, dtype_name, e)) from None
+    if not exact:
+        raise ServeError("invalid_input", "input {}: holds a number {} cannot hold exactly"
+                         .format(index, dtype_name))
+    return array
+
+
 def _to_tensor(index, value, dtype_name):
     """Input ``index`` as (Courier dtype name, C-contiguous little-endian array).
 
@@ -264,7 +283,7 @@ def _to_tensor(index, value, dtype_name):
     if isinstance(value, np.ndarray):
         array = value
     elif dtype_name is not None:
-        array = np.asarray(value, dtype=DTYPES[dtype_name])
+        array = _exactly(index, value, DTYPES[dtype_name], dtype_name)
     else:
         array = np.asarray(value)
     name = _COURIER_NAMES.get((array.dtype.kind, array.dtype.itemsize))
@@ -378,6 +397,8 @@ class Client:
         self._max_reply = int(max_reply_mib) << 20
         self._idle = []
         self._lock = threading.Lock()
+        # Each module's entries' input dtypes, from its description: {name: {entry: [dtype]}}.
+        self._signatures = {}
 
     def __enter__(self):
         return self
@@ -420,6 +441,7 @@ class Client:
         options = self._options(opt_level, executor)
         if options:
             body["options"] = options
+        self._forget_signature(name)
         return self._json("POST", "/v1/modules", body)
 
     def replace(self, name, mlir, opt_level=None, executor=None):
@@ -431,6 +453,7 @@ class Client:
         options = self._options(opt_level, executor)
         if options:
             body["options"] = options
+        self._forget_signature(name)
         return self._json("PUT", self._module_path(name), body)
 
     def describe(self, name):
@@ -438,34 +461,40 @@ class Client:
         return self._json("GET", self._module_path(name))
 
     def list(self):
-        """``GET /v1/modules``: every module's description, sorted by name."""
+        """``GET /v1/modules``: a list of every module's description (dicts, as `describe`
+        returns them), sorted by name."""
         modules = self._json("GET", "/v1/modules").get("modules")
         if not isinstance(modules, list):
             raise ServeError("internal", "the reply to a module listing has no modules list")
         return modules
 
     def delete(self, name):
-        """``DELETE /v1/modules/{name}``."""
+        """``DELETE /v1/modules/{name}``; returns None."""
+        self._forget_signature(name)
         self._json("DELETE", self._module_path(name))
 
     # --- invoke -------------------------------------------------------------------------
 
-    def invoke(self, name, entry, *inputs, dtypes=None, bf16_bits=False):
+    def invoke(self, name, entry, *inputs, dtypes=None, bf16_bits=True):
         """Runs ``entry`` of module ``name`` on ``inputs``; its outputs, NumPy arrays.
 
         Inputs and outputs travel as a raw-bytes frame. An input is a NumPy array (any
         layout: a strided or big-endian one is packed once, a C-contiguous little-endian
         one is sent from its own memory) or scalar, which keep their dtype, or a Python
         ``bool``, ``int``, ``float`` or nested list, typed as NumPy types it (``i1``,
-        ``i64``, ``f64``). ``dtypes``, one Courier dtype name or None per input, converts
-        the inputs that are not NumPy arrays (``dtypes=["f32"]`` sends ``2.5`` as an f32
-        scalar) and must match those that are: an array is never cast behind your back.
+        ``i64``, ``f64``). An input that is not a NumPy array or scalar takes the dtype of
+        the entry's input, as the engine types it (``[1.5, 2.5]`` for an ``f32`` input is
+        sent as f32): the client reads the module's entries once (``describe``) and again
+        after it replaces the module or the server refuses a call it typed so.
+        ``dtypes``, one Courier dtype name or None per input, names the dtype instead
+        (``dtypes=["f32"]`` sends ``2.5`` as an f32 scalar) and must match a NumPy array
+        given: an array is never cast behind your back.
 
-        ``bf16`` has no NumPy dtype. An input named ``"bf16"`` in ``dtypes`` is either a
-        uint16 array, taken as bf16 bit patterns, or floats, rounded to the nearest bf16
-        (ties to even, as the server rounds JSON numbers). A bf16 output comes back as
-        float32 (an exact widening), or as its uint16 bit patterns with
-        ``bf16_bits=True``.
+        ``bf16`` has no NumPy dtype, and travels as in the engine: as uint16 bit patterns.
+        An input for a ``bf16`` input (or named ``"bf16"`` in ``dtypes``) is either a
+        uint16 array (or scalar), taken as bit patterns, or floats, rounded to the nearest bf16 (ties to
+        even, as the server rounds JSON numbers). A bf16 output comes back as its uint16
+        bit patterns, or widened (exactly) to float32 with ``bf16_bits=False``.
 
         Each output is read from the socket into an array of its own, of the dtype and
         shape the reply declares (little-endian, writable, owning its memory).
@@ -473,12 +502,62 @@ class Client:
         if dtypes is not None and len(dtypes) != len(inputs):
             raise ServeError("invalid_input", "dtypes names {} inputs, the call has {}".format(
                 len(dtypes), len(inputs)))
+        given = list(dtypes) if dtypes is not None else [None] * len(inputs)
+        # Numbers and lists, and uint16 arrays (bf16 bit patterns for a bf16 input).
+        untyped = [i for i, value in enumerate(inputs)
+                   if given[i] is None and (not isinstance(value, (np.ndarray, np.generic))
+                                            or np.asarray(value).dtype == np.uint16)]
+        if not untyped:
+            return self._invoke_frame(name, entry, inputs, given, bf16_bits)
+        # Typed by a signature read before: if the server refuses the inputs, the module may
+        # have changed under another client; its entries are read again, once.
+        for fresh in (False, True):
+            signature, cached = self._entry_signature(name, entry, fresh)
+            typed = list(given)
+            if signature is not None and len(signature) == len(inputs):
+                for i in untyped:
+                    if signature[i] == "bf16" or not isinstance(inputs[i],
+                                                                (np.ndarray, np.generic)):
+                        typed[i] = signature[i]
+            try:
+                return self._invoke_frame(name, entry, inputs, typed, bf16_bits)
+            except ServeError as e:
+                if not cached or e.code not in ("invalid_input", "unknown_entry"):
+                    raise
+        raise AssertionError("unreachable")
+
+    def _entry_signature(self, name, entry, fresh):
+        """(the dtype of each input of ``entry`` of module ``name``, or None when it has no
+        such entry; whether it came from the client's memory rather than the server now)."""
+        with self._lock:
+            entries = None if fresh else self._signatures.get(name)
+        cached = entries is not None
+        if entries is None:
+            description = self.describe(name)
+            entries = {}
+            for described in description.get("entries") or []:
+                try:
+                    entries[described["name"]] = [i["dtype"] for i in described["inputs"]]
+                except (KeyError, TypeError):
+                    raise ServeError("internal", "the description of module {!r} has an "
+                                     "entry that is not one".format(name)) from None
+            with self._lock:
+                self._signatures[name] = entries
+        signature = entries.get(entry)
+        if signature is not None and not all(d in DTYPES for d in signature):
+            signature = None  # a dtype this client does not know: the server types it
+        return signature, cached
+
+    def _forget_signature(self, name):
+        with self._lock:
+            self._signatures.pop(name, None)
+
+    def _invoke_frame(self, name, entry, inputs, dtypes, bf16_bits):
         header = []
         payload = []
         size = 0
         for index, value in enumerate(inputs):
-            dtype_name = dtypes[index] if dtypes is not None else None
-            dtype_name, array = _to_tensor(index, value, dtype_name)
+            dtype_name, array = _to_tensor(index, value, dtypes[index])
             header.append({"dtype": dtype_name, "shape": list(array.shape)})
             if array.nbytes:
                 payload.append(memoryview(array.reshape(-1).view(np.uint8)))
@@ -489,7 +568,7 @@ class Client:
                              FRAME_CONTENT_TYPE,
                              lambda response: self._read_frame(response, bf16_bits))
 
-    def invoke_json(self, name, entry, *inputs, dtypes=None, bf16_bits=False):
+    def invoke_json(self, name, entry, *inputs, dtypes=None, bf16_bits=True):
         """As `invoke`, with JSON tensors (the KServe-like path); its outputs, NumPy arrays.
 
         NumPy arrays and scalars travel with their dtype and shape; Python numbers and

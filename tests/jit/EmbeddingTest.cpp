@@ -273,3 +273,40 @@ TEST_CASE("a module keeps working after its engine is gone", "[embedding][engine
   REQUIRE(ok(out));
   CHECK((*out)[0].view<float>()[2] == 9);
 }
+
+TEST_CASE("an EngineError's message is read by calling it, as any llvm::Error's",
+          "[embedding][engine]") {
+  Engine engine(noDiskCache());
+  auto module = engine.compile(kSquare, "square");
+  REQUIRE(ok(module));
+  auto out = (*module)->invoke("main", {Tensor::fromDoubles(DType::F32, {4}, {1, 2, 3, 4})});
+  REQUIRE(failed(out));
+  std::string called, member;
+  llvm::handleAllErrors(out.takeError(), [&](const EngineError &e) {
+    called = e.message();
+    member = e.message;
+  });
+  CHECK(called == member);
+  CHECK_THAT(called, Catch::Contains("input 0 of 'main' must have shape tensor<3xf32>"));
+}
+
+TEST_CASE("a reloadable module takes TensorRefs and invoke options as a Module does",
+          "[embedding][reload]") {
+  Engine engine(noDiskCache());
+  ReloadableModule reloadable(engine, "square");
+  REQUIRE(ok(reloadable.reload(kSquare)));
+  std::vector<float> input = {1.5f, 2, 3};
+  std::vector<float> output(3, -1);
+  InvokeOptions options;
+  options.outputs.push_back(OutputRef::of<float>({3}, output));
+  auto out = reloadable.invoke("main", {TensorRef::of<float>({3}, input)}, options);
+  REQUIRE(ok(out));
+  REQUIRE(out->size() == 1);
+  // Written in place: the result comes back as a Tensor with no bytes of its own.
+  CHECK(output == std::vector<float>{2.25f, 4, 9});
+  CHECK((*out)[0].shape == std::vector<int64_t>{3});
+  auto fromTensors = reloadable.invoke("main", {Tensor::fromDoubles(DType::F32, {3}, {1, 2, 3})});
+  REQUIRE(ok(fromTensors));
+  llvm::ArrayRef<float> y = (*fromTensors)[0].view<float>();
+  CHECK(std::vector<float>(y.begin(), y.end()) == std::vector<float>{1, 4, 9});
+}

@@ -222,8 +222,9 @@ def test_rank_zero_inputs_take_python_and_numpy_scalars(client, arith_module):
     assert r.dtype == np.int64 and r == 3037000499 ** 2
     (r,) = client.invoke_json(arith_module, "twice_f32", 0.75)
     assert r.dtype == np.float32 and r == np.float32(1.5)
+    # A NumPy scalar keeps its dtype: never cast behind the caller's back.
     with pytest.raises(ServeError) as refused:
-        client.invoke(arith_module, "twice_f32", 2.5)
+        client.invoke(arith_module, "twice_f32", np.float64(2.5))
     assert refused.value.code == "invalid_input" and refused.value.status == 400
     for invoke in (client.invoke, client.invoke_json):
         with pytest.raises(ServeError) as short:
@@ -232,19 +233,48 @@ def test_rank_zero_inputs_take_python_and_numpy_scalars(client, arith_module):
         assert "dtypes names 1 inputs, the call has 2" in short.value.message
 
 
-def test_bf16_goes_as_bit_patterns_or_rounded_floats(client):
+def test_python_numbers_and_lists_take_the_entry_dtype_as_in_the_engine(client, serve,
+                                                                         arith_module):
+    # No dtypes=: the client types numbers and lists by the entry's signature.
+    (r,) = client.invoke(arith_module, "twice_f32", 2.5)
+    assert r.dtype == np.float32 and r == np.float32(5.0)
+    (r,) = client.invoke(arith_module, "add_f16", [1.5, 2.0, 3.0, 4.0], [0.25, 0.5, 1, 2])
+    assert r.dtype == np.float16
+    np.testing.assert_array_equal(r, np.array([1.75, 2.5, 4.0, 6.0], dtype=np.float16))
+    (r,) = client.invoke(arith_module, "muladd_i32", [[1, 2, 3], [4, 5, 6]], np.ones(
+        (2, 3), dtype=np.int32))
+    assert r.dtype == np.int32 and r.tolist() == [[2, 6, 12], [20, 30, 42]]
+    # A number an integer input cannot hold is refused before sending, as the engine does.
+    with pytest.raises(ServeError) as refused:
+        client.invoke(arith_module, "muladd_i32", [[1.5, 2, 3], [4, 5, 6]], [[1] * 3] * 2)
+    assert refused.value.code == "invalid_input"
+    # Another client replaces the module with other dtypes: this one reads them again.
+    with Client(serve.url) as other:
+        other.replace(arith_module, ARITH_MLIR.replace(
+            "@twice_f32(%x: f32) -> f32 {\n  %r = arith.addf %x, %x : f32\n  return %r : f32",
+            "@twice_f32(%x: f64) -> f64 {\n  %r = arith.addf %x, %x : f64\n  return %r : f64"))
+    (r,) = client.invoke(arith_module, "twice_f32", 2.5)
+    assert r.dtype == np.float64 and r == 5.0
+
+
+def test_bf16_goes_as_bit_patterns_as_in_the_engine(client):
     client.submit("halves", IDENTITY_MLIR)
     values = np.array([[1.0, 2.01, -3.5], [np.inf, 1e-3, 65504.0]], dtype=np.float32)
     # The server rounds JSON numbers to bf16: what it answers is the reference.
-    (expected,) = client.invoke_json("halves", "same_bf16", values.tolist())
+    (expected,) = client.invoke_json("halves", "same_bf16", values.tolist(), bf16_bits=False)
     assert expected.dtype == np.float32
-    (rounded,) = client.invoke("halves", "same_bf16", values, dtypes=["bf16"])
-    np.testing.assert_array_equal(rounded, expected)
-    (bits,) = client.invoke("halves", "same_bf16", values, dtypes=["bf16"], bf16_bits=True)
+    (json_bits,) = client.invoke_json("halves", "same_bf16", values.tolist())
+    assert json_bits.dtype == np.uint16
+    # uint16 bit patterns both ways by default, as the engine takes and returns them.
+    (bits,) = client.invoke("halves", "same_bf16", values, dtypes=["bf16"])
     assert bits.dtype == np.uint16
+    np.testing.assert_array_equal(bits, json_bits)
     np.testing.assert_array_equal((bits.astype(np.uint32) << 16).view(np.float32), expected)
-    (again,) = client.invoke("halves", "same_bf16", bits, dtypes=["bf16"], bf16_bits=True)
+    (again,) = client.invoke("halves", "same_bf16", bits)
     np.testing.assert_array_equal(again, bits)
+    # Floats for a bf16 input round to it, typed by the entry's signature; float32 on asking.
+    (rounded,) = client.invoke("halves", "same_bf16", values.tolist(), bf16_bits=False)
+    np.testing.assert_array_equal(rounded, expected)
     with pytest.raises(ServeError) as refused:
         client.invoke("halves", "same_bf16", np.zeros((2, 3), dtype=np.int32),
                       dtypes=["bf16"])
