@@ -72,6 +72,26 @@ TEST_CASE("invoke and compile histograms have a series per module held, and a de
   CHECK_FALSE(contains(serve.metrics(), "module=\"alpha\""));
 }
 
+TEST_CASE("a module's invoke histogram counts what its description's calls count, refused "
+          "calls included",
+          "[serve][operations][metrics]") {
+  ServeProcess serve;
+  auto http = serve.client();
+  REQUIRE(post(*http, "/v1/modules", createBody("delta", kDouble)).status == 201);
+  for (int i = 0; i < 2; ++i)
+    REQUIRE(post(*http, "/v1/modules/delta/invoke/main", kInvokeBody).status == 200);
+  // Refused before the engine runs: not JSON, a shape, a count and a dtype that do not fit.
+  for (const char *body : {"{not json", R"({"inputs": [[1, 2, 3]]})", R"({"inputs": []})",
+                           R"({"inputs": [{"dtype": "i32", "shape": [4], "data": [1, 2, 3, 4]}]})"})
+    REQUIRE(post(*http, "/v1/modules/delta/invoke/main", body).status == 400);
+
+  Reply described = get(*http, "/v1/modules/delta");
+  REQUIRE(described.status == 200);
+  CHECK(described.body["calls"] == 6);
+  CHECK(described.body["failedCalls"] == 4);
+  CHECK(serve.metric("courier_serve_invoke_duration_seconds_count{module=\"delta\"}") == 6);
+}
+
 TEST_CASE("courier-serve's JSON log lines name the module of each request",
           "[serve][operations][log]") {
   ServeProcess serve({"", {"--log-format", "json"}});

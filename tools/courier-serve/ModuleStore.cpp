@@ -559,10 +559,18 @@ llvm::Expected<const EntrySignature *> ModuleStore::entry(const Pinned &pinned,
 
 void ModuleStore::recordCallFailure(const Pinned &pinned, ErrorCode code, llvm::StringRef message,
                                     llvm::StringRef entry) {
+  countFailure(pinned, code, message, entry,
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - pinned.at).count());
+}
+
+void ModuleStore::countFailure(const Pinned &pinned, ErrorCode code, llvm::StringRef message,
+                               llvm::StringRef entry, double seconds) {
   stats.invokes++;
   stats.invokeFailures++;
   if (std::shared_ptr<Record> record = find(pinned.name)) {
     record->calls++;
+    if (callObserver)
+      callObserver(pinned.name, seconds);
     record->failedCalls++;
     record->fail(code, message);
     if (!entry.empty() && pinned.module->findEntry(entry))
@@ -594,10 +602,9 @@ llvm::Expected<std::vector<Tensor>> ModuleStore::invoke(const Pinned &pinned, ll
                                                         const InvokeOptions &callOptions) {
   auto started = std::chrono::steady_clock::now();
   llvm::Expected<std::vector<Tensor>> outputs = pinned.module->invoke(entry, inputs, callOptions);
-  auto nanos = static_cast<uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() -
-                                                           started)
-          .count());
+  auto nanos = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                         std::chrono::steady_clock::now() - started)
+                                         .count());
   std::shared_ptr<Record> record = find(pinned.name);
   if (record && pinned.module->findEntry(entry))
     record->countCall(entry, [&](EntryCallStats &s) {
@@ -608,10 +615,13 @@ llvm::Expected<std::vector<Tensor>> ModuleStore::invoke(const Pinned &pinned, ll
         s.failureNanos += nanos; // Counted as a failure by recordCallFailure below.
       }
     });
+  if (record && outputs) {
+    record->calls++;
+    if (callObserver)
+      callObserver(pinned.name, static_cast<double>(nanos) * 1e-9);
+  }
   if (outputs) {
     stats.invokes++;
-    if (record)
-      record->calls++;
     return outputs;
   }
   // The engine's kinds are REST codes already; anything else it returns is an executor's.
@@ -624,7 +634,7 @@ llvm::Expected<std::vector<Tensor>> ModuleStore::invoke(const Pinned &pinned, ll
         code = e.kind;
       },
       [&](const llvm::ErrorInfoBase &e) { message = e.message(); });
-  recordCallFailure(pinned, code, message, entry);
+  countFailure(pinned, code, message, entry, static_cast<double>(nanos) * 1e-9);
   return makeServeError(code, message);
 }
 

@@ -14,6 +14,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -75,6 +76,8 @@ struct Pinned {
   std::string name;
   std::shared_ptr<Module> module;
   uint64_t version = 0;
+  /// When the request pinned it: a call refused before the engine took this long.
+  std::chrono::steady_clock::time_point at = std::chrono::steady_clock::now();
 };
 
 /// A snapshot of one module, for listing.
@@ -170,10 +173,16 @@ public:
                          llvm::StringRef entry = {});
   /// Adds the time a successful call of `entry` took reading its inputs and writing its
   /// outputs to its statistics.
-  void recordCallPhases(const Pinned &pinned, llvm::StringRef entry,
-                        std::chrono::nanoseconds input, std::chrono::nanoseconds output);
+  void recordCallPhases(const Pinned &pinned, llvm::StringRef entry, std::chrono::nanoseconds input,
+                        std::chrono::nanoseconds output);
   /// The calls of each entry of module `name` that has been called, by entry name.
   llvm::Expected<std::map<std::string, EntryCallStats>> callStats(llvm::StringRef name) const;
+  /// Called with the module's name and the call's seconds wherever a call is counted in its
+  /// `calls` (invoke, recordCallFailure), so that a metric of calls counts what `calls`
+  /// does. Set once, before any call.
+  void observeCalls(std::function<void(llvm::StringRef module, double seconds)> observer) {
+    callObserver = std::move(observer);
+  }
 
   std::vector<ModuleInfo> list() const;
   llvm::Expected<ModuleInfo> info(llvm::StringRef name) const;
@@ -201,9 +210,13 @@ private:
                                      std::optional<ModuleOptions> options, llvm::StringRef origin,
                                      bool deadline);
   std::shared_ptr<Record> find(llvm::StringRef name) const;
+  /// Counts a failed call that took `seconds`: recordCallFailure's work.
+  void countFailure(const Pinned &pinned, ErrorCode code, llvm::StringRef message,
+                    llvm::StringRef entry, double seconds);
 
   StoreOptions config;
   StoreCounters stats;
+  std::function<void(llvm::StringRef, double)> callObserver;
 
   std::mutex enginesMutex;
   std::map<std::pair<unsigned, std::string>, std::unique_ptr<Engine>> engines;

@@ -189,12 +189,18 @@ struct RestService::Impl {
   Impl(ServeOptions optionsIn, ModuleStore &store)
       : options(std::move(optionsIn)), store(store), service(serviceOptions()),
         invokeSeconds("courier_serve_invoke_duration_seconds",
-                      "Time spent in the engine's invoke, by module.",
+                      "Time an invoke spent in the engine, or until it was refused, by module.",
                       [&store](llvm::StringRef name) { return store.holds(name); }),
         compileSeconds("courier_serve_compile_request_duration_seconds",
                        "Time a create or replace request waited for its compile, by module.",
                        [&store](llvm::StringRef name) { return store.holds(name); }),
-        v2(kserveContext()) {}
+        v2(kserveContext()) {
+    // Counted where the store counts a module's calls, on either API, so the histogram's
+    // _count is `calls` of the module's description.
+    store.observeCalls(
+        [this](llvm::StringRef module, double seconds) { invokeSeconds.observe(module, seconds); });
+  }
+  ~Impl() { store.observeCalls(nullptr); }
 
   KServeContext kserveContext() {
     KServeContext context{store, service, 0, false, {}, {}, {}};
@@ -348,11 +354,7 @@ llvm::Expected<std::vector<Tensor>> RestService::Impl::call(const Pinned &pinned
                                                             llvm::ArrayRef<Tensor> inputs,
                                                             bool &called) {
   called = true;
-  auto started = Clock::now();
-  llvm::Expected<std::vector<Tensor>> outputs =
-      store.invoke(pinned, entry.name, inputs, callOptions);
-  invokeSeconds.observe(pinned.name, std::chrono::duration<double>(Clock::now() - started).count());
-  return outputs;
+  return store.invoke(pinned, entry.name, inputs, callOptions);
 }
 
 llvm::Error RestService::Impl::invoke(const httplib::Request &req, httplib::Response &res,
