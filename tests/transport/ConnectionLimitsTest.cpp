@@ -16,9 +16,14 @@
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <string>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <thread>
+#include <unistd.h>
 
 using courier::testing::ConnectionFlood;
 using courier::testing::ExecutorConfig;
@@ -255,4 +260,58 @@ TEST_CASE("a --max-connections past what RLIMIT_NOFILE allows is refused at star
       "ulimit -n 4096 && ulimit -Hn 4096 && timeout 2 " + std::string(COURIER_EXECUTOR_PATH) +
       " --listen 127.0.0.1:0 --quiet | head -n 1");
   CHECK_THAT(started, Catch::Contains("listening on 127.0.0.1:"));
+}
+
+namespace {
+
+/// A connection to the unix socket at `path`, or -1.
+int connectUnix(const std::string &path) {
+  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  std::memcpy(address.sun_path, path.data(), std::min(path.size(), sizeof(address.sun_path) - 1));
+  timeval timeout{10, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+  if (::connect(fd, reinterpret_cast<sockaddr *>(&address), sizeof(address)) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+} // namespace
+
+TEST_CASE("on a unix socket --max-connections-per-client counts a client's connections by its "
+          "uid",
+          "[http][connections]") {
+  ExecutorProcess executor(ExecutorConfig{
+      0, "", {"--listen", "unix:{dir}/executor.sock", "--max-connections-per-client", "2"}});
+  // The fixture's own start-up probe may still be open: wait until it is not.
+  std::vector<int> held;
+  std::string reply;
+  for (auto deadline = std::chrono::steady_clock::now() + 10s;
+       std::chrono::steady_clock::now() < deadline;) {
+    for (int fd : held)
+      ::close(fd);
+    held = {connectUnix(executor.socketPath()), connectUnix(executor.socketPath())};
+    int third = connectUnix(executor.socketPath());
+    REQUIRE(third >= 0);
+    std::string health = "GET /v1/health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    ::send(third, health.data(), health.size(), MSG_NOSIGNAL);
+    reply.clear();
+    char buffer[4096];
+    for (ssize_t n; (n = ::recv(third, buffer, sizeof(buffer), 0)) > 0;)
+      reply.append(buffer, static_cast<size_t>(n));
+    ::close(third);
+    if (parseRawReply(reply).status == 503)
+      break;
+    std::this_thread::sleep_for(20ms);
+  }
+  for (int fd : held)
+    ::close(fd);
+  INFO(reply);
+  RawReply refused = parseRawReply(reply);
+  CHECK(refused.status == 503);
+  CHECK(refused.code == "overloaded");
+  CHECK_THAT(refused.message, Catch::Contains("--max-connections-per-client"));
 }
