@@ -388,10 +388,10 @@ struct Engine::Impl {
     return it->second;
   }
 
-  /// Gives every target module of `module` that names no CPU and is sent to an executor (its
-  /// address, or options.executorOverride) the CPU and features that executor reports, in its
-  /// `catalyst.target`, so code for it is generated for them (getReportedTargetCpu); its own
-  /// features come after them. A module whose executor cannot be asked, or runs another
+  /// Gives every target module of `module` that names no CPU (or "native") and is sent to an
+  /// executor (its address, or options.executorOverride) the CPU and features that executor
+  /// reports, in its `catalyst.target`, so code for it is generated for them
+  /// (getReportedTargetCpu); its own features come after them. A module whose executor cannot be asked, or runs another
   /// architecture, is left for the generic CPU of its triple. Returns what it set, which
   /// keys the disk cache beside the text.
   std::string setExecutorCpus(mlir::ModuleOp module) {
@@ -400,7 +400,8 @@ struct Engine::Impl {
     for (mlir::ModuleOp target : getTargetModules(module)) {
       auto spec =
           target->getAttrOfType<mlir::DictionaryAttr>(catalyst::CatalystDialect::kTargetAttrName);
-      if (!spec || spec.contains("cpu"))
+      auto named = spec ? spec.getAs<mlir::StringAttr>("cpu") : nullptr;
+      if (!spec || (spec.contains("cpu") && !(named && named.getValue() == "native")))
         continue;
       std::string address =
           options.executorOverride.empty() ? getDispatchAddress(target) : options.executorOverride;

@@ -157,9 +157,15 @@ TargetCpu getTargetCpu(ModuleOp target, bool localRunsHere) {
     chosen.triple = processTriple;
   std::optional<std::string> cpu = text("cpu");
   bool here = llvm::Triple(chosen.triple).getArch() == llvm::Triple(processTriple).getArch();
+  // "native", as clang's -march=native, is the CPU the code will run on: this one in
+  // process; for an executor, the engine puts the CPU it reports in its place, and one that
+  // could not be asked (or runs another architecture) gets its triple's generic CPU, as
+  // when no cpu is named.
   bool native = cpu && *cpu == "native";
   bool inProcess = !spec || (localRunsHere && getDispatchAddress(target) == kLocalAddress);
-  if (here && (native || (!cpu && inProcess))) {
+  if (native && !(here && inProcess))
+    cpu.reset();
+  if (here && inProcess && (native || !cpu)) {
     chosen.cpu = llvm::sys::getHostCPUName().str();
     chosen.features = hostFeatures();
     if (std::optional<std::string> extra = text("features"); extra && !extra->empty())

@@ -18,6 +18,7 @@
 
 #include <catch2/catch.hpp>
 #include <httplib.h>
+#include <nlohmann/json.hpp>
 
 #include <atomic>
 #include <chrono>
@@ -293,3 +294,67 @@ TEST_CASE("an executor that cannot tell its CPU gets code for the generic CPU, a
   CHECK(!objectsIn(other).empty());
   CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(20));
 }
+
+TEST_CASE("cpu = \"native\" in process is this machine's CPU", "[engine][cpu]") {
+  TempDir unnamed, native;
+  auto plain = Engine(optionsIn(unnamed)).compile(program("local"), "plain");
+  REQUIRE(ok(plain));
+  auto named = Engine(optionsIn(native)).compile(program("local", "cpu = \"native\""), "native");
+  REQUIRE(ok(named));
+  CHECK(recordsIn(native) == recordsIn(unnamed));
+#if defined(__x86_64__)
+  CHECK(!recordsIn(native).empty());
+#endif
+  auto out = (*named)->invoke("main", {Tensor::fromDoubles(DType::F64, {4}, {1, 2, 3, 4})});
+  REQUIRE(ok(out));
+  CHECK(values((*out)[0]) == std::vector<double>{2, 4, 6, 8});
+}
+
+#if defined(__x86_64__)
+TEST_CASE("cpu = \"native\" for an executor is the CPU that executor reports, or generic when "
+          "it cannot be asked",
+          "[engine][cpu]") {
+  // An executor that says it runs on an x86-64-v2 CPU: code for this machine's (with AVX) would
+  // be refused there. Only its health is answered; loading then fails, compiling does not.
+  const std::vector<std::string> v2 = {"sse3", "ssse3", "sse4.1", "sse4.2", "popcnt", "cx16",
+                                       "sahf"};
+  std::vector<std::string> expected =
+      getRequiredFeatures(getReportedTargetCpu(llvm::sys::getProcessTriple(), "x86-64-v2", v2));
+  REQUIRE(!expected.empty());
+  httplib::Server reporter;
+  reporter.Get("/v1/health", [&](const httplib::Request &, httplib::Response &res) {
+    nlohmann::json body = {{"status", "ok"},        {"version", "0.1"},
+                           {"triple", llvm::sys::getProcessTriple()},
+                           {"cpu", "x86-64-v2"},    {"features", v2}};
+    res.set_content(body.dump(), "application/json");
+  });
+  int port = reporter.bind_to_any_port("127.0.0.1");
+  REQUIRE(port > 0);
+  std::thread serving([&] { reporter.listen_after_bind(); });
+  std::string address = "127.0.0.1:" + std::to_string(port);
+
+  TempDir dir;
+  auto reported = Engine(optionsIn(dir)).compile(program(address, "cpu = \"native\""), "v2");
+  if (!reported)
+    llvm::consumeError(reported.takeError());
+  while (!reporter.is_running())
+    std::this_thread::yield();
+  reporter.stop();
+  serving.join();
+  CHECK(recordsIn(dir) == std::vector<std::vector<std::string>>{expected});
+
+  // Nobody listens on port 1; and an aarch64 executor's CPU is not this one either way.
+  for (std::string target : {"cpu = \"native\"",
+                             "triple = \"aarch64-unknown-linux-gnu\", cpu = \"native\""}) {
+    INFO(target);
+    TempDir down;
+    auto compiled = Engine(optionsIn(down)).compile(program("127.0.0.1:1", target), "down");
+    if (!compiled) {
+      std::string message = messageOf(compiled.takeError());
+      CHECK_THAT(message, !Catch::Contains("unknown CPU"));
+    }
+    CHECK(recordsIn(down).empty());
+    CHECK(!objectsIn(down).empty());
+  }
+}
+#endif
