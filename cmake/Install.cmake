@@ -6,7 +6,9 @@
 #   lib/cmake/Courier/ CourierConfig.cmake, CourierConfigVersion.cmake (SameMajorVersion),
 #                      CourierTargets.cmake: Courier::Engine and Courier::Runtime, relocatable
 #   lib/pkgconfig/     courier.pc, relocatable too
-#   bin/               the tools;  share/doc/courier/  LICENSE
+#   bin/               the tools
+#   share/doc/courier/ LICENSE, README.md, the docs/ pages and the generated dialect and pass
+#                      reference (dialects/, passes/)
 # The tree may be moved after installing: nothing in it names the prefix, except the last
 # place an isolated engine looks for courier-module-worker (after $COURIER_MODULE_WORKER and
 # the application's own directory; EngineOptions::workerProgram).
@@ -71,7 +73,14 @@ endforeach()
 configure_file(cmake/courier.pc.in ${PROJECT_BINARY_DIR}/courier.pc @ONLY)
 install(FILES ${PROJECT_BINARY_DIR}/courier.pc DESTINATION lib/pkgconfig)
 
-install(FILES LICENSE DESTINATION share/doc/courier)
+# The documentation (component "doc", part of every install): the README, docs/*.md and the
+# generated reference of Courier's dialects and passes, which the pages link to by these
+# relative paths.
+install(FILES LICENSE README.md docs/deploy.md docs/design.md docs/guide.md docs/performance.md
+  docs/protocol.md docs/reliability.md docs/rest.md docs/writing.md
+  DESTINATION share/doc/courier COMPONENT doc)
+install(DIRECTORY ${PROJECT_BINARY_DIR}/docs/dialects ${PROJECT_BINARY_DIR}/docs/passes
+  DESTINATION share/doc/courier COMPONENT doc FILES_MATCHING PATTERN "*.md")
 
 foreach(tool courier-opt courier-run courier-executor courier-worker courier-module-worker
     courier-serve)
