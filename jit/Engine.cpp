@@ -4,6 +4,7 @@
 #include "jit/DiskCache.h"
 #include "jit/Internal.h"
 #include "jit/ParseGuard.h"
+#include "jit/ShapeChecks.h"
 
 #include "abi/ContentHash.h"
 #include "dialect/Dialects.h"
@@ -171,6 +172,7 @@ std::vector<EntrySignature> prepareEntries(mlir::ModuleOp module,
       unsupported[fn.getName()] = reason;
       continue;
     }
+    signature.dimEqualities = findDimEqualities(fn, module, signature.inputs);
     fn->setAttr(mlir::LLVM::LLVMDialect::getEmitCWrapperAttrName(),
                 mlir::UnitAttr::get(module.getContext()));
     for (unsigned i = 0; i < fn.getNumArguments(); ++i)

@@ -26,6 +26,16 @@
 
 namespace courier {
 
+/// Two input dimensions an entry's code needs equal (a matmul's K in A and B, the sizes of
+/// an elementwise op's operands): invoke refuses inputs that break it (invalid_input) before
+/// any code runs.
+struct DimEquality {
+  unsigned input, dim;    ///< dimension `dim` of input `input`
+  unsigned other, otherDim;
+  std::string op;    ///< the op that needs it, e.g. "linalg.matmul"
+  std::string where; ///< where that op was written (file:line:col), or empty
+};
+
 /// A public function of a compiled module.
 struct EntrySignature {
   std::string name;
@@ -35,6 +45,8 @@ struct EntrySignature {
   /// one per input (output), empty where the function names none. Servers may show them
   /// (courier-serve's KServe v2 routes name tensors by them); invoke goes by position.
   std::vector<std::string> inputNames, outputNames;
+  /// What its code needs of its inputs' dynamic dimensions (jit/ShapeChecks.h).
+  std::vector<DimEquality> dimEqualities;
 };
 
 /// One diagnostic from parsing or a pass.

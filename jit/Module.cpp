@@ -1,5 +1,6 @@
 // A loaded module: typed invocation through its packed entry wrappers, and unloading.
 #include "jit/Internal.h"
+#include "jit/ShapeChecks.h"
 
 #include "executor/ResultBlocks.h"
 
@@ -205,6 +206,13 @@ llvm::Error invokeInProcess(const Module::Impl &impl, llvm::StringRef entry,
   for (size_t i = 0; i < inputs.size(); ++i)
     if (llvm::Error error = checkInput(*signature, i, signature->inputs[i], inputs[i]))
       return error;
+  if (!signature->dimEqualities.empty()) {
+    llvm::SmallVector<llvm::ArrayRef<int64_t>, 8> shapes;
+    for (const TensorRef &input : inputs)
+      shapes.push_back(input.shape);
+    if (llvm::Error error = checkDimEqualities(*signature, shapes))
+      return error;
+  }
 
   size_t numInputs = inputs.size(), numOutputs = signature->outputs.size();
   std::vector<void *> args(numInputs + numOutputs);
