@@ -2,6 +2,8 @@
 // worker process (or, without isolation, in this one). See executor/ExecutorCore.h.
 #include "executor/ExecutorCore.h"
 
+#include "executor/KernelThreads.h"
+
 #include "executor/ElfValidation.h"
 #include "executor/HostCpu.h"
 #include "executor/HostErrors.h"
@@ -1020,6 +1022,9 @@ llvm::Expected<std::unique_ptr<ExecutorCore>> ExecutorCore::create(CoreOptions o
     return plugins.takeError();
   auto impl = std::make_unique<Impl>(std::move(options));
   impl->plugins = std::move(*plugins);
+  // In this process, kernels share the process's one team (executor/KernelThreads.h).
+  if (!impl->isolated() && impl->options.kernelThreads)
+    setKernelThreads(impl->options.kernelThreads);
   if (impl->isolated()) {
     WorkerSettings settings;
     settings.program = impl->options.workerProgram;
@@ -1040,6 +1045,7 @@ llvm::Expected<std::unique_ptr<ExecutorCore>> ExecutorCore::create(CoreOptions o
     settings.doorbell = true;
     settings.memoryMiB = impl->options.workerMemoryMiB;
     settings.cpuSeconds = impl->options.workerCpuSeconds;
+    settings.kernelThreads = impl->options.kernelThreads;
     settings.sandbox = impl->options.sandbox;
     settings.allowUnsignedObjects = impl->options.allowUnsignedObjects;
     impl->pool = std::make_unique<WorkerPool>(std::move(settings), impl->options.warmWorkers);

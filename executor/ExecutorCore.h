@@ -58,6 +58,9 @@ struct CoreOptions {
   std::chrono::milliseconds launchTimeout{60000};
   uint64_t workerMemoryMiB = 4096;
   uint64_t workerCpuSeconds = 0;
+  /// Threads of a kernel's parallel loops, per worker (or in this process, not isolated);
+  /// 0: the CPUs the process may run on (executor/KernelThreads.h).
+  unsigned kernelThreads = 0;
   unsigned warmWorkers = 2;
   bool sandbox = true;
   bool allowUnsignedObjects = false;

@@ -72,6 +72,7 @@ executor::CoreOptions coreOptions(const ExecutorServerOptions &options) {
   core.launchTimeout = options.launchTimeout;
   core.workerMemoryMiB = options.workerMemoryMiB;
   core.workerCpuSeconds = options.workerCpuSeconds;
+  core.kernelThreads = options.kernelThreads;
   core.warmWorkers = options.warmWorkers;
   core.maxSessions = options.maxSessions;
   core.sandbox = options.sandbox;

@@ -40,6 +40,9 @@ struct ExecutorServerOptions : HttpListenOptions {
   uint64_t workerMemoryMiB = 4096;
   /// RLIMIT_CPU of a worker over its life; 0: none (deadlines bound each launch).
   uint64_t workerCpuSeconds = 0;
+  /// Threads of each session's kernels' parallel loops (--kernel-threads); 0: the CPUs the
+  /// executor may run on (sched_getaffinity).
+  unsigned kernelThreads = 0;
   /// Most sessions open at once; each isolated one is a worker process.
   size_t maxSessions = 128;
   /// Workers started ahead of need, so opening a session does not wait for a process.

@@ -10,6 +10,7 @@
 
 #include "abi/KernelABI.h"
 #include "executor/ElfValidation.h"
+#include "executor/KernelThreads.h"
 #include "executor/ResultBlocks.h"
 #include "executor/RuntimeSymbols.h"
 #include "transport/Wire.h"
@@ -107,8 +108,9 @@ struct LaunchAllocations {
   }
 };
 
-/// The launch running on this thread, if any: kernels run on the launching thread and
-/// cannot start threads of their own (nothing on the allow-list does).
+/// The launch running on this thread, if any. Kernels start no threads of their own; their
+/// parallel loops run on the kernel-thread team (executor/KernelThreads.h), whose threads
+/// have none: what they allocate and free within a loop's iteration goes untracked.
 thread_local LaunchAllocations *currentLaunch = nullptr;
 
 void remember(void *pointer, uint64_t size) {
@@ -611,6 +613,10 @@ Expected<std::unique_ptr<ObjectHost>> ObjectHost::create(std::shared_ptr<PluginS
     if (symbol->address && !symbols.count(name))
       symbols[name] = {orc::ExecutorAddr::fromPtr(symbol->address), JITSymbolFlags::Exported};
   }
+  // Parallel loops: the OpenMP runtime's entries (executor/KernelThreads.h).
+  for (auto [name, address] : executor::kernelThreadSymbols())
+    symbols[session.intern(name)] = {orc::ExecutorAddr::fromPtr(address),
+                                     JITSymbolFlags::Exported | JITSymbolFlags::Callable};
   if (Error error = runtime->define(orc::absoluteSymbols(std::move(symbols))))
     return makeError("exposing the C runtime to kernels: " + toString(std::move(error)));
   impl->runtime = &*runtime;
@@ -980,6 +986,7 @@ Expected<std::vector<OwnedTensor>> ObjectHost::launch(StringRef sha256, StringRe
   }
   {
     TrackAllocations tracking(allocations);
+    executor::prepareKernelLaunch();
     function(outBuffer.data(), const_cast<void **>(args));
   }
 

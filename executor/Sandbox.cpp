@@ -60,6 +60,8 @@ int crashChannel = -1;
 std::atomic<uint32_t> *crashRequest = nullptr, *crashReply = nullptr;
 /// Set once a report has been sent, so the abort that follows it does not replace it.
 volatile sig_atomic_t crashReported = 0;
+/// The calling thread's index in the kernel-thread team (0: not one of its helpers).
+thread_local volatile sig_atomic_t crashThreadIndex = 0;
 
 void sendReport(const CrashReport &report) {
   char message[1 + sizeof(CrashReport)];
@@ -120,6 +122,7 @@ void reportCrash(int signal, siginfo_t *info, void *context) {
   report.address = info ? reinterpret_cast<uint64_t>(info->si_addr) : 0;
   if (signal == SIGSYS && info)
     report.syscall = info->si_syscall;
+  report.thread = crashThreadIndex;
   if (!crashReported)
     sendReport(report);
   // Let the signal end the process the usual way, so the executor's wait sees it too.
@@ -166,6 +169,8 @@ llvm::Error dropBoundingSet() {
 }
 
 } // namespace
+
+void setCrashThreadIndex(int index) { crashThreadIndex = index; }
 
 void ringOnCrash(std::atomic<uint32_t> &request, std::atomic<uint32_t> &reply) {
   crashRequest = &request;
@@ -230,6 +235,10 @@ llvm::Error enterSandbox() {
   if (!filter)
     return llvm::createStringError("seccomp_init failed");
   llvm::scope_exit release([&] { seccomp_release(filter); });
+  // Into every thread: the kernel threads, started before (executor/KernelThreads.h), run
+  // kernels' code too. No thread may be created after it: clone is not allowed.
+  if (int rc = seccomp_attr_set(filter, SCMP_FLTATR_CTL_TSYNC, 1))
+    return systemError("synchronising the filter to every thread", -rc);
   // What a worker needs to receive work and shared memory, compute, allocate and answer.
   static const char *const allowed[] = {
       // its channel, its log, shared buffers

@@ -44,6 +44,10 @@ llvm::Error installCrashReporter(int channel);
 /// (executor/WorkerProtocol.h) then reads the report at once.
 void ringOnCrash(std::atomic<uint32_t> &request, std::atomic<uint32_t> &reply);
 
+/// Names the calling thread in crash reports: `index` in the kernel-thread team
+/// (executor/KernelThreads.h); 0, the default, is the thread that launches kernels.
+void setCrashThreadIndex(int index);
+
 /// Reports "out of memory" on the crash reporter's channel and aborts: for a worker's
 /// new-handler, so a compile that reaches its memory limit is named as such.
 [[noreturn]] void reportOutOfMemoryAndAbort();

@@ -3,6 +3,7 @@
 #include "executor/Worker.h"
 
 #include "executor/HostErrors.h"
+#include "executor/KernelThreads.h"
 #include "executor/ObjectHost.h"
 #include "executor/Sandbox.h"
 #include "executor/WorkerProtocol.h"
@@ -45,11 +46,13 @@ struct WorkerOptions {
   SandboxLimits limits;
   bool sandbox = true;
   bool allowUnsigned = false;
+  unsigned kernelThreads = 0; ///< 0: the CPUs the worker may run on.
 };
 
 const char *const kWorkerUsage =
     "usage: courier-worker [--parent PID] [--plugin LIB.so]... [--memory-mib N]\n"
-    "                      [--cpu-seconds N] [--no-sandbox] [--allow-unsigned-objects]\n"
+    "                      [--cpu-seconds N] [--kernel-threads N] [--no-sandbox]\n"
+    "                      [--allow-unsigned-objects]\n"
     "  started by courier-executor with its channel on descriptor 3; see executor/Worker.h\n";
 
 llvm::Expected<WorkerOptions> parseOptions(int argc, char **argv) {
@@ -65,7 +68,8 @@ llvm::Expected<WorkerOptions> parseOptions(int argc, char **argv) {
       continue;
     }
     llvm::StringRef name = args.name();
-    if (!llvm::is_contained({"--plugin", "--parent", "--memory-mib", "--cpu-seconds"}, name))
+    if (!llvm::is_contained(
+            {"--plugin", "--parent", "--memory-mib", "--cpu-seconds", "--kernel-threads"}, name))
       return args.unknown();
     if (llvm::Error e = args.readValue())
       return std::move(e);
@@ -82,6 +86,8 @@ llvm::Expected<WorkerOptions> parseOptions(int argc, char **argv) {
       // A memfd a kernel makes counts only while mapped: without a control group of its own
       // (executor/WorkerCgroup.h) the file size limit bounds one.
       options.limits.memoryBytes = options.limits.fileBytes = number << 20;
+    else if (name == "--kernel-threads")
+      options.kernelThreads = static_cast<unsigned>(std::min<uint64_t>(number, 1024));
     else
       options.limits.cpuSeconds = number;
   }
@@ -688,6 +694,12 @@ int runWorker(int argc, char **argv) {
     return fail("creating the object host: " + llvm::toString(host.takeError()));
   if (llvm::Error error = installCrashReporter(kWorkerChannelFd))
     return fail(llvm::toString(std::move(error)));
+  // Kernels' threads, from the thread that runs launches, before the limits (RLIMIT_NPROC 0)
+  // and the filter (no clone) forbid making them; their stacks are mapped before RLIMIT_AS
+  // is set from the worker's size, so they are not taken from what kernels may allocate.
+  setKernelThreads(options->kernelThreads);
+  if (llvm::Error error = startKernelThreads())
+    return fail("starting kernel threads: " + llvm::toString(std::move(error)));
   if (llvm::Error error = applyLimits(options->limits))
     return fail(llvm::toString(std::move(error)));
   if (options->sandbox)

@@ -15,6 +15,8 @@ inline constexpr int kWorkerChannelFd = 3;
 ///   --plugin LIB.so         loaded before the sandbox is entered (repeatable)
 ///   --memory-mib N          address space kernels may add (RLIMIT_AS)
 ///   --cpu-seconds N         RLIMIT_CPU
+///   --kernel-threads N      threads of kernels' parallel loops, started before the sandbox
+///                           (default: the CPUs the worker may run on)
 ///   --no-sandbox            skip no-new-privs and seccomp
 ///   --allow-unsigned-objects accept objects without signature tables
 int runWorker(int argc, char **argv);

@@ -467,6 +467,10 @@ llvm::Expected<std::unique_ptr<WorkerProcess>> WorkerPool::start() {
     args.push_back("--cpu-seconds");
     args.push_back(std::to_string(settings.cpuSeconds));
   }
+  if (settings.kernelThreads) {
+    args.push_back("--kernel-threads");
+    args.push_back(std::to_string(settings.kernelThreads));
+  }
   if (!settings.sandbox)
     args.push_back("--no-sandbox");
   if (settings.allowUnsignedObjects)

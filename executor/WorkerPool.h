@@ -31,6 +31,8 @@ struct WorkerSettings {
   std::vector<std::string> plugins;
   uint64_t memoryMiB = 0;
   uint64_t cpuSeconds = 0;
+  /// Threads of each worker's kernels' parallel loops (0: the CPUs it may run on).
+  unsigned kernelThreads = 0;
   bool sandbox = true;
   bool allowUnsignedObjects = false;
   /// Share a doorbell page with each worker (executor/WorkerProtocol.h), which courier-worker

@@ -209,6 +209,8 @@ std::string describeCrash(const CrashReport &report) {
              report.signal == SIGFPE) {
     text += llvm::formatv(" (address {0:x})", report.address).str();
   }
+  if (report.thread > 0)
+    text += llvm::formatv(" on kernel thread {0}", report.thread).str();
   return text;
 }
 

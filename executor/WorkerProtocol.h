@@ -171,6 +171,9 @@ struct CrashReport {
   int32_t code = 0;
   uint64_t address = 0;
   int32_t syscall = -1;
+  /// The kernel thread it happened on: 0 for the launching thread, else its index in the
+  /// kernel-thread team (executor/KernelThreads.h).
+  int32_t thread = 0;
 };
 
 /// CrashReport::code of a worker that ran out of memory (its allocator gave up) and aborts.

@@ -3,6 +3,7 @@
 #include "passes/Passes.h"
 
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/OpenMP/OpenMPDialect.h"
 #include "mlir/IR/BuiltinOps.h"
 
 namespace courier {
@@ -29,7 +30,8 @@ std::string where(Location loc) {
 
 /// Whether `op` may stay in a module translated to LLVM IR.
 bool isLowered(Operation *op) {
-  return isa<ModuleOp>(op) || isa<LLVM::LLVMDialect>(op->getDialect());
+  // OpenMP's ops (parallel loops, courier-parallelize-kernels) translate to runtime calls.
+  return isa<ModuleOp>(op) || isa<LLVM::LLVMDialect, omp::OpenMPDialect>(op->getDialect());
 }
 
 struct CheckLowered : impl::CheckLoweredBase<CheckLowered> {

@@ -6,11 +6,13 @@
 #include "passes/Passes.h"
 #include "passes/TargetModules.h"
 
+#include "mlir/Dialect/OpenMP/OpenMPDialect.h"
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/Verifier.h"
 #include "mlir/Pass/PassRegistry.h"
 #include "mlir/Target/LLVMIR/Dialect/Builtin/BuiltinToLLVMIRTranslation.h"
 #include "mlir/Target/LLVMIR/Dialect/LLVMIR/LLVMToLLVMIRTranslation.h"
+#include "mlir/Target/LLVMIR/Dialect/OpenMP/OpenMPToLLVMIRTranslation.h"
 #include "mlir/Target/LLVMIR/Export.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Config/llvm-config.h"
@@ -213,6 +215,8 @@ struct CrossCompileTargets : impl::CrossCompileTargetsBase<CrossCompileTargets> 
     lowering.getDependentDialects(registry);
     registerBuiltinDialectTranslation(registry);
     registerLLVMDialectTranslation(registry);
+    // Kernels' parallel loops (courier-parallelize-kernels) become calls of the OpenMP runtime.
+    registerOpenMPDialectTranslation(registry);
   }
 
   /// Set by the engine: where objects go and come from, and where code generation runs.
@@ -448,7 +452,9 @@ struct CrossCompileTargets : impl::CrossCompileTargetsBase<CrossCompileTargets> 
     std::string lowering =
         pipeline.empty() ? "the default pipeline" : ("pipeline '" + pipeline + "'").str();
     WalkResult unlowered = copy->walk([&](Operation *op) {
-      if (op == copy->getOperation() || isa<LLVM::LLVMDialect>(op->getDialect()))
+      // OpenMP's ops (the default pipeline's parallel loops) translate to runtime calls.
+      if (op == copy->getOperation() ||
+          isa<LLVM::LLVMDialect, omp::OpenMPDialect>(op->getDialect()))
         return WalkResult::advance();
       target.emitError("lowering by ")
           << lowering << " left '" << op->getName()

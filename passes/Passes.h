@@ -109,6 +109,16 @@ void buildHostLowering(mlir::OpPassManager &pm);
 /// were not). The host pipeline shares its steps but adds the dispatch passes between them.
 void buildBufferizeAndLowerToLLVM(mlir::OpPassManager &pm, bool vectorize = false);
 
+/// Marks the loops tiling by `tileSizes` made over `iterators`' parallel dimensions (one loop
+/// per non-zero size, outer first, in the order of `interchange` where it is not empty) with
+/// kParallelWorkAttr = `work`, the tiled op's iteration count: courier-parallelize-kernels
+/// may run their iterations on several threads.
+inline constexpr llvm::StringLiteral kParallelWorkAttr = "courier.parallel_work";
+void markParallelTileLoops(llvm::ArrayRef<mlir::LoopLikeOpInterface> loops,
+                           llvm::ArrayRef<int64_t> tileSizes,
+                           llvm::ArrayRef<mlir::utils::IteratorType> iterators, int64_t work,
+                           llvm::ArrayRef<int64_t> interchange = {});
+
 /// Registers the passes and the `courier-pipeline` pipeline with the global registry.
 void registerCourierPassesAndPipelines();
 

@@ -313,6 +313,37 @@ def LowerMath : Pass<"courier-lower-math", "::mlir::ModuleOp"> {
                            "::mlir::LLVM::LLVMDialect"];
 }
 
+def ParallelizeKernels : Pass<"courier-parallelize-kernels", "::mlir::ModuleOp"> {
+  let summary = "Run the outer tile loops of large ops on several threads";
+  let description = [{
+    Runs after bufferization. `courier-vectorize` marks each loop it makes over a parallel
+    dimension of an op (one whose iterations write disjoint parts of the result) with
+    `courier.parallel_work`, the op's iteration count. The outermost such loop of an op whose
+    count is at least `min-work`, that carries no value and runs at least twice becomes an
+    `scf.parallel`, which `convert-scf-to-openmp` turns into an OpenMP parallel loop: its
+    iterations are shared by the threads of the process's kernel-thread team (the OpenMP
+    runtime, sized by the executor's `--kernel-threads`). Smaller ops stay on the calling
+    thread, as do loops nested in a parallel one. The marks are removed.
+
+    ```mlir
+    scf.for %i = %c0 to %c1024 step %c64 {  // {courier.parallel_work = 1073741824}
+      ...
+    }
+    // becomes
+    scf.parallel (%i) = (%c0) to (%c1024) step (%c64) {
+      ...
+    }
+    ```
+  }];
+  let options = [
+    Option<"enabled", "enabled", "bool", /*default=*/"true",
+           "Make parallel loops (false: only remove the marks)">,
+    Option<"minWork", "min-work", "uint64_t", /*default=*/"262144",
+           "The least iteration count of an op run on several threads">
+  ];
+  let dependentDialects = ["::mlir::scf::SCFDialect"];
+}
+
 def CheckLowered : Pass<"courier-check-lowered", "::mlir::ModuleOp"> {
   let summary = "Report the first op the default lowering did not lower to LLVM";
   let description = [{

@@ -49,11 +49,21 @@ void addOneShotBufferize(OpPassManager &pm, std::optional<bool> vectorize) {
 }
 
 /// Bufferized IR -> LLVM dialect; `withExecutor` adds convert-executor-to-llvm where memref
-/// types are still in place.
-void addLowerToLLVM(OpPassManager &pm, bool withExecutor) {
+/// types are still in place; `threads` runs the outer loops of large ops on OpenMP's threads
+/// (kernels: the object host binds them to the executor's kernel-thread team).
+void addLowerToLLVM(OpPassManager &pm, bool withExecutor, bool threads) {
   bufferization::buildBufferDeallocationPipeline(pm);
   pm.addPass(createConvertBufferizationToMemRefPass());
   pm.addPass(createExpandStridedCopies());
+  ParallelizeKernelsOptions parallel;
+  parallel.enabled = threads;
+  pm.addPass(createParallelizeKernels(parallel));
+  if (threads) {
+    pm.addPass(createConvertSCFToOpenMPPass());
+    // It wraps each loop body in a memref.alloca_scope, whose single block the lowering of
+    // the loops inside would split; the canonicalizer inlines scopes that hold no alloca.
+    pm.addPass(createCanonicalizerPass());
+  }
   pm.addNestedPass<func::FuncOp>(createConvertLinalgToLoopsPass());
   // Vector transfers to plain loads and stores (unrolled: loops of allocas in a k loop would
   // overflow the stack), reductions to shuffles.
@@ -90,6 +100,8 @@ void addLowerToLLVM(OpPassManager &pm, bool withExecutor) {
   pm.addPass(createConvertControlFlowToLLVMPass());
   pm.addPass(createConvertFuncToLLVMPass());
   pm.addPass(createUBToLLVMConversionPass());
+  if (threads)
+    pm.addPass(createConvertOpenMPToLLVMPass());
   pm.addPass(createReconcileUnrealizedCastsPass());
   pm.addPass(createCanonicalizerPass());
   pm.addPass(createCheckLowered());
@@ -99,7 +111,7 @@ void addLowerToLLVM(OpPassManager &pm, bool withExecutor) {
 
 void buildBufferizeAndLowerToLLVM(OpPassManager &pm, bool vectorize) {
   addOneShotBufferize(pm, vectorize ? std::optional<bool>(true) : std::nullopt);
-  addLowerToLLVM(pm, /*withExecutor=*/false);
+  addLowerToLLVM(pm, /*withExecutor=*/false, /*threads=*/true);
 }
 
 void buildDispatchPipeline(OpPassManager &pm, const PipelineOptions &options) {
@@ -111,7 +123,9 @@ void buildDispatchPipeline(OpPassManager &pm, const PipelineOptions &options) {
   pm.addPass(createDispatchExecutorTargets());
 }
 
-void buildHostLowering(OpPassManager &pm) { addLowerToLLVM(pm, /*withExecutor=*/true); }
+void buildHostLowering(OpPassManager &pm) {
+  addLowerToLLVM(pm, /*withExecutor=*/true, /*threads=*/false);
+}
 
 void buildCourierPipeline(OpPassManager &pm, const PipelineOptions &options) {
   buildDispatchPipeline(pm, options);

@@ -126,12 +126,17 @@ LogicalResult tileAndPeel(RewriterBase &rewriter, linalg::LinalgOp op, ArrayRef<
     options.setReductionTilingStrategy(ReductionTilingStrategy::PartialReductionOuterReduction)
         .setReductionDims({innermost});
   rewriter.setInsertionPoint(op);
+  SmallVector<utils::IteratorType> iterators = op.getIteratorTypesArray();
+  int64_t work = 1;
+  for (int64_t range : op.getStaticLoopRanges())
+    work *= range;
   FailureOr<scf::SCFTilingResult> tiled =
       scf::tileUsingSCF(rewriter, cast<TilingInterface>(op.getOperation()), options);
   if (failed(tiled))
     return op.emitError("tiling for vectors failed");
   rewriter.replaceOp(op, tiled->replacements);
   tiled->tiledOps.back()->setAttr(kLevelAttr, rewriter.getI64IntegerAttr(level));
+  markParallelTileLoops(tiled->loops, sizes, iterators, work, options.interchangeVector);
   // Innermost first: peeling a loop copies those inside it, which are then peeled already.
   for (LoopLikeOpInterface loop : llvm::reverse(tiled->loops)) {
     auto forOp = dyn_cast<scf::ForOp>(loop.getOperation());

@@ -9,7 +9,7 @@ packages=(cmake ninja-build pkg-config g++ python3 git curl
   llvm-22-dev libmlir-22-dev mlir-22-tools clang-22 lld-22 libclang-rt-22-dev
   libcpp-httplib-dev zlib1g-dev nlohmann-json3-dev catch2 libssl-dev openssl libbenchmark-dev libseccomp-dev
   prometheus-cpp-dev libsimdjson-dev libdragonbox-dev nginx
-  python3-dev pybind11-dev python3-numpy python3-pytest libopenblas-dev)
+  python3-dev pybind11-dev python3-numpy python3-pytest libopenblas-dev libomp-22-dev)
 
 case "${1:-}" in
   "") aarch64=false ;;

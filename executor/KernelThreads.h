@@ -1,0 +1,55 @@
+// The threads kernels' parallel loops run on: the team of LLVM's OpenMP runtime (libomp), one
+// per process, its size chosen once (--kernel-threads; by default the CPUs the process may run
+// on) and its threads started before a worker enters its sandbox.
+#ifndef COURIER_EXECUTOR_KERNELTHREADS_H
+#define COURIER_EXECUTOR_KERNELTHREADS_H
+
+#include "llvm/ADT/ArrayRef.h"
+#include "llvm/Support/Error.h"
+
+#include <cstdint>
+#include <utility>
+
+namespace courier::executor {
+
+/// The CPUs this process may run on (sched_getaffinity: taskset, cpusets and containers'
+/// limits), at least 1.
+unsigned availableCpus();
+
+/// Sets how many threads a kernel's parallel loop uses, for every launch from now on
+/// (0: availableCpus()). Threads idle after a region sleep rather than spin (KMP_BLOCKTIME
+/// 0, unless the environment sets it), so a worker's CPU time is its kernels' work.
+void setKernelThreads(unsigned threads);
+
+/// The size setKernelThreads chose (availableCpus() if it was never called).
+unsigned kernelThreads();
+
+/// Starts the team now, from the calling thread, which must be the thread that launches
+/// kernels (the runtime keeps a team per launching thread): afterwards a launch creates no
+/// thread. Each thread of the team gets an alternate signal stack of its own, so the crash
+/// reporter runs on it after a stack overflow, and its index for the report.
+llvm::Error startKernelThreads();
+
+/// Called on the launching thread before a kernel runs: its parallel loops take the chosen
+/// number of threads. Cheap.
+void prepareKernelLaunch();
+
+/// The OpenMP runtime entries compiled parallel loops call, with their addresses in this
+/// process: the object host's allow-list takes them. __kmpc_fork_call is Courier's wrapper,
+/// which counts parallel regions and busy threads.
+llvm::ArrayRef<std::pair<const char *, const void *>> kernelThreadSymbols();
+
+/// Counts for metrics: parallel regions started, and threads running one now.
+struct KernelThreadCounts {
+  uint64_t parallelRegions = 0;
+  uint64_t busyThreads = 0;
+};
+KernelThreadCounts kernelThreadCounts();
+
+/// Parallel regions the calling thread has started so far (a launch that started none ran on
+/// its thread alone).
+uint64_t parallelRegionsOnThisThread();
+
+} // namespace courier::executor
+
+#endif // COURIER_EXECUTOR_KERNELTHREADS_H
