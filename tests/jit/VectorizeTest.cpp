@@ -108,7 +108,9 @@ TEST_CASE("vectorized matmuls match a reference at sizes tiles do and do not div
     int64_t m, n, k;
   };
   for (Size s : {Size{1, 1, 1}, Size{17, 17, 17}, Size{64, 64, 64}, Size{8, 32, 300},
-                 Size{301, 257, 129}, Size{128, 512, 256}}) {
+                 Size{301, 257, 129}, Size{128, 512, 256},
+                 // B's rows a page apart: its tiles are read from packed copies.
+                 Size{128, 1024, 512}}) {
     INFO(s.m << " x " << s.n << " x " << s.k);
     std::vector<float> a = randoms(s.m * s.k, 1), b = randoms(s.k * s.n, 2);
     std::vector<float> c = runMatmul(engine, s.m, s.n, s.k, "", a, b);

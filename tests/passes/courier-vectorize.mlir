@@ -68,6 +68,24 @@ module @app {
     }
   }
 
+  // Where B's rows are a page apart (1024 f32), each 256 x 256 tile of B is copied once into
+  // a contiguous buffer, in the K loop before the M loop, and the register tiles read the copy.
+  // CHECK-LABEL: module @packed
+  // CHECK: %[[PACK:.*]] = tensor.empty() : tensor<256x256xf32>
+  // CHECK: scf.for %[[N:.*]] = {{.*}} step %c256
+  // CHECK: scf.for %[[K:.*]] = {{.*}} step %c256
+  // CHECK: %[[COPY:.*]] = scf.for {{.*}} iter_args({{.*}} = %[[PACK]]) -> (tensor<256x256xf32>)
+  // CHECK: vector.transfer_read {{.*}} : tensor<1024x1024xf32>, vector<64xf32>
+  // CHECK: scf.for {{.*}} step %c64
+  // CHECK: vector.transfer_read %[[COPY]]
+  // CHECK: vector.fma {{.*}} : vector<32xf32>
+  module @packed attributes {catalyst.target = {cpu = "znver4"}} {
+    func.func public @matmul(%a: tensor<1024x1024xf32>, %b: tensor<1024x1024xf32>, %c: tensor<1024x1024xf32>) -> tensor<1024x1024xf32> {
+      %r = linalg.matmul ins(%a, %b : tensor<1024x1024xf32>, tensor<1024x1024xf32>) outs(%c : tensor<1024x1024xf32>) -> tensor<1024x1024xf32>
+      return %r : tensor<1024x1024xf32>
+    }
+  }
+
   // A batch of one is a matmul, tiled as one.
   // CHECK-LABEL: module @batch
   // CHECK: scf.for {{.*}} iter_args({{.*}}) -> (vector<8x32xf32>)
