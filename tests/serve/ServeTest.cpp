@@ -218,6 +218,31 @@ TEST_CASE("a compile error is 422 with each diagnostic's file, line and column",
   CHECK(serve.metric("courier_serve_compile_failures_total") == 1);
 }
 
+TEST_CASE("a plain-text PUT's diagnostics name a file: Content-Disposition's filename, else "
+          "NAME.mlir",
+          "[serve]") {
+  ServeProcess serve;
+  auto http = serve.client();
+  auto fileOf = [](const Reply &reply) {
+    INFO(reply.raw);
+    REQUIRE(reply.status == 422);
+    return reply.body["error"]["diagnostics"][0]["file"].get<std::string>();
+  };
+  CHECK(fileOf(put(*http, "/v1/modules/plain", kBroken, "text/plain")) == "plain.mlir");
+  Reply named = toReply(http->Put("/v1/modules/plain",
+                                  {{"Content-Disposition", "inline; filename=\"app.mlir\""}},
+                                  kBroken, "text/plain"));
+  CHECK(fileOf(named) == "app.mlir");
+  CHECK(named.body["error"]["message"].get<std::string>().find("app.mlir:3:12") !=
+        std::string::npos);
+  // A path is not a file's name: refused, and nothing is compiled.
+  Reply path = toReply(http->Put("/v1/modules/plain",
+                                 {{"Content-Disposition", "inline; filename=\"../etc/app.mlir\""}},
+                                 kBroken, "text/plain"));
+  CHECK(path.status == 400);
+  CHECK(errorCode(path) == "bad_request");
+}
+
 TEST_CASE("a second POST of a name is 409; PUT replaces the module and bumps its version",
           "[serve]") {
   ServeProcess serve;

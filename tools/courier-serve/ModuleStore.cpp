@@ -73,6 +73,12 @@ double msSince(Clock::time_point start) {
 /// the module's name.
 std::string sourceNameOf(llvm::StringRef origin) { return origin == "api" ? "" : origin.str(); }
 
+/// What diagnostics call a module's text: `sourceName` when the request gave one, else as
+/// sourceNameOf says.
+std::string sourceNameOf(llvm::StringRef origin, llvm::StringRef sourceName) {
+  return sourceName.empty() ? sourceNameOf(origin) : sourceName.str();
+}
+
 /// What a client is told of an engine failure of `kind`. A worker that cannot be started or
 /// reached is the server's trouble, and its reason names the server's files (the worker
 /// program, its sandbox): that goes to the server's log, the client learns only the kind.
@@ -239,8 +245,9 @@ Engine &ModuleStore::engineFor(const ModuleOptions &options) {
 
 llvm::Expected<std::shared_ptr<Module>>
 ModuleStore::compileWithDeadline(Engine &engine, llvm::StringRef name, llvm::StringRef text,
-                                 llvm::StringRef origin, bool deadline, double &wallMs) {
-  std::string source = sourceNameOf(origin);
+                                 llvm::StringRef origin, llvm::StringRef sourceName, bool deadline,
+                                 double &wallMs) {
+  std::string source = sourceNameOf(origin, sourceName);
   if (config.isolation == Isolation::Process) {
     // The worker compiles; a compile past its deadline ends with the worker, so nothing
     // goes on in the background and the request can wait right here.
@@ -336,7 +343,8 @@ std::shared_ptr<ModuleStore::Record> ModuleStore::find(llvm::StringRef name) con
 
 llvm::Expected<LoadResult> ModuleStore::load(llvm::StringRef name, llvm::StringRef text,
                                              std::optional<ModuleOptions> options, Mode mode,
-                                             llvm::StringRef origin, bool deadline) {
+                                             llvm::StringRef origin, bool deadline,
+                                             llvm::StringRef sourceName) {
   if (!isModuleName(name))
     return makeServeError(ErrorCode::BadRequest,
                           "module name '" + name +
@@ -349,17 +357,17 @@ llvm::Expected<LoadResult> ModuleStore::load(llvm::StringRef name, llvm::StringR
       return makeServeError(ErrorCode::ModuleExists, "module '" + name +
                                                          "' already exists; PUT /v1/modules/" +
                                                          name + " replaces it");
-    return replace(std::move(record), text, std::move(options), origin, deadline);
+    return replace(std::move(record), text, std::move(options), origin, sourceName, deadline);
   }
   if (mode == Mode::Replace)
     return makeServeError(ErrorCode::UnknownModule, "no module '" + name + "'");
   ModuleOptions chosen = options.value_or(ModuleOptions{2, config.defaultExecutor});
-  return create(name, text, chosen, origin, deadline);
+  return create(name, text, chosen, origin, sourceName, deadline);
 }
 
 llvm::Expected<LoadResult> ModuleStore::create(llvm::StringRef name, llvm::StringRef text,
                                                const ModuleOptions &options, llvm::StringRef origin,
-                                               bool deadline) {
+                                               llvm::StringRef sourceName, bool deadline) {
   {
     std::lock_guard<std::mutex> lock(modulesMutex);
     if (modules.count(name.str()) || creating.count(name.str()))
@@ -382,7 +390,7 @@ llvm::Expected<LoadResult> ModuleStore::create(llvm::StringRef name, llvm::Strin
   Engine &engine = engineFor(options);
   double wallMs = 0;
   llvm::Expected<std::shared_ptr<Module>> compiled =
-      compileWithDeadline(engine, name, text, origin, deadline, wallMs);
+      compileWithDeadline(engine, name, text, origin, sourceName, deadline, wallMs);
   if (!compiled) {
     release();
     return compiled.takeError();
@@ -393,7 +401,8 @@ llvm::Expected<LoadResult> ModuleStore::create(llvm::StringRef name, llvm::Strin
   record->reloadable = std::make_unique<ReloadableModule>(engine, name.str());
   // The engine's memory cache holds the module compiled above while `compiled` lives, so
   // this only looks it up.
-  llvm::Expected<uint64_t> version = record->reloadable->reload(text, sourceNameOf(origin));
+  llvm::Expected<uint64_t> version =
+      record->reloadable->reload(text, sourceNameOf(origin, sourceName));
   if (!version) {
     release();
     return compileFailure(version.takeError());
@@ -416,7 +425,8 @@ llvm::Expected<LoadResult> ModuleStore::create(llvm::StringRef name, llvm::Strin
 llvm::Expected<LoadResult> ModuleStore::replace(std::shared_ptr<Record> record,
                                                 llvm::StringRef text,
                                                 std::optional<ModuleOptions> options,
-                                                llvm::StringRef origin, bool deadline) {
+                                                llvm::StringRef origin, llvm::StringRef sourceName,
+                                                bool deadline) {
   std::lock_guard<std::mutex> reloading(record->reloading);
   ModuleOptions previous;
   {
@@ -428,7 +438,7 @@ llvm::Expected<LoadResult> ModuleStore::replace(std::shared_ptr<Record> record,
 
   double wallMs = 0;
   llvm::Expected<std::shared_ptr<Module>> compiled =
-      compileWithDeadline(engine, record->name, text, origin, deadline, wallMs);
+      compileWithDeadline(engine, record->name, text, origin, sourceName, deadline, wallMs);
   if (!compiled) {
     ErrorCode code = ErrorCode::CompileFailed;
     std::string message;
@@ -454,7 +464,7 @@ llvm::Expected<LoadResult> ModuleStore::replace(std::shared_ptr<Record> record,
     fresh = std::make_unique<ReloadableModule>(engine, record->name);
     target = fresh.get();
   }
-  llvm::Expected<uint64_t> version = target->reload(text, sourceNameOf(origin));
+  llvm::Expected<uint64_t> version = target->reload(text, sourceNameOf(origin, sourceName));
   if (!version) {
     stats.reloadsFailed++;
     llvm::Error error = compileFailure(version.takeError());

@@ -144,10 +144,12 @@ public:
   /// the old version serving until the new one is linked, and keeps it if compiling fails.
   /// `options` of a replacement default to the module's current ones. With `deadline`, a
   /// compile still running at the compile timeout is abandoned (compile_timeout): it finishes
-  /// in the background and its result is discarded.
+  /// in the background and its result is discarded. Diagnostics name the text `sourceName`
+  /// when given, else the watched file `origin` names, else the module.
   llvm::Expected<LoadResult> load(llvm::StringRef name, llvm::StringRef text,
                                   std::optional<ModuleOptions> options, Mode mode,
-                                  llvm::StringRef origin, bool deadline = true);
+                                  llvm::StringRef origin, bool deadline = true,
+                                  llvm::StringRef sourceName = {});
   /// Removes `name`. In-process, calls already running finish on the version they hold;
   /// isolated, its worker is ended and they fail with unknown_module.
   llvm::Error remove(llvm::StringRef name);
@@ -201,14 +203,15 @@ private:
   /// Compiles `text` as module `name`, its diagnostics naming `origin` when that is a file.
   llvm::Expected<std::shared_ptr<Module>> compileWithDeadline(Engine &engine, llvm::StringRef name,
                                                               llvm::StringRef text,
-                                                              llvm::StringRef origin, bool deadline,
-                                                              double &wallMs);
+                                                              llvm::StringRef origin,
+                                                              llvm::StringRef sourceName,
+                                                              bool deadline, double &wallMs);
   llvm::Expected<LoadResult> create(llvm::StringRef name, llvm::StringRef text,
                                     const ModuleOptions &options, llvm::StringRef origin,
-                                    bool deadline);
+                                    llvm::StringRef sourceName, bool deadline);
   llvm::Expected<LoadResult> replace(std::shared_ptr<Record> record, llvm::StringRef text,
                                      std::optional<ModuleOptions> options, llvm::StringRef origin,
-                                     bool deadline);
+                                     llvm::StringRef sourceName, bool deadline);
   std::shared_ptr<Record> find(llvm::StringRef name) const;
   /// Counts a failed call that took `seconds`: recordCallFailure's work.
   void countFailure(const Pinned &pinned, ErrorCode code, llvm::StringRef message,

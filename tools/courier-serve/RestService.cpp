@@ -39,6 +39,35 @@ constexpr const char *kDeadlineHeader = "X-Courier-Deadline-Ms";
 /// A day: beyond it a deadline is a mistake rather than a wish.
 constexpr uint64_t kMaxDeadlineMs = 24ull * 3600 * 1000;
 
+/// The name diagnostics give the MLIR text of a plain-text PUT of module `module`: the
+/// `filename` of a Content-Disposition header (`inline; filename="app.mlir"`), which must be
+/// a file's name alone (1-255 of [A-Za-z0-9_.-], not starting with '.'), else
+/// "<module>.mlir".
+llvm::Expected<std::string> sourceFileName(llvm::StringRef disposition, llvm::StringRef module) {
+  if (disposition.empty())
+    return (module + ".mlir").str();
+  llvm::SmallVector<llvm::StringRef, 4> parts;
+  disposition.split(parts, ';');
+  for (llvm::StringRef part : llvm::drop_begin(parts)) {
+    auto [key, value] = part.trim().split('=');
+    if (!key.trim().equals_insensitive("filename"))
+      continue;
+    value = value.trim();
+    if (value.size() >= 2 && value.front() == '"' && value.back() == '"')
+      value = value.drop_front().drop_back();
+    bool plain = !value.empty() && value.size() <= 255 && value.front() != '.' &&
+                 llvm::all_of(value, [](char c) {
+                   return llvm::isAlnum(c) || c == '_' || c == '.' || c == '-';
+                 });
+    if (!plain)
+      return makeServeError(ErrorCode::BadRequest,
+                            "Content-Disposition's filename must be a file's name alone, 1-255 "
+                            "of [A-Za-z0-9_.-] not starting with '.'");
+    return value.str();
+  }
+  return (module + ".mlir").str();
+}
+
 /// llvm::json wants valid UTF-8; messages may quote arbitrary source text.
 std::string utf8(llvm::StringRef text) {
   return json::isUTF8(text) ? text.str() : json::fixUTF8(text);
@@ -331,14 +360,23 @@ llvm::Error RestService::Impl::putModule(const httplib::Request &req, httplib::R
   llvm::Expected<std::string> body = readBody(req, res, reader);
   if (!body)
     return body.takeError();
-  llvm::Expected<ModuleRequest> request = readReplaceBody(
-      name, std::move(*body),
-      llvm::StringRef(req.get_header_value("Content-Type")).starts_with("text/plain"));
+  bool plainText = llvm::StringRef(req.get_header_value("Content-Type")).starts_with("text/plain");
+  llvm::Expected<ModuleRequest> request = readReplaceBody(name, std::move(*body), plainText);
   if (!request)
     return request.takeError();
+  // A file's text: its diagnostics name a file, the one Content-Disposition's filename says
+  // (curl -H 'Content-Disposition: inline; filename="app.mlir"'), else NAME.mlir.
+  std::string sourceName;
+  if (plainText) {
+    llvm::Expected<std::string> file =
+        sourceFileName(req.get_header_value("Content-Disposition"), name);
+    if (!file)
+      return file.takeError();
+    sourceName = std::move(*file);
+  }
   auto started = Clock::now();
-  llvm::Expected<LoadResult> loaded =
-      store.load(name, request->mlir, request->options, ModuleStore::Mode::Upsert, "api");
+  llvm::Expected<LoadResult> loaded = store.load(
+      name, request->mlir, request->options, ModuleStore::Mode::Upsert, "api", true, sourceName);
   compileSeconds.observe(name, std::chrono::duration<double>(Clock::now() - started).count());
   if (!loaded)
     return loaded.takeError();
