@@ -21,7 +21,8 @@ static const char *const kUsage =
     "                        [--idle-timeout SECONDS] [--object-grace SECONDS] [--threads N]\n"
     "                        [--max-body-mib N] [--isolation process|none]\n"
     "                        [--launch-timeout-ms N] [--worker-memory-mib N]\n"
-    "                        [--worker-cpu-seconds N] [--warm-workers N] [--max-sessions N]\n"
+    "                        [--worker-cpu-seconds N] [--kernel-threads N]\n"
+    "                        [--warm-workers N] [--max-sessions N]\n"
     "                        [--no-sandbox] [--drain-timeout-ms N] [--shm-arena-mib N]\n"
     "                        [--max-object-store-mib N] [--allow-unsigned-objects] [--quiet]\n"
     "                        [--log-format text|json]\n"
@@ -45,7 +46,10 @@ static const char *const kUsage =
     "  --launch-timeout-ms  end a launch, call or async launch running longer (default\n"
     "                  60000); requests may ask for less with X-Courier-Deadline-Ms\n"
     "  --worker-memory-mib  address space a worker's kernels may use (default 4096)\n"
-    "  --worker-cpu-seconds CPU time a worker may use over its life (default: no limit)\n"
+    "  --worker-cpu-seconds CPU time a worker may use over its life, all its threads\n"
+    "                  counted (default: no limit)\n"
+    "  --kernel-threads  threads a kernel's parallel loops use, per session's worker\n"
+    "                  (default: the CPUs this process may run on, sched_getaffinity)\n"
     "  --warm-workers  workers started ahead of need (default 2)\n"
     "  --max-sessions  most sessions open at once, each a worker process (default 128)\n"
     "  --no-sandbox    run workers without seccomp (only where seccomp is unavailable)\n"
@@ -98,8 +102,8 @@ static Expected<ExecutorServerOptions> parseArguments(int argc, char **argv) {
     if (!llvm::is_contained({"--listen", "--plugin", "--token-file", "--idle-timeout",
                              "--object-grace", "--threads", "--max-body-mib", "--isolation",
                              "--launch-timeout-ms", "--worker-memory-mib", "--worker-cpu-seconds",
-                             "--warm-workers", "--max-sessions", "--drain-timeout-ms",
-                             "--shm-arena-mib", "--max-object-store-mib"},
+                             "--kernel-threads", "--warm-workers", "--max-sessions",
+                             "--drain-timeout-ms", "--shm-arena-mib", "--max-object-store-mib"},
                             name))
       return args.unknown();
     if (Error e = args.readValue())
@@ -141,6 +145,13 @@ static Expected<ExecutorServerOptions> parseArguments(int argc, char **argv) {
     } else if (name == "--worker-cpu-seconds") {
       if (Error e = args.number(options.workerCpuSeconds))
         return std::move(e);
+    } else if (name == "--kernel-threads") {
+      uint64_t threads = 0;
+      if (Error e = args.number(threads))
+        return std::move(e);
+      if (threads < 1 || threads > 1024)
+        return createStringError("--kernel-threads must be between 1 and 1024");
+      options.kernelThreads = static_cast<unsigned>(threads);
     } else if (name == "--max-sessions") {
       uint64_t most = 0;
       if (Error e = args.number(most))
