@@ -77,6 +77,40 @@ void _catalyst_pyface_null_load(void *results, void *args) {
 }
 SIGNATURE(null_load, 0, 0)
 
+/* A parallel region on the kernel-thread team, as compiled parallel loops start one (the
+ * OpenMP runtime's entry, on the allow-list); *global is 0 on the launching thread. */
+typedef struct {
+  int reserved1, flags, reserved2, reserved3;
+  const char *source;
+} ident;
+static const ident kRegion = {0, 2, 0, 0, ";crashers.c;region;0;0;;"};
+void __kmpc_fork_call(const ident *loc, int argc, void (*body)(int *, int *, ...), ...);
+
+static void null_load_on_helpers(int *global, int *bound, ...) {
+  if (*global != 0) {
+    volatile int *volatile nowhere = 0;
+    (void)*nowhere;
+  }
+}
+
+/* Loads from address 0 on every team thread but the launching one. */
+void _catalyst_pyface_null_load_on_thread(void *results, void *args) {
+  __kmpc_fork_call(&kRegion, 0, null_load_on_helpers);
+}
+SIGNATURE(null_load_on_thread, 0, 0)
+
+static void spin_everywhere(int *global, int *bound, ...) {
+  volatile u64 counter = 0;
+  for (;;)
+    counter = counter + 1;
+}
+
+/* Spins on every thread of the team. */
+void _catalyst_pyface_spin_on_threads(void *results, void *args) {
+  __kmpc_fork_call(&kRegion, 0, spin_everywhere);
+}
+SIGNATURE(spin_on_threads, 0, 0)
+
 /* abort() is on the object host's allow-list: SIGABRT. */
 void _catalyst_pyface_call_abort(void *results, void *args) { abort(); }
 SIGNATURE(call_abort, 0, 0)
