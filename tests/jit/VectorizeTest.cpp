@@ -5,6 +5,7 @@
 #include "jit/Engine.h"
 
 #include "tests/jit/TestSupport.h"
+#include "tests/transport/ExecutorProcess.h"
 
 #include <catch2/catch.hpp>
 
@@ -28,8 +29,9 @@ std::string shape(int64_t rows, int64_t cols) {
 }
 
 /// A target module computing A (m x k) * B (k x n) with linalg.matmul, with `fp` as its
-/// floating-point policy ("" for the default).
-std::string matmulProgram(int64_t m, int64_t n, int64_t k, const std::string &fp) {
+/// floating-point policy ("" for the default), dispatched to `address`.
+std::string matmulProgram(int64_t m, int64_t n, int64_t k, const std::string &fp,
+                          const std::string &address = "local") {
   std::string a = shape(m, k), b = shape(k, n), c = shape(m, n);
   std::string target = fp.empty() ? "{}" : "{fp = \"" + fp + "\"}";
   std::ostringstream text;
@@ -38,7 +40,7 @@ std::string matmulProgram(int64_t m, int64_t n, int64_t k, const std::string &fp
        << "    %r = catalyst.launch_kernel @dev::@mm(%a, %b) : (" << a << ", " << b << ") -> " << c
        << "\n    return %r : " << c << "\n  }\n"
        << "  module @dev attributes {catalyst.target = " << target
-       << ", catalyst.dispatch = {address = \"local\"}} {\n"
+       << ", catalyst.dispatch = {address = \"" << address << "\"}} {\n"
        << "    func.func public @mm(%a: " << a << ", %b: " << b << ") -> " << c << " {\n"
        << "      %z = arith.constant 0.0 : f32\n"
        << "      %e = tensor.empty() : " << c << "\n"
@@ -87,8 +89,9 @@ std::vector<double> matmulExact(const std::vector<float> &a, const std::vector<f
 }
 
 std::vector<float> runMatmul(Engine &engine, int64_t m, int64_t n, int64_t k, const std::string &fp,
-                             const std::vector<float> &a, const std::vector<float> &b) {
-  auto module = engine.compile(matmulProgram(m, n, k, fp), "matmul.mlir");
+                             const std::vector<float> &a, const std::vector<float> &b,
+                             const std::string &address = "local") {
+  auto module = engine.compile(matmulProgram(m, n, k, fp, address), "matmul.mlir");
   REQUIRE(ok(module));
   auto out =
       (*module)->invoke("main", {Tensor::of<float>({m, k}, a), Tensor::of<float>({k, n}, b)});
@@ -96,6 +99,40 @@ std::vector<float> runMatmul(Engine &engine, int64_t m, int64_t n, int64_t k, co
   REQUIRE(out->size() == 1);
   llvm::ArrayRef<float> values = (*out)[0].view<float>();
   return std::vector<float>(values.begin(), values.end());
+}
+
+/// A 3 x 3 filter over an image of h x w pixels of c channels, giving f.
+struct ConvShape {
+  int64_t h, w, c, f;
+};
+
+/// A target module computing a linalg.conv_2d_nhwc_hwcf of `s`, dispatched to `address`.
+std::string convProgram(const ConvShape &s, const std::string &address = "local") {
+  int64_t oh = s.h - 2, ow = s.w - 2;
+  auto type = [](std::vector<int64_t> dims) {
+    std::string text = "tensor<";
+    for (int64_t d : dims)
+      text += std::to_string(d) + "x";
+    return text + "f32>";
+  };
+  std::string in = type({1, s.h, s.w, s.c}), filter = type({3, 3, s.c, s.f}),
+              out = type({1, oh, ow, s.f});
+  std::ostringstream text;
+  text << "module @app {\n"
+       << "  func.func public @main(%i: " << in << ", %w: " << filter << ") -> " << out << " {\n"
+       << "    %r = catalyst.launch_kernel @dev::@conv(%i, %w) : (" << in << ", " << filter
+       << ") -> " << out << "\n    return %r : " << out << "\n  }\n"
+       << "  module @dev attributes {catalyst.target = {}, catalyst.dispatch = {address = "
+          "\""
+       << address << "\"}} {\n"
+       << "    func.func public @conv(%i: " << in << ", %w: " << filter << ") -> " << out << " {\n"
+       << "      %z = arith.constant 0.0 : f32\n"
+       << "      %e = tensor.empty() : " << out << "\n"
+       << "      %f = linalg.fill ins(%z : f32) outs(%e : " << out << ") -> " << out << "\n"
+       << "      %r = linalg.conv_2d_nhwc_hwcf ins(%i, %w : " << in << ", " << filter
+       << ") outs(%f : " << out << ") -> " << out << "\n"
+       << "      return %r : " << out << "\n    }\n  }\n}\n";
+  return text.str();
 }
 
 } // namespace
@@ -202,36 +239,10 @@ TEST_CASE("a vectorized 2-D convolution matches a reference, tiles dividing its 
           "[jit][vectorize]") {
   TempDir dir;
   Engine engine(optionsIn(dir));
-  struct Shape {
-    int64_t h, w, c, f;
-  };
-  for (Shape s : {Shape{10, 10, 16, 64}, Shape{13, 11, 5, 37}}) {
+  for (ConvShape s : {ConvShape{10, 10, 16, 64}, ConvShape{13, 11, 5, 37}}) {
     int64_t oh = s.h - 2, ow = s.w - 2;
     INFO(s.h << "x" << s.w << "x" << s.c << " * 3x3x" << s.c << "x" << s.f);
-    auto type = [](std::vector<int64_t> dims) {
-      std::string text = "tensor<";
-      for (int64_t d : dims)
-        text += std::to_string(d) + "x";
-      return text + "f32>";
-    };
-    std::string in = type({1, s.h, s.w, s.c}), filter = type({3, 3, s.c, s.f}),
-                out = type({1, oh, ow, s.f});
-    std::ostringstream text;
-    text << "module @app {\n"
-         << "  func.func public @main(%i: " << in << ", %w: " << filter << ") -> " << out << " {\n"
-         << "    %r = catalyst.launch_kernel @dev::@conv(%i, %w) : (" << in << ", " << filter
-         << ") -> " << out << "\n    return %r : " << out << "\n  }\n"
-         << "  module @dev attributes {catalyst.target = {}, catalyst.dispatch = {address = "
-            "\"local\"}} {\n"
-         << "    func.func public @conv(%i: " << in << ", %w: " << filter << ") -> " << out
-         << " {\n"
-         << "      %z = arith.constant 0.0 : f32\n"
-         << "      %e = tensor.empty() : " << out << "\n"
-         << "      %f = linalg.fill ins(%z : f32) outs(%e : " << out << ") -> " << out << "\n"
-         << "      %r = linalg.conv_2d_nhwc_hwcf ins(%i, %w : " << in << ", " << filter
-         << ") outs(%f : " << out << ") -> " << out << "\n"
-         << "      return %r : " << out << "\n    }\n  }\n}\n";
-    auto module = engine.compile(text.str(), "conv.mlir");
+    auto module = engine.compile(convProgram(s), "conv.mlir");
     REQUIRE(ok(module));
     std::vector<float> image = randoms(s.h * s.w * s.c, 8), weights = randoms(9 * s.c * s.f, 9);
     auto result = (*module)->invoke("main", {Tensor::of<float>({1, s.h, s.w, s.c}, image),
@@ -252,4 +263,39 @@ TEST_CASE("a vectorized 2-D convolution matches a reference, tiles dividing its 
         }
     CHECK(worst <= double(9 * s.c) * 1.2e-7 + 1e-6);
   }
+}
+
+TEST_CASE("vectorized kernels give a real courier-executor's results the same bits as in process",
+          "[jit][vectorize][executor]") {
+  testing::ExecutorProcess executor;
+  TempDir dir;
+  Engine engine(optionsIn(dir));
+  // The engine compiles for the CPU the executor reports, this machine's: the same code runs
+  // on both sides, so the numbers are the same to the bit.
+  struct Size {
+    int64_t m, n, k;
+  };
+  for (Size s : {Size{17, 17, 17}, Size{301, 257, 129}, Size{128, 1024, 512}}) {
+    INFO("matmul " << s.m << " x " << s.n << " x " << s.k);
+    std::vector<float> a = randoms(s.m * s.k, 11), b = randoms(s.k * s.n, 12);
+    std::vector<float> here = runMatmul(engine, s.m, s.n, s.k, "", a, b);
+    std::vector<float> there = runMatmul(engine, s.m, s.n, s.k, "", a, b, executor.address());
+    REQUIRE(here.size() == there.size());
+    CHECK(std::memcmp(here.data(), there.data(), here.size() * sizeof(float)) == 0);
+  }
+  ConvShape s{13, 11, 5, 37};
+  std::vector<float> image = randoms(s.h * s.w * s.c, 13), weights = randoms(9 * s.c * s.f, 14);
+  std::vector<std::vector<float>> results;
+  for (const std::string &address : {std::string("local"), executor.address()}) {
+    INFO("conv on " << address);
+    auto module = engine.compile(convProgram(s, address), "conv.mlir");
+    REQUIRE(ok(module));
+    auto out = (*module)->invoke("main", {Tensor::of<float>({1, s.h, s.w, s.c}, image),
+                                          Tensor::of<float>({3, 3, s.c, s.f}, weights)});
+    REQUIRE(ok(out));
+    llvm::ArrayRef<float> values = (*out)[0].view<float>();
+    results.emplace_back(values.begin(), values.end());
+  }
+  REQUIRE(results[0].size() == results[1].size());
+  CHECK(std::memcmp(results[0].data(), results[1].data(), results[0].size() * sizeof(float)) == 0);
 }
