@@ -11,6 +11,9 @@
 #include <catch2/catch.hpp>
 
 #include <cstring>
+#include <sched.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <vector>
 
 using namespace courier;
@@ -88,4 +91,24 @@ TEST_CASE("a parallel matmul in process runs as parallel regions and gives the b
   std::vector<uint8_t> parallel = run("local");
   executor::setKernelThreads(0);
   CHECK(serial == parallel);
+}
+
+TEST_CASE("the default team size is the CPUs the process may run on: one under an affinity of "
+          "one CPU",
+          "[threads]") {
+  pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(0, &one);
+    if (::sched_setaffinity(0, sizeof(one), &one) != 0)
+      ::_exit(2);
+    // Only what is safe after fork in a process with threads: no allocation.
+    ::_exit(executor::availableCpus() == 1 ? 0 : 1);
+  }
+  int status = 0;
+  REQUIRE(::waitpid(child, &status, 0) == child);
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
 }
