@@ -8,6 +8,7 @@
 
 #include "abi/ContentHash.h"
 #include "dialect/Dialects.h"
+#include "executor/KernelThreads.h"
 #include "executor/RuntimeSymbols.h"
 #include "passes/CompilePool.h"
 #include "passes/Passes.h"
@@ -393,9 +394,9 @@ struct Engine::Impl {
   /// Gives every target module of `module` that names no CPU (or "native") and is sent to an
   /// executor (its address, or options.executorOverride) the CPU and features that executor
   /// reports, in its `catalyst.target`, so code for it is generated for them
-  /// (getReportedTargetCpu); its own features come after them. A module whose executor cannot be asked, or runs another
-  /// architecture, is left for the generic CPU of its triple. Returns what it set, which
-  /// keys the disk cache beside the text.
+  /// (getReportedTargetCpu); its own features come after them. A module whose executor cannot be
+  /// asked, or runs another architecture, is left for the generic CPU of its triple. Returns what
+  /// it set, which keys the disk cache beside the text.
   std::string setExecutorCpus(mlir::ModuleOp module) {
     std::string chosen;
     mlir::MLIRContext *ctx = module.getContext();
@@ -535,6 +536,8 @@ struct Engine::Impl {
 
 Engine::Engine(EngineOptions options) : impl(std::make_unique<Impl>()) {
   impl->options = std::move(options);
+  if (impl->options.kernelThreads)
+    executor::setKernelThreads(impl->options.kernelThreads);
   static std::once_flag once;
   std::call_once(once, [] {
     llvm::InitializeNativeTarget();

@@ -30,7 +30,7 @@ namespace courier {
 /// an elementwise op's operands): invoke refuses inputs that break it (invalid_input) before
 /// any code runs.
 struct DimEquality {
-  unsigned input, dim;    ///< dimension `dim` of input `input`
+  unsigned input, dim; ///< dimension `dim` of input `input`
   unsigned other, otherDim;
   std::string op;    ///< the op that needs it, e.g. "linalg.matmul"
   std::string where; ///< where that op was written (file:line:col), or empty
@@ -146,6 +146,10 @@ enum class Isolation {
 
 struct EngineOptions {
   unsigned optLevel = 2; ///< 0-3, for host code and target objects.
+  /// Threads a kernel's parallel loops use when it runs in this process (the process has
+  /// one setting, the last engine's that sets it wins); 0: left as it is, by default the
+  /// CPUs the process may run on (sched_getaffinity). Executors have their own.
+  unsigned kernelThreads = 0;
   /// Threads generating code for target modules at once, the compiling thread among them;
   /// 0: one per core; at most kMaxJobs. Compiles of the engines of a process that ask for as
   /// many share one set of threads. Objects are the same bytes whatever it is.

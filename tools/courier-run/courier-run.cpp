@@ -52,6 +52,10 @@ cl::opt<std::string> executor("executor",
                               cl::cat(category));
 cl::opt<unsigned> optLevel("O", cl::Prefix, cl::desc("Optimisation level, -O0 to -O3"), cl::init(2),
                            cl::cat(category));
+cl::opt<unsigned> kernelThreads("kernel-threads",
+                                cl::desc("Threads a kernel's parallel loops use in this process "
+                                         "(default 0: the CPUs it may run on)"),
+                                cl::init(0), cl::cat(category));
 cl::opt<unsigned> jobs("jobs",
                        cl::desc("Threads generating code for target modules at once (default "
                                 "0: one per core)"),
@@ -604,6 +608,7 @@ int main(int argc, char **argv) {
   EngineOptions options;
   options.optLevel = optLevel;
   options.jobs = jobs;
+  options.kernelThreads = kernelThreads;
   options.cacheDir = cacheDir;
   options.diskCache = !noCache;
   if (cacheMaxMiB > (UINT64_MAX >> 20))
