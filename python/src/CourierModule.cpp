@@ -262,7 +262,7 @@ makeEngine(unsigned optLevel, unsigned jobs, py::object cacheDir, bool diskCache
            std::optional<double> compileTimeout, std::optional<double> invokeTimeout,
            std::vector<std::string> plugins, std::string extraPipeline, unsigned warmWorkers,
            unsigned workersPerModule, uint64_t workerMemoryMiB, bool workerSandbox,
-           py::object workerProgram) {
+           py::object workerProgram, unsigned kernelThreads) {
   if (optLevel > 3)
     throw py::value_error("opt_level must be 0 to 3, got " + std::to_string(optLevel));
   if (jobs > EngineOptions::kMaxJobs)
@@ -272,6 +272,11 @@ makeEngine(unsigned optLevel, unsigned jobs, py::object cacheDir, bool diskCache
   EngineOptions options;
   options.optLevel = optLevel;
   options.jobs = jobs;
+  if (kernelThreads > 1024)
+    throw py::value_error("kernel_threads must be 0 (the CPUs this process may run on) to 1024, "
+                          "got " +
+                          std::to_string(kernelThreads));
+  options.kernelThreads = kernelThreads;
   options.cacheDir = optionalPath(cacheDir).value_or("");
   options.diskCache = diskCache;
   options.executorOverride = executor.value_or("");
@@ -454,7 +459,8 @@ PYBIND11_MODULE(_courier, m) {
            "request_timeout"_a = 60.0, "compile_timeout"_a = py::none(),
            "invoke_timeout"_a = py::none(), "plugins"_a = std::vector<std::string>{},
            "extra_pipeline"_a = "", "warm_workers"_a = 1, "workers_per_module"_a = 1,
-           "worker_memory_mib"_a = 0, "worker_sandbox"_a = true, "worker_program"_a = py::none())
+           "worker_memory_mib"_a = 0, "worker_sandbox"_a = true, "worker_program"_a = py::none(),
+           "kernel_threads"_a = 0)
       .def("compile", &compileText, "text"_a, "name"_a = "module", py::kw_only(),
            "timeout"_a = py::none(), "source_name"_a = py::none(),
            "Compiles MLIR text; `name` names the module and, without `source_name`, the text "
