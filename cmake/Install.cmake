@@ -66,6 +66,12 @@ foreach(lib CourierJit CourierPasses CourierDialect CourierRuntime CourierExecut
     CourierTransport)
   string(APPEND COURIER_PC_LIBS " -l${lib}")
 endforeach()
+# What the executor library's runtime symbol table takes its addresses from: the compiler's
+# runtime helpers (an archive, by path) and MLIR's runner utilities (in LLVM's directory).
+string(APPEND COURIER_PC_LIBS " ${COURIER_BUILTINS_LIBRARY}")
+if(TARGET mlir_runner_utils AND TARGET mlir_c_runner_utils)
+  string(APPEND COURIER_PC_LIBS " -L${LLVM_LIBRARY_DIR} -lmlir_runner_utils -lmlir_c_runner_utils")
+endif()
 set(COURIER_PC_CFLAGS "")
 foreach(dir ${LLVM_INCLUDE_DIRS})
   string(APPEND COURIER_PC_CFLAGS " -isystem ${dir}")

@@ -1217,14 +1217,14 @@ TEST_CASE("MLIR built to exhaust the parser's stack is 422 at its place, and the
   };
   std::vector<Hostile> hostile = {
       {"minus", "#m = affine_map<(d0) -> (" + std::string(250000, '-') + "d0)>\nmodule {}\n",
-       "minus:1:536"},
+       "minus.mlir:1:536"},
       {"tuples",
        "func.func private @f() -> " + repeat("tuple<", 100000) + "i32" + repeat(">", 100000),
-       "tuples:1:3104"},
+       "tuples.mlir:1:3104"},
       {"locations",
        "module {} loc(" + repeat("callsite(", 100000) + "\"a\":1:1" +
            repeat(" at \"b\":1:1)", 100000) + ")",
-       "locations:1:4622"},
+       "locations.mlir:1:4622"},
   };
   for (const Hostile &h : hostile) {
     INFO(h.name);
