@@ -139,8 +139,8 @@ std::vector<DimEquality> findDimEqualities(mlir::func::FuncOp entry, mlir::Modul
 llvm::Error checkDimEqualities(const EntrySignature &entry,
                                llvm::ArrayRef<llvm::ArrayRef<int64_t>> shapes) {
   for (const DimEquality &e : entry.dimEqualities) {
-    if (e.input >= shapes.size() || e.other >= shapes.size() ||
-        e.dim >= shapes[e.input].size() || e.otherDim >= shapes[e.other].size())
+    if (e.input >= shapes.size() || e.other >= shapes.size() || e.dim >= shapes[e.input].size() ||
+        e.otherDim >= shapes[e.other].size())
       continue;
     int64_t a = shapes[e.input][e.dim], b = shapes[e.other][e.otherDim];
     if (a == b)
@@ -149,8 +149,8 @@ llvm::Error checkDimEqualities(const EntrySignature &entry,
         ErrorCode::InvalidInput,
         llvm::formatv("inputs of '{0}' disagree: '{1}'{2} needs dimension {3} of input {4} "
                       "(size {5}) to equal dimension {6} of input {7} (size {8})",
-                      entry.name, e.op, e.where.empty() ? "" : " at " + e.where, e.dim,
-                      e.input, a, e.otherDim, e.other, b));
+                      entry.name, e.op, e.where.empty() ? "" : " at " + e.where, e.dim, e.input, a,
+                      e.otherDim, e.other, b));
   }
   return llvm::Error::success();
 }

@@ -43,8 +43,7 @@ struct IsInfToCompare : OpRewritePattern<math::IsInfOp> {
     auto semantics = &cast<FloatType>(getElementTypeOrSelf(type)).getFloatSemantics();
     Value magnitude = LLVM::FAbsOp::create(rewriter, loc, type, op.getOperand());
     Value infinity = floatConstant(rewriter, loc, type, APFloat::getInf(*semantics));
-    rewriter.replaceOpWithNewOp<arith::CmpFOp>(op, arith::CmpFPredicate::OEQ, magnitude,
-                                               infinity);
+    rewriter.replaceOpWithNewOp<arith::CmpFOp>(op, arith::CmpFPredicate::OEQ, magnitude, infinity);
     return success();
   }
 };
@@ -60,8 +59,8 @@ struct IsNormalToCompare : OpRewritePattern<math::IsNormalOp> {
     Value magnitude = LLVM::FAbsOp::create(rewriter, loc, type, op.getOperand());
     Value smallest = floatConstant(rewriter, loc, type, APFloat::getSmallestNormalized(*semantics));
     Value infinity = floatConstant(rewriter, loc, type, APFloat::getInf(*semantics));
-    Value above = arith::CmpFOp::create(rewriter, loc, arith::CmpFPredicate::OGE, magnitude,
-                                        smallest);
+    Value above =
+        arith::CmpFOp::create(rewriter, loc, arith::CmpFPredicate::OGE, magnitude, smallest);
     Value below =
         arith::CmpFOp::create(rewriter, loc, arith::CmpFPredicate::OLT, magnitude, infinity);
     rewriter.replaceOpWithNewOp<arith::AndIOp>(op, above, below);

@@ -415,15 +415,16 @@ TEST_CASE("a kernel that loads from address 0 on a kernel thread gets kernel_cra
           "[containment][crash][threads]") {
   Contained f({"--kernel-threads", "2"});
   requireCrashed(outcomeOf(f.launch("_catalyst_pyface_null_load_on_thread", {}, {})),
-                 "SIGSEGV (address 0x0) on kernel thread 1", "_catalyst_pyface_null_load_on_thread");
+                 "SIGSEGV (address 0x0) on kernel thread 1",
+                 "_catalyst_pyface_null_load_on_thread");
   requireSessionGoesOn(f);
 }
 
 TEST_CASE("a kernel spinning on every kernel thread is ended at its deadline, threads and all",
           "[containment][deadline][threads]") {
   Contained f({"--kernel-threads", "2"});
-  Outcome launched = outcomeOf(
-      f.launch("_catalyst_pyface_spin_on_threads", {}, {}, {{kDeadlineHeader, "300"}}));
+  Outcome launched =
+      outcomeOf(f.launch("_catalyst_pyface_spin_on_threads", {}, {}, {{kDeadlineHeader, "300"}}));
   INFO(launched.describe());
   CHECK(launched.status == 504);
   CHECK(launched.code == "deadline_exceeded");

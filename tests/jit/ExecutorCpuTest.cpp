@@ -316,16 +316,18 @@ TEST_CASE("cpu = \"native\" for an executor is the CPU that executor reports, or
           "[engine][cpu]") {
   // An executor that says it runs on an x86-64-v2 CPU: code for this machine's (with AVX) would
   // be refused there. Only its health is answered; loading then fails, compiling does not.
-  const std::vector<std::string> v2 = {"sse3", "ssse3", "sse4.1", "sse4.2", "popcnt", "cx16",
-                                       "sahf"};
+  const std::vector<std::string> v2 = {"sse3",   "ssse3", "sse4.1", "sse4.2",
+                                       "popcnt", "cx16",  "sahf"};
   std::vector<std::string> expected =
       getRequiredFeatures(getReportedTargetCpu(llvm::sys::getProcessTriple(), "x86-64-v2", v2));
   REQUIRE(!expected.empty());
   httplib::Server reporter;
   reporter.Get("/v1/health", [&](const httplib::Request &, httplib::Response &res) {
-    nlohmann::json body = {{"status", "ok"},        {"version", "0.1"},
+    nlohmann::json body = {{"status", "ok"},
+                           {"version", "0.1"},
                            {"triple", llvm::sys::getProcessTriple()},
-                           {"cpu", "x86-64-v2"},    {"features", v2}};
+                           {"cpu", "x86-64-v2"},
+                           {"features", v2}};
     res.set_content(body.dump(), "application/json");
   });
   int port = reporter.bind_to_any_port("127.0.0.1");
@@ -344,8 +346,8 @@ TEST_CASE("cpu = \"native\" for an executor is the CPU that executor reports, or
   CHECK(recordsIn(dir) == std::vector<std::vector<std::string>>{expected});
 
   // Nobody listens on port 1; and an aarch64 executor's CPU is not this one either way.
-  for (std::string target : {"cpu = \"native\"",
-                             "triple = \"aarch64-unknown-linux-gnu\", cpu = \"native\""}) {
+  for (std::string target :
+       {"cpu = \"native\"", "triple = \"aarch64-unknown-linux-gnu\", cpu = \"native\""}) {
     INFO(target);
     TempDir down;
     auto compiled = Engine(optionsIn(down)).compile(program("127.0.0.1:1", target), "down");

@@ -35,16 +35,15 @@ using namespace courier;
 namespace {
 
 constexpr const char *kUnary[] = {
-    "absf",  "acos", "acosh", "asin",  "asinh", "atan", "atanh", "cbrt",      "ceil",
-    "cos",   "cosh", "erf",   "erfc",  "exp",   "exp2", "expm1", "floor",     "log",
-    "log10", "log1p", "log2", "round", "rsqrt", "sin",  "sinh",  "roundeven", "sqrt",
-    "tan",   "tanh", "trunc"};
+    "absf", "acos",  "acosh", "asin", "asinh", "atan",      "atanh", "cbrt", "ceil",  "cos",
+    "cosh", "erf",   "erfc",  "exp",  "exp2",  "expm1",     "floor", "log",  "log10", "log1p",
+    "log2", "round", "rsqrt", "sin",  "sinh",  "roundeven", "sqrt",  "tan",  "tanh",  "trunc"};
 constexpr const char *kBinary[] = {"atan2", "copysign", "powf"};
 constexpr const char *kPredicates[] = {"isfinite", "isinf", "isnan", "isnormal"};
 constexpr const char *kIntegerUnary[] = {"absi", "ctlz", "cttz", "ctpop"};
-constexpr const char *kComplexUnary[] = {"abs", "angle", "conj", "cos",  "exp", "expm1", "log",
-                                         "log1p", "neg",  "rsqrt", "sign", "sin", "sqrt",  "tan",
-                                         "tanh"};
+constexpr const char *kComplexUnary[] = {"abs",   "angle", "conj",  "cos", "exp",
+                                         "expm1", "log",   "log1p", "neg", "rsqrt",
+                                         "sign",  "sin",   "sqrt",  "tan", "tanh"};
 constexpr const char *kComplexBinary[] = {"add", "sub", "mul", "div", "pow", "atan2", "eq", "neq"};
 
 /// One public function per op and type, elementwise on tensor<5x...> (ops on tensors become
@@ -88,8 +87,8 @@ std::string corpus() {
       std::string o = "tensor<5x" + other + ">";
       bool wider = (other == "f64") || (other == "f32" && type != "f64");
       function("%x: " + t, o,
-               "%r = arith." + std::string(wider ? "extf" : "truncf") + " %x : " + t + " to " +
-                   o + "\nreturn %r : " + o + "\n");
+               "%r = arith." + std::string(wider ? "extf" : "truncf") + " %x : " + t + " to " + o +
+                   "\nreturn %r : " + o + "\n");
     }
     for (std::string integer : {"i32", "i64"}) {
       std::string it = "tensor<5x" + integer + ">";
@@ -116,8 +115,8 @@ std::string corpus() {
                    "\n%r = linalg.generic {indexing_maps = [affine_map<(i) -> (i)>, "
                    "affine_map<(i) -> (i)>, affine_map<(i) -> (i)>], iterator_types = "
                    "[\"parallel\"]} ins(%a, %b : " +
-                   t + ", " + t + ") outs(%e : " + r + ") {\n^bb0(%x: " + type + ", %y: " +
-                   type + ", %o: " + resultType + "):\n%z = complex.create %x, %y : " + c +
+                   t + ", " + t + ") outs(%e : " + r + ") {\n^bb0(%x: " + type + ", %y: " + type +
+                   ", %o: " + resultType + "):\n%z = complex.create %x, %y : " + c +
                    "\n%w = complex.create %y, %x : " + c + "\n" + body + "} -> " + r +
                    "\nreturn %r : " + r + "\n");
     };
@@ -125,8 +124,7 @@ std::string corpus() {
     for (const char *op : kComplexUnary) {
       std::string name = op;
       if (name == "abs" || name == "angle")
-        generic("%v = complex." + name + " %z : " + c + "\nlinalg.yield %v : " + type + "\n",
-                type);
+        generic("%v = complex." + name + " %z : " + c + "\nlinalg.yield %v : " + type + "\n", type);
       else
         generic("%v = complex." + name + " %z : " + c + "\n" + yieldReal, type);
     }
@@ -137,8 +135,8 @@ std::string corpus() {
       else
         generic("%v = complex." + name + " %z, %w : " + c + "\n" + yieldReal, type);
     }
-    generic("%three = arith.constant 3 : i32\n%v = complex.powi %z, %three : " + c +
-                ", i32\n" + yieldReal,
+    generic("%three = arith.constant 3 : i32\n%v = complex.powi %z, %three : " + c + ", i32\n" +
+                yieldReal,
             type);
   }
   return text;
@@ -147,8 +145,7 @@ std::string corpus() {
 /// The undefined symbols of an ELF object.
 std::set<std::string> imports(llvm::StringRef bytes) {
   std::set<std::string> names;
-  auto object = llvm::object::ObjectFile::createObjectFile(
-      llvm::MemoryBufferRef(bytes, "object"));
+  auto object = llvm::object::ObjectFile::createObjectFile(llvm::MemoryBufferRef(bytes, "object"));
   REQUIRE(testing::ok(object));
   for (const llvm::object::SymbolRef &symbol : (*object)->symbols()) {
     llvm::Expected<uint32_t> flags = symbol.getFlags();
@@ -182,7 +179,8 @@ Lowered lowerCorpus(const std::string &cpu) {
                      "\"x86_64-unknown-linux-gnu\", cpu = \"" +
                      cpu + "\"}, catalyst.dispatch = {address = \"local\"}} {\n" + functions +
                      "}\n}\n";
-  mlir::OwningOpRef<mlir::ModuleOp> module = mlir::parseSourceString<mlir::ModuleOp>(text, &context);
+  mlir::OwningOpRef<mlir::ModuleOp> module =
+      mlir::parseSourceString<mlir::ModuleOp>(text, &context);
   REQUIRE(module);
 
   Lowered lowered;
