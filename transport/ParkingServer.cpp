@@ -56,6 +56,14 @@ bool awaitTls(int fd, int error, std::chrono::microseconds timeout) {
   return false;
 }
 
+/// Whether the peer of a readable `fd` has closed it with nothing left to read: a connection
+/// that only waits for its own end.
+bool closedByPeer(int fd) {
+  char byte;
+  ssize_t got = ::recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+  return got == 0;
+}
+
 /// What a peer's connections are counted under: its address, or a unix-socket peer's uid.
 std::string peerKey(int fd, const std::string &remoteIp) {
   if (!remoteIp.empty())
@@ -477,9 +485,16 @@ bool ParkingServer::process_and_close_socket(socket_t sock) {
 }
 
 bool ParkingServer::evictOne() {
-  // The oldest idle connection whose next request (or close) has not come, among the first
-  // few: one whose request is here is as good as busy, and a thread is about to take it.
+  // The oldest idle connection whose next request has not come, among the first few: one
+  // whose request is here is as good as busy, and a thread is about to take it.
+  // One its client has closed already holds nothing: ended first, not counted as evicted.
   int looked = 0;
+  for (auto it = idleSet.begin(); it != idleSet.end() && looked < kEvictionLooks; ++it, ++looked)
+    if (readableNow(it->second->fd) && closedByPeer(it->second->fd)) {
+      forget(it->second);
+      return true;
+    }
+  looked = 0;
   for (auto it = idleSet.begin(); it != idleSet.end() && looked < kEvictionLooks; ++it, ++looked)
     if (!readableNow(it->second->fd)) {
       ++evictedCount[size_t(Parked::Idle)];

@@ -202,6 +202,8 @@ TEST_CASE("at courier-serve's --max-connections with every connection busy the n
           "is done",
           "[serve][listen][connections]") {
   ServeProcess serve(ServeConfig{"", {"--max-connections", "2"}});
+  // The readiness check's connection is gone (only the scrape's own is open) before the two.
+  REQUIRE(serve.awaitMetricAtMost("courier_serve_connections_open", 1) <= 1);
   // Two module creations whose bodies are half sent: each holds its connection busy.
   std::string body = createBody("twice", kTwice);
   std::string head = "POST /v1/modules HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"

@@ -189,6 +189,8 @@ TEST_CASE("at --max-connections with every connection busy the next one is answe
           "overloaded, which the client reads, and one is served once a busy one is done",
           "[http][connections]") {
   ExecutorProcess executor(ExecutorConfig{0, "", {"--max-connections", "4"}});
+  // The readiness check's connection is gone (only the scrape's own is open) before the four.
+  REQUIRE(executor.awaitMetricAtMost("courier_connections_open", 1) <= 1);
   // Four requests whose bodies are half sent: each holds its connection busy.
   const std::string head =
       "POST /v1/sessions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
