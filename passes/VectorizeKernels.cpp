@@ -73,9 +73,11 @@ int64_t lanesOf(Type element, unsigned vectorBits) {
 /// Tile sizes, one level after another, for `op` (a tile of an earlier `level`: its shape is
 /// that tile's); empty when it is left as it is.
 SmallVector<SmallVector<int64_t>> tilesFor(linalg::LinalgOp op, const Plan &plan, int64_t level) {
-  if (!op.hasPureTensorSemantics() || op.hasDynamicShape())
+  if (!op.hasPureTensorSemantics())
     return {};
 
+  // A dimension of dynamic size is tiled as one larger than any tile: peeling leaves whole
+  // tiles of static shape, which vectorize, and a remainder of dynamic size, left scalar.
   SmallVector<int64_t> ranges = op.getStaticLoopRanges();
   if (ranges.empty())
     return {};
@@ -83,9 +85,16 @@ SmallVector<SmallVector<int64_t>> tilesFor(linalg::LinalgOp op, const Plan &plan
   int64_t lanes = lanesOf(element, plan.vectorBits);
   auto clamp = [&](SmallVector<int64_t> sizes) {
     for (auto [size, range] : llvm::zip(sizes, ranges))
-      size = std::min(size, range);
+      if (!ShapedType::isDynamic(range))
+        size = std::min(size, range);
     return sizes;
   };
+  // Cache tiles where the shape is known; with a dynamic dimension, register tiles alone (a
+  // cache tile's remainder would have a dynamic shape and leave a scalar strip of every
+  // register-tile loop inside it).
+  bool dynamic = llvm::any_of(ranges, ShapedType::isDynamic);
+  if (isa<linalg::MatmulOp>(op) && isa<FloatType>(element) && ranges.size() == 3 && dynamic)
+    return {clamp({8, 2 * lanes, 1})};
   if (isa<linalg::MatmulOp>(op) && isa<FloatType>(element) && ranges.size() == 3)
     return {level == 0 ? clamp({64, 256, 256}) : SmallVector<int64_t>{}, clamp({8, 2 * lanes, 1})};
   // A 2-D convolution (n, oh, ow, f, kh, kw, c): a register tile of 8 output pixels by two
@@ -118,9 +127,13 @@ constexpr int64_t kTiledForGood = std::numeric_limits<int64_t>::max();
 /// the tile loops go over N and K outside M, and the copy is hoisted out of the M loop.
 /// Only where the tiles divide the matmul (no remainders to copy for).
 bool packsB(linalg::LinalgOp op, ArrayRef<int64_t> sizes, int64_t level) {
-  if (level != 0 || !isa<linalg::MatmulOp>(op) || sizes.size() != 3)
+  // The copy is of B as k x n: a matmul whose maps transpose or broadcast B reads it as is.
+  auto matmul = dyn_cast<linalg::MatmulOp>(op.getOperation());
+  if (level != 0 || !matmul || matmul.hasUserDefinedMaps() || sizes.size() != 3)
     return false;
   SmallVector<int64_t> ranges = op.getStaticLoopRanges();
+  if (llvm::any_of(ranges, ShapedType::isDynamic))
+    return false;
   Type element = getElementTypeOrSelf(op->getResult(0).getType());
   int64_t rowBytes = ranges[1] * element.getIntOrFloatBitWidth() / 8;
   for (auto [size, range] : llvm::zip(sizes, ranges))
@@ -158,9 +171,10 @@ LogicalResult tileAndPeel(RewriterBase &rewriter, linalg::LinalgOp op, ArrayRef<
     options.setInterchange({1, 2, 0});
   rewriter.setInsertionPoint(op);
   SmallVector<utils::IteratorType> iterators = op.getIteratorTypesArray();
+  // Work of unknown size (a dynamic dimension) is not split across threads.
   int64_t work = 1;
   for (int64_t range : op.getStaticLoopRanges())
-    work *= range;
+    work = ShapedType::isDynamic(range) ? 0 : work * range;
   FailureOr<scf::SCFTilingResult> tiled =
       scf::tileUsingSCF(rewriter, cast<TilingInterface>(op.getOperation()), options);
   if (failed(tiled))

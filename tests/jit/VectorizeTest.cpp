@@ -299,3 +299,213 @@ TEST_CASE("vectorized kernels give a real courier-executor's results the same bi
   REQUIRE(results[0].size() == results[1].size());
   CHECK(std::memcmp(results[0].data(), results[1].data(), results[0].size() * sizeof(float)) == 0);
 }
+
+namespace {
+
+/// A program whose @main launches @dev::@k (on the in-process executor) on `args` (named %a0,
+/// %a1, ...), giving `result`; `body` computes the kernel's %r.
+std::string kernelProgram(const std::vector<std::string> &args, const std::string &result,
+                          const std::string &body) {
+  std::string params, names, types;
+  for (size_t i = 0; i < args.size(); ++i) {
+    std::string sep = i ? ", " : "";
+    params += sep + "%a" + std::to_string(i) + ": " + args[i];
+    names += sep + "%a" + std::to_string(i);
+    types += sep + args[i];
+  }
+  std::ostringstream text;
+  text << "module @app {\n"
+       << "  func.func public @main(" << params << ") -> " << result << " {\n"
+       << "    %r = catalyst.launch_kernel @dev::@k(" << names << ") : (" << types << ") -> "
+       << result << "\n    return %r : " << result << "\n  }\n"
+       << "  module @dev attributes {catalyst.target = {}, catalyst.dispatch = {address = "
+          "\"local\"}} {\n"
+       << "    func.func public @k(" << params << ") -> " << result << " {\n"
+       << "      %c0 = arith.constant 0 : index\n      %c1 = arith.constant 1 : index\n"
+       << body << "      return %r : " << result << "\n    }\n  }\n}\n";
+  return text.str();
+}
+
+Tensor runKernel(Engine &engine, const std::string &program, std::vector<Tensor> inputs) {
+  auto module = engine.compile(program, "kernel.mlir");
+  REQUIRE(ok(module));
+  auto out = (*module)->invoke("main", std::move(inputs));
+  REQUIRE(ok(out));
+  REQUIRE(out->size() == 1);
+  return std::move((*out)[0]);
+}
+
+double worstError(llvm::ArrayRef<float> got, const std::vector<double> &exact) {
+  REQUIRE(got.size() == exact.size());
+  double worst = 0;
+  for (size_t i = 0; i < got.size(); ++i)
+    worst = std::max(worst, std::abs(double(got[i]) - exact[i]));
+  return worst;
+}
+
+/// `values` (rows x cols, row-major) transposed.
+std::vector<float> transposed(const std::vector<float> &values, int64_t rows, int64_t cols) {
+  std::vector<float> out(values.size());
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j)
+      out[j * rows + i] = values[i * cols + j];
+  return out;
+}
+
+} // namespace
+
+TEST_CASE("matmuls, elementwise ops and row sums on tensors of dynamic shape match a reference",
+          "[jit][vectorize]") {
+  TempDir dir;
+  Engine engine(optionsIn(dir));
+  const std::string dyn2 = "tensor<?x?xf32>", dyn1 = "tensor<?xf32>";
+  std::string matmul = "      %m = tensor.dim %a0, %c0 : tensor<?x?xf32>\n"
+                       "      %n = tensor.dim %a1, %c1 : tensor<?x?xf32>\n"
+                       "      %z = arith.constant 0.0 : f32\n"
+                       "      %e = tensor.empty(%m, %n) : tensor<?x?xf32>\n"
+                       "      %f = linalg.fill ins(%z : f32) outs(%e : tensor<?x?xf32>) -> "
+                       "tensor<?x?xf32>\n"
+                       "      %r = linalg.matmul ins(%a0, %a1 : tensor<?x?xf32>, tensor<?x?xf32>) "
+                       "outs(%f : tensor<?x?xf32>) -> tensor<?x?xf32>\n";
+  std::string program = kernelProgram({dyn2, dyn2}, dyn2, matmul);
+  struct Size {
+    int64_t m, n, k;
+  };
+  // One compiled module serves every size: tiles of 8 x 32 where they fit, scalar strips where
+  // they do not.
+  for (Size s : {Size{1, 1, 1}, Size{17, 17, 17}, Size{301, 257, 129}, Size{64, 1000, 40},
+                 Size{1023, 33, 65}}) {
+    INFO("matmul " << s.m << " x " << s.n << " x " << s.k);
+    std::vector<float> a = randoms(s.m * s.k, 21), b = randoms(s.k * s.n, 22);
+    Tensor c = runKernel(engine, program,
+                         {Tensor::of<float>({s.m, s.k}, a), Tensor::of<float>({s.k, s.n}, b)});
+    CHECK(c.shape == std::vector<int64_t>{s.m, s.n});
+    CHECK(worstError(c.view<float>(), matmulExact(a, b, s.m, s.n, s.k)) <=
+          double(s.k) * 1.2e-7 + 1e-7);
+  }
+  std::string add = "      %n = tensor.dim %a0, %c0 : tensor<?xf32>\n"
+                    "      %e = tensor.empty(%n) : tensor<?xf32>\n"
+                    "      %r = linalg.add ins(%a0, %a1 : tensor<?xf32>, tensor<?xf32>) outs(%e : "
+                    "tensor<?xf32>) -> tensor<?xf32>\n";
+  std::string rowSum = "      %m = tensor.dim %a0, %c0 : tensor<?x?xf32>\n"
+                       "      %z = arith.constant 0.0 : f32\n"
+                       "      %e = tensor.empty(%m) : tensor<?xf32>\n"
+                       "      %f = linalg.fill ins(%z : f32) outs(%e : tensor<?xf32>) -> "
+                       "tensor<?xf32>\n"
+                       "      %r = linalg.reduce ins(%a0 : tensor<?x?xf32>) outs(%f : "
+                       "tensor<?xf32>) dimensions = [1]\n"
+                       "        (%x: f32, %acc: f32) {\n"
+                       "          %t = arith.addf %x, %acc : f32\n"
+                       "          linalg.yield %t : f32\n"
+                       "        }\n";
+  std::string addProgram = kernelProgram({dyn1, dyn1}, dyn1, add);
+  std::string rowSumProgram = kernelProgram({dyn2}, dyn1, rowSum);
+  for (int64_t n : {1, 17, 1000, 1023}) {
+    INFO("n = " << n);
+    std::vector<float> a = randoms(n, 23), b = randoms(n, 24), rows = randoms(3 * n, 25);
+    Tensor sum =
+        runKernel(engine, addProgram, {Tensor::of<float>({n}, a), Tensor::of<float>({n}, b)});
+    llvm::ArrayRef<float> added = sum.view<float>();
+    REQUIRE(added.size() == size_t(n));
+    int64_t wrong = 0;
+    for (int64_t i = 0; i < n; ++i)
+      wrong += added[i] != a[i] + b[i]; // One rounding: exact whatever the order.
+    CHECK(wrong == 0);
+    Tensor reduced = runKernel(engine, rowSumProgram, {Tensor::of<float>({3, n}, rows)});
+    std::vector<double> exact(3, 0.0);
+    for (int64_t r = 0; r < 3; ++r)
+      for (int64_t i = 0; i < n; ++i)
+        exact[r] += rows[r * n + i];
+    CHECK(worstError(reduced.view<float>(), exact) <= double(n) * 1.2e-7 + 1e-6);
+  }
+}
+
+TEST_CASE("matmuls reading an operand transposed, through their maps or a linalg.transpose, or "
+          "a strided slice of it, match a reference",
+          "[jit][vectorize]") {
+  TempDir dir;
+  Engine engine(optionsIn(dir));
+  struct Size {
+    int64_t m, n, k;
+  };
+  // The last: B's rows a page apart, where a plain matmul reads B from packed copies.
+  for (Size s : {Size{17, 17, 17}, Size{301, 257, 129}, Size{128, 1024, 512}}) {
+    INFO(s.m << " x " << s.n << " x " << s.k);
+    std::string at = shape(s.k, s.m), bt = shape(s.n, s.k), a = shape(s.m, s.k),
+                b = shape(s.k, s.n), c = shape(s.m, s.n);
+    std::string fill = "      %z = arith.constant 0.0 : f32\n"
+                       "      %e = tensor.empty() : " +
+                       c + "\n      %f = linalg.fill ins(%z : f32) outs(%e : " + c + ") -> " + c +
+                       "\n";
+    std::vector<float> x = randoms(s.m * s.k, 31), y = randoms(s.k * s.n, 32);
+    std::vector<double> exact = matmulExact(x, y, s.m, s.n, s.k);
+    double tolerance = double(s.k) * 1.2e-7 + 1e-7;
+    // A as k x m, B as n x k, each read through the matmul's indexing maps.
+    std::string maps = fill +
+                       "      %r = linalg.matmul indexing_maps = [affine_map<(m, n, k) -> (k, m)>, "
+                       "affine_map<(m, n, k) -> (n, k)>, affine_map<(m, n, k) -> (m, n)>] ins(%a0, "
+                       "%a1 : " +
+                       at + ", " + bt + ") outs(%f : " + c + ") -> " + c + "\n";
+    Tensor viaMaps = runKernel(engine, kernelProgram({at, bt}, c, maps),
+                               {Tensor::of<float>({s.k, s.m}, transposed(x, s.m, s.k)),
+                                Tensor::of<float>({s.n, s.k}, transposed(y, s.k, s.n))});
+    CHECK(worstError(viaMaps.view<float>(), exact) <= tolerance);
+    // B as n x k, transposed by an op of its own first.
+    std::string transpose = fill + "      %t = tensor.empty() : " + b +
+                            "\n      %bt = linalg.transpose ins(%a1 : " + bt + ") outs(%t : " + b +
+                            ") permutation = [1, 0]\n      %r = linalg.matmul ins(%a0, %bt : " + a +
+                            ", " + b + ") outs(%f : " + c + ") -> " + c + "\n";
+    Tensor viaTranspose = runKernel(
+        engine, kernelProgram({a, bt}, c, transpose),
+        {Tensor::of<float>({s.m, s.k}, x), Tensor::of<float>({s.n, s.k}, transposed(y, s.k, s.n))});
+    CHECK(worstError(viaTranspose.view<float>(), exact) <= tolerance);
+    // A as every other column of an m x 2k tensor: a strided slice the matmul reads in place.
+    std::string wide = shape(s.m, 2 * s.k);
+    std::string strided = fill + "      %s = tensor.extract_slice %a0[0, 1] [" +
+                          std::to_string(s.m) + ", " + std::to_string(s.k) + "] [1, 2] : " + wide +
+                          " to " + a + "\n      %r = linalg.matmul ins(%s, %a1 : " + a + ", " + b +
+                          ") outs(%f : " + c + ") -> " + c + "\n";
+    std::vector<float> spread(s.m * 2 * s.k, 1e6f); // Read only if the stride is ignored.
+    for (int64_t i = 0; i < s.m; ++i)
+      for (int64_t p = 0; p < s.k; ++p)
+        spread[i * 2 * s.k + 2 * p + 1] = x[i * s.k + p];
+    Tensor viaSlice =
+        runKernel(engine, kernelProgram({wide, b}, c, strided),
+                  {Tensor::of<float>({s.m, 2 * s.k}, spread), Tensor::of<float>({s.k, s.n}, y)});
+    CHECK(worstError(viaSlice.view<float>(), exact) <= tolerance);
+  }
+}
+
+TEST_CASE("an f64 matmul is vectorized to within f64 rounding of a reference", "[jit][vectorize]") {
+  TempDir dir;
+  Engine engine(optionsIn(dir));
+  for (int64_t size : {17, 130}) {
+    INFO(size << "^3");
+    std::string t = "tensor<" + std::to_string(size) + "x" + std::to_string(size) + "xf64>";
+    std::string body = "      %z = arith.constant 0.0 : f64\n      %e = tensor.empty() : " + t +
+                       "\n      %f = linalg.fill ins(%z : f64) outs(%e : " + t + ") -> " + t +
+                       "\n      %r = linalg.matmul ins(%a0, %a1 : " + t + ", " + t +
+                       ") outs(%f : " + t + ") -> " + t + "\n";
+    std::vector<double> a(size * size), b(size * size);
+    std::mt19937 generator(33);
+    std::uniform_real_distribution<double> uniform(-1.0, 1.0);
+    for (double &v : a)
+      v = uniform(generator);
+    for (double &v : b)
+      v = uniform(generator);
+    Tensor c =
+        runKernel(engine, kernelProgram({t, t}, t, body),
+                  {Tensor::of<double>({size, size}, a), Tensor::of<double>({size, size}, b)});
+    llvm::ArrayRef<double> got = c.view<double>();
+    REQUIRE(got.size() == size_t(size * size));
+    double worst = 0;
+    for (int64_t i = 0; i < size; ++i)
+      for (int64_t j = 0; j < size; ++j) {
+        long double exact = 0;
+        for (int64_t p = 0; p < size; ++p)
+          exact += (long double)a[i * size + p] * b[p * size + j];
+        worst = std::max(worst, double(std::abs((long double)got[i * size + j] - exact)));
+      }
+    CHECK(worst <= double(size) * 2.3e-16 + 1e-16);
+  }
+}

@@ -86,6 +86,44 @@ module @app {
     }
   }
 
+  // A matmul of dynamic shape gets register tiles alone: whole 8 x 32 tiles (peeled loops
+  // whose bounds round the sizes down) are vectorized, and strips of dynamic size at the
+  // edges stay scalar. The same for an elementwise op.
+  // CHECK-LABEL: module @dynamic
+  // CHECK: scf.for {{.*}} step %c8
+  // CHECK: scf.for {{.*}} step %c32
+  // CHECK: vector.transfer_read {{.*}} : tensor<?x?xf32>, vector<8x32xf32>
+  // CHECK: scf.for {{.*}} iter_args({{.*}}) -> (vector<8x32xf32>)
+  // CHECK-COUNT-8: vector.fma {{.*}} : vector<32xf32>
+  // CHECK: linalg.matmul ins({{.*}} : tensor<8x1xf32>, tensor<1x?xf32>)
+  // CHECK: linalg.matmul ins({{.*}} : tensor<?x1xf32>, tensor<1x32xf32>)
+  // CHECK-LABEL: func.func public @add
+  // CHECK: arith.addf {{.*}} : vector<64xf32>
+  // CHECK: linalg.add ins({{.*}} : tensor<?xf32>, tensor<?xf32>)
+  module @dynamic attributes {catalyst.target = {cpu = "znver4"}} {
+    func.func public @matmul(%a: tensor<?x?xf32>, %b: tensor<?x?xf32>, %c: tensor<?x?xf32>) -> tensor<?x?xf32> {
+      %r = linalg.matmul ins(%a, %b : tensor<?x?xf32>, tensor<?x?xf32>) outs(%c : tensor<?x?xf32>) -> tensor<?x?xf32>
+      return %r : tensor<?x?xf32>
+    }
+    func.func public @add(%a: tensor<?xf32>, %b: tensor<?xf32>, %c: tensor<?xf32>) -> tensor<?xf32> {
+      %r = linalg.add ins(%a, %b : tensor<?xf32>, tensor<?xf32>) outs(%c : tensor<?xf32>) -> tensor<?xf32>
+      return %r : tensor<?xf32>
+    }
+  }
+
+  // A matmul reading B transposed through its maps reads B where it is: no packed copy, whose
+  // layout is B's as k x n.
+  // CHECK-LABEL: module @transposed
+  // CHECK-NOT: linalg.copy
+  // CHECK: vector.fma {{.*}} : vector<32xf32>
+  module @transposed attributes {catalyst.target = {cpu = "znver4"}} {
+    func.func public @matmul(%a: tensor<1024x1024xf32>, %b: tensor<1024x1024xf32>, %c: tensor<1024x1024xf32>) -> tensor<1024x1024xf32> {
+      %r = linalg.matmul indexing_maps = [affine_map<(m, n, k) -> (m, k)>, affine_map<(m, n, k) -> (n, k)>, affine_map<(m, n, k) -> (m, n)>]
+          ins(%a, %b : tensor<1024x1024xf32>, tensor<1024x1024xf32>) outs(%c : tensor<1024x1024xf32>) -> tensor<1024x1024xf32>
+      return %r : tensor<1024x1024xf32>
+    }
+  }
+
   // A batch of one is a matmul, tiled as one.
   // CHECK-LABEL: module @batch
   // CHECK: scf.for {{.*}} iter_args({{.*}}) -> (vector<8x32xf32>)
