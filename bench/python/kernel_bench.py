@@ -107,7 +107,8 @@ def main():
     cases = []
     for name, (m, nn, k) in (("matmul-256", (256, 256, 256)), ("matmul-512", (512, 512, 512)),
                              ("matmul-1024", (1024, 1024, 1024)),
-                             ("matmul-301x257x129", (301, 257, 129))):
+                             ("matmul-301x257x129", (301, 257, 129)),
+                             ("matmul-dynamic", (512, 512, 512))):
         cases.append((name, f"{m}x{nn}x{k}", np.matmul, (uniform(m, k), uniform(k, nn)),
                       "GFLOP/s", 2.0 * m * nn * k, 2e-6 * k))
     cases.append(("add", "4M", np.add, (uniform(n), uniform(n)), "GB/s", 12.0 * n, 0))
