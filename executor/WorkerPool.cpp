@@ -261,6 +261,7 @@ llvm::Expected<Message> WorkerProcess::request(MessageWriter &message, llvm::Arr
   if (dead)
     return died(what, deadline);
   message.u64(++sequence);
+  lastPhase = 0;
   std::optional<Message> fromPage;
   if (page) {
     llvm::Expected<std::optional<Message>> rung = ringDoorbell(deadline, what, fds, message.view());
@@ -307,7 +308,8 @@ llvm::Expected<Message> WorkerProcess::request(MessageWriter &message, llvm::Arr
         return died(what, deadline);
     }
     MessageReader peek(reply.bytes);
-    if (peek.kind() == MessageKind::Done || peek.kind() == MessageKind::Failed) {
+    if (peek.kind() == MessageKind::Done || peek.kind() == MessageKind::Failed ||
+        peek.kind() == MessageKind::Progress) {
       // An answer to another request (or to none) is a kernel writing to the channel.
       std::optional<uint64_t> answered = takeSequence(reply.bytes);
       if (!answered || *answered != sequence) {
@@ -325,6 +327,13 @@ llvm::Expected<Message> WorkerProcess::request(MessageWriter &message, llvm::Arr
       if (!reader.ok())
         break;
       return makeWireError(isWorkerCode(code) ? code : "launch_failed", message);
+    }
+    case MessageKind::Progress: {
+      uint64_t reached = reader.u64();
+      if (!reader.atEnd())
+        break;
+      lastPhase = reached;
+      continue;
     }
     case MessageKind::Crashed:
       if (std::optional<CrashReport> report = crashReportIn(reply))

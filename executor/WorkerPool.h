@@ -88,6 +88,9 @@ public:
   /// The request's sequence number is appended to `message` here.
   llvm::Expected<Message> request(MessageWriter &message, llvm::ArrayRef<int> fds,
                                   Clock::time_point deadline, llvm::StringRef what);
+  /// The last phase the worker reported (MessageKind::Progress) during the last request,
+  /// answered or not; 0 when it reported none.
+  uint64_t phase() const { return lastPhase; }
 
   /// The socket to the worker, to poll for its end (it closes when the worker exits).
   int socket() const { return channel.get(); }
@@ -132,7 +135,8 @@ private:
   int waitStatus = 0;
   std::optional<CrashReport> crash;
   WorkerDeath howItDied;
-  uint64_t sequence = 0; ///< Of the last request sent.
+  uint64_t sequence = 0;  ///< Of the last request sent.
+  uint64_t lastPhase = 0; ///< See phase().
   SharedBuffer doorbellBuffer;
   DoorbellPage *page = nullptr;
   uint32_t ticket = 0; ///< Of the last request sent through `page`.

@@ -59,6 +59,10 @@ enum class MessageKind : uint8_t {
   Done,    ///< Success; the payload depends on the request.
   Failed,  ///< {code, message}: the request failed, the worker is fine.
   Crashed, ///< Written by the worker's fatal-signal handler just before it dies.
+  /// {u64 phase} and the request's sequence: the request reached a later phase of its work
+  /// (what a phase means is the request's protocol's: jit/ModuleWorker.h), so that a death
+  /// after it is told apart from one before. No answer: the request goes on.
+  Progress,
 };
 
 /// A request or reply: its kind, then ByteWriter's fields.

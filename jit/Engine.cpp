@@ -343,11 +343,11 @@ mlir::DialectRegistry makeRegistry() {
 }
 
 /// See setBeforeModuleCode.
-std::atomic<void (*)()> beforeModuleCode{nullptr};
+std::atomic<void (*)(bool)> beforeModuleCode{nullptr};
 
 } // namespace
 
-void setBeforeModuleCode(void (*hook)()) { beforeModuleCode = hook; }
+void setBeforeModuleCode(void (*hook)(bool)) { beforeModuleCode = hook; }
 
 struct Engine::Impl {
   EngineOptions options;
@@ -915,8 +915,8 @@ Engine::Impl::link(std::string name, std::string object, llvm::orc::JITTargetMac
   scopeOptions.backend.plugins = options.plugins;
   scopeOptions.objects = std::move(targetObjects);
   impl->scope = std::make_unique<runtime::ModuleScope>(scopeOptions);
-  if (void (*hook)() = beforeModuleCode.load())
-    hook();
+  if (void (*hook)(bool) = beforeModuleCode.load())
+    hook(setup != nullptr);
   if (setup) {
     start = Clock::now();
     runtime::ModuleScope::Entered entered(*impl->scope);

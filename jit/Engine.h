@@ -101,7 +101,8 @@ using transport::ErrorCode;
 ///   be run again (`executor_lost`), or could not start a worker,
 /// and, for isolated modules (Isolation::Process),
 /// - ErrorCode::KernelCrashed: the module's worker died while running the call;
-/// - ErrorCode::CompileCrashed: the worker died while compiling or setting up the module;
+/// - ErrorCode::CompileCrashed: the worker died while compiling or linking the module;
+/// - ErrorCode::SetupCrashed: the worker died while running the module's setup();
 /// - ErrorCode::DeadlineExceeded: the compile or call ran past its timeout;
 /// - ErrorCode::WorkerUnavailable: no worker process could be started;
 /// - ErrorCode::UnknownModule: the module was terminated,
@@ -241,6 +242,10 @@ struct InvokeOptions {
   /// before the call where the signature tells, and with nothing written). A result written
   /// to an output comes back as a Tensor of its dtype and shape that holds no bytes.
   std::vector<OutputRef> outputs;
+  /// Where, when set, the call writes how long it waited for one of its module version's
+  /// workers to be free before it ran (Isolation::Process, whose workers run a call at a
+  /// time); zero in process, where calls do not wait for one another.
+  std::chrono::nanoseconds *queued = nullptr;
 };
 
 /// The worker of an isolated module (with EngineOptions::workersPerModule above 1, its

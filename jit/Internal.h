@@ -112,8 +112,9 @@ llvm::LogicalResult checkConstantSizes(mlir::Operation *root, uint64_t maxBytes)
 llvm::LogicalResult checkHostObjectSize(mlir::Operation *module, uint64_t bytes, uint64_t maxBytes);
 
 /// Called once a compile has written all it writes (the disk cache) and before the module's
-/// own code first runs (its setup()): where a module worker locks its file system down.
-void setBeforeModuleCode(void (*hook)());
+/// own code first runs (its setup(), when `runsSetup`): where a module worker locks its file
+/// system down and tells its server that setup() is starting.
+void setBeforeModuleCode(void (*hook)(bool runsSetup));
 
 WorkerState isolatedState(IsolatedWorker &worker);
 /// True once an isolated module was terminated: it must not be handed out again.

@@ -137,7 +137,13 @@ public:
     std::string what = "compiling";
     llvm::Expected<Message> reply = worker->request(request, fds, deadline, what);
     if (!reply) {
-      llvm::Error error = workerFailure(reply.takeError(), what, limit, ErrorCode::CompileCrashed);
+      // The worker says when the compile is over and setup() starts: a death after that is
+      // the module's setup's.
+      bool inSetup = worker && worker->phase() == moduleproto::kPhaseSetup;
+      llvm::Error error =
+          inSetup ? workerFailure(reply.takeError(), "running its setup()", limit,
+                                  ErrorCode::SetupCrashed)
+                  : workerFailure(reply.takeError(), what, limit, ErrorCode::CompileCrashed);
       drop();
       return std::move(error);
     }
@@ -352,8 +358,9 @@ private:
       said = e.message();
     });
     std::string died = worker ? worker->death().cause : "ended";
-    // A compile that fails leaves no module behind to call again.
-    bool compiling = crashCode == ErrorCode::CompileCrashed;
+    // A compile (or setup) that fails leaves no module behind to call again.
+    bool setup = crashCode == ErrorCode::SetupCrashed;
+    bool compiling = crashCode == ErrorCode::CompileCrashed || setup;
     llvm::StringRef next = compiling ? "" : "; the module's next call starts a fresh worker";
     switch (kind) {
     case ErrorCode::KernelCrashed:
@@ -364,6 +371,11 @@ private:
     case ErrorCode::DeadlineExceeded:
       noteDeath("ended at its deadline (" + limit.str() + ") while " + what.str(),
                 /*crashed=*/false);
+      if (setup)
+        return engineError(ErrorCode::DeadlineExceeded,
+                           llvm::formatv("the setup() of module '{0}' ran longer than {1}; its "
+                                         "worker was ended",
+                                         name, limit));
       return engineError(ErrorCode::DeadlineExceeded,
                          llvm::formatv("{0} module '{1}' took longer than {2}; its worker was "
                                        "ended{3}",
@@ -514,6 +526,7 @@ public:
   llvm::Expected<std::vector<Tensor>>
   invoke(llvm::StringRef entry, llvm::ArrayRef<TensorRef> inputs, const InvokeOptions &call) {
     size_t chosen = 0;
+    auto arrived = Clock::now();
     {
       std::unique_lock<std::mutex> lock(mutex);
       auto idle = [&] { return std::find(busy.begin(), busy.end(), false); };
@@ -523,6 +536,8 @@ public:
       chosen = idle() - busy.begin();
       busy[chosen] = true;
     }
+    if (call.queued)
+      *call.queued = Clock::now() - arrived;
     llvm::Expected<std::vector<Tensor>> results = lanes[chosen]->invoke(entry, inputs, call);
     {
       std::lock_guard<std::mutex> lock(mutex);

@@ -354,6 +354,25 @@ void holdTlsFiles(transport::TlsClientOptions &tls) {
 /// first where this worker should, or ends the worker.
 void lockFileSystem();
 
+/// What the compile in progress does before the module's own code first runs: whether it
+/// locks the file system, and the sequence number of its request, for the Progress message.
+bool lockBeforeModuleCode = false;
+uint64_t compileSequence = 0;
+
+/// The engine's hook before a module's code first runs: the file system is locked, then the
+/// server is told the compile is over and setup() is starting, so that a death from here on
+/// is the module's setup's, not the compiler's.
+void beforeModuleCode(bool runsSetup) {
+  if (lockBeforeModuleCode)
+    lockFileSystem();
+  if (!runsSetup)
+    return;
+  MessageWriter progress(MessageKind::Progress);
+  progress.u64(moduleproto::kPhaseSetup).u64(compileSequence);
+  // A server that is gone hears nothing; the compile's answer will fail the same way.
+  llvm::consumeError(executor::sendMessage(executor::kWorkerChannelFd, progress.view()));
+}
+
 class ModuleWorker {
 public:
   ModuleWorker(int channel, bool sandboxed) : channel(channel), sandboxed(sandboxed) {}
@@ -430,8 +449,9 @@ private:
     // Once the compile has written the cache, the module's code may write no file: it
     // cannot plant another module's objects there, replace a program the server starts, nor
     // write anything anywhere else. The lock holds in every thread before setup() runs.
-    if (sandboxed)
-      setBeforeModuleCode(lockFileSystem);
+    lockBeforeModuleCode = sandboxed;
+    compileSequence = sequence;
+    setBeforeModuleCode(beforeModuleCode);
     llvm::Expected<std::shared_ptr<Module>> compiled = engine->compile(*text, name, compileOptions);
     if (!compiled)
       return answerError(compiled.takeError());

@@ -10,6 +10,10 @@
 // in the server's input arena. Done answers with an outcome, then the results, inline or in
 // the worker's result arena. Unload: teardown() and the sessions close; Done answers.
 //
+// While compiling, a worker sends Progress {kPhaseSetup} just before the module's setup()
+// runs: a death after it is the setup's (setup_crashed), one before it the compiler's
+// (compile_crashed).
+//
 // An outcome is a u64 status: 0 success; 1 a compile error {summary, diagnostics}; 2 a coded
 // error {code name, message}; 3 any other error {message}. Bodies larger than an inline
 // message travel in a sealed memfd.
@@ -25,6 +29,10 @@ namespace moduleproto {
 
 using executor::MessageReader;
 using executor::MessageWriter;
+
+/// The phase a Compile request reports (MessageKind::Progress) once it is compiled and
+/// linked and the module's setup() is about to run.
+inline constexpr uint64_t kPhaseSetup = 1;
 
 /// The options a worker compiles with: everything in EngineOptions that changes what is
 /// compiled or how it runs (not the isolation settings, nor the diagnostic sink).

@@ -62,6 +62,7 @@ enum class ErrorCode : uint8_t {
   StoreFull,
   UnsupportedEncoding,
   UnsupportedCpu,
+  SetupCrashed,
 };
 
 /// Who sends a code in an HTTP error body; a code with neither bit is raised and handled
@@ -123,6 +124,7 @@ inline constexpr ErrorCodeInfo kErrorTable[] = {
     {ErrorCode::StoreFull, "store_full", 507, kSentByExecutor},
     {ErrorCode::UnsupportedEncoding, "unsupported_encoding", 415, kBoth},
     {ErrorCode::UnsupportedCpu, "unsupported_cpu", 422, kSentByExecutor},
+    {ErrorCode::SetupCrashed, "setup_crashed", 500, kSentByServe},
 };
 
 namespace detail {

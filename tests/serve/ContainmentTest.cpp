@@ -48,6 +48,50 @@ module {
 }
 )";
 
+/// setup() never returns: the module spins while it is being loaded.
+const std::string kSetupSpin = R"(
+module {
+  func.func public @setup() {
+    %zero = arith.constant 0 : i64
+    %r = scf.while (%i = %zero) : (i64) -> i64 {
+      %true = arith.constant true
+      scf.condition(%true) %i : i64
+    } do {
+    ^bb0(%i: i64):
+      llvm.inline_asm has_side_effects "", "" : () -> ()
+      scf.yield %i : i64
+    }
+    return
+  }
+  func.func public @main(%x: tensor<4xf64>) -> tensor<4xf64> {
+    return %x : tensor<4xf64>
+  }
+}
+)";
+
+/// Counts to its input (one element) and returns the count: a call as long as it is asked.
+const std::string kBusy = R"(
+module {
+  func.func public @main(%x: tensor<1xi64>) -> tensor<1xi64> {
+    %c0 = arith.constant 0 : index
+    %n = tensor.extract %x[%c0] : tensor<1xi64>
+    %zero = arith.constant 0 : i64
+    %one = arith.constant 1 : i64
+    %r = scf.while (%i = %zero) : (i64) -> i64 {
+      %go = arith.cmpi slt, %i, %n : i64
+      scf.condition(%go) %i : i64
+    } do {
+    ^bb0(%i: i64):
+      llvm.inline_asm has_side_effects "", "" : () -> ()
+      %j = arith.addi %i, %one : i64
+      scf.yield %j : i64
+    }
+    %out = tensor.from_elements %r : tensor<1xi64>
+    return %out : tensor<1xi64>
+  }
+}
+)";
+
 /// A 400 MB splat: minutes of work and gigabytes once past the constant limit.
 const std::string kHugeConstant = R"(
 module {
@@ -265,27 +309,43 @@ TEST_CASE("a worker killed from outside while idle shows at once, and the next c
   CHECK(after.body["worker"]["crashes"] == 0);
 }
 
-TEST_CASE("a crash while loading is 500 compile_crashed; a reload that crashes keeps the old "
-          "version",
+TEST_CASE("a crash in setup() is 500 setup_crashed naming the signal, not a compile that died, "
+          "and a reload whose setup() crashes keeps the old version",
           "[serve][containment]") {
   ServeProcess serve;
   auto http = serve.client();
   Reply created = post(*http, "/v1/modules", createBody("loads", kSetupCrash));
   INFO(created.raw);
   CHECK(created.status == 500);
-  CHECK(errorCode(created) == "compile_crashed");
-  CHECK(errorMessage(created).find("SIGSEGV (address 0x0)") != std::string::npos);
+  CHECK(errorCode(created) == "setup_crashed");
+  CHECK(errorMessage(created).find("died while running its setup(): SIGSEGV (address 0x0)") !=
+        std::string::npos);
+  CHECK(errorMessage(created).find("compiling") == std::string::npos);
   CHECK(get(*http, "/v1/modules/loads").status == 404);
 
   requireCreated(*http, "calm", kernelModule(2));
   Reply replaced = put(*http, "/v1/modules/calm", json({{"mlir", kSetupCrash}}).dump());
   INFO(replaced.raw);
   CHECK(replaced.status == 500);
-  CHECK(errorCode(replaced) == "compile_crashed");
+  CHECK(errorCode(replaced) == "setup_crashed");
   Reply described = get(*http, "/v1/modules/calm");
   CHECK(described.body["version"] == 1);
   CHECK(described.body["failedReloads"] == 1);
-  CHECK(described.body["lastError"]["code"] == "compile_crashed");
+  CHECK(described.body["lastError"]["code"] == "setup_crashed");
+  CHECK(outputData(invoke(*http, "calm", "main")) == std::vector<double>{2, 4, 6, 8});
+}
+
+TEST_CASE("a setup() past --compile-timeout-ms is 504 compile_timeout naming the setup",
+          "[serve][containment]") {
+  ServeProcess serve({"", {"--compile-timeout-ms", "3000"}});
+  auto http = serve.client();
+  Reply created = post(*http, "/v1/modules", createBody("slow", kSetupSpin));
+  INFO(created.raw);
+  CHECK(created.status == 504);
+  CHECK(errorCode(created) == "compile_timeout");
+  CHECK(errorMessage(created).find("the setup() of module 'slow' ran longer than 3000 ms") !=
+        std::string::npos);
+  requireCreated(*http, "calm", kernelModule(2));
   CHECK(outputData(invoke(*http, "calm", "main")) == std::vector<double>{2, 4, 6, 8});
 }
 
@@ -350,6 +410,43 @@ TEST_CASE("deleting a module whose call spins ends the call and its worker",
   CHECK(errorCode(spun) == "unknown_module");
   CHECK_FALSE(running(spinning));
   CHECK(childrenIdle(serve.processId(), std::chrono::milliseconds(500)));
+}
+
+TEST_CASE("a call that waits for its module's busy worker counts that wait as the v2 "
+          "statistics' queue time",
+          "[serve][containment][v2]") {
+  ServeProcess serve;
+  auto http = serve.client();
+  requireCreated(*http, "busy", kBusy);
+  int worker = workerPid(*http, "busy");
+  REQUIRE(worker > 0);
+
+  // A long call holds the module's one worker; a short one sent while it runs waits for it.
+  Reply longCall;
+  std::thread caller([&] {
+    auto own = serve.client();
+    own->set_read_timeout(120, 0);
+    longCall = invoke(*own, "busy", "main", R"({"inputs": [[3000000000]]})");
+  });
+  long start = cpuTicks(worker);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (cpuTicks(worker) - start < sysconf(_SC_CLK_TCK) / 10 &&
+         std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  Reply shortCall = invoke(*http, "busy", "main", R"({"inputs": [[1]]})");
+  caller.join();
+  INFO(longCall.raw << "\n" << shortCall.raw);
+  REQUIRE(longCall.status == 200);
+  REQUIRE(shortCall.status == 200);
+
+  Reply stats = get(*http, "/v2/models/busy/stats");
+  INFO(stats.raw);
+  REQUIRE(stats.status == 200);
+  const json &s = stats.body["model_stats"][0]["inference_stats"];
+  CHECK(s["queue"]["count"] == 2);
+  CHECK(s["queue"]["ns"].get<int64_t>() > 0);
+  CHECK(s["success"]["ns"].get<int64_t>() >=
+        s["queue"]["ns"].get<int64_t>() + s["compute_infer"]["ns"].get<int64_t>());
 }
 
 namespace {

@@ -654,9 +654,10 @@ json::Value KServeV2::Impl::statsJson(const Model &model, const EntryCallStats &
       {"execution_count", static_cast<int64_t>(s.successes)},
       {"inference_stats",
        json::Object{
-           {"success", duration(s.successes, s.inputNanos + s.inferNanos + s.outputNanos)},
+           {"success",
+            duration(s.successes, s.queueNanos + s.inputNanos + s.inferNanos + s.outputNanos)},
            {"fail", duration(s.failures, s.failureNanos)},
-           {"queue", duration(s.successes, 0)},
+           {"queue", duration(s.successes, s.queueNanos)},
            {"compute_input", duration(s.successes, s.inputNanos)},
            {"compute_infer", duration(s.successes, s.inferNanos)},
            {"compute_output", duration(s.successes, s.outputNanos)},

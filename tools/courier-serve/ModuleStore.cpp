@@ -113,6 +113,7 @@ llvm::Error compileFailure(llvm::Error error) {
         switch (e.kind) {
         case ErrorCode::ExecutorUnavailable:
         case ErrorCode::CompileCrashed:
+        case ErrorCode::SetupCrashed:
         case ErrorCode::WorkerUnavailable:
         case ErrorCode::UnknownModule:
           code = e.kind;
@@ -264,11 +265,9 @@ ModuleStore::compileWithDeadline(Engine &engine, llvm::StringRef name, llvm::Str
     llvm::Error failure = compileFailure(compiled.takeError());
     llvm::Error counted =
         llvm::handleErrors(std::move(failure), [&](std::unique_ptr<ServeError> e) -> llvm::Error {
+          // The engine's message says which ran past the limit: the compile, or setup().
           if (e->kind == ErrorCode::CompileTimeout) {
             stats.compileTimeouts++;
-            e->message = "compiling '" + name.str() + "' took longer than " +
-                         std::to_string(config.compileTimeout.count()) +
-                         " ms; its worker was ended";
           } else {
             stats.compileFailures++;
           }
@@ -611,16 +610,21 @@ llvm::Expected<std::vector<Tensor>> ModuleStore::invoke(const Pinned &pinned, ll
                                                         llvm::ArrayRef<Tensor> inputs,
                                                         const InvokeOptions &callOptions) {
   auto started = std::chrono::steady_clock::now();
-  llvm::Expected<std::vector<Tensor>> outputs = pinned.module->invoke(entry, inputs, callOptions);
+  std::chrono::nanoseconds queued{0};
+  InvokeOptions timed = callOptions;
+  timed.queued = &queued;
+  llvm::Expected<std::vector<Tensor>> outputs = pinned.module->invoke(entry, inputs, timed);
   auto nanos = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
                                          std::chrono::steady_clock::now() - started)
                                          .count());
+  auto queueNanos = std::min(nanos, static_cast<uint64_t>(std::max<int64_t>(0, queued.count())));
   std::shared_ptr<Record> record = find(pinned.name);
   if (record && pinned.module->findEntry(entry))
     record->countCall(entry, [&](EntryCallStats &s) {
       if (outputs) {
         s.successes++;
-        s.inferNanos += nanos;
+        s.queueNanos += queueNanos;
+        s.inferNanos += nanos - queueNanos;
       } else {
         s.failureNanos += nanos; // Counted as a failure by recordCallFailure below.
       }

@@ -106,7 +106,8 @@ struct ModuleInfo {
 /// tensors and `outputNanos` writing the reply's, each over the successful calls.
 struct EntryCallStats {
   uint64_t successes = 0, failures = 0;
-  uint64_t inferNanos = 0, inputNanos = 0, outputNanos = 0;
+  /// inferNanos: in the engine, once a worker took the call; queueNanos: waiting for one.
+  uint64_t inferNanos = 0, inputNanos = 0, outputNanos = 0, queueNanos = 0;
   uint64_t failureNanos = 0; ///< In the engine, over the failed calls it was given.
   /// When the last call ended; the epoch before the first.
   std::chrono::system_clock::time_point last;
