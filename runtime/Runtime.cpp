@@ -133,6 +133,8 @@ struct Session {
 struct PendingLaunch {
   std::shared_ptr<Session> session;
   uint64_t launchId = 0;
+  /// The launch's entry symbol and object, for messages in the user's terms.
+  std::string entry, object;
 };
 
 class Registry {
@@ -262,10 +264,12 @@ public:
     }
   }
 
-  int64_t addToken(std::shared_ptr<Session> session, uint64_t launchId) {
+  int64_t addToken(std::shared_ptr<Session> session, uint64_t launchId, std::string entry,
+                   std::string object) {
     std::unique_lock<std::shared_mutex> lock(mutex);
     int64_t token = nextToken++;
-    tokens[token] = PendingLaunch{std::move(session), launchId};
+    tokens[token] =
+        PendingLaunch{std::move(session), launchId, std::move(entry), std::move(object)};
     return token;
   }
 
@@ -655,6 +659,28 @@ Error failure(const Twine &context, Error cause) {
   return transport::withContext(context, std::move(cause));
 }
 
+/// `cause` of a launch of `entry` in `object`, told in the user's terms: the backends and
+/// executors below name the kernel by the entry symbol this runtime gave them
+/// ('_catalyst_pyface_boom'), where the user wrote @dev::@boom. Each quoted mention of that
+/// symbol becomes the kernel's name (kernelName); the code, and every other word, stay.
+Error inUserTerms(Error cause, StringRef entry, StringRef object) {
+  std::string quoted = ("'" + entry + "'").str();
+  std::string name = kernelName(entry, object);
+  auto rename = [&](std::string text) {
+    for (size_t at = text.find(quoted); at != std::string::npos;
+         at = text.find(quoted, at + name.size())) {
+      text.replace(at, quoted.size(), name);
+    }
+    return text;
+  };
+  return handleErrors(
+      std::move(cause),
+      [&](std::unique_ptr<transport::CodedError> e) -> Error {
+        return transport::makeCodedError(e->kind, rename(e->message));
+      },
+      [&](std::unique_ptr<ErrorInfoBase> e) -> Error { return failure(rename(e->message())); });
+}
+
 /// A launch in progress, for crash reports (kernelInFlight): the pointers are the launch's
 /// arguments, valid while it runs.
 struct LaunchInFlight {
@@ -778,7 +804,7 @@ Error launchImpl(int64_t handle, const char *entryArg, const char *object, size_
     return session->backend->launch(session->id, **blob, entry, views, specs);
   }();
   if (!results)
-    return failure(where(), results.takeError());
+    return failure(where(), inUserTerms(results.takeError(), entry, object));
 
   if (results->size() != nOut)
     return failure(formatv("{0}: the executor returned {1} results, expected {2}", where(),
@@ -1005,10 +1031,10 @@ int64_t __catalyst__executor__launch_async(int64_t session, const char *entry, c
     }
     auto launchId = found->backend->launchAsync(found->id, **blob, name);
     if (!launchId) {
-      recordError(where, launchId.takeError());
+      recordError(where, inUserTerms(launchId.takeError(), name, object));
       return 0;
     }
-    return Registry::get().addToken(std::move(found), *launchId);
+    return Registry::get().addToken(std::move(found), *launchId, name, object);
   });
 }
 
@@ -1022,8 +1048,9 @@ void __catalyst__executor__await(int64_t token) {
       return 1;
     }
     if (Error error = launch->session->backend->await(launch->session->id, launch->launchId)) {
-      recordError(formatv("await of token {0} on '{1}'", token, launch->session->address),
-                  std::move(error));
+      recordError(formatv("await of token {0} ({1}) on '{2}'", token,
+                          kernelName(launch->entry, launch->object), launch->session->address),
+                  inUserTerms(std::move(error), launch->entry, launch->object));
       return 1;
     }
     return 0;

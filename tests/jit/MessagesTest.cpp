@@ -46,7 +46,8 @@ TEST_CASE("a kernel is named as its MLIR names it, from the object name the engi
   CHECK(std::string(none) == "x");
 }
 
-TEST_CASE("a failed launch names the kernel @dev::@null_load, not its entry symbol",
+TEST_CASE("a failed launch names the kernel @dev::@null_load, not its entry symbol, in the "
+          "executor's words too",
           "[messages][executor]") {
   TempDir dir;
   testing::ExecutorProcess executor;
@@ -59,6 +60,10 @@ TEST_CASE("a failed launch names the kernel @dev::@null_load, not its entry symb
   CHECK_THAT(message, Catch::StartsWith("invoking 'main' of module 'crashing': launch of "
                                         "@dev::@null_load on '" +
                                         executor.address() + "': "));
+  // The executor, which knows the kernel by its entry symbol, said where its worker died.
+  CHECK_THAT(message, Catch::Contains("SIGSEGV (address 0x0) in @dev::@null_load"));
+  CHECK_THAT(message, !Catch::Contains("_catalyst_pyface_"));
+  CHECK_THAT(message, Catch::EndsWith("[kernel_crashed]"));
 }
 
 TEST_CASE("a failed compile's summary names the module as the caller named it", "[messages]") {

@@ -114,7 +114,7 @@ TEST_CASE("remote failures carry the executor's message and the address", "[runt
   std::vector<double> y;
   CHECK(launchVector(session, "_catalyst_pyface_nope", COURIER_KERNEL_SCALE, {1, 2}, y, 2) != 0);
   CHECK_THAT(takeMessage(), Catch::Contains(executor.address()) &&
-                                Catch::Contains("unknown entry '_catalyst_pyface_nope'"));
+                                Catch::Contains("unknown entry @nope in object"));
   CHECK(y == std::vector<double>{0, 0});
 
   CHECK(__catalyst__executor__send_binary(session, COURIER_KERNEL_SCALE_AARCH64,

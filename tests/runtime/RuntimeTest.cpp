@@ -288,8 +288,9 @@ TEST_CASE("a failed launch reports why and leaves zero-filled results", "[runtim
     void *outs[] = {&out};
     CHECK(launch(session.handle, "_catalyst_pyface_x", COURIER_KERNEL_SCALE, 1, ins, ranks, sizes,
                  1, outs, ranks, sizes) != 0);
-    CHECK_THAT(takeMessage(), Catch::Contains("unknown entry '_catalyst_pyface_x' in object") &&
-                                  Catch::Contains("'local'"));
+    CHECK_THAT(takeMessage(), Catch::Contains("unknown entry @x in object") &&
+                                  Catch::Contains("'local'") &&
+                                  !Catch::Contains("_catalyst_pyface_"));
     REQUIRE(out.allocated != nullptr);
     CHECK(out.sizes[0] == 3);
     CHECK(out.strides[0] == 1);
@@ -398,7 +399,8 @@ TEST_CASE("host code that leaves result descriptors unset, as Catalyst's lowerin
   out.sizes[0] = 987654321;
   CHECK(launch(session.handle, "_catalyst_pyface_x", COURIER_KERNEL_SCALE, 1, ins, ranks, sizes, 1,
                outs, ranks, sizes) != 0);
-  CHECK_THAT(takeMessage(), Catch::Contains("unknown entry '_catalyst_pyface_x'"));
+  // The executor's words name the kernel as its host code does (@x), not by its entry symbol.
+  CHECK_THAT(takeMessage(), Catch::Contains("unknown entry @x in object"));
   CHECK(out.sizes[0] == 0);
   CHECK(out.allocated == nullptr);
   REQUIRE(out.aligned != nullptr);
@@ -431,8 +433,9 @@ TEST_CASE("an async launch is awaited once through its token", "[runtime]") {
   int64_t failing = __catalyst__executor__launch_async(session.handle, "_catalyst_pyface_nothing",
                                                        COURIER_KERNEL_SHAPES);
   CHECK(failing == 0);
-  CHECK_THAT(takeMessage(),
-             Catch::Contains("_catalyst_pyface_nothing") && Catch::Contains("'local'"));
+  CHECK_THAT(takeMessage(), Catch::Contains("no entry @nothing in object") &&
+                                Catch::Contains("'local'") &&
+                                !Catch::Contains("_catalyst_pyface_"));
 }
 
 TEST_CASE("call_wrapper returns the callee's bytes or a zeroed buffer", "[runtime]") {
