@@ -7,10 +7,13 @@
 
 #include "Version.h"
 
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/Twine.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <pthread.h>
@@ -52,6 +55,80 @@ llvm::Error ArgumentReader::number(uint64_t &out) const {
   if (llvm::StringRef(currentValue).getAsInteger(10, out))
     return llvm::createStringError(name() + " expects a number, got '" + currentValue + "'");
   return llvm::Error::success();
+}
+
+std::string serverHelp(llvm::StringRef tool, llvm::StringRef overview,
+                       llvm::ArrayRef<OptionHelp> options) {
+  std::vector<OptionHelp> generic = {
+      {"-h", "", "Alias for --help"},
+      {"--help", "", "Display available options"},
+      {"--version", "", "Display the version of this program"},
+  };
+  std::vector<OptionHelp> own(options.begin(), options.end());
+  llvm::sort(own, [](const OptionHelp &a, const OptionHelp &b) {
+    return a.flag.ltrim('-') < b.flag.ltrim('-');
+  });
+  auto left = [](const OptionHelp &o) {
+    return o.value.empty() ? o.flag.str() : (o.flag + "=<" + o.value + ">").str();
+  };
+  size_t width = 0;
+  for (const OptionHelp &o : generic)
+    width = std::max(width, left(o).size());
+  for (const OptionHelp &o : own)
+    width = std::max(width, left(o).size());
+  std::string out =
+      ("OVERVIEW: " + overview + "\n\nUSAGE: " + tool + " [options]\n\nOPTIONS:\n\n").str();
+  auto section = [&](const llvm::Twine &title, llvm::ArrayRef<OptionHelp> list) {
+    out += (title + ":\n\n").str();
+    for (const OptionHelp &o : list) {
+      std::string flag = left(o);
+      out += "  " + flag + std::string(width - flag.size(), ' ') + " - " + o.help.str() + "\n";
+    }
+  };
+  section("Generic Options", generic);
+  out += "\n";
+  section(tool + " options", own);
+  return out;
+}
+
+bool listsOption(llvm::ArrayRef<OptionHelp> options, llvm::StringRef name) {
+  return llvm::any_of(options, [&](const OptionHelp &o) { return o.flag == name; });
+}
+
+std::vector<OptionHelp> tlsOptionHelp() {
+  return {
+      {"--tls-cert", "FILE",
+       "Serve TLS only (https://) with this PEM certificate chain (and --tls-key); needed, or "
+       "--insecure-plaintext, beyond loopback"},
+      {"--tls-key", "FILE", "The PEM key of --tls-cert's certificate"},
+      {"--tls-client-ca", "FILE",
+       "Mutual TLS: refuse, at the handshake, clients without a certificate signed by a CA in "
+       "this PEM file"},
+      {"--insecure-plaintext", "",
+       "Serve plaintext beyond loopback (a TLS-terminating proxy in front)"},
+  };
+}
+
+std::vector<OptionHelp> connectionOptionHelp() {
+  return {
+      {"--max-connections", "N",
+       "Connections open at once, idle ones included (default 10000, at most what "
+       "RLIMIT_NOFILE allows); at the limit a new connection closes the oldest idle one, and "
+       "only when every one is busy is it answered 503 overloaded and closed"},
+      {"--max-connections-per-client", "N",
+       "Connections open at once from one client address (a unix-socket client: one uid); past "
+       "it, 503 overloaded (default 256; 0 for none, as behind a proxy, where every client is "
+       "the proxy)"},
+  };
+}
+
+std::vector<OptionHelp> logOptionHelp() {
+  return {
+      {"--log-format", "text|json",
+       "Log lines as text (default) or as JSON objects, one a line, each with its time, level "
+       "and message; request lines add the request id, method, route, path, status, duration "
+       "and the session or module"},
+  };
 }
 
 llvm::Error ArgumentReader::unknown() const {

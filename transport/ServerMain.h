@@ -6,6 +6,7 @@
 
 #include "transport/ListenOptions.h"
 
+#include "llvm/ADT/ArrayRef.h"
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/Error.h"
 
@@ -15,13 +16,14 @@
 #include <functional>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace courier::transport {
 
 /// Walks a server's command line by hand (LLVM's cl registers an option named "threads" in
-/// the shared library). --help or -h prints `usage` and exits, --version prints Courier's
-/// version and exits; any other argument is a switch or a flag whose value follows after '='
-/// or as the next argument. The errors read as LLVM's tools say them: "unknown option '--x'",
+/// the shared library). --help or -h prints `usage` (serverHelp's text) and exits, --version prints
+/// Courier's version and exits; any other argument is a switch or a flag whose value follows after
+/// '=' or as the next argument. The errors read as LLVM's tools say them: "unknown option '--x'",
 /// "option '--listen' needs a value".
 class ArgumentReader {
 public:
@@ -77,33 +79,32 @@ llvm::Expected<bool> readConnectionFlag(ArgumentReader &args, HttpListenOptions 
 /// what the limit allows; the default is lowered to fit.
 llvm::Error fitConnectionLimit(HttpListenOptions &options, bool maxGiven);
 
-/// The usage lines of readConnectionFlag's flags, for a server's --help.
-#define COURIER_CONNECTION_USAGE                                                                   \
-  "  --max-connections N  connections open at once, idle ones included (default 10000, at\n"       \
-  "                  most what RLIMIT_NOFILE allows); at the limit a new connection closes\n"      \
-  "                  the oldest idle one, and only when every one is busy is it answered\n"        \
-  "                  503 overloaded and closed\n"                                                  \
-  "  --max-connections-per-client N  connections open at once from one client address\n"           \
-  "                  (a unix-socket client: one uid); past it, 503 overloaded (default 256;\n"     \
-  "                  0 for none, as behind a proxy, where every client is the proxy)\n"
-
 /// Takes --log-format text|json, setting the format of every line the process logs from then
 /// on (transport/Log.h). False when the argument is another one.
 llvm::Expected<bool> readLogFormatFlag(ArgumentReader &args);
 
-/// The usage lines of readLogFormatFlag's flag, for a server's --help.
-#define COURIER_LOG_USAGE                                                                          \
-  "  --log-format text|json  log lines as text (default) or as JSON objects, one a line, each\n"   \
-  "                  with its time, level and message; request lines add the request id,\n"        \
-  "                  method, route, path, status, duration and the session or module\n"
+/// One option as a server's --help lists it.
+struct OptionHelp {
+  llvm::StringRef flag;  ///< "--listen"
+  llvm::StringRef value; ///< What its value is ("HOST:PORT"); empty for a switch.
+  llvm::StringRef help;
+};
 
-/// The usage lines of readTlsFlag's flags, for a server's --help.
-#define COURIER_TLS_USAGE                                                                          \
-  "  --tls-cert FILE --tls-key FILE  serve TLS only (https://), with this PEM certificate\n"       \
-  "                  chain and its key; needed (or --insecure-plaintext) beyond loopback\n"        \
-  "  --tls-client-ca FILE  mutual TLS: refuse, at the handshake, clients without a\n"              \
-  "                  certificate signed by a CA in this PEM file\n"                                \
-  "  --insecure-plaintext  serve plaintext beyond loopback (a TLS-terminating proxy in front)\n"
+/// A server's --help, in the layout of LLVM's command-line library, which courier-run and
+/// courier-opt print: OVERVIEW, USAGE, then OPTIONS: the generic ones (-h, --help, --version)
+/// and the server's own, sorted, each "  --flag=<value> - help" with the helps in one column.
+/// (The servers read their flags by hand: LLVM's library registers options of its own, one
+/// named "threads", in the shared library.)
+std::string serverHelp(llvm::StringRef tool, llvm::StringRef overview,
+                       llvm::ArrayRef<OptionHelp> options);
+
+/// Whether `options` lists the flag `name`: a server takes only the flags its --help lists.
+bool listsOption(llvm::ArrayRef<OptionHelp> options, llvm::StringRef name);
+
+/// The flags readTlsFlag, readConnectionFlag and readLogFormatFlag take, for a server's --help.
+std::vector<OptionHelp> tlsOptionHelp();
+std::vector<OptionHelp> connectionOptionHelp();
+std::vector<OptionHelp> logOptionHelp();
 
 /// Prints "listening on HOST:PORT" ("listening on https://HOST:PORT" with TLS, or "listening
 /// on unix:PATH") on stdout, the line callers wait for before connecting.

@@ -69,6 +69,37 @@ def main():
                f"{tool}: error: option '{value_flag}' needs a value" in proc.stderr,
                f"exit {proc.returncode}, stderr {proc.stderr[:300]!r}")
 
+    # One help format: the servers, which read their flags by hand, lay --help out as LLVM's
+    # command-line library does for courier-run and courier-opt, and take exactly the flags
+    # it lists (the servers refuse any other by construction; here every listed one is taken).
+    sections = ["OVERVIEW: ", "USAGE: ", "OPTIONS:", "Generic Options:"]
+    run_help = run([os.path.join(tool_dir, "courier-run"), "--help"]).stdout
+    expect("courier-run --help has cl's sections", all(s in run_help for s in sections),
+           run_help[:300])
+    for tool in ["courier-serve", "courier-executor"]:
+        path = os.path.join(tool_dir, tool)
+        text = run([path, "--help"]).stdout
+        lines = text.splitlines()
+        expect(f"{tool} --help is laid out as cl lays out courier-run's",
+               text.startswith("OVERVIEW: ") and f"\nUSAGE: {tool} [options]\n" in text
+               and "\nOPTIONS:\n\nGeneric Options:\n\n" in text
+               and f"\n{tool} options:\n\n" in text
+               and all(re.match(r"^  -{1,2}[a-z][\w-]*(=<[^>]+>)? +- \S", line)
+                       for line in lines[lines.index(f"{tool} options:") + 2:]),
+               text[:600])
+        listed = re.findall(r"^  (--[a-z][\w-]*)(=<[^>]+>)? +- ", text, re.M)
+        flags = [(flag, bool(value)) for flag, value in listed
+                 if flag not in ("--help", "--version")]
+        expect(f"{tool} --help lists its options", len(flags) >= 20, f"{len(flags)} listed")
+        refused = []
+        for flag, takes_value in flags:
+            # The flag, then an unknown one: the server stops there, or earlier at a value it
+            # cannot use, but never calls the listed flag unknown.
+            proc = run([path, flag + "=1" if takes_value else flag, "--no-such-flag"])
+            if proc.returncode == 0 or f"unknown option '{flag}'" in proc.stderr:
+                refused.append(f"{flag}: exit {proc.returncode}, {proc.stderr[:200]!r}")
+        expect(f"{tool} takes every option its --help lists", not refused, "; ".join(refused))
+
     courier_run = os.path.join(tool_dir, "courier-run")
     proc = run([courier_run])
     expect("courier-run with no arguments prints a short usage, not cl's complaint",

@@ -16,50 +16,53 @@ using namespace llvm;
 using courier::transport::ExecutorServer;
 using courier::transport::ExecutorServerOptions;
 
-static const char *const kUsage =
-    "usage: courier-executor [--listen HOST:PORT] [--plugin LIB.so]... [--token-file FILE]\n"
-    "                        [--idle-timeout SECONDS] [--object-grace SECONDS] [--threads N]\n"
-    "                        [--max-body-mib N] [--isolation process|none]\n"
-    "                        [--launch-timeout-ms N] [--worker-memory-mib N]\n"
-    "                        [--worker-cpu-seconds N] [--kernel-threads N]\n"
-    "                        [--warm-workers N] [--max-sessions N]\n"
-    "                        [--no-sandbox] [--drain-timeout-ms N] [--shm-arena-mib N]\n"
-    "                        [--max-object-store-mib N] [--allow-unsigned-objects] [--quiet]\n"
-    "                        [--log-format text|json]\n"
-    "                        [--tls-cert FILE --tls-key FILE [--tls-client-ca FILE]]\n"
-    "                        [--insecure-plaintext] [--max-connections N]\n"
-    "                        [--max-connections-per-client N]\n"
-    "  --listen        address to bind: HOST:PORT (default 127.0.0.1:7000; port 0 picks a\n"
-    "                  free one) or unix:PATH (a socket file created mode 0600)\n"
-    "  --plugin        shared library whose symbols `call` can reach (repeatable)\n"
-    "  --token-file    file holding the bearer token every request must carry\n"
-    "  --idle-timeout  close sessions unused for this long (default 600)\n"
-    "  --object-grace  drop objects no session holds after this long (default 60; fractions ok)\n"
-    "  --max-object-store-mib  most the object store holds (default 1024): an upload past it\n"
-    "                  evicts objects no session holds, oldest first, or is answered 507\n"
-    "                  store_full when sessions hold too much\n"
-    "  --threads       requests served at once (default 512; an idle connection holds no\n"
-    "                  thread, and four threads per core serve while requests keep moving)\n"
-    "  --max-body-mib  largest request body accepted (default 4096)\n"
-    "  --isolation     process (default): each session's code runs in its own sandboxed\n"
-    "                  worker process; none: in this process, uncontained\n"
-    "  --launch-timeout-ms  end a launch, call or async launch running longer (default\n"
-    "                  60000); requests may ask for less with X-Courier-Deadline-Ms\n"
-    "  --worker-memory-mib  address space a worker's kernels may use (default 4096)\n"
-    "  --worker-cpu-seconds CPU time a worker may use over its life, all its threads\n"
-    "                  counted (default: no limit)\n"
-    "  --kernel-threads  threads a kernel's parallel loops use, per session's worker\n"
-    "                  (default: the CPUs this process may run on, sched_getaffinity)\n"
-    "  --warm-workers  workers started ahead of need (default 2)\n"
-    "  --max-sessions  most sessions open at once, each a worker process (default 128)\n"
-    "  --no-sandbox    run workers without seccomp (only where seccomp is unavailable)\n"
-    "  --drain-timeout-ms  on SIGTERM, how long requests in flight may take to finish while\n"
-    "                  /v1/ready answers 503 and new sessions are refused (default 30000)\n"
-    "  --shm-arena-mib  shared memory a same-host client's session may use for its launches'\n"
-    "                  inputs and results, half each (default 256; 0 offers no channel)\n"
-    "  --allow-unsigned-objects  accept objects without signature tables\n"
-    "  --quiet         do not log one line per request to stderr\n" COURIER_LOG_USAGE
-        COURIER_TLS_USAGE COURIER_CONNECTION_USAGE;
+/// Every flag courier-executor takes, as --help lists them: a flag not listed is refused.
+static std::vector<courier::transport::OptionHelp> optionHelp() {
+  std::vector<courier::transport::OptionHelp> own = {
+      {"--listen", "HOST:PORT",
+       "Address to bind: HOST:PORT (default 127.0.0.1:7000; port 0 picks a free one) or "
+       "unix:PATH (a socket file created mode 0600)"},
+      {"--plugin", "LIB.so", "Shared library whose symbols `call` can reach (repeatable)"},
+      {"--token-file", "FILE", "File holding the bearer token every request must carry"},
+      {"--idle-timeout", "SECONDS", "Close sessions unused for this long (default 600)"},
+      {"--object-grace", "SECONDS",
+       "Drop objects no session holds after this long (default 60; fractions ok)"},
+      {"--max-object-store-mib", "N",
+       "Most the object store holds (default 1024): an upload past it evicts objects no "
+       "session holds, oldest first, or is answered 507 store_full when sessions hold too much"},
+      {"--threads", "N",
+       "Requests served at once (default 512; an idle connection holds no thread, and four "
+       "threads per core serve while requests keep moving)"},
+      {"--max-body-mib", "N", "Largest request body accepted (default 4096)"},
+      {"--isolation", "process|none",
+       "process (default): each session's code runs in its own sandboxed worker process; "
+       "none: in this process, uncontained"},
+      {"--launch-timeout-ms", "N",
+       "End a launch, call or async launch running longer (default 60000); requests may ask "
+       "for less with X-Courier-Deadline-Ms"},
+      {"--worker-memory-mib", "N", "Address space a worker's kernels may use (default 4096)"},
+      {"--worker-cpu-seconds", "N",
+       "CPU time a worker may use over its life, all its threads counted (default: no limit)"},
+      {"--kernel-threads", "N",
+       "Threads a kernel's parallel loops use, per session's worker (default: the CPUs this "
+       "process may run on, sched_getaffinity)"},
+      {"--warm-workers", "N", "Workers started ahead of need (default 2)"},
+      {"--max-sessions", "N", "Most sessions open at once, each a worker process (default 128)"},
+      {"--no-sandbox", "", "Run workers without seccomp (only where seccomp is unavailable)"},
+      {"--drain-timeout-ms", "N",
+       "On SIGTERM, how long requests in flight may take to finish while /v1/ready answers 503 "
+       "and new sessions are refused (default 30000)"},
+      {"--shm-arena-mib", "N",
+       "Shared memory a same-host client's session may use for its launches' inputs and "
+       "results, half each (default 256; 0 offers no channel)"},
+      {"--allow-unsigned-objects", "", "Accept objects without signature tables"},
+      {"--quiet", "", "Do not log one line per request to stderr"},
+  };
+  for (auto shared : {courier::transport::logOptionHelp(), courier::transport::tlsOptionHelp(),
+                      courier::transport::connectionOptionHelp()})
+    own.insert(own.end(), shared.begin(), shared.end());
+  return own;
+}
 
 static Expected<ExecutorServerOptions> parseArguments(int argc, char **argv) {
   ExecutorServerOptions options;
@@ -68,8 +71,16 @@ static Expected<ExecutorServerOptions> parseArguments(int argc, char **argv) {
   double graceSeconds = 60;
   bool maxConnectionsGiven = false;
   uint64_t launchTimeoutMs = 60000, warmWorkers = 2;
-  courier::transport::ArgumentReader args(argc, argv, kUsage);
+  static const std::vector<courier::transport::OptionHelp> known = optionHelp();
+  static const std::string help = courier::transport::serverHelp(
+      "courier-executor",
+      "Run the kernels clients ship (docs/protocol.md): sessions, content-addressed objects and "
+      "launches over HTTP, each session's code in a sandboxed worker process",
+      known);
+  courier::transport::ArgumentReader args(argc, argv, help.c_str());
   while (args.next()) {
+    if (!courier::transport::listsOption(known, args.name()))
+      return args.unknown();
     if (args.arg() == "--quiet") {
       options.logRequests = false;
       continue;

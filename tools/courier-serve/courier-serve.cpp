@@ -32,67 +32,75 @@ using courier::transport::LogLevel;
 using courier::transport::LogQuoting;
 using courier::transport::textLogValue;
 
-static const char *const kUsage =
-    "usage: courier-serve [--listen HOST:PORT] [--token-file FILE] [--executor ADDR|local]\n"
-    "                     [--executor-token-file FILE] [--watch DIR] [--cache-dir DIR]\n"
-    "                     [--cache-max-mib N]\n"
-    "                     [--max-body-bytes N] [--max-modules N] [--compile-timeout-ms N]\n"
-    "                     [--max-constant-mib N] [--max-object-mib N] [--threads N] [--quiet]\n"
-    "                     [--log-format text|json]\n"
-    "                     [--isolation process|none] [--invoke-timeout-ms N] [--jobs N]\n"
-    "                     [--workers-per-module N]\n"
-    "                     [--watch-opt-level N]\n"
-    "                     [--module-memory-mib N] [--no-sandbox] [--drain-timeout-ms N]\n"
-    "                     [--allow-shared-memory]\n"
-    "                     [--tls-cert FILE --tls-key FILE [--tls-client-ca FILE]]\n"
-    "                     [--insecure-plaintext] [--tls-ca FILE]\n"
-    "                     [--tls-client-cert FILE --tls-client-key FILE]\n"
-    "                     [--max-connections N]\n"
-    "                     [--max-connections-per-client N]\n" COURIER_TLS_USAGE
-        COURIER_CONNECTION_USAGE COURIER_LOG_USAGE
-    "  --listen              address to bind: HOST:PORT (default 127.0.0.1:8080; port 0 picks\n"
-    "                        a free one) or unix:PATH (a socket file created mode 0600)\n"
-    "  --token-file          file holding the bearer token every request must carry\n"
-    "  --executor            send every target module to this executor instead of the IR's\n"
-    "                        addresses (a module's options.executor overrides it)\n"
-    "  --executor-token-file file holding the bearer token for HTTP executors\n"
-    "  --tls-ca              PEM file of the CAs an https:// executor's certificate may chain\n"
-    "                        to (default: $COURIER_TLS_CA, else the system's)\n"
-    "  --tls-client-cert, --tls-client-key  PEM client certificate and key for executors\n"
-    "                        that ask for one (default: $COURIER_TLS_CLIENT_CERT and _KEY)\n"
-    "  --watch               load DIR/*.mlir as modules named by their stems; reload on change\n"
-    "  --watch-opt-level     opt level of the modules --watch loads, 0-3 (default 2); 0 or 1\n"
-    "                        for development: an edited kernel compiles in a fraction of the\n"
-    "                        time, and runs slower (docs/performance.md)\n"
-    "  --jobs                threads generating code for a module's target modules at once\n"
-    "                        (default 0: one per core)\n"
-    "  --cache-dir           engine cache and object directory (default $XDG_CACHE_HOME/courier)\n"
-    "  --cache-max-mib       bound on the cache directory's size; least recently used files\n"
-    "                        go first (default 1024; 0: no bound)\n"
-    "  --max-body-bytes      largest request body accepted (default 268435456)\n"
-    "  --max-modules         most modules held at once (default 64)\n"
-    "  --compile-timeout-ms  longest a request waits for a compile (default 60000)\n"
-    "  --max-constant-mib    largest constant a module may hold, a splat counted at its full\n"
-    "                        size (default 64; 0: no limit)\n"
-    "  --max-object-mib      largest object a module (host or target) may compile to\n"
-    "                        (default 256; 0: no limit)\n"
-    "  --threads             requests served at once (default 512; an idle connection holds\n"
-    "                        no thread, and four threads per core serve while requests keep\n"
-    "                        moving)\n"
-    "  --quiet               do not log one line per request to stderr\n"
-    "  --isolation           process (default): each module version compiles, links and runs\n"
-    "                        in a sandboxed worker process of its own; none: in this process\n"
-    "  --invoke-timeout-ms   with process isolation, end an invoke that runs longer (default\n"
-    "                        60000; 0: no limit; a request's X-Courier-Deadline-Ms replaces it)\n"
-    "  --module-memory-mib   address space each module worker may use (default 4096; 0: none)\n"
-    "  --workers-per-module  worker processes each module version runs in, each set up, a call\n"
-    "                        going to an idle one (default 1; at most 64)\n"
-    "  --no-sandbox          start module workers without no-new-privs and seccomp\n"
-    "  --drain-timeout-ms    on SIGTERM, how long requests in flight may take to finish while\n"
-    "                        /v1/ready answers 503 and new modules are refused (default 30000)\n"
-    "  --allow-shared-memory take KServe v2 tensors in POSIX shared memory that clients on this\n"
-    "                        host register (/v2/systemsharedmemory); off by default, since the\n"
-    "                        server then reads and writes memory a client names\n";
+/// Every flag courier-serve takes, as --help lists them: a flag not listed is refused.
+static std::vector<transport::OptionHelp> optionHelp() {
+  std::vector<transport::OptionHelp> own = {
+      {"--listen", "HOST:PORT",
+       "Address to bind: HOST:PORT (default 127.0.0.1:8080; port 0 picks a free one) or "
+       "unix:PATH (a socket file created mode 0600)"},
+      {"--token-file", "FILE", "File holding the bearer token every request must carry"},
+      {"--executor", "ADDR|local",
+       "Send every target module to this executor instead of the IR's addresses (a module's "
+       "options.executor overrides it)"},
+      {"--executor-token-file", "FILE", "File holding the bearer token for HTTP executors"},
+      {"--tls-ca", "FILE",
+       "PEM file of the CAs an https:// executor's certificate may chain to (default: "
+       "$COURIER_TLS_CA, else the system's)"},
+      {"--tls-client-cert", "FILE",
+       "PEM client certificate for executors that ask for one (default: "
+       "$COURIER_TLS_CLIENT_CERT)"},
+      {"--tls-client-key", "FILE",
+       "The client certificate's PEM key (default: $COURIER_TLS_CLIENT_KEY)"},
+      {"--watch", "DIR", "Load DIR/*.mlir as modules named by their stems; reload on change"},
+      {"--watch-opt-level", "N",
+       "Opt level of the modules --watch loads, 0-3 (default 2); 0 or 1 for development: an "
+       "edited kernel compiles in a fraction of the time, and runs slower "
+       "(docs/performance.md)"},
+      {"--jobs", "N",
+       "Threads generating code for a module's target modules at once (default 0: one per "
+       "core)"},
+      {"--cache-dir", "DIR", "Engine cache and object directory (default $XDG_CACHE_HOME/courier)"},
+      {"--cache-max-mib", "N",
+       "Bound on the cache directory's size; least recently used files go first (default 1024; "
+       "0: no bound)"},
+      {"--max-body-bytes", "N", "Largest request body accepted (default 268435456)"},
+      {"--max-modules", "N", "Most modules held at once (default 64)"},
+      {"--compile-timeout-ms", "N",
+       "Longest a request waits for a compile and the module's setup() (default 60000)"},
+      {"--max-constant-mib", "N",
+       "Largest constant a module may hold, a splat counted at its full size (default 64; 0: "
+       "no limit)"},
+      {"--max-object-mib", "N",
+       "Largest object a module (host or target) may compile to (default 256; 0: no limit)"},
+      {"--threads", "N",
+       "Requests served at once (default 512; an idle connection holds no thread, and four "
+       "threads per core serve while requests keep moving)"},
+      {"--quiet", "", "Do not log one line per request to stderr"},
+      {"--isolation", "process|none",
+       "process (default): each module version compiles, links and runs in a sandboxed worker "
+       "process of its own; none: in this process"},
+      {"--invoke-timeout-ms", "N",
+       "With process isolation, end an invoke that runs longer (default 60000; 0: no limit; a "
+       "request's X-Courier-Deadline-Ms replaces it)"},
+      {"--module-memory-mib", "N",
+       "Address space each module worker may use (default 4096; 0: none)"},
+      {"--workers-per-module", "N",
+       "Worker processes each module version runs in, each set up, a call going to an idle "
+       "one (default 1; at most 64)"},
+      {"--no-sandbox", "", "Start module workers without no-new-privs and seccomp"},
+      {"--drain-timeout-ms", "N",
+       "On SIGTERM, how long requests in flight may take to finish while /v1/ready answers 503 "
+       "and new modules are refused (default 30000)"},
+      {"--allow-shared-memory", "",
+       "Take KServe v2 tensors in POSIX shared memory that clients on this host register "
+       "(/v2/systemsharedmemory); off by default, since the server then reads and writes "
+       "memory a client names"},
+  };
+  for (auto shared :
+       {transport::tlsOptionHelp(), transport::connectionOptionHelp(), transport::logOptionHelp()})
+    own.insert(own.end(), shared.begin(), shared.end());
+  return own;
+}
 
 namespace {
 
@@ -113,8 +121,16 @@ Expected<Arguments> parseArguments(int argc, char **argv) {
            maxObjectMiB = args.store.maxObjectBytes >> 20;
   uint64_t jobs = 0, watchOptLevel = args.watchOptLevel, workersPerModule = 1;
   bool maxConnectionsGiven = false;
-  transport::ArgumentReader flags(argc, argv, kUsage);
+  static const std::vector<transport::OptionHelp> known = optionHelp();
+  static const std::string help = transport::serverHelp(
+      "courier-serve",
+      "The engine as a REST service (docs/rest.md): submit MLIR modules, invoke their entries "
+      "through /v1 or KServe v2, replace them while they serve",
+      known);
+  transport::ArgumentReader flags(argc, argv, help.c_str());
   while (flags.next()) {
+    if (!transport::listsOption(known, flags.name()))
+      return flags.unknown();
     if (flags.arg() == "--quiet") {
       args.serve.logRequests = false;
       continue;
