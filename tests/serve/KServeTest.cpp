@@ -9,6 +9,7 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -866,6 +867,102 @@ TEST_CASE("system shared memory is refused unless enabled; enabled, tensors go t
   InferReply unregistered = infer(*http, "/v2/models/m/infer", request);
   CHECK(unregistered.status == 400);
   CHECK(unregistered.error() == "input 'input0': no shared-memory region 'r' is registered");
+}
+
+namespace {
+
+/// How many descriptors `server` and the processes it started (those whose descriptors this
+/// process may read) hold open on the POSIX shared-memory object `key`.
+int openDescriptorsOf(pid_t server, const std::string &key) {
+  // Workers are children of whichever of the server's threads started them.
+  std::vector<pid_t> processes = {server};
+  std::string tasks = "/proc/" + std::to_string(server) + "/task";
+  if (DIR *threads = ::opendir(tasks.c_str())) {
+    while (const dirent *thread = ::readdir(threads)) {
+      std::ifstream children(tasks + "/" + thread->d_name + "/children");
+      for (pid_t child; children >> child;)
+        processes.push_back(child);
+    }
+    ::closedir(threads);
+  }
+  int count = 0;
+  for (pid_t pid : processes) {
+    std::string dir = "/proc/" + std::to_string(pid) + "/fd";
+    DIR *fds = ::opendir(dir.c_str());
+    if (!fds)
+      continue; // The process is gone.
+    while (const dirent *entry = ::readdir(fds)) {
+      char target[4096];
+      ssize_t n = ::readlinkat(::dirfd(fds), entry->d_name, target, sizeof target - 1);
+      if (n > 0 && std::string(target, static_cast<size_t>(n)).rfind("/dev/shm" + key, 0) == 0)
+        ++count;
+    }
+    ::closedir(fds);
+  }
+  return count;
+}
+
+} // namespace
+
+TEST_CASE("a shared-memory region is the server's, as in Triton: it outlives the modules that "
+          "used it, and unregistering it closes its only descriptor",
+          "[serve][v2]") {
+  std::string key = "/courier-v2-region-" + std::to_string(::getpid());
+  ShmObject shm(key, 4096);
+  ServeProcess serve({"", {"--allow-shared-memory"}});
+  auto http = serve.client();
+  requireCreated(*http, "m", scaled(3));
+  REQUIRE(post(*http, "/v2/systemsharedmemory/region/r/register",
+               json({{"key", key}, {"offset", 0}, {"byte_size", 64}}).dump())
+              .status == 200);
+  CHECK(openDescriptorsOf(serve.processId(), key) == 1);
+
+  double values[4] = {1, 2, 3, 4};
+  std::memcpy(shm.data, values, sizeof(values));
+  json request = {
+      {"inputs",
+       {{{"name", "input0"},
+         {"datatype", "FP64"},
+         {"shape", {4}},
+         {"parameters", {{"shared_memory_region", "r"}, {"shared_memory_byte_size", 32}}}}}},
+      {"outputs",
+       {{{"name", "output0"},
+         {"parameters",
+          {{"shared_memory_region", "r"},
+           {"shared_memory_byte_size", 32},
+           {"shared_memory_offset", 32}}}}}}};
+  auto output = [&] {
+    double out[4];
+    std::memcpy(out, shm.data + 32, sizeof(out));
+    return std::vector<double>(out, out + 4);
+  };
+  REQUIRE(infer(*http, "/v2/models/m/infer", request).status == 200);
+  CHECK(output() == std::vector<double>{3, 6, 9, 12});
+
+  // Deleting the module that used the region leaves it registered, held once, by the server.
+  auto deleted = http->Delete("/v1/modules/m");
+  REQUIRE(deleted);
+  CHECK(deleted->status == 204);
+  Reply status = get(*http, "/v2/systemsharedmemory/status");
+  CHECK(status.body ==
+        json::array({{{"name", "r"}, {"key", key}, {"offset", 0}, {"byte_size", 64}}}));
+  CHECK(openDescriptorsOf(serve.processId(), key) == 1);
+
+  // The next module uses it as it is; unloading through the repository leaves it too.
+  requireCreated(*http, "m", scaled(5));
+  InferReply again = infer(*http, "/v2/models/m/infer", request);
+  INFO(again.raw);
+  REQUIRE(again.status == 200);
+  CHECK(output() == std::vector<double>{5, 10, 15, 20});
+  REQUIRE(post(*http, "/v2/repository/models/m/unload", "").status == 200);
+  CHECK(get(*http, "/v2/systemsharedmemory/region/r/status").status == 200);
+  CHECK(openDescriptorsOf(serve.processId(), key) == 1);
+
+  CHECK(post(*http, "/v2/systemsharedmemory/region/r/unregister", "").status == 200);
+  CHECK(openDescriptorsOf(serve.processId(), key) == 0);
+  CHECK(get(*http, "/v2/systemsharedmemory/status").body == json::array());
+  // Regions of CUDA memory are not taken at all.
+  CHECK(get(*http, "/v2/cudasharedmemory/status").status == 404);
 }
 
 TEST_CASE("after SIGTERM /v2/health/ready answers 503 while an infer in flight completes",
