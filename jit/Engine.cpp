@@ -146,7 +146,8 @@ std::vector<EntrySignature> prepareEntries(mlir::ModuleOp module,
   for (auto fn : module.getOps<mlir::func::FuncOp>()) {
     if (!fn.isPublic() || fn.isExternal() || isLifecycleFunction(fn.getName()))
       continue;
-    EntrySignature signature{fn.getName().str(), {}, {}, {}, {}};
+    EntrySignature signature;
+    signature.name = fn.getName().str();
     std::string reason;
     auto collect = [&](mlir::TypeRange types, llvm::StringRef what,
                        std::vector<TensorSpec> &specs) {
