@@ -1,8 +1,10 @@
 // Engine benchmarks: cold compile against mlir-opt | mlir-runner, cache hits, invoke
-// overhead against a direct kernel call, hot reload latency and safety under load, and the
-// cost of compiling and reloading a program of many target modules.
+// overhead against a direct kernel call, the dynamic shape checks' share of an invoke, hot
+// reload latency and safety under load, and the cost of compiling and reloading a program of
+// many target modules.
 // Every comparison is measured in the same run; see docs/performance.md.
 #include "jit/Engine.h"
+#include "jit/ShapeChecks.h"
 #include "tests/support/ManyKernels.h"
 
 #include "llvm/Support/FileSystem.h"
@@ -231,6 +233,79 @@ void invokeOverhead(const Paths &paths) {
       "the same launch without the ship at main's top    {4,8:f2} us "
       "(the ship, a lookup: {5:f2} us)\n\n",
       e, c, e - c, e / c, u, e - u);
+}
+
+/// What the checks of dynamic dimensions invoke makes before any code runs (jit/ShapeChecks.h)
+/// cost beside the invoke itself: the checks alone, as invoke makes them (the inputs' shapes
+/// gathered, each equality compared), timed over many calls, against Module::invoke of the
+/// same entry on the same inputs, in process, for a dynamic matmul (one equality) and a sum
+/// of four dynamic matrices (four), at sizes from a few elements to a cache's worth.
+void shapeChecks(const Paths &paths) {
+  llvm::outs() << "## dynamic shape checks: their share of Module::invoke, in process\n";
+  EngineOptions options;
+  options.cacheDir = paths.temp + "/cache";
+  Engine engine(options);
+  auto compiled = engine.compile(R"mlir(
+    func.func public @matmul(%a: tensor<?x?xf32>, %b: tensor<?x?xf32>) -> tensor<?x?xf32> {
+      %c0 = arith.constant 0 : index
+      %c1 = arith.constant 1 : index
+      %m = tensor.dim %a, %c0 : tensor<?x?xf32>
+      %n = tensor.dim %b, %c1 : tensor<?x?xf32>
+      %zero = arith.constant 0.0 : f32
+      %e = tensor.empty(%m, %n) : tensor<?x?xf32>
+      %init = linalg.fill ins(%zero : f32) outs(%e : tensor<?x?xf32>) -> tensor<?x?xf32>
+      %r = linalg.matmul ins(%a, %b : tensor<?x?xf32>, tensor<?x?xf32>)
+                         outs(%init : tensor<?x?xf32>) -> tensor<?x?xf32>
+      return %r : tensor<?x?xf32>
+    }
+    func.func public @sum4(%a: tensor<?x?xf32>, %b: tensor<?x?xf32>, %c: tensor<?x?xf32>,
+                           %d: tensor<?x?xf32>) -> tensor<?x?xf32> {
+      %ab = arith.addf %a, %b : tensor<?x?xf32>
+      %cd = arith.addf %c, %d : tensor<?x?xf32>
+      %r = arith.addf %ab, %cd : tensor<?x?xf32>
+      return %r : tensor<?x?xf32>
+    })mlir",
+                                 "shapes");
+  if (!compiled)
+    std::exit((llvm::errs() << llvm::toString(compiled.takeError()) << "\n", 1));
+  Module &module = **compiled;
+  llvm::outs() << "entry    size     equalities   checks (ns)   invoke (us)   checks' share\n";
+  for (llvm::StringRef entry : {"matmul", "sum4"}) {
+    const EntrySignature *signature = module.findEntry(entry);
+    size_t arity = signature->inputs.size();
+    for (int64_t size : {4, 64, 256}) {
+      std::vector<float> values(static_cast<size_t>(size * size), 1.0f);
+      std::vector<TensorRef> refs(
+          arity, TensorRef::of<float>({size, size}, llvm::ArrayRef<float>(values)));
+      // The checks as Module::invoke makes them, repeated enough to time.
+      const int checks = 1000000;
+      std::vector<double> checkNs, invokeUs;
+      for (int round = 0; round < 5; ++round) {
+        auto start = Clock::now();
+        for (int i = 0; i < checks; ++i) {
+          llvm::SmallVector<llvm::ArrayRef<int64_t>, 8> shapes;
+          for (const TensorRef &input : refs)
+            shapes.push_back(input.shape);
+          if (llvm::Error error = checkDimEqualities(*signature, shapes))
+            std::exit((llvm::errs() << llvm::toString(std::move(error)) << "\n", 1));
+        }
+        checkNs.push_back(msSince(start) * 1e6 / checks);
+        int calls = size >= 256 ? 20 : 2000;
+        start = Clock::now();
+        for (int i = 0; i < calls; ++i) {
+          auto out = module.invoke(entry, refs);
+          if (!out)
+            std::exit((llvm::errs() << llvm::toString(out.takeError()) << "\n", 1));
+        }
+        invokeUs.push_back(msSince(start) * 1000 / calls);
+      }
+      double c = median(checkNs), v = median(invokeUs);
+      llvm::outs() << llvm::formatv("{0,-8} {1,4}x{1,-4} {2,10} {3,13:f1} {4,13:f2} {5,14:f3} %\n",
+                                    entry, size, signature->dimEqualities.size(), c, v,
+                                    100 * c / (v * 1000));
+    }
+  }
+  llvm::outs() << "\n";
 }
 
 std::string sampleVersion(const std::string &base, double offset) {
@@ -674,6 +749,8 @@ int main(int argc, char **argv) {
     caches(paths);
   if (only.empty() || only == "invoke")
     invokeOverhead(paths);
+  if (only.empty() || only == "shapes")
+    shapeChecks(paths);
   if (only.empty() || only == "reload")
     reload(paths);
   // incremental:cold, incremental:levels or incremental:reload run one part of it.
