@@ -373,6 +373,8 @@ llvm::Expected<std::vector<Tensor>> Module::invoke(llvm::StringRef entry,
     if (const EntrySignature *signature = findEntry(entry))
       if (llvm::Error error = checkOutputs(*signature, outs))
         return std::move(error);
+  if (options.queued)
+    *options.queued = std::chrono::nanoseconds(0); // An isolated call says how long it waited.
   if (impl->isolated) {
     llvm::Expected<std::vector<Tensor>> results =
         invokeIsolated(*impl->isolated, entry, inputs, options);

@@ -413,7 +413,7 @@ TEST_CASE("deleting a module whose call spins ends the call and its worker",
 }
 
 TEST_CASE("a call that waits for its module's busy worker counts that wait as the v2 "
-          "statistics' queue time",
+          "statistics' queue time, which in process is zero",
           "[serve][containment][v2]") {
   ServeProcess serve;
   auto http = serve.client();
@@ -447,6 +447,17 @@ TEST_CASE("a call that waits for its module's busy worker counts that wait as th
   CHECK(s["queue"]["ns"].get<int64_t>() > 0);
   CHECK(s["success"]["ns"].get<int64_t>() >=
         s["queue"]["ns"].get<int64_t>() + s["compute_infer"]["ns"].get<int64_t>());
+
+  // In process calls never wait for one another: no queue.
+  ServeProcess inProcess({"", {"--isolation", "none"}});
+  auto direct = inProcess.client();
+  requireCreated(*direct, "busy", kBusy);
+  REQUIRE(invoke(*direct, "busy", "main", R"({"inputs": [[1000]]})").status == 200);
+  Reply counted = get(*direct, "/v2/models/busy/stats");
+  const json &t = counted.body["model_stats"][0]["inference_stats"];
+  CHECK(t["queue"]["count"] == 1);
+  CHECK(t["queue"]["ns"] == 0);
+  CHECK(t["compute_infer"]["ns"].get<int64_t>() > 0);
 }
 
 namespace {
