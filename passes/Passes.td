@@ -157,6 +157,12 @@ def VectorizeKernels : Pass<"courier-vectorize", "::mlir::ModuleOp"> {
     - `linalg.matmul`: tiles of 64 x 256 x 256 for the caches, then 8 x (2 vectors) x 1 for
       the registers; the 8 x 2-vector accumulator is hoisted out of the k loop and the
       contraction lowered to outer products, that is broadcasts and FMAs.
+    - Integer `linalg.matmul`s (i8 signed or unsigned, or i16, into i32) on x86: k is taken
+      in pairs (A widened to i16 as m x k/2 x 2, B copied as k/2 x n x 2 with each pair of
+      rows interleaved, k padded to even), tiled as a float matmul is, and each register-tile
+      step adds pmaddwd of a row's pair of A (broadcast as one 32-bit lane) and B's pairs to
+      the row's accumulators: vpdpwssd where the CPU has VNNI. Elsewhere they are tiled as a
+      float matmul, with multiplies and adds.
     - `linalg.conv_2d_nhwc_hwcf`: tiles of 8 output pixels by 2 vectors of filters, one
       filter tap and input channel a step, decomposed to 1-D convolutions; the accumulator is
       carried across the filter row, column and channel loops and updated with FMAs.
@@ -167,8 +173,9 @@ def VectorizeKernels : Pass<"courier-vectorize", "::mlir::ModuleOp"> {
 
     A function in a module whose `catalyst.target` has `fp = "strict"` is left alone, so
     its floating-point operations keep source order (and are not fused into FMAs): the
-    results are bit-identical to the scalar lowering. Ops with dynamic shapes, and the
-    partial tiles at the edges of shapes that tiles do not divide, stay scalar.
+    results are bit-identical to the scalar lowering. Ops with dynamic shapes get the register
+    tiles alone (no cache tiles, no packed copies); whole tiles are vectorized, and the partial
+    tiles at the edges of shapes that tiles do not divide stay scalar.
 
     ```mlir
     %r = linalg.matmul ins(%a, %b : tensor<64x64xf32>, tensor<64x64xf32>)
@@ -187,7 +194,8 @@ def VectorizeKernels : Pass<"courier-vectorize", "::mlir::ModuleOp"> {
   ];
   let dependentDialects = ["::mlir::linalg::LinalgDialect", "::mlir::scf::SCFDialect",
                            "::mlir::vector::VectorDialect", "::mlir::tensor::TensorDialect",
-                           "::mlir::transform::TransformDialect"];
+                           "::mlir::transform::TransformDialect", "::mlir::arith::ArithDialect",
+                           "::mlir::func::FuncDialect"];
 }
 
 def ExpandStridedCopies : Pass<"courier-expand-strided-copies", "::mlir::ModuleOp"> {

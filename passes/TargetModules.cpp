@@ -177,33 +177,53 @@ TargetCpu getTargetCpu(ModuleOp target, bool localRunsHere) {
   return chosen;
 }
 
-unsigned getVectorBits(const TargetCpu &cpu) {
+namespace {
+
+/// LLVM's model of an x86 `cpu` with its features, or null where the triple is not x86 or the
+/// CPU or a feature is one this build does not know (cross-compile-targets reports those).
+std::unique_ptr<llvm::MCSubtargetInfo> x86Subtarget(const TargetCpu &cpu) {
   llvm::Triple triple(cpu.triple);
   if (!triple.isX86())
-    return 128;
+    return nullptr;
   initializeTargets();
   std::string error;
   const llvm::Target *backend = llvm::TargetRegistry::lookupTarget(triple, error);
   if (!backend)
-    return 128;
-  // An unknown CPU is cross-compile-targets' to report (LLVM would warn here as well).
+    return nullptr;
   std::unique_ptr<llvm::MCSubtargetInfo> plain(backend->createMCSubtargetInfo(triple, "", ""));
   if (!plain || !plain->isCPUStringValid(cpu.cpu))
-    return 128;
+    return nullptr;
   for (StringRef feature : llvm::split(cpu.features, ',')) {
     StringRef name = feature.trim().drop_front();
     if (!name.empty() &&
         llvm::none_of(plain->getAllProcessorFeatures(),
                       [&](const llvm::SubtargetFeatureKV &known) { return name == known.Key; }))
-      return 128;
+      return nullptr;
   }
-  std::unique_ptr<llvm::MCSubtargetInfo> subtarget(
+  return std::unique_ptr<llvm::MCSubtargetInfo>(
       backend->createMCSubtargetInfo(triple, cpu.cpu, cpu.features));
+}
+
+} // namespace
+
+unsigned getVectorBits(const TargetCpu &cpu) {
+  std::unique_ptr<llvm::MCSubtargetInfo> subtarget = x86Subtarget(cpu);
   if (!subtarget)
     return 128;
   if (subtarget->checkFeatures("+avx512f"))
     return 512;
   if (subtarget->checkFeatures("+avx"))
+    return 256;
+  return 128;
+}
+
+unsigned getPairDotBits(const TargetCpu &cpu) {
+  std::unique_ptr<llvm::MCSubtargetInfo> subtarget = x86Subtarget(cpu);
+  if (!subtarget)
+    return 0;
+  if (subtarget->checkFeatures("+avx512bw"))
+    return 512;
+  if (subtarget->checkFeatures("+avx2"))
     return 256;
   return 128;
 }

@@ -59,6 +59,12 @@ std::vector<std::string> getRequiredFeatures(const TargetCpu &cpu);
 /// AVX-512, 256 with AVX, else 128 (SSE, NEON).
 unsigned getVectorBits(const TargetCpu &cpu);
 
+/// The widest vector of 16-bit integers whose adjacent pairs of products `cpu` sums into
+/// 32-bit lanes in one instruction (x86's pmaddwd, which with VNNI also adds them to an
+/// accumulator: vpdpwssd): 512 with AVX-512 BW, 256 with AVX2, 128 on other x86 CPUs, 0
+/// elsewhere.
+unsigned getPairDotBits(const TargetCpu &cpu);
+
 /// Opens sessions at the top of functions, at most once per function and address.
 class SessionCache {
 public:

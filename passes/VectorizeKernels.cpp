@@ -3,12 +3,17 @@
 #include "passes/Passes.h"
 #include "passes/TargetModules.h"
 
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/Dialect/Linalg/Transforms/Transforms.h"
 #include "mlir/Dialect/SCF/Transforms/TileUsingInterface.h"
 #include "mlir/Dialect/SCF/Transforms/Transforms.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "mlir/Dialect/Tensor/Utils/Utils.h"
 #include "mlir/Dialect/Transform/IR/TransformDialect.h"
 #include "mlir/Dialect/Transform/Transforms/TransformInterpreterUtils.h"
+#include "mlir/Dialect/Vector/IR/VectorOps.h"
 #include "mlir/IR/PatternMatch.h"
 #include "mlir/Parser/Parser.h"
 #include "mlir/Transforms/GreedyPatternRewriteDriver.h"
@@ -48,7 +53,11 @@ module attributes {transform.with_named_sequence} {
     // (a convolution's filter row, column and input channel), so the accumulator leaves all.
     transform.loop.hoist_loop_invariant_subsets %loops : !transform.any_op
     transform.loop.hoist_loop_invariant_subsets %loops : !transform.any_op
-    transform.apply_patterns to %vectorized {
+    transform.yield
+  }
+
+  transform.named_sequence @lower_contractions(%function: !transform.any_op {transform.readonly}) {
+    transform.apply_patterns to %function {
       transform.apply_patterns.vector.lower_contraction lowering_strategy = "outerproduct"
       transform.apply_patterns.vector.lower_outerproduct
       transform.apply_patterns.canonicalization
@@ -61,6 +70,9 @@ module attributes {transform.with_named_sequence} {
 /// How a function's ops are tiled: the vector width of its CPU, in bits.
 struct Plan {
   unsigned vectorBits = 128;
+  /// The widest vector of i16 pairs whose products the CPU sums in one instruction
+  /// (getPairDotBits); 0: integer matmuls are tiled as float ones are.
+  unsigned pairDotBits = 0;
   /// Left as written: fp = "strict", or a module with a pipeline of its own.
   bool strict = false;
 };
@@ -69,6 +81,11 @@ int64_t lanesOf(Type element, unsigned vectorBits) {
   unsigned bits = element.isIntOrFloat() ? element.getIntOrFloatBitWidth() : 0;
   return bits ? std::max<int64_t>(1, vectorBits / bits) : 1;
 }
+
+/// Marks the generic an integer matmul becomes when its products are summed in pairs
+/// (rewriteIntoPairs): loops (m, n, k / 2, 2) over A as m x k/2 x 2 and B as k/2 x n x 2, both
+/// of i16.
+constexpr llvm::StringLiteral kPairDotAttr = "courier.pair_dot";
 
 /// Tile sizes, one level after another, for `op` (a tile of an earlier `level`: its shape is
 /// that tile's); empty when it is left as it is.
@@ -83,6 +100,18 @@ SmallVector<SmallVector<int64_t>> tilesFor(linalg::LinalgOp op, const Plan &plan
     return {};
   Type element = getElementTypeOrSelf(op->getResult(0).getType());
   int64_t lanes = lanesOf(element, plan.vectorBits);
+  // An integer matmul taken as pairs (m, n, k / 2, 2): cache tiles as a float matmul's, then
+  // 8 rows by two vectors of i32 lanes, one pair of k a step (lowerPairDots).
+  if (op->hasAttr(kPairDotAttr) && ranges.size() == 4 && !ShapedType::isDynamic(ranges[2])) {
+    int64_t pairLanes = lanesOf(element, plan.pairDotBits);
+    auto sizes = [&](SmallVector<int64_t> wanted) {
+      for (auto [size, range] : llvm::zip(wanted, ranges))
+        size = std::min(size, range);
+      return wanted;
+    };
+    return {level == 0 ? sizes({64, 256, 128, 0}) : SmallVector<int64_t>{},
+            sizes({8, 2 * pairLanes, 1, 0})};
+  }
   auto clamp = [&](SmallVector<int64_t> sizes) {
     for (auto [size, range] : llvm::zip(sizes, ranges))
       if (!ShapedType::isDynamic(range))
@@ -93,9 +122,9 @@ SmallVector<SmallVector<int64_t>> tilesFor(linalg::LinalgOp op, const Plan &plan
   // cache tile's remainder would have a dynamic shape and leave a scalar strip of every
   // register-tile loop inside it).
   bool dynamic = llvm::any_of(ranges, ShapedType::isDynamic);
-  if (isa<linalg::MatmulOp>(op) && isa<FloatType>(element) && ranges.size() == 3 && dynamic)
+  if (isa<linalg::MatmulOp>(op) && element.isIntOrFloat() && ranges.size() == 3 && dynamic)
     return {clamp({8, 2 * lanes, 1})};
-  if (isa<linalg::MatmulOp>(op) && isa<FloatType>(element) && ranges.size() == 3)
+  if (isa<linalg::MatmulOp>(op) && element.isIntOrFloat() && ranges.size() == 3)
     return {level == 0 ? clamp({64, 256, 256}) : SmallVector<int64_t>{}, clamp({8, 2 * lanes, 1})};
   // A 2-D convolution (n, oh, ow, f, kh, kw, c): a register tile of 8 output pixels by two
   // vectors of filters, one filter tap and one input channel a step; decomposed to a 1-D
@@ -219,6 +248,208 @@ LogicalResult packOperandB(RewriterBase &rewriter, const scf::SCFTilingResult &t
   return tileAndPeel(rewriter, cast<linalg::LinalgOp>(copy.getOperation()), rows, kTiledForGood);
 }
 
+/// Whether `op` is a matmul of 8-bit integers (signed or unsigned) or signed 16-bit ones into
+/// i32, of static shape, reading A as m x k and B as k x n.
+bool takesPairs(linalg::MatmulOp op) {
+  if (!op.hasPureTensorSemantics() || op.hasDynamicShape() || op.hasUserDefinedMaps())
+    return false;
+  Type a = getElementTypeOrSelf(op.getInputs()[0].getType());
+  Type b = getElementTypeOrSelf(op.getInputs()[1].getType());
+  Type c = getElementTypeOrSelf(op.getOutputs()[0].getType());
+  bool isUnsigned = op.getCast() == linalg::TypeFn::cast_unsigned;
+  auto fits = [&](Type t) { return t.isInteger(8) || (t.isInteger(16) && !isUnsigned); };
+  return fits(a) && fits(b) && c.isInteger(32);
+}
+
+/// Rewrites an integer matmul (takesPairs) as a generic over pairs of k: A as m x k/2 x 2 and B
+/// as k/2 x n x 2 (a copy with each pair of B's rows interleaved), both widened to i16 and k
+/// padded with a zero to an even count. A register tile of it then reads a pair of A's
+/// elements as one 32-bit lane to broadcast and a vector of B's pairs as they lie, which
+/// pair-dot instructions take (lowerPairDots).
+void rewriteIntoPairs(RewriterBase &rewriter, linalg::MatmulOp op) {
+  Location loc = op.getLoc();
+  bool isUnsigned = op.getCast() == linalg::TypeFn::cast_unsigned;
+  Value a = op.getInputs()[0], b = op.getInputs()[1], init = op.getOutputs()[0];
+  auto aType = cast<RankedTensorType>(a.getType());
+  auto bType = cast<RankedTensorType>(b.getType());
+  int64_t m = aType.getDimSize(0), k = aType.getDimSize(1), n = bType.getDimSize(1);
+  int64_t pairs = (k + 1) / 2;
+  MLIRContext *context = rewriter.getContext();
+  Type i16 = rewriter.getI16Type(), i32 = rewriter.getI32Type();
+  rewriter.setInsertionPoint(op);
+  auto padK = [&](Value v, RankedTensorType type, unsigned dim) -> Value {
+    if (k % 2 == 0)
+      return v;
+    SmallVector<int64_t> shape(type.getShape());
+    shape[dim] += 1;
+    Value zero = arith::ConstantOp::create(rewriter, loc, type.getElementType(),
+                                           rewriter.getZeroAttr(type.getElementType()));
+    return tensor::createPadHighOp(RankedTensorType::get(shape, type.getElementType()), v, zero,
+                                   /*nofold=*/false, loc, rewriter);
+  };
+  auto widen = [&](OpBuilder &b, Location at, Value v, Type to) -> Value {
+    if (v.getType() == to)
+      return v;
+    return isUnsigned ? arith::ExtUIOp::create(b, at, to, v).getResult()
+                      : arith::ExtSIOp::create(b, at, to, v).getResult();
+  };
+  AffineExpr d0, d1, d2, d3;
+  bindDims(context, d0, d1, d2, d3);
+  // Widened to i16 as it lies (rows of vectors), before it is seen as pairs.
+  auto widened = [&](Value v) -> Value {
+    auto type = cast<RankedTensorType>(v.getType());
+    if (type.getElementType() == i16)
+      return v;
+    auto identity = AffineMap::getMultiDimIdentityMap(2, context);
+    Value empty = tensor::EmptyOp::create(rewriter, loc, type.getShape(), i16);
+    return linalg::GenericOp::create(
+               rewriter, loc, empty.getType(), v, empty, ArrayRef<AffineMap>{identity, identity},
+               SmallVector<utils::IteratorType>(2, utils::IteratorType::parallel),
+               [&](OpBuilder &b, Location at, ValueRange args) {
+                 linalg::YieldOp::create(b, at, widen(b, at, args[0], i16));
+               })
+        .getResult(0);
+  };
+  // A: m x k -> m x k/2 x 2.
+  Value aWide = tensor::ExpandShapeOp::create(
+      rewriter, loc, RankedTensorType::get({m, pairs, 2}, i16), widened(padK(a, aType, 1)),
+      SmallVector<ReassociationIndices>{{0}, {1, 2}});
+  // B: k x n -> k/2 x 2 x n, copied as k/2 x n x 2.
+  Value bPairs = tensor::ExpandShapeOp::create(
+      rewriter, loc, RankedTensorType::get({pairs, 2, n}, i16), widened(padK(b, bType, 0)),
+      SmallVector<ReassociationIndices>{{0, 1}, {2}});
+  Value bEmpty = tensor::EmptyOp::create(rewriter, loc, ArrayRef<int64_t>{pairs, n, 2}, i16);
+  Value bWide =
+      linalg::TransposeOp::create(rewriter, loc, bPairs, bEmpty, ArrayRef<int64_t>{0, 2, 1})
+          .getResult()[0];
+  // C[m, n] += A[m, p, t] * B[p, n, t], over pairs p and their two halves t.
+  SmallVector<AffineMap> maps = {AffineMap::get(4, 0, {d0, d2, d3}, context),
+                                 AffineMap::get(4, 0, {d2, d1, d3}, context),
+                                 AffineMap::get(4, 0, {d0, d1}, context)};
+  SmallVector<utils::IteratorType> iterators = {
+      utils::IteratorType::parallel, utils::IteratorType::parallel, utils::IteratorType::reduction,
+      utils::IteratorType::reduction};
+  auto product = linalg::GenericOp::create(
+      rewriter, loc, init.getType(), ValueRange{aWide, bWide}, init, maps, iterators,
+      [&](OpBuilder &b, Location at, ValueRange args) {
+        Value x = arith::ExtSIOp::create(b, at, i32, args[0]);
+        Value y = arith::ExtSIOp::create(b, at, i32, args[1]);
+        Value sum =
+            arith::AddIOp::create(b, at, args[2], arith::MulIOp::create(b, at, x, y).getResult());
+        linalg::YieldOp::create(b, at, sum);
+      });
+  product->setAttr(kPairDotAttr, rewriter.getUnitAttr());
+  rewriter.replaceOp(op, product.getResults());
+}
+
+/// LLVM's pmaddwd of `bits`-wide vectors: called as a function of that name, declared in the
+/// module (declarePairDot), it is the intrinsic once translated to LLVM IR. A call rather than
+/// an `llvm.call_intrinsic`, whose unknown memory effects bufferization's deallocation refuses.
+StringRef pairDotIntrinsic(unsigned bits) {
+  return bits == 512   ? "llvm.x86.avx512.pmaddw.d.512"
+         : bits == 256 ? "llvm.x86.avx2.pmadd.wd"
+                       : "llvm.x86.sse2.pmadd.wd";
+}
+
+/// Declares pairDotIntrinsic(bits) in `module`, once; the declaration.
+func::FuncOp declarePairDot(ModuleOp module, unsigned bits) {
+  StringRef name = pairDotIntrinsic(bits);
+  if (auto existing = module.lookupSymbol<func::FuncOp>(name))
+    return existing;
+  OpBuilder builder(module.getBodyRegion());
+  Type i16 = builder.getI16Type(), i32 = builder.getI32Type();
+  auto pairs = VectorType::get({int64_t(bits / 16)}, i16);
+  auto type = builder.getFunctionType({pairs, pairs}, {VectorType::get({int64_t(bits / 32)}, i32)});
+  auto declaration = func::FuncOp::create(builder, module.getLoc(), name, type);
+  declaration.setPrivate();
+  return declaration;
+}
+
+/// The vector of i16 that `value`, a vector of i32, sign-extends (through broadcasts adding
+/// unit dimensions), or null.
+Value pairSource(Value value) {
+  while (auto broadcast = value.getDefiningOp<vector::BroadcastOp>())
+    value = broadcast.getSource();
+  auto extend = value.getDefiningOp<arith::ExtSIOp>();
+  if (!extend)
+    return nullptr;
+  auto type = dyn_cast<VectorType>(extend.getIn().getType());
+  return type && type.getElementType().isInteger(16) ? extend.getIn() : nullptr;
+}
+
+/// Lowers the contraction of a register tile of a pair-dot generic (rewriteIntoPairs): A's
+/// m x 1 x 2 and B's 1 x n x 2 vectors of i16 into an m x n accumulator of i32. Each row of the
+/// accumulator, a vector of lanes at a time, adds pmaddwd of a broadcast of the row's pair
+/// of A (as one 32-bit lane) and the n pairs of B as they lie: lane j gets
+/// a0 * B[0, j] + a1 * B[1, j]. LLVM fuses the add into the pmaddwd where the CPU has VNNI
+/// (vpdpwssd).
+struct PairDotContraction : OpRewritePattern<vector::ContractionOp> {
+  PairDotContraction(MLIRContext *context, unsigned bits) : OpRewritePattern(context), bits(bits) {}
+
+  LogicalResult matchAndRewrite(vector::ContractionOp op,
+                                PatternRewriter &rewriter) const override {
+    MLIRContext *context = op.getContext();
+    AffineExpr m, n, p, t;
+    bindDims(context, m, n, p, t);
+    SmallVector<AffineMap> maps = {AffineMap::get(4, 0, {m, p, t}, context),
+                                   AffineMap::get(4, 0, {p, n, t}, context),
+                                   AffineMap::get(4, 0, {m, n}, context)};
+    if (op.getKind() != vector::CombiningKind::ADD || op.getIndexingMapsArray() != maps)
+      return rewriter.notifyMatchFailure(op, "not a pair-dot tile");
+    Value a = pairSource(op.getLhs()), b = pairSource(op.getRhs());
+    auto accType = dyn_cast<VectorType>(op.getAcc().getType());
+    auto lhsType = cast<VectorType>(op.getLhs().getType());
+    int64_t lanes = bits / 32;
+    if (!a || !b || !accType || !accType.getElementType().isInteger(32) ||
+        lhsType.getShape() != ArrayRef<int64_t>{accType.getDimSize(0), 1, 2} ||
+        accType.getDimSize(1) % lanes != 0)
+      return rewriter.notifyMatchFailure(op, "not a pair-dot tile of whole vectors");
+    int64_t rows = accType.getDimSize(0), cols = accType.getDimSize(1);
+    if (cast<VectorType>(b.getType()).getNumElements() != 2 * cols)
+      return rewriter.notifyMatchFailure(op, "B's tile is not 1 x n x 2");
+    StringRef intrinsic = pairDotIntrinsic(bits);
+    Location loc = op.getLoc();
+    Type i16 = rewriter.getI16Type(), i32 = rewriter.getI32Type();
+    auto pairsType = VectorType::get({2 * lanes}, i16);
+    auto lanesType = VectorType::get({lanes}, i32);
+    Value aRows = vector::ShapeCastOp::create(
+        rewriter, loc, VectorType::get({rows, 1}, i32),
+        vector::BitCastOp::create(
+            rewriter, loc, VectorType::get({rows, 1}, i32),
+            vector::ShapeCastOp::create(rewriter, loc, VectorType::get({rows, 2}, i16), a)));
+    Value bFlat = vector::ShapeCastOp::create(rewriter, loc, VectorType::get({2 * cols}, i16), b);
+    SmallVector<Value> bChunks;
+    for (int64_t c = 0; c < cols / lanes; ++c)
+      bChunks.push_back(vector::ExtractStridedSliceOp::create(
+          rewriter, loc, bFlat, ArrayRef<int64_t>{2 * lanes * c}, ArrayRef<int64_t>{2 * lanes},
+          ArrayRef<int64_t>{1}));
+    Value result = op.getAcc();
+    FlatSymbolRefAttr name = FlatSymbolRefAttr::get(context, intrinsic);
+    for (int64_t r = 0; r < rows; ++r) {
+      Value pair = vector::ExtractOp::create(rewriter, loc, aRows, ArrayRef<int64_t>{r, 0});
+      Value spread = vector::BitCastOp::create(
+          rewriter, loc, pairsType, vector::BroadcastOp::create(rewriter, loc, lanesType, pair));
+      Value row = vector::ExtractOp::create(rewriter, loc, result, ArrayRef<int64_t>{r});
+      for (int64_t c = 0; c < cols / lanes; ++c) {
+        Value acc =
+            vector::ExtractStridedSliceOp::create(rewriter, loc, row, ArrayRef<int64_t>{lanes * c},
+                                                  ArrayRef<int64_t>{lanes}, ArrayRef<int64_t>{1});
+        Value dot = func::CallOp::create(rewriter, loc, name, TypeRange{lanesType},
+                                         ValueRange{spread, bChunks[c]})
+                        .getResult(0);
+        Value sum = arith::AddIOp::create(rewriter, loc, acc, dot);
+        row = vector::InsertStridedSliceOp::create(
+            rewriter, loc, sum, row, ArrayRef<int64_t>{lanes * c}, ArrayRef<int64_t>{1});
+      }
+      result = vector::InsertOp::create(rewriter, loc, row, result, ArrayRef<int64_t>{r});
+    }
+    rewriter.replaceOp(op, result);
+    return success();
+  }
+
+  unsigned bits;
+};
+
 /// Folds the bounds peeling left behind (affine.min of constants, slices of static size).
 LogicalResult simplify(func::FuncOp function) {
   MLIRContext *context = function.getContext();
@@ -252,6 +483,16 @@ FailureOr<bool> tileFunction(func::FuncOp function, const Plan &plan) {
   linalg::populateElementwiseOpsFusionPatterns(inits, [](OpOperand *) { return false; });
   if (failed(applyPatternsGreedily(function, std::move(inits))))
     return function.emitError("freeing elementwise results of their operands did not converge");
+  if (plan.pairDotBits) {
+    SmallVector<linalg::MatmulOp> integerMatmuls;
+    function.walk([&](linalg::MatmulOp op) {
+      if (takesPairs(op))
+        integerMatmuls.push_back(op);
+    });
+    IRRewriter rewriter(function.getContext());
+    for (linalg::MatmulOp op : integerMatmuls)
+      rewriteIntoPairs(rewriter, op);
+  }
   // Vectors of i1 (or any type narrower than a byte) load and store packed bits, while a
   // tensor of them keeps a byte per element: a function with such an op is left scalar (the
   // schedule vectorizes every op of a function it is given, tiled or not).
@@ -314,6 +555,7 @@ public:
     ModuleOp root = getOperation();
     ModuleOp scheduleModule = schedule->get();
     auto sequence = scheduleModule.lookupSymbol("vectorize");
+    auto lowering = scheduleModule.lookupSymbol("lower_contractions");
     SmallVector<func::FuncOp> functions;
     root.walk([&](func::FuncOp function) {
       if (!function.isExternal())
@@ -336,6 +578,19 @@ public:
       if (failed(transform::applyTransformNamedSequence(function, sequence, scheduleModule,
                                                         transform::TransformOptions())))
         return signalPassFailure();
+      if (plan.pairDotBits) {
+        func::FuncOp declaration =
+            declarePairDot(function->getParentOfType<ModuleOp>(), plan.pairDotBits);
+        RewritePatternSet pairDots(function.getContext());
+        pairDots.add<PairDotContraction>(function.getContext(), plan.pairDotBits);
+        if (failed(applyPatternsGreedily(function, std::move(pairDots))))
+          return signalPassFailure();
+        if (declaration.symbolKnownUseEmpty(declaration->getParentOp()))
+          declaration.erase();
+      }
+      if (failed(transform::applyTransformNamedSequence(function, lowering, scheduleModule,
+                                                        transform::TransformOptions())))
+        return signalPassFailure();
     }
   }
 
@@ -344,7 +599,9 @@ private:
 
   Plan planFor(ModuleOp module) {
     Plan plan;
-    plan.vectorBits = getVectorBits(getTargetCpu(module, localRunsHere));
+    TargetCpu cpu = getTargetCpu(module, localRunsHere);
+    plan.vectorBits = getVectorBits(cpu);
+    plan.pairDotBits = getPairDotBits(cpu);
     if (auto spec =
             module->getAttrOfType<DictionaryAttr>(catalyst::CatalystDialect::kTargetAttrName)) {
       if (auto fp = spec.getAs<StringAttr>("fp"))

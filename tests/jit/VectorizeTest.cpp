@@ -509,3 +509,66 @@ TEST_CASE("an f64 matmul is vectorized to within f64 rounding of a reference", "
     CHECK(worst <= double(size) * 2.3e-16 + 1e-16);
   }
 }
+
+TEST_CASE("integer matmuls taken in pairs of products are exact: signed and unsigned i8, and i16 "
+          "at its extremes, at sizes tiles and pairs do and do not divide",
+          "[jit][vectorize]") {
+  TempDir dir;
+  Engine engine(optionsIn(dir));
+  struct Case {
+    const char *element;
+    const char *cast; ///< The matmul's cast attribute, "" for the default (signed).
+    int low, high;
+  };
+  struct Size {
+    int64_t m, n, k;
+  };
+  for (Case c : {Case{"i8", "", -128, 127}, Case{"i8", "cast_unsigned", 0, 255},
+                 Case{"i16", "", -32768, 32767}}) {
+    for (Size s : {Size{1, 1, 1}, Size{17, 19, 301}, Size{70, 96, 130}}) {
+      INFO(c.element << " " << c.cast << " " << s.m << " x " << s.n << " x " << s.k);
+      std::string e = c.element;
+      std::string a = "tensor<" + std::to_string(s.m) + "x" + std::to_string(s.k) + "x" + e + ">",
+                  b = "tensor<" + std::to_string(s.k) + "x" + std::to_string(s.n) + "x" + e + ">",
+                  r = "tensor<" + std::to_string(s.m) + "x" + std::to_string(s.n) + "xi32>";
+      std::string cast =
+          *c.cast ? std::string(" {cast = #linalg.type_fn<") + c.cast + ">}" : std::string();
+      std::string body = "      %z = arith.constant 0 : i32\n      %e = tensor.empty() : " + r +
+                         "\n      %f = linalg.fill ins(%z : i32) outs(%e : " + r + ") -> " + r +
+                         "\n      %r = linalg.matmul" + cast + " ins(%a0, %a1 : " + a + ", " + b +
+                         ") outs(%f : " + r + ") -> " + r + "\n";
+      std::mt19937 generator(41);
+      std::uniform_int_distribution<int> value(c.low, c.high);
+      std::vector<int64_t> x(s.m * s.k), y(s.k * s.n);
+      // The extremes where they matter most: the first row and column all at the low end.
+      for (int64_t i = 0; i < s.m * s.k; ++i)
+        x[i] = i < s.k ? c.low : value(generator);
+      for (int64_t i = 0; i < s.k * s.n; ++i)
+        y[i] = i % s.n == 0 ? c.low : value(generator);
+      auto tensorOf = [&](const std::vector<int64_t> &values, std::vector<int64_t> shape) {
+        if (e == "i16")
+          return Tensor::of<int16_t>(std::move(shape),
+                                     std::vector<int16_t>(values.begin(), values.end()));
+        // Signless bytes: 0 to 255 as the bit patterns cast_unsigned reads.
+        std::vector<int8_t> bytes;
+        for (int64_t v : values)
+          bytes.push_back(int8_t(uint8_t(v)));
+        return Tensor::of<int8_t>(std::move(shape), bytes);
+      };
+      Tensor out = runKernel(engine, kernelProgram({a, b}, r, body),
+                             {tensorOf(x, {s.m, s.k}), tensorOf(y, {s.k, s.n})});
+      llvm::ArrayRef<int32_t> got = out.view<int32_t>();
+      REQUIRE(got.size() == size_t(s.m * s.n));
+      int64_t wrong = 0;
+      for (int64_t i = 0; i < s.m; ++i)
+        for (int64_t j = 0; j < s.n; ++j) {
+          // In 64 bits, then wrapped to 32 as the i32 arithmetic does.
+          int64_t want = 0;
+          for (int64_t p = 0; p < s.k; ++p)
+            want += x[i * s.k + p] * y[p * s.n + j];
+          wrong += got[i * s.n + j] != int32_t(uint32_t(uint64_t(want)));
+        }
+      CHECK(wrong == 0);
+    }
+  }
+}

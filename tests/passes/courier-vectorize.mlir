@@ -124,6 +124,36 @@ module @app {
     }
   }
 
+  // An i8 matmul on x86 takes k in pairs: A widened to i16 as m x k/2 x 2, B as k/2 x n x 2
+  // (each pair of rows interleaved), and each register-tile step broadcasts a row's pair of A
+  // as one 32-bit lane and adds pmaddwd of it and B's pairs to the row's accumulators
+  // (vpdpwssd with VNNI: tests/passes/courier-vectorize-pair-dots.mlir).
+  // CHECK-LABEL: module @pairs
+  // CHECK: func.func private @llvm.x86.avx512.pmaddw.d.512(vector<32xi16>, vector<32xi16>) -> vector<16xi32>
+  // CHECK: scf.for {{.*}} -> (tensor<128x64x2xi16>)
+  // CHECK: scf.for {{.*}} iter_args({{.*}}) -> (vector<8x32xi32>)
+  // CHECK: vector.transfer_read {{.*}} : tensor<128x64x2xi16>, vector<32x2xi16>
+  // CHECK: vector.bitcast {{.*}} : vector<8x2xi16> to vector<8x1xi32>
+  // CHECK-COUNT-16: func.call @llvm.x86.avx512.pmaddw.d.512
+  module @pairs attributes {catalyst.target = {cpu = "znver4"}} {
+    func.func public @imatmul(%a: tensor<64x256xi8>, %b: tensor<256x64xi8>, %c: tensor<64x64xi32>) -> tensor<64x64xi32> {
+      %r = linalg.matmul ins(%a, %b : tensor<64x256xi8>, tensor<256x64xi8>) outs(%c : tensor<64x64xi32>) -> tensor<64x64xi32>
+      return %r : tensor<64x64xi32>
+    }
+  }
+
+  // Elsewhere an integer matmul is tiled as a float one, multiplies and adds in place of FMAs.
+  // CHECK-LABEL: module @neon_int
+  // CHECK-NOT: pmadd
+  // CHECK: scf.for {{.*}} iter_args({{.*}}) -> (vector<8x8xi32>)
+  // CHECK: arith.muli {{.*}} : vector<8xi32>
+  module @neon_int attributes {catalyst.target = {triple = "aarch64-unknown-linux-gnu"}} {
+    func.func public @imatmul(%a: tensor<64x256xi8>, %b: tensor<256x64xi8>, %c: tensor<64x64xi32>) -> tensor<64x64xi32> {
+      %r = linalg.matmul ins(%a, %b : tensor<64x256xi8>, tensor<256x64xi8>) outs(%c : tensor<64x64xi32>) -> tensor<64x64xi32>
+      return %r : tensor<64x64xi32>
+    }
+  }
+
   // A batch of one is a matmul, tiled as one.
   // CHECK-LABEL: module @batch
   // CHECK: scf.for {{.*}} iter_args({{.*}}) -> (vector<8x32xf32>)
