@@ -559,7 +559,10 @@ TEST_CASE("a compile past --compile-timeout-ms ends with its worker; nothing goe
     INFO(replies[i].raw);
     CHECK(replies[i].status == 504);
     CHECK(errorCode(replies[i]) == "compile_timeout");
-    CHECK(errorMessage(replies[i]).find("its worker was ended") != std::string::npos);
+    // Ended in its worker, or still waiting for one (the engine's message says which).
+    CHECK(errorMessage(replies[i])
+              .find("compiling module 'huge" + std::to_string(i) + "' took longer than 500 ms") !=
+          std::string::npos);
     CHECK(get(*http, "/v1/modules/huge" + std::to_string(i)).status == 404);
   }
   // No compile runs on in the background, in the server or in any worker.
