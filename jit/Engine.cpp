@@ -66,8 +66,9 @@ double msSince(Clock::time_point start) {
   return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
 }
 
-/// Bumped whenever the compiled form changes, so stale disk-cache entries are not used.
-constexpr llvm::StringLiteral kCacheFormat = "courier-host-v4";
+/// Bumped whenever the compiled form changes, so stale disk-cache entries are not used (v5:
+/// kernels vectorized, run on kernel threads, integer matmuls in pairs).
+constexpr llvm::StringLiteral kCacheFormat = "courier-host-v5";
 
 /// Code generation threads of the engines in this process that ask for `jobs`: a compile
 /// runs on its own thread and jobs - 1 of these. Shared, so that engines with one option set
