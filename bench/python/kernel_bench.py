@@ -111,6 +111,12 @@ def main():
                              ("matmul-dynamic", (512, 512, 512))):
         cases.append((name, f"{m}x{nn}x{k}", np.matmul, (uniform(m, k), uniform(k, nn)),
                       "GFLOP/s", 2.0 * m * nn * k, 2e-6 * k))
+    # i8 x i8 -> i32 against OpenBLAS's sgemm of the same values as f32 (converted before the
+    # clock starts): every sum of 1024 products of bytes is an integer below 2^24, exact in f32.
+    ints = [rng.integers(-128, 128, size=(1024, 1024), dtype=np.int8) for _ in range(2)]
+    floats = [x.astype(np.float32) for x in ints]
+    cases.append(("matmul-i8-1024", "1024x1024x1024", lambda a, b: np.matmul(*floats),
+                  tuple(ints), "GOP/s", 2.0 * 1024**3, 0))
     cases.append(("add", "4M", np.add, (uniform(n), uniform(n)), "GB/s", 12.0 * n, 0))
     cases.append(("rowsum", f"{rows}x{cols}", lambda a: a.sum(axis=1), (x,), "GB/s",
                   4.0 * rows * cols + 4.0 * rows, 1e-4))
