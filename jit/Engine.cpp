@@ -347,6 +347,54 @@ mlir::DialectRegistry makeRegistry() {
 /// See setBeforeModuleCode.
 std::atomic<void (*)(bool)> beforeModuleCode{nullptr};
 
+/// What the ORC session of a module's host code reports while the module links (see
+/// Engine::Impl::link), and the error a failed link becomes.
+struct LinkReports {
+  std::mutex mutex;
+  bool linking = true;
+  std::vector<std::string> missing; ///< Symbols the code needs that nothing defines.
+  std::vector<std::string> other;
+
+  /// The error of a link of module `name` that failed with `error`: which functions the code
+  /// calls that nothing defines, by the names the IR gave them (`_mlir_ciface_f` is @f),
+  /// when the session reported them, else `error` after what else it reported.
+  llvm::Error failure(llvm::StringRef name, llvm::Error error) {
+    std::lock_guard<std::mutex> lock(mutex);
+    linking = false;
+    if (missing.empty()) {
+      std::string context = "linking '" + name.str() + "'";
+      for (const std::string &reported : other)
+        context += ": " + reported;
+      return llvm::createStringError(context + ": " + llvm::toString(std::move(error)));
+    }
+    llvm::consumeError(std::move(error));
+    std::vector<std::string> called;
+    for (llvm::StringRef symbol : missing) {
+      symbol.consume_front("_mlir_ciface_");
+      std::string named = "@" + symbol.str();
+      if (!llvm::is_contained(called, named))
+        called.push_back(named);
+    }
+    return llvm::createStringError(
+        "linking '" + name.str() + "': its host code calls " + llvm::join(called, ", ") +
+        ", which nothing defines: not the module, nor what host code links against (Courier's "
+        "runtime, libm, the compiler-runtime helpers, this process's libraries; "
+        "docs/writing.md)");
+  }
+
+  /// Ends the link: an error if the session reported a symbol nothing defines.
+  llvm::Error finish(llvm::StringRef name) {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      if (missing.empty()) {
+        linking = false;
+        return llvm::Error::success();
+      }
+    }
+    return failure(name, llvm::Error::success());
+  }
+};
+
 } // namespace
 
 void setBeforeModuleCode(void (*hook)(bool)) { beforeModuleCode = hook; }
@@ -861,6 +909,27 @@ Engine::Impl::link(std::string name, std::string object, llvm::orc::JITTargetMac
   if (!jit)
     return jit.takeError();
   impl->jit = std::move(*jit);
+  // A symbol the host code needs and nothing defines is reported to the session, not returned
+  // by the lookup that fails for it (which says only that the entry's symbols could not be
+  // made): while linking, the report is kept to say which function the code called.
+  auto reports = std::make_shared<LinkReports>();
+  impl->jit->getExecutionSession().setErrorReporter([reports](llvm::Error error) {
+    std::lock_guard<std::mutex> lock(reports->mutex);
+    if (!reports->linking) {
+      llvm::logAllUnhandledErrors(std::move(error), llvm::errs(), "JIT session error: ");
+      return;
+    }
+    llvm::handleAllErrors(
+        std::move(error),
+        [&](const llvm::orc::SymbolsNotFound &e) {
+          for (const llvm::orc::SymbolStringPtr &symbol : e.getSymbols())
+            reports->missing.push_back((*symbol).str());
+        },
+        [&](const llvm::ErrorInfoBase &e) { reports->other.push_back(e.message()); });
+  });
+  auto linkFailure = [&](llvm::Error error) {
+    return reports->failure(impl->name, std::move(error));
+  };
   llvm::orc::JITDylib &main = impl->jit->getMainJITDylib();
   // The runtime ABI resolves to this process's implementation, libm and the compiler-runtime
   // helpers to those Courier links in (the same ones kernels get), anything else to the
@@ -884,17 +953,17 @@ Engine::Impl::link(std::string name, std::string object, llvm::orc::JITTargetMac
   main.addGenerator(std::move(*process));
   if (llvm::Error error =
           impl->jit->addObjectFile(llvm::MemoryBuffer::getMemBufferCopy(object, impl->name + ".o")))
-    return std::move(error);
+    return linkFailure(std::move(error));
 
   for (const EntrySignature &entry : impl->entries) {
     llvm::Expected<llvm::orc::ExecutorAddr> packed =
         impl->jit->lookup((kPackedPrefix + entry.name).str());
     if (!packed)
-      return packed.takeError();
+      return linkFailure(packed.takeError());
     llvm::Expected<llvm::orc::ExecutorAddr> ciface =
         impl->jit->lookup("_mlir_ciface_" + entry.name);
     if (!ciface)
-      return ciface.takeError();
+      return linkFailure(ciface.takeError());
     impl->functions[entry.name] = {packed->toPtr<void (*)(void **)>(), ciface->toPtr<void *>()};
   }
   void (*setup)() = nullptr;
@@ -906,6 +975,10 @@ Engine::Impl::link(std::string name, std::string object, llvm::orc::JITTargetMac
     impl->teardown = addr->toPtr<void (*)()>();
   else
     llvm::consumeError(addr.takeError());
+  // A module without entries fails no lookup above, yet its code may still need what nothing
+  // defines (setup's lookup failing for it reads as having no setup).
+  if (llvm::Error error = reports->finish(impl->name))
+    return std::move(error);
   times.link += msSince(start);
 
   runtime::ScopeOptions scopeOptions;

@@ -87,3 +87,39 @@ TEST_CASE("a failed compile's summary names the module as the caller named it", 
   llvm::handleAllErrors(module.takeError(), [&](const CompileError &e) { summary = e.summary; });
   CHECK(summary == "lowering 's' failed");
 }
+
+TEST_CASE("host code calling a function nothing defines names it as the IR does, not by its "
+          "C-interface symbol",
+          "[messages]") {
+  TempDir dir;
+  Engine engine(optionsIn(dir));
+  auto module = engine.compile(R"(module {
+  func.func private @printThing(memref<*xf32>) attributes {llvm.emit_c_interface}
+  func.func public @main(%x: tensor<4xf32>) -> tensor<4xf32> {
+    %m = bufferization.to_buffer %x : tensor<4xf32> to memref<4xf32>
+    %u = memref.cast %m : memref<4xf32> to memref<*xf32>
+    call @printThing(%u) : (memref<*xf32>) -> ()
+    return %x : tensor<4xf32>
+  }
+})",
+                               "calls.mlir");
+  REQUIRE(failed(module));
+  std::string message = llvm::toString(module.takeError());
+  CHECK_THAT(message, Catch::StartsWith("linking 'calls.mlir': its host code calls @printThing, "
+                                        "which nothing defines"));
+  CHECK_THAT(message, !Catch::Contains("_mlir_ciface_") && !Catch::Contains("_courier_packed_"));
+
+  // A module with no entry fails no entry's lookup: its setup() is not taken for absent.
+  auto setupOnly = engine.compile(R"(module {
+  func.func private @nothingHere()
+  func.func public @setup() {
+    call @nothingHere() : () -> ()
+    return
+  }
+})",
+                                  "setup-only");
+  REQUIRE(failed(setupOnly));
+  CHECK_THAT(llvm::toString(setupOnly.takeError()),
+             Catch::StartsWith("linking 'setup-only': its host code calls @nothingHere, "
+                               "which nothing defines"));
+}

@@ -1,12 +1,13 @@
 // A kernel that loads from address 0, run on a real executor: courier-run prints the
-// executor's kernel_crashed message and exits non-zero without crashing itself, and the
-// executor goes on serving the next program.
+// executor's kernel_crashed message, naming the kernel as the IR does (not by its entry
+// symbol), exits non-zero without crashing itself, and the executor goes on serving the next
+// program.
 // RUN: python3 %S/with-executor.py courier-executor -- \
 // RUN:   courier-run %s --executor {executor} --arg '[1, 2, 3, 4]' --no-disk-cache --cache-dir %t \
 // RUN:   --then courier-run %s --entry healthy --executor {executor} --arg '[1, 2, 3, 4]' --no-disk-cache --cache-dir %t \
 // RUN:   | FileCheck %s
 
-// CHECK: courier-run: error: {{.*}}SIGSEGV (address 0x0) in '_catalyst_pyface_null_load'
+// CHECK: courier-run: error: {{.*}}SIGSEGV (address 0x0) in @dev::@null_load; {{.*}}[kernel_crashed]
 // CHECK-NEXT: exit status {{[1-9][0-9]*$}}
 // CHECK-NEXT: {"data":[2,4,6,8],"dtype":"f64","shape":[4]}
 // CHECK-NEXT: exit status 0
