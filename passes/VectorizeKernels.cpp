@@ -450,6 +450,39 @@ struct PairDotContraction : OpRewritePattern<vector::ContractionOp> {
   unsigned bits;
 };
 
+/// Turns a whole tensor read into a vector and written into a slice of another back into that
+/// slice's tensor.insert_slice. Vectorizing a tiled op's functions vectorizes the insert_slice
+/// that puts a finished cache tile of C back into C; as a vector read and write (64 x 256
+/// floats) it copies the tile onto itself after bufferization, where an insert_slice of a
+/// tile extracted from the same place bufferizes to nothing.
+struct WholeTensorWriteToInsertSlice : OpRewritePattern<vector::TransferWriteOp> {
+  using OpRewritePattern::OpRewritePattern;
+
+  LogicalResult matchAndRewrite(vector::TransferWriteOp write,
+                                PatternRewriter &rewriter) const override {
+    auto read = write.getVector().getDefiningOp<vector::TransferReadOp>();
+    auto dest = dyn_cast<RankedTensorType>(write.getBase().getType());
+    if (!read || !dest || write.getMask() || read.getMask() ||
+        !write.getPermutationMap().isMinorIdentity() ||
+        !read.getPermutationMap().isMinorIdentity() || write.hasOutOfBoundsDim() ||
+        read.hasOutOfBoundsDim())
+      return rewriter.notifyMatchFailure(write, "not a whole, plain read and write");
+    auto source = dyn_cast<RankedTensorType>(read.getBase().getType());
+    VectorType vector = read.getVectorType();
+    if (!source || !source.hasStaticShape() || source.getShape() != vector.getShape() ||
+        source.getRank() != dest.getRank() ||
+        !llvm::all_of(read.getIndices(), [](Value index) { return isZeroInteger(index); }))
+      return rewriter.notifyMatchFailure(write, "the read is not of a whole tensor");
+    SmallVector<OpFoldResult> offsets = getAsOpFoldResult(write.getIndices());
+    SmallVector<OpFoldResult> sizes =
+        getAsIndexOpFoldResult(rewriter.getContext(), source.getShape());
+    SmallVector<OpFoldResult> strides(source.getRank(), rewriter.getIndexAttr(1));
+    rewriter.replaceOpWithNewOp<tensor::InsertSliceOp>(write, read.getBase(), write.getBase(),
+                                                       offsets, sizes, strides);
+    return success();
+  }
+};
+
 /// Folds the bounds peeling left behind (affine.min of constants, slices of static size).
 LogicalResult simplify(func::FuncOp function) {
   MLIRContext *context = function.getContext();
@@ -577,6 +610,10 @@ public:
         continue;
       if (failed(transform::applyTransformNamedSequence(function, sequence, scheduleModule,
                                                         transform::TransformOptions())))
+        return signalPassFailure();
+      RewritePatternSet slices(function.getContext());
+      slices.add<WholeTensorWriteToInsertSlice>(function.getContext());
+      if (failed(applyPatternsGreedily(function, std::move(slices))))
         return signalPassFailure();
       if (plan.pairDotBits) {
         func::FuncOp declaration =
