@@ -206,27 +206,44 @@ std::unique_ptr<llvm::MCSubtargetInfo> x86Subtarget(const TargetCpu &cpu) {
 
 } // namespace
 
-unsigned getVectorBits(const TargetCpu &cpu) {
-  std::unique_ptr<llvm::MCSubtargetInfo> subtarget = x86Subtarget(cpu);
-  if (!subtarget)
-    return 128;
-  if (subtarget->checkFeatures("+avx512f"))
-    return 512;
-  if (subtarget->checkFeatures("+avx"))
-    return 256;
-  return 128;
+namespace {
+
+/// The vector widths of `cpu`: what getVectorBits and getPairDotBits answer.
+struct VectorWidths {
+  unsigned vector = 128, pairDot = 0;
+};
+
+/// Asks LLVM's model of `cpu` once per process: each model is built anew (some milliseconds),
+/// and every function of every compile asks.
+VectorWidths vectorWidths(const TargetCpu &cpu) {
+  static std::mutex mutex;
+  static llvm::StringMap<VectorWidths> known;
+  std::string key = cpu.triple + '\0' + cpu.cpu + '\0' + cpu.features;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    auto it = known.find(key);
+    if (it != known.end())
+      return it->second;
+  }
+  VectorWidths widths;
+  if (std::unique_ptr<llvm::MCSubtargetInfo> subtarget = x86Subtarget(cpu)) {
+    widths.vector = subtarget->checkFeatures("+avx512f") ? 512
+                    : subtarget->checkFeatures("+avx")   ? 256
+                                                         : 128;
+    widths.pairDot = subtarget->checkFeatures("+avx512bw") ? 512
+                     : subtarget->checkFeatures("+avx2")   ? 256
+                                                           : 128;
+  }
+  std::lock_guard<std::mutex> lock(mutex);
+  known.try_emplace(key, widths);
+  return widths;
 }
 
-unsigned getPairDotBits(const TargetCpu &cpu) {
-  std::unique_ptr<llvm::MCSubtargetInfo> subtarget = x86Subtarget(cpu);
-  if (!subtarget)
-    return 0;
-  if (subtarget->checkFeatures("+avx512bw"))
-    return 512;
-  if (subtarget->checkFeatures("+avx2"))
-    return 256;
-  return 128;
-}
+} // namespace
+
+unsigned getVectorBits(const TargetCpu &cpu) { return vectorWidths(cpu).vector; }
+
+unsigned getPairDotBits(const TargetCpu &cpu) { return vectorWidths(cpu).pairDot; }
 
 Value SessionCache::get(Operation *user, StringRef address) {
   auto function = user->getParentOfType<FunctionOpInterface>();

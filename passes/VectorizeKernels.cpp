@@ -483,22 +483,26 @@ struct WholeTensorWriteToInsertSlice : OpRewritePattern<vector::TransferWriteOp>
   }
 };
 
-/// Folds the bounds peeling left behind (affine.min of constants, slices of static size).
-LogicalResult simplify(func::FuncOp function) {
-  MLIRContext *context = function.getContext();
+/// The canonicalization patterns, as the canonicalizer collects them: the dialects' (a
+/// tensor.cast folded into the linalg op that uses it) and the ops'.
+FrozenRewritePatternSet canonicalization(MLIRContext *context) {
   RewritePatternSet patterns(context);
-  // As the canonicalizer collects them: the dialects' (a tensor.cast folded into the linalg
-  // op that uses it) and the ops'.
   for (Dialect *dialect : context->getLoadedDialects())
     dialect->getCanonicalizationPatterns(patterns);
   for (RegisteredOperationName name : context->getRegisteredOperations())
     name.getCanonicalizationPatterns(patterns, context);
-  return applyPatternsGreedily(function, std::move(patterns));
+  return FrozenRewritePatternSet(std::move(patterns));
+}
+
+/// Folds the bounds peeling left behind (affine.min of constants, slices of static size).
+LogicalResult simplify(func::FuncOp function, const FrozenRewritePatternSet &canonical) {
+  return applyPatternsGreedily(function, canonical);
 }
 
 /// Tiles every op of `function` level by level, simplifying between levels so that the next
 /// level sees static shapes; true when anything was tiled.
-FailureOr<bool> tileFunction(func::FuncOp function, const Plan &plan) {
+FailureOr<bool> tileFunction(func::FuncOp function, const Plan &plan,
+                             const FrozenRewritePatternSet &canonical) {
   // Elementwise arith and math on tensors become linalg first, in target modules too (the
   // pipeline's convert-elementwise-to-linalg reaches the host's functions only).
   RewritePatternSet elementwise(function.getContext());
@@ -559,7 +563,7 @@ FailureOr<bool> tileFunction(func::FuncOp function, const Plan &plan) {
       if (failed(tileAndPeel(rewriter, op, sizes, level + 1)))
         return failure();
     tiled = true;
-    if (failed(simplify(function)))
+    if (failed(simplify(function, canonical)))
       return function.emitError("simplifying tiled loops did not converge");
   }
   function.walk([](linalg::LinalgOp op) { op->removeAttr(kLevelAttr); });
@@ -581,6 +585,7 @@ public:
         parseSourceString<ModuleOp>(kVectorizeSchedule, context));
     if (!*schedule)
       return emitError(UnknownLoc::get(context), "the vectorization schedule does not parse");
+    canonical = std::make_shared<FrozenRewritePatternSet>(canonicalization(context));
     return success();
   }
 
@@ -603,7 +608,7 @@ public:
       const Plan &plan = it->second;
       if (plan.strict)
         continue;
-      FailureOr<bool> tiled = tileFunction(function, plan);
+      FailureOr<bool> tiled = tileFunction(function, plan, *canonical);
       if (failed(tiled))
         return signalPassFailure();
       if (!*tiled)
@@ -633,6 +638,8 @@ public:
 
 private:
   std::shared_ptr<OwningOpRef<ModuleOp>> schedule;
+  /// Built once per pass manager, as the canonicalizer builds its own.
+  std::shared_ptr<FrozenRewritePatternSet> canonical;
 
   Plan planFor(ModuleOp module) {
     Plan plan;
