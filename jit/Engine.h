@@ -149,7 +149,8 @@ struct EngineOptions {
   unsigned optLevel = 2; ///< 0-3, for host code and target objects.
   /// Threads a kernel's parallel loops use when it runs in this process (the process has
   /// one setting, the last engine's that sets it wins); 0: left as it is, by default the
-  /// CPUs the process may run on (sched_getaffinity). Executors have their own.
+  /// CPUs the process may run on (sched_getaffinity). With Isolation::Process, each module
+  /// worker's team (0: the CPUs the worker may run on). Executors have their own.
   unsigned kernelThreads = 0;
   /// Threads generating code for target modules at once, the compiling thread among them;
   /// 0: one per core; at most kMaxJobs. Compiles of the engines of a process that ask for as

@@ -606,14 +606,16 @@ WorkerLauncher::WorkerLauncher(const EngineOptions &options) {
   settings.program = workerProgram(options.workerProgram);
   settings.memoryMiB = options.workerMemoryMiB;
   settings.sandbox = options.workerSandbox;
+  settings.kernelThreads = options.kernelThreads;
   // Engines whose workers start alike share one pool: a server with an engine per option
   // set (courier-serve) keeps one warm worker, not one per set a client ever named. What
   // differs between the engines travels in each Compile request.
   static std::mutex poolsMutex;
-  static std::map<std::tuple<std::string, uint64_t, bool>, std::weak_ptr<WorkerPool>> pools;
+  static std::map<std::tuple<std::string, uint64_t, bool, unsigned>, std::weak_ptr<WorkerPool>>
+      pools;
   std::lock_guard<std::mutex> lock(poolsMutex);
   std::weak_ptr<WorkerPool> &shared =
-      pools[{settings.program, settings.memoryMiB, settings.sandbox}];
+      pools[{settings.program, settings.memoryMiB, settings.sandbox, settings.kernelThreads}];
   pool = shared.lock();
   if (!pool) {
     pool = std::make_shared<WorkerPool>(std::move(settings), options.warmWorkers);

@@ -7,6 +7,7 @@
 #include "jit/Internal.h"
 #include "jit/ParseGuard.h"
 
+#include "executor/KernelThreads.h"
 #include "executor/Sandbox.h"
 #include "executor/Worker.h"
 #include "transport/ServerMain.h"
@@ -14,6 +15,7 @@
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <algorithm>
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
@@ -275,12 +277,13 @@ using moduleproto::MessageWriter;
 struct Flags {
   pid_t parent = 0;
   executor::SandboxLimits limits;
+  unsigned kernelThreads = 0; ///< 0: the CPUs the worker may run on.
   bool sandbox = true;
 };
 
 const char *const kUsage =
     "usage: courier-module-worker [--parent PID] [--memory-mib N] [--cpu-seconds N]\n"
-    "                             [--no-sandbox]\n"
+    "                             [--kernel-threads N] [--no-sandbox]\n"
     "  started by the engine with its channel on descriptor 3; see jit/ModuleWorker.h\n";
 
 llvm::Expected<Flags> parseFlags(int argc, char **argv) {
@@ -296,7 +299,8 @@ llvm::Expected<Flags> parseFlags(int argc, char **argv) {
       continue;
     }
     llvm::StringRef name = args.name();
-    if (!llvm::is_contained({"--parent", "--memory-mib", "--cpu-seconds"}, name))
+    if (!llvm::is_contained({"--parent", "--memory-mib", "--cpu-seconds", "--kernel-threads"},
+                            name))
       return args.unknown();
     if (llvm::Error e = args.readValue())
       return std::move(e);
@@ -309,6 +313,8 @@ llvm::Expected<Flags> parseFlags(int argc, char **argv) {
       // The compile's stack is reserved whole but touched only as deep as the text nests
       // (jit/ParseGuard.h): the reservation is not the module's to pay for.
       flags.limits.memoryBytes = (number << 20) + kCompileStackBytes;
+    else if (name == "--kernel-threads")
+      flags.kernelThreads = static_cast<unsigned>(std::min<uint64_t>(number, 1024));
     else
       flags.limits.cpuSeconds = number;
   }
@@ -696,6 +702,11 @@ int runModuleWorker(int argc, char **argv) {
   if (llvm::Error error = executor::installCrashReporter(channel))
     return fail(llvm::toString(std::move(error)));
   std::set_new_handler(outOfMemory);
+  // Kernels' threads, as a session worker starts them (executor/Worker.cpp): from the thread
+  // that serves calls, before the limits and the filter, their stacks mapped before RLIMIT_AS.
+  executor::setKernelThreads(flags->kernelThreads);
+  if (llvm::Error error = executor::startKernelThreads())
+    return fail("starting kernel threads: " + llvm::toString(std::move(error)));
   warmUp();
   if (llvm::Error error = executor::applyLimits(flags->limits))
     return fail(llvm::toString(std::move(error)));

@@ -66,6 +66,8 @@ llvm::Expected<llvm::StringRef> readBody(MessageReader &in, executor::Message &m
 ///   --parent PID      exit if that process is gone (set by the server)
 ///   --memory-mib N    address space compiles and calls may add (RLIMIT_AS)
 ///   --cpu-seconds N   RLIMIT_CPU
+///   --kernel-threads N  threads of kernels' parallel loops (default: the CPUs it may run
+///                     on), started before the limits and the sandbox
 ///   --no-sandbox      skip no-new-privs and the seccomp filter
 int runModuleWorker(int argc, char **argv);
 

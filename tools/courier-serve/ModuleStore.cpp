@@ -239,6 +239,7 @@ Engine &ModuleStore::engineFor(const ModuleOptions &options) {
     engineOptions.maxConstantBytes = config.maxConstantBytes;
     engineOptions.maxObjectBytes = config.maxObjectBytes;
     engineOptions.jobs = config.jobs;
+    engineOptions.kernelThreads = config.kernelThreads;
     engine = std::make_unique<Engine>(std::move(engineOptions));
   }
   return *engine;

@@ -53,6 +53,9 @@ struct StoreOptions {
   /// EngineOptions::workersPerModule: worker processes each isolated module version runs in.
   unsigned workersPerModule = 1;
   bool sandbox = true; ///< No-new-privs and seccomp for module workers.
+  /// EngineOptions::kernelThreads of every engine: threads of kernels' parallel loops, in
+  /// each module worker or in this process (0: the CPUs it may run on).
+  unsigned kernelThreads = 0;
   /// EngineOptions::jobs of every engine: threads generating target code (0: one per core).
   unsigned jobs = 0;
   /// EngineOptions::maxConstantBytes and maxObjectBytes of every engine; 0 for no limit.

@@ -87,6 +87,10 @@ static std::vector<transport::OptionHelp> optionHelp() {
       {"--workers-per-module", "N",
        "Worker processes each module version runs in, each set up, a call going to an idle "
        "one (default 1; at most 64)"},
+      {"--kernel-threads", "N",
+       "Threads a kernel's parallel loops use, per module worker (in this process with "
+       "--isolation none; 1 to 1024; default: the CPUs this process may run on, "
+       "sched_getaffinity)"},
       {"--no-sandbox", "", "Start module workers without no-new-privs and seccomp"},
       {"--drain-timeout-ms", "N",
        "On SIGTERM, how long requests in flight may take to finish while /v1/ready answers 503 "
@@ -120,6 +124,7 @@ Expected<Arguments> parseArguments(int argc, char **argv) {
   uint64_t maxConstantMiB = args.store.maxConstantBytes >> 20,
            maxObjectMiB = args.store.maxObjectBytes >> 20;
   uint64_t jobs = 0, watchOptLevel = args.watchOptLevel, workersPerModule = 1;
+  uint64_t kernelThreads = 0;
   bool maxConnectionsGiven = false;
   static const std::vector<transport::OptionHelp> known = optionHelp();
   static const std::string help = transport::serverHelp(
@@ -181,7 +186,8 @@ Expected<Arguments> parseArguments(int argc, char **argv) {
                                              "--drain-timeout-ms",
                                              "--jobs",
                                              "--watch-opt-level",
-                                             "--workers-per-module"},
+                                             "--workers-per-module",
+                                             "--kernel-threads"},
                                             name))
       return flags.unknown();
     if (Error error = flags.readValue())
@@ -228,7 +234,11 @@ Expected<Arguments> parseArguments(int argc, char **argv) {
       error = flags.number(jobs);
     else if (name == "--workers-per-module")
       error = flags.number(workersPerModule);
-    else if (name == "--watch-opt-level")
+    else if (name == "--kernel-threads") {
+      error = flags.number(kernelThreads);
+      if (!error && (kernelThreads < 1 || kernelThreads > 1024))
+        return createStringError("--kernel-threads must be between 1 and 1024");
+    } else if (name == "--watch-opt-level")
       error = flags.number(watchOptLevel);
     else if (name == "--drain-timeout-ms")
       error = transport::setDrainTimeout(flags, args.serve);
@@ -276,6 +286,7 @@ Expected<Arguments> parseArguments(int argc, char **argv) {
     return createStringError("--workers-per-module is 1 to " +
                              Twine(EngineOptions::kMaxWorkersPerModule));
   args.store.workersPerModule = static_cast<unsigned>(workersPerModule);
+  args.store.kernelThreads = static_cast<unsigned>(kernelThreads);
   if (jobs > EngineOptions::kMaxJobs)
     return createStringError("--jobs is at most " + Twine(EngineOptions::kMaxJobs));
   args.store.jobs = static_cast<unsigned>(jobs);
