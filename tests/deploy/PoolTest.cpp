@@ -414,6 +414,48 @@ TEST_CASE("2000 idle TLS connections and 200 half-sent heads from one client lea
   requireServedThroughFlood(pool, certificates.caCert, "--tls-ca " + certificates.caCert);
 }
 
+TEST_CASE("past the front door's limit_conn one address gets nginx's 503 overloaded, which it "
+          "reads, while another address is served",
+          "[deploy][connections]") {
+  Pool pool(PoolKind::Executors);
+  // Requests in progress from 127.0.0.1, each with its head read and half its body sent (an
+  // executor waits 5 s for the rest): 260, past the 256 one address may have
+  // (deploy/nginx/courier-limits.conf), so that whatever else nginx counts, the limit is met.
+  std::vector<std::unique_ptr<RawConnection>> busy;
+  for (int i = 0; i < 260; ++i) {
+    busy.push_back(std::make_unique<RawConnection>(pool.port()));
+    busy.back()->send("PUT /v1/sessions/limit-" + std::to_string(i) +
+                      " HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                      "Content-Length: 4\r\n\r\n{}");
+  }
+  const std::string health = "GET /v1/health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+  // nginx counts a request once its head is read: the last ones may still be on their way.
+  std::string refused;
+  for (auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+       statusOf(refused) != 503 && std::chrono::steady_clock::now() < deadline;) {
+    refused = exchangeRaw(pool.port(), health);
+    if (statusOf(refused) != 503)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  INFO(refused);
+  CHECK(statusOf(refused) == 503);
+  CHECK(errorCodeOf(refused) == "overloaded");
+  CHECK(refused.find("limit_conn") != std::string::npos);
+  std::string served = courier::testing::exchangeFrom(pool.port(), "127.0.0.2", health);
+  INFO(served);
+  CHECK(statusOf(served) == 200);
+  // Once those requests end, the address is served again.
+  busy.clear();
+  std::string again;
+  for (auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+       statusOf(again) != 200 && std::chrono::steady_clock::now() < deadline;) {
+    again = exchangeRaw(pool.port(), health);
+    if (statusOf(again) != 200)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  CHECK(statusOf(again) == 200);
+}
+
 TEST_CASE("an executor pool's front door refuses a header flood and keeps answering health",
           "[deploy]") {
   Pool pool(PoolKind::Executors);

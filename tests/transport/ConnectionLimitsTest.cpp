@@ -255,6 +255,32 @@ TEST_CASE("a TCP connection to a TLS port that never starts a handshake is close
   CHECK(executor.metric("courier_connections_evicted_total{state=\"handshake\"}") >= 700);
 }
 
+TEST_CASE("a half-sent head waits the head timeout, and once three quarters of --max-connections "
+          "are open, half-sent heads are closed within the shorter timeout of a server under "
+          "pressure",
+          "[http][connections]") {
+  ExecutorProcess executor(
+      ExecutorConfig{0, "", {"--max-connections", "8", "--max-connections-per-client", "0"}});
+  REQUIRE(executor.awaitMetricAtMost("courier_connections_open", 1) <= 1);
+  const std::string head = "GET /v1/health HTTP/1.1\r\nHost: x\r\n";
+  {
+    // One of eight: no pressure, the head timeout is 10 s.
+    RawConnection calm(executor.port());
+    calm.send(head);
+    CHECK_FALSE(courier::testing::closedWithin(calm.descriptor(), 2500));
+  }
+  // Six of eight open: pressure. The head timeout is 1 s from each head's first byte; a
+  // second more for the server's turn.
+  std::vector<std::unique_ptr<RawConnection>> heads;
+  for (int i = 0; i < 6; ++i) {
+    heads.push_back(std::make_unique<RawConnection>(executor.port()));
+    heads.back()->send(head);
+  }
+  for (auto &connection : heads)
+    CHECK(courier::testing::closedWithin(connection->descriptor(), 4000));
+  CHECK(executor.metric("courier_connections_timed_out_total{state=\"head\"}") >= 6);
+}
+
 TEST_CASE("a --max-connections past what RLIMIT_NOFILE allows is refused at start-up, naming "
           "the limit",
           "[http][connections]") {
