@@ -1823,6 +1823,27 @@ std::vector<prometheus::MetricFamily> ExecutorCore::collectMetrics() {
   }
   families.push_back(transport::histogramFamily(
       "courier_launch_duration_seconds", "Time spent in kernel entries.", metrics.launchSeconds));
+  // Session workers keep their own tallies; in this process, the process's.
+  KernelThreadTotals kernels;
+  if (impl->isolated()) {
+    kernels = WorkerPool::kernelThreadTotals();
+  } else {
+    const KernelThreadTally &tally = kernelThreadTally();
+    kernels = {tally.busyThreads.load(), tally.parallelLaunches.load(),
+               tally.oneThreadLaunches.load()};
+  }
+  families.push_back(gauge("courier_kernel_threads_busy",
+                           "Kernel threads running a kernel's parallel loop now, in every worker.",
+                           kernels.busyThreads));
+  prometheus::MetricFamily byThreads = transport::metricFamily(
+      "courier_kernel_launches_total",
+      "Kernel launches that returned, by whether their loops ran parallel on the kernel-thread "
+      "team (parallel) or all on the launching thread (one).",
+      MetricType::Counter);
+  transport::addSample(byThreads, static_cast<double>(kernels.parallelLaunches), "threads",
+                       "parallel");
+  transport::addSample(byThreads, static_cast<double>(kernels.oneThreadLaunches), "threads", "one");
+  families.push_back(std::move(byThreads));
   if (!impl->isolated())
     return families;
   families.push_back(

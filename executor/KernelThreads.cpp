@@ -94,7 +94,12 @@ namespace {
 
 std::atomic<unsigned> chosenThreads{0};
 std::atomic<uint64_t> regions{0}, busy{0};
+KernelThreadTally ownTally;
+std::atomic<KernelThreadTally *> tally{&ownTally};
 thread_local uint64_t regionsOnThread = 0;
+/// Parallel regions this thread started on a team of more than itself, and their count when
+/// the launch running on this thread started.
+thread_local uint64_t sharedRegionsOnThread = 0, sharedRegionsAtLaunch = 0;
 /// The team size last applied on this thread (0: none yet).
 thread_local unsigned appliedThreads = 0;
 
@@ -115,7 +120,11 @@ void countedForkCall(void *loc, int32_t argc, CourierMicrotask microtask, ...) {
   ++regionsOnThread;
   regions.fetch_add(1, std::memory_order_relaxed);
   uint64_t team = static_cast<uint64_t>(omp_get_max_threads());
+  if (team > 1)
+    ++sharedRegionsOnThread;
   busy.fetch_add(team, std::memory_order_relaxed);
+  KernelThreadTally *counts = tally.load(std::memory_order_relaxed);
+  counts->busyThreads.fetch_add(team, std::memory_order_relaxed);
   switch (argc) {
   case 0:
     __kmpc_fork_call(loc, 0, microtask);
@@ -146,6 +155,7 @@ void countedForkCall(void *loc, int32_t argc, CourierMicrotask microtask, ...) {
     break;
   }
   busy.fetch_sub(team, std::memory_order_relaxed);
+  counts->busyThreads.fetch_sub(team, std::memory_order_relaxed);
 }
 
 llvm::Error systemError(const llvm::Twine &what, int error = errno) {
@@ -176,6 +186,7 @@ unsigned kernelThreads() {
 }
 
 void prepareKernelLaunch() {
+  sharedRegionsAtLaunch = sharedRegionsOnThread;
   unsigned threads = kernelThreads();
   if (appliedThreads == threads)
     return;
@@ -187,6 +198,23 @@ void prepareKernelLaunch() {
   omp_set_num_threads(static_cast<int>(threads));
   appliedThreads = threads;
 }
+
+void finishKernelLaunch() {
+  KernelThreadTally &counts = *tally.load(std::memory_order_relaxed);
+  (sharedRegionsOnThread != sharedRegionsAtLaunch ? counts.parallelLaunches
+                                                  : counts.oneThreadLaunches)
+      .fetch_add(1, std::memory_order_relaxed);
+}
+
+void publishKernelThreadTally(KernelThreadTally *shared) {
+  KernelThreadTally *before = tally.load();
+  shared->parallelLaunches.store(before->parallelLaunches.load());
+  shared->oneThreadLaunches.store(before->oneThreadLaunches.load());
+  shared->busyThreads.store(0);
+  tally.store(shared);
+}
+
+const KernelThreadTally &kernelThreadTally() { return *tally.load(); }
 
 llvm::Error startKernelThreads() {
   prepareKernelLaunch();

@@ -7,6 +7,7 @@
 #include "llvm/ADT/ArrayRef.h"
 #include "llvm/Support/Error.h"
 
+#include <atomic>
 #include <cstdint>
 #include <utility>
 
@@ -33,6 +34,28 @@ llvm::Error startKernelThreads();
 /// Called on the launching thread before a kernel runs: its parallel loops take the chosen
 /// number of threads. Cheap.
 void prepareKernelLaunch();
+
+/// Called on the launching thread once the kernel prepareKernelLaunch preceded has returned:
+/// counts the launch as parallel (it started a parallel region on a team of two or more) or
+/// as run on one thread.
+void finishKernelLaunch();
+
+/// What a process's kernels did with its team, for metrics: threads in a parallel region now
+/// (the team's size while one runs), and launches by whether they ran parallel. A worker
+/// keeps it in the page it shares with its executor (executor/WorkerProtocol.h), which sums
+/// its workers' (WorkerPool::kernelThreadTally).
+struct KernelThreadTally {
+  std::atomic<uint64_t> busyThreads{0};
+  std::atomic<uint64_t> parallelLaunches{0};
+  std::atomic<uint64_t> oneThreadLaunches{0};
+};
+
+/// Counts from now on into `shared` (which must outlive the process's launches), carrying
+/// over what was counted so far.
+void publishKernelThreadTally(KernelThreadTally *shared);
+
+/// This process's tally (where it is published, or its own).
+const KernelThreadTally &kernelThreadTally();
 
 /// The OpenMP runtime entries compiled parallel loops call, with their addresses in this
 /// process: the object host's allow-list takes them. __kmpc_fork_call is Courier's wrapper,

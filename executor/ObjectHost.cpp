@@ -988,6 +988,7 @@ Expected<std::vector<OwnedTensor>> ObjectHost::launch(StringRef sha256, StringRe
     TrackAllocations tracking(allocations);
     executor::prepareKernelLaunch();
     function(outBuffer.data(), const_cast<void **>(args));
+    executor::finishKernelLaunch();
   }
 
   auto expectedRanks = [&] {

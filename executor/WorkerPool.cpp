@@ -8,12 +8,14 @@
 #include "llvm/ADT/StringSet.h"
 #include "llvm/Support/FormatVariadic.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <csignal>
 #include <cstring>
 #include <fcntl.h>
 #include <map>
 #include <poll.h>
+#include <set>
 #include <spawn.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -30,6 +32,18 @@ namespace doorbell = transport::doorbell;
 namespace {
 
 std::atomic<uint64_t> liveWorkers{0};
+
+/// The doorbell pages of live workers, whose kernel-thread tallies metrics sum, and what
+/// the workers gone had counted.
+struct Tallies {
+  std::mutex mutex;
+  std::set<const DoorbellPage *> pages;
+  uint64_t parallelLaunches = 0, oneThreadLaunches = 0;
+};
+Tallies &tallies() {
+  static Tallies *all = new Tallies; // Never destroyed: workers may outlive static teardown.
+  return *all;
+}
 
 /// How long a worker may take to start, load its plugins and enter its sandbox.
 constexpr auto kStartTimeout = std::chrono::seconds(20);
@@ -62,7 +76,29 @@ std::string describeStatus(int status) {
 
 uint64_t WorkerPool::live() { return liveWorkers.load(); }
 
+KernelThreadTotals WorkerPool::kernelThreadTotals() {
+  Tallies &all = tallies();
+  std::lock_guard<std::mutex> lock(all.mutex);
+  KernelThreadTotals totals{0, all.parallelLaunches, all.oneThreadLaunches};
+  for (const DoorbellPage *page : all.pages) {
+    const KernelThreadTally &tally = page->kernelThreads;
+    // No team is larger than --kernel-threads allows.
+    totals.busyThreads +=
+        std::min<uint64_t>(tally.busyThreads.load(std::memory_order_relaxed), 1024);
+    totals.parallelLaunches += tally.parallelLaunches.load(std::memory_order_relaxed);
+    totals.oneThreadLaunches += tally.oneThreadLaunches.load(std::memory_order_relaxed);
+  }
+  return totals;
+}
+
 WorkerProcess::~WorkerProcess() {
+  if (page) {
+    Tallies &all = tallies();
+    std::lock_guard<std::mutex> lock(all.mutex);
+    all.pages.erase(page);
+    all.parallelLaunches += page->kernelThreads.parallelLaunches.load(std::memory_order_relaxed);
+    all.oneThreadLaunches += page->kernelThreads.oneThreadLaunches.load(std::memory_order_relaxed);
+  }
   kill(EndReason::Closed);
   reap();
   liveWorkers--;
@@ -203,6 +239,9 @@ llvm::Error WorkerProcess::shareDoorbell() {
     return done.takeError();
   doorbellBuffer = std::move(*buffer);
   page = reinterpret_cast<DoorbellPage *>(doorbellBuffer.data());
+  Tallies &all = tallies();
+  std::lock_guard<std::mutex> lock(all.mutex);
+  all.pages.insert(page);
   return llvm::Error::success();
 }
 

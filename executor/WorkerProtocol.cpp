@@ -137,6 +137,7 @@ bool WorkerChannel::installDoorbell(Message &request) {
   page = shared;
   ticket = first;
   ringOnCrash(page->request, page->reply);
+  publishKernelThreadTally(&page->kernelThreads);
   return true;
 }
 

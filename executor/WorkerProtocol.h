@@ -5,6 +5,7 @@
 #ifndef COURIER_EXECUTOR_WORKERPROTOCOL_H
 #define COURIER_EXECUTOR_WORKERPROTOCOL_H
 
+#include "executor/KernelThreads.h"
 #include "transport/SharedMemory.h"
 
 #include "llvm/ADT/ArrayRef.h"
@@ -124,6 +125,9 @@ struct DoorbellPage {
   /// asleep: the other rings only then (doorbell::set).
   std::atomic<uint32_t> requestSleeping;
   std::atomic<uint32_t> replySleeping;
+  /// What the worker's kernels did with its kernel-thread team, kept by the worker for the
+  /// executor's metrics (read as a worker's word: checked, never trusted).
+  KernelThreadTally kernelThreads;
   char requestSlot[kMaxMessageBytes];
   char replySlot[kMaxMessageBytes];
 };

@@ -275,8 +275,9 @@ std::string awaitLogLine(const ExecutorProcess &executor, const std::vector<std:
 
 /// A kernel making system call `name` directly gets its worker killed: kernel_crashed naming
 /// SIGSYS and the call; whatever it would have created does not exist; the session goes on.
-void requireSystemCallBlocked(const std::string &entry, const std::string &name, bool takesPath) {
-  Contained f;
+void requireSystemCallBlocked(const std::string &entry, const std::string &name, bool takesPath,
+                              std::vector<std::string> executorArgs = {}) {
+  Contained f(std::move(executorArgs));
   std::string path = f.executor.directory() + "/created-by-" + name;
   std::vector<Tensor> inputs;
   if (takesPath)
@@ -367,6 +368,19 @@ TEST_CASE("a raw fork is killed with SIGSYS naming fork", "[containment][sandbox
   requireSystemCallBlocked("_catalyst_pyface_fork_child", "fork", false);
 }
 
+TEST_CASE("a raw clone of a process is killed with SIGSYS naming clone, the kernel-thread team "
+          "started",
+          "[containment][sandbox][threads]") {
+  // The default team is the CPUs the executor may run on; two makes sure there is one.
+  requireSystemCallBlocked("_catalyst_pyface_clone_child", "clone", false,
+                           {"--kernel-threads", "2"});
+}
+
+TEST_CASE("a raw fork is killed with SIGSYS naming fork with a kernel-thread team of two",
+          "[containment][sandbox][threads]") {
+  requireSystemCallBlocked("_catalyst_pyface_fork_child", "fork", false, {"--kernel-threads", "2"});
+}
+
 TEST_CASE("a raw kill is killed with SIGSYS naming kill", "[containment][sandbox]") {
   requireSystemCallBlocked("_catalyst_pyface_kill_probe", "kill", false);
 }
@@ -428,6 +442,36 @@ TEST_CASE("a kernel spinning on every kernel thread is ended at its deadline, th
   INFO(launched.describe());
   CHECK(launched.status == 504);
   CHECK(launched.code == "deadline_exceeded");
+  requireSessionGoesOn(f);
+}
+
+TEST_CASE("a kernel spinning on every kernel thread shows them busy in the metrics until its "
+          "deadline ends its worker, every thread with it",
+          "[containment][deadline][threads][metrics]") {
+  Contained f({"--kernel-threads", "2"});
+  std::vector<pid_t> before = childrenOf(f.executor.processId());
+  Outcome started =
+      outcomeOf(f.client.launchAsync(f.session, f.crashers, "_catalyst_pyface_spin_on_threads"));
+  INFO(started.describe());
+  REQUIRE(started.status == 202);
+  // Both threads of the team spin: the gauge reaches 2 (polled for at most 10 s).
+  double busy = 0;
+  for (auto until = Clock::now() + 10s; Clock::now() < until && busy < 2;
+       std::this_thread::sleep_for(10ms))
+    busy = f.executor.metric("courier_kernel_threads_busy");
+  CHECK(busy == 2);
+  uint64_t id = json::parse(started.body)["launch"];
+  Outcome awaited = outcomeOf(f.client.await(f.session, id, {{kDeadlineHeader, "300"}}));
+  INFO(awaited.describe());
+  CHECK(awaited.status == 504);
+  CHECK(f.executor.awaitMetricAtMost("courier_kernel_threads_busy", 0) == 0);
+  // The worker that spun is gone, reaped, and every thread of its team with it.
+  bool oneGone = false;
+  for (auto until = Clock::now() + 10s; Clock::now() < until && !oneGone;
+       std::this_thread::sleep_for(10ms))
+    for (pid_t worker : before)
+      oneGone = oneGone || !std::filesystem::exists("/proc/" + std::to_string(worker));
+  CHECK(oneGone);
   requireSessionGoesOn(f);
 }
 

@@ -10,9 +10,15 @@
 
 #include <catch2/catch.hpp>
 
+#include <atomic>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <future>
 #include <sched.h>
+#include <sstream>
 #include <sys/wait.h>
+#include <thread>
 #include <unistd.h>
 #include <vector>
 
@@ -69,7 +75,114 @@ std::vector<uint8_t> run(const std::string &address) {
   return std::vector<uint8_t>(result.bytes.begin(), result.bytes.end());
 }
 
+/// A 4-element add: far below the size whose loops run parallel.
+std::string smallProgram(const std::string &address) {
+  return llvm::formatv(R"mlir(
+module @small {{
+  func.func public @main(%x: tensor<4xf32>) -> tensor<4xf32> {{
+    %r = catalyst.launch_kernel @dev::@twice(%x) : (tensor<4xf32>) -> tensor<4xf32>
+    return %r : tensor<4xf32>
+  }
+  module @dev attributes {{catalyst.target = {{}, catalyst.dispatch = {{address = "{0}"}} {{
+    func.func public @twice(%x: tensor<4xf32>) -> tensor<4xf32> {{
+      %r = arith.addf %x, %x : tensor<4xf32>
+      return %r : tensor<4xf32>
+    }
+  }
+}
+)mlir",
+                       address)
+      .str();
+}
+
+void runSmall(const std::string &address) {
+  TempDir dir;
+  Engine engine(optionsIn(dir));
+  auto module = engine.compile(smallProgram(address), "small");
+  REQUIRE(ok(module));
+  auto out = (*module)->invoke("main", Tensor::fromDoubles(DType::F32, {4}, {1, 2, 3, 4}));
+  REQUIRE(ok(out));
+  for (int64_t i = 0; i < 4; ++i)
+    CHECK((*out)[0].at(i) == 2.0 * double(i + 1));
+}
+
+/// Threads of process `pid` (its status's Threads line), 0 once it is gone.
+size_t threadsOf(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("Threads:", 0) == 0)
+      return std::stoul(line.substr(8));
+  return 0;
+}
+
 } // namespace
+
+TEST_CASE("an executor's metrics count a parallel launch and a small one by how they ran, and "
+          "no kernel thread busy after",
+          "[engine][executor][threads][metrics]") {
+  testing::ExecutorProcess executor({0, "", {"--kernel-threads", "2"}});
+  CHECK(executor.metric("courier_kernel_launches_total{threads=\"parallel\"}") == 0);
+  CHECK(executor.metric("courier_kernel_launches_total{threads=\"one\"}") == 0);
+  run(executor.address());
+  CHECK(executor.metric("courier_kernel_launches_total{threads=\"parallel\"}") == 1);
+  CHECK(executor.metric("courier_kernel_launches_total{threads=\"one\"}") == 0);
+  runSmall(executor.address());
+  CHECK(executor.metric("courier_kernel_launches_total{threads=\"parallel\"}") == 1);
+  CHECK(executor.metric("courier_kernel_launches_total{threads=\"one\"}") == 1);
+  CHECK(executor.metric("courier_kernel_threads_busy") == 0);
+}
+
+TEST_CASE("with --kernel-threads 1 the same matmul runs on one thread",
+          "[engine][executor][threads]") {
+  testing::ExecutorProcess executor({0, "", {"--kernel-threads", "1"}});
+  run(executor.address());
+  CHECK(executor.metric("courier_kernel_launches_total{threads=\"one\"}") == 1);
+  CHECK(executor.metric("courier_kernel_launches_total{threads=\"parallel\"}") == 0);
+}
+
+TEST_CASE("two sessions running a parallel matmul at once both get the bits of one thread, "
+          "each worker holding no more threads than its team",
+          "[engine][executor][threads]") {
+  std::vector<uint8_t> serial;
+  {
+    testing::ExecutorProcess one({0, "", {"--kernel-threads", "1"}});
+    serial = run(one.address());
+  }
+  constexpr size_t kTeam = 2;
+  testing::ExecutorProcess executor({0, "", {"--kernel-threads", std::to_string(kTeam)}});
+  std::atomic<bool> done{false};
+  size_t mostPerWorker = 0, mostWorkers = 0, mostInAll = 0;
+  // Sampled while both sessions compile, ship and launch, until both have their results.
+  std::thread sampler([&] {
+    while (!done) {
+      size_t all = 0, workers = 0;
+      for (pid_t worker : testing::childrenOf(executor.processId())) {
+        size_t threads = threadsOf(worker);
+        mostPerWorker = std::max(mostPerWorker, threads);
+        all += threads;
+        workers += threads ? 1 : 0;
+      }
+      mostInAll = std::max(mostInAll, all);
+      mostWorkers = std::max(mostWorkers, workers);
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+  });
+  auto first = std::async(std::launch::async, [&] { return run(executor.address()); });
+  auto second = std::async(std::launch::async, [&] { return run(executor.address()); });
+  std::vector<uint8_t> a = first.get(), b = second.get();
+  done = true;
+  sampler.join();
+  CHECK(a == serial);
+  CHECK(b == serial);
+  CHECK(executor.metric("courier_kernel_launches_total{threads=\"parallel\"}") == 2);
+  INFO("most workers at once " << mostWorkers << ", most threads in one " << mostPerWorker
+                               << ", in all " << mostInAll);
+  // docs/design.md: each session's worker has a team of --kernel-threads threads, the
+  // launching thread among them, and no other; warm workers too.
+  CHECK(mostPerWorker == kTeam);
+  CHECK(mostInAll <= mostWorkers * kTeam);
+}
 
 TEST_CASE("a parallel matmul in a sandboxed worker gives the same bits on two threads as on one",
           "[engine][executor][threads]") {
