@@ -6,6 +6,7 @@
 #include "jit/Engine.h"
 
 #include "tests/jit/TestSupport.h"
+#include "tests/support/KernelPrograms.h"
 
 #include <catch2/catch.hpp>
 
@@ -18,72 +19,20 @@
 #include <vector>
 
 using namespace courier;
+using courier::testing::kernelProgram;
 using courier::testing::ok;
 using courier::testing::optionsIn;
+using courier::testing::randoms;
+using courier::testing::runMain;
 using courier::testing::TempDir;
+using courier::testing::tensorType;
+using courier::testing::worstError;
 
 namespace {
-
-std::string tensorType(const std::vector<int64_t> &shape, const std::string &element) {
-  std::string text = "tensor<";
-  for (int64_t size : shape)
-    text += std::to_string(size) + "x";
-  return text + element + ">";
-}
-
-/// A program whose entry @main launches @dev::@k on the in-process executor: `args` are the
-/// kernel's argument types (%a0, %a1, ...), `result` its result type, and `body` computes %r.
-std::string kernelProgram(const std::vector<std::string> &args, const std::string &result,
-                          const std::string &body) {
-  std::string params, names, types;
-  for (size_t i = 0; i < args.size(); ++i) {
-    std::string sep = i ? ", " : "";
-    params += sep + "%a" + std::to_string(i) + ": " + args[i];
-    names += sep + "%a" + std::to_string(i);
-    types += sep + args[i];
-  }
-  std::ostringstream text;
-  text << "module @app {\n"
-       << "  func.func public @main(" << params << ") -> " << result << " {\n"
-       << "    %r = catalyst.launch_kernel @dev::@k(" << names << ") : (" << types << ") -> "
-       << result << "\n    return %r : " << result << "\n  }\n"
-       << "  module @dev attributes {catalyst.target = {}, catalyst.dispatch = {address = "
-          "\"local\"}} {\n"
-       << "    func.func public @k(" << params << ") -> " << result << " {\n"
-       << body << "      return %r : " << result << "\n    }\n  }\n}\n";
-  return text.str();
-}
-
-std::vector<float> randoms(size_t count, unsigned seed, float low = -1.0f, float high = 1.0f) {
-  std::mt19937 generator(seed);
-  std::uniform_real_distribution<float> uniform(low, high);
-  std::vector<float> values(count);
-  for (float &v : values)
-    v = uniform(generator);
-  return values;
-}
-
-/// Compiles `text`, runs @main on `inputs` and returns its one result.
-Tensor runMain(Engine &engine, const std::string &text, std::vector<Tensor> inputs) {
-  auto module = engine.compile(text, "input.mlir");
-  REQUIRE(ok(module));
-  auto out = (*module)->invoke("main", std::move(inputs));
-  REQUIRE(ok(out));
-  REQUIRE(out->size() == 1);
-  return std::move((*out)[0]);
-}
 
 std::vector<float> floats(const Tensor &t) {
   llvm::ArrayRef<float> values = t.view<float>();
   return std::vector<float>(values.begin(), values.end());
-}
-
-double worstError(const std::vector<float> &got, const std::vector<double> &want) {
-  REQUIRE(got.size() == want.size());
-  double worst = 0;
-  for (size_t i = 0; i < got.size(); ++i)
-    worst = std::max(worst, std::abs(double(got[i]) - want[i]));
-  return worst;
 }
 
 const char *kZeroF32 =
@@ -495,7 +444,7 @@ TEST_CASE("a TOSA op no lowering knows is named where it was written", "[jit][in
   auto module = engine.compile(kernelProgram({t}, t, body), "custom.mlir");
   REQUIRE(!module);
   std::string message = llvm::toString(module.takeError());
-  CHECK(message.find("custom.mlir:8:12") != std::string::npos);
+  CHECK(message.find("custom.mlir:10:12") != std::string::npos);
   CHECK(message.find("'tosa.custom'") != std::string::npos);
 }
 
@@ -514,7 +463,7 @@ TEST_CASE("an op the default pipeline cannot lower to LLVM is named where it was
   std::string message = llvm::toString(module.takeError());
   INFO(message);
   CHECK(message.find("'emitc.literal'") != std::string::npos);
-  CHECK(message.find("at emitc.mlir:8:") != std::string::npos);
+  CHECK(message.find("at emitc.mlir:10:") != std::string::npos);
   CHECK(message.find("could not be lowered to LLVM by the default pipeline") != std::string::npos);
   CHECK(message.find("unrealized_conversion_cast") == std::string::npos);
 }

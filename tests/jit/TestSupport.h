@@ -60,6 +60,18 @@ inline std::vector<double> values(const Tensor &t) {
   return v;
 }
 
+/// Compiles `text` (named `file` in diagnostics), runs its @main on `inputs` and returns its
+/// one result.
+inline Tensor runMain(Engine &engine, const std::string &text, std::vector<Tensor> inputs,
+                      const std::string &file = "kernel.mlir") {
+  auto module = engine.compile(text, file);
+  REQUIRE(ok(module));
+  auto out = (*module)->invoke("main", std::move(inputs));
+  REQUIRE(ok(out));
+  REQUIRE(out->size() == 1);
+  return std::move((*out)[0]);
+}
+
 inline std::string readFile(const std::string &path) {
   auto buffer = llvm::MemoryBuffer::getFile(path);
   REQUIRE(buffer);

@@ -5,6 +5,7 @@
 #include "jit/Engine.h"
 
 #include "tests/jit/TestSupport.h"
+#include "tests/support/KernelPrograms.h"
 #include "tests/transport/ExecutorProcess.h"
 
 #include <catch2/catch.hpp>
@@ -18,9 +19,14 @@
 #include <vector>
 
 using namespace courier;
+using courier::testing::kernelProgram;
+using courier::testing::matmulExact;
 using courier::testing::ok;
 using courier::testing::optionsIn;
+using courier::testing::randoms;
+using courier::testing::runMain;
 using courier::testing::TempDir;
+using courier::testing::worstError;
 
 namespace {
 
@@ -51,15 +57,6 @@ std::string matmulProgram(int64_t m, int64_t n, int64_t k, const std::string &fp
   return text.str();
 }
 
-std::vector<float> randoms(size_t count, unsigned seed) {
-  std::mt19937 generator(seed);
-  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
-  std::vector<float> values(count);
-  for (float &v : values)
-    v = uniform(generator);
-  return values;
-}
-
 /// C = A * B with every product rounded, then added in order of k: the scalar lowering's
 /// arithmetic (volatile keeps the compiler from fusing the two into an FMA).
 std::vector<float> matmulInOrder(const std::vector<float> &a, const std::vector<float> &b,
@@ -74,17 +71,6 @@ std::vector<float> matmulInOrder(const std::vector<float> &a, const std::vector<
       }
       c[i * n + j] = sum;
     }
-  return c;
-}
-
-/// The same in double precision: the exact answer to within f32 rounding of the inputs.
-std::vector<double> matmulExact(const std::vector<float> &a, const std::vector<float> &b, int64_t m,
-                                int64_t n, int64_t k) {
-  std::vector<double> c(m * n, 0.0);
-  for (int64_t i = 0; i < m; ++i)
-    for (int64_t p = 0; p < k; ++p)
-      for (int64_t j = 0; j < n; ++j)
-        c[i * n + j] += double(a[i * k + p]) * double(b[p * n + j]);
   return c;
 }
 
@@ -302,47 +288,6 @@ TEST_CASE("vectorized kernels give a real courier-executor's results the same bi
 
 namespace {
 
-/// A program whose @main launches @dev::@k (on the in-process executor) on `args` (named %a0,
-/// %a1, ...), giving `result`; `body` computes the kernel's %r.
-std::string kernelProgram(const std::vector<std::string> &args, const std::string &result,
-                          const std::string &body) {
-  std::string params, names, types;
-  for (size_t i = 0; i < args.size(); ++i) {
-    std::string sep = i ? ", " : "";
-    params += sep + "%a" + std::to_string(i) + ": " + args[i];
-    names += sep + "%a" + std::to_string(i);
-    types += sep + args[i];
-  }
-  std::ostringstream text;
-  text << "module @app {\n"
-       << "  func.func public @main(" << params << ") -> " << result << " {\n"
-       << "    %r = catalyst.launch_kernel @dev::@k(" << names << ") : (" << types << ") -> "
-       << result << "\n    return %r : " << result << "\n  }\n"
-       << "  module @dev attributes {catalyst.target = {}, catalyst.dispatch = {address = "
-          "\"local\"}} {\n"
-       << "    func.func public @k(" << params << ") -> " << result << " {\n"
-       << "      %c0 = arith.constant 0 : index\n      %c1 = arith.constant 1 : index\n"
-       << body << "      return %r : " << result << "\n    }\n  }\n}\n";
-  return text.str();
-}
-
-Tensor runKernel(Engine &engine, const std::string &program, std::vector<Tensor> inputs) {
-  auto module = engine.compile(program, "kernel.mlir");
-  REQUIRE(ok(module));
-  auto out = (*module)->invoke("main", std::move(inputs));
-  REQUIRE(ok(out));
-  REQUIRE(out->size() == 1);
-  return std::move((*out)[0]);
-}
-
-double worstError(llvm::ArrayRef<float> got, const std::vector<double> &exact) {
-  REQUIRE(got.size() == exact.size());
-  double worst = 0;
-  for (size_t i = 0; i < got.size(); ++i)
-    worst = std::max(worst, std::abs(double(got[i]) - exact[i]));
-  return worst;
-}
-
 /// `values` (rows x cols, row-major) transposed.
 std::vector<float> transposed(const std::vector<float> &values, int64_t rows, int64_t cols) {
   std::vector<float> out(values.size());
@@ -377,8 +322,8 @@ TEST_CASE("matmuls, elementwise ops and row sums on tensors of dynamic shape mat
                  Size{1023, 33, 65}}) {
     INFO("matmul " << s.m << " x " << s.n << " x " << s.k);
     std::vector<float> a = randoms(s.m * s.k, 21), b = randoms(s.k * s.n, 22);
-    Tensor c = runKernel(engine, program,
-                         {Tensor::of<float>({s.m, s.k}, a), Tensor::of<float>({s.k, s.n}, b)});
+    Tensor c = runMain(engine, program,
+                       {Tensor::of<float>({s.m, s.k}, a), Tensor::of<float>({s.k, s.n}, b)});
     CHECK(c.shape == std::vector<int64_t>{s.m, s.n});
     CHECK(worstError(c.view<float>(), matmulExact(a, b, s.m, s.n, s.k)) <=
           double(s.k) * 1.2e-7 + 1e-7);
@@ -404,14 +349,14 @@ TEST_CASE("matmuls, elementwise ops and row sums on tensors of dynamic shape mat
     INFO("n = " << n);
     std::vector<float> a = randoms(n, 23), b = randoms(n, 24), rows = randoms(3 * n, 25);
     Tensor sum =
-        runKernel(engine, addProgram, {Tensor::of<float>({n}, a), Tensor::of<float>({n}, b)});
+        runMain(engine, addProgram, {Tensor::of<float>({n}, a), Tensor::of<float>({n}, b)});
     llvm::ArrayRef<float> added = sum.view<float>();
     REQUIRE(added.size() == size_t(n));
     int64_t wrong = 0;
     for (int64_t i = 0; i < n; ++i)
       wrong += added[i] != a[i] + b[i]; // One rounding: exact whatever the order.
     CHECK(wrong == 0);
-    Tensor reduced = runKernel(engine, rowSumProgram, {Tensor::of<float>({3, n}, rows)});
+    Tensor reduced = runMain(engine, rowSumProgram, {Tensor::of<float>({3, n}, rows)});
     std::vector<double> exact(3, 0.0);
     for (int64_t r = 0; r < 3; ++r)
       for (int64_t i = 0; i < n; ++i)
@@ -446,16 +391,16 @@ TEST_CASE("matmuls reading an operand transposed, through their maps or a linalg
                        "affine_map<(m, n, k) -> (n, k)>, affine_map<(m, n, k) -> (m, n)>] ins(%a0, "
                        "%a1 : " +
                        at + ", " + bt + ") outs(%f : " + c + ") -> " + c + "\n";
-    Tensor viaMaps = runKernel(engine, kernelProgram({at, bt}, c, maps),
-                               {Tensor::of<float>({s.k, s.m}, transposed(x, s.m, s.k)),
-                                Tensor::of<float>({s.n, s.k}, transposed(y, s.k, s.n))});
+    Tensor viaMaps = runMain(engine, kernelProgram({at, bt}, c, maps),
+                             {Tensor::of<float>({s.k, s.m}, transposed(x, s.m, s.k)),
+                              Tensor::of<float>({s.n, s.k}, transposed(y, s.k, s.n))});
     CHECK(worstError(viaMaps.view<float>(), exact) <= tolerance);
     // B as n x k, transposed by an op of its own first.
     std::string transpose = fill + "      %t = tensor.empty() : " + b +
                             "\n      %bt = linalg.transpose ins(%a1 : " + bt + ") outs(%t : " + b +
                             ") permutation = [1, 0]\n      %r = linalg.matmul ins(%a0, %bt : " + a +
                             ", " + b + ") outs(%f : " + c + ") -> " + c + "\n";
-    Tensor viaTranspose = runKernel(
+    Tensor viaTranspose = runMain(
         engine, kernelProgram({a, bt}, c, transpose),
         {Tensor::of<float>({s.m, s.k}, x), Tensor::of<float>({s.n, s.k}, transposed(y, s.k, s.n))});
     CHECK(worstError(viaTranspose.view<float>(), exact) <= tolerance);
@@ -470,8 +415,8 @@ TEST_CASE("matmuls reading an operand transposed, through their maps or a linalg
       for (int64_t p = 0; p < s.k; ++p)
         spread[i * 2 * s.k + 2 * p + 1] = x[i * s.k + p];
     Tensor viaSlice =
-        runKernel(engine, kernelProgram({wide, b}, c, strided),
-                  {Tensor::of<float>({s.m, 2 * s.k}, spread), Tensor::of<float>({s.k, s.n}, y)});
+        runMain(engine, kernelProgram({wide, b}, c, strided),
+                {Tensor::of<float>({s.m, 2 * s.k}, spread), Tensor::of<float>({s.k, s.n}, y)});
     CHECK(worstError(viaSlice.view<float>(), exact) <= tolerance);
   }
 }
@@ -493,9 +438,8 @@ TEST_CASE("an f64 matmul is vectorized to within f64 rounding of a reference", "
       v = uniform(generator);
     for (double &v : b)
       v = uniform(generator);
-    Tensor c =
-        runKernel(engine, kernelProgram({t, t}, t, body),
-                  {Tensor::of<double>({size, size}, a), Tensor::of<double>({size, size}, b)});
+    Tensor c = runMain(engine, kernelProgram({t, t}, t, body),
+                       {Tensor::of<double>({size, size}, a), Tensor::of<double>({size, size}, b)});
     llvm::ArrayRef<double> got = c.view<double>();
     REQUIRE(got.size() == size_t(size * size));
     double worst = 0;
@@ -555,8 +499,8 @@ TEST_CASE("integer matmuls taken in pairs of products are exact: signed and unsi
           bytes.push_back(int8_t(uint8_t(v)));
         return Tensor::of<int8_t>(std::move(shape), bytes);
       };
-      Tensor out = runKernel(engine, kernelProgram({a, b}, r, body),
-                             {tensorOf(x, {s.m, s.k}), tensorOf(y, {s.k, s.n})});
+      Tensor out = runMain(engine, kernelProgram({a, b}, r, body),
+                           {tensorOf(x, {s.m, s.k}), tensorOf(y, {s.k, s.n})});
       llvm::ArrayRef<int32_t> got = out.view<int32_t>();
       REQUIRE(got.size() == size_t(s.m * s.n));
       int64_t wrong = 0;

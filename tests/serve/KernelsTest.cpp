@@ -5,6 +5,7 @@
 // into i32.
 #include "tests/serve/RestClient.h"
 #include "tests/serve/ServeProcess.h"
+#include "tests/support/KernelPrograms.h"
 
 #include <catch2/catch.hpp>
 
@@ -18,60 +19,17 @@
 
 using courier::testing::createBody;
 using courier::testing::json;
+using courier::testing::Kernel;
+using courier::testing::kernelModule;
+using courier::testing::matmulExact;
 using courier::testing::post;
+using courier::testing::randoms;
 using courier::testing::Reply;
 using courier::testing::ServeProcess;
+using courier::testing::tensorType;
+using courier::testing::worstError;
 
 namespace {
-
-std::string tensorType(const std::vector<int64_t> &shape, const std::string &element) {
-  std::string text = "tensor<";
-  for (int64_t size : shape)
-    text += (size < 0 ? std::string("?") : std::to_string(size)) + "x";
-  return text + element + ">";
-}
-
-/// One kernel of the module: host entry @name launches @dev::@name on `args` (%a0, %a1, ...),
-/// giving `result`; `body` computes %r.
-struct Kernel {
-  std::string name;
-  std::vector<std::string> args;
-  std::string result;
-  std::string body;
-};
-
-/// A module with an entry per kernel, each launching its kernel in one target module.
-std::string moduleOf(const std::vector<Kernel> &kernels) {
-  std::ostringstream host, device;
-  for (const Kernel &k : kernels) {
-    std::string params, names, types;
-    for (size_t i = 0; i < k.args.size(); ++i) {
-      std::string sep = i ? ", " : "";
-      params += sep + "%a" + std::to_string(i) + ": " + k.args[i];
-      names += sep + "%a" + std::to_string(i);
-      types += sep + k.args[i];
-    }
-    host << "  func.func public @" << k.name << "(" << params << ") -> " << k.result << " {\n"
-         << "    %r = catalyst.launch_kernel @dev::@" << k.name << "(" << names << ") : (" << types
-         << ") -> " << k.result << "\n    return %r : " << k.result << "\n  }\n";
-    device << "    func.func public @" << k.name << "(" << params << ") -> " << k.result << " {\n"
-           << "      %c0 = arith.constant 0 : index\n      %c1 = arith.constant 1 : index\n"
-           << k.body << "      return %r : " << k.result << "\n    }\n";
-  }
-  return "module @kernels {\n" + host.str() +
-         "  module @dev attributes {catalyst.target = {}, catalyst.dispatch = {address = "
-         "\"local\"}} {\n" +
-         device.str() + "  }\n}\n";
-}
-
-std::vector<float> randoms(size_t count, unsigned seed, float low = -1.0f, float high = 1.0f) {
-  std::mt19937 generator(seed);
-  std::uniform_real_distribution<float> uniform(low, high);
-  std::vector<float> values(count);
-  for (float &v : values)
-    v = uniform(generator);
-  return values;
-}
 
 template <typename T>
 json tensorJson(const std::string &dtype, const std::vector<int64_t> &shape,
@@ -89,24 +47,6 @@ std::vector<double> invoke(httplib::Client &http, const std::string &entry, json
   const json &out = reply.body.at("outputs").at(0);
   CHECK(out.at("shape").get<std::vector<int64_t>>() == shape);
   return out.at("data").get<std::vector<double>>();
-}
-
-double worstError(const std::vector<double> &got, const std::vector<double> &want) {
-  REQUIRE(got.size() == want.size());
-  double worst = 0;
-  for (size_t i = 0; i < got.size(); ++i)
-    worst = std::max(worst, std::abs(got[i] - want[i]));
-  return worst;
-}
-
-std::vector<double> matmulExact(const std::vector<float> &a, const std::vector<float> &b, int64_t m,
-                                int64_t n, int64_t k) {
-  std::vector<double> c(m * n, 0.0);
-  for (int64_t i = 0; i < m; ++i)
-    for (int64_t p = 0; p < k; ++p)
-      for (int64_t j = 0; j < n; ++j)
-        c[i * n + j] += double(a[i * k + p]) * double(b[p * n + j]);
-  return c;
 }
 
 const std::string kDyn = tensorType({-1, -1}, "f32");
@@ -176,7 +116,7 @@ TEST_CASE("kernels of every op class compute through courier-serve what a refere
   ServeProcess serve;
   auto http = serve.client();
   http->set_read_timeout(std::chrono::seconds(120));
-  Reply created = post(*http, "/v1/modules", createBody("kernels", moduleOf(kernels)));
+  Reply created = post(*http, "/v1/modules", createBody("kernels", kernelModule(kernels)));
   INFO(created.raw.substr(0, 2000));
   REQUIRE(created.status == 201);
 
