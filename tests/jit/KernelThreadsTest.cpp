@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <fstream>
 #include <future>
+#include <memory>
 #include <sched.h>
 #include <sstream>
 #include <sys/wait.h>
@@ -224,4 +225,32 @@ TEST_CASE("the default team size is the CPUs the process may run on: one under a
   REQUIRE(::waitpid(child, &status, 0) == child);
   REQUIRE(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 0);
+}
+
+TEST_CASE("an executor started with an affinity of one CPU, as taskset -c 0 starts it, runs "
+          "the parallel matmul on one thread in workers of one thread",
+          "[engine][executor][threads]") {
+  cpu_set_t all, one;
+  REQUIRE(::sched_getaffinity(0, sizeof(all), &all) == 0);
+  CPU_ZERO(&one);
+  CPU_SET(0, &one);
+  // The executor inherits the affinity of the thread that starts it, as under taskset.
+  REQUIRE(::sched_setaffinity(0, sizeof(one), &one) == 0);
+  std::unique_ptr<testing::ExecutorProcess> executor;
+  try {
+    executor = std::make_unique<testing::ExecutorProcess>();
+  } catch (...) {
+    ::sched_setaffinity(0, sizeof(all), &all);
+    throw;
+  }
+  REQUIRE(::sched_setaffinity(0, sizeof(all), &all) == 0);
+  run(executor->address());
+  CHECK(executor->metric("courier_kernel_launches_total{threads=\"one\"}") == 1);
+  CHECK(executor->metric("courier_kernel_launches_total{threads=\"parallel\"}") == 0);
+  std::vector<pid_t> workers = testing::childrenOf(executor->processId());
+  CHECK_FALSE(workers.empty());
+  for (pid_t worker : workers) {
+    INFO("worker " << worker);
+    CHECK(threadsOf(worker) <= 1);
+  }
 }
