@@ -7,11 +7,15 @@
 
 #include <openssl/ssl.h>
 
+#include <chrono>
 #include <cstddef>
+#include <functional>
 #include <string>
 #include <vector>
 
 namespace courier::testing {
+
+class ServerProcess;
 
 /// Raises this process's soft RLIMIT_NOFILE to its hard limit (a test holding thousands of
 /// sockets needs more than the usual 1024); returns the soft limit now.
@@ -64,6 +68,17 @@ bool closedWithin(int fd, int withinMs);
 
 /// A line of /proc/PID/status in KiB (VmRSS: resident memory now).
 long residentKiB(int pid);
+
+/// A new client's work against a server, each request answered within the given time (the
+/// client's timeouts) and successful; it REQUIREs as it goes.
+using ServedCheck = std::function<void(const ServerProcess &, std::chrono::milliseconds)>;
+
+/// Under 2 000 idle connections and 200 half-sent heads from one client (with `tlsCaFile`,
+/// over TLS), `served` succeeds within 1 s, most of the flood is still open, the heads wait
+/// parked, the request threads stay within their bound, and the server's resident memory
+/// stays flat. `metrics` is the server's metric prefix ("courier", "courier_serve").
+void requireServedThroughFlood(const ServerProcess &server, const std::string &tlsCaFile,
+                               const std::string &metrics, const ServedCheck &served);
 
 } // namespace courier::testing
 

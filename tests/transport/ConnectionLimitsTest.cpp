@@ -85,27 +85,6 @@ void requireServedPromptly(const ServerProcess &server, std::chrono::millisecond
   }
 }
 
-/// Under a flood of `idle` silent connections and `heads` half-sent heads from one client, a
-/// new client is served within 1 s and the executor's resident memory stays flat.
-void floodThenServe(ServerProcess &executor, const std::string &tlsCaFile) {
-  requireServedPromptly(executor, 10s); // Warmed up: the session machinery is loaded.
-  long before = courier::testing::residentKiB(executor.processId());
-  ConnectionFlood flood(executor.port(), {2000, 200, 0, tlsCaFile});
-  REQUIRE(flood.opened() == 2200);
-  requireServedPromptly(executor, 1000ms);
-  // Most of the flood is still open (none has reached the 5 s keep-alive timeout of a quick
-  // plaintext flood; a TLS one takes a few seconds to make).
-  double open = executor.metric("courier_connections_open");
-  INFO("open: " << open << ", closed by the executor: " << flood.closedByServer());
-  CHECK(open >= (tlsCaFile.empty() ? 2000 : 1000));
-  // The half-sent heads wait without a thread each.
-  CHECK(executor.metric("courier_connections_parked{state=\"head\"}") >= 190);
-  CHECK(executor.metric("courier_request_threads") <= 64 + 8);
-  long after = courier::testing::residentKiB(executor.processId());
-  INFO("resident before the flood: " << before << " KiB, during it: " << after << " KiB");
-  CHECK(after - before < 64 * 1024);
-}
-
 } // namespace
 
 TEST_CASE("2000 idle connections and 200 half-sent heads from one client leave the executor "
@@ -113,7 +92,7 @@ TEST_CASE("2000 idle connections and 200 half-sent heads from one client leave t
           "[http][connections][memory]") {
   ExecutorProcess executor(ExecutorConfig{
       0, "", {"--quiet", "--warm-workers", "1", "--max-connections-per-client", "0"}});
-  floodThenServe(executor, "");
+  courier::testing::requireServedThroughFlood(executor, "", "courier", requireServedPromptly);
 }
 
 TEST_CASE("2000 idle TLS connections and 200 half-sent heads from one client leave the "
@@ -128,7 +107,8 @@ TEST_CASE("2000 idle TLS connections and 200 half-sent heads from one client lea
                    "--tls-cert", pki.serverCert, "--tls-key", pki.serverKey}};
   spec.tlsCaFile = pki.caCert;
   ServerProcess executor(spec);
-  floodThenServe(executor, pki.caCert);
+  courier::testing::requireServedThroughFlood(executor, pki.caCert, "courier",
+                                              requireServedPromptly);
 }
 
 TEST_CASE("past --max-connections-per-client one address gets a 503 it can read while another "
