@@ -182,7 +182,11 @@ void setKernelThreads(unsigned threads) {
 
 unsigned kernelThreads() {
   unsigned threads = chosenThreads.load(std::memory_order_relaxed);
-  return threads ? threads : availableCpus();
+  if (threads)
+    return threads;
+  // Asked once: a system call at every launch was half of a noop launch's time.
+  chosenThreads.compare_exchange_strong(threads, availableCpus(), std::memory_order_relaxed);
+  return chosenThreads.load(std::memory_order_relaxed);
 }
 
 void prepareKernelLaunch() {

@@ -22,7 +22,8 @@ unsigned availableCpus();
 /// 0, unless the environment sets it), so a worker's CPU time is its kernels' work.
 void setKernelThreads(unsigned threads);
 
-/// The size setKernelThreads chose (availableCpus() if it was never called).
+/// The size setKernelThreads chose (if it was never called, availableCpus() as the first call
+/// of either found it).
 unsigned kernelThreads();
 
 /// Starts the team now, from the calling thread, which must be the thread that launches
