@@ -40,6 +40,31 @@ void appendErrorBody(std::string &body, const char *data, size_t size) {
     body.append(data, std::min(size, kLimit - body.size()));
 }
 
+/// Replies other than a launch's are small JSON: a health report, a session, an error. The
+/// most a client holds of one.
+constexpr size_t kMaxReplyBytes = 1 << 20;
+
+/// Reads the reply to `req` into `body`, up to kMaxReplyBytes; past it the request is given up
+/// (the connection with it) and `overflowed` set.
+void capReply(httplib::Request &req, std::string &body, bool &overflowed) {
+  req.content_receiver = [&body, &overflowed](const char *data, size_t size, uint64_t, uint64_t) {
+    if (body.size() + size > kMaxReplyBytes) {
+      overflowed = true;
+      return false;
+    }
+    body.append(data, size);
+    return true;
+  };
+}
+
+/// The error of a reply capReply gave up on.
+llvm::Error replyTooLarge(const std::string &where) {
+  return makeCodedError(ErrorCode::BadFrame,
+                        where + ": the executor's reply is larger than " +
+                            llvm::Twine(kMaxReplyBytes >> 20) +
+                            " MiB, more than any reply but a launch's; it was not read");
+}
+
 /// Whether `req` runs code on the executor (a launch, an await of one, or a call): such a
 /// request may have run even when no reply came back.
 bool runsCode(const httplib::Request &req) {
@@ -439,19 +464,26 @@ llvm::Expected<json> HttpBackend::exchange(const std::string &method, const std:
     req.set_header("Content-Type", wire::kJsonContentType);
   if (!session.empty())
     req.set_header(wire::kSessionHeader, session.str());
+  std::string reply;
+  bool overflowed = false;
+  capReply(req, reply, overflowed);
   httplib::Response res;
   llvm::Expected<int> status = send(req, res, operation);
+  if (overflowed) {
+    llvm::consumeError(status.takeError());
+    return replyTooLarge(where(operation));
+  }
   if (!status)
     return status.takeError();
   if (*status >= 400) {
-    Failure failure = parseErrorBody(*status, res.body);
+    Failure failure = parseErrorBody(*status, reply);
     return makeCodedError(failure.code, where(operation) + ": " + failure.message);
   }
-  if (res.body.empty())
+  if (reply.empty())
     return json::object();
-  if (llvm::Error error = wire::checkJsonDepth(res.body, "the reply", ErrorCode::Internal))
+  if (llvm::Error error = wire::checkJsonDepth(reply, "the reply", ErrorCode::Internal))
     return withContext(where(operation), std::move(error));
-  json parsed = json::parse(res.body, nullptr, /*allow_exceptions=*/false);
+  json parsed = json::parse(reply, nullptr, /*allow_exceptions=*/false);
   if (parsed.is_discarded())
     return makeCodedError(ErrorCode::Internal, where(operation) + ": reply is not JSON");
   return parsed;
@@ -543,12 +575,19 @@ llvm::Error HttpBackend::upload(llvm::StringRef session, const ObjectBlob &objec
   req.content_provider_ = [bytes](size_t offset, size_t length, httplib::DataSink &sink) {
     return sink.write(bytes->data() + offset, length);
   };
+  std::string reply;
+  bool overflowed = false;
+  capReply(req, reply, overflowed);
   httplib::Response res;
   llvm::Expected<int> status = send(req, res, operation);
+  if (overflowed) {
+    llvm::consumeError(status.takeError());
+    return replyTooLarge(where(operation));
+  }
   if (!status)
     return status.takeError();
   if (*status >= 400) {
-    Failure failure = parseErrorBody(*status, res.body);
+    Failure failure = parseErrorBody(*status, reply);
     return makeCodedError(failure.code, where(operation) + ": " + failure.message);
   }
   return llvm::Error::success();

@@ -150,10 +150,11 @@ TEST_CASE("JSON nested deeper than 128 levels is refused with 400 on every route
 TEST_CASE("the HTTP client refuses an executor's reply or error body nested deeper than 128 "
           "levels without parsing it",
           "[limits]") {
-  // A hostile executor: a health reply of 8 MiB of '[', then an error body of the same.
+  // A hostile executor: a health reply of 512 KiB of '[', then an error body of the same
+  // (under the 1 MiB a reply may be, far past 128 levels).
   httplib::Server hostile;
   std::atomic<int> asked{0};
-  const std::string deep(8 << 20, '[');
+  const std::string deep(512 << 10, '[');
   hostile.Get("/v1/health", [&](const httplib::Request &, httplib::Response &res) {
     res.status = asked++ == 0 ? 200 : 503;
     res.set_content(deep, "application/json");
@@ -175,6 +176,46 @@ TEST_CASE("the HTTP client refuses an executor's reply or error body nested deep
   }
   hostile.stop();
   serving.join();
+}
+
+TEST_CASE("the HTTP client gives up on an executor's reply or error body larger than 1 MiB, "
+          "naming the executor, without reading it all",
+          "[limits]") {
+  // A hostile executor: a health reply of 256 MiB, made as it is read, then an error body
+  // of the same; it counts what it manages to send.
+  httplib::Server hostile;
+  std::atomic<int> asked{0};
+  std::atomic<size_t> sent{0};
+  constexpr size_t kHuge = size_t(256) << 20;
+  hostile.Get("/v1/health", [&](const httplib::Request &, httplib::Response &res) {
+    res.status = asked++ == 0 ? 200 : 503;
+    res.set_content_provider(kHuge, "application/json",
+                             [&](size_t offset, size_t length, httplib::DataSink &sink) {
+                               static const std::string chunk(64 << 10, ' ');
+                               size_t n = std::min(length, chunk.size());
+                               sent += n;
+                               return sink.write(chunk.data(), n);
+                             });
+  });
+  int port = hostile.bind_to_any_port("127.0.0.1");
+  REQUIRE(port > 0);
+  std::thread serving([&] { hostile.listen_after_bind(); });
+
+  std::unique_ptr<Backend> backend = courier::testing::require(
+      createBackend("127.0.0.1:" + std::to_string(port), BackendOptions{}));
+  for (int round = 0; round < 2; ++round) {
+    INFO((round == 0 ? "the reply" : "the error body"));
+    llvm::Expected<Health> health = backend->health();
+    REQUIRE(!health);
+    std::string message = llvm::toString(health.takeError());
+    CHECK_THAT(message, Catch::Contains("larger than 1 MiB") &&
+                            Catch::Contains("127.0.0.1:" + std::to_string(port)));
+  }
+  hostile.stop();
+  serving.join();
+  // The client stopped reading: the server sent what the sockets' buffers took past 1 MiB
+  // each time, far from 256 MiB.
+  CHECK(sent.load() < 2 * kHuge / 4);
 }
 
 TEST_CASE("uploads past --max-object-store-mib evict the objects no session holds, oldest "
