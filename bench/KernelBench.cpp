@@ -3,7 +3,9 @@
 // its im2col GEMM's size, and memory-bound ops (add, row sum, softmax) against C++ loops and a
 // STREAM triad. The programs are bench/inputs/kernels/*.mlir; see docs/performance.md.
 #include "bench/BenchSupport.h"
+#include "executor/KernelThreads.h"
 #include "jit/Engine.h"
+#include "tests/transport/ExecutorProcess.h"
 
 #include "llvm/Support/MemoryBuffer.h"
 
@@ -312,6 +314,87 @@ void memoryBound(Engine &engine, const Settings &settings) {
   }
 }
 
+/// Kernels on every core: the 1024 matmul on the kernel-thread team against the same kernel
+/// on one thread and OpenBLAS on as many threads, the conv2d against the two-thread sgemm at
+/// its im2col size, and the matmul through a sandboxed courier-executor (its tensors crossing
+/// to the worker and back) against OpenBLAS. Every side is interleaved with the others.
+void threads(Engine &engine, const Settings &settings) {
+  const int team = static_cast<int>(executor::availableCpus());
+  std::printf("\n## kernels on every core: %d kernel threads (the CPUs this process may run on) "
+              "vs one, and vs OpenBLAS on %d threads\n",
+              team, team);
+  auto onThreads = [](unsigned count, const std::function<void()> &work) {
+    executor::setKernelThreads(count);
+    work();
+  };
+  auto blasOnThreads = [](int count, const std::function<void()> &work) {
+    openblas_set_num_threads(count);
+    work();
+    openblas_set_num_threads(1);
+  };
+  const int n = 1024;
+  std::shared_ptr<Module> module = compileKernel(engine, "matmul-1024");
+  std::vector<float> a = randoms(size_t(n) * n, 1), b = randoms(size_t(n) * n, 2);
+  std::vector<float> c(size_t(n) * n);
+  TensorRef inputs[] = {TensorRef::of<float>({n, n}, a), TensorRef::of<float>({n, n}, b)};
+  sgemm(n, n, n, a.data(), b.data(), c.data());
+  onThreads(team, [&] {
+    expectClose("matmul-1024", invokeOne(*module, inputs).view<float>(), c, 2e-6 * n);
+  });
+  // The executor, sandboxed as deployed, with its default team.
+  testing::ExecutorProcess executorProcess({0, "", {"--quiet"}});
+  EngineOptions remoteOptions;
+  remoteOptions.diskCache = false;
+  remoteOptions.executorOverride = executorProcess.address();
+  Engine remoteEngine(remoteOptions);
+  std::shared_ptr<Module> remote = compileKernel(remoteEngine, "matmul-1024");
+  expectClose("matmul-1024 (executor)", invokeOne(*remote, inputs).view<float>(), c, 2e-6 * n);
+
+  Side one{"1 thread", [&] { onThreads(1, [&] { invokeOne(*module, inputs); }); }};
+  Side all{"courier", [&] { onThreads(team, [&] { invokeOne(*module, inputs); }); }};
+  Side blas{"openblas",
+            [&] { blasOnThreads(team, [&] { sgemm(n, n, n, a.data(), b.data(), c.data()); }); }};
+  Side executor{"executor", [&] { invokeOne(*remote, inputs); }};
+  // OpenBLAS's own scaling from one thread to the team's size, in the same rounds: what the
+  // machine's cores give a GEMM that is known to scale.
+  Side blasOne{"openblas 1", [&] { sgemm(n, n, n, a.data(), b.data(), c.data()); }};
+  interleave({&one, &all, &blas, &executor, &blasOne}, settings);
+  double flops = 2.0 * n * n * n;
+  printFlops("matmul", "1024^3 team/1", flops, all, one, 1.8);
+  printFlops("matmul", "1024^3 team", flops, all, blas, 0.8);
+  printFlops("matmul", "1024^3 executor", flops, executor, blas, 0.6);
+  std::printf("OpenBLAS itself: %d threads %.3f ms, 1 thread %.3f ms: %.2fx\n", team, blas.median(),
+              blasOne.median(), blasOne.median() / blas.median());
+
+  const int h = 58, w = 58, ch = 64, f = 64, oh = 56, ow = 56, kh = 3, kw = 3;
+  std::shared_ptr<Module> conv = compileKernel(engine, "conv2d");
+  std::vector<float> image = randoms(size_t(h) * w * ch, 3),
+                     filter = randoms(size_t(kh) * kw * ch * f, 4);
+  std::vector<float> patches(size_t(oh) * ow * kh * kw * ch);
+  for (int y = 0; y < oh; ++y)
+    for (int x = 0; x < ow; ++x)
+      for (int i = 0; i < kh; ++i)
+        for (int j = 0; j < kw; ++j)
+          std::memcpy(&patches[((size_t(y) * ow + x) * kh * kw + i * kw + j) * ch],
+                      &image[((size_t(y) + i) * w + x + j) * ch], ch * sizeof(float));
+  const int m = oh * ow, k = kh * kw * ch;
+  std::vector<float> out(size_t(m) * f);
+  sgemm(m, f, k, patches.data(), filter.data(), out.data());
+  TensorRef convInputs[] = {TensorRef::of<float>({1, h, w, ch}, image),
+                            TensorRef::of<float>({kh, kw, ch, f}, filter)};
+  onThreads(team, [&] {
+    expectClose("conv2d", invokeOne(*conv, convInputs).view<float>(), out, 2e-6 * k);
+  });
+  Side convAll{"courier", [&] { onThreads(team, [&] { invokeOne(*conv, convInputs); }); }};
+  Side gemm{"sgemm", [&] {
+              blasOnThreads(team,
+                            [&] { sgemm(m, f, k, patches.data(), filter.data(), out.data()); });
+            }};
+  interleave({&convAll, &gemm}, settings);
+  printFlops("conv2d", "3x3x64x64 team", 2.0 * m * f * k, convAll, gemm, 0.5);
+  executor::setKernelThreads(0);
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
@@ -321,11 +404,12 @@ int main(int argc, char **argv) {
     std::string arg = argv[i];
     if (arg == "--quick")
       settings = Settings{1, 0};
-    else if (arg == "all" || arg == "matmul" || arg == "conv" || arg == "memory")
+    else if (arg == "all" || arg == "matmul" || arg == "conv" || arg == "memory" ||
+             arg == "threads")
       section = arg;
     else
       die("unknown argument '" + arg +
-          "' (usage: courier-kernel-bench [all|matmul|conv|memory] "
+          "' (usage: courier-kernel-bench [all|matmul|conv|memory|threads] "
           "[--quick])");
   }
   openblas_set_num_threads(1);
@@ -345,5 +429,7 @@ int main(int argc, char **argv) {
     conv2d(engine, settings);
   if (section == "all" || section == "memory")
     memoryBound(engine, settings);
+  if (section == "all" || section == "threads")
+    threads(engine, settings);
   return 0;
 }

@@ -2,13 +2,17 @@
 
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE OPENBLAS_NUM_THREADS=1 \\
         PYTHONPATH=build/python /usr/bin/python3 bench/python/kernel_bench.py [--quick] [--cpu-time]
+        [--kernel-threads N] [--only NAME[,NAME...]]
 
 The programs are those of courier-kernel-bench (bench/inputs/kernels/*.mlir), compiled with the
 disk cache off and called as `module.main(...)`; NumPy computes the same thing the way a NumPy
 user writes it (`a @ b`, `a + b`, `x.sum(axis=1)`, softmax from `np.exp` and row maxima and
 sums). Each round times a sample of NumPy calls and then one of Courier calls (interleaved, so
 load from elsewhere falls on both); the figures are the median and best over rounds. OpenBLAS
-must run on one thread for the comparison to be single-threaded: OPENBLAS_NUM_THREADS=1.
+must run on one thread for the comparison to be single-threaded: OPENBLAS_NUM_THREADS=1, with
+--kernel-threads 1 for Courier's kernels (courier.Engine(kernel_threads=1); by default they use
+every CPU the process may run on). For a comparison on every core, OPENBLAS_NUM_THREADS=N with
+--kernel-threads N. --only runs the named kernels alone (matmul-1024,conv2d...).
 
 --cpu-time times each side by the calling thread's CPU time (time.thread_time) instead of the
 wall clock: on a machine other work keeps busy, the time this thread was not running is not
@@ -59,6 +63,12 @@ def openblas_core():
 CLOCK = time.thread_time if "--cpu-time" in sys.argv[1:] else time.perf_counter
 
 
+def option(name):
+    """The value after `name` on the command line, or None."""
+    args = sys.argv[1:]
+    return args[args.index(name) + 1] if name in args and args.index(name) + 1 < len(args) else None
+
+
 def sample(call, args, calls):
     start = CLOCK()
     for _ in range(calls):
@@ -96,7 +106,12 @@ def main():
     print(f"each figure: the median and best of {rounds} interleaved rounds, each round at least "
           f"{sample_s * 1e3:.0f} ms of calls per side, by "
           f"{'this thread CPU time' if CLOCK is time.thread_time else 'the wall clock'}")
-    engine = courier.Engine(disk_cache=False)
+    threads = option("--kernel-threads")
+    only = option("--only")
+    print(f"Courier kernel threads: {threads or 'every CPU this process may run on'} "
+          f"(of {len(os.sched_getaffinity(0))})")
+    engine = (courier.Engine(disk_cache=False, kernel_threads=int(threads)) if threads
+              else courier.Engine(disk_cache=False))
     rng = np.random.default_rng(1)
 
     def uniform(*shape):
@@ -122,6 +137,8 @@ def main():
                   4.0 * rows * cols + 4.0 * rows, 1e-4))
     cases.append(("softmax", f"{rows}x{cols}", softmax, (x,), "GB/s", 8.0 * rows * cols, 1e-5))
 
+    if only:
+        cases = [case for case in cases if case[0] in only.split(",")]
     for name, size, reference, args, unit, amount, tolerance in cases:
         start = time.perf_counter()
         module = engine.compile_file(str(KERNELS / f"{name}.mlir"), name)
