@@ -135,6 +135,16 @@ TEST_CASE("an executor's metrics count a parallel launch and a small one by how 
   CHECK(executor.metric("courier_kernel_threads_busy") == 0);
 }
 
+TEST_CASE("an executor with --isolation=none counts its in-process launches by how they ran",
+          "[engine][executor][threads][metrics]") {
+  testing::ExecutorProcess executor({0, "", {"--isolation=none", "--kernel-threads", "2"}});
+  run(executor.address());
+  runSmall(executor.address());
+  CHECK(executor.metric("courier_kernel_launches_total{threads=\"parallel\"}") == 1);
+  CHECK(executor.metric("courier_kernel_launches_total{threads=\"one\"}") == 1);
+  CHECK(executor.metric("courier_kernel_threads_busy") == 0);
+}
+
 TEST_CASE("with --kernel-threads 1 the same matmul runs on one thread",
           "[engine][executor][threads]") {
   testing::ExecutorProcess executor({0, "", {"--kernel-threads", "1"}});
