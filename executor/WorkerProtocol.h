@@ -125,11 +125,12 @@ struct DoorbellPage {
   /// asleep: the other rings only then (doorbell::set).
   std::atomic<uint32_t> requestSleeping;
   std::atomic<uint32_t> replySleeping;
-  /// What the worker's kernels did with its kernel-thread team, kept by the worker for the
-  /// executor's metrics (read as a worker's word: checked, never trusted).
-  KernelThreadTally kernelThreads;
   char requestSlot[kMaxMessageBytes];
   char replySlot[kMaxMessageBytes];
+  /// What the worker's kernels did with its kernel-thread team, kept by the worker for the
+  /// executor's metrics (read as a worker's word: checked, never trusted). On a cache line of
+  /// its own, away from the words each launch waits on.
+  alignas(64) KernelThreadTally kernelThreads;
 };
 static_assert(std::atomic<uint32_t>::is_always_lock_free, "doorbells need lock-free words");
 
