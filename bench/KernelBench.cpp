@@ -423,6 +423,9 @@ int main(int argc, char **argv) {
   EngineOptions options;
   options.diskCache = false;
   Engine engine(options);
+  // The sections before threads compare against one OpenBLAS thread: Courier's kernels get
+  // one too (the threads section sets its own).
+  executor::setKernelThreads(1);
   if (section == "all" || section == "matmul")
     matmuls(engine, settings);
   if (section == "all" || section == "conv")
