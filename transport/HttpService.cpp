@@ -815,12 +815,12 @@ llvm::Error HttpService::run() {
     runEntered = true;
   }
   bool served = http.listen_after_bind();
+  listenReturned = true;
   // As with httplib's own threads, run() returns once every request has been answered:
   // stop() closes the connections, and the threads end with their last request.
   if (!served)
     parking->closeConnections(); // The listener failed: nothing else will.
   parking->awaitThreads();
-  runExited = true;
   std::lock_guard<std::mutex> lock(stopMutex);
   if (!served && !stopping)
     return llvm::createStringError(opts.name + " on " + address() + " stopped serving");
@@ -834,9 +834,11 @@ void HttpService::stop() {
   }
   stopSignal.notify_all();
   // httplib's stop() does nothing until the accept loop runs; wait out that short window
-  // when run() has been entered but is not listening yet.
-  while (runEntered && !runExited && !http.is_running())
-    std::this_thread::yield();
+  // when run() has been entered but is not listening yet. Once the loop has returned (a
+  // stop() before this one, or a listener that failed), there is nothing to wait for: the
+  // connections below must still be closed, or run() waits for their threads for ever.
+  while (runEntered && !listenReturned && !http.is_running())
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
   http.stop();
   if (!runEntered)
     return;

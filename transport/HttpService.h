@@ -237,7 +237,9 @@ private:
   std::mutex stopMutex;
   std::condition_variable stopSignal;
   bool stopping = false;
-  std::atomic<bool> runEntered{false}, runExited{false};
+  std::atomic<bool> runEntered{false};
+  /// Set once run()'s accept loop has returned, for whatever reason.
+  std::atomic<bool> listenReturned{false};
   /// Requests between routing and their response being written.
   std::atomic<int64_t> inFlight{0};
   /// Requests in flight other than the probes; drain() waits for none.
