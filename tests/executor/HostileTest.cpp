@@ -264,7 +264,7 @@ size_t launchReadingSlowly(int port, const std::string &session, const std::stri
 
 } // namespace
 
-TEST_CASE("forged replies on the worker channel fail only their own request; other sessions, "
+TEST_CASE("forged replies on the worker channel fail only their own request, other sessions, "
           "health and the executor's holdings are untouched",
           "[hostile][channel]") {
   Hostile f;

@@ -410,7 +410,7 @@ TEST_CASE("the executor override sends a module's targets elsewhere", "[engine][
   CHECK(executor.metric("courier_sessions") == 0);
 }
 
-TEST_CASE("the same text and options hit the memory cache; a change recompiles",
+TEST_CASE("the same text and options hit the memory cache, a change recompiles",
           "[engine][cache]") {
   TempDir dir;
   EngineOptions options = optionsIn(dir);

@@ -109,7 +109,7 @@ TEST_CASE("a compile error in a worker carries every diagnostic to the caller an
   CHECK(seen[0].line == 3);
 }
 
-TEST_CASE("a crash fails its call with KernelCrashed; the next call gets a fresh worker",
+TEST_CASE("a crash fails its call with KernelCrashed, the next call gets a fresh worker",
           "[isolation]") {
   Engine engine(isolated());
   auto module = engine.compile(kHostileModule, "app");

@@ -117,7 +117,7 @@ TEST_CASE("a constant whose size overflows 64 bits is refused, with or without a
   }
 }
 
-TEST_CASE("a constant at the limit compiles and runs; one element more is refused", "[limits]") {
+TEST_CASE("a constant at the limit compiles and runs, one element more is refused", "[limits]") {
   TempDir dir;
   EngineOptions options = optionsIn(dir);
   options.maxConstantBytes = 1 << 20; // 262144 f32.

@@ -86,7 +86,7 @@ TEST_CASE("local sessions are independent", "[backend]") {
   CHECK_THAT(failure(backend->closeSession(first)), Catch::Contains(first));
 }
 
-TEST_CASE("a released local object leaves only its session; releasing it again is no error",
+TEST_CASE("a released local object leaves only its session, releasing it again is no error",
           "[backend]") {
   auto backend = local();
   std::string first = open(*backend);

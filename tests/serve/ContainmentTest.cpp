@@ -539,7 +539,7 @@ TEST_CASE("SIGTERM with an in-process call spinning past the drain exits without
   CHECK(log.find("in-process code cannot be stopped") != std::string::npos);
 }
 
-TEST_CASE("a compile past --compile-timeout-ms ends with its worker; nothing goes on",
+TEST_CASE("a compile past --compile-timeout-ms ends with its worker, nothing goes on",
           "[serve][containment]") {
   ServeProcess serve({"", {"--compile-timeout-ms", "500", "--max-constant-mib", "0"}});
   auto http = serve.client();

@@ -785,7 +785,7 @@ struct ShmObject {
 
 } // namespace
 
-TEST_CASE("system shared memory is refused unless enabled; enabled, tensors go through "
+TEST_CASE("system shared memory is refused unless enabled, enabled, tensors go through "
           "registered regions",
           "[serve][v2]") {
   std::string key = "/courier-v2-test-" + std::to_string(::getpid());

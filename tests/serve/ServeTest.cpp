@@ -243,7 +243,7 @@ TEST_CASE("a plain-text PUT's diagnostics name a file: Content-Disposition's fil
   CHECK(errorCode(path) == "bad_request");
 }
 
-TEST_CASE("a second POST of a name is 409; PUT replaces the module and bumps its version",
+TEST_CASE("a second POST of a name is 409, PUT replaces the module and bumps its version",
           "[serve]") {
   ServeProcess serve;
   auto http = serve.client();
@@ -751,7 +751,7 @@ TEST_CASE("in process, a replacement over --compile-timeout-ms is 504 and the ol
   CHECK(outputData(post(*http, "/v1/modules/scale/invoke/main", kInvokeBody)) == kResultA);
 }
 
-TEST_CASE("with a token every request needs it; without, non-loopback is refused", "[serve]") {
+TEST_CASE("with a token every request needs it, without, non-loopback is refused", "[serve]") {
   ServeProcess serve({"s3cret", {}});
   httplib::Client anonymous("127.0.0.1", serve.port());
   for (const char *path : {"/v1/health", "/v1/ready", "/metrics", "/v1/modules"}) {
@@ -858,7 +858,7 @@ TEST_CASE("a kernel that cannot be loaded names its object once and no path of t
   CHECK(get(*http, "/v1/health").status == 200);
 }
 
-TEST_CASE("a module worker that cannot start is 503 naming no path; the server's log has it",
+TEST_CASE("a module worker that cannot start is 503 naming no path, the server's log has it",
           "[serve]") {
   const std::string missing = "/nonexistent/courier-module-worker";
   ::setenv("COURIER_MODULE_WORKER", missing.c_str(), 1);
@@ -875,7 +875,7 @@ TEST_CASE("a module worker that cannot start is 503 naming no path; the server's
   CHECK(get(*http, "/v1/health").status == 200);
 }
 
-TEST_CASE("an executor that refuses the server is 422; --executor-token-file gets it in",
+TEST_CASE("an executor that refuses the server is 422, --executor-token-file gets it in",
           "[serve]") {
   courier::testing::ExecutorConfig config;
   config.token = "executor-secret";
