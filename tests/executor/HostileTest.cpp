@@ -295,7 +295,10 @@ TEST_CASE("forged replies on the worker channel fail only their own request, oth
   Holdings after = awaitHoldingsBack(pid, before, 2);
   INFO("before: " << before.describe() << "; after: " << after.describe());
   CHECK(after.zombies == 0);
-  CHECK(after.fds <= before.fds + 2);
+  // A warm worker started since `before` holds its channel, doorbell and arena: a few
+  // descriptors a child beside the slack. A leak per forged launch would be dozens.
+  size_t newChildren = after.children > before.children ? after.children - before.children : 0;
+  CHECK(after.fds <= before.fds + 2 + 4 * newChildren);
   CHECK(after.children <= before.children + 2);
   CHECK(after.threads <= before.threads + 2);
 }
@@ -377,7 +380,8 @@ TEST_CASE("300 crash-restart cycles leave the executor's descriptors, threads an
   Holdings after = awaitHoldingsBack(pid, before, 1);
   INFO("before: " << before.describe() << "; after: " << after.describe());
   CHECK(after.zombies == 0);
-  CHECK(after.fds <= before.fds + 1);
+  size_t newChildren = after.children > before.children ? after.children - before.children : 0;
+  CHECK(after.fds <= before.fds + 1 + 4 * newChildren); // As above: a warm worker's few.
   CHECK(after.children <= before.children + 1);
   CHECK(after.threads <= before.threads + 1);
 }
