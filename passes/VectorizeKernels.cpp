@@ -100,24 +100,19 @@ SmallVector<SmallVector<int64_t>> tilesFor(linalg::LinalgOp op, const Plan &plan
     return {};
   Type element = getElementTypeOrSelf(op->getResult(0).getType());
   int64_t lanes = lanesOf(element, plan.vectorBits);
-  // An integer matmul taken as pairs (m, n, k / 2, 2): cache tiles as a float matmul's, then
-  // 8 rows by two vectors of i32 lanes, one pair of k a step (lowerPairDots).
-  if (op->hasAttr(kPairDotAttr) && ranges.size() == 4 && !ShapedType::isDynamic(ranges[2])) {
-    int64_t pairLanes = lanesOf(element, plan.pairDotBits);
-    auto sizes = [&](SmallVector<int64_t> wanted) {
-      for (auto [size, range] : llvm::zip(wanted, ranges))
-        size = std::min(size, range);
-      return wanted;
-    };
-    return {level == 0 ? sizes({64, 256, 128, 0}) : SmallVector<int64_t>{},
-            sizes({8, 2 * pairLanes, 1, 0})};
-  }
   auto clamp = [&](SmallVector<int64_t> sizes) {
     for (auto [size, range] : llvm::zip(sizes, ranges))
       if (!ShapedType::isDynamic(range))
         size = std::min(size, range);
     return sizes;
   };
+  // An integer matmul taken as pairs (m, n, k / 2, 2): cache tiles as a float matmul's, then
+  // 8 rows by two vectors of i32 lanes, one pair of k a step (PairDotContraction).
+  if (op->hasAttr(kPairDotAttr) && ranges.size() == 4 && !ShapedType::isDynamic(ranges[2])) {
+    int64_t pairLanes = lanesOf(element, plan.pairDotBits);
+    return {level == 0 ? clamp({64, 256, 128, 0}) : SmallVector<int64_t>{},
+            clamp({8, 2 * pairLanes, 1, 0})};
+  }
   // Cache tiles where the shape is known; with a dynamic dimension, register tiles alone (a
   // cache tile's remainder would have a dynamic shape and leave a scalar strip of every
   // register-tile loop inside it).
@@ -265,7 +260,7 @@ bool takesPairs(linalg::MatmulOp op) {
 /// as k/2 x n x 2 (a copy with each pair of B's rows interleaved), both widened to i16 and k
 /// padded with a zero to an even count. A register tile of it then reads a pair of A's
 /// elements as one 32-bit lane to broadcast and a vector of B's pairs as they lie, which
-/// pair-dot instructions take (lowerPairDots).
+/// pair-dot instructions take (PairDotContraction).
 void rewriteIntoPairs(RewriterBase &rewriter, linalg::MatmulOp op) {
   Location loc = op.getLoc();
   bool isUnsigned = op.getCast() == linalg::TypeFn::cast_unsigned;
