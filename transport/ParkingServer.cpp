@@ -913,6 +913,9 @@ void ParkingServer::closeConnections() {
   stopping = true;
   wake(); // Stays readable: every thread waiting on the epoll set sees it.
   stalls.notify_all();
+  // awaitThreads() may already wait: with no request thread left to end and notify, this is
+  // the only wake-up it gets (an executor that never had a connection hung on its stop).
+  ended.notify_all();
   for (ParkedSet *set : {&idleSet, &headSet, &handshakeSet, &refusalSet, &drainSet})
     while (!set->empty())
       forget(set->begin()->second);

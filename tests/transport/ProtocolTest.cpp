@@ -5,6 +5,7 @@
 #include "tests/support/PrometheusText.h"
 #include "tests/support/RawConnection.h"
 #include "tests/transport/ExecutorProcess.h"
+#include "transport/ParkingServer.h"
 #include "transport/Wire.h"
 
 #include "llvm/Support/MemoryBuffer.h"
@@ -17,6 +18,7 @@
 #include <chrono>
 #include <csignal>
 #include <fstream>
+#include <future>
 #include <netinet/in.h>
 #include <regex>
 #include <sstream>
@@ -506,6 +508,57 @@ TEST_CASE("SIGTERM and SIGINT stop the executor cleanly, even with a connection 
     Peer peer(executor);
     peer.openSession(); // Leaves a keep-alive connection open.
     CHECK(executor.stop(signal) == 0);
+  }
+}
+
+TEST_CASE("closing a server's connections wakes a wait for its request threads when it has "
+          "none",
+          "[protocol]") {
+  // An executor that never had a connection once stayed after SIGTERM: its accept loop ended
+  // and run() waited for request threads before stop() closed the connections, and with no
+  // thread to end, nothing woke it.
+  auto *server = new ParkingServer({}, [](ParkingServer::Refusal) { return std::string(); });
+  auto awaited = std::make_shared<std::promise<void>>();
+  std::future<void> done = awaited->get_future();
+  std::thread waiter([server, awaited] {
+    server->awaitThreads();
+    awaited->set_value();
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50)); // The wait begins first.
+  server->closeConnections();
+  if (done.wait_for(std::chrono::seconds(10)) != std::future_status::ready) {
+    waiter.detach(); // Still waiting on the server, which stays.
+    FAIL("awaitThreads() did not return 10 s after closeConnections()");
+  }
+  waiter.join();
+  delete server;
+}
+
+TEST_CASE("an executor that never had a connection stops at once, however the stop and its "
+          "accept loop's end interleave",
+          "[protocol]") {
+  for (int round = 0; round < 20; ++round) {
+    ExecutorServerOptions options;
+    options.warmWorkers = 0;
+    auto created = ExecutorServer::create(options);
+    REQUIRE(static_cast<bool>(created));
+    std::unique_ptr<ExecutorServer> server = std::move(*created);
+    auto ran = std::make_shared<std::promise<std::string>>();
+    std::future<std::string> result = ran->get_future();
+    std::thread runner([ran, raw = server.get()] {
+      llvm::Error error = raw->run();
+      ran->set_value(error ? llvm::toString(std::move(error)) : "");
+    });
+    if (round % 2)
+      std::this_thread::sleep_for(std::chrono::milliseconds(round % 5));
+    server->drainAndStop();
+    if (result.wait_for(std::chrono::seconds(10)) != std::future_status::ready) {
+      runner.detach();
+      (void)server.release(); // Still in use by the stuck run().
+      FAIL("run() did not return 10 s after drainAndStop(), round " << round);
+    }
+    runner.join();
+    CHECK(result.get() == "");
   }
 }
 
