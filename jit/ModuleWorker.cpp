@@ -324,6 +324,18 @@ llvm::Expected<Flags> parseFlags(int argc, char **argv) {
 /// Whether this worker runs as root until lockFileSystem, then as `unprivileged`.
 bool leaveRootBeforeModuleCode = false;
 executor::Identity unprivileged;
+/// The server, this worker's parent (0 when not told).
+pid_t server = 0;
+
+/// Arms the parent-death signal on the calling thread. Linux keeps it per thread, clears it on
+/// every thread when the process changes user, and sends it when the parent dies only if a
+/// thread of this process still holds it: lockFileSystem, which changes user, may run on a
+/// compiler thread that ends after the compile, so the thread that serves calls arms it again
+/// once the compile is over. A server gone before the signal was armed is not waited for.
+void armParentDeathSignal() {
+  if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || (server && ::getppid() != server))
+    std::_Exit(3);
+}
 
 /// A module's code runs as nobody where the server is root (lockFileSystem), and the TLS
 /// files that reach executors may be root's alone: a path of `tls` (or of its environment
@@ -459,6 +471,8 @@ private:
     compileSequence = sequence;
     setBeforeModuleCode(beforeModuleCode);
     llvm::Expected<std::shared_ptr<Module>> compiled = engine->compile(*text, name, compileOptions);
+    if (leaveRootBeforeModuleCode)
+      armParentDeathSignal(); // The user may have changed on a compiler thread.
     if (!compiled)
       return answerError(compiled.takeError());
     // A module without host code to run (no setup) locks here, before its first call.
@@ -620,13 +634,13 @@ void lockFileSystem() {
     llvm::errs() << "courier-module-worker: " << llvm::toString(std::move(error)) << "\n";
     std::abort();
   };
-  // Module code runs as nobody in every thread; changing user resets the parent-death
-  // signal, so it is set again (the server is still the parent: no exit between).
+  // Module code runs as nobody in every thread; changing user clears the parent-death
+  // signal, so it is armed again, on this thread now and on the serving one after the
+  // compile (armParentDeathSignal).
   if (leaveRootBeforeModuleCode) {
     if (llvm::Error error = executor::becomeUser(unprivileged))
       failed(std::move(error));
-    if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0)
-      failed(llvm::createStringError("setting the parent-death signal again"));
+    armParentDeathSignal();
   }
   // Every thread: the compiler's, and any a signal handler of the module's may run on.
   if (llvm::Error error = executor::forbidFileWritesInAllThreads())
@@ -694,8 +708,8 @@ int runModuleWorker(int argc, char **argv) {
   } else if (llvm::Error error = executor::dropCapabilities()) {
     return fail(llvm::toString(std::move(error)));
   }
-  if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || (flags->parent && ::getppid() != flags->parent))
-    return 3;
+  server = flags->parent;
+  armParentDeathSignal(); // Ends the worker when the server is already gone.
   // Nothing but the standard streams and the channel: the server's sockets must not reach a
   // module's code.
   ::close_range(channel + 1, ~0U, 0);

@@ -5,6 +5,7 @@
 #include "tests/serve/ServeProcess.h"
 #include "tests/support/HostileModules.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <csignal>
@@ -519,6 +520,38 @@ TEST_CASE("SIGTERM past the drain timeout ends a spinning call's worker and the 
   CHECK(answered);
   CHECK(errorCode(spun) == "unknown_module");
   CHECK(serve.log().find("cannot be stopped") == std::string::npos);
+}
+
+TEST_CASE("module workers die with their server, a spinning one too, after its compile "
+          "changed user on a compiler thread",
+          "[serve][containment]") {
+  // A root server's module worker compiles as root and becomes nobody before module code
+  // runs; that clears the parent-death signal, which was armed again on the compiler thread
+  // only: once that thread ended, a worker outlived a killed server, spinning for good.
+  ServeProcess serve({"", {"--invoke-timeout-ms", "0"}});
+  auto http = serve.client();
+  requireCreated(*http, "hostile", courier::testing::kHostileModule);
+  int spinning = workerPid(*http, "hostile");
+  REQUIRE(spinning > 0);
+  Reply spun;
+  bool answered = false;
+  std::thread caller = startSpinning(serve, spinning, spun, answered);
+  std::vector<pid_t> workers = liveChildrenOf(serve.processId());
+  REQUIRE(std::find(workers.begin(), workers.end(), spinning) != workers.end());
+  serve.kill();
+  caller.join();
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  auto anyRunning = [&] {
+    return std::any_of(workers.begin(), workers.end(), [](pid_t pid) { return running(pid); });
+  };
+  while (anyRunning() && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  for (pid_t worker : workers) {
+    INFO("worker " << worker << (worker == spinning ? " (spinning)" : ""));
+    CHECK_FALSE(running(worker));
+    if (running(worker))
+      ::kill(worker, SIGKILL); // Not left behind to burn a core.
+  }
 }
 
 TEST_CASE("SIGTERM with an in-process call spinning past the drain exits without it",
