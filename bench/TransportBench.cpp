@@ -103,12 +103,15 @@ void launchScale(Backend &backend, const std::string &session, const ObjectBlob 
 }
 
 /// A courier-executor process, as deployed, on a free loopback port.
-ExecutorProcess startExecutor() {
+courier::testing::ExecutorConfig executorConfig(std::vector<std::string> extra = {}) {
   // One client address, the benchmark's, for every client (and the idle ones of the
   // clients benchmark): no per-client limit.
-  return ExecutorProcess(
-      courier::testing::ExecutorConfig{0, "", {"--quiet", "--max-connections-per-client", "0"}});
+  std::vector<std::string> flags = {"--quiet", "--max-connections-per-client", "0"};
+  flags.insert(flags.end(), extra.begin(), extra.end());
+  return courier::testing::ExecutorConfig{0, "", flags};
 }
+
+ExecutorProcess startExecutor() { return ExecutorProcess(executorConfig()); }
 
 void latency(int n) {
   std::printf("== noop launch round trip (keep-alive) vs raw TCP 64-byte ping-pong, %d each, "
@@ -143,26 +146,45 @@ void latency(int n) {
       die("bare httplib echo failed");
   };
 
-  ExecutorProcess executor = startExecutor();
-  auto backend = check(createHttpBackend(executor.address(), {}), "connecting");
-  std::string session = check(backend->openSession(), "opening a session");
+  // The executor as deployed (each session's kernels in a sandboxed worker), and one that
+  // runs them in its own process, which shows what the hop to the worker costs.
   ObjectBlob shapes = loadObject(COURIER_KERNEL_SHAPES);
-  check(backend->shipObject(session, shapes), "shipping");
+  struct Launcher {
+    std::unique_ptr<ExecutorProcess> executor;
+    std::unique_ptr<Backend> backend;
+    std::string session;
+  };
+  auto launcher = [&](std::vector<std::string> flags) {
+    Launcher l{std::make_unique<ExecutorProcess>(executorConfig(std::move(flags))), nullptr, ""};
+    l.backend = check(createHttpBackend(l.executor->address(), {}), "connecting");
+    l.session = check(l.backend->openSession(), "opening a session");
+    check(l.backend->shipObject(l.session, shapes), "shipping");
+    return l;
+  };
+  Launcher isolated = launcher({});
+  Launcher inProcess = launcher({"--isolation", "none"});
   auto courierOnce = [&] {
-    check(backend->launch(session, shapes, "_catalyst_pyface_noop", {}, {}), "launching");
+    check(isolated.backend->launch(isolated.session, shapes, "_catalyst_pyface_noop", {}, {}),
+          "launching");
+  };
+  auto inProcessOnce = [&] {
+    check(inProcess.backend->launch(inProcess.session, shapes, "_catalyst_pyface_noop", {}, {}),
+          "launching");
   };
 
-  // Blocks alternate the three paths, so load from elsewhere on the machine falls on all
-  // of them alike.
-  std::vector<double> raws, bares, couriers;
+  // Blocks alternate the paths, so load from elsewhere on the machine falls on all of them
+  // alike.
+  std::vector<double> raws, bares, couriers, inProcesses;
   int block = std::min(n, 1000);
   measure(block, 0, rawOnce, raws);
   measure(block, 0, bareOnce, bares);
   measure(block, 0, courierOnce, couriers);
+  measure(block, 0, inProcessOnce, inProcesses);
   for (int done = 0; done < n; done += block) {
     measure(0, block, rawOnce, raws);
     measure(0, block, bareOnce, bares);
     measure(0, block, courierOnce, couriers);
+    measure(0, block, inProcessOnce, inProcesses);
   }
 
   shutdown(rawClient, SHUT_RDWR);
@@ -173,13 +195,16 @@ void latency(int n) {
   server.stop();
   serving.join();
 
-  Percentiles raw = percentiles(raws), bare = percentiles(bares), courier = percentiles(couriers);
+  Percentiles raw = percentiles(raws), bare = percentiles(bares), courier = percentiles(couriers),
+              local = percentiles(inProcesses);
   std::printf("  raw TCP ping-pong        p50 %7.1f us  p99 %7.1f us\n", raw.p50, raw.p99);
   std::printf("  bare httplib 64 B echo   p50 %7.1f us  p99 %7.1f us\n", bare.p50, bare.p99);
   std::printf("  courier noop launch      p50 %7.1f us  p99 %7.1f us\n", courier.p50, courier.p99);
+  std::printf("  the same, --isolation none p50 %5.1f us  p99 %7.1f us\n", local.p50, local.p99);
   std::printf("  ratio launch/raw p50 %.2fx (target <= 2.0x), p99 %.2fx; launch/bare-httplib "
-              "p50 %.2fx\n",
-              courier.p50 / raw.p50, courier.p99 / raw.p99, courier.p50 / bare.p50);
+              "p50 %.2fx, --isolation none %.2fx\n",
+              courier.p50 / raw.p50, courier.p99 / raw.p99, courier.p50 / bare.p50,
+              local.p50 / bare.p50);
 }
 
 void bandwidth(int mib, int reps) {
