@@ -349,20 +349,32 @@ void threads(Engine &engine, const Settings &settings) {
   Engine remoteEngine(remoteOptions);
   std::shared_ptr<Module> remote = compileKernel(remoteEngine, "matmul-1024");
   expectClose("matmul-1024 (executor)", invokeOne(*remote, inputs).view<float>(), c, 2e-6 * n);
+  // The same executor on a unix socket: a client on its host then passes tensors through the
+  // session's shared-memory channel (docs/protocol.md), not the socket.
+  testing::ExecutorProcess sameHostProcess(
+      {0, "", {"--quiet", "--listen", "unix:{dir}/executor.sock"}});
+  EngineOptions sameHostOptions = remoteOptions;
+  sameHostOptions.executorOverride = sameHostProcess.address();
+  Engine sameHostEngine(sameHostOptions);
+  std::shared_ptr<Module> sameHost = compileKernel(sameHostEngine, "matmul-1024");
+  expectClose("matmul-1024 (executor, same host)", invokeOne(*sameHost, inputs).view<float>(), c,
+              2e-6 * n);
 
   Side one{"1 thread", [&] { onThreads(1, [&] { invokeOne(*module, inputs); }); }};
   Side all{"courier", [&] { onThreads(team, [&] { invokeOne(*module, inputs); }); }};
   Side blas{"openblas",
             [&] { blasOnThreads(team, [&] { sgemm(n, n, n, a.data(), b.data(), c.data()); }); }};
   Side executor{"executor", [&] { invokeOne(*remote, inputs); }};
+  Side sameHostExecutor{"executor (unix socket)", [&] { invokeOne(*sameHost, inputs); }};
   // OpenBLAS's own scaling from one thread to the team's size, in the same rounds: what the
   // machine's cores give a GEMM that is known to scale.
   Side blasOne{"openblas 1", [&] { sgemm(n, n, n, a.data(), b.data(), c.data()); }};
-  interleave({&one, &all, &blas, &executor, &blasOne}, settings);
+  interleave({&one, &all, &blas, &executor, &sameHostExecutor, &blasOne}, settings);
   double flops = 2.0 * n * n * n;
   printFlops("matmul", "1024^3 team/1", flops, all, one, 1.8);
   printFlops("matmul", "1024^3 team", flops, all, blas, 0.8);
   printFlops("matmul", "1024^3 executor", flops, executor, blas, 0.6);
+  printFlops("matmul", "1024^3 executor/shm", flops, sameHostExecutor, blas, 0.6);
   std::printf("OpenBLAS itself: %d threads %.3f ms, 1 thread %.3f ms: %.2fx\n", team, blas.median(),
               blasOne.median(), blasOne.median() / blas.median());
 
