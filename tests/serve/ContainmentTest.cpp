@@ -195,6 +195,14 @@ int workerPid(httplib::Client &http, const std::string &module) {
   return worker["pid"].is_number() ? worker["pid"].get<int>() : 0;
 }
 
+/// Creates the hostile module (courier::testing::kHostileModule); returns its worker's pid.
+int createHostile(httplib::Client &http) {
+  requireCreated(http, "hostile", courier::testing::kHostileModule);
+  int worker = workerPid(http, "hostile");
+  REQUIRE(worker > 0);
+  return worker;
+}
+
 } // namespace
 
 TEST_CASE("a crash in a module's call is its own 500, and every other module keeps serving",
@@ -353,9 +361,7 @@ TEST_CASE("a setup() past --compile-timeout-ms is 504 compile_timeout naming the
 TEST_CASE("an invoke past its deadline is 504 and its worker is gone", "[serve][containment]") {
   ServeProcess serve({"", {"--invoke-timeout-ms", "300"}});
   auto http = serve.client();
-  requireCreated(*http, "hostile", courier::testing::kHostileModule);
-  int spinning = workerPid(*http, "hostile");
-  REQUIRE(spinning > 0);
+  int spinning = createHostile(*http);
 
   Reply spun = invoke(*http, "hostile", "spin", R"({"inputs": [1]})");
   INFO(spun.raw);
@@ -386,9 +392,7 @@ TEST_CASE("deleting a module whose call spins ends the call and its worker",
           "[serve][containment]") {
   ServeProcess serve({"", {"--invoke-timeout-ms", "0"}});
   auto http = serve.client();
-  requireCreated(*http, "hostile", courier::testing::kHostileModule);
-  int spinning = workerPid(*http, "hostile");
-  REQUIRE(spinning > 0);
+  int spinning = createHostile(*http);
 
   Reply spun;
   std::thread caller([&] {
@@ -497,9 +501,7 @@ TEST_CASE("SIGTERM past the drain timeout ends a spinning call's worker and the 
           "[serve][containment][drain]") {
   ServeProcess serve({"", {"--invoke-timeout-ms", "0", "--drain-timeout-ms", "300"}});
   auto http = serve.client();
-  requireCreated(*http, "hostile", courier::testing::kHostileModule);
-  int spinning = workerPid(*http, "hostile");
-  REQUIRE(spinning > 0);
+  int spinning = createHostile(*http);
   Reply spun;
   bool answered = false;
   std::thread caller = startSpinning(serve, spinning, spun, answered);
@@ -530,9 +532,7 @@ TEST_CASE("module workers die with their server, a spinning one too, after its c
   // only: once that thread ended, a worker outlived a killed server, spinning for good.
   ServeProcess serve({"", {"--invoke-timeout-ms", "0"}});
   auto http = serve.client();
-  requireCreated(*http, "hostile", courier::testing::kHostileModule);
-  int spinning = workerPid(*http, "hostile");
-  REQUIRE(spinning > 0);
+  int spinning = createHostile(*http);
   Reply spun;
   bool answered = false;
   std::thread caller = startSpinning(serve, spinning, spun, answered);
