@@ -13,6 +13,7 @@
 #include <poll.h>
 #include <sstream>
 #include <stdexcept>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <thread>
@@ -59,8 +60,14 @@ pid_t spawn(std::vector<std::string> args, const std::string &logPath, int &stdo
   int out[2];
   if (pipe(out) != 0)
     throw std::runtime_error("pipe failed");
+  pid_t parent = getpid();
   pid_t pid = fork();
   if (pid == 0) {
+    // A test or benchmark that dies (an exit past its destructors, a crash) takes its
+    // servers with it rather than leaving them running; the servers are started from the
+    // thread that owns them, which lives as long as they do.
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent)
+      _exit(127);
     dup2(out[1], STDOUT_FILENO);
     int log = open(logPath.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
     dup2(log, STDERR_FILENO);
