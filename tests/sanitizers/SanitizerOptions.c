@@ -22,5 +22,10 @@ COURIER_SANITIZER_HOOK const char *__ubsan_default_options(void) {
 }
 
 COURIER_SANITIZER_HOOK const char *__lsan_default_options(void) {
-  return "suppressions=" COURIER_LSAN_SUPPRESSIONS;
+  return "suppressions=" COURIER_LSAN_SUPPRESSIONS
+         /* LeakSanitizer's own suppressions (glibc's dlerror buffer, still held by a thread
+            that looked a symbol up when the process exits) match no Courier allocation, but
+            it would list them at exit, and any output at all is a report file that fails
+            the suite. A leak that is not suppressed is still reported. */
+         ":print_suppressions=0";
 }
