@@ -163,14 +163,13 @@ void latency(int n) {
   };
   Launcher isolated = launcher({});
   Launcher inProcess = launcher({"--isolation", "none"});
-  auto courierOnce = [&] {
-    check(isolated.backend->launch(isolated.session, shapes, "_catalyst_pyface_noop", {}, {}),
-          "launching");
+  auto noopOn = [&](Launcher &l) {
+    return [&shapes, to = &l] {
+      check(to->backend->launch(to->session, shapes, "_catalyst_pyface_noop", {}, {}), "launching");
+    };
   };
-  auto inProcessOnce = [&] {
-    check(inProcess.backend->launch(inProcess.session, shapes, "_catalyst_pyface_noop", {}, {}),
-          "launching");
-  };
+  auto courierOnce = noopOn(isolated);
+  auto inProcessOnce = noopOn(inProcess);
 
   // Blocks alternate the paths, so load from elsewhere on the machine falls on all of them
   // alike.

@@ -57,8 +57,15 @@ module @m {
   }
 }
 '''
-req = urllib.request.Request(base + "/v1/modules", data=json.dumps({"name": "scale", "mlir": MLIR}).encode(), method="POST")
-urllib.request.urlopen(req)
+
+
+def create_module():
+    urllib.request.urlopen(urllib.request.Request(
+        base + "/v1/modules", data=json.dumps({"name": "scale", "mlir": MLIR}).encode(),
+        method="POST"))
+
+
+create_module()
 
 failures = []
 def check(what, cond):
@@ -154,7 +161,7 @@ try:
         c.load_model("scale"); check("load of an API module after unload is an error", False)
     except InferenceServerException as e:
         check("load of an API module after unload: 404", e.status() == "404")
-    urllib.request.urlopen(urllib.request.Request(base + "/v1/modules", data=json.dumps({"name": "scale", "mlir": MLIR}).encode(), method="POST"))
+    create_module()
     # System shared memory.
     shm = shared_memory.SharedMemory(create=True, size=64)
     try:
