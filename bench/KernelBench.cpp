@@ -341,31 +341,38 @@ void threads(Engine &engine, const Settings &settings) {
   onThreads(team, [&] {
     expectClose("matmul-1024", invokeOne(*module, inputs).view<float>(), c, 2e-6 * n);
   });
-  // The executor, sandboxed as deployed, with its default team.
-  testing::ExecutorProcess executorProcess({0, "", {"--quiet"}});
-  EngineOptions remoteOptions;
-  remoteOptions.diskCache = false;
-  remoteOptions.executorOverride = executorProcess.address();
-  Engine remoteEngine(remoteOptions);
-  std::shared_ptr<Module> remote = compileKernel(remoteEngine, "matmul-1024");
-  expectClose("matmul-1024 (executor)", invokeOne(*remote, inputs).view<float>(), c, 2e-6 * n);
-  // The same executor on a unix socket: a client on its host then passes tensors through the
+  // The matmul compiled by an engine whose kernels run on a courier-executor started with
+  // `flags` (sandboxed as deployed, with its default team), checked once.
+  struct Remote {
+    std::unique_ptr<testing::ExecutorProcess> process;
+    std::unique_ptr<Engine> engine;
+    std::shared_ptr<Module> module;
+  };
+  auto remoteMatmul = [&](std::vector<std::string> flags, const char *what) {
+    Remote r;
+    r.process = std::make_unique<testing::ExecutorProcess>(
+        testing::ExecutorConfig{0, "", std::move(flags)});
+    EngineOptions options;
+    options.diskCache = false;
+    options.executorOverride = r.process->address();
+    r.engine = std::make_unique<Engine>(options);
+    r.module = compileKernel(*r.engine, "matmul-1024");
+    expectClose(what, invokeOne(*r.module, inputs).view<float>(), c, 2e-6 * n);
+    return r;
+  };
+  Remote overTcp = remoteMatmul({"--quiet"}, "matmul-1024 (executor)");
+  // The same on a unix socket: a client on its host then passes tensors through the
   // session's shared-memory channel (docs/protocol.md), not the socket.
-  testing::ExecutorProcess sameHostProcess(
-      {0, "", {"--quiet", "--listen", "unix:{dir}/executor.sock"}});
-  EngineOptions sameHostOptions = remoteOptions;
-  sameHostOptions.executorOverride = sameHostProcess.address();
-  Engine sameHostEngine(sameHostOptions);
-  std::shared_ptr<Module> sameHost = compileKernel(sameHostEngine, "matmul-1024");
-  expectClose("matmul-1024 (executor, same host)", invokeOne(*sameHost, inputs).view<float>(), c,
-              2e-6 * n);
+  Remote sameHostRemote = remoteMatmul({"--quiet", "--listen", "unix:{dir}/executor.sock"},
+                                       "matmul-1024 (executor, same host)");
+  Module &remote = *overTcp.module, &sameHost = *sameHostRemote.module;
 
   Side one{"1 thread", [&] { onThreads(1, [&] { invokeOne(*module, inputs); }); }};
   Side all{"courier", [&] { onThreads(team, [&] { invokeOne(*module, inputs); }); }};
   Side blas{"openblas",
             [&] { blasOnThreads(team, [&] { sgemm(n, n, n, a.data(), b.data(), c.data()); }); }};
-  Side executor{"executor", [&] { invokeOne(*remote, inputs); }};
-  Side sameHostExecutor{"executor (unix socket)", [&] { invokeOne(*sameHost, inputs); }};
+  Side executor{"executor", [&] { invokeOne(remote, inputs); }};
+  Side sameHostExecutor{"executor (unix socket)", [&] { invokeOne(sameHost, inputs); }};
   // OpenBLAS's own scaling from one thread to the team's size, in the same rounds: what the
   // machine's cores give a GEMM that is known to scale.
   Side blasOne{"openblas 1", [&] { sgemm(n, n, n, a.data(), b.data(), c.data()); }};
