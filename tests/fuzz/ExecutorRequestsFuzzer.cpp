@@ -17,10 +17,12 @@
 //
 // An input that starts with the line "RAW" is instead one request's bytes, sent as they are
 // on a connection of its own and half-closed: HTTP's framing itself (chunk sizes, the
-// spellings of Content-Length and Transfer-Encoding). It must hold exactly one HTTP/1.1
-// request line, and the executor must answer it at most once: a second answer means part of
-// the request was served as another (a framing differential), which is what nginx in front
-// would not see.
+// spellings of Content-Length and Transfer-Encoding). It must hold exactly one request line
+// (one " HTTP/1."), and the executor must answer it once: a second answer means part of the
+// request was served as another (a framing differential), which is what nginx in front would
+// not see. The one exception is a request whose head names neither Content-Length nor
+// Transfer-Encoding: it has no body (RFC 9112 6.3), so the bytes after its head are a next
+// request, which nginx too reads so; holding no request line, they may only be refused (400).
 //
 // Shipped code runs in this process (isolation "none"), so only what cannot misbehave is
 // offered: scale.o, whose one entry reads exactly the input it is given, and the test plugin's
@@ -286,17 +288,48 @@ size_t occurrences(llvm::StringRef haystack, llvm::StringRef needle) {
   return count;
 }
 
+/// The status of each answer in `answered`, in order (the three characters after each
+/// status line's "HTTP/1.x ").
+std::vector<llvm::StringRef> answerStatuses(llvm::StringRef answered) {
+  std::vector<llvm::StringRef> statuses;
+  for (size_t at = answered.find("HTTP/1."); at != llvm::StringRef::npos;
+       at = answered.find("HTTP/1.", at + 1)) {
+    llvm::StringRef line = answered.substr(at);
+    if (line.size() >= 12 && line[8] == ' ')
+      statuses.push_back(line.substr(9, 3));
+  }
+  return statuses;
+}
+
+/// Whether the head of `request` (up to its blank line) has a header line named
+/// Content-Length or Transfer-Encoding (any case, blanks allowed before the colon).
+bool namesFraming(llvm::StringRef request) {
+  llvm::StringRef head = request.substr(0, request.find("\r\n\r\n"));
+  llvm::SmallVector<llvm::StringRef> lines;
+  head.split(lines, '\n');
+  for (llvm::StringRef line : lines) {
+    llvm::StringRef name = line.split(':').first.rtrim(" \t");
+    if (line.contains(':') &&
+        (name.equals_insensitive("content-length") || name.equals_insensitive("transfer-encoding")))
+      return true;
+  }
+  return false;
+}
+
 int runRaw(Executor &e, llvm::StringRef text) {
   std::string bytes = substitute(text, e);
   // Calls run code in this process; only a session's worker contains that (see above).
-  if (occurrences(bytes, " HTTP/1.1\r\n") != 1 ||
+  if (occurrences(bytes, " HTTP/1.1\r\n") != 1 || occurrences(bytes, " HTTP/1.") != 1 ||
       decodedPath(bytes).find("call") != std::string::npos)
     return -1;
   std::string answered = exchangeRaw(e, bytes);
-  size_t answers = occurrences(answered, "HTTP/1.1 ") + occurrences(answered, "HTTP/1.0 ");
-  if (answers > 1)
-    broken("one raw request was answered " + std::to_string(answers) +
-           " times: part of it was served as another request");
+  std::vector<llvm::StringRef> statuses = answerStatuses(answered);
+  bool unframed = !namesFraming(bytes);
+  for (size_t i = 1; i < statuses.size(); ++i)
+    if (!unframed || statuses[i] != "400")
+      broken("one raw request was answered " + std::to_string(statuses.size()) +
+             " times, answer " + std::to_string(i + 1) + " with " + statuses[i] +
+             ": part of it was served as another request");
   // Whatever the request did to the session, the next input starts from the same state.
   httplib::Result closed = e.client->Delete(std::string("/v1/sessions/") + kSession);
   if (!closed)
