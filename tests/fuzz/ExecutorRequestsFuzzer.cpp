@@ -327,8 +327,8 @@ int runRaw(Executor &e, llvm::StringRef text) {
   bool unframed = !namesFraming(bytes);
   for (size_t i = 1; i < statuses.size(); ++i)
     if (!unframed || statuses[i] != "400")
-      broken("one raw request was answered " + std::to_string(statuses.size()) +
-             " times, answer " + std::to_string(i + 1) + " with " + statuses[i] +
+      broken("one raw request was answered " + std::to_string(statuses.size()) + " times, answer " +
+             std::to_string(i + 1) + " with " + statuses[i] +
              ": part of it was served as another request");
   // Whatever the request did to the session, the next input starts from the same state.
   httplib::Result closed = e.client->Delete(std::string("/v1/sessions/") + kSession);
