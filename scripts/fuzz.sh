@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Runs a libFuzzer target of tests/fuzz (docs/reliability.md) for SECONDS. Builds the fuzz
-# targets first (into build-fuzz, or COURIER_FUZZ_BUILD_DIR), replays every input that once
-# broke the target (tests/fuzz/regressions/TARGET), then fuzzes from its seeds with a fixed
-# seed (COURIER_FUZZ_SEED, default 1), keeping what it finds in build-fuzz/fuzz-corpus/TARGET
-# for the next run. A crash, a leak, an input that takes over 10 s or more than 4 GiB fails
-# the run and leaves the input in build-fuzz/fuzz-artifacts/TARGET/. TARGET "all" runs every
+# targets first, in the sanitized build test.sh --sanitize uses (build-asan, or
+# COURIER_SANITIZE_BUILD_DIR; scripts/build-sanitized.sh), replays every input that once broke
+# the target (tests/fuzz/regressions/TARGET), then fuzzes from its seeds with a fixed seed
+# (COURIER_FUZZ_SEED, default 1), keeping what it finds in build-asan/fuzz-corpus/TARGET for
+# the next run. A crash, a leak, an input that takes over 10 s or more than 4 GiB fails the
+# run and leaves the input in build-asan/fuzz-artifacts/TARGET/. TARGET "all" runs every
 # target for SECONDS each. Flags after SECONDS go to libFuzzer.
 #   usage: fuzz.sh TARGET|all SECONDS [libFuzzer flags...]
 set -euo pipefail
@@ -31,13 +32,11 @@ main() {
     usage
   fi
 
-  build=${COURIER_FUZZ_BUILD_DIR:-$root/build-fuzz}
+  build=${COURIER_SANITIZE_BUILD_DIR:-$root/build-asan}
   seed=${COURIER_FUZZ_SEED:-1}
-  flags="-O1 -gline-tables-only -DNDEBUG"
   start=$(date +%s)
-  COURIER_BUILD_DIR=$build COURIER_BUILD_TARGET=courier-fuzzers "$root/scripts/build.sh" \
-    -DCOURIER_FUZZ=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=$flags" \
-    "-DCMAKE_C_FLAGS_RELWITHDEBINFO=$flags"
+  COURIER_SANITIZE_BUILD_DIR=$build COURIER_BUILD_TARGET=courier-fuzzers \
+    "$root/scripts/build-sanitized.sh"
   echo "fuzz.sh: fuzz targets built in $(($(date +%s) - start)) s"
 
   for name in "${chosen[@]}"; do

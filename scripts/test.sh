@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Builds Courier and runs every test (lit and Catch2, through ctest). With --sanitize, builds
 # into its own directory (build-asan, or COURIER_SANITIZE_BUILD_DIR) with AddressSanitizer,
-# UndefinedBehaviorSanitizer and LeakSanitizer and runs the suite there, leaving out by label
-# only the tests that measure memory or link uninstrumented code (docs/reliability.md).
+# UndefinedBehaviorSanitizer and LeakSanitizer (scripts/build-sanitized.sh, the build the fuzz
+# targets share) and runs the suite there, leaving out by label only the tests that measure
+# memory or link uninstrumented code (docs/reliability.md).
 set -euo pipefail
 # One function, called on the last line: bash reads all of it before running any, so a
 # checkout that rewrites this file during a long run cannot change what runs.
@@ -20,13 +21,8 @@ main() {
   fi
 
   build=${COURIER_SANITIZE_BUILD_DIR:-$root/build-asan}
-  # -O1 with line tables: the sanitizers' usual trade of build and run time against reports
-  # that still name file and line.
-  flags="-O1 -gline-tables-only -DNDEBUG"
   start=$(date +%s)
-  COURIER_BUILD_DIR=$build "$root/scripts/build.sh" -DCOURIER_SANITIZE=ON \
-    -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=$flags" \
-    "-DCMAKE_C_FLAGS_RELWITHDEBINFO=$flags"
+  COURIER_SANITIZE_BUILD_DIR=$build "$root/scripts/build-sanitized.sh"
   built=$(date +%s)
   # The runtime options are built into every executable (tests/sanitizers/SanitizerOptions.c).
   # Reports go to files, one per process, so that a server or worker a test started and stopped

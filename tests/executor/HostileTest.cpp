@@ -5,6 +5,7 @@
 // an error, keeps serving every other session, and leaks no descriptors, zombies or threads.
 #include "tests/executor/Replies.h"
 #include "tests/kernels/KernelPaths.h"
+#include "tests/support/Sanitized.h"
 #include "tests/transport/ExecutorProcess.h"
 #include "transport/Backend.h"
 
@@ -363,14 +364,14 @@ TEST_CASE("a worker stopped with SIGSTOP mid-launch is still ended by the deadli
   requirePlusOneWorks(f.client, f.session, f.crashers);
 }
 
-TEST_CASE("300 crash-restart cycles leave the executor's descriptors, threads and children "
-          "where they were, with no zombies",
+TEST_CASE("300 crash-restart cycles (60 sanitized) leave the executor's descriptors, threads "
+          "and children where they were, with no zombies",
           "[hostile][leaks]") {
   Hostile f;
   pid_t pid = executorPid();
   requirePlusOneWorks(f.client, f.session, f.crashers);
   Holdings before = awaitHoldingsBack(pid, holdingsOf(pid), 0);
-  for (int i = 0; i < 300; ++i) {
+  for (int i = 0; i < soakRounds(300); ++i) {
     const char *entry = i % 3 == 0   ? "_catalyst_pyface_null_load"
                         : i % 3 == 1 ? "_catalyst_pyface_call_abort"
                                      : "_catalyst_pyface_exit_group";

@@ -4,6 +4,7 @@
 #include "jit/Engine.h"
 
 #include "tests/jit/TestSupport.h"
+#include "tests/support/Sanitized.h"
 #include "tests/transport/ExecutorProcess.h"
 
 #include <catch2/catch.hpp>
@@ -125,17 +126,7 @@ std::vector<double> run(const Module &module, llvm::StringRef entry, std::vector
   return values(out->front());
 }
 
-#if defined(__SANITIZE_ADDRESS__)
-constexpr bool kMemoryIsMeasurable = false;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-constexpr bool kMemoryIsMeasurable = false;
-#else
-constexpr bool kMemoryIsMeasurable = true;
-#endif
-#else
-constexpr bool kMemoryIsMeasurable = true;
-#endif
+constexpr bool kMemoryIsMeasurable = !courier::testing::kSanitized;
 
 /// What this process holds: heap bytes in use (every malloc arena and mmap'd chunk) and the
 /// resident set.

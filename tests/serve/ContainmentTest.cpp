@@ -4,6 +4,7 @@
 #include "tests/serve/RestClient.h"
 #include "tests/serve/ServeProcess.h"
 #include "tests/support/HostileModules.h"
+#include "tests/support/Sanitized.h"
 
 #include <algorithm>
 #include <atomic>
@@ -641,13 +642,14 @@ TEST_CASE("tensors larger than a message travel through shared memory, growing a
   }
 }
 
-TEST_CASE("100 reloads while 4 clients call, isolated: none fails, none mixes versions",
+TEST_CASE("100 reloads (20 sanitized) while 4 clients call, isolated: none fails, none mixes "
+          "versions",
           "[serve][containment]") {
   ServeProcess serve;
   requireCreated(*serve.client(), "scale", kernelModule(1));
   const std::string versionA = kernelModule(1), versionB = kernelModule(10);
   const std::vector<double> resultA = {1, 2, 3, 4}, resultB = {10, 20, 30, 40};
-  constexpr int kClients = 4, kReloads = 100;
+  constexpr int kClients = 4, kReloads = soakRounds(100);
   CallTally tally;
   auto http = serve.client();
   int replaced = 0;

@@ -4,6 +4,7 @@
 #include "transport/HttpBackend.h"
 #include "tests/kernels/KernelPaths.h"
 #include "tests/support/Require.h"
+#include "tests/support/Sanitized.h"
 #include "tests/transport/ExecutorProcess.h"
 #include "transport/Backend.h"
 #include "transport/Wire.h"
@@ -341,7 +342,8 @@ TEST_CASE("a session closes cleanly with async launches never awaited", "[http]"
   require(f.backend->health());
 }
 
-TEST_CASE("eight threads launch a thousand times each on one session", "[http][stress]") {
+TEST_CASE("eight threads launch a thousand times (200 sanitized) each on one session",
+          "[http][stress]") {
   Fixture f;
   ObjectBlob scale = loadObject(COURIER_KERNEL_SCALE);
   requireOk(f.backend->shipObject(f.session, scale));
@@ -351,7 +353,7 @@ TEST_CASE("eight threads launch a thousand times each on one session", "[http][s
   std::vector<std::thread> threads;
   for (int t = 0; t < 8; ++t)
     threads.emplace_back([&, t] {
-      for (int i = 0; i < 1000; ++i) {
+      for (int i = 0; i < courier::testing::soakRounds(1000); ++i) {
         std::vector<double> x = {double(t), double(i), double(t * 1000 + i), -0.5};
         auto r = f.backend->launch(f.session, scale, kScale, {view(x, {4})}, {{1, 8}});
         if (!r) {

@@ -3,6 +3,7 @@
 #include "transport/SharedChannel.h"
 #include "tests/kernels/KernelPaths.h"
 #include "tests/support/Require.h"
+#include "tests/support/Sanitized.h"
 #include "tests/transport/ExecutorProcess.h"
 #include "transport/Backend.h"
 #include "transport/ErrorCode.h"
@@ -529,11 +530,13 @@ TEST_CASE("the offer names the control page version both sides speak, and client
   CHECK(shmLaunches(executor) - before == 120);
 }
 
-TEST_CASE("10k sessions with a channel each leave no shared-memory descriptors or mappings behind",
+TEST_CASE("10k sessions (2k sanitized) with a channel each leave no shared-memory descriptors or "
+          "mappings behind",
           "[shm][leaks]") {
   ExecutorProcess executor(onUnixSocket({"--isolation", "none"}));
-  churnSessions(executor, 10000, 3);
-  CHECK(executor.metric("courier_shm_channels_opened_total") == 10000);
+  const int sessions = courier::testing::soakRounds(10000);
+  churnSessions(executor, sessions, 3);
+  CHECK(executor.metric("courier_shm_channels_opened_total") == sessions);
 }
 
 TEST_CASE("sessions whose workers answer their channels leave no shared-memory descriptors or "
