@@ -42,12 +42,11 @@ namespace courier::executor {
 
 namespace shm = transport::shm;
 using transport::ErrorCode;
-
+using transport::makeCodedError;
 using transport::ObjectHost;
 using transport::ObjectHostOptions;
 using transport::ObjectInfo;
 using transport::PluginSet;
-using transport::wire::makeWireError;
 namespace wire = transport::wire;
 
 namespace {
@@ -97,9 +96,10 @@ private:
   Clock::time_point started;
 };
 
-/// An async launch's outcome: empty code on success.
+/// An async launch's outcome: no code when it succeeded.
 struct AsyncOutcome {
-  std::string code, message;
+  std::optional<ErrorCode> code;
+  std::string message;
 };
 
 struct MallocDeleter {
@@ -323,10 +323,10 @@ decodeWorkerResults(Message &reply, llvm::ArrayRef<ResultSpec> expected, llvm::S
                     std::shared_ptr<Arena> &resultArena) {
   MessageReader in(reply.bytes);
   auto broken = [&](const llvm::Twine &what) {
-    return makeWireError("launch_failed", "'" + entry +
-                                              "' returned results the executor cannot "
-                                              "use: " +
-                                              what);
+    return makeCodedError(ErrorCode::LaunchFailed, "'" + entry +
+                                                       "' returned results the executor cannot "
+                                                       "use: " +
+                                                       what);
   };
   auto results = std::make_shared<WorkerResults>();
   uint64_t count = in.count(24);
@@ -542,10 +542,10 @@ llvm::Expected<std::shared_ptr<Session>> ExecutorCore::Impl::createSession(const
     }
   }
   auto full = [&] {
-    return makeWireError("too_many_sessions",
-                         llvm::formatv("this executor holds its limit of {0} sessions; close one "
-                                       "or use another executor",
-                                       options.maxSessions));
+    return makeCodedError(ErrorCode::TooManySessions,
+                          llvm::formatv("this executor holds its limit of {0} sessions; close one "
+                                        "or use another executor",
+                                        options.maxSessions));
   };
   {
     std::lock_guard<std::mutex> lock(sessionsMutex);
@@ -564,8 +564,8 @@ llvm::Expected<std::shared_ptr<Session>> ExecutorCore::Impl::createSession(const
     llvm::Expected<std::unique_ptr<ObjectHost>> host =
         ObjectHost::create(plugins, {options.allowUnsignedObjects});
     if (!host)
-      return makeWireError("internal",
-                           "creating an object host: " + llvm::toString(host.takeError()));
+      return makeCodedError(ErrorCode::Internal,
+                            "creating an object host: " + llvm::toString(host.takeError()));
     session->host = std::move(*host);
   }
   session->touch();
@@ -596,7 +596,7 @@ llvm::Error ExecutorCore::Impl::attach(Session &session, llvm::StringRef sha) {
       // session's worker, which may be running a long launch.
       std::lock_guard<std::mutex> attaching(session.attachMutex);
       if (session.closed)
-        return makeWireError("unknown_session", "session '" + session.id + "' was closed");
+        return makeCodedError(ErrorCode::UnknownSession, "session '" + session.id + "' was closed");
       if (session.attached.count(sha.str()))
         return llvm::Error::success();
     }
@@ -607,7 +607,7 @@ llvm::Error ExecutorCore::Impl::attach(Session &session, llvm::StringRef sha) {
   }
   std::unique_lock<std::mutex> attaching(session.attachMutex);
   if (session.closed)
-    return makeWireError("unknown_session", "session '" + session.id + "' was closed");
+    return makeCodedError(ErrorCode::UnknownSession, "session '" + session.id + "' was closed");
   if (session.attached.count(sha.str()))
     return llvm::Error::success();
   std::optional<ObjectBlob> blob;
@@ -616,7 +616,7 @@ llvm::Error ExecutorCore::Impl::attach(Session &session, llvm::StringRef sha) {
     std::lock_guard<std::mutex> lock(objectsMutex);
     auto it = objects.find(sha.str());
     if (it == objects.end())
-      return makeWireError("unknown_object", "object " + sha + " is not on this executor");
+      return makeCodedError(ErrorCode::UnknownObject, "object " + sha + " is not on this executor");
     if (it->second.holders++ == 0)
       heldBytes += it->second.blob.bytes->size();
     attachments++;
@@ -634,12 +634,12 @@ llvm::Error ExecutorCore::Impl::attach(Session &session, llvm::StringRef sha) {
       loaded = linkInto(session, **worker, sha, deadline);
   } else if (llvm::Error error = session.host->addObject(*blob)) {
     // The object host's message names the object.
-    loaded = makeWireError("invalid_object", llvm::toString(std::move(error)));
+    loaded = makeCodedError(ErrorCode::InvalidObject, llvm::toString(std::move(error)));
   }
   if (!attaching.owns_lock())
     attaching.lock();
   if (!loaded && session.closed)
-    loaded = makeWireError("unknown_session", "session '" + session.id + "' was closed");
+    loaded = makeCodedError(ErrorCode::UnknownSession, "session '" + session.id + "' was closed");
   if (loaded) {
     dropHold(sha);
     return loaded;
@@ -770,7 +770,7 @@ ExecutorCore::Impl::liveWorker(Session &s, Clock::time_point deadline) {
     // A closed session's work (an async launch still queued) must not start a worker.
     std::lock_guard<std::mutex> attaching(s.attachMutex);
     if (s.closed)
-      return makeWireError("unknown_session", "session '" + s.id + "' was closed");
+      return makeCodedError(ErrorCode::UnknownSession, "session '" + s.id + "' was closed");
   }
   llvm::Expected<std::unique_ptr<WorkerProcess>> fresh = pool->take();
   if (!fresh)
@@ -785,7 +785,7 @@ ExecutorCore::Impl::liveWorker(Session &s, Clock::time_point deadline) {
     std::lock_guard<std::mutex> attaching(s.attachMutex);
     if (s.closed) {
       worker->kill(EndReason::Closed);
-      return makeWireError("unknown_session", "session '" + s.id + "' was closed");
+      return makeCodedError(ErrorCode::UnknownSession, "session '" + s.id + "' was closed");
     }
   }
   s.forgetWorkerState();
@@ -802,8 +802,9 @@ ExecutorCore::Impl::liveWorker(Session &s, Clock::time_point deadline) {
     // request goes on unless the worker died of it.
     dropDirect(s, llvm::toString(std::move(error)));
     if (!worker->alive())
-      return makeWireError("worker_unavailable", "the session's worker died while it was set up: " +
-                                                     worker->death().cause);
+      return makeCodedError(ErrorCode::WorkerUnavailable,
+                            "the session's worker died while it was set up: " +
+                                worker->death().cause);
   }
   return worker;
 }
@@ -854,7 +855,7 @@ llvm::Error ExecutorCore::Impl::linkInto(Session &s, WorkerProcess &worker, llvm
                                          Clock::time_point deadline) {
   std::optional<ObjectBlob> blob = findObject(sha);
   if (!blob)
-    return makeWireError("unknown_object", "object " + sha + " is not on this executor");
+    return makeCodedError(ErrorCode::UnknownObject, "object " + sha + " is not on this executor");
   const std::string &bytes = *blob->bytes;
   MessageWriter add(MessageKind::AddObject);
   add.str(sha).u64(bytes.size());
@@ -865,8 +866,9 @@ llvm::Error ExecutorCore::Impl::linkInto(Session &s, WorkerProcess &worker, llvm
   } else {
     llvm::Expected<SharedBuffer> buffer = SharedBuffer::create(bytes.size(), "courier-object");
     if (!buffer)
-      return makeWireError("internal", "sharing object " + sha + " with the session's worker: " +
-                                           llvm::toString(buffer.takeError()));
+      return makeCodedError(ErrorCode::Internal, "sharing object " + sha +
+                                                     " with the session's worker: " +
+                                                     llvm::toString(buffer.takeError()));
     shared = std::move(*buffer);
     std::memcpy(shared.data(), bytes.data(), bytes.size());
     add.u64(0);
@@ -891,8 +893,8 @@ llvm::Error ExecutorCore::Impl::linkInto(Session &s, WorkerProcess &worker, llvm
       word = in.i64();
   }
   if (!in.ok())
-    return makeWireError("invalid_object",
-                         "loading object " + sha + ": the worker's description is malformed");
+    return makeCodedError(ErrorCode::InvalidObject,
+                          "loading object " + sha + ": the worker's description is malformed");
   {
     std::lock_guard<std::mutex> attaching(s.attachMutex);
     s.infos[sha.str()] = std::move(info);
@@ -948,11 +950,11 @@ llvm::Expected<Message> ExecutorCore::Impl::ask(Session &s, WorkerProcess &worke
 void ExecutorCore::Impl::noteDeath(Session &s, WorkerProcess &worker, const WorkerDeath &death,
                                    llvm::StringRef what) {
   // The executor ended it on purpose (close, shutdown): not a restart.
-  if (death.cause == "closed" || death.cause == "shutdown")
+  if (death.reason == EndReason::Closed || death.reason == EndReason::Shutdown)
     return;
-  std::string cause = death.cause == "deadline" ? "deadline"
-                      : death.signal.empty()    ? "exit"
-                                                : "crash";
+  std::string cause = death.reason == EndReason::Deadline ? "deadline"
+                      : death.signal.empty()              ? "exit"
+                                                          : "crash";
   {
     std::lock_guard<std::mutex> lock(metrics.labelledMutex);
     metrics.restartsByCause[cause]++;
@@ -960,7 +962,7 @@ void ExecutorCore::Impl::noteDeath(Session &s, WorkerProcess &worker, const Work
       metrics.crashesBySignal[death.signal]++;
   }
   metrics.workersRestarted++;
-  if (cause == "deadline")
+  if (death.reason == EndReason::Deadline)
     metrics.deadlineKills++;
   transport::logEvent(transport::LogLevel::Warn,
                       llvm::formatv("worker {0} of session '{1}' died: {2} in {3}", worker.pid(),
@@ -1114,7 +1116,7 @@ llvm::Expected<SessionRef> ExecutorCore::findSession(llvm::StringRef id) {
   std::lock_guard<std::mutex> lock(impl->sessionsMutex);
   auto it = impl->sessions.find(id.str());
   if (it == impl->sessions.end())
-    return makeWireError("unknown_session", "no session '" + id + "' on this executor");
+    return makeCodedError(ErrorCode::UnknownSession, "no session '" + id + "' on this executor");
   it->second->touch();
   return it->second;
 }
@@ -1125,7 +1127,7 @@ llvm::Error ExecutorCore::closeSession(llvm::StringRef id) {
     std::lock_guard<std::mutex> lock(impl->sessionsMutex);
     auto it = impl->sessions.find(id.str());
     if (it == impl->sessions.end())
-      return makeWireError("unknown_session", "no session '" + id + "' on this executor");
+      return makeCodedError(ErrorCode::UnknownSession, "no session '" + id + "' on this executor");
     ending.push_back(std::move(it->second));
     impl->sessions.erase(it);
   }
@@ -1240,9 +1242,9 @@ llvm::Expected<InputArea> ExecutorCore::inputArea(Session &session,
       ArenaPool &pool = *session.arenas;
       llvm::Expected<std::shared_ptr<Arena>> arena = pool.take(pool.idleInputs, bytes.total);
       if (!arena)
-        return makeWireError("payload_too_large",
-                             "cannot allocate " + llvm::Twine(bytes.total) +
-                                 " bytes for launch inputs: " + llvm::toString(arena.takeError()));
+        return makeCodedError(ErrorCode::PayloadTooLarge,
+                              "cannot allocate " + llvm::Twine(bytes.total) +
+                                  " bytes for launch inputs: " + llvm::toString(arena.takeError()));
       bytes.pool = session.arenas;
       bytes.arena = std::move(*arena);
     }
@@ -1251,8 +1253,8 @@ llvm::Expected<InputArea> ExecutorCore::inputArea(Session &session,
   for (const wire::TensorHeader &t : headers) {
     char *data = static_cast<char *>(wire::allocateTensorBuffer(t.bytes));
     if (!data)
-      return makeWireError("payload_too_large",
-                           "cannot allocate " + llvm::Twine(t.bytes) + " bytes for a launch input");
+      return makeCodedError(ErrorCode::PayloadTooLarge, "cannot allocate " + llvm::Twine(t.bytes) +
+                                                            " bytes for a launch input");
     bytes.buffers.emplace_back(data);
   }
   return std::move(area);
@@ -1337,7 +1339,8 @@ ExecutorCore::launch(Session &s, llvm::StringRef sha, llvm::StringRef entry, Inp
   LaunchResults out;
   if (impl->isolated()) {
     if (!area)
-      return makeWireError("internal", "an isolated launch needs its inputs in an input area");
+      return makeCodedError(ErrorCode::Internal,
+                            "an isolated launch needs its inputs in an input area");
     AreaBytes &bytes = *area->impl;
     MessageWriter launch(MessageKind::Launch);
     launch.str(sha).str(entry).u64(inputs.size());
@@ -1410,13 +1413,14 @@ ExecutorCore::launch(Session &s, llvm::StringRef sha, llvm::StringRef entry, Inp
   running.finish();
   if (!produced) {
     metrics.launchFailures++;
-    return classifyHostError(produced.takeError(), "unknown_entry", "launch_failed",
+    return classifyHostError(produced.takeError(), ErrorCode::UnknownEntry, ErrorCode::LaunchFailed,
                              "launching '" + entry + "'");
   }
   if (produced->size() != results.size()) {
     metrics.launchFailures++;
-    return makeWireError("launch_failed", llvm::formatv("'{0}' returned {1} results, expected {2}",
-                                                        entry, produced->size(), results.size()));
+    return makeCodedError(ErrorCode::LaunchFailed,
+                          llvm::formatv("'{0}' returned {1} results, expected {2}", entry,
+                                        produced->size(), results.size()));
   }
   if (area)
     *area = InputArea();
@@ -1449,16 +1453,16 @@ llvm::Expected<uint64_t> ExecutorCore::launchAsync(const SessionRef &session, ll
     known = s.host->hasEntry(object, entry);
   }
   if (!known)
-    return makeWireError("unknown_entry",
-                         "launching '" + entry + "': no entry '" + entry + "' in object " + object);
+    return makeCodedError(ErrorCode::UnknownEntry, "launching '" + entry + "': no entry '" + entry +
+                                                       "' in object " + object);
   Metrics *m = &impl->metrics;
   auto outcome = std::make_shared<std::promise<AsyncOutcome>>();
   uint64_t id;
   {
     std::lock_guard<std::mutex> lock(s.launchesMutex);
     if (s.launches.size() >= wire::kMaxPendingLaunches)
-      return makeWireError(
-          "too_many_launches",
+      return makeCodedError(
+          ErrorCode::TooManyLaunches,
           llvm::formatv("session '{0}' has {1} async launches not yet awaited; await some first",
                         s.id, wire::kMaxPendingLaunches));
     id = s.nextLaunch++;
@@ -1470,8 +1474,8 @@ llvm::Expected<uint64_t> ExecutorCore::launchAsync(const SessionRef &session, ll
       return;
     }
     m->launchFailures++;
-    auto [code, message] = describeError(std::move(error), "launch_failed");
-    outcome->set_value({code, message});
+    auto [code, message] = transport::takeCodeAndMessage(std::move(error), ErrorCode::LaunchFailed);
+    outcome->set_value({code, std::move(message)});
   };
   Impl *core = impl.get();
   if (impl->isolated()) {
@@ -1481,8 +1485,8 @@ llvm::Expected<uint64_t> ExecutorCore::launchAsync(const SessionRef &session, ll
     impl->launchPool->async([core, weak, object, entry, m, deadline, finish] {
       std::shared_ptr<Session> held = weak.lock();
       if (!held) {
-        finish(makeWireError("unknown_session",
-                             "the session was closed before '" + entry + "' started"));
+        finish(makeCodedError(ErrorCode::UnknownSession,
+                              "the session was closed before '" + entry + "' started"));
         return;
       }
       MessageWriter launch(MessageKind::Launch);
@@ -1504,8 +1508,8 @@ llvm::Expected<uint64_t> ExecutorCore::launchAsync(const SessionRef &session, ll
         return host->launch(object, entry, {}, {});
       }();
       finish(results ? llvm::Error::success()
-                     : classifyHostError(results.takeError(), "unknown_entry", "launch_failed",
-                                         "launching '" + entry + "'"));
+                     : classifyHostError(results.takeError(), ErrorCode::UnknownEntry,
+                                         ErrorCode::LaunchFailed, "launching '" + entry + "'"));
     });
   }
   return id;
@@ -1518,28 +1522,28 @@ llvm::Error ExecutorCore::await(Session &s, uint64_t id, Clock::time_point deadl
     std::lock_guard<std::mutex> lock(s.launchesMutex);
     auto it = s.launches.find(id);
     if (it == s.launches.end())
-      return makeWireError("unknown_launch", "no pending launch " + llvm::Twine(id) +
-                                                 " in session '" + s.id +
-                                                 "' (unknown, or already awaited)");
+      return makeCodedError(ErrorCode::UnknownLaunch, "no pending launch " + llvm::Twine(id) +
+                                                          " in session '" + s.id +
+                                                          "' (unknown, or already awaited)");
     done = std::move(it->second);
     s.launches.erase(it);
   }
   if (done.wait_until(deadline) != std::future_status::ready) {
     if (!impl->isolated())
-      return makeWireError("deadline_exceeded",
-                           llvm::formatv("launch {0} is still running; without isolation the "
-                                         "executor cannot end it",
-                                         id));
+      return makeCodedError(ErrorCode::DeadlineExceeded,
+                            llvm::formatv("launch {0} is still running; without isolation the "
+                                          "executor cannot end it",
+                                          id));
     // Ending the worker ends the launch; its task then reports how it ended.
     s.endWorker(EndReason::Deadline);
     if (done.wait_for(std::chrono::seconds(2)) != std::future_status::ready)
-      return makeWireError("deadline_exceeded",
-                           llvm::formatv("launch {0} ran past its deadline", id));
+      return makeCodedError(ErrorCode::DeadlineExceeded,
+                            llvm::formatv("launch {0} ran past its deadline", id));
   }
   const AsyncOutcome &outcome = done.get();
   s.touch();
-  if (!outcome.code.empty())
-    return makeWireError(outcome.code, outcome.message);
+  if (outcome.code)
+    return makeCodedError(*outcome.code, outcome.message);
   return llvm::Error::success();
 }
 
@@ -1560,8 +1564,8 @@ llvm::Expected<std::string> ExecutorCore::call(Session &s, llvm::StringRef symbo
     } else {
       llvm::Expected<SharedBuffer> buffer = SharedBuffer::create(input.size(), "courier-call");
       if (!buffer)
-        return makeWireError("payload_too_large", "cannot share the call's input: " +
-                                                      llvm::toString(buffer.takeError()));
+        return makeCodedError(ErrorCode::PayloadTooLarge, "cannot share the call's input: " +
+                                                              llvm::toString(buffer.takeError()));
       shared = std::move(*buffer);
       std::memcpy(shared.data(), input.data(), input.size());
       call.u64(0);
@@ -1583,38 +1587,38 @@ llvm::Expected<std::string> ExecutorCore::call(Session &s, llvm::StringRef symbo
     bool inlined = in.u64() != 0;
     if (!in.ok() || size != outputSize) {
       metrics.callFailures++;
-      return makeWireError("call_failed",
-                           llvm::formatv("'{0}' produced {1} bytes, the caller expects {2}", symbol,
-                                         size, outputSize));
+      return makeCodedError(ErrorCode::CallFailed,
+                            llvm::formatv("'{0}' produced {1} bytes, the caller expects {2}",
+                                          symbol, size, outputSize));
     }
     if (inlined) {
       output = in.str().str();
       if (!in.ok() || output.size() != size)
-        return makeWireError("call_failed", "'" + symbol + "' sent a malformed reply");
+        return makeCodedError(ErrorCode::CallFailed, "'" + symbol + "' sent a malformed reply");
     } else {
       if (reply->fds.size() != 1)
-        return makeWireError("call_failed", "'" + symbol + "' sent a malformed reply");
+        return makeCodedError(ErrorCode::CallFailed, "'" + symbol + "' sent a malformed reply");
       llvm::Expected<SharedBuffer> mapped =
           SharedBuffer::map(std::move(reply->fds[0]), size, /*requireSealed=*/true);
       if (!mapped)
-        return makeWireError("call_failed", "reading the reply of '" + symbol +
-                                                "': " + llvm::toString(mapped.takeError()));
+        return makeCodedError(ErrorCode::CallFailed, "reading the reply of '" + symbol + "': " +
+                                                         llvm::toString(mapped.takeError()));
       output.assign(mapped->data(), size);
     }
   } else {
     llvm::Expected<std::string> produced = s.host->call(symbol, input, outputSize);
     if (!produced) {
       metrics.callFailures++;
-      return classifyHostError(produced.takeError(), "unknown_symbol", "call_failed",
-                               "calling '" + symbol + "'");
+      return classifyHostError(produced.takeError(), ErrorCode::UnknownSymbol,
+                               ErrorCode::CallFailed, "calling '" + symbol + "'");
     }
     output = std::move(*produced);
   }
   if (output.size() != outputSize) {
     metrics.callFailures++;
-    return makeWireError("call_failed",
-                         llvm::formatv("'{0}' produced {1} bytes, the caller expects {2}", symbol,
-                                       output.size(), outputSize));
+    return makeCodedError(ErrorCode::CallFailed,
+                          llvm::formatv("'{0}' produced {1} bytes, the caller expects {2}", symbol,
+                                        output.size(), outputSize));
   }
   return std::move(output);
 }
@@ -1652,7 +1656,7 @@ llvm::Expected<bool> ExecutorCore::serveDirect(Session &s,
                                                Clock::time_point deadline, bool replace,
                                                bool wait) {
   if (!impl->isolated())
-    return makeWireError("unavailable", "kernels run in the executor's own process");
+    return makeCodedError(ErrorCode::Unavailable, "kernels run in the executor's own process");
   {
     std::lock_guard<std::mutex> lock(s.slotMutex);
     // A channel that was replaced or dropped is not put back by its watcher.

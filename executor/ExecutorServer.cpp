@@ -29,7 +29,6 @@ using executor::InputArea;
 using executor::LaunchResults;
 using executor::Session;
 using executor::SessionRef;
-using wire::makeWireError;
 
 namespace {
 
@@ -39,13 +38,13 @@ void sendJson(httplib::Response &res, int status, const json &body) {
                   wire::kJsonContentType);
 }
 
-void sendError(httplib::Response &res, llvm::StringRef code, llvm::StringRef message) {
-  res.status = wire::statusForCode(code);
+void sendError(httplib::Response &res, ErrorCode code, llvm::StringRef message) {
+  res.status = httpStatus(code);
   res.set_content(wire::errorBody(code, message), wire::kJsonContentType);
 }
 
 void reportFailure(httplib::Response &res, llvm::Error error) {
-  auto [code, message] = executor::describeError(std::move(error), "internal");
+  auto [code, message] = takeCodeAndMessage(std::move(error), ErrorCode::Internal);
   sendError(res, code, message);
 }
 
@@ -111,8 +110,8 @@ struct ExecutorServer::Impl {
   llvm::Error refuseWhileDraining() {
     if (!service.draining())
       return llvm::Error::success();
-    return makeWireError("draining", "the executor is draining before it exits; open the "
-                                     "session on another executor");
+    return makeCodedError(ErrorCode::Draining, "the executor is draining before it exits; open the "
+                                               "session on another executor");
   }
 
   // The routes' handlers, in the order of the route table.
@@ -164,9 +163,9 @@ llvm::Expected<SessionRef> ExecutorServer::Impl::findSession(const httplib::Requ
   std::string id = req.matches[1];
   std::string header = req.get_header_value(wire::kSessionHeader);
   if (!header.empty() && header != id)
-    return makeWireError("bad_request", "header " + llvm::Twine(wire::kSessionHeader) + " '" +
-                                            header + "' does not match session '" + id +
-                                            "' in the path");
+    return makeCodedError(ErrorCode::BadRequest, "header " + llvm::Twine(wire::kSessionHeader) +
+                                                     " '" + header + "' does not match session '" +
+                                                     id + "' in the path");
   return core->findSession(id);
 }
 
@@ -175,8 +174,8 @@ llvm::Expected<Clock::time_point> ExecutorServer::Impl::deadlineFor(const httpli
     return core->deadline(std::nullopt);
   uint64_t ms = 0;
   if (llvm::StringRef(req.get_header_value(wire::kDeadlineHeader)).getAsInteger(10, ms) || ms == 0)
-    return makeWireError("bad_request", "header " + llvm::Twine(wire::kDeadlineHeader) +
-                                            " must give a deadline in milliseconds (> 0)");
+    return makeCodedError(ErrorCode::BadRequest, "header " + llvm::Twine(wire::kDeadlineHeader) +
+                                                     " must give a deadline in milliseconds (> 0)");
   ms = std::min(ms, wire::kLongestDeadlineMs);
   return core->deadline(std::chrono::milliseconds(ms));
 }
@@ -254,7 +253,7 @@ llvm::Error ExecutorServer::Impl::health(const httplib::Request &, httplib::Resp
 
 llvm::Error ExecutorServer::Impl::ready(const httplib::Request &, httplib::Response &res) {
   if (service.draining())
-    return makeWireError("draining", "the executor is draining before it exits");
+    return makeCodedError(ErrorCode::Draining, "the executor is draining before it exits");
   sendJson(res, 200, {{"status", "ready"}});
   return llvm::Error::success();
 }
@@ -283,8 +282,8 @@ llvm::Error ExecutorServer::Impl::listObjects(const httplib::Request &, httplib:
 llvm::Error ExecutorServer::Impl::hasObject(const httplib::Request &req, httplib::Response &res) {
   std::optional<ObjectBlob> blob = core->findObject(req.matches[1].str());
   if (!blob)
-    return makeWireError("unknown_object",
-                         "object " + req.matches[1].str() + " is not on this executor");
+    return makeCodedError(ErrorCode::UnknownObject,
+                          "object " + req.matches[1].str() + " is not on this executor");
   sendJson(res, 200, {{"sha256", blob->sha256}, {"size", blob->bytes->size()}});
   return llvm::Error::success();
 }
@@ -305,7 +304,8 @@ llvm::Error ExecutorServer::Impl::putObject(const httplib::Request &req, httplib
     return error;
   std::string actual = wire::sha256Hex(*bytes);
   if (actual != sha)
-    return makeWireError("hash_mismatch", "object body hashes to " + actual + ", not " + sha);
+    return makeCodedError(ErrorCode::HashMismatch,
+                          "object body hashes to " + actual + ", not " + sha);
   llvm::Expected<bool> stored = core->storeObject(ObjectBlob{sha, std::move(bytes)});
   if (!stored)
     return stored.takeError();
@@ -403,9 +403,9 @@ llvm::Error ExecutorServer::Impl::offerChannel(const httplib::Request &req,
       return !body.contains(key) || body[key].is_number_unsigned();
     };
     if (!body.is_object() || !unsignedOrAbsent("arena_bytes") || !unsignedOrAbsent("page_version"))
-      return makeWireError("bad_request",
-                           "expected {\"arena_bytes\": N, \"page_version\": N} (both optional) "
-                           "or no body");
+      return makeCodedError(ErrorCode::BadRequest,
+                            "expected {\"arena_bytes\": N, \"page_version\": N} (both optional) "
+                            "or no body");
     if (body.contains("arena_bytes"))
       requested = body["arena_bytes"].get<uint64_t>();
     // Any version may be asked for: the offer names the newest both sides speak.
@@ -466,7 +466,8 @@ ExecutorServer::Impl::acceptLaunchHeader(const httplib::Request &req, Session &s
   uint64_t total = 0;
   for (const wire::TensorHeader &t : request.inputs) {
     if (t.bytes > options.maxBodyBytes - total)
-      return makeWireError("payload_too_large", "launch inputs exceed the executor's limit");
+      return makeCodedError(ErrorCode::PayloadTooLarge,
+                            "launch inputs exceed the executor's limit");
     total += t.bytes;
   }
   // Checked before allocating, so a header cannot make us reserve what the body does not
@@ -474,10 +475,10 @@ ExecutorServer::Impl::acceptLaunchHeader(const httplib::Request &req, Session &s
   // zero (a Content-Length beside Transfer-Encoding is refused before routing).
   uint64_t length = contentLength(req);
   if (req.has_header("Content-Length") && length != line.size() + 1 + total)
-    return makeWireError("bad_frame",
-                         llvm::formatv("the frame header declares {0} tensor bytes, the body "
-                                       "holds {1}",
-                                       total, length - line.size() - 1));
+    return makeCodedError(ErrorCode::BadFrame,
+                          llvm::formatv("the frame header declares {0} tensor bytes, the body "
+                                        "holds {1}",
+                                        total, length - line.size() - 1));
   llvm::Expected<InputArea> prepared = core->inputArea(session, request.inputs);
   if (!prepared)
     return prepared.takeError();
@@ -536,10 +537,10 @@ llvm::Error ExecutorServer::Impl::launchAsync(const httplib::Request &req, httpl
   json &body = *parsed;
   if (!body.is_object() || !body.contains("object") || !body["object"].is_string() ||
       !body.contains("entry") || !body["entry"].is_string())
-    return makeWireError("bad_request", "expected {\"object\": sha256, \"entry\": name}");
+    return makeCodedError(ErrorCode::BadRequest, "expected {\"object\": sha256, \"entry\": name}");
   std::string object = body["object"], entry = body["entry"];
   if (!wire::isSha256(object))
-    return makeWireError("bad_request", "'object' must be a lowercase hex SHA-256");
+    return makeCodedError(ErrorCode::BadRequest, "'object' must be a lowercase hex SHA-256");
   llvm::Expected<uint64_t> id = core->launchAsync(scoped->session, object, entry, scoped->deadline);
   if (!id)
     return id.takeError();
@@ -553,7 +554,7 @@ llvm::Error ExecutorServer::Impl::await(const httplib::Request &req, httplib::Re
     return scoped.takeError();
   uint64_t id = 0;
   if (llvm::StringRef(req.matches[2].str()).getAsInteger(10, id))
-    return makeWireError("bad_request", "launch id must be a number");
+    return makeCodedError(ErrorCode::BadRequest, "launch id must be a number");
   if (llvm::Error error = core->await(*scoped->session, id, scoped->deadline))
     return error;
   sendJson(res, 200, {{"launch", id}});
@@ -576,11 +577,11 @@ llvm::Error ExecutorServer::Impl::call(const httplib::Request &req, httplib::Res
   auto replyTooLarge = [&](std::optional<uint64_t> inputBytes) {
     std::string input =
         inputBytes ? llvm::formatv(" with its input of {0} bytes", *inputBytes).str() : "";
-    return makeWireError("payload_too_large",
-                         llvm::formatv("a call's reply of {0} bytes ({1}){2} exceeds the "
-                                       "executor's limit of {3} bytes (--max-body-mib)",
-                                       outputSize, wire::kOutputSizeHeader, input,
-                                       options.maxBodyBytes));
+    return makeCodedError(ErrorCode::PayloadTooLarge,
+                          llvm::formatv("a call's reply of {0} bytes ({1}){2} exceeds the "
+                                        "executor's limit of {3} bytes (--max-body-mib)",
+                                        outputSize, wire::kOutputSizeHeader, input,
+                                        options.maxBodyBytes));
   };
   if (!badSize && outputSize > options.maxBodyBytes) {
     discardBody(reader, res);
@@ -590,8 +591,8 @@ llvm::Error ExecutorServer::Impl::call(const httplib::Request &req, httplib::Res
   if (llvm::Error error = service.readBody(req, res, reader, input))
     return error;
   if (badSize)
-    return makeWireError("bad_request", "header " + llvm::Twine(wire::kOutputSizeHeader) +
-                                            " must give the reply size in bytes");
+    return makeCodedError(ErrorCode::BadRequest, "header " + llvm::Twine(wire::kOutputSizeHeader) +
+                                                     " must give the reply size in bytes");
   if (outputSize > options.maxBodyBytes - std::min<uint64_t>(input.size(), options.maxBodyBytes))
     return replyTooLarge(input.size());
   llvm::Expected<std::string> output =

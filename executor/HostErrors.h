@@ -3,23 +3,19 @@
 #ifndef COURIER_EXECUTOR_HOSTERRORS_H
 #define COURIER_EXECUTOR_HOSTERRORS_H
 
-#include "llvm/ADT/StringRef.h"
-#include "llvm/Support/Error.h"
+#include "transport/ErrorCode.h"
 
-#include <string>
-#include <utility>
+#include "llvm/ADT/Twine.h"
+#include "llvm/Support/Error.h"
 
 namespace courier::executor {
 
-/// Keeps a WireError's code; any other error becomes `fallbackCode`.
-std::pair<std::string, std::string> describeError(llvm::Error error, llvm::StringRef fallbackCode);
-
-/// A host failure as a WireError: a WireError keeps its own code (the object host names
+/// A host failure as a CodedError: a CodedError keeps its own code (the object host names
 /// unknown objects, entries and symbols so), a symbol ORC could not resolve is `missingCode`,
 /// and anything else is `failureCode`. Kinds come from types, never from message text. The
 /// message is prefixed with `context` unless it is empty.
-llvm::Error classifyHostError(llvm::Error error, llvm::StringRef missingCode,
-                              llvm::StringRef failureCode, const llvm::Twine &context);
+llvm::Error classifyHostError(llvm::Error error, transport::ErrorCode missingCode,
+                              transport::ErrorCode failureCode, const llvm::Twine &context);
 
 } // namespace courier::executor
 

@@ -527,12 +527,12 @@ Error checkLaunch(const ObjectInfo &info, StringRef entry, ArrayRef<TensorSignat
   if (matches)
     return Error::success();
   bool async = inputs.empty() && results.empty();
-  return wire::makeWireError(
-      "signature_mismatch",
-      formatv("'{0}' takes {1} and returns {2}; {3}", entry, describeTensors(words, 3, numInputs),
-              describeTensors(words, 3 + 2 * numInputs, numResults),
-              async ? "an async launch passes no inputs and expects no results"
-                    : "the launch does not match"));
+  return makeCodedError(ErrorCode::SignatureMismatch,
+                        formatv("'{0}' takes {1} and returns {2}; {3}", entry,
+                                describeTensors(words, 3, numInputs),
+                                describeTensors(words, 3 + 2 * numInputs, numResults),
+                                async ? "an async launch passes no inputs and expects no results"
+                                      : "the launch does not match"));
 }
 
 struct ObjectHost::Impl {
@@ -717,8 +717,8 @@ Error ObjectHost::addObject(const ObjectBlob &object) {
         unsigned_.push_back(name);
     if (!unsigned_.empty()) {
       llvm::sort(unsigned_);
-      return wire::makeWireError(
-          "unsigned_object",
+      return makeCodedError(
+          ErrorCode::UnsignedObject,
           formatv(
               "object {0} has no signature table ({1}<fn>) for {2}: this executor loads "
               "only objects whose every entry has one, as cross-compile-targets emits",
@@ -910,11 +910,11 @@ Expected<std::vector<OwnedTensor>> ObjectHost::launch(StringRef sha256, StringRe
     std::shared_lock<std::shared_mutex> lock(impl->mutex);
     auto object = impl->objects.find(sha256);
     if (object == impl->objects.end())
-      return wire::makeWireError("unknown_object", formatv("object {0} is not loaded", sha256));
+      return makeCodedError(ErrorCode::UnknownObject, formatv("object {0} is not loaded", sha256));
     auto symbol = object->second->symbols.find(entry);
     if (symbol == object->second->symbols.end())
-      return wire::makeWireError("unknown_entry",
-                                 formatv("unknown entry '{0}' in object {1}", entry, sha256));
+      return makeCodedError(ErrorCode::UnknownEntry,
+                            formatv("unknown entry '{0}' in object {1}", entry, sha256));
     function = reinterpret_cast<EntryFn>(symbol->second);
     running = object->second;
   }
@@ -1031,8 +1031,8 @@ Expected<std::string> ObjectHost::call(StringRef symbol, StringRef input, uint64
     }
   }
   if (!address)
-    return wire::makeWireError(
-        "unknown_symbol",
+    return makeCodedError(
+        ErrorCode::UnknownSymbol,
         formatv("unknown symbol '{0}': no plugin or loaded object exports it", symbol));
   if (outputSize > kMaxCallReply)
     return makeError(formatv("call '{0}': reply size {1} exceeds the limit of {2} bytes", symbol,

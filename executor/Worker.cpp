@@ -165,11 +165,12 @@ public:
     while (channel.next(request)) {
       llvm::Error handled = handle(request);
       if (handled) {
-        auto [code, message] = describeError(std::move(handled), "launch_failed");
+        auto [code, message] =
+            transport::takeCodeAndMessage(std::move(handled), transport::ErrorCode::LaunchFailed);
         if (message.size() > 16 * 1024)
           message.resize(16 * 1024);
         MessageWriter failed(MessageKind::Failed);
-        failed.str(code).str(message);
+        failed.str(transport::errorCodeName(code)).str(message);
         if (llvm::Error e = answer(failed)) {
           llvm::consumeError(std::move(e));
           return 1;
@@ -216,8 +217,9 @@ private:
     }
     llvm::Expected<SharedBuffer> shared = SharedBuffer::create(size, "courier-reply");
     if (!shared)
-      return transport::wire::makeWireError(
-          "launch_failed", "cannot allocate the reply: " + llvm::toString(shared.takeError()));
+      return transport::makeCodedError(transport::ErrorCode::LaunchFailed,
+                                       "cannot allocate the reply: " +
+                                           llvm::toString(shared.takeError()));
     fill(shared->data());
     // The executor maps only sealed buffers: a file it reads must not shrink under it.
     if (llvm::Error error = shared->sealSize())
@@ -261,7 +263,8 @@ private:
     ObjectBlob blob{sha, std::make_shared<const std::string>(bytes->str())};
     // The object host's message names the object.
     if (llvm::Error error = host->addObject(blob))
-      return classifyHostError(std::move(error), "invalid_object", "invalid_object", "");
+      return classifyHostError(std::move(error), transport::ErrorCode::InvalidObject,
+                               transport::ErrorCode::InvalidObject, "");
     // What the executor checks launches against without asking again.
     std::optional<transport::ObjectInfo> info = host->describe(sha);
     MessageWriter done(MessageKind::Done);
@@ -370,12 +373,12 @@ private:
     llvm::Expected<std::vector<OwnedTensor>> outcome =
         host->launch(sha, entry, views, results, arena);
     if (!outcome)
-      return classifyHostError(outcome.takeError(), "unknown_entry", "launch_failed",
-                               "launching '" + entry + "'");
+      return classifyHostError(outcome.takeError(), transport::ErrorCode::UnknownEntry,
+                               transport::ErrorCode::LaunchFailed, "launching '" + entry + "'");
     if (outcome->size() != results.size())
-      return transport::wire::makeWireError(
-          "launch_failed", llvm::formatv("'{0}' returned {1} results, expected {2}", entry,
-                                         outcome->size(), results.size()));
+      return transport::makeCodedError(transport::ErrorCode::LaunchFailed,
+                                       llvm::formatv("'{0}' returned {1} results, expected {2}",
+                                                     entry, outcome->size(), results.size()));
     // Into the arena the executor lent, with no fresh pages and no new descriptor, when it holds
     // them; else inline or in a buffer of its own, the arena's results copied there too.
     ResultLayout layout(*outcome, arena);
@@ -486,12 +489,14 @@ private:
         host->launch(launch.object, launch.entry, views, launch.results, arena);
     countDuration(d, std::chrono::steady_clock::now() - started);
     if (!outcome)
-      return failed(classifyHostError(outcome.takeError(), "unknown_entry", "launch_failed",
+      return failed(classifyHostError(outcome.takeError(), transport::ErrorCode::UnknownEntry,
+                                      transport::ErrorCode::LaunchFailed,
                                       "launching '" + launch.entry + "'"));
     if (outcome->size() != launch.results.size())
-      return failed(transport::wire::makeWireError(
-          "launch_failed", llvm::formatv("'{0}' returned {1} results, expected {2}", launch.entry,
-                                         outcome->size(), launch.results.size())));
+      return failed(transport::makeCodedError(
+          transport::ErrorCode::LaunchFailed,
+          llvm::formatv("'{0}' returned {1} results, expected {2}", launch.entry, outcome->size(),
+                        launch.results.size())));
     ResultLayout layout(*outcome, arena);
     uint64_t total = layout.layOut(layout.anyInPlace);
     bool inRegion = total <= results.size();
@@ -571,8 +576,8 @@ private:
       return input.takeError();
     llvm::Expected<std::string> output = host->call(symbol, *input, outputSize);
     if (!output)
-      return classifyHostError(output.takeError(), "unknown_symbol", "call_failed",
-                               "calling '" + symbol + "'");
+      return classifyHostError(output.takeError(), transport::ErrorCode::UnknownSymbol,
+                               transport::ErrorCode::CallFailed, "calling '" + symbol + "'");
     MessageWriter done(MessageKind::Done);
     done.u64(output->size());
     return reply(done, output->size(),

@@ -5,7 +5,6 @@
 #include "executor/WorkerOutput.h"
 #include "transport/Wire.h"
 
-#include "llvm/ADT/StringSet.h"
 #include "llvm/Support/FormatVariadic.h"
 
 #include <algorithm>
@@ -26,7 +25,8 @@ extern char **environ;
 
 namespace courier::executor {
 
-using transport::wire::makeWireError;
+using transport::ErrorCode;
+using transport::makeCodedError;
 namespace doorbell = transport::doorbell;
 
 namespace {
@@ -54,14 +54,19 @@ constexpr std::chrono::microseconds kAwaitReplyAwake{50};
 /// How long a request sleeps on its doorbell before it looks at the socket again.
 constexpr std::chrono::milliseconds kDoorbellSlice{10};
 
-/// The codes a worker may report for a request it failed; anything else it sends is
-/// treated as a launch failure (a kernel can write to the channel).
-bool isWorkerCode(llvm::StringRef code) {
-  static const llvm::StringSet<> codes = {
-      "unknown_entry",   "unknown_symbol",     "unknown_object",    "launch_failed",
-      "call_failed",     "invalid_object",     "bad_request",       "payload_too_large",
-      "unsigned_object", "signature_mismatch", "worker_unavailable"};
-  return codes.contains(code);
+/// The code a worker reported for a request it failed, by its wire name: one of the codes a
+/// worker may report, or `launch_failed` for anything else it sends (a kernel can write to the
+/// channel).
+ErrorCode workerCode(llvm::StringRef name) {
+  static constexpr ErrorCode kWorkerCodes[] = {
+      ErrorCode::UnknownEntry,      ErrorCode::UnknownSymbol,    ErrorCode::UnknownObject,
+      ErrorCode::LaunchFailed,      ErrorCode::CallFailed,       ErrorCode::InvalidObject,
+      ErrorCode::BadRequest,        ErrorCode::PayloadTooLarge,  ErrorCode::UnsignedObject,
+      ErrorCode::SignatureMismatch, ErrorCode::WorkerUnavailable};
+  std::optional<ErrorCode> code = transport::parseErrorCode(name);
+  if (code && llvm::is_contained(kWorkerCodes, *code))
+    return *code;
+  return ErrorCode::LaunchFailed;
 }
 
 std::string describeStatus(int status) {
@@ -134,13 +139,13 @@ const WorkerDeath &WorkerProcess::settle() {
   int status = reap();
   switch (endReason.load()) {
   case EndReason::Deadline:
-    howItDied = {"deadline", ""};
+    howItDied = {"deadline", "", EndReason::Deadline};
     return howItDied;
   case EndReason::Closed:
-    howItDied = {"closed", ""};
+    howItDied = {"closed", "", EndReason::Closed};
     return howItDied;
   case EndReason::Shutdown:
-    howItDied = {"shutdown", ""};
+    howItDied = {"shutdown", "", EndReason::Shutdown};
     return howItDied;
   case EndReason::None:
     break;
@@ -169,20 +174,21 @@ llvm::Error WorkerProcess::died(llvm::StringRef what, Clock::time_point deadline
   settle();
   switch (endReason.load()) {
   case EndReason::Deadline:
-    return makeWireError("deadline_exceeded",
-                         what + " ran past its deadline; its worker was ended and the session's "
-                                "next request gets a fresh one");
+    return makeCodedError(ErrorCode::DeadlineExceeded,
+                          what + " ran past its deadline; its worker was ended and the session's "
+                                 "next request gets a fresh one");
   case EndReason::Closed:
-    return makeWireError("unknown_session", "the session was closed while " + what + " ran");
+    return makeCodedError(ErrorCode::UnknownSession,
+                          "the session was closed while " + what + " ran");
   case EndReason::Shutdown:
-    return makeWireError("worker_unavailable",
-                         "the executor is shutting down; " + what + " was ended");
+    return makeCodedError(ErrorCode::WorkerUnavailable,
+                          "the executor is shutting down; " + what + " was ended");
   case EndReason::None:
     break;
   }
-  return makeWireError("kernel_crashed", "the session's worker died: " + howItDied.cause + " in " +
-                                             what +
-                                             "; the session's next request gets a fresh worker");
+  return makeCodedError(ErrorCode::KernelCrashed,
+                        "the session's worker died: " + howItDied.cause + " in " + what +
+                            "; the session's next request gets a fresh worker");
 }
 
 namespace {
@@ -365,7 +371,7 @@ llvm::Expected<Message> WorkerProcess::request(MessageWriter &message, llvm::Arr
       std::string message = reader.str().str();
       if (!reader.ok())
         break;
-      return makeWireError(isWorkerCode(code) ? code : "launch_failed", message);
+      return makeCodedError(workerCode(code), message);
     }
     case MessageKind::Progress: {
       uint64_t reached = reader.u64();
@@ -457,11 +463,13 @@ WorkerPool::take(std::optional<Clock::time_point> deadline) {
       changed.wait(lock, wake);
     --waiting;
     if (!woken)
-      return makeWireError("deadline_exceeded", "no worker became ready before the deadline");
+      return makeCodedError(ErrorCode::DeadlineExceeded,
+                            "no worker became ready before the deadline");
     if (ready.empty()) {
       if (stopping)
-        return makeWireError("worker_unavailable", "the executor is shutting down");
-      return makeWireError("worker_unavailable", "cannot start a worker process: " + startError);
+        return makeCodedError(ErrorCode::WorkerUnavailable, "the executor is shutting down");
+      return makeCodedError(ErrorCode::WorkerUnavailable,
+                            "cannot start a worker process: " + startError);
     }
     std::unique_ptr<WorkerProcess> worker = std::move(ready.front());
     ready.pop_front();

@@ -60,6 +60,7 @@ enum class EndReason { None, Deadline, Closed, Shutdown };
 struct WorkerDeath {
   std::string cause;  ///< "SIGSEGV (address 0x0)", "exited with status 3", "deadline".
   std::string signal; ///< "SIGSEGV"..., or empty for an exit.
+  EndReason reason = EndReason::None; ///< Why the executor ended it, if it did.
 };
 
 /// One worker process. Requests are not thread-safe (the owner serializes them); kill() and

@@ -18,18 +18,24 @@ llvm::Error engineError(ErrorCode kind, std::string message) {
 /// An executor that could not be reached (the client's `unavailable`), not over TLS
 /// (`tls_failed`), that died with a launch in hand (`executor_lost`), or could not start a
 /// worker for the session (`worker_unavailable`) is unavailable; any other failure is the
-/// executor's. The cause's text, code included, becomes the message.
+/// executor's. The cause's text, code included, becomes the message, and its code the
+/// error's `cause`.
 llvm::Error executorError(llvm::Twine context, llvm::Error cause) {
   ErrorCode kind = ErrorCode::ExecutorFailed;
+  std::optional<ErrorCode> causeCode;
   llvm::Error kept = llvm::handleErrors(
       std::move(cause), [&](std::unique_ptr<transport::CodedError> coded) -> llvm::Error {
+        causeCode = coded->kind;
         if (llvm::is_contained({ErrorCode::Unavailable, ErrorCode::WorkerUnavailable,
                                 ErrorCode::TlsFailed, ErrorCode::ExecutorLost},
                                coded->kind))
           kind = ErrorCode::ExecutorUnavailable;
         return llvm::Error(std::move(coded));
       });
-  return engineError(kind, (context + ": " + llvm::toString(std::move(kept))).str());
+  auto error =
+      std::make_unique<EngineError>(kind, (context + ": " + llvm::toString(std::move(kept))).str());
+  error->cause = causeCode;
+  return llvm::Error(std::move(error));
 }
 
 Module::Module(std::unique_ptr<Impl> impl) : impl(std::move(impl)) {}

@@ -181,7 +181,10 @@ void writeOutcome(MessageWriter &out, llvm::Error error) {
               .u64(d.sourceLine ? 1 : 0)
               .str(d.sourceLine.value_or(""));
       },
-      [&](const transport::CodedError &e) { out.u64(2).str(e.code).str(e.message); },
+      [&](const transport::CodedError &e) {
+        out.u64(2).str(e.code).str(e.message).str(e.cause ? transport::errorCodeName(*e.cause)
+                                                          : "");
+      },
       [&](const llvm::ErrorInfoBase &e) { out.u64(3).str(e.message()); });
 }
 
@@ -212,10 +215,14 @@ llvm::Error readOutcome(MessageReader &in) {
   case 2: {
     llvm::StringRef code = in.str();
     std::string message = in.str().str();
+    llvm::StringRef cause = in.str();
     std::optional<ErrorCode> known = transport::parseErrorCode(code);
-    if (!in.ok() || !known)
+    std::optional<ErrorCode> knownCause = transport::parseErrorCode(cause);
+    if (!in.ok() || !known || (!cause.empty() && !knownCause))
       break;
-    return llvm::make_error<EngineError>(*known, std::move(message));
+    auto error = std::make_unique<EngineError>(*known, std::move(message));
+    error->cause = knownCause;
+    return llvm::Error(std::move(error));
   }
   case 3: {
     std::string message = in.str().str();

@@ -191,6 +191,10 @@ public:
   const llvm::StringRef code;
   /// The message alone; the error's text (log()) adds " [code]".
   ErrorMessage message;
+  /// The code of the failure this one reports when that failure was another layer's: the
+  /// executor's code (`unknown_entry`, `kernel_crashed`, `unavailable`, ...) behind the
+  /// engine's `executor_failed` or `executor_unavailable`. None for a failure of this layer.
+  std::optional<ErrorCode> cause;
 };
 
 llvm::Error makeCodedError(ErrorCode code, const llvm::Twine &message);

@@ -356,7 +356,7 @@ httplib::Server::Handler HttpService::wrap(size_t route, Handler handler) {
       if (llvm::Error error = handler(req, res))
         opts.reportFailure(res, std::move(error));
     } catch (...) {
-      opts.sendError(res, "internal",
+      opts.sendError(res, ErrorCode::Internal,
                      "internal error while serving " + req.method + " " + req.path);
     }
   };
@@ -371,7 +371,7 @@ httplib::Server::HandlerWithContentReader HttpService::wrap(size_t route, Reader
       if (llvm::Error error = handler(req, res, reader))
         opts.reportFailure(res, std::move(error));
     } catch (...) {
-      opts.sendError(res, "internal",
+      opts.sendError(res, ErrorCode::Internal,
                      "internal error while serving " + req.method + " " + req.path);
     }
   };
@@ -520,13 +520,13 @@ std::string HttpService::metricsText(const std::vector<prometheus::MetricFamily>
 std::string HttpService::refusalResponse(ParkingServer::Refusal reason) {
   httplib::Response res;
   if (reason == ParkingServer::Refusal::PerClient)
-    opts.sendError(res, "overloaded",
+    opts.sendError(res, ErrorCode::Overloaded,
                    llvm::formatv("this client address has its limit of {0} connections open "
                                  "(--max-connections-per-client); reuse or close one, and retry",
                                  opts.listen.maxConnectionsPerClient)
                        .str());
   else
-    opts.sendError(res, "overloaded",
+    opts.sendError(res, ErrorCode::Overloaded,
                    llvm::formatv("the server has its limit of {0} connections open "
                                  "(--max-connections), every one busy; retry, or use another "
                                  "server",
@@ -605,14 +605,14 @@ void HttpService::installHandlers() {
     if (requestIsWork)
       workInFlight++;
     if (std::optional<std::string> ambiguity = ambiguousFraming(req)) {
-      opts.sendError(res, "bad_request", *ambiguity);
+      opts.sendError(res, ErrorCode::BadRequest, *ambiguity);
       // Where this body ends is the question: nothing after the headers can be trusted.
       res.set_header("Connection", "close");
       return httplib::Server::HandlerResponse::Handled;
     }
     normalizeRequest(req);
     if (std::optional<std::string> coding = refusedEncoding(req)) {
-      opts.sendError(res, "unsupported_encoding",
+      opts.sendError(res, ErrorCode::UnsupportedEncoding,
                      "Content-Encoding '" + *coding +
                          "' is not accepted: send the body uncompressed (no route takes a "
                          "compressed body)");
@@ -630,7 +630,7 @@ void HttpService::installHandlers() {
       res.set_header("Connection", "close");
     if (authorized(req))
       return httplib::Server::HandlerResponse::Unhandled;
-    opts.sendError(res, "unauthorized", "missing or wrong bearer token");
+    opts.sendError(res, ErrorCode::Unauthorized, "missing or wrong bearer token");
     res.set_header("WWW-Authenticate", "Bearer");
     // The body was not read; closing keeps its bytes from being parsed as a next request.
     res.set_header("Connection", "close");
@@ -658,22 +658,23 @@ void HttpService::installHandlers() {
         if (!res.body.empty() || res.content_length_ > 0)
           return httplib::Server::HandlerResponse::Unhandled;
         if (res.status == 404)
-          opts.sendError(res, "not_found", "no route for " + req.method + " " + req.path);
+          opts.sendError(res, ErrorCode::NotFound, "no route for " + req.method + " " + req.path);
         else if (res.status == 413)
-          opts.sendError(res, "payload_too_large", opts.payloadTooLargeMessage);
+          opts.sendError(res, ErrorCode::PayloadTooLarge, opts.payloadTooLargeMessage);
         else if (res.status < 500)
-          opts.sendError(res, "bad_request",
+          opts.sendError(res, ErrorCode::BadRequest,
                          RequestWatch::problem().empty()
                              ? std::string("malformed HTTP request")
                              : "malformed HTTP request: " + RequestWatch::problem());
         else
-          opts.sendError(res, "internal", "internal error");
+          opts.sendError(res, ErrorCode::Internal, "internal error");
         return httplib::Server::HandlerResponse::Handled;
       }));
-  http.set_exception_handler([this](const httplib::Request &req, httplib::Response &res,
-                                    std::exception_ptr) {
-    opts.sendError(res, "internal", "internal error while serving " + req.method + " " + req.path);
-  });
+  http.set_exception_handler(
+      [this](const httplib::Request &req, httplib::Response &res, std::exception_ptr) {
+        opts.sendError(res, ErrorCode::Internal,
+                       "internal error while serving " + req.method + " " + req.path);
+      });
 
   http.set_logger([this](const httplib::Request &req, const httplib::Response &res) {
     bool counted = std::exchange(requestCounted, false);

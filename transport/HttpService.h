@@ -59,7 +59,7 @@ struct HttpServiceOptions {
   /// The message of httplib's own 413 (a Content-Length over maxBodyBytes).
   std::string payloadTooLargeMessage;
   /// Writes {"error":{"code","message"}} in the server's own JSON, with the status of `code`.
-  std::function<void(httplib::Response &, llvm::StringRef code, llvm::StringRef message)> sendError;
+  std::function<void(httplib::Response &, ErrorCode code, llvm::StringRef message)> sendError;
   /// Turns a handler's failure into an error response (the server's error types may carry
   /// more than a code and a message).
   std::function<void(httplib::Response &, llvm::Error)> reportFailure;

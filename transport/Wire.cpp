@@ -21,17 +21,6 @@ using ordered = nlohmann::ordered_json;
 
 namespace courier::transport::wire {
 
-llvm::Error makeWireError(llvm::StringRef code, const llvm::Twine &message) {
-  if (std::optional<ErrorCode> known = parseErrorCode(code))
-    return makeCodedError(*known, message);
-  return makeCodedError(ErrorCode::Internal, message + " (unknown error code '" + code + "')");
-}
-
-int statusForCode(llvm::StringRef code) {
-  std::optional<ErrorCode> known = parseErrorCode(code);
-  return known ? httpStatus(*known) : 500;
-}
-
 size_t findExcessNesting(llvm::StringRef text, unsigned maxDepth, llvm::StringRef openers,
                          llvm::StringRef closers, bool lineComments) {
   unsigned depth = 0;
@@ -71,14 +60,10 @@ llvm::Error checkJsonDepth(llvm::StringRef text, const llvm::Twine &what, ErrorC
                                   " are accepted");
 }
 
-std::string errorBody(llvm::StringRef code, llvm::StringRef message) {
-  ordered body = {{"error", {{"code", code.str()}, {"message", message.str()}}}};
+std::string errorBody(ErrorCode code, llvm::StringRef message) {
+  ordered body = {{"error", {{"code", errorCodeName(code).str()}, {"message", message.str()}}}};
   // Replace rather than throw on invalid UTF-8: messages may quote arbitrary symbol names.
   return body.dump(-1, ' ', false, ordered::error_handler_t::replace);
-}
-
-std::string errorBody(ErrorCode code, llvm::StringRef message) {
-  return errorBody(errorCodeName(code), message);
 }
 
 namespace {

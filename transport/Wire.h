@@ -67,15 +67,6 @@ llvm::Error checkJsonDepth(llvm::StringRef text, const llvm::Twine &what,
 /// The JSON error body: {"error":{"code":...,"message":...}}.
 std::string errorBody(ErrorCode code, llvm::StringRef message);
 
-/// The wire-name spellings of the above, kept source-compatible for code that still passes
-/// codes as strings; new code uses ErrorCode, CodedError and makeCodedError. A name not in
-/// the table is `internal`.
-using WireError = CodedError;
-llvm::Error makeWireError(llvm::StringRef code, const llvm::Twine &message);
-/// HTTP status for `code`, 500 for a name not in the table.
-int statusForCode(llvm::StringRef code);
-std::string errorBody(llvm::StringRef code, llvm::StringRef message);
-
 /// One tensor in a frame: packed row-major (strides are implied), `bytes` long, starting
 /// `offset` bytes after the frame's newline. Offsets are consecutive, in order.
 struct TensorHeader {

@@ -104,7 +104,9 @@ class ServeError(Exception):
     ``code`` is the REST error code (docs/rest.md, "Errors"), the field to decide on;
     ``message`` (also the str()) is for people; ``status`` is the HTTP status, ``None``
     when no reply came; ``diagnostics`` lists, for ``compile_failed``, dicts with ``file``,
-    ``line``, ``column``, ``severity`` and ``message`` (else it is empty).
+    ``line``, ``column``, ``severity`` and ``message`` (else it is empty); ``cause`` is,
+    behind ``executor_failed`` or ``executor_unavailable``, the executor's own code
+    (``unknown_entry``, ``kernel_crashed``, ...), ``None`` when the server sent none.
 
     Besides the server's codes, the client raises (``status`` ``None``, or the status of a
     reply that came but could not be read):
@@ -126,12 +128,13 @@ class ServeError(Exception):
       ``deadline_exceeded``).
     """
 
-    def __init__(self, code, message, status=None, diagnostics=()):
+    def __init__(self, code, message, status=None, diagnostics=(), cause=None):
         super().__init__(message)
         self.code = code
         self.message = message
         self.status = status
         self.diagnostics = list(diagnostics)
+        self.cause = cause
 
     def __repr__(self):
         return "ServeError(code={!r}, status={!r}, message={!r})".format(
@@ -210,7 +213,10 @@ def _error_from_reply(status, body):
     diagnostics = error.get("diagnostics")
     if not isinstance(diagnostics, list):
         diagnostics = []
-    return ServeError(code, message, status, diagnostics)
+    cause = error.get("cause")
+    if not isinstance(cause, str):
+        cause = None
+    return ServeError(code, message, status, diagnostics, cause)
 
 
 def _is_dropped(sock):

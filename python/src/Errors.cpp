@@ -80,7 +80,9 @@ void registerErrors(py::module_ &module) {
   engineErrorType = newException(
       module, "EngineError", errorType,
       "The engine failed for a reason of kind `kind` ('executor_unavailable', "
-      "'compile_crashed', ..., as the REST API names them); `message` says what happened.");
+      "'compile_crashed', ..., as the REST API names them); `message` says what happened, and "
+      "`cause` is the executor's own code behind an executor's failure ('unknown_entry', "
+      "'kernel_crashed', ...), None for any other.");
   invokeErrorType = newException(module, "InvokeError", engineErrorType,
                                  "A call failed: bad inputs ('invalid_input'), an unknown entry "
                                  "('unknown_entry'), an executor or worker failure, ...");
@@ -90,12 +92,19 @@ void raise(llvm::Error error, Phase phase) {
   // The error's parts are taken out first and the exception raised after: nothing is thrown
   // through LLVM's handlers.
   std::optional<CompileError> compileError;
-  std::optional<std::pair<ErrorCode, std::string>> coded;
+  struct Coded {
+    ErrorCode kind;
+    std::string message;
+    std::optional<ErrorCode> cause;
+  };
+  std::optional<Coded> coded;
   std::string other;
   llvm::handleAllErrors(
       std::move(error),
       [&](const CompileError &e) { compileError.emplace(e.summary, e.diagnostics); },
-      [&](const transport::CodedError &e) { coded.emplace(e.kind, e.message); },
+      [&](const transport::CodedError &e) {
+        coded = Coded{e.kind, e.message, e.cause};
+      },
       [&](const llvm::ErrorInfoBase &e) {
         if (!other.empty())
           other += "\n";
@@ -112,10 +121,15 @@ void raise(llvm::Error error, Phase phase) {
               {{"diagnostics", py::cast(compileError->diagnostics)},
                {"summary", py::cast(compileError->summary)}});
   }
-  if (coded)
-    raiseWith(
-        phase == Phase::Invoke ? invokeErrorType : engineErrorType, coded->second,
-        {{"kind", py::cast(toString(coded->first).str())}, {"message", py::cast(coded->second)}});
+  if (coded) {
+    py::object cause = py::none();
+    if (coded->cause)
+      cause = py::cast(toString(*coded->cause).str());
+    raiseWith(phase == Phase::Invoke ? invokeErrorType : engineErrorType, coded->message,
+              {{"kind", py::cast(toString(coded->kind).str())},
+               {"message", py::cast(coded->message)},
+               {"cause", cause}});
+  }
   raiseWith(errorType, other, {});
 }
 

@@ -362,6 +362,7 @@ TEST_CASE("a module whose executor is down fails to load with the executor's add
   llvm::Error error = module.takeError();
   std::string text = llvm::toString(llvm::handleErrors(std::move(error), [](const EngineError &e) {
     CHECK(e.kind == ErrorCode::ExecutorUnavailable);
+    CHECK(e.cause == ErrorCode::Unavailable); // The executor client's own code.
     return llvm::make_error<EngineError>(e.kind, e.message);
   }));
   CHECK_THAT(text, Catch::Contains("127.0.0.1:1"));
@@ -387,6 +388,7 @@ TEST_CASE("a kernel runs on a real executor, whose failure mid-run surfaces at i
   std::string text;
   llvm::handleAllErrors(broken.takeError(), [&](const EngineError &e) {
     CHECK(e.kind == ErrorCode::ExecutorUnavailable);
+    CHECK((e.cause == ErrorCode::Unavailable || e.cause == ErrorCode::ExecutorLost));
     text = e.message;
   });
   CHECK_THAT(text, Catch::Contains(executor->address()));

@@ -435,6 +435,7 @@ def test_unreachable_executor_is_an_engine_error(free_port):
     with pytest.raises(courier.EngineError) as caught:
         engine.compile(program_for("f32", (3,), True), "unreachable")
     assert caught.value.kind == "executor_unavailable"
+    assert caught.value.cause == "unavailable"  # the executor client's own code
     assert not isinstance(caught.value, courier.InvokeError)
 
 

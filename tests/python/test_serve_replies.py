@@ -326,6 +326,17 @@ def test_an_error_reply_with_diagnostics_that_are_not_a_list_keeps_its_code(host
     assert error.code == "compile_failed" and error.diagnostics == []
 
 
+@pytest.mark.parametrize("cause, read", [("kernel_crashed", "kernel_crashed"), (5, None),
+                                          (None, None)])
+def test_an_error_replys_cause_is_read_when_it_is_a_string(hostile, cause, read):
+    error = {"code": "executor_failed", "message": "the executor failed"}
+    if cause is not None:
+        error["cause"] = cause
+    hostile.reply = raw_reply(json.dumps({"error": error}).encode(), status=422)
+    refused = health(hostile)
+    assert refused.code == "executor_failed" and refused.cause == read
+
+
 # --- replies that are not HTTP ------------------------------------------------------------
 
 @pytest.mark.parametrize("reply, what", [

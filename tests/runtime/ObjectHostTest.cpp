@@ -47,7 +47,7 @@ std::pair<std::string, std::string> codeAndMessage(llvm::Error error) {
   std::string code, message;
   llvm::handleAllErrors(
       std::move(error),
-      [&](const transport::wire::WireError &e) {
+      [&](const transport::CodedError &e) {
         code = e.code;
         message = e.message;
       },

@@ -869,6 +869,7 @@ TEST_CASE("a module worker that cannot start is 503 naming no path, the server's
   INFO(failed.raw);
   CHECK(failed.status == 503);
   CHECK(errorCode(failed) == "worker_unavailable");
+  CHECK(!failed.body["error"].contains("cause")); // The server's own failure.
   std::string message = failed.body["error"]["message"].get<std::string>();
   CHECK(message.find('/') == std::string::npos);
   CHECK_THAT(serve.log(), Catch::Contains(missing));
@@ -889,6 +890,8 @@ TEST_CASE("an executor that refuses the server is 422, --executor-token-file get
   CHECK(errorCode(refused) == "executor_failed");
   CHECK(refused.body["error"]["message"].get<std::string>().find("unauthorized") !=
         std::string::npos);
+  // The executor's own code, beside the server's.
+  CHECK(refused.body["error"]["cause"] == "unauthorized");
 
   char path[] = "/tmp/courier-serve-executor-token-XXXXXX";
   int fd = mkstemp(path);

@@ -180,9 +180,8 @@ TEST_CASE("a frame reader rejects short, long and headerless frames", "[wire]") 
 }
 
 TEST_CASE("error codes map to their statuses", "[wire]") {
-  CHECK(wire::statusForCode("unknown_object") == 404);
-  CHECK(wire::statusForCode("payload_too_large") == 413);
-  CHECK(wire::statusForCode("no such code") == 500);
-  CHECK(wire::errorBody("bad_frame", "oops") ==
+  CHECK(httpStatus(ErrorCode::UnknownObject) == 404);
+  CHECK(httpStatus(ErrorCode::PayloadTooLarge) == 413);
+  CHECK(wire::errorBody(ErrorCode::BadFrame, "oops") ==
         R"({"error":{"code":"bad_frame","message":"oops"}})");
 }

@@ -94,6 +94,7 @@ std::string messageForClients(ErrorCode kind, std::string message) {
 llvm::Error compileFailure(llvm::Error error) {
   std::string message;
   ErrorCode code = ErrorCode::CompileFailed;
+  std::optional<ErrorCode> cause;
   std::vector<Diagnostic> diagnostics;
   llvm::handleAllErrors(
       std::move(error),
@@ -110,6 +111,7 @@ llvm::Error compileFailure(llvm::Error error) {
       // that cannot be reached, or refuses, is not the source's fault.
       [&](const EngineError &e) {
         message = messageForClients(e.kind, e.message);
+        cause = e.cause;
         switch (e.kind) {
         case ErrorCode::ExecutorUnavailable:
         case ErrorCode::CompileCrashed:
@@ -127,7 +129,9 @@ llvm::Error compileFailure(llvm::Error error) {
         }
       },
       [&](const llvm::ErrorInfoBase &e) { message = e.message(); });
-  return makeServeError(code, message, std::move(diagnostics));
+  auto failure = std::make_unique<ServeError>(code, std::move(message), std::move(diagnostics));
+  failure->cause = cause;
+  return llvm::Error(std::move(failure));
 }
 
 } // namespace
@@ -166,8 +170,7 @@ struct ModuleStore::Record {
 
   void fail(ErrorCode code, llvm::StringRef message) {
     std::lock_guard<std::mutex> lock(mutex);
-    lastError = ModuleInfo::LastError{transport::errorCodeName(code).str(), message.str(),
-                                      std::chrono::system_clock::now()};
+    lastError = ModuleInfo::LastError{code, message.str(), std::chrono::system_clock::now()};
   }
 
   ModuleInfo snapshot() const {
@@ -642,15 +645,17 @@ llvm::Expected<std::vector<Tensor>> ModuleStore::invoke(const Pinned &pinned, ll
   // The engine's kinds are REST codes already; anything else it returns is an executor's.
   std::string message;
   ErrorCode code = ErrorCode::ExecutorFailed;
+  std::optional<ErrorCode> cause;
   llvm::handleAllErrors(
       outputs.takeError(),
       [&](const EngineError &e) {
         message = messageForClients(e.kind, e.message);
         code = e.kind;
+        cause = e.cause;
       },
       [&](const llvm::ErrorInfoBase &e) { message = e.message(); });
   countFailure(pinned, code, message, entry, static_cast<double>(nanos) * 1e-9);
-  return makeServeError(code, message);
+  return makeServeError(code, message, cause);
 }
 
 std::vector<ModuleInfo> ModuleStore::list() const {

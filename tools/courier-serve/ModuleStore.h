@@ -98,7 +98,8 @@ struct ModuleInfo {
   /// The current version's worker (isolated modules).
   WorkerState worker;
   struct LastError {
-    std::string code, message;
+    transport::ErrorCode code;
+    std::string message;
     std::chrono::system_clock::time_point at;
   };
   std::optional<LastError> lastError;

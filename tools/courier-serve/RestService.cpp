@@ -95,8 +95,11 @@ json::Value diagnosticJson(const Diagnostic &d) {
 }
 
 void sendError(httplib::Response &res, ErrorCode code, llvm::StringRef message,
-               const std::vector<Diagnostic> &diagnostics = {}) {
+               const std::vector<Diagnostic> &diagnostics = {},
+               std::optional<ErrorCode> cause = std::nullopt) {
   json::Object error{{"code", transport::errorCodeName(code)}, {"message", utf8(message)}};
+  if (cause)
+    error["cause"] = transport::errorCodeName(*cause);
   if (!diagnostics.empty()) {
     json::Array list;
     for (const Diagnostic &d : diagnostics)
@@ -109,7 +112,7 @@ void sendError(httplib::Response &res, ErrorCode code, llvm::StringRef message,
 void reportFailure(httplib::Response &res, llvm::Error error) {
   llvm::handleAllErrors(
       std::move(error),
-      [&](const ServeError &e) { sendError(res, e.kind, e.message, e.diagnostics); },
+      [&](const ServeError &e) { sendError(res, e.kind, e.message, e.diagnostics, e.cause); },
       [&](const llvm::ErrorInfoBase &e) { sendError(res, ErrorCode::Internal, e.message()); });
 }
 
@@ -168,7 +171,7 @@ json::Value workerJson(const WorkerState &worker) {
 json::Value infoJson(const ModuleInfo &info) {
   json::Value lastError = nullptr;
   if (info.lastError)
-    lastError = json::Object{{"code", info.lastError->code},
+    lastError = json::Object{{"code", transport::errorCodeName(info.lastError->code)},
                              {"message", utf8(info.lastError->message)},
                              {"at", isoTime(info.lastError->at)}};
   json::Value executor = nullptr;
@@ -310,13 +313,12 @@ HttpServiceOptions RestService::Impl::serviceOptions() {
   service.name = "courier-serve";
   service.payloadTooLargeMessage = "request body exceeds the server's limit of " +
                                    std::to_string(options.maxBodyBytes) + " bytes";
-  service.sendError = [](httplib::Response &res, llvm::StringRef code, llvm::StringRef message) {
-    ErrorCode parsed = transport::parseErrorCode(code).value_or(ErrorCode::Internal);
+  service.sendError = [](httplib::Response &res, ErrorCode code, llvm::StringRef message) {
     // A refusal before routing (a token, a limit, a malformed request) of a v2 path is
     // answered in the shape v2 clients read.
     if (isKServePath(HttpService::requestPath()))
-      return sendKServeError(res, parsed, message);
-    sendError(res, parsed, message);
+      return sendKServeError(res, code, message);
+    sendError(res, code, message);
   };
   service.reportFailure = reportFailure;
   service.metricPrefix = "courier_serve";

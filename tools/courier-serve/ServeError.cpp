@@ -18,4 +18,11 @@ llvm::Error makeServeError(ErrorCode code, const llvm::Twine &message,
   return llvm::make_error<ServeError>(code, message.str(), std::move(diagnostics));
 }
 
+llvm::Error makeServeError(ErrorCode code, const llvm::Twine &message,
+                           std::optional<ErrorCode> cause) {
+  auto error = std::make_unique<ServeError>(code, message.str());
+  error->cause = cause;
+  return llvm::Error(std::move(error));
+}
+
 } // namespace courier::serve

@@ -26,6 +26,10 @@ public:
 };
 llvm::Error makeServeError(ErrorCode code, const llvm::Twine &message,
                            std::vector<Diagnostic> diagnostics = {});
+/// A ServeError reporting another layer's failure: `cause` is that failure's code (the
+/// executor's, behind `executor_failed`), none when there is none.
+llvm::Error makeServeError(ErrorCode code, const llvm::Twine &message,
+                           std::optional<ErrorCode> cause);
 
 } // namespace courier::serve
 
