@@ -117,6 +117,19 @@ struct Arena {
   SharedBuffer buffer;
   /// False for a same-host client's regions (SharedRegions), which no pool takes back.
   bool pooled = true;
+
+  /// A new arena of `bytes`, its size sealed: the worker (and a same-host client) gets the
+  /// descriptor, and none of them may shrink what another maps.
+  static llvm::Expected<std::shared_ptr<Arena>> create(uint64_t bytes, const char *name) {
+    llvm::Expected<SharedBuffer> buffer = SharedBuffer::create(bytes, name);
+    if (!buffer)
+      return buffer.takeError();
+    if (llvm::Error error = buffer->sealSize())
+      return std::move(error);
+    auto arena = std::make_shared<Arena>();
+    arena->buffer = std::move(*buffer);
+    return arena;
+  }
 };
 
 /// A session's idle arenas, for inputs and for results. Bounded: arenas larger than
@@ -140,16 +153,11 @@ public:
         }
     }
     uint64_t capacity = std::max(kMinArenaBytes, llvm::PowerOf2Ceil(size));
-    llvm::Expected<SharedBuffer> buffer = SharedBuffer::create(capacity, "courier-arena");
-    if (!buffer)
-      return buffer.takeError();
-    // The worker gets the descriptor: it must not be able to shrink what this process maps.
-    if (llvm::Error error = buffer->sealSize())
-      return std::move(error);
-    auto arena = std::make_shared<Arena>();
-    arena->buffer = std::move(*buffer);
+    llvm::Expected<std::shared_ptr<Arena>> arena = Arena::create(capacity, "courier-arena");
+    if (!arena)
+      return arena.takeError();
     std::lock_guard<std::mutex> lock(mutex);
-    arena->id = ++lastId;
+    (*arena)->id = ++lastId;
     return arena;
   }
 
@@ -420,17 +428,12 @@ llvm::Expected<std::shared_ptr<SharedRegions>> SharedRegions::create(uint64_t in
   for (auto [bytes, slot, name] :
        {std::tuple{inputBytes, &regions->impl->inputs, "courier-shm-inputs"},
         std::tuple{resultBytes, &regions->impl->results, "courier-shm-results"}}) {
-    llvm::Expected<SharedBuffer> buffer = SharedBuffer::create(bytes, name);
-    if (!buffer)
-      return buffer.takeError();
-    // The client and the worker both get the descriptor: neither may shrink what the other maps.
-    if (llvm::Error error = buffer->sealSize())
-      return std::move(error);
-    auto arena = std::make_shared<Arena>();
-    arena->buffer = std::move(*buffer);
-    arena->pooled = false;
-    arena->id = (uint64_t(1) << 63) | ++lastId;
-    *slot = std::move(arena);
+    llvm::Expected<std::shared_ptr<Arena>> arena = Arena::create(bytes, name);
+    if (!arena)
+      return arena.takeError();
+    (*arena)->pooled = false;
+    (*arena)->id = (uint64_t(1) << 63) | ++lastId;
+    *slot = std::move(*arena);
   }
   return regions;
 }

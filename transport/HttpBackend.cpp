@@ -263,6 +263,9 @@ private:
   /// Failure whose message starts with "<operation> on <address>: ".
   llvm::Expected<int> send(httplib::Request &req, httplib::Response &res,
                            const std::string &operation);
+  /// Sends `req` and returns its reply's body, read up to the client's bound; a reply past
+  /// the bound, a transport failure or an error status is an error.
+  llvm::Expected<std::string> sendForBody(httplib::Request &req, const std::string &operation);
   /// A request with a small body whose reply is read whole (JSON control messages).
   llvm::Expected<json> exchange(const std::string &method, const std::string &path,
                                 const std::string &body, const std::string &operation,
@@ -453,17 +456,8 @@ llvm::Error HttpBackend::transportFailure(const std::string &operation, httplib:
   return makeCodedError(ErrorCode::Unavailable, where(operation) + ": " + reason);
 }
 
-llvm::Expected<json> HttpBackend::exchange(const std::string &method, const std::string &path,
-                                           const std::string &body, const std::string &operation,
-                                           llvm::StringRef session) {
-  httplib::Request req;
-  req.method = method;
-  req.path = path;
-  req.body = body;
-  if (!body.empty())
-    req.set_header("Content-Type", wire::kJsonContentType);
-  if (!session.empty())
-    req.set_header(wire::kSessionHeader, session.str());
+llvm::Expected<std::string> HttpBackend::sendForBody(httplib::Request &req,
+                                                     const std::string &operation) {
   std::string reply;
   bool overflowed = false;
   capReply(req, reply, overflowed);
@@ -479,11 +473,28 @@ llvm::Expected<json> HttpBackend::exchange(const std::string &method, const std:
     Failure failure = parseErrorBody(*status, reply);
     return makeCodedError(failure.code, where(operation) + ": " + failure.message);
   }
-  if (reply.empty())
+  return reply;
+}
+
+llvm::Expected<json> HttpBackend::exchange(const std::string &method, const std::string &path,
+                                           const std::string &body, const std::string &operation,
+                                           llvm::StringRef session) {
+  httplib::Request req;
+  req.method = method;
+  req.path = path;
+  req.body = body;
+  if (!body.empty())
+    req.set_header("Content-Type", wire::kJsonContentType);
+  if (!session.empty())
+    req.set_header(wire::kSessionHeader, session.str());
+  llvm::Expected<std::string> reply = sendForBody(req, operation);
+  if (!reply)
+    return reply.takeError();
+  if (reply->empty())
     return json::object();
-  if (llvm::Error error = wire::checkJsonDepth(reply, "the reply", ErrorCode::Internal))
+  if (llvm::Error error = wire::checkJsonDepth(*reply, "the reply", ErrorCode::Internal))
     return withContext(where(operation), std::move(error));
-  json parsed = json::parse(reply, nullptr, /*allow_exceptions=*/false);
+  json parsed = json::parse(*reply, nullptr, /*allow_exceptions=*/false);
   if (parsed.is_discarded())
     return makeCodedError(ErrorCode::Internal, where(operation) + ": reply is not JSON");
   return parsed;
@@ -575,22 +586,7 @@ llvm::Error HttpBackend::upload(llvm::StringRef session, const ObjectBlob &objec
   req.content_provider_ = [bytes](size_t offset, size_t length, httplib::DataSink &sink) {
     return sink.write(bytes->data() + offset, length);
   };
-  std::string reply;
-  bool overflowed = false;
-  capReply(req, reply, overflowed);
-  httplib::Response res;
-  llvm::Expected<int> status = send(req, res, operation);
-  if (overflowed) {
-    llvm::consumeError(status.takeError());
-    return replyTooLarge(where(operation));
-  }
-  if (!status)
-    return status.takeError();
-  if (*status >= 400) {
-    Failure failure = parseErrorBody(*status, reply);
-    return makeCodedError(failure.code, where(operation) + ": " + failure.message);
-  }
-  return llvm::Error::success();
+  return sendForBody(req, operation).takeError();
 }
 
 llvm::Error HttpBackend::attachOrUpload(llvm::StringRef session, const ObjectBlob &object) {

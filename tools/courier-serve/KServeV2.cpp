@@ -4,6 +4,7 @@
 // with the code's status and the code in X-Courier-Error-Code, so HttpService's wrapper never
 // sees one and no /v1-shaped error leaves a v2 route.
 #include "tools/courier-serve/KServeV2.h"
+#include "tools/courier-serve/JsonReplies.h"
 #include "tools/courier-serve/KServeRequest.h"
 #include "tools/courier-serve/RequestBodies.h"
 
@@ -41,22 +42,6 @@ namespace {
 constexpr const char *kErrorCodeHeader = "X-Courier-Error-Code";
 /// The most shared-memory regions registered at once.
 constexpr size_t kMaxRegions = 64;
-
-std::string utf8(llvm::StringRef text) {
-  return json::isUTF8(text) ? text.str() : json::fixUTF8(text);
-}
-
-std::string dump(const json::Value &value) {
-  std::string text;
-  llvm::raw_string_ostream os(text);
-  os << value;
-  return text;
-}
-
-void sendJson(httplib::Response &res, int status, const json::Value &body) {
-  res.status = status;
-  res.set_content(dump(body) + "\n", wire::kJsonContentType);
-}
 
 /// The status a v2 client expects for `code`: the protocol names 400 for a request that is
 /// wrong, 404 for a model it does not find and 5xx for the server's failures; codes whose /v1

@@ -3,6 +3,7 @@
 // HttpService's wrapper, which turns an llvm::Error (or a stray exception) into
 // {"error":{"code","message"}} with the status of its code, so handlers never throw.
 #include "tools/courier-serve/RestService.h"
+#include "tools/courier-serve/JsonReplies.h"
 #include "tools/courier-serve/KServeV2.h"
 #include "tools/courier-serve/ModuleMetrics.h"
 #include "tools/courier-serve/RequestBodies.h"
@@ -66,24 +67,6 @@ llvm::Expected<std::string> sourceFileName(llvm::StringRef disposition, llvm::St
     return value.str();
   }
   return (module + ".mlir").str();
-}
-
-/// llvm::json wants valid UTF-8; messages may quote arbitrary source text.
-std::string utf8(llvm::StringRef text) {
-  return json::isUTF8(text) ? text.str() : json::fixUTF8(text);
-}
-
-std::string dump(const json::Value &value) {
-  std::string text;
-  llvm::raw_string_ostream os(text);
-  os << value;
-  return text;
-}
-
-void sendJson(httplib::Response &res, int status, json::Value body) {
-  res.status = status;
-  // The newline keeps consecutive curl outputs on lines of their own.
-  res.set_content(dump(body) + "\n", wire::kJsonContentType);
 }
 
 json::Value diagnosticJson(const Diagnostic &d) {

@@ -1,0 +1,28 @@
+// courier-serve's JSON replies, shared by its /v1 and KServe v2 routes: text made valid
+// UTF-8, a value's compact text, and a reply carrying it.
+#ifndef COURIER_TOOLS_SERVE_JSONREPLIES_H
+#define COURIER_TOOLS_SERVE_JSONREPLIES_H
+
+#include "llvm/ADT/StringRef.h"
+#include "llvm/Support/JSON.h"
+
+#include <httplib.h>
+
+#include <string>
+
+namespace courier::serve {
+
+/// `text` as llvm::json takes it: valid UTF-8 as it is, anything else with its bad bytes
+/// replaced (messages may quote arbitrary source text or symbol names).
+std::string utf8(llvm::StringRef text);
+
+/// The compact text of `value`.
+std::string dump(const llvm::json::Value &value);
+
+/// Answers `status` with `body` as JSON, ended by a newline (it keeps consecutive curl outputs
+/// on lines of their own).
+void sendJson(httplib::Response &res, int status, const llvm::json::Value &body);
+
+} // namespace courier::serve
+
+#endif // COURIER_TOOLS_SERVE_JSONREPLIES_H
