@@ -82,7 +82,8 @@ llvm::Error invokeInProcess(const Module::Impl &impl, llvm::StringRef entry,
                             llvm::ArrayRef<TensorRef> inputs,
                             llvm::function_ref<void(llvm::MutableArrayRef<ResultRef>)> consume);
 
-llvm::Error engineError(ErrorCode kind, std::string message);
+llvm::Error engineError(ErrorCode kind, std::string message,
+                        std::optional<ErrorCode> cause = std::nullopt);
 
 /// An executor failure the runtime recorded, classified by the transport's wire code.
 llvm::Error executorError(llvm::Twine context, llvm::Error cause);

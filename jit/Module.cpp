@@ -11,8 +11,8 @@
 
 namespace courier {
 
-llvm::Error engineError(ErrorCode kind, std::string message) {
-  return llvm::make_error<EngineError>(kind, std::move(message));
+llvm::Error engineError(ErrorCode kind, std::string message, std::optional<ErrorCode> cause) {
+  return llvm::make_error<EngineError>(kind, std::move(message), cause);
 }
 
 /// An executor that could not be reached (the client's `unavailable`), not over TLS
@@ -32,10 +32,7 @@ llvm::Error executorError(llvm::Twine context, llvm::Error cause) {
           kind = ErrorCode::ExecutorUnavailable;
         return llvm::Error(std::move(coded));
       });
-  auto error =
-      std::make_unique<EngineError>(kind, (context + ": " + llvm::toString(std::move(kept))).str());
-  error->cause = causeCode;
-  return llvm::Error(std::move(error));
+  return engineError(kind, (context + ": " + llvm::toString(std::move(kept))).str(), causeCode);
 }
 
 Module::Module(std::unique_ptr<Impl> impl) : impl(std::move(impl)) {}

@@ -220,9 +220,7 @@ llvm::Error readOutcome(MessageReader &in) {
     std::optional<ErrorCode> knownCause = transport::parseErrorCode(cause);
     if (!in.ok() || !known || (!cause.empty() && !knownCause))
       break;
-    auto error = std::make_unique<EngineError>(*known, std::move(message));
-    error->cause = knownCause;
-    return llvm::Error(std::move(error));
+    return llvm::make_error<EngineError>(*known, std::move(message), knownCause);
   }
   case 3: {
     std::string message = in.str().str();

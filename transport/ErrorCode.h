@@ -181,8 +181,8 @@ public:
 class CodedError : public llvm::ErrorInfo<CodedError> {
 public:
   static char ID;
-  CodedError(ErrorCode kind, std::string message)
-      : kind(kind), code(errorCodeName(kind)), message(std::move(message)) {}
+  CodedError(ErrorCode kind, std::string message, std::optional<ErrorCode> cause = std::nullopt)
+      : kind(kind), code(errorCodeName(kind)), message(std::move(message)), cause(cause) {}
   void log(llvm::raw_ostream &os) const override;
   std::error_code convertToErrorCode() const override { return llvm::inconvertibleErrorCode(); }
 

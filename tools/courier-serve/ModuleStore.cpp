@@ -129,9 +129,7 @@ llvm::Error compileFailure(llvm::Error error) {
         }
       },
       [&](const llvm::ErrorInfoBase &e) { message = e.message(); });
-  auto failure = std::make_unique<ServeError>(code, std::move(message), std::move(diagnostics));
-  failure->cause = cause;
-  return llvm::Error(std::move(failure));
+  return makeServeError(code, message, std::move(diagnostics), cause);
 }
 
 } // namespace
@@ -655,7 +653,7 @@ llvm::Expected<std::vector<Tensor>> ModuleStore::invoke(const Pinned &pinned, ll
       },
       [&](const llvm::ErrorInfoBase &e) { message = e.message(); });
   countFailure(pinned, code, message, entry, static_cast<double>(nanos) * 1e-9);
-  return makeServeError(code, message, cause);
+  return makeServeError(code, message, {}, cause);
 }
 
 std::vector<ModuleInfo> ModuleStore::list() const {

@@ -14,15 +14,8 @@ void ServeError::log(llvm::raw_ostream &os) const {
 }
 
 llvm::Error makeServeError(ErrorCode code, const llvm::Twine &message,
-                           std::vector<Diagnostic> diagnostics) {
-  return llvm::make_error<ServeError>(code, message.str(), std::move(diagnostics));
-}
-
-llvm::Error makeServeError(ErrorCode code, const llvm::Twine &message,
-                           std::optional<ErrorCode> cause) {
-  auto error = std::make_unique<ServeError>(code, message.str());
-  error->cause = cause;
-  return llvm::Error(std::move(error));
+                           std::vector<Diagnostic> diagnostics, std::optional<ErrorCode> cause) {
+  return llvm::make_error<ServeError>(code, message.str(), std::move(diagnostics), cause);
 }
 
 } // namespace courier::serve

@@ -18,18 +18,18 @@ namespace courier::serve {
 class ServeError : public llvm::ErrorInfo<ServeError, transport::CodedError> {
 public:
   static char ID;
-  ServeError(ErrorCode kind, std::string message, std::vector<Diagnostic> diagnostics = {})
-      : ErrorInfo(kind, std::move(message)), diagnostics(std::move(diagnostics)) {}
+  ServeError(ErrorCode kind, std::string message, std::vector<Diagnostic> diagnostics = {},
+             std::optional<ErrorCode> cause = std::nullopt)
+      : ErrorInfo(kind, std::move(message), cause), diagnostics(std::move(diagnostics)) {}
   void log(llvm::raw_ostream &os) const override;
 
   std::vector<Diagnostic> diagnostics;
 };
+/// `cause`: the code of another layer's failure this one reports (the executor's, behind
+/// `executor_failed`), none when there is none.
 llvm::Error makeServeError(ErrorCode code, const llvm::Twine &message,
-                           std::vector<Diagnostic> diagnostics = {});
-/// A ServeError reporting another layer's failure: `cause` is that failure's code (the
-/// executor's, behind `executor_failed`), none when there is none.
-llvm::Error makeServeError(ErrorCode code, const llvm::Twine &message,
-                           std::optional<ErrorCode> cause);
+                           std::vector<Diagnostic> diagnostics = {},
+                           std::optional<ErrorCode> cause = std::nullopt);
 
 } // namespace courier::serve
 
