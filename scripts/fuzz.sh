@@ -6,7 +6,9 @@
 # (COURIER_FUZZ_SEED, default 1), keeping what it finds in build-asan/fuzz-corpus/TARGET for
 # the next run. A crash, a leak, an input that takes over 10 s or more than 4 GiB fails the
 # run and leaves the input in build-asan/fuzz-artifacts/TARGET/. TARGET "all" runs every
-# target for SECONDS each. Flags after SECONDS go to libFuzzer.
+# target for SECONDS each, COURIER_FUZZ_JOBS at once (default: the CPUs this process may run
+# on), each target's output kept in build-asan/fuzz-logs/TARGET.log and printed whole when it
+# ends. Flags after SECONDS go to libFuzzer.
 #   usage: fuzz.sh TARGET|all SECONDS [libFuzzer flags...]
 set -euo pipefail
 # One function, called on the last line: bash reads the whole script before running any of it,
@@ -39,26 +41,64 @@ main() {
     "$root/scripts/build-sanitized.sh"
   echo "fuzz.sh: fuzz targets built in $(($(date +%s) - start)) s"
 
-  for name in "${chosen[@]}"; do
-    binary=$build/bin/courier-fuzz-$name
-    artifacts=$build/fuzz-artifacts/$name
-    corpus=$build/fuzz-corpus/$name
+  # One target: replays its regressions, then fuzzes from its seeds.
+  run_target() {
+    local name=$1
+    shift
+    local binary=$build/bin/courier-fuzz-$name
+    local artifacts=$build/fuzz-artifacts/$name
+    local corpus=$build/fuzz-corpus/$name
     mkdir -p "$artifacts" "$corpus"
-    regressions=("$root/tests/fuzz/regressions/$name"/*)
+    local regressions=("$root/tests/fuzz/regressions/$name"/*)
     if [ -e "${regressions[0]}" ]; then
       echo "fuzz.sh: $name: replaying ${#regressions[@]} regression inputs"
       "$binary" -artifact_prefix="$artifacts/" "${regressions[@]}"
     fi
-    seeds=()
+    local seeds=() dir
     for dir in "$root/tests/fuzz/corpus/$name" "$build/tests/fuzz/corpus/$name"; do
       [ -d "$dir" ] && seeds+=("$dir")
     done
-    dictionary=()
+    local dictionary=()
     [ -f "$root/tests/fuzz/dicts/$name.dict" ] && dictionary=(-dict="$root/tests/fuzz/dicts/$name.dict")
     echo "fuzz.sh: $name: fuzzing for $seconds s with seed $seed"
     "$binary" -seed="$seed" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=4096 \
       -print_final_stats=1 -artifact_prefix="$artifacts/" "${dictionary[@]}" "$@" \
       "$corpus" "${seeds[@]}"
+  }
+
+  if [ ${#chosen[@]} -eq 1 ]; then
+    run_target "${chosen[0]}" "$@"
+    return
+  fi
+  # Several targets: COURIER_FUZZ_JOBS at a time, each into its own log, printed as it ends.
+  jobs=${COURIER_FUZZ_JOBS:-$(nproc)}
+  [[ $jobs =~ ^[1-9][0-9]*$ ]] || { echo "fuzz.sh: COURIER_FUZZ_JOBS must be a positive number, got '$jobs'" >&2; exit 2; }
+  logs=$build/fuzz-logs
+  mkdir -p "$logs"
+  declare -A running=()
+  failed=()
+  finish_one() {
+    local pid status=0
+    wait -n -p pid "${!running[@]}" || status=$?
+    local name=${running[$pid]}
+    unset "running[$pid]"
+    cat "$logs/$name.log"
+    if [ "$status" -ne 0 ]; then
+      echo "fuzz.sh: $name failed (exit $status); its output is above and in $logs/$name.log" >&2
+      failed+=("$name")
+    fi
+  }
+  echo "fuzz.sh: ${#chosen[@]} targets, $jobs at a time"
+  for name in "${chosen[@]}"; do
+    [ ${#running[@]} -lt "$jobs" ] || finish_one
+    run_target "$name" "$@" >"$logs/$name.log" 2>&1 &
+    running[$!]=$name
   done
+  while [ ${#running[@]} -gt 0 ]; do finish_one; done
+  echo "fuzz.sh: built and fuzzed in $(($(date +%s) - start)) s"
+  if [ ${#failed[@]} -gt 0 ]; then
+    echo "fuzz.sh: failed: ${failed[*]}" >&2
+    exit 1
+  fi
 }
 main "$@"

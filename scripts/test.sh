@@ -3,7 +3,8 @@
 # into its own directory (build-asan, or COURIER_SANITIZE_BUILD_DIR) with AddressSanitizer,
 # UndefinedBehaviorSanitizer and LeakSanitizer (scripts/build-sanitized.sh, the build the fuzz
 # targets share) and runs the suite there, leaving out by label only the tests that measure
-# memory or link uninstrumented code (docs/reliability.md).
+# memory or link uninstrumented code, the benchmarks' smoke runs and the checks of printed text
+# against the documentation (docs/reliability.md).
 set -euo pipefail
 # One function, called on the last line: bash reads all of it before running any, so a
 # checkout that rewrites this file during a long run cannot change what runs.
@@ -33,7 +34,7 @@ main() {
   export ASAN_OPTIONS="log_path=$reports/report${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
   export UBSAN_OPTIONS="log_path=$reports/report${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}"
   status=0
-  ctest --test-dir "$build" --output-on-failure -j2 -LE '^(memory|uninstrumented)$' || status=$?
+  ctest --test-dir "$build" --output-on-failure -j2 -LE '^(memory|uninstrumented|bench|text)$' || status=$?
   echo "test.sh --sanitize: built in $((built - start)) s, tested in $(($(date +%s) - built)) s"
   found=("$reports"/report*)
   if [ -e "${found[0]}" ]; then
