@@ -45,7 +45,8 @@ install(EXPORT CourierTargets NAMESPACE Courier:: DESTINATION lib/cmake/Courier)
 # runtime/ExecutorABI.h "abi/KernelABI.h"), so they are installed at those paths.
 install(FILES jit/Engine.h jit/Tensor.h runtime/ExecutorABI.h ${PROJECT_BINARY_DIR}/Version.h
   DESTINATION include/courier)
-install(FILES transport/ErrorCode.h transport/TlsOptions.h DESTINATION include/courier/transport)
+install(FILES transport/ErrorCode.h transport/SharedMemoryMode.h transport/TlsOptions.h
+  DESTINATION include/courier/transport)
 install(FILES abi/KernelABI.h DESTINATION include/courier/abi)
 
 # MLIR is found as the application's build finds it (MLIR_DIR, CMAKE_PREFIX_PATH, the

@@ -518,6 +518,8 @@ struct ExecutorCore::Impl {
   /// Answers the launch waiting on the channel `ended` served (if any: one rung that no
   /// worker answered) with the error its death gives it. `workerMutex` held.
   void answerForWorker(const Session::EndedServer &ended);
+  /// Answers the launch `worker` left unanswered on `channel`, if any, as ended with it.
+  void answerForWorker(WorkerProcess &worker, const DirectChannel &channel);
   /// The session's channel goes: no worker is handed it any more, and its watcher ends it.
   void dropDirect(Session &s, const std::string &why);
   /// Hands the session's same-host channel (if any) to `worker`. `workerMutex` held.
@@ -847,8 +849,16 @@ llvm::Error ExecutorCore::Impl::handDirect(Session &s, WorkerProcess &worker,
               {channel->control.fd(), channel->regions->inputs().fd(),
                channel->regions->results().fd(), channel->counts.fd(), channel->workerSocket.get()},
               deadline, "handing it the same-host channel")
-              .takeError())
+              .takeError()) {
+    // The worker takes the channel's launches as soon as it maps it, one rung already
+    // included: a launch it started and did not finish ran, and is answered for here (the
+    // channel goes next, and its client would otherwise send the launch again). One it never
+    // started is left to the client, which sends it again.
+    const shm::WorkerCounts &counts = channel->workerCounts();
+    if (!worker.alive() && counts.started.load() != counts.finished.load())
+      answerForWorker(worker, *channel);
     return error;
+  }
   s.directServedBy = &worker;
   s.handed = channel;
   return llvm::Error::success();
@@ -907,29 +917,30 @@ llvm::Error ExecutorCore::Impl::linkInto(Session &s, WorkerProcess &worker, llvm
 }
 
 void ExecutorCore::Impl::answerForWorker(const Session::EndedServer &ended) {
-  const std::shared_ptr<const DirectChannel> &channel = ended.channel;
-  if (!channel || !ended.worker)
-    return;
-  shm::ControlPage &page = channel->page();
+  if (ended.channel && ended.worker)
+    answerForWorker(*ended.worker, *ended.channel);
+}
+
+void ExecutorCore::Impl::answerForWorker(WorkerProcess &worker, const DirectChannel &channel) {
+  shm::ControlPage &page = channel.page();
   uint32_t request = page.request.load(std::memory_order_acquire);
   if (page.reply.load(std::memory_order_acquire) == request)
     return;
   // The client wrote the request: read with the worker's checks.
   std::string what = "a same-host launch";
   llvm::Expected<shm::LaunchRequest> launch =
-      shm::readRequest(page, channel->regions->inputs().size());
+      shm::readRequest(page, channel.regions->inputs().size());
   if (launch)
     what = "'" + launch->launch.entry + "'";
   else
     llvm::consumeError(launch.takeError());
   // The dead worker finishes nothing more; the launch counts as ended (no longer running).
-  shm::WorkerCounts &counts = channel->workerCounts();
+  shm::WorkerCounts &counts = channel.workerCounts();
   counts.finished.store(counts.started.load());
-  shm::answer(page, request,
-              shm::encodeFailure(ended.worker->endedDuring(what), ErrorCode::KernelCrashed),
+  shm::answer(page, request, shm::encodeFailure(worker.endedDuring(what), ErrorCode::KernelCrashed),
               shm::kPageVersion);
   metrics.launchFailures++;
-  channel->answeredForWorkers++;
+  channel.answeredForWorkers++;
 }
 
 llvm::Expected<Message> ExecutorCore::Impl::ask(Session &s, WorkerProcess &worker,

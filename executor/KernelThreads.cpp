@@ -210,10 +210,10 @@ void finishKernelLaunch() {
       .fetch_add(1, std::memory_order_relaxed);
 }
 
-void publishKernelThreadTally(KernelThreadTally *shared) {
+void publishKernelThreadTally(KernelThreadTally *shared, bool carryOver) {
   KernelThreadTally *before = tally.load();
-  shared->parallelLaunches.store(before->parallelLaunches.load());
-  shared->oneThreadLaunches.store(before->oneThreadLaunches.load());
+  shared->parallelLaunches.store(carryOver ? before->parallelLaunches.load() : 0);
+  shared->oneThreadLaunches.store(carryOver ? before->oneThreadLaunches.load() : 0);
   shared->busyThreads.store(0);
   tally.store(shared);
 }

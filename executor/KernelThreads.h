@@ -52,8 +52,8 @@ struct KernelThreadTally {
 };
 
 /// Counts from now on into `shared` (which must outlive the process's launches), carrying
-/// over what was counted so far.
-void publishKernelThreadTally(KernelThreadTally *shared);
+/// over what was counted so far unless `carryOver` is false.
+void publishKernelThreadTally(KernelThreadTally *shared, bool carryOver = true);
 
 /// This process's tally (where it is published, or its own).
 const KernelThreadTally &kernelThreadTally();

@@ -33,11 +33,11 @@ namespace {
 
 std::atomic<uint64_t> liveWorkers{0};
 
-/// The doorbell pages of live workers, whose kernel-thread tallies metrics sum, and what
-/// the workers gone had counted.
+/// The kernel-thread tallies of live workers (in their doorbell or tally pages), which metrics
+/// sum, and what the workers gone had counted.
 struct Tallies {
   std::mutex mutex;
-  std::set<const DoorbellPage *> pages;
+  std::set<const KernelThreadTally *> pages;
   uint64_t parallelLaunches = 0, oneThreadLaunches = 0;
 };
 Tallies &tallies() {
@@ -85,8 +85,8 @@ KernelThreadTotals WorkerPool::kernelThreadTotals() {
   Tallies &all = tallies();
   std::lock_guard<std::mutex> lock(all.mutex);
   KernelThreadTotals totals{0, all.parallelLaunches, all.oneThreadLaunches};
-  for (const DoorbellPage *page : all.pages) {
-    const KernelThreadTally &tally = page->kernelThreads;
+  for (const KernelThreadTally *page : all.pages) {
+    const KernelThreadTally &tally = *page;
     // No team is larger than --kernel-threads allows.
     totals.busyThreads +=
         std::min<uint64_t>(tally.busyThreads.load(std::memory_order_relaxed), 1024);
@@ -97,12 +97,12 @@ KernelThreadTotals WorkerPool::kernelThreadTotals() {
 }
 
 WorkerProcess::~WorkerProcess() {
-  if (page) {
+  if (tally) {
     Tallies &all = tallies();
     std::lock_guard<std::mutex> lock(all.mutex);
-    all.pages.erase(page);
-    all.parallelLaunches += page->kernelThreads.parallelLaunches.load(std::memory_order_relaxed);
-    all.oneThreadLaunches += page->kernelThreads.oneThreadLaunches.load(std::memory_order_relaxed);
+    all.pages.erase(tally);
+    all.parallelLaunches += tally->parallelLaunches.load(std::memory_order_relaxed);
+    all.oneThreadLaunches += tally->oneThreadLaunches.load(std::memory_order_relaxed);
   }
   kill(EndReason::Closed);
   reap();
@@ -245,10 +245,33 @@ llvm::Error WorkerProcess::shareDoorbell() {
     return done.takeError();
   doorbellBuffer = std::move(*buffer);
   page = reinterpret_cast<DoorbellPage *>(doorbellBuffer.data());
+  addTally(&page->kernelThreads);
+  return llvm::Error::success();
+}
+
+llvm::Error WorkerProcess::shareKernelTally() {
+  llvm::Expected<SharedBuffer> buffer =
+      SharedBuffer::create(sizeof(KernelThreadTally), "courier-kernel-tally");
+  if (!buffer)
+    return buffer.takeError();
+  // Sealed, as the doorbell page is: the worker's code cannot shrink it under this process.
+  if (llvm::Error error = buffer->sealSize())
+    return error;
+  MessageWriter share(MessageKind::KernelTally);
+  llvm::Expected<Message> done = request(share, {buffer->fd()}, Clock::now() + kStartTimeout,
+                                         "sharing a kernel-thread tally page");
+  if (!done)
+    return done.takeError();
+  tallyBuffer = std::move(*buffer);
+  addTally(reinterpret_cast<const KernelThreadTally *>(tallyBuffer.data()));
+  return llvm::Error::success();
+}
+
+void WorkerProcess::addTally(const KernelThreadTally *shared) {
+  tally = shared;
   Tallies &all = tallies();
   std::lock_guard<std::mutex> lock(all.mutex);
-  all.pages.insert(page);
-  return llvm::Error::success();
+  all.pages.insert(shared);
 }
 
 llvm::Expected<std::optional<Message>> WorkerProcess::ringDoorbell(Clock::time_point deadline,
@@ -536,6 +559,9 @@ llvm::Expected<std::unique_ptr<WorkerProcess>> WorkerPool::start() {
       WorkerProcess::spawn(settings.program, args, settings.memoryMiB << 20, settings.extraThreads);
   if (worker && settings.doorbell)
     if (llvm::Error error = (*worker)->shareDoorbell())
+      return std::move(error);
+  if (worker && settings.kernelTally && !settings.doorbell)
+    if (llvm::Error error = (*worker)->shareKernelTally())
       return std::move(error);
   return worker;
 }

@@ -38,6 +38,9 @@ struct WorkerSettings {
   /// Share a doorbell page with each worker (executor/WorkerProtocol.h), which courier-worker
   /// understands: requests without descriptors then cross without a socket round trip.
   bool doorbell = false;
+  /// Share a kernel-thread tally page with each worker instead (a module worker, which takes
+  /// its requests on the socket), so that kernelThreadTotals() counts its kernels too.
+  bool kernelTally = false;
   /// Passed after the flags above: what a program other than courier-worker needs.
   std::vector<std::string> extraArguments;
   /// Threads a worker may start beyond those it has when it is ready, where it has a control
@@ -120,6 +123,11 @@ private:
   WorkerProcess(pid_t pid, UniqueFd channel) : processId(pid), channel(std::move(channel)) {}
   /// Sends the worker a doorbell page; later requests go through it.
   llvm::Error shareDoorbell();
+  /// Sends the worker a page for its kernel-thread tally alone.
+  llvm::Error shareKernelTally();
+  /// Counts `tally` (in a page this process shares with the worker) in kernelThreadTotals()
+  /// from now on, and what it holds once the worker is gone.
+  void addTally(const KernelThreadTally *tally);
   /// Puts the request in the doorbell page and waits for the reply there: the reply if it
   /// came in the page, nothing if it is to be read from the socket (it went there, or the
   /// reply word changed otherwise), or the error that ended the request.
@@ -147,7 +155,9 @@ private:
   uint64_t lastPhase = 0; ///< See phase().
   SharedBuffer doorbellBuffer;
   DoorbellPage *page = nullptr;
-  uint32_t ticket = 0; ///< Of the last request sent through `page`.
+  SharedBuffer tallyBuffer;                 ///< A module worker's kernel-thread tally page.
+  const KernelThreadTally *tally = nullptr; ///< In `page` or `tallyBuffer`.
+  uint32_t ticket = 0;                      ///< Of the last request sent through `page`.
 };
 
 /// Starts workers, keeping `warm` of them ready. Thread-safe.

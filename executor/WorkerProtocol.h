@@ -49,6 +49,9 @@ enum class MessageKind : uint8_t {
   /// region, counts page (transport/SharedChannel.h) and the socket to its client: the worker
   /// answers the channel's launches itself from now on.
   Channel,
+  /// Carries a KernelThreadTally page's descriptor: a module worker counts its kernel threads
+  /// there (a session worker keeps them in its doorbell page).
+  KernelTally,
   // server -> module worker (jit/ModuleWorker.h)
   Compile = 16,
   Invoke,

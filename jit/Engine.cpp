@@ -10,6 +10,7 @@
 #include "dialect/Dialects.h"
 #include "executor/KernelThreads.h"
 #include "executor/RuntimeSymbols.h"
+#include "executor/WorkerPool.h"
 #include "passes/CompilePool.h"
 #include "passes/Passes.h"
 #include "passes/TargetModules.h"
@@ -584,6 +585,14 @@ struct Engine::Impl {
        std::vector<std::shared_ptr<const void>> retained, PhaseTimes times);
 };
 
+KernelThreadStats Engine::kernelThreadStats() {
+  const executor::KernelThreadTally &own = executor::kernelThreadTally();
+  executor::KernelThreadTotals workers = executor::WorkerPool::kernelThreadTotals();
+  return {own.busyThreads.load() + workers.busyThreads,
+          own.parallelLaunches.load() + workers.parallelLaunches,
+          own.oneThreadLaunches.load() + workers.oneThreadLaunches};
+}
+
 Engine::Engine(EngineOptions options) : impl(std::make_unique<Impl>()) {
   impl->options = std::move(options);
   if (impl->options.kernelThreads)
@@ -987,6 +996,7 @@ Engine::Impl::link(std::string name, std::string object, llvm::orc::JITTargetMac
   scopeOptions.backend.requestTimeout = options.requestTimeout;
   scopeOptions.backend.bearerToken = options.authToken;
   scopeOptions.backend.tls = options.tls;
+  scopeOptions.backend.sharedMemory = options.sharedMemory;
   scopeOptions.backend.plugins = options.plugins;
   scopeOptions.objects = std::move(targetObjects);
   impl->scope = std::make_unique<runtime::ModuleScope>(scopeOptions);

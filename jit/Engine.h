@@ -9,6 +9,7 @@
 // file's directory when the tree is installed, and from the repository root in it.
 #include "Tensor.h"
 #include "transport/ErrorCode.h"
+#include "transport/SharedMemoryMode.h"
 #include "transport/TlsOptions.h"
 
 #include "llvm/ADT/ArrayRef.h"
@@ -186,6 +187,10 @@ struct EngineOptions {
   /// CA and client certificate for "https://" executors; empty settings come from the
   /// environment (transport/TlsOptions.h).
   transport::TlsClientOptions tls;
+  /// Whether launches on an executor of this host take its shared-memory channel instead of
+  /// HTTP (docs/protocol.md, "Same-host channel"): by default on a unix socket; On asks at
+  /// any address (a loopback one) and takes the channel where the executor shares this host.
+  transport::SharedMemory sharedMemory = transport::SharedMemory::Auto;
   /// Shared libraries the in-process executor loads for dispatched library calls
   /// (`catalyst.runtime_call` on "local").
   std::vector<std::string> plugins;
@@ -328,8 +333,19 @@ private:
 /// Compiles MLIR text into modules. Thread-safe: any number of threads may compile at once.
 /// The engine owns its options and caches; the modules it returns are shared with the
 /// caller (see Module).
+/// What kernels did with their kernel-thread teams, in this process and in every module
+/// worker it started (EngineOptions::isolation), for metrics.
+struct KernelThreadStats {
+  uint64_t busyThreads = 0;       ///< Threads in a kernel's parallel loop now.
+  uint64_t parallelLaunches = 0;  ///< Kernel launches whose loops ran on a team of two or more.
+  uint64_t oneThreadLaunches = 0; ///< Kernel launches that ran on their thread alone.
+};
+
 class Engine {
 public:
+  /// Kernel-thread counts of this process and of its module workers, alive or gone.
+  static KernelThreadStats kernelThreadStats();
+
   explicit Engine(EngineOptions options = {});
   ~Engine();
 

@@ -607,6 +607,7 @@ WorkerLauncher::WorkerLauncher(const EngineOptions &options) {
   settings.memoryMiB = options.workerMemoryMiB;
   settings.sandbox = options.workerSandbox;
   settings.kernelThreads = options.kernelThreads;
+  settings.kernelTally = true;
   // Engines whose workers start alike share one pool: a server with an engine per option
   // set (courier-serve) keeps one warm worker, not one per set a client ever named. What
   // differs between the engines travels in each Compile request.

@@ -89,7 +89,7 @@ void writeOptions(MessageWriter &out, const EngineOptions &options) {
   out.str(options.extraPipeline).u64(options.printIRAfterAll ? 1 : 0);
   out.u64(options.maxConstantBytes).u64(options.maxObjectBytes).u64(options.cacheMaxBytes);
   out.str(options.tls.caFile).str(options.tls.certFile).str(options.tls.keyFile);
-  out.u64(options.jobs);
+  out.u64(options.jobs).u64(static_cast<uint64_t>(options.sharedMemory));
 }
 
 EngineOptions readOptions(MessageReader &in) {
@@ -113,6 +113,10 @@ EngineOptions readOptions(MessageReader &in) {
   options.tls.certFile = in.str().str();
   options.tls.keyFile = in.str().str();
   options.jobs = static_cast<unsigned>(std::min<uint64_t>(in.u64(), EngineOptions::kMaxJobs));
+  uint64_t sharedMemory = in.u64();
+  options.sharedMemory = sharedMemory <= static_cast<uint64_t>(transport::SharedMemory::Off)
+                             ? static_cast<transport::SharedMemory>(sharedMemory)
+                             : transport::SharedMemory::Off;
   return options;
 }
 
@@ -421,6 +425,9 @@ public:
       case MessageKind::Invoke:
         failed = invoke(in, request);
         break;
+      case MessageKind::KernelTally:
+        failed = shareKernelTally(request);
+        break;
       case MessageKind::Unload: {
         // teardown() runs and the module's sessions close before the answer.
         module.reset();
@@ -625,6 +632,25 @@ private:
   std::unique_ptr<Engine> engine;
   std::shared_ptr<Module> module;
   SharedBuffer inputArena, resultArena;
+  /// The page the server reads this worker's kernel-thread tally from, mapped for good.
+  SharedBuffer tallyPage;
+
+  /// Counts the kernel-thread team's work in the page the server sent from now on.
+  llvm::Error shareKernelTally(Message &request) {
+    if (request.fds.size() != 1)
+      return answerError(llvm::createStringError("a kernel-thread tally page without its page"));
+    llvm::Expected<SharedBuffer> mapped =
+        SharedBuffer::map(std::move(request.fds[0]), sizeof(executor::KernelThreadTally),
+                          /*requireSealed=*/true);
+    if (!mapped)
+      return answerError(mapped.takeError());
+    tallyPage = std::move(*mapped);
+    // From zero: the warm-up's launch was this worker's own, not a module's.
+    executor::publishKernelThreadTally(
+        reinterpret_cast<executor::KernelThreadTally *>(tallyPage.data()), /*carryOver=*/false);
+    MessageWriter done(MessageKind::Done);
+    return answer(done);
+  }
 };
 
 void outOfMemory() { executor::reportOutOfMemoryAndAbort(); }

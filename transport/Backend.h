@@ -4,6 +4,7 @@
 #ifndef COURIER_TRANSPORT_BACKEND_H
 #define COURIER_TRANSPORT_BACKEND_H
 
+#include "transport/SharedMemoryMode.h"
 #include "transport/TlsOptions.h"
 
 #include "llvm/ADT/ArrayRef.h"
@@ -78,13 +79,6 @@ struct Health {
   std::vector<std::string> features;
 };
 
-/// Whether an HTTP backend runs launches through a same-host shared-memory channel
-/// (transport/SharedChannel.h) when the executor offers one.
-enum class SharedMemory {
-  Auto, ///< For "unix:" addresses only: a unix socket proves the executor shares the host.
-  On,   ///< For any address whose executor reports this host and network namespace.
-  Off,  ///< Never.
-};
 /// "auto", "on" or "off".
 llvm::Expected<SharedMemory> parseSharedMemory(llvm::StringRef text);
 

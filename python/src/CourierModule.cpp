@@ -5,6 +5,7 @@
 #include "Bindings.h"
 
 #include "Version.h"
+#include "transport/Backend.h"
 
 #include <pybind11/stl.h>
 
@@ -262,7 +263,7 @@ makeEngine(unsigned optLevel, unsigned jobs, py::object cacheDir, bool diskCache
            std::optional<double> compileTimeout, std::optional<double> invokeTimeout,
            std::vector<std::string> plugins, std::string extraPipeline, unsigned warmWorkers,
            unsigned workersPerModule, uint64_t workerMemoryMiB, bool workerSandbox,
-           py::object workerProgram, unsigned kernelThreads) {
+           py::object workerProgram, unsigned kernelThreads, const std::string &sharedMemory) {
   if (optLevel > 3)
     throw py::value_error("opt_level must be 0 to 3, got " + std::to_string(optLevel));
   if (jobs > EngineOptions::kMaxJobs)
@@ -277,6 +278,13 @@ makeEngine(unsigned optLevel, unsigned jobs, py::object cacheDir, bool diskCache
                           "got " +
                           std::to_string(kernelThreads));
   options.kernelThreads = kernelThreads;
+  llvm::Expected<transport::SharedMemory> channel = transport::parseSharedMemory(sharedMemory);
+  if (!channel) {
+    llvm::consumeError(channel.takeError());
+    throw py::value_error("shared_memory must be 'auto', 'on' or 'off', got '" + sharedMemory +
+                          "'");
+  }
+  options.sharedMemory = *channel;
   options.cacheDir = optionalPath(cacheDir).value_or("");
   options.diskCache = diskCache;
   options.executorOverride = executor.value_or("");
@@ -460,7 +468,7 @@ PYBIND11_MODULE(_courier, m) {
            "invoke_timeout"_a = py::none(), "plugins"_a = std::vector<std::string>{},
            "extra_pipeline"_a = "", "warm_workers"_a = 1, "workers_per_module"_a = 1,
            "worker_memory_mib"_a = 0, "worker_sandbox"_a = true, "worker_program"_a = py::none(),
-           "kernel_threads"_a = 0)
+           "kernel_threads"_a = 0, "shared_memory"_a = "auto")
       .def("compile", &compileText, "text"_a, "name"_a = "module", py::kw_only(),
            "timeout"_a = py::none(), "source_name"_a = py::none(),
            "Compiles MLIR text; `name` names the module and, without `source_name`, the text "

@@ -414,9 +414,14 @@ TEST_CASE("SIGTERM with spinning, channel-closing and forging kernels in flight 
   Outcome spinning = outcomeOf(
       clients.back()->launchAsync(f.session, f.crashers, "_catalyst_pyface_loop_forever"));
   REQUIRE(spinning.status == 202);
-  std::this_thread::sleep_for(500ms);
+  // A worker per session, each started as its first launch came: on a loaded machine the
+  // last may take a moment.
   std::vector<pid_t> workers = childrenOf(pid);
+  for (auto giveUp = Clock::now() + 10s; workers.size() < 5 && Clock::now() < giveUp;
+       workers = childrenOf(pid))
+    std::this_thread::sleep_for(50ms);
   REQUIRE(workers.size() >= 5);
+  std::this_thread::sleep_for(500ms); // Each launch is in flight, the forged replies sent.
   auto start = Clock::now();
   int status = f.executor.terminate(SIGTERM, std::chrono::seconds(5));
   auto elapsed = Clock::now() - start;

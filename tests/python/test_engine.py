@@ -429,6 +429,33 @@ def test_module_on_a_real_executor(executor):
     np.testing.assert_array_equal(module.twice(x), x + x)
 
 
+def shm_launches(executor):
+    """Launches the executor ran over same-host channels, from its /metrics."""
+    import urllib.request
+    with urllib.request.urlopen(f"http://{executor.address}/metrics", timeout=10) as reply:
+        for line in reply.read().decode().splitlines():
+            if line.startswith("courier_shm_launches_total "):
+                return float(line.split()[1])
+    raise AssertionError("no courier_shm_launches_total in the executor's metrics")
+
+
+def test_shared_memory_on_a_loopback_executor(executor):
+    """On a loopback TCP address the channel is taken only when asked for (shared_memory="on");
+    "auto" and "off" keep HTTP there, and the results are the same either way."""
+    x = sample_values("f32", (2, 3), 5)
+    before = shm_launches(executor)
+    for mode in ("auto", "off"):
+        engine = courier.Engine(disk_cache=False, executor=executor.address, shared_memory=mode)
+        np.testing.assert_array_equal(engine.compile(program_for("f32", (2, 3), True)).twice(x),
+                                      x + x)
+    assert shm_launches(executor) == before
+    engine = courier.Engine(disk_cache=False, executor=executor.address, shared_memory="on")
+    np.testing.assert_array_equal(engine.compile(program_for("f32", (2, 3), True)).twice(x), x + x)
+    assert shm_launches(executor) == before + 1
+    with pytest.raises(ValueError, match="shared_memory must be 'auto', 'on' or 'off', got 'yes'"):
+        courier.Engine(shared_memory="yes")
+
+
 def test_unreachable_executor_is_an_engine_error(free_port):
     engine = courier.Engine(disk_cache=False, executor=f"127.0.0.1:{free_port}",
                             connect_timeout=2.0)

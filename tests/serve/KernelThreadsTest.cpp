@@ -52,6 +52,8 @@ json inputs() {
 struct Run {
   std::vector<float> data;
   size_t workerThreads = 0; ///< Threads of the module's worker after the call.
+  /// The server's courier_kernel_launches_total by `threads`, after the call.
+  double parallelLaunches = 0, oneThreadLaunches = 0;
 };
 
 /// The matmul's result through a courier-serve started with `args`.
@@ -73,13 +75,16 @@ Run matmulThrough(const std::vector<std::string> &args) {
   for ([[maybe_unused]] const auto &task :
        std::filesystem::directory_iterator("/proc/" + std::to_string(worker) + "/task"))
     ++run.workerThreads;
+  run.parallelLaunches = serve.metric("courier_kernel_launches_total{threads=\"parallel\"}");
+  run.oneThreadLaunches = serve.metric("courier_kernel_launches_total{threads=\"one\"}");
   return run;
 }
 
 } // namespace
 
 TEST_CASE("a parallel matmul through courier-serve's sandboxed module worker gives with "
-          "--kernel-threads 2 the numbers of --kernel-threads 1",
+          "--kernel-threads 2 the numbers of --kernel-threads 1, and the server's metrics count "
+          "how it ran",
           "[serve][threads]") {
   Run one = matmulThrough({"--kernel-threads", "1"});
   Run two = matmulThrough({"--kernel-threads", "2"});
@@ -88,6 +93,11 @@ TEST_CASE("a parallel matmul through courier-serve's sandboxed module worker giv
   // The second worker holds a team of two, the first a team of its calling thread alone;
   // else they are alike (the compiler's threads).
   CHECK(two.workerThreads > one.workerThreads);
+  // The worker's team counts in the server's metrics: one launch each, parallel on two.
+  CHECK(one.parallelLaunches == 0);
+  CHECK(one.oneThreadLaunches == 1);
+  CHECK(two.parallelLaunches == 1);
+  CHECK(two.oneThreadLaunches == 0);
 }
 
 TEST_CASE("courier-serve refuses a --kernel-threads outside 1 to 1024, naming it",

@@ -329,8 +329,8 @@ TEST_CASE("without isolation the kernel reads the input region in place and resu
   CHECK(shmLaunches(executor) == 2);
 }
 
-TEST_CASE("a kernel that crashes over shared memory gets kernel_crashed naming the signal and the "
-          "next launch works",
+TEST_CASE("a kernel that crashes over shared memory gets kernel_crashed naming the signal, runs "
+          "once however often it crashes, and the next launch works",
           "[shm]") {
   ExecutorProcess executor(onUnixSocket());
   ObjectBlob crashers = loadObject(COURIER_KERNEL_CRASHERS);
@@ -341,16 +341,22 @@ TEST_CASE("a kernel that crashes over shared memory gets kernel_crashed naming t
   std::vector<OwnedTensor> before = require(
       backend->launch(session, crashers, "_catalyst_pyface_plus_one", {view(one)}, {{1, 8}}));
   CHECK(valuesOf(before[0]) == std::vector<double>{42});
-  llvm::Expected<std::vector<OwnedTensor>> crashed =
-      backend->launch(session, crashers, "_catalyst_pyface_null_load", {}, {});
-  REQUIRE(!crashed);
-  std::string message;
-  CHECK(codeOf(crashed.takeError(), message) == ErrorCode::KernelCrashed);
-  CHECK_THAT(message, Catch::Contains("SIGSEGV") && Catch::Contains("null_load"));
+  // Each crash after the first meets a worker that is just being handed the channel, and
+  // takes the launch already rung there: it ran, and must not be sent again.
+  constexpr int kCrashes = 5;
+  for (int k = 0; k < kCrashes; ++k) {
+    llvm::Expected<std::vector<OwnedTensor>> crashed =
+        backend->launch(session, crashers, "_catalyst_pyface_null_load", {}, {});
+    REQUIRE(!crashed);
+    std::string message;
+    CHECK(codeOf(crashed.takeError(), message) == ErrorCode::KernelCrashed);
+    CHECK_THAT(message, Catch::Contains("SIGSEGV") && Catch::Contains("null_load"));
+  }
+  CHECK(executor.metric("courier_kernel_crashes_total{signal=\"SIGSEGV\"}") == kCrashes);
   std::vector<OwnedTensor> after = require(
       backend->launch(session, crashers, "_catalyst_pyface_plus_one", {view(one)}, {{1, 8}}));
   CHECK(valuesOf(after[0]) == std::vector<double>{42});
-  CHECK(shmLaunches(executor) == 3);
+  CHECK(shmLaunches(executor) >= 2);
 }
 
 TEST_CASE("a kernel that spins past the deadline over shared memory gets deadline_exceeded",

@@ -92,6 +92,15 @@ cl::opt<std::string> tlsClientKey("tls-client-key",
                                   cl::desc("The client certificate's PEM key (default: "
                                            "$COURIER_TLS_CLIENT_KEY)"),
                                   cl::value_desc("file"), cl::cat(category));
+cl::opt<transport::SharedMemory> sharedMemory(
+    "shared-memory",
+    cl::desc("Launches on an executor of this host go through its shared-memory channel "
+             "instead of HTTP (default auto: on a unix socket)"),
+    cl::values(clEnumValN(transport::SharedMemory::Auto, "auto", "for unix: addresses"),
+               clEnumValN(transport::SharedMemory::On, "on",
+                          "for any address whose executor shares this host"),
+               clEnumValN(transport::SharedMemory::Off, "off", "never: launches go over HTTP")),
+    cl::init(transport::SharedMemory::Auto), cl::cat(category));
 cl::opt<std::string> extraPipeline("extra-pipeline",
                                    cl::desc("Passes to run before the dispatch pipeline, in "
                                             "mlir-opt syntax (e.g. \"canonicalize,cse\")"),
@@ -620,6 +629,7 @@ int main(int argc, char **argv) {
   options.extraPipeline = extraPipeline;
   options.requestTimeout = std::chrono::milliseconds(timeoutMs);
   options.tls = {tlsCa, tlsClientCert, tlsClientKey};
+  options.sharedMemory = sharedMemory;
   // Beyond 2^44 MiB the byte count would wrap round to a small limit.
   if (maxConstantMiB > (UINT64_MAX >> 20) || maxObjectMiB > (UINT64_MAX >> 20))
     return fail(

@@ -541,6 +541,16 @@ std::vector<prometheus::MetricFamily> RestService::Impl::storeMetrics() {
       "courier_serve_reloads_total", "Module replacements, by outcome.", MetricType::Counter);
   transport::addSample(reloads, static_cast<double>(c.reloadsOk.load()), "outcome", "ok");
   transport::addSample(reloads, static_cast<double>(c.reloadsFailed.load()), "outcome", "failed");
+  // The executor's names: kernels run in this process or in the modules' workers.
+  KernelThreadStats kernels = Engine::kernelThreadStats();
+  prometheus::MetricFamily byThreads = transport::metricFamily(
+      "courier_kernel_launches_total",
+      "Kernel launches that returned, by whether their loops ran parallel on the kernel-thread "
+      "team (parallel) or all on the launching thread (one).",
+      MetricType::Counter);
+  transport::addSample(byThreads, static_cast<double>(kernels.parallelLaunches), "threads",
+                       "parallel");
+  transport::addSample(byThreads, static_cast<double>(kernels.oneThreadLaunches), "threads", "one");
   return {
       counter("courier_serve_invokes_total", "Entry invocations.", c.invokes),
       counter("courier_serve_invoke_failures_total",
@@ -560,6 +570,10 @@ std::vector<prometheus::MetricFamily> RestService::Impl::storeMetrics() {
                    static_cast<double>(store.size())),
       invokeSeconds.collect(),
       compileSeconds.collect(),
+      singleSample("courier_kernel_threads_busy",
+                   "Kernel threads running a kernel's parallel loop now, in every module worker.",
+                   MetricType::Gauge, static_cast<double>(kernels.busyThreads)),
+      std::move(byThreads),
   };
 }
 
