@@ -556,7 +556,7 @@ void local(int n) {
     direct(nullptr, nullptr);
   double directNs = std::chrono::duration<double, std::nano>(Clock::now() - start).count() / n;
 
-  auto backend = check(createLocalBackend({}), "creating the local backend");
+  auto backend = check(courier::executor::createLocalBackend({}), "creating the local backend");
   std::string session = check(backend->openSession(), "opening a session");
   ObjectBlob shapes = loadObject(COURIER_KERNEL_SHAPES);
   check(backend->shipObject(session, shapes), "shipping");

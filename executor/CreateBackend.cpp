@@ -27,7 +27,7 @@ llvm::Error checkAddress(llvm::StringRef address) {
 llvm::Expected<std::unique_ptr<Backend>> createBackend(llvm::StringRef address,
                                                        const BackendOptions &options) {
   if (address == "local")
-    return createLocalBackend(options);
+    return executor::createLocalBackend(options);
   if (llvm::Error error = checkAddress(address))
     return std::move(error);
   return createHttpBackend(address, options);

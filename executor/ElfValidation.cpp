@@ -24,7 +24,7 @@
 
 using namespace llvm;
 
-namespace courier::transport {
+namespace courier::executor {
 
 namespace {
 
@@ -672,4 +672,4 @@ Error validateObject(StringRef sha256, StringRef bytes, ObjectExports &out) {
   return Error::success();
 }
 
-} // namespace courier::transport
+} // namespace courier::executor

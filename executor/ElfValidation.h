@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-namespace courier::transport {
+namespace courier::executor {
 
 /// What a valid object exports.
 struct ObjectExports {
@@ -46,6 +46,6 @@ llvm::Error validateObject(llvm::StringRef sha256, llvm::StringRef bytes, Object
 llvm::Expected<std::vector<std::string>>
 readRequiredFeatures(llvm::StringRef sha256, llvm::StringRef bytes, bool anyMachine = false);
 
-} // namespace courier::transport
+} // namespace courier::executor
 
 #endif // COURIER_EXECUTOR_ELFVALIDATION_H

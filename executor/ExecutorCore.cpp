@@ -43,10 +43,6 @@ namespace courier::executor {
 namespace shm = transport::shm;
 using transport::ErrorCode;
 using transport::makeCodedError;
-using transport::ObjectHost;
-using transport::ObjectHostOptions;
-using transport::ObjectInfo;
-using transport::PluginSet;
 namespace wire = transport::wire;
 
 namespace {
@@ -1157,7 +1153,7 @@ namespace {
 /// CPU lacks: its code would die of an illegal instruction at the first launch that reached it.
 llvm::Error checkObjectCpu(const ObjectBlob &blob) {
   llvm::Expected<std::vector<std::string>> required =
-      transport::readRequiredFeatures(blob.sha256, *blob.bytes);
+      readRequiredFeatures(blob.sha256, *blob.bytes);
   if (!required)
     return transport::makeCodedError(ErrorCode::InvalidObject,
                                      llvm::toString(required.takeError()));
@@ -1461,7 +1457,7 @@ llvm::Expected<uint64_t> ExecutorCore::launchAsync(const SessionRef &session, ll
     known = info != s.infos.end() && info->second.hasEntry(entry);
     // An async entry takes nothing and returns nothing; its table must say so.
     if (known)
-      if (llvm::Error error = transport::checkLaunch(info->second, entry, {}, {}))
+      if (llvm::Error error = checkLaunch(info->second, entry, {}, {}))
         return std::move(error);
   } else {
     known = s.host->hasEntry(object, entry);
@@ -1850,18 +1846,10 @@ std::vector<prometheus::MetricFamily> ExecutorCore::collectMetrics() {
     kernels = {tally.busyThreads.load(), tally.parallelLaunches.load(),
                tally.oneThreadLaunches.load()};
   }
-  families.push_back(gauge("courier_kernel_threads_busy",
-                           "Kernel threads running a kernel's parallel loop now, in every worker.",
-                           kernels.busyThreads));
-  prometheus::MetricFamily byThreads = transport::metricFamily(
-      "courier_kernel_launches_total",
-      "Kernel launches that returned, by whether their loops ran parallel on the kernel-thread "
-      "team (parallel) or all on the launching thread (one).",
-      MetricType::Counter);
-  transport::addSample(byThreads, static_cast<double>(kernels.parallelLaunches), "threads",
-                       "parallel");
-  transport::addSample(byThreads, static_cast<double>(kernels.oneThreadLaunches), "threads", "one");
-  families.push_back(std::move(byThreads));
+  for (prometheus::MetricFamily &family : kernelThreadFamilies(
+           kernels.busyThreads, kernels.parallelLaunches, kernels.oneThreadLaunches,
+           "Kernel threads running a kernel's parallel loop now, in every worker."))
+    families.push_back(std::move(family));
   if (!impl->isolated())
     return families;
   families.push_back(

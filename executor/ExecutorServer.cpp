@@ -21,14 +21,17 @@
 // Ordered, so replies list their keys in the order docs/protocol.md shows them.
 using json = nlohmann::ordered_json;
 
-namespace courier::transport {
+namespace courier::executor {
 
-using executor::Clock;
-using executor::ExecutorCore;
-using executor::InputArea;
-using executor::LaunchResults;
-using executor::Session;
-using executor::SessionRef;
+using transport::contentLength;
+using transport::discardBody;
+using transport::ErrorCode;
+using transport::HttpService;
+using transport::HttpServiceOptions;
+using transport::makeCodedError;
+using transport::requireTokenBeyondLoopback;
+using transport::sendFrame;
+namespace wire = transport::wire;
 
 namespace {
 
@@ -661,4 +664,4 @@ void ExecutorServer::stop() {
   impl->service.stop();
 }
 
-} // namespace courier::transport
+} // namespace courier::executor

@@ -14,10 +14,10 @@
 #include <string>
 #include <vector>
 
-namespace courier::transport {
+namespace courier::executor {
 
 /// The executor's listener (bodies are objects, launch frames and call inputs) and sessions.
-struct ExecutorServerOptions : HttpListenOptions {
+struct ExecutorServerOptions : transport::HttpListenOptions {
   std::vector<std::string> plugins;
   /// Sessions unused for this long are closed.
   std::chrono::seconds idleTimeout{600};
@@ -88,6 +88,6 @@ private:
   std::unique_ptr<Impl> impl;
 };
 
-} // namespace courier::transport
+} // namespace courier::executor
 
 #endif // COURIER_EXECUTOR_EXECUTORSERVER_H

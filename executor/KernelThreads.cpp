@@ -3,6 +3,7 @@
 #include "executor/KernelThreads.h"
 
 #include "executor/Sandbox.h"
+#include "transport/Metrics.h"
 
 #include "llvm/Support/FormatVariadic.h"
 
@@ -273,5 +274,24 @@ KernelThreadCounts kernelThreadCounts() {
 }
 
 uint64_t parallelRegionsOnThisThread() { return regionsOnThread; }
+
+std::vector<prometheus::MetricFamily> kernelThreadFamilies(uint64_t busyThreads,
+                                                           uint64_t parallelLaunches,
+                                                           uint64_t oneThreadLaunches,
+                                                           const std::string &busyHelp) {
+  using prometheus::MetricType;
+  prometheus::MetricFamily byThreads = transport::metricFamily(
+      "courier_kernel_launches_total",
+      "Kernel launches that returned, by whether their loops ran parallel on the kernel-thread "
+      "team (parallel) or all on the launching thread (one).",
+      MetricType::Counter);
+  transport::addSample(byThreads, static_cast<double>(parallelLaunches), "threads", "parallel");
+  transport::addSample(byThreads, static_cast<double>(oneThreadLaunches), "threads", "one");
+  std::vector<prometheus::MetricFamily> families;
+  families.push_back(transport::singleSample("courier_kernel_threads_busy", busyHelp,
+                                             MetricType::Gauge, static_cast<double>(busyThreads)));
+  families.push_back(std::move(byThreads));
+  return families;
+}
 
 } // namespace courier::executor

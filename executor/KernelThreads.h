@@ -7,9 +7,13 @@
 #include "llvm/ADT/ArrayRef.h"
 #include "llvm/Support/Error.h"
 
+#include <prometheus/metric_family.h>
+
 #include <atomic>
 #include <cstdint>
+#include <string>
 #include <utility>
+#include <vector>
 
 namespace courier::executor {
 
@@ -57,6 +61,14 @@ void publishKernelThreadTally(KernelThreadTally *shared, bool carryOver = true);
 
 /// This process's tally (where it is published, or its own).
 const KernelThreadTally &kernelThreadTally();
+
+/// The metric families a process reports its kernels' teams as, an executor and courier-serve
+/// alike: the gauge courier_kernel_threads_busy (`busyHelp` says whose threads it counts) and
+/// courier_kernel_launches_total{threads="parallel"|"one"}.
+std::vector<prometheus::MetricFamily> kernelThreadFamilies(uint64_t busyThreads,
+                                                           uint64_t parallelLaunches,
+                                                           uint64_t oneThreadLaunches,
+                                                           const std::string &busyHelp);
 
 /// The OpenMP runtime entries compiled parallel loops call, with their addresses in this
 /// process: the object host's allow-list takes them. __kmpc_fork_call is Courier's wrapper,

@@ -13,7 +13,14 @@
 
 using namespace llvm;
 
-namespace courier::transport {
+namespace courier::executor {
+
+using transport::Backend;
+using transport::BackendOptions;
+using transport::CodedError;
+using transport::ErrorCode;
+using transport::Health;
+using transport::withContext;
 
 namespace {
 
@@ -175,4 +182,4 @@ Expected<std::unique_ptr<Backend>> createLocalBackend(const BackendOptions &opti
   return std::make_unique<LocalBackend>(std::move(*created));
 }
 
-} // namespace courier::transport
+} // namespace courier::executor

@@ -37,7 +37,14 @@
 
 using namespace llvm;
 
-namespace courier::transport {
+namespace courier::executor {
+
+using transport::ErrorCode;
+using transport::makeCodedError;
+using transport::ObjectBlob;
+using transport::OwnedTensor;
+using transport::ResultSpec;
+using transport::TensorView;
 
 namespace {
 
@@ -1046,4 +1053,4 @@ Expected<std::string> ObjectHost::call(StringRef symbol, StringRef input, uint64
   return std::move(output);
 }
 
-} // namespace courier::transport
+} // namespace courier::executor

@@ -1,7 +1,7 @@
 // The executor's object host: loads shipped object files into ORC and runs their
 // `_catalyst_pyface_<fn>` entries. Shared by the local backend and courier-executor.
-#ifndef COURIER_TRANSPORT_OBJECTHOST_H
-#define COURIER_TRANSPORT_OBJECTHOST_H
+#ifndef COURIER_EXECUTOR_OBJECTHOST_H
+#define COURIER_EXECUTOR_OBJECTHOST_H
 
 #include "transport/Backend.h"
 #include "transport/Wire.h"
@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-namespace courier::transport {
+namespace courier::executor {
 
 /// Shared libraries loaded once at start; their symbols are what `call` can reach besides
 /// symbols of shipped objects.
@@ -60,9 +60,9 @@ llvm::Error checkLaunch(const ObjectInfo &info, llvm::StringRef entry,
                         llvm::ArrayRef<TensorSignature> results);
 
 /// Most inputs, and most results, one launch may declare: what a launch frame may carry.
-inline constexpr size_t kMaxLaunchTensors = wire::kMaxFrameTensors;
+inline constexpr size_t kMaxLaunchTensors = transport::wire::kMaxFrameTensors;
 /// Highest rank a launch may declare for a tensor.
-inline constexpr size_t kMaxLaunchRank = wire::kMaxFrameRank;
+inline constexpr size_t kMaxLaunchRank = transport::wire::kMaxFrameRank;
 
 /// Kernel allocations of at least this many bytes go to a launch's result arena.
 inline constexpr uint64_t kArenaAllocationBytes = 256 * 1024;
@@ -101,7 +101,7 @@ public:
   /// signature table (`unsigned_object` otherwise). Kernels may call the C allocator and
   /// memory functions, libm and compiler-rt helpers, nothing else from the process. Loading
   /// the same hash twice is a no-op.
-  llvm::Error addObject(const ObjectBlob &object);
+  llvm::Error addObject(const transport::ObjectBlob &object);
   bool hasObject(llvm::StringRef sha256) const;
   /// What the host learned loading `sha256`, or nothing if it is not loaded.
   std::optional<ObjectInfo> describe(llvm::StringRef sha256) const;
@@ -132,10 +132,9 @@ public:
   /// packed row-major (a strided view into the arena is copied out). It is valid until the
   /// arena is used again; so is any other allocation the kernel made there. The caller registers
   /// the arena with rememberArena.
-  llvm::Expected<std::vector<OwnedTensor>> launch(llvm::StringRef sha256, llvm::StringRef entry,
-                                                  llvm::ArrayRef<TensorView> inputs,
-                                                  llvm::ArrayRef<ResultSpec> results,
-                                                  llvm::MutableArrayRef<char> resultArena = {});
+  llvm::Expected<std::vector<transport::OwnedTensor>> launch(
+      llvm::StringRef sha256, llvm::StringRef entry, llvm::ArrayRef<transport::TensorView> inputs,
+      llvm::ArrayRef<transport::ResultSpec> results, llvm::MutableArrayRef<char> resultArena = {});
 
   /// Calls `symbol`, found in the plugins first, then in loaded objects in load order. Its C
   /// signature is
@@ -152,6 +151,6 @@ private:
   std::unique_ptr<Impl> impl;
 };
 
-} // namespace courier::transport
+} // namespace courier::executor
 
-#endif // COURIER_TRANSPORT_OBJECTHOST_H
+#endif // COURIER_EXECUTOR_OBJECTHOST_H

@@ -8,7 +8,7 @@
 #include <dlfcn.h>
 #include <link.h>
 
-namespace courier::transport {
+namespace courier::executor {
 
 using llvm::ArrayRef;
 using llvm::Expected;
@@ -49,4 +49,4 @@ void *PluginSet::lookup(StringRef symbol) const {
   return nullptr;
 }
 
-} // namespace courier::transport
+} // namespace courier::executor

@@ -10,7 +10,7 @@
 #include <mutex>
 #include <vector>
 
-namespace courier::transport {
+namespace courier::executor {
 
 namespace {
 
@@ -129,4 +129,4 @@ BlockCounts blockCounts() {
   return {b.reused, b.missed, b.kept, b.idleBytes};
 }
 
-} // namespace courier::transport
+} // namespace courier::executor

@@ -8,7 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 
-namespace courier::transport {
+namespace courier::executor {
 
 /// Blocks of at least this many bytes are kept for reuse; smaller ones the C allocator
 /// serves well enough.
@@ -45,6 +45,6 @@ struct BlockCounts {
 };
 BlockCounts blockCounts();
 
-} // namespace courier::transport
+} // namespace courier::executor
 
 #endif // COURIER_EXECUTOR_RESULTBLOCKS_H

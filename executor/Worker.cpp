@@ -29,12 +29,8 @@ namespace courier::executor {
 
 namespace doorbell = transport::doorbell;
 namespace shm = transport::shm;
-using transport::forgetArena;
 using transport::ObjectBlob;
-using transport::ObjectHost;
 using transport::OwnedTensor;
-using transport::PluginSet;
-using transport::rememberArena;
 using transport::ResultSpec;
 using transport::TensorView;
 
@@ -266,7 +262,7 @@ private:
       return classifyHostError(std::move(error), transport::ErrorCode::InvalidObject,
                                transport::ErrorCode::InvalidObject, "");
     // What the executor checks launches against without asking again.
-    std::optional<transport::ObjectInfo> info = host->describe(sha);
+    std::optional<ObjectInfo> info = host->describe(sha);
     MessageWriter done(MessageKind::Done);
     done.u64(info ? info->entries.size() : 0);
     if (info)
@@ -694,7 +690,7 @@ int runWorker(int argc, char **argv) {
   if (!plugins)
     return fail(llvm::toString(plugins.takeError()));
   llvm::Expected<std::unique_ptr<ObjectHost>> host =
-      ObjectHost::create(*plugins, transport::ObjectHostOptions{options->allowUnsigned});
+      ObjectHost::create(*plugins, ObjectHostOptions{options->allowUnsigned});
   if (!host)
     return fail("creating the object host: " + llvm::toString(host.takeError()));
   if (llvm::Error error = installCrashReporter(kWorkerChannelFd))

@@ -229,20 +229,27 @@ bool WorkerProcess::quiet() const {
   return ::poll(&ready, 1, 0) == 0;
 }
 
-llvm::Error WorkerProcess::shareDoorbell() {
-  llvm::Expected<SharedBuffer> buffer =
-      SharedBuffer::create(sizeof(DoorbellPage), "courier-doorbell");
+llvm::Expected<SharedBuffer> WorkerProcess::sharePage(MessageKind kind, uint64_t size,
+                                                      const char *name, llvm::StringRef what) {
+  llvm::Expected<SharedBuffer> buffer = SharedBuffer::create(size, name);
   if (!buffer)
     return buffer.takeError();
   // The worker runs shipped code with the descriptor: a page it could shrink would kill this
   // process with SIGBUS at the next read.
   if (llvm::Error error = buffer->sealSize())
-    return error;
-  MessageWriter share(MessageKind::Doorbell);
-  llvm::Expected<Message> done =
-      request(share, {buffer->fd()}, Clock::now() + kStartTimeout, "sharing a doorbell page");
+    return std::move(error);
+  MessageWriter share(kind);
+  llvm::Expected<Message> done = request(share, {buffer->fd()}, Clock::now() + kStartTimeout, what);
   if (!done)
     return done.takeError();
+  return std::move(*buffer);
+}
+
+llvm::Error WorkerProcess::shareDoorbell() {
+  llvm::Expected<SharedBuffer> buffer = sharePage(MessageKind::Doorbell, sizeof(DoorbellPage),
+                                                  "courier-doorbell", "sharing a doorbell page");
+  if (!buffer)
+    return buffer.takeError();
   doorbellBuffer = std::move(*buffer);
   page = reinterpret_cast<DoorbellPage *>(doorbellBuffer.data());
   addTally(&page->kernelThreads);
@@ -251,17 +258,10 @@ llvm::Error WorkerProcess::shareDoorbell() {
 
 llvm::Error WorkerProcess::shareKernelTally() {
   llvm::Expected<SharedBuffer> buffer =
-      SharedBuffer::create(sizeof(KernelThreadTally), "courier-kernel-tally");
+      sharePage(MessageKind::KernelTally, sizeof(KernelThreadTally), "courier-kernel-tally",
+                "sharing a kernel-thread tally page");
   if (!buffer)
     return buffer.takeError();
-  // Sealed, as the doorbell page is: the worker's code cannot shrink it under this process.
-  if (llvm::Error error = buffer->sealSize())
-    return error;
-  MessageWriter share(MessageKind::KernelTally);
-  llvm::Expected<Message> done = request(share, {buffer->fd()}, Clock::now() + kStartTimeout,
-                                         "sharing a kernel-thread tally page");
-  if (!done)
-    return done.takeError();
   tallyBuffer = std::move(*buffer);
   addTally(reinterpret_cast<const KernelThreadTally *>(tallyBuffer.data()));
   return llvm::Error::success();

@@ -121,6 +121,9 @@ public:
 private:
   friend class WorkerPool;
   WorkerProcess(pid_t pid, UniqueFd channel) : processId(pid), channel(std::move(channel)) {}
+  /// A sealed page of `size` bytes, sent to the worker in a `kind` request.
+  llvm::Expected<SharedBuffer> sharePage(MessageKind kind, uint64_t size, const char *name,
+                                         llvm::StringRef what);
   /// Sends the worker a doorbell page; later requests go through it.
   llvm::Error shareDoorbell();
   /// Sends the worker a page for its kernel-thread tally alone.

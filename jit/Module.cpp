@@ -291,7 +291,7 @@ llvm::Error invokeInProcess(const Module::Impl &impl, llvm::StringRef entry,
         llvm::is_contained(offered, allocation) &&
         !llvm::any_of(results, [&](const ResultRef &r) { return r.allocation == allocation; });
     if (!taken)
-      transport::giveBlock(allocation);
+      executor::giveBlock(allocation);
   }
   if (failure)
     return executorError("invoking '" + signature->name + "' of module '" + impl.name + "'",
@@ -419,7 +419,7 @@ llvm::Expected<std::vector<Tensor>> Module::invoke(llvm::StringRef entry,
             // when the tensor is done with it.
             t.bytes = TensorBytes::adopt(std::exchange(r.allocation, nullptr),
                                          const_cast<uint8_t *>(r.data), r.packedBytes(),
-                                         transport::giveBlock);
+                                         executor::giveBlock);
           } else {
             t.bytes = TensorBytes::uninitialized(r.packedBytes());
             r.pack(t.bytes.data());

@@ -466,8 +466,8 @@ TEST_CASE("a vectorized f32 matmul for aarch64 is compiled for the executor's CP
       "aarch64-unknown-linux-gnu", health["cpu"].get<std::string>(), reported));
   std::vector<std::string> objects = aarch64ObjectsIn(dir);
   REQUIRE(objects.size() == 1);
-  auto record = transport::readRequiredFeatures(objects[0], testing::readFile(objects[0]),
-                                                /*anyMachine=*/true);
+  auto record = executor::readRequiredFeatures(objects[0], testing::readFile(objects[0]),
+                                               /*anyMachine=*/true);
   REQUIRE(ok(record));
   CHECK(*record == required);
   auto [status, disassembly] =

@@ -42,7 +42,7 @@ inline std::optional<TensorSpec> specOf(llvm::StringRef word) {
 inline std::optional<EntrySignature> entryOf(llvm::ArrayRef<llvm::StringRef> words) {
   if (words.size() > 4)
     return std::nullopt;
-  EntrySignature entry{"f", {}, {}, {}, {}};
+  EntrySignature entry{"f", {}, {}, {}, {}, {}};
   for (llvm::StringRef word : words) {
     std::optional<TensorSpec> spec = specOf(word);
     if (!spec)

@@ -54,6 +54,8 @@
 using namespace courier;
 using namespace courier::fuzz;
 using namespace courier::transport;
+using courier::executor::ExecutorServer;
+using courier::executor::ExecutorServerOptions;
 
 namespace {
 
@@ -69,7 +71,7 @@ struct Executor {
 void openSession(Executor &e);
 
 /// Started once and never stopped: it serves until the fuzzer exits.
-Executor &executor() {
+Executor &fuzzedExecutor() {
   static Executor *instance = [] {
     auto *started = new Executor;
     Executor &e = *started;
@@ -341,7 +343,7 @@ int runRaw(Executor &e, llvm::StringRef text) {
 } // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  Executor &e = executor();
+  Executor &e = fuzzedExecutor();
   if (llvm::StringRef input = bytesOf(data, size); input.consume_front("RAW\n")) {
     if (int rejected = runRaw(e, input))
       return rejected;

@@ -131,7 +131,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     again += "],\"data\":";
     v2::appendJsonData(again, t);
     again += "}]}";
-    EntrySignature one{"g", {entry->inputs[i]}, {}, {}, {}};
+    EntrySignature one{"g", {entry->inputs[i]}, {}, {}, {}, {}};
     llvm::Expected<v2::InferRequest> read = v2::readInferBody(again, std::nullopt, one, kMaxBody);
     if (!read)
       broken("written output data does not read back: " + llvm::toString(read.takeError()));

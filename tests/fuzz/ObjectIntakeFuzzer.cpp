@@ -15,6 +15,10 @@
 
 using namespace courier;
 using namespace courier::fuzz;
+using courier::executor::ObjectHost;
+using courier::executor::ObjectHostOptions;
+using courier::executor::ObjectInfo;
+using courier::executor::readRequiredFeatures;
 using namespace courier::transport;
 
 namespace {

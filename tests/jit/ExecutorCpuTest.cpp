@@ -86,7 +86,7 @@ std::vector<std::string> objectsIn(const TempDir &dir) {
 /// The features record of the object at `path`.
 std::vector<std::string> recordOf(const std::string &path) {
   llvm::Expected<std::vector<std::string>> record =
-      transport::readRequiredFeatures(path, readFile(path));
+      executor::readRequiredFeatures(path, readFile(path));
   REQUIRE(ok(record));
   return *record;
 }

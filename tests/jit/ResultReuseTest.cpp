@@ -81,7 +81,7 @@ TEST_CASE("repeated calls of a large in-process kernel reuse their result buffer
     REQUIRE(ok(first));
     CHECK(isSum((*first)[0], a, b));
   }
-  transport::BlockCounts before = transport::blockCounts();
+  executor::BlockCounts before = executor::blockCounts();
   long faultsBefore = minorFaults();
   constexpr int kCalls = 20;
   for (int call = 0; call < kCalls; ++call) {
@@ -90,7 +90,7 @@ TEST_CASE("repeated calls of a large in-process kernel reuse their result buffer
     REQUIRE(isSum((*out)[0], a, b));
   }
   long faults = minorFaults() - faultsBefore;
-  transport::BlockCounts after = transport::blockCounts();
+  executor::BlockCounts after = executor::blockCounts();
   // Each call's result came from the block the last one gave back...
   CHECK(after.missed == before.missed);
   CHECK(after.reused - before.reused >= kCalls);

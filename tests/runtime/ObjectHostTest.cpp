@@ -19,15 +19,15 @@
 
 using namespace courier;
 using namespace courier::test;
-using transport::ObjectHost;
+using executor::ObjectHost;
 using transport::OwnedTensor;
 using transport::ResultSpec;
 
 namespace {
 
 std::unique_ptr<ObjectHost> makeHost(std::vector<std::string> plugins = {},
-                                     transport::ObjectHostOptions options = {}) {
-  auto set = transport::PluginSet::load(plugins);
+                                     executor::ObjectHostOptions options = {}) {
+  auto set = executor::PluginSet::load(plugins);
   REQUIRE(bool(set));
   auto host = ObjectHost::create(std::move(*set), options);
   REQUIRE(bool(host));
@@ -36,7 +36,7 @@ std::unique_ptr<ObjectHost> makeHost(std::vector<std::string> plugins = {},
 
 /// A host that also loads objects without signature tables.
 std::unique_ptr<ObjectHost> makeLenientHost() {
-  transport::ObjectHostOptions options;
+  executor::ObjectHostOptions options;
   options.allowUnsignedObjects = true;
   return makeHost({}, options);
 }
@@ -396,7 +396,7 @@ TEST_CASE("declared ranks and element sizes are bounded without a signature tabl
 }
 
 TEST_CASE("a plugin that does not exist fails to load with its path", "[objecthost]") {
-  auto set = transport::PluginSet::load({"/nonexistent/libnothing.so"});
+  auto set = executor::PluginSet::load({"/nonexistent/libnothing.so"});
   CHECK_THAT(failure(std::move(set)), Catch::Contains("/nonexistent/libnothing.so"));
 }
 
@@ -660,7 +660,7 @@ TEST_CASE("describe reports an object's entries and signature tables", "[objecth
   CHECK(info->signatures.at("_catalyst_pyface_noop") == std::vector<int64_t>{1, 0, 0});
 
   // The main process checks a launch with the info alone, as the host does.
-  using transport::checkLaunch;
+  using executor::checkLaunch;
   REQUIRE_OK(checkLaunch(*info, "_catalyst_pyface_stats", {{1, 8}}, {{0, 8}, {1, 8}}));
   CHECK(codeAndMessage(checkLaunch(*info, "_catalyst_pyface_stats", {{1, 8}}, {{1, 8}, {0, 8}}))
             .first == "signature_mismatch");
@@ -708,8 +708,8 @@ TEST_CASE("an unsigned entry launched without its inputs faults on a null descri
     };
     sigaction(SIGSEGV, &action, nullptr);
     alarm(60);
-    auto set = transport::PluginSet::load({});
-    transport::ObjectHostOptions options;
+    auto set = executor::PluginSet::load({});
+    executor::ObjectHostOptions options;
     options.allowUnsignedObjects = true;
     auto host = set ? ObjectHost::create(std::move(*set), options)
                     : llvm::Expected<std::unique_ptr<ObjectHost>>(set.takeError());
@@ -740,10 +740,10 @@ TEST_CASE("a launch declaring more than the maximum tensors is refused", "[objec
     auto shapes = kernel(signedObject ? COURIER_KERNEL_SHAPES : COURIER_KERNEL_SHAPES_UNSIGNED);
     REQUIRE_OK(host->addObject(shapes));
     std::vector<double> zero{0};
-    std::vector<transport::TensorView> inputs(transport::kMaxLaunchTensors + 1, view(zero, {}, {}));
+    std::vector<transport::TensorView> inputs(executor::kMaxLaunchTensors + 1, view(zero, {}, {}));
     CHECK_THAT(failure(host->launch(shapes.sha256, "_catalyst_pyface_square0", inputs, {{0, 8}})),
                Catch::Contains("4097 inputs") && Catch::Contains("at most 4096"));
-    std::vector<ResultSpec> results(transport::kMaxLaunchTensors + 1, ResultSpec{0, 8});
+    std::vector<ResultSpec> results(executor::kMaxLaunchTensors + 1, ResultSpec{0, 8});
     CHECK_THAT(failure(host->launch(shapes.sha256, "_catalyst_pyface_square0", {view(zero, {}, {})},
                                     results)),
                Catch::Contains("4097 results"));
@@ -810,7 +810,7 @@ TEST_CASE("an unsigned kernel reading a higher rank than declared sees empty dim
   auto shapes = kernel(COURIER_KERNEL_SHAPES_UNSIGNED);
   REQUIRE_OK(host->addObject(shapes));
   std::vector<double> zero{0};
-  for (size_t count : {size_t{1}, size_t{2}, transport::kMaxLaunchTensors}) {
+  for (size_t count : {size_t{1}, size_t{2}, executor::kMaxLaunchTensors}) {
     INFO(count << " rank-0 inputs");
     std::vector<transport::TensorView> inputs(count, view(zero, {}, {}));
     auto out = launch(*host, shapes, "_catalyst_pyface_stats", inputs, {{0, 8}, {1, 8}});
@@ -1010,7 +1010,7 @@ TEST_CASE("an object whose sections would take more memory than an object may is
       section.sh_size = size;
     };
   };
-  for (uint64_t size : {transport::kMaxObjectMemoryBytes + 1, uint64_t{1} << 40, ~uint64_t{0}}) {
+  for (uint64_t size : {executor::kMaxObjectMemoryBytes + 1, uint64_t{1} << 40, ~uint64_t{0}}) {
     INFO("a .rodata of " << size << " zero-filled bytes");
     auto blob =
         transport::ObjectBlob::fromBytes(editSection(original, ".rodata", zeroFilled(size)));

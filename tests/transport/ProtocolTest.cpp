@@ -513,9 +513,9 @@ TEST_CASE("without the bearer token every route answers 401", "[protocol][securi
 }
 
 TEST_CASE("an executor refuses to listen beyond loopback without a token", "[protocol][security]") {
-  ExecutorServerOptions options;
+  courier::executor::ExecutorServerOptions options;
   options.host = "0.0.0.0";
-  auto server = ExecutorServer::create(options);
+  auto server = courier::executor::ExecutorServer::create(options);
   REQUIRE(!server);
   CHECK_THAT(llvm::toString(server.takeError()), Catch::Contains("without a token"));
   CHECK(isLoopbackHost("127.0.0.1"));
@@ -564,11 +564,11 @@ TEST_CASE("an executor that never had a connection stops at once, however the st
           "accept loop's end interleave",
           "[protocol]") {
   for (int round = 0; round < 20; ++round) {
-    ExecutorServerOptions options;
+    courier::executor::ExecutorServerOptions options;
     options.warmWorkers = 0;
-    auto created = ExecutorServer::create(options);
+    auto created = courier::executor::ExecutorServer::create(options);
     REQUIRE(static_cast<bool>(created));
-    std::unique_ptr<ExecutorServer> server = std::move(*created);
+    std::unique_ptr<courier::executor::ExecutorServer> server = std::move(*created);
     auto ran = std::make_shared<std::promise<std::string>>();
     std::future<std::string> result = ran->get_future();
     std::thread runner([ran, raw = server.get()] {

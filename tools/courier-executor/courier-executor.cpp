@@ -13,8 +13,8 @@
 #include <unistd.h>
 
 using namespace llvm;
-using courier::transport::ExecutorServer;
-using courier::transport::ExecutorServerOptions;
+using courier::executor::ExecutorServer;
+using courier::executor::ExecutorServerOptions;
 
 /// Every flag courier-executor takes, as --help lists them: a flag not listed is refused.
 static std::vector<courier::transport::OptionHelp> optionHelp() {

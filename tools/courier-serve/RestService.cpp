@@ -8,6 +8,7 @@
 #include "tools/courier-serve/ModuleMetrics.h"
 #include "tools/courier-serve/RequestBodies.h"
 
+#include "executor/KernelThreads.h"
 #include "transport/HttpService.h"
 #include "transport/Metrics.h"
 #include "transport/Wire.h"
@@ -541,17 +542,7 @@ std::vector<prometheus::MetricFamily> RestService::Impl::storeMetrics() {
       "courier_serve_reloads_total", "Module replacements, by outcome.", MetricType::Counter);
   transport::addSample(reloads, static_cast<double>(c.reloadsOk.load()), "outcome", "ok");
   transport::addSample(reloads, static_cast<double>(c.reloadsFailed.load()), "outcome", "failed");
-  // The executor's names: kernels run in this process or in the modules' workers.
-  KernelThreadStats kernels = Engine::kernelThreadStats();
-  prometheus::MetricFamily byThreads = transport::metricFamily(
-      "courier_kernel_launches_total",
-      "Kernel launches that returned, by whether their loops ran parallel on the kernel-thread "
-      "team (parallel) or all on the launching thread (one).",
-      MetricType::Counter);
-  transport::addSample(byThreads, static_cast<double>(kernels.parallelLaunches), "threads",
-                       "parallel");
-  transport::addSample(byThreads, static_cast<double>(kernels.oneThreadLaunches), "threads", "one");
-  return {
+  std::vector<prometheus::MetricFamily> families = {
       counter("courier_serve_invokes_total", "Entry invocations.", c.invokes),
       counter("courier_serve_invoke_failures_total",
               "Invocations that failed (inputs or executor).", c.invokeFailures),
@@ -570,11 +561,14 @@ std::vector<prometheus::MetricFamily> RestService::Impl::storeMetrics() {
                    static_cast<double>(store.size())),
       invokeSeconds.collect(),
       compileSeconds.collect(),
-      singleSample("courier_kernel_threads_busy",
-                   "Kernel threads running a kernel's parallel loop now, in every module worker.",
-                   MetricType::Gauge, static_cast<double>(kernels.busyThreads)),
-      std::move(byThreads),
   };
+  // The executor's names: kernels run in this process or in the modules' workers.
+  KernelThreadStats kernels = Engine::kernelThreadStats();
+  for (prometheus::MetricFamily &family : executor::kernelThreadFamilies(
+           kernels.busyThreads, kernels.parallelLaunches, kernels.oneThreadLaunches,
+           "Kernel threads running a kernel's parallel loop now, in every module worker."))
+    families.push_back(std::move(family));
+  return families;
 }
 
 std::vector<HttpService::Route> RestService::Impl::routes() {
