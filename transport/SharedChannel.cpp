@@ -424,12 +424,37 @@ llvm::Expected<std::vector<OwnedTensor>>
 Client::launchLocked(const std::string &sha256, llvm::StringRef entry,
                      llvm::ArrayRef<TensorView> views, llvm::ArrayRef<ResultSpec> specs,
                      std::chrono::milliseconds timeout, const std::string &where) {
-  auto lost = [&](const llvm::Twine &what) {
-    broken = true;
-    return makeCodedError(ErrorCode::ExecutorLost, where + ": " + what);
-  };
   if (broken)
-    return lost("the shared-memory channel is closed");
+    return lost(where, "the shared-memory channel is closed");
+  llvm::Expected<uint32_t> sent = ring(sha256, entry, views, specs, timeout, where);
+  if (!sent)
+    return sent.takeError();
+  auto until = std::chrono::steady_clock::now() + timeout + kReplyGrace;
+  if (!awaitReply(*sent, until)) {
+    // Out of step with the executor from here on: its late reply must not be taken for the
+    // next launch's.
+    broken = true;
+    if (std::chrono::steady_clock::now() >= until)
+      return makeCodedError(ErrorCode::DeadlineExceeded,
+                            where + ": no reply within the request timeout (" +
+                                llvm::Twine(timeout.count()) + " ms)");
+    return lost(where, "the executor ended the shared-memory channel during the launch");
+  }
+  llvm::Expected<LaunchReply> reply = readReply(specs, where);
+  if (!reply)
+    return reply.takeError();
+  return takeResults(*reply, *sent, where);
+}
+
+llvm::Error Client::lost(const std::string &where, const llvm::Twine &what) {
+  broken = true;
+  return makeCodedError(ErrorCode::ExecutorLost, where + ": " + what);
+}
+
+llvm::Expected<uint32_t> Client::ring(const std::string &sha256, llvm::StringRef entry,
+                                      llvm::ArrayRef<TensorView> views,
+                                      llvm::ArrayRef<ResultSpec> specs,
+                                      std::chrono::milliseconds timeout, const std::string &where) {
   LaunchRequest request;
   request.launch.object = sha256;
   request.launch.entry = entry.str();
@@ -467,25 +492,18 @@ Client::launchLocked(const std::string &sha256, llvm::StringRef entry,
     page->request.store(sent, std::memory_order_release);
     doorbell::ring(page->request);
   }
+  return sent;
+}
 
-  auto until = std::chrono::steady_clock::now() + timeout + kReplyGrace;
-  if (!awaitReply(sent, until)) {
-    // Out of step with the executor from here on: its late reply must not be taken for the
-    // next launch's.
-    broken = true;
-    if (std::chrono::steady_clock::now() >= until)
-      return makeCodedError(ErrorCode::DeadlineExceeded,
-                            where + ": no reply within the request timeout (" +
-                                llvm::Twine(timeout.count()) + " ms)");
-    return lost("the executor ended the shared-memory channel during the launch");
-  }
+llvm::Expected<LaunchReply> Client::readReply(llvm::ArrayRef<ResultSpec> specs,
+                                              const std::string &where) {
   uint32_t size = page->replyBytes.load(std::memory_order_acquire);
   if (size > kSlotBytes)
-    return lost("a malformed reply on the shared-memory channel");
+    return lost(where, "a malformed reply on the shared-memory channel");
   std::string replyBytes(page->replySlot, size);
   llvm::Expected<LaunchReply> reply = decodeLaunchReply(replyBytes, UINT64_MAX);
   if (!reply)
-    return lost(llvm::toString(reply.takeError()));
+    return lost(where, llvm::toString(reply.takeError()));
   if (reply->redirect) {
     redirected = true; // Nothing ran: launch() sends it over HTTP.
     return makeCodedError(ErrorCode::Unavailable, where + ": redirected");
@@ -495,19 +513,25 @@ Client::launchLocked(const std::string &sha256, llvm::StringRef entry,
     return makeCodedError(reply->failure->first, where + ": " + reply->failure->second);
   }
   if (reply->results.size() != specs.size())
-    return lost(llvm::formatv("executor returned {0} results, expected {1}", reply->results.size(),
-                              specs.size()));
+    return lost(where, llvm::formatv("executor returned {0} results, expected {1}",
+                                     reply->results.size(), specs.size()));
   for (size_t i = 0; i < specs.size(); ++i)
     if (static_cast<int64_t>(reply->results[i].sizes.size()) != specs[i].rank ||
         reply->results[i].elemSize != specs[i].elemSize)
-      return lost(llvm::formatv("result {0} has rank {1} and element size {2}, expected rank {3} "
+      return lost(where,
+                  llvm::formatv("result {0} has rank {1} and element size {2}, expected rank {3} "
                                 "and element size {4}",
                                 i, reply->results[i].sizes.size(), reply->results[i].elemSize,
                                 specs[i].rank, specs[i].elemSize));
+  return reply;
+}
+
+llvm::Expected<std::vector<OwnedTensor>> Client::takeResults(LaunchReply &reply, uint32_t sent,
+                                                             const std::string &where) {
   // Results larger than the result region come in a buffer of their own, on the connection.
   SharedBuffer separate;
   const SharedBuffer *region = &results;
-  if (reply->placement == Placement::SentBuffer) {
+  if (reply.placement == Placement::SentBuffer) {
     Message carried;
     // Version 3: the worker's socket, each buffer naming its launch; one a launch left
     // behind (its worker was ended after sending it) is dropped here.
@@ -522,26 +546,26 @@ Client::launchLocked(const std::string &sha256, llvm::StringRef entry,
     while (true) {
       llvm::Expected<ReceiveStatus> status = receiveMessage(from, carried, 64, until);
       if (!status)
-        return lost(llvm::toString(status.takeError()));
+        return lost(where, llvm::toString(status.takeError()));
       if (*status != ReceiveStatus::Message || carried.fds.size() != 1)
-        return lost("the executor did not send the buffer its results are in");
+        return lost(where, "the executor did not send the buffer its results are in");
       if (carried.bytes == expected)
         break;
       if (!workerSocket || carried.bytes.size() != expected.size() || carried.bytes[0] != 'R')
-        return lost("a malformed result buffer message");
+        return lost(where, "a malformed result buffer message");
     }
     // Sealed, as the worker that sent it runs shipped code: it cannot shrink under the copy.
     llvm::Expected<SharedBuffer> mapped =
         SharedBuffer::mapAll(std::move(carried.fds[0]), /*requireSealed=*/true);
     if (!mapped)
-      return lost(llvm::toString(mapped.takeError()));
+      return lost(where, llvm::toString(mapped.takeError()));
     separate = std::move(*mapped);
     region = &separate;
   }
-  if (!checkPlaced(*reply, region->size()))
-    return lost("a result lies outside the region that holds it");
+  if (!checkPlaced(reply, region->size()))
+    return lost(where, "a result lies outside the region that holds it");
   std::vector<OwnedTensor> tensors;
-  for (wire::TensorHeader &t : reply->results) {
+  for (wire::TensorHeader &t : reply.results) {
     void *data = wire::allocateTensorBuffer(t.bytes);
     if (!data)
       return makeCodedError(ErrorCode::PayloadTooLarge, where + ": cannot allocate " +

@@ -201,6 +201,22 @@ private:
   launchLocked(const std::string &sha256, llvm::StringRef entry, llvm::ArrayRef<TensorView> inputs,
                llvm::ArrayRef<ResultSpec> results, std::chrono::milliseconds timeout,
                const std::string &where);
+  /// Marks the channel broken: an `executor_lost` error saying `what`.
+  llvm::Error lost(const std::string &where, const llvm::Twine &what);
+  /// Writes the inputs into the input region and the request into the control page, and
+  /// rings the executor; the request's ticket.
+  llvm::Expected<uint32_t> ring(const std::string &sha256, llvm::StringRef entry,
+                                llvm::ArrayRef<TensorView> inputs,
+                                llvm::ArrayRef<ResultSpec> results,
+                                std::chrono::milliseconds timeout, const std::string &where);
+  /// Reads and checks the reply in the control page against `results`: a Done reply, or the
+  /// error it (or its being malformed) stands for.
+  llvm::Expected<LaunchReply> readReply(llvm::ArrayRef<ResultSpec> results,
+                                        const std::string &where);
+  /// Copies a Done reply's results out of the result region, or out of the buffer sent for
+  /// launch `sent` when they did not fit it.
+  llvm::Expected<std::vector<OwnedTensor>> takeResults(LaunchReply &reply, uint32_t sent,
+                                                       const std::string &where);
   /// Waits for the reply to request `ticket`; false if the channel broke or `until` passed.
   bool awaitReply(uint32_t ticket, std::chrono::steady_clock::time_point until);
   /// Drops the result buffers waiting on the socket after a failed launch: one sent before
