@@ -1837,17 +1837,9 @@ std::vector<prometheus::MetricFamily> ExecutorCore::collectMetrics() {
   }
   families.push_back(transport::histogramFamily(
       "courier_launch_duration_seconds", "Time spent in kernel entries.", metrics.launchSeconds));
-  // Session workers keep their own tallies; in this process, the process's.
-  KernelThreadTotals kernels;
-  if (impl->isolated()) {
-    kernels = WorkerPool::kernelThreadTotals();
-  } else {
-    const KernelThreadTally &tally = kernelThreadTally();
-    kernels = {tally.busyThreads.load(), tally.parallelLaunches.load(),
-               tally.oneThreadLaunches.load()};
-  }
+  // Session workers keep their own tallies; without isolation, the process's.
   for (prometheus::MetricFamily &family : kernelThreadFamilies(
-           kernels.busyThreads, kernels.parallelLaunches, kernels.oneThreadLaunches,
+           WorkerPool::kernelThreadTotals(),
            "Kernel threads running a kernel's parallel loop now, in every worker."))
     families.push_back(std::move(family));
   if (!impl->isolated())

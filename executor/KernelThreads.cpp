@@ -275,9 +275,7 @@ KernelThreadCounts kernelThreadCounts() {
 
 uint64_t parallelRegionsOnThisThread() { return regionsOnThread; }
 
-std::vector<prometheus::MetricFamily> kernelThreadFamilies(uint64_t busyThreads,
-                                                           uint64_t parallelLaunches,
-                                                           uint64_t oneThreadLaunches,
+std::vector<prometheus::MetricFamily> kernelThreadFamilies(const KernelThreadTotals &totals,
                                                            const std::string &busyHelp) {
   using prometheus::MetricType;
   prometheus::MetricFamily byThreads = transport::metricFamily(
@@ -285,11 +283,13 @@ std::vector<prometheus::MetricFamily> kernelThreadFamilies(uint64_t busyThreads,
       "Kernel launches that returned, by whether their loops ran parallel on the kernel-thread "
       "team (parallel) or all on the launching thread (one).",
       MetricType::Counter);
-  transport::addSample(byThreads, static_cast<double>(parallelLaunches), "threads", "parallel");
-  transport::addSample(byThreads, static_cast<double>(oneThreadLaunches), "threads", "one");
+  transport::addSample(byThreads, static_cast<double>(totals.parallelLaunches), "threads",
+                       "parallel");
+  transport::addSample(byThreads, static_cast<double>(totals.oneThreadLaunches), "threads", "one");
   std::vector<prometheus::MetricFamily> families;
   families.push_back(transport::singleSample("courier_kernel_threads_busy", busyHelp,
-                                             MetricType::Gauge, static_cast<double>(busyThreads)));
+                                             MetricType::Gauge,
+                                             static_cast<double>(totals.busyThreads)));
   families.push_back(std::move(byThreads));
   return families;
 }

@@ -62,12 +62,17 @@ void publishKernelThreadTally(KernelThreadTally *shared, bool carryOver = true);
 /// This process's tally (where it is published, or its own).
 const KernelThreadTally &kernelThreadTally();
 
+/// Sums of tallies: a process's and its workers' (WorkerPool::kernelThreadTotals).
+struct KernelThreadTotals {
+  uint64_t busyThreads = 0;
+  uint64_t parallelLaunches = 0;
+  uint64_t oneThreadLaunches = 0;
+};
+
 /// The metric families a process reports its kernels' teams as, an executor and courier-serve
 /// alike: the gauge courier_kernel_threads_busy (`busyHelp` says whose threads it counts) and
 /// courier_kernel_launches_total{threads="parallel"|"one"}.
-std::vector<prometheus::MetricFamily> kernelThreadFamilies(uint64_t busyThreads,
-                                                           uint64_t parallelLaunches,
-                                                           uint64_t oneThreadLaunches,
+std::vector<prometheus::MetricFamily> kernelThreadFamilies(const KernelThreadTotals &totals,
                                                            const std::string &busyHelp);
 
 /// The OpenMP runtime entries compiled parallel loops call, with their addresses in this

@@ -84,7 +84,11 @@ uint64_t WorkerPool::live() { return liveWorkers.load(); }
 KernelThreadTotals WorkerPool::kernelThreadTotals() {
   Tallies &all = tallies();
   std::lock_guard<std::mutex> lock(all.mutex);
-  KernelThreadTotals totals{0, all.parallelLaunches, all.oneThreadLaunches};
+  // This process's own: kernels it runs itself (without isolation), none otherwise.
+  const KernelThreadTally &own = kernelThreadTally();
+  KernelThreadTotals totals{own.busyThreads.load(std::memory_order_relaxed),
+                            all.parallelLaunches + own.parallelLaunches.load(),
+                            all.oneThreadLaunches + own.oneThreadLaunches.load()};
   for (const KernelThreadTally *page : all.pages) {
     const KernelThreadTally &tally = *page;
     // No team is larger than --kernel-threads allows.
@@ -557,12 +561,15 @@ llvm::Expected<std::unique_ptr<WorkerProcess>> WorkerPool::start() {
   args.insert(args.end(), settings.extraArguments.begin(), settings.extraArguments.end());
   llvm::Expected<std::unique_ptr<WorkerProcess>> worker =
       WorkerProcess::spawn(settings.program, args, settings.memoryMiB << 20, settings.extraThreads);
-  if (worker && settings.doorbell)
+  if (!worker)
+    return worker;
+  if (settings.doorbell) {
     if (llvm::Error error = (*worker)->shareDoorbell())
       return std::move(error);
-  if (worker && settings.kernelTally && !settings.doorbell)
+  } else if (settings.kernelTally) {
     if (llvm::Error error = (*worker)->shareKernelTally())
       return std::move(error);
+  }
   return worker;
 }
 

@@ -49,13 +49,6 @@ struct WorkerSettings {
   uint64_t extraThreads = 64;
 };
 
-/// Sums of the workers' KernelThreadTally (WorkerPool::kernelThreadTotals).
-struct KernelThreadTotals {
-  uint64_t busyThreads = 0;
-  uint64_t parallelLaunches = 0;
-  uint64_t oneThreadLaunches = 0;
-};
-
 /// Why the executor ended a worker itself; a worker that dies on its own has none.
 enum class EndReason { None, Deadline, Closed, Shutdown };
 
@@ -199,10 +192,11 @@ public:
   unsigned warmCount();
   /// Worker processes running now, warm or serving a session (in every pool).
   static uint64_t live();
-  /// What the kernels of every worker with a doorbell page (a session's) did with their
-  /// kernel-thread teams: threads busy now in the workers alive, launches by whether they ran
-  /// parallel in every worker so far. Each worker's own words, clamped: a worker cannot make
-  /// the busy count exceed its team, but it can lie about its launches.
+  /// What the kernels of this process and of every worker that shares a tally (a session's,
+  /// in its doorbell page; a module's, in a page of its own) did with their kernel-thread
+  /// teams: threads busy now in the workers alive, launches by whether they ran parallel in
+  /// every worker so far. Each worker's own words, clamped: a worker cannot make the busy
+  /// count exceed its team, but it can lie about its launches.
   static KernelThreadTotals kernelThreadTotals();
   /// False after the last attempt to start a worker failed.
   bool healthy() const { return lastStartFailed.load() == false; }

@@ -10,7 +10,6 @@
 #include "dialect/Dialects.h"
 #include "executor/KernelThreads.h"
 #include "executor/RuntimeSymbols.h"
-#include "executor/WorkerPool.h"
 #include "passes/CompilePool.h"
 #include "passes/Passes.h"
 #include "passes/TargetModules.h"
@@ -584,14 +583,6 @@ struct Engine::Impl {
        std::map<std::string, std::string> targetObjects,
        std::vector<std::shared_ptr<const void>> retained, PhaseTimes times);
 };
-
-KernelThreadStats Engine::kernelThreadStats() {
-  const executor::KernelThreadTally &own = executor::kernelThreadTally();
-  executor::KernelThreadTotals workers = executor::WorkerPool::kernelThreadTotals();
-  return {own.busyThreads.load() + workers.busyThreads,
-          own.parallelLaunches.load() + workers.parallelLaunches,
-          own.oneThreadLaunches.load() + workers.oneThreadLaunches};
-}
 
 Engine::Engine(EngineOptions options) : impl(std::make_unique<Impl>()) {
   impl->options = std::move(options);

@@ -333,19 +333,8 @@ private:
 /// Compiles MLIR text into modules. Thread-safe: any number of threads may compile at once.
 /// The engine owns its options and caches; the modules it returns are shared with the
 /// caller (see Module).
-/// What kernels did with their kernel-thread teams, in this process and in every module
-/// worker it started (EngineOptions::isolation), for metrics.
-struct KernelThreadStats {
-  uint64_t busyThreads = 0;       ///< Threads in a kernel's parallel loop now.
-  uint64_t parallelLaunches = 0;  ///< Kernel launches whose loops ran on a team of two or more.
-  uint64_t oneThreadLaunches = 0; ///< Kernel launches that ran on their thread alone.
-};
-
 class Engine {
 public:
-  /// Kernel-thread counts of this process and of its module workers, alive or gone.
-  static KernelThreadStats kernelThreadStats();
-
   explicit Engine(EngineOptions options = {});
   ~Engine();
 

@@ -224,7 +224,7 @@ llvm::Error readOutcome(MessageReader &in) {
     std::optional<ErrorCode> knownCause = transport::parseErrorCode(cause);
     if (!in.ok() || !known || (!cause.empty() && !knownCause))
       break;
-    return llvm::make_error<EngineError>(*known, std::move(message), knownCause);
+    return engineError(*known, std::move(message), knownCause);
   }
   case 3: {
     std::string message = in.str().str();

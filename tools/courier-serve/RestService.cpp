@@ -9,6 +9,7 @@
 #include "tools/courier-serve/RequestBodies.h"
 
 #include "executor/KernelThreads.h"
+#include "executor/WorkerPool.h"
 #include "transport/HttpService.h"
 #include "transport/Metrics.h"
 #include "transport/Wire.h"
@@ -563,9 +564,8 @@ std::vector<prometheus::MetricFamily> RestService::Impl::storeMetrics() {
       compileSeconds.collect(),
   };
   // The executor's names: kernels run in this process or in the modules' workers.
-  KernelThreadStats kernels = Engine::kernelThreadStats();
   for (prometheus::MetricFamily &family : executor::kernelThreadFamilies(
-           kernels.busyThreads, kernels.parallelLaunches, kernels.oneThreadLaunches,
+           executor::WorkerPool::kernelThreadTotals(),
            "Kernel threads running a kernel's parallel loop now, in every module worker."))
     families.push_back(std::move(family));
   return families;
