@@ -365,10 +365,10 @@ void threads(Engine &engine, const Settings &settings) {
     expectClose(what, invokeOne(*r.module, inputs).view<float>(), c, 2e-6 * n);
     return r;
   };
-  // With the shared-memory channel asked for (the default on a unix socket), a client on the
-  // executor's host passes tensors through the session's channel (docs/protocol.md); with it
-  // off they cross HTTP.
-  Remote sameHostRemote = remoteMatmul(transport::SharedMemory::On, "matmul-1024 (executor)");
+  // By default a client on the executor's host (here a loopback address) passes tensors
+  // through the session's shared-memory channel (docs/protocol.md); with it off they cross
+  // HTTP.
+  Remote sameHostRemote = remoteMatmul(transport::SharedMemory::Auto, "matmul-1024 (executor)");
   Remote overHttp = remoteMatmul(transport::SharedMemory::Off, "matmul-1024 (executor, HTTP)");
   Module &sameHost = *sameHostRemote.module, &remote = *overHttp.module;
 

@@ -395,6 +395,14 @@ llvm::Error ExecutorServer::Impl::offerChannel(const httplib::Request &req,
   llvm::Expected<SessionRef> s = findSession(req);
   if (!s)
     return s.takeError();
+  // Launches on a channel go straight to the session's worker: asked through a proxy, they
+  // would go around it (a front door's hashing, drains and failover).
+  for (const char *header : {"Forwarded", "X-Forwarded-For", "Via"})
+    if (req.has_header(header))
+      return makeCodedError(ErrorCode::NotFound,
+                            llvm::Twine("no shared-memory channel for a request that came "
+                                        "through a proxy (it carries ") +
+                                header + "): its launches would go around the proxy");
   uint64_t requested = 0;
   uint32_t pageVersion = 1;
   if (!req.body.empty()) {

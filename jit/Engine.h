@@ -188,8 +188,9 @@ struct EngineOptions {
   /// environment (transport/TlsOptions.h).
   transport::TlsClientOptions tls;
   /// Whether launches on an executor of this host take its shared-memory channel instead of
-  /// HTTP (docs/protocol.md, "Same-host channel"): by default on a unix socket; On asks at
-  /// any address (a loopback one) and takes the channel where the executor shares this host.
+  /// HTTP (docs/protocol.md, "Same-host channel"): by default on a unix socket or a
+  /// loopback address; On asks at any address and takes the channel where the executor
+  /// shares this host.
   transport::SharedMemory sharedMemory = transport::SharedMemory::Auto;
   /// Shared libraries the in-process executor loads for dispatched library calls
   /// (`catalyst.runtime_call` on "local").

@@ -4,6 +4,8 @@
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringExtras.h"
 
+#include <arpa/inet.h>
+
 namespace courier::transport {
 
 llvm::Expected<HostPort> parseHostPort(llvm::StringRef address, PortZero zero) {
@@ -44,6 +46,18 @@ llvm::Expected<HostPort> parseHostPort(llvm::StringRef address, PortZero zero) {
     return bad(zero == PortZero::Allowed ? "the port must be a number from 0 to 65535"
                                          : "the port must be a number from 1 to 65535");
   return HostPort{host.str(), value, false, tls};
+}
+
+bool isLoopbackHost(const std::string &host) {
+  if (host == "localhost")
+    return true;
+  in_addr v4;
+  if (inet_pton(AF_INET, host.c_str(), &v4) == 1)
+    return (ntohl(v4.s_addr) >> 24) == 127;
+  in6_addr v6;
+  if (inet_pton(AF_INET6, host.c_str(), &v6) == 1)
+    return IN6_IS_ADDR_LOOPBACK(&v6);
+  return false;
 }
 
 } // namespace courier::transport

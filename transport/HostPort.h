@@ -36,6 +36,9 @@ enum class PortZero { Refused, Allowed };
 /// was for.
 llvm::Expected<HostPort> parseHostPort(llvm::StringRef address, PortZero zero = PortZero::Refused);
 
+/// True when `host` names only this machine (127.0.0.0/8, ::1, localhost).
+bool isLoopbackHost(const std::string &host);
+
 } // namespace courier::transport
 
 #endif // COURIER_TRANSPORT_HOSTPORT_H

@@ -874,7 +874,8 @@ HttpBackend::launch(llvm::StringRef session, const ObjectBlob &object, llvm::Str
 
 std::shared_ptr<shm::Client> HttpBackend::channelFor(llvm::StringRef session) {
   if (options.sharedMemory == SharedMemory::Off ||
-      (options.sharedMemory == SharedMemory::Auto && !target.unixSocket))
+      (options.sharedMemory == SharedMemory::Auto && !target.unixSocket &&
+       !isLoopbackHost(target.host)))
     return nullptr;
   std::shared_ptr<SessionState> state = stateOf(session, /*create=*/false);
   if (!state)

@@ -162,18 +162,6 @@ std::optional<std::string> refusedEncoding(const httplib::Request &req) {
 
 } // namespace
 
-bool isLoopbackHost(const std::string &host) {
-  if (host == "localhost")
-    return true;
-  in_addr v4;
-  if (inet_pton(AF_INET, host.c_str(), &v4) == 1)
-    return (ntohl(v4.s_addr) >> 24) == 127;
-  in6_addr v6;
-  if (inet_pton(AF_INET6, host.c_str(), &v6) == 1)
-    return IN6_IS_ADDR_LOOPBACK(&v6);
-  return false;
-}
-
 llvm::Error requireTokenBeyondLoopback(const std::string &host, const std::string &token,
                                        llvm::StringRef because) {
   if (isLoopbackHost(host) || !token.empty())

@@ -2,6 +2,8 @@
 #ifndef COURIER_TRANSPORT_LISTENOPTIONS_H
 #define COURIER_TRANSPORT_LISTENOPTIONS_H
 
+#include "transport/HostPort.h"
+
 #include <chrono>
 #include <cstdint>
 #include <string>
@@ -43,9 +45,6 @@ struct HttpListenOptions {
   /// terminates TLS. Without it (or TLS), such a server refuses to start.
   bool insecurePlaintext = false;
 };
-
-/// True when `host` names only this machine (127.0.0.0/8, ::1, localhost).
-bool isLoopbackHost(const std::string &host);
 
 } // namespace courier::transport
 

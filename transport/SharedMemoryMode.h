@@ -9,9 +9,12 @@ namespace courier::transport {
 /// Whether an HTTP backend runs launches through a same-host shared-memory channel
 /// (transport/SharedChannel.h) when the executor offers one.
 enum class SharedMemory {
-  Auto, ///< For "unix:" addresses only: a unix socket proves the executor shares the host.
-  On,   ///< For any address whose executor reports this host and network namespace.
-  Off,  ///< Never: launches go over HTTP.
+  /// For "unix:" and loopback addresses (127.0.0.0/8, ::1, localhost), whose executor
+  /// shares the host unless a port forwarded into another network namespace (or a proxy)
+  /// is in between: the executor's offer tells, and HTTP stays then.
+  Auto,
+  On,  ///< For any address whose executor reports this host and network namespace.
+  Off, ///< Never: launches go over HTTP.
 };
 
 } // namespace courier::transport

@@ -350,11 +350,31 @@ void requireSampleRunsOn(const std::string &executor, const std::string &extra =
   CHECK(printed == "{\"data\":[3,5,7,9],\"dtype\":\"f64\",\"shape\":[4]}\n");
 }
 
+/// Metric `name` of server `index`, asked directly; -1 when it does not answer or lacks it.
+double serverMetric(const Pool &pool, int index, const std::string &name) {
+  httplib::Result res = pool.direct(index)->Get("/metrics");
+  if (!res || res->status != 200)
+    return -1;
+  std::istringstream lines(res->body);
+  for (std::string line; std::getline(lines, line);)
+    if (line.rfind(name + " ", 0) == 0)
+      return std::stod(line.substr(name.size() + 1));
+  return -1;
+}
+
 TEST_CASE("a program runs on a pool through its front door", "[deploy]") {
   Pool pool(PoolKind::Executors);
-  // Each run opens a session of its own, which may hash to either executor.
+  // Each run opens a session of its own, which may hash to either executor. The front door
+  // is on loopback, where a client asks for the same-host channel by default (and the last
+  // run asks whatever the address): the executors refuse it behind the door, so every launch
+  // goes through it.
   for (int run = 0; run < 4; ++run)
-    requireSampleRunsOn(pool.address());
+    requireSampleRunsOn(pool.address(), run == 3 ? "--shared-memory on" : "");
+  for (int i = 0; i < Pool::kServers; ++i) {
+    INFO("server " << i);
+    CHECK(serverMetric(pool, i, "courier_shm_channels_opened_total") == 0);
+    CHECK(serverMetric(pool, i, "courier_shm_launches_total") == 0);
+  }
 }
 
 TEST_CASE("a program runs on a pool through a front door that terminates TLS", "[deploy][tls]") {

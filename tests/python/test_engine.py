@@ -440,18 +440,18 @@ def shm_launches(executor):
 
 
 def test_shared_memory_on_a_loopback_executor(executor):
-    """On a loopback TCP address the channel is taken only when asked for (shared_memory="on");
-    "auto" and "off" keep HTTP there, and the results are the same either way."""
+    """On a loopback TCP address the channel is taken by default ("auto") and when asked for
+    ("on"); "off" keeps HTTP, and the results are the same every way."""
     x = sample_values("f32", (2, 3), 5)
     before = shm_launches(executor)
-    for mode in ("auto", "off"):
+    engine = courier.Engine(disk_cache=False, executor=executor.address, shared_memory="off")
+    np.testing.assert_array_equal(engine.compile(program_for("f32", (2, 3), True)).twice(x), x + x)
+    assert shm_launches(executor) == before
+    for taken, mode in enumerate(("auto", "on"), start=1):
         engine = courier.Engine(disk_cache=False, executor=executor.address, shared_memory=mode)
         np.testing.assert_array_equal(engine.compile(program_for("f32", (2, 3), True)).twice(x),
                                       x + x)
-    assert shm_launches(executor) == before
-    engine = courier.Engine(disk_cache=False, executor=executor.address, shared_memory="on")
-    np.testing.assert_array_equal(engine.compile(program_for("f32", (2, 3), True)).twice(x), x + x)
-    assert shm_launches(executor) == before + 1
+        assert shm_launches(executor) == before + taken
     with pytest.raises(ValueError, match="shared_memory must be 'auto', 'on' or 'off', got 'yes'"):
         courier.Engine(shared_memory="yes")
 

@@ -478,6 +478,8 @@ TEST_CASE("a frozen executor fails the caller after the request timeout", "[http
   Fixture f;
   BackendOptions options;
   options.requestTimeout = std::chrono::seconds(1);
+  // Over HTTP: on the same-host channel the session's worker answers, frozen executor or not.
+  options.sharedMemory = SharedMemory::Off;
   std::unique_ptr<Backend> backend = connect(f.executor, options);
   std::string session = require(backend->openSession());
   ObjectBlob scale = loadObject(COURIER_KERNEL_SCALE);

@@ -426,20 +426,45 @@ TEST_CASE("an executor with --shm-arena-mib 0 or a backend told off keeps launch
   CHECK(executor.metric("courier_shm_channels_opened_total") == 0);
 }
 
-TEST_CASE("a loopback TCP executor gets the channel only when asked, and after a check of the host",
+TEST_CASE("a loopback TCP executor's channel is taken by default, after a check of the host",
           "[shm]") {
   ExecutorProcess executor(ExecutorConfig{0, "", {"--quiet"}});
   ObjectBlob scale = loadObject(COURIER_KERNEL_SCALE);
-  std::unique_ptr<Backend> automatic = backendFor(executor);
-  std::string a = require(automatic->openSession());
-  requireOk(automatic->shipObject(a, scale));
-  requireScaled(*automatic, a, scale, ramp(10));
+  std::unique_ptr<Backend> off = backendFor(executor, SharedMemory::Off);
+  std::string a = require(off->openSession());
+  requireOk(off->shipObject(a, scale));
+  requireScaled(*off, a, scale, ramp(10));
   CHECK(shmLaunches(executor) == 0);
-  std::unique_ptr<Backend> asked = backendFor(executor, SharedMemory::On);
-  std::string b = require(asked->openSession());
-  requireOk(asked->shipObject(b, scale));
-  requireScaled(*asked, b, scale, ramp(10));
-  CHECK(shmLaunches(executor) == 1);
+  std::unique_ptr<Backend> automatic = backendFor(executor);
+  std::string b = require(automatic->openSession());
+  requireOk(automatic->shipObject(b, scale));
+  requireScaled(*automatic, b, scale, ramp(10));
+  requireScaled(*automatic, b, scale, ramp(20));
+  CHECK(shmLaunches(executor) == 2);
+}
+
+TEST_CASE("a request for a channel that came through a proxy is refused, naming the header",
+          "[shm]") {
+  ExecutorProcess executor(ExecutorConfig{0, "", {"--quiet"}});
+  auto http = executor.client();
+  httplib::Result opened = http->Post("/v1/sessions");
+  REQUIRE(opened);
+  std::string session = nlohmann::json::parse(opened->body)["session"];
+  std::string path = "/v1/sessions/" + session + "/shm";
+  for (const char *header : {"X-Forwarded-For", "Forwarded", "Via"}) {
+    INFO(header);
+    httplib::Result refused = http->Post(path, {{header, "127.0.0.1"}}, "", "application/json");
+    REQUIRE(refused);
+    CHECK(refused->status == 404);
+    nlohmann::json error = nlohmann::json::parse(refused->body)["error"];
+    CHECK(error["code"] == "not_found");
+    CHECK(error["message"].get<std::string>().find(header) != std::string::npos);
+  }
+  CHECK(executor.metric("courier_shm_channels_opened_total") == 0);
+  // Asked directly, the same session gets one.
+  httplib::Result offered = http->Post(path);
+  REQUIRE(offered);
+  CHECK(offered->status == 200);
 }
 
 TEST_CASE("the channel socket refuses a wrong or reused token and the executor keeps serving",

@@ -95,8 +95,9 @@ cl::opt<std::string> tlsClientKey("tls-client-key",
 cl::opt<transport::SharedMemory> sharedMemory(
     "shared-memory",
     cl::desc("Launches on an executor of this host go through its shared-memory channel "
-             "instead of HTTP (default auto: on a unix socket)"),
-    cl::values(clEnumValN(transport::SharedMemory::Auto, "auto", "for unix: addresses"),
+             "instead of HTTP (default auto: on a unix socket or a loopback address)"),
+    cl::values(clEnumValN(transport::SharedMemory::Auto, "auto",
+                          "for unix: and loopback addresses"),
                clEnumValN(transport::SharedMemory::On, "on",
                           "for any address whose executor shares this host"),
                clEnumValN(transport::SharedMemory::Off, "off", "never: launches go over HTTP")),
