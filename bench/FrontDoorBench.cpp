@@ -77,6 +77,9 @@ struct Executors {
         {"through nginx, TLS", poolTls.address()}};
     BackendOptions options;
     options.tls.caFile = certificates.caCert;
+    // HTTP on every path, the direct ones too (on loopback the default takes the same-host
+    // channel there, which nginx's paths are refused).
+    options.sharedMemory = SharedMemory::Off;
     std::vector<Path> paths;
     for (auto &[name, address] : where) {
       Path path{name, check(createHttpBackend(address, options), "connecting"), ""};

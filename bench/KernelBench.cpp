@@ -37,6 +37,11 @@ using Clock = std::chrono::steady_clock;
 struct Settings {
   int rounds = 9;
   double sampleMs = 30;
+  /// Untimed calls of each side first, for at least this long: a path's first calls are
+  /// slower than the ones after (memory faulted in and then reused, such as the same-host
+  /// channel's regions); without it the executor's first rounds here ran at 10-20 ms where
+  /// the later ones ran at 7-9.
+  double warmUpMs = 300;
 };
 
 std::vector<float> randoms(size_t count, unsigned seed) {
@@ -62,10 +67,16 @@ struct Side {
 };
 
 /// Times the sides in turn, round after round (A, B, A, B, ...), so that load from elsewhere
-/// on the machine falls on all of them alike. Each side first runs once untimed.
+/// on the machine falls on all of them alike. Each side first runs untimed for
+/// settings.warmUpMs (at least twice).
 void interleave(std::vector<Side *> sides, const Settings &settings) {
   for (Side *side : sides) {
     side->once();
+    Clock::time_point warmUntil =
+        Clock::now() + std::chrono::microseconds(static_cast<int64_t>(settings.warmUpMs * 1e3));
+    do
+      side->once();
+    while (Clock::now() < warmUntil);
     double ms = bench::secondsOf(side->once) * 1e3;
     side->callsPerSample = std::max(1, static_cast<int>(std::ceil(settings.sampleMs / ms)));
   }
@@ -363,6 +374,10 @@ void threads(Engine &engine, const Settings &settings) {
     r.engine = std::make_unique<Engine>(options);
     r.module = compileKernel(*r.engine, "matmul-1024");
     expectClose(what, invokeOne(*r.module, inputs).view<float>(), c, 2e-6 * n);
+    // The session took the executor's warm worker, and the executor starts another ahead of
+    // need: a process loading LLVM, which would take a core from the first rounds.
+    for (int i = 0; i < 400 && r.process->metric("courier_workers_warm") < 1; ++i)
+      ::usleep(25000);
     return r;
   };
   // By default a client on the executor's host (here a loopback address) passes tensors
@@ -437,7 +452,7 @@ int main(int argc, char **argv) {
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     if (arg == "--quick")
-      settings = Settings{1, 0};
+      settings = Settings{1, 0, 0};
     else if (arg == "all" || arg == "matmul" || arg == "conv" || arg == "memory" ||
              arg == "threads")
       section = arg;

@@ -113,6 +113,14 @@ courier::testing::ExecutorConfig executorConfig(std::vector<std::string> extra =
 
 ExecutorProcess startExecutor() { return ExecutorProcess(executorConfig()); }
 
+/// A client that keeps HTTP: on loopback the default takes the same-host channel, and these
+/// sections measure the HTTP path.
+BackendOptions overHttp() {
+  BackendOptions options;
+  options.sharedMemory = SharedMemory::Off;
+  return options;
+}
+
 void latency(int n) {
   std::printf("== noop launch round trip (keep-alive) vs raw TCP 64-byte ping-pong, %d each, "
               "interleaved in blocks of %d\n",
@@ -147,22 +155,25 @@ void latency(int n) {
   };
 
   // The executor as deployed (each session's kernels in a sandboxed worker), and one that
-  // runs them in its own process, which shows what the hop to the worker costs.
+  // runs them in its own process, which shows what the hop to the worker costs; both over
+  // HTTP, and the deployed one by a client's default path on its host too (the same-host
+  // channel).
   ObjectBlob shapes = loadObject(COURIER_KERNEL_SHAPES);
   struct Launcher {
     std::unique_ptr<ExecutorProcess> executor;
     std::unique_ptr<Backend> backend;
     std::string session;
   };
-  auto launcher = [&](std::vector<std::string> flags) {
+  auto launcher = [&](std::vector<std::string> flags, BackendOptions options) {
     Launcher l{std::make_unique<ExecutorProcess>(executorConfig(std::move(flags))), nullptr, ""};
-    l.backend = check(createHttpBackend(l.executor->address(), {}), "connecting");
+    l.backend = check(createHttpBackend(l.executor->address(), options), "connecting");
     l.session = check(l.backend->openSession(), "opening a session");
     check(l.backend->shipObject(l.session, shapes), "shipping");
     return l;
   };
-  Launcher isolated = launcher({});
-  Launcher inProcess = launcher({"--isolation", "none"});
+  Launcher isolated = launcher({}, overHttp());
+  Launcher inProcess = launcher({"--isolation", "none"}, overHttp());
+  Launcher sameHost = launcher({}, {});
   auto noopOn = [&](Launcher &l) {
     return [&shapes, to = &l] {
       check(to->backend->launch(to->session, shapes, "_catalyst_pyface_noop", {}, {}), "launching");
@@ -170,21 +181,26 @@ void latency(int n) {
   };
   auto courierOnce = noopOn(isolated);
   auto inProcessOnce = noopOn(inProcess);
+  auto sameHostOnce = noopOn(sameHost);
 
   // Blocks alternate the paths, so load from elsewhere on the machine falls on all of them
   // alike.
-  std::vector<double> raws, bares, couriers, inProcesses;
+  std::vector<double> raws, bares, couriers, inProcesses, sameHosts;
   int block = std::min(n, 1000);
   measure(block, 0, rawOnce, raws);
   measure(block, 0, bareOnce, bares);
   measure(block, 0, courierOnce, couriers);
   measure(block, 0, inProcessOnce, inProcesses);
+  measure(block, 0, sameHostOnce, sameHosts);
   for (int done = 0; done < n; done += block) {
     measure(0, block, rawOnce, raws);
     measure(0, block, bareOnce, bares);
     measure(0, block, courierOnce, couriers);
     measure(0, block, inProcessOnce, inProcesses);
+    measure(0, block, sameHostOnce, sameHosts);
   }
+  if (sameHost.executor->metric("courier_shm_launches_total") < 2.0 * block)
+    die("the default path's noop launches did not cross the same-host channel");
 
   shutdown(rawClient, SHUT_RDWR);
   echo.join();
@@ -195,15 +211,19 @@ void latency(int n) {
   serving.join();
 
   Percentiles raw = percentiles(raws), bare = percentiles(bares), courier = percentiles(couriers),
-              local = percentiles(inProcesses);
+              local = percentiles(inProcesses), channel = percentiles(sameHosts);
   std::printf("  raw TCP ping-pong        p50 %7.1f us  p99 %7.1f us\n", raw.p50, raw.p99);
   std::printf("  bare httplib 64 B echo   p50 %7.1f us  p99 %7.1f us\n", bare.p50, bare.p99);
-  std::printf("  courier noop launch      p50 %7.1f us  p99 %7.1f us\n", courier.p50, courier.p99);
-  std::printf("  the same, --isolation none p50 %5.1f us  p99 %7.1f us\n", local.p50, local.p99);
+  std::printf("  courier noop launch      p50 %7.1f us  p99 %7.1f us  (HTTP)\n", courier.p50,
+              courier.p99);
+  std::printf("  the same, --isolation none p50 %5.1f us  p99 %7.1f us  (HTTP)\n", local.p50,
+              local.p99);
+  std::printf("  the same, default path   p50 %7.1f us  p99 %7.1f us  (same-host channel)\n",
+              channel.p50, channel.p99);
   std::printf("  ratio launch/raw p50 %.2fx (target <= 2.0x), p99 %.2fx; launch/bare-httplib "
-              "p50 %.2fx, --isolation none %.2fx\n",
+              "p50 %.2fx, --isolation none %.2fx, default path %.2fx\n",
               courier.p50 / raw.p50, courier.p99 / raw.p99, courier.p50 / bare.p50,
-              local.p50 / bare.p50);
+              local.p50 / bare.p50, channel.p50 / bare.p50);
 }
 
 void bandwidth(int mib, int reps) {
@@ -270,7 +290,7 @@ void bandwidth(int mib, int reps) {
 
   // Courier: a launch of `scale` on a courier-executor process.
   ExecutorProcess executor = startExecutor();
-  auto backend = check(createHttpBackend(executor.address(), {}), "connecting");
+  auto backend = check(createHttpBackend(executor.address(), overHttp()), "connecting");
   std::string session = check(backend->openSession(), "opening a session");
   ObjectBlob scale = loadObject(COURIER_KERNEL_SCALE);
   check(backend->shipObject(session, scale), "shipping");
@@ -465,7 +485,7 @@ EmulationSide startSide(const std::string &program, const std::string &name, con
   // is of the machines, not of the filter.
   side.executor = std::make_unique<ServerProcess>(
       ServerSpec{program, name, 0, "", {"--quiet", "--no-sandbox"}});
-  side.backend = check(createHttpBackend(side.executor->address(), {}), "connecting");
+  side.backend = check(createHttpBackend(side.executor->address(), overHttp()), "connecting");
   side.session = check(side.backend->openSession(), "opening a session");
   side.shapes = loadObject(shapesPath);
   side.scale = loadObject(scalePath);
@@ -596,7 +616,7 @@ void clients(bool smoke) {
   std::printf("== noop launches from N concurrent clients (each its own HTTP backend, 16 "
               "sessions)\n");
   ExecutorProcess executor = startExecutor();
-  auto setup = check(createHttpBackend(executor.address(), {}), "connecting");
+  auto setup = check(createHttpBackend(executor.address(), overHttp()), "connecting");
   ObjectBlob shapes = loadObject(COURIER_KERNEL_SHAPES);
   std::vector<std::string> sessions;
   for (int i = 0; i < 16; ++i) {
@@ -607,7 +627,7 @@ void clients(bool smoke) {
   benchmark.connect = [&](int n) {
     backends.clear();
     for (int c = 0; c < n; ++c)
-      backends.push_back(check(createHttpBackend(executor.address(), {}), "connecting"));
+      backends.push_back(check(createHttpBackend(executor.address(), overHttp()), "connecting"));
     return [&](int c) {
       check(backends[c]->launch(sessions[c % sessions.size()], shapes, "_catalyst_pyface_noop", {},
                                 {}),

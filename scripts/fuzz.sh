@@ -97,6 +97,11 @@ main() {
   while [ ${#running[@]} -gt 0 ]; do finish_one; done
   echo "fuzz.sh: built and fuzzed in $(($(date +%s) - start)) s"
   if [ ${#failed[@]} -gt 0 ]; then
+    # Each failure's end again, last: where a log is cut to its tail, the cause stays in it.
+    for name in "${failed[@]}"; do
+      echo "fuzz.sh: the end of $name's output ($logs/$name.log):" >&2
+      grep -v -E '^#[0-9]+[[:space:]]+(NEW|REDUCE|pulse)' "$logs/$name.log" | tail -n 60 >&2
+    done
     echo "fuzz.sh: failed: ${failed[*]}" >&2
     exit 1
   fi
