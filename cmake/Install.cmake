@@ -45,7 +45,7 @@ install(EXPORT CourierTargets NAMESPACE Courier:: DESTINATION lib/cmake/Courier)
 # runtime/ExecutorABI.h "abi/KernelABI.h"), so they are installed at those paths.
 install(FILES jit/Engine.h jit/Tensor.h runtime/ExecutorABI.h ${PROJECT_BINARY_DIR}/Version.h
   DESTINATION include/courier)
-install(FILES transport/ErrorCode.h transport/SharedMemoryMode.h transport/TlsOptions.h
+install(FILES transport/ErrorCode.h transport/Isolation.h transport/SharedMemoryMode.h transport/TlsOptions.h
   DESTINATION include/courier/transport)
 install(FILES abi/KernelABI.h DESTINATION include/courier/abi)
 

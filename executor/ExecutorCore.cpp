@@ -475,11 +475,15 @@ struct ExecutorCore::Impl {
 
   /// Starts the sessions' workers (with isolation).
   std::unique_ptr<WorkerPool> pool;
-  bool isolated() const { return options.isolated; }
+  bool isolated() const { return options.isolation == transport::Isolation::Process; }
 
   std::mutex stopMutex;
   std::condition_variable stopSignal;
   bool stopping = false;
+  bool isStopping() {
+    std::lock_guard<std::mutex> lock(stopMutex);
+    return stopping;
+  }
   bool waitForStop(Clock::duration timeout) {
     std::unique_lock<std::mutex> lock(stopMutex);
     return stopSignal.wait_for(lock, timeout, [&] { return stopping; });
@@ -933,8 +937,15 @@ void ExecutorCore::Impl::answerForWorker(WorkerProcess &worker, const DirectChan
   // The dead worker finishes nothing more; the launch counts as ended (no longer running).
   shm::WorkerCounts &counts = channel.workerCounts();
   counts.finished.store(counts.started.load());
-  shm::answer(page, request, shm::encodeFailure(worker.endedDuring(what), ErrorCode::KernelCrashed),
-              shm::kPageVersion);
+  if (isStopping())
+    shm::answer(page, request,
+                shm::encodeFailure(ErrorCode::WorkerUnavailable,
+                                   "the executor is shutting down; " + what + " was ended"),
+                shm::kPageVersion);
+  else
+    shm::answer(page, request,
+                shm::encodeFailure(worker.endedDuring(what), ErrorCode::KernelCrashed),
+                shm::kPageVersion);
   metrics.launchFailures++;
   channel.answeredForWorkers++;
 }
@@ -959,8 +970,10 @@ llvm::Expected<Message> ExecutorCore::Impl::ask(Session &s, WorkerProcess &worke
 
 void ExecutorCore::Impl::noteDeath(Session &s, WorkerProcess &worker, const WorkerDeath &death,
                                    llvm::StringRef what) {
-  // The executor ended it on purpose (close, shutdown): not a restart.
-  if (death.reason == EndReason::Closed || death.reason == EndReason::Shutdown)
+  // The executor ended it on purpose (close, shutdown): not a restart. Once the executor
+  // stops, a worker may die before it is told why (with the thread that started it, which
+  // the stop ends: the worker's parent-death signal).
+  if (death.reason == EndReason::Closed || death.reason == EndReason::Shutdown || isStopping())
     return;
   std::string cause = death.reason == EndReason::Deadline ? "deadline"
                       : death.signal.empty()              ? "exit"
@@ -1867,6 +1880,8 @@ std::vector<prometheus::MetricFamily> ExecutorCore::collectMetrics() {
   return families;
 }
 
+bool ExecutorCore::stopping() { return impl->isStopping(); }
+
 void ExecutorCore::stop() {
   {
     std::lock_guard<std::mutex> lock(impl->stopMutex);
@@ -1875,8 +1890,10 @@ void ExecutorCore::stop() {
   impl->stopSignal.notify_all();
   if (!impl->pool)
     return;
-  // Kernels may spin forever: ending their workers is what lets requests finish.
-  impl->pool->shutdown();
+  // Kernels may spin forever: ending their workers is what lets requests finish. The
+  // sessions' workers end first, told why, before the pool's refiller thread, whose end
+  // would kill them unexplained (their parent-death signal).
+  impl->pool->stopTaking();
   std::vector<std::shared_ptr<Session>> all;
   {
     std::lock_guard<std::mutex> lock(impl->sessionsMutex);
@@ -1885,6 +1902,7 @@ void ExecutorCore::stop() {
   }
   for (const std::shared_ptr<Session> &session : all)
     session->endWorker(EndReason::Shutdown);
+  impl->pool->shutdown();
 }
 
 } // namespace courier::executor

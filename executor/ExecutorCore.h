@@ -8,6 +8,7 @@
 
 #include "executor/WorkerProtocol.h"
 #include "transport/Backend.h"
+#include "transport/Isolation.h"
 #include "transport/SharedChannel.h"
 #include "transport/Wire.h"
 
@@ -52,9 +53,9 @@ struct CoreOptions {
   /// Async launches run on this many threads; the rest wait their turn.
   unsigned asyncThreads = 32;
 
-  /// Process: each session's objects are linked and run in its own sandboxed worker. None:
-  /// in this process (no containment, no deadline can end a kernel).
-  bool isolated = true;
+  /// Process: each session's objects are linked and run in its own sandboxed worker.
+  /// InProcess: in this process (no containment, no deadline can end a kernel).
+  transport::Isolation isolation = transport::Isolation::Process;
   std::chrono::milliseconds launchTimeout{60000};
   uint64_t workerMemoryMiB = 4096;
   uint64_t workerCpuSeconds = 0;
@@ -276,6 +277,8 @@ public:
   std::vector<prometheus::MetricFamily> collectMetrics();
   /// Ends every worker and stops starting new ones: what runs on them fails at once.
   void stop();
+  /// Whether stop() began.
+  bool stopping();
 
   struct Impl;
 

@@ -70,7 +70,7 @@ executor::CoreOptions coreOptions(const ExecutorServerOptions &options) {
   // Async launches run on threads of their own, fewer than connections: each holds a
   // session's worker, and sessions are fewer still.
   core.asyncThreads = std::clamp(options.threads, 1u, 64u);
-  core.isolated = options.isolation == ExecutorServerOptions::Isolation::Process;
+  core.isolation = options.isolation;
   core.launchTimeout = options.launchTimeout;
   core.workerMemoryMiB = options.workerMemoryMiB;
   core.workerCpuSeconds = options.workerCpuSeconds;
@@ -319,8 +319,7 @@ llvm::Error ExecutorServer::Impl::putObject(const httplib::Request &req, httplib
 json ExecutorServer::Impl::sessionReply(const std::string &id) const {
   // Contained: each session's launches run in its own sandboxed worker, so nothing one did
   // outlives this executor and a client may run a launch lost with it again elsewhere.
-  bool contained =
-      options.isolation == ExecutorServerOptions::Isolation::Process && options.sandbox;
+  bool contained = options.isolation == transport::Isolation::Process && options.sandbox;
   return {{"session", id}, {"contained", contained}};
 }
 

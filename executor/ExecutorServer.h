@@ -4,6 +4,7 @@
 #ifndef COURIER_EXECUTOR_EXECUTORSERVER_H
 #define COURIER_EXECUTOR_EXECUTORSERVER_H
 
+#include "transport/Isolation.h"
 #include "transport/ListenOptions.h"
 
 #include "llvm/Support/Error.h"
@@ -30,9 +31,10 @@ struct ExecutorServerOptions : transport::HttpListenOptions {
 
   /// Where shipped code runs. `Process` (the default): each session's objects are linked
   /// and run in that session's own sandboxed worker process, so a kernel that crashes,
-  /// spins or misbehaves costs only its session's in-flight request. `None`: in this
-  /// process, as the in-process executor does (faster to start, not contained).
-  enum class Isolation { Process, None } isolation = Isolation::Process;
+  /// spins or misbehaves costs only its session's in-flight request. `InProcess`
+  /// (`--isolation none`): in this process, as the in-process executor does (faster to
+  /// start, not contained).
+  transport::Isolation isolation = transport::Isolation::Process;
   /// A launch, call or async launch running longer than this is ended (its worker killed):
   /// `deadline_exceeded`. A request may ask for less (X-Courier-Deadline-Ms), never more.
   std::chrono::milliseconds launchTimeout{60000};

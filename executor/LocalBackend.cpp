@@ -165,7 +165,7 @@ private:
 Expected<std::unique_ptr<Backend>> createLocalBackend(const BackendOptions &options) {
   executor::CoreOptions core;
   core.plugins = options.plugins;
-  core.isolated = false;
+  core.isolation = transport::Isolation::InProcess;
   core.idleTimeout = std::chrono::duration_cast<std::chrono::seconds>(kForever);
   core.launchTimeout = kForever;
   core.asyncThreads = 64;

@@ -442,14 +442,21 @@ WorkerPool::RefillHold::~RefillHold() {
   pool.changed.notify_all();
 }
 
-void WorkerPool::shutdown() {
-  std::deque<std::unique_ptr<WorkerProcess>> ending;
+void WorkerPool::stopTaking() {
   {
     std::lock_guard<std::mutex> lock(mutex);
     stopping = true;
-    ending.swap(ready);
   }
   changed.notify_all();
+}
+
+void WorkerPool::shutdown() {
+  stopTaking();
+  std::deque<std::unique_ptr<WorkerProcess>> ending;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    ending.swap(ready);
+  }
   if (refiller.joinable() && refiller.get_id() != std::this_thread::get_id())
     refiller.join();
   ending.clear();
@@ -492,12 +499,11 @@ WorkerPool::take(std::optional<Clock::time_point> deadline) {
     if (!woken)
       return makeCodedError(ErrorCode::DeadlineExceeded,
                             "no worker became ready before the deadline");
-    if (ready.empty()) {
-      if (stopping)
-        return makeCodedError(ErrorCode::WorkerUnavailable, "the executor is shutting down");
+    if (stopping)
+      return makeCodedError(ErrorCode::WorkerUnavailable, "the executor is shutting down");
+    if (ready.empty())
       return makeCodedError(ErrorCode::WorkerUnavailable,
                             "cannot start a worker process: " + startError);
-    }
     std::unique_ptr<WorkerProcess> worker = std::move(ready.front());
     ready.pop_front();
     changed.notify_all();

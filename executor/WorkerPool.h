@@ -186,7 +186,10 @@ public:
     WorkerPool &pool;
   };
 
-  /// Stops refilling and ends the warm workers.
+  /// Hands out no more workers: take() refuses from now on. The first step of shutdown().
+  void stopTaking();
+  /// Stops taking and refilling, and ends the warm workers. The workers the refiller started
+  /// die with it (their parent-death signal is its thread's): end the taken ones first.
   void shutdown();
 
   unsigned warmCount();

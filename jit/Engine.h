@@ -9,6 +9,7 @@
 // file's directory when the tree is installed, and from the repository root in it.
 #include "Tensor.h"
 #include "transport/ErrorCode.h"
+#include "transport/Isolation.h"
 #include "transport/SharedMemoryMode.h"
 #include "transport/TlsOptions.h"
 
@@ -133,18 +134,14 @@ struct PhaseTimes {
   bool hostReused = false; ///< The host code's object came from a cache (by its fingerprint).
 };
 
-/// Where a module's code is parsed, compiled and run.
-enum class Isolation {
-  /// In the calling process: the fastest, and the default for embedding. A module that
-  /// crashes ends the process; a compile or call cannot be stopped.
-  InProcess,
-  /// In a worker process per module (courier-module-worker), sandboxed and limited: a crash
-  /// fails only that module's request, deadlines end the worker, and Module::invoke is
-  /// unchanged for the caller. rawEntry() is unavailable. Workers run as the calling user:
-  /// a program that must keep its memory from them makes itself not dumpable
-  /// (prctl(PR_SET_DUMPABLE, 0)), as courier-serve does.
-  Process,
-};
+/// Where a module's code is parsed, compiled and run. InProcess: in the calling process, the
+/// default for embedding; a module that crashes ends the process, and a compile or call
+/// cannot be stopped. Process: in a worker process per module (courier-module-worker),
+/// sandboxed and limited: a crash fails only that module's request, deadlines end the
+/// worker, and Module::invoke is unchanged for the caller. rawEntry() is unavailable.
+/// Workers run as the calling user: a program that must keep its memory from them makes
+/// itself not dumpable (prctl(PR_SET_DUMPABLE, 0)), as courier-serve does.
+using Isolation = transport::Isolation;
 
 struct EngineOptions {
   unsigned optLevel = 2; ///< 0-3, for host code and target objects.

@@ -76,7 +76,7 @@ Executor &fuzzedExecutor() {
     auto *started = new Executor;
     Executor &e = *started;
     ExecutorServerOptions options;
-    options.isolation = ExecutorServerOptions::Isolation::None;
+    options.isolation = Isolation::InProcess;
     options.plugins = {COURIER_TEST_PLUGIN};
     options.logRequests = false;
     options.threads = 4;

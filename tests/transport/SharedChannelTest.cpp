@@ -22,6 +22,7 @@
 #include <string>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <thread>
 #include <vector>
 
@@ -694,4 +695,28 @@ TEST_CASE("a session's new channel is handed to its worker, which lets the old o
     holdings = sharedHoldingsOf(worker);
   }
   CHECK(holdings.mappings == 4);
+}
+
+TEST_CASE("an executor that stops with sessions on their channels reports no worker death",
+          "[shm]") {
+  ExecutorProcess executor(ExecutorConfig{0, "", {"--quiet"}});
+  ObjectBlob scale = loadObject(COURIER_KERNEL_SCALE);
+  std::vector<std::unique_ptr<Backend>> clients;
+  for (int i = 0; i < 3; ++i) {
+    clients.push_back(backendFor(executor));
+    std::string session = require(clients.back()->openSession());
+    requireOk(clients.back()->shipObject(session, scale));
+    requireScaled(*clients.back(), session, scale, ramp(10));
+  }
+  REQUIRE(shmLaunches(executor) == 3);
+  // Its workers end with it (they die with the thread that started them, too): no crash,
+  // no restart, nothing said at warn level.
+  int status = executor.terminate(SIGTERM, std::chrono::seconds(15));
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  for (const std::string &line : executor.logLines()) {
+    INFO(line);
+    CHECK(line.find(" warn ") == std::string::npos);
+    CHECK(line.find("died") == std::string::npos);
+  }
 }

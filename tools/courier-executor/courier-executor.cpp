@@ -140,9 +140,9 @@ static Expected<ExecutorServerOptions> parseArguments(int argc, char **argv) {
         return std::move(e);
     } else if (name == "--isolation") {
       if (value == "process")
-        options.isolation = ExecutorServerOptions::Isolation::Process;
+        options.isolation = courier::transport::Isolation::Process;
       else if (value == "none")
-        options.isolation = ExecutorServerOptions::Isolation::None;
+        options.isolation = courier::transport::Isolation::InProcess;
       else
         return createStringError("--isolation expects 'process' or 'none', got '" + value + "'");
     } else if (name == "--launch-timeout-ms") {
