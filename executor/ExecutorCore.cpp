@@ -475,7 +475,7 @@ struct ExecutorCore::Impl {
 
   /// Starts the sessions' workers (with isolation).
   std::unique_ptr<WorkerPool> pool;
-  bool isolated() const { return options.isolation == transport::Isolation::Process; }
+  bool isolated() const { return options.isolated(); }
 
   std::mutex stopMutex;
   std::condition_variable stopSignal;
@@ -937,15 +937,11 @@ void ExecutorCore::Impl::answerForWorker(WorkerProcess &worker, const DirectChan
   // The dead worker finishes nothing more; the launch counts as ended (no longer running).
   shm::WorkerCounts &counts = channel.workerCounts();
   counts.finished.store(counts.started.load());
-  if (isStopping())
-    shm::answer(page, request,
-                shm::encodeFailure(ErrorCode::WorkerUnavailable,
-                                   "the executor is shutting down; " + what + " was ended"),
-                shm::kPageVersion);
-  else
-    shm::answer(page, request,
-                shm::encodeFailure(worker.endedDuring(what), ErrorCode::KernelCrashed),
-                shm::kPageVersion);
+  std::string failure =
+      isStopping() ? shm::encodeFailure(ErrorCode::WorkerUnavailable,
+                                        "the executor is shutting down; " + what + " was ended")
+                   : shm::encodeFailure(worker.endedDuring(what), ErrorCode::KernelCrashed);
+  shm::answer(page, request, failure, shm::kPageVersion);
   metrics.launchFailures++;
   channel.answeredForWorkers++;
 }

@@ -56,6 +56,7 @@ struct CoreOptions {
   /// Process: each session's objects are linked and run in its own sandboxed worker.
   /// InProcess: in this process (no containment, no deadline can end a kernel).
   transport::Isolation isolation = transport::Isolation::Process;
+  bool isolated() const { return isolation == transport::Isolation::Process; }
   std::chrono::milliseconds launchTimeout{60000};
   uint64_t workerMemoryMiB = 4096;
   uint64_t workerCpuSeconds = 0;

@@ -275,8 +275,8 @@ void SharedChannelServer::Impl::handshake(transport::UniqueFd connection) {
   channel->control = std::move(*control);
   channel->page = reinterpret_cast<shm::ControlPage *>(channel->control.data());
   transport::UniqueFd clientEnd;
-  if (offer.pageVersion >= 3 && (core.options().isolation != transport::Isolation::Process ||
-                                 !handToWorker(*channel, *session, clientEnd)))
+  if (offer.pageVersion >= 3 &&
+      (!core.options().isolated() || !handToWorker(*channel, *session, clientEnd)))
     channel->pageVersion = 2;
   ByteWriter grant;
   grant.u8(1).u64(channel->regions->inputs().size()).u64(channel->regions->results().size());
@@ -285,8 +285,7 @@ void SharedChannelServer::Impl::handshake(transport::UniqueFd connection) {
   if (offer.pageVersion >= 3) {
     // And how many processes a launch wakes: 2 when the worker answers or the executor runs
     // kernels itself, 3 when the executor's thread answers through a worker.
-    bool two =
-        channel->pageVersion >= 3 || core.options().isolation != transport::Isolation::Process;
+    bool two = channel->pageVersion >= 3 || !core.options().isolated();
     grant.u64(channel->pageVersion).u64(two ? 2 : 3);
     if (channel->pageVersion >= 3)
       fds.push_back(clientEnd.get());
@@ -535,9 +534,8 @@ void SharedChannelServer::Impl::serve(Channel &channel) {
     // Without isolation a launch wakes this thread and the client only: it may poll without
     // yielding for a moment, as the two ends of a version 3 channel do.
     if (!doorbell::spin(page.request, seen, kAwaitRequestAwake,
-                        core.options().isolation == transport::Isolation::Process
-                            ? std::chrono::nanoseconds(0)
-                            : doorbell::kPauseFirst)) {
+                        core.options().isolated() ? std::chrono::nanoseconds(0)
+                                                  : doorbell::kPauseFirst)) {
       while (page.request.load(std::memory_order_acquire) == seen && !channel.ending.load() &&
              !page.closed.load(std::memory_order_acquire)) {
         if (channel.pageVersion >= 2)

@@ -212,7 +212,10 @@ struct SessionState {
 class HttpBackend final : public Backend {
 public:
   HttpBackend(std::string address, HostPort target, BackendOptions options)
-      : addressText(std::move(address)), target(std::move(target)), options(std::move(options)) {}
+      : addressText(std::move(address)), target(std::move(target)), options(std::move(options)),
+        asksForChannel(this->options.sharedMemory == SharedMemory::On ||
+                       (this->options.sharedMemory == SharedMemory::Auto &&
+                        (this->target.unixSocket || isLoopbackHost(this->target.host)))) {}
 
   const std::string &address() const override { return addressText; }
 
@@ -306,6 +309,8 @@ private:
   std::string addressText;
   HostPort target; ///< A unix socket's path as its host, as httplib's client takes it.
   BackendOptions options;
+  /// Whether a session asks for the same-host channel (options.sharedMemory at `target`).
+  const bool asksForChannel;
 
   std::mutex poolMutex;
   struct IdleClient {
@@ -873,9 +878,7 @@ HttpBackend::launch(llvm::StringRef session, const ObjectBlob &object, llvm::Str
 }
 
 std::shared_ptr<shm::Client> HttpBackend::channelFor(llvm::StringRef session) {
-  if (options.sharedMemory == SharedMemory::Off ||
-      (options.sharedMemory == SharedMemory::Auto && !target.unixSocket &&
-       !isLoopbackHost(target.host)))
+  if (!asksForChannel)
     return nullptr;
   std::shared_ptr<SessionState> state = stateOf(session, /*create=*/false);
   if (!state)

@@ -13,7 +13,6 @@
 #include <chrono>
 #include <csignal>
 #include <future>
-#include <sstream>
 #include <thread>
 #include <unistd.h>
 
@@ -58,24 +57,12 @@ std::string programAt(const std::string &address) {
   return text;
 }
 
-/// A metric of server `index`, read past nginx over its socket; -1 when it does not answer.
-double metric(const PoolProcess &pool, int index, const std::string &name) {
-  auto res = pool.direct(index)->Get("/metrics");
-  if (!res || res->status != 200)
-    return -1;
-  std::istringstream lines(res->body);
-  for (std::string line; std::getline(lines, line);)
-    if (line.rfind(name + " ", 0) == 0)
-      return std::stod(line.substr(name.size() + 1));
-  return -1;
-}
-
 bool alive(const PoolProcess &pool, int index) { return ::kill(pool.serverPid(index), 0) == 0; }
 
 /// A live executor holding at least one session, other than `except`; -1 if none.
 int holder(const PoolProcess &pool, int except = -1) {
   for (int i = 0; i < pool.servers(); ++i)
-    if (i != except && alive(pool, i) && metric(pool, i, "courier_sessions") > 0)
+    if (i != except && alive(pool, i) && pool.serverMetric(i, "courier_sessions") > 0)
       return i;
   return -1;
 }
@@ -136,5 +123,5 @@ TEST_CASE("a program keeps every result right while its executor is killed and a
   CHECK_FALSE(alive(pool, killed));
   CHECK_FALSE(alive(pool, drained));
   int left = 3 - killed - drained;
-  CHECK(metric(pool, left, "courier_sessions") >= 1);
+  CHECK(pool.serverMetric(left, "courier_sessions") >= 1);
 }

@@ -64,6 +64,17 @@ std::unique_ptr<httplib::Client> PoolProcess::direct(int index) const {
   return http;
 }
 
+double PoolProcess::serverMetric(int index, const std::string &name) const {
+  httplib::Result res = direct(index)->Get("/metrics");
+  if (!res || res->status != 200)
+    return -1;
+  std::istringstream lines(res->body);
+  for (std::string line; std::getline(lines, line);)
+    if (line.rfind(name + " ", 0) == 0)
+      return std::stod(line.substr(name.size() + 1));
+  return -1;
+}
+
 pid_t PoolProcess::serverPid(int index) const {
   return readPid(runDir() + "/" + serverName(index) + ".pid");
 }

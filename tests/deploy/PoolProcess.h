@@ -43,6 +43,8 @@ public:
   std::unique_ptr<httplib::Client> front() const;
   /// A client of server `index` itself, over its unix socket.
   std::unique_ptr<httplib::Client> direct(int index) const;
+  /// Metric `name` of server `index`, asked directly; -1 when it does not answer or lacks it.
+  double serverMetric(int index, const std::string &name) const;
   pid_t serverPid(int index) const;
   pid_t nginxPid() const;
 

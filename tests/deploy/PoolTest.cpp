@@ -350,18 +350,6 @@ void requireSampleRunsOn(const std::string &executor, const std::string &extra =
   CHECK(printed == "{\"data\":[3,5,7,9],\"dtype\":\"f64\",\"shape\":[4]}\n");
 }
 
-/// Metric `name` of server `index`, asked directly; -1 when it does not answer or lacks it.
-double serverMetric(const Pool &pool, int index, const std::string &name) {
-  httplib::Result res = pool.direct(index)->Get("/metrics");
-  if (!res || res->status != 200)
-    return -1;
-  std::istringstream lines(res->body);
-  for (std::string line; std::getline(lines, line);)
-    if (line.rfind(name + " ", 0) == 0)
-      return std::stod(line.substr(name.size() + 1));
-  return -1;
-}
-
 TEST_CASE("a program runs on a pool through its front door", "[deploy]") {
   Pool pool(PoolKind::Executors);
   // Each run opens a session of its own, which may hash to either executor. The front door
@@ -372,8 +360,8 @@ TEST_CASE("a program runs on a pool through its front door", "[deploy]") {
     requireSampleRunsOn(pool.address(), run == 3 ? "--shared-memory on" : "");
   for (int i = 0; i < Pool::kServers; ++i) {
     INFO("server " << i);
-    CHECK(serverMetric(pool, i, "courier_shm_channels_opened_total") == 0);
-    CHECK(serverMetric(pool, i, "courier_shm_launches_total") == 0);
+    CHECK(pool.serverMetric(i, "courier_shm_channels_opened_total") == 0);
+    CHECK(pool.serverMetric(i, "courier_shm_launches_total") == 0);
   }
 }
 

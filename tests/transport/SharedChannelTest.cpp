@@ -82,6 +82,13 @@ void requireScaled(Backend &backend, const std::string &session, const ObjectBlo
     REQUIRE(got[i] == 2 * values[i]);
 }
 
+/// A new session of `backend` with `object` shipped to it.
+std::string sessionWith(Backend &backend, const ObjectBlob &object) {
+  std::string session = require(backend.openSession());
+  requireOk(backend.shipObject(session, object));
+  return session;
+}
+
 ErrorCode codeOf(llvm::Error error, std::string &message) {
   ErrorCode code = ErrorCode::Internal;
   llvm::handleAllErrors(
@@ -432,13 +439,11 @@ TEST_CASE("a loopback TCP executor's channel is taken by default, after a check 
   ExecutorProcess executor(ExecutorConfig{0, "", {"--quiet"}});
   ObjectBlob scale = loadObject(COURIER_KERNEL_SCALE);
   std::unique_ptr<Backend> off = backendFor(executor, SharedMemory::Off);
-  std::string a = require(off->openSession());
-  requireOk(off->shipObject(a, scale));
+  std::string a = sessionWith(*off, scale);
   requireScaled(*off, a, scale, ramp(10));
   CHECK(shmLaunches(executor) == 0);
   std::unique_ptr<Backend> automatic = backendFor(executor);
-  std::string b = require(automatic->openSession());
-  requireOk(automatic->shipObject(b, scale));
+  std::string b = sessionWith(*automatic, scale);
   requireScaled(*automatic, b, scale, ramp(10));
   requireScaled(*automatic, b, scale, ramp(20));
   CHECK(shmLaunches(executor) == 2);
@@ -704,9 +709,7 @@ TEST_CASE("an executor that stops with sessions on their channels reports no wor
   std::vector<std::unique_ptr<Backend>> clients;
   for (int i = 0; i < 3; ++i) {
     clients.push_back(backendFor(executor));
-    std::string session = require(clients.back()->openSession());
-    requireOk(clients.back()->shipObject(session, scale));
-    requireScaled(*clients.back(), session, scale, ramp(10));
+    requireScaled(*clients.back(), sessionWith(*clients.back(), scale), scale, ramp(10));
   }
   REQUIRE(shmLaunches(executor) == 3);
   // Its workers end with it (they die with the thread that started them, too): no crash,
