@@ -43,10 +43,21 @@ if [ ${#missing[@]} -eq 0 ]; then
 else
   echo "install-deps: installing ${missing[*]}"
   $sudo apt-get update -qq
-  # --no-remove: an arm64 library must have its amd64 twin's version; should apt want to
-  # remove packages to get there, stop and say so rather than take the toolchain away.
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends --no-remove \
-    "${missing[@]}"
+  # An older OpenMP runtime's -dev package (libomp-dev, libomp-14-dev) owns libomp.so too,
+  # so apt removes it to install libomp-22-dev; nothing else may go. --no-remove otherwise:
+  # an arm64 library must have its amd64 twin's version; should apt want to remove packages
+  # to get there, stop and say so rather than take the toolchain away.
+  removals=$(apt-get install -s --no-install-recommends "${missing[@]}" 2>/dev/null |
+    sed -n 's/^Remv \([^ ]*\) .*/\1/p' | tr '\n' ' ')
+  others=$(for r in $removals; do [[ $r == libomp* ]] || echo "$r"; done)
+  if [ -n "$removals" ] && [ -z "$others" ]; then
+    echo "install-deps: removing ${removals}(an older OpenMP runtime; libomp-22-dev replaces it)"
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends \
+      "${missing[@]}"
+  else
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends \
+      --no-remove "${missing[@]}"
+  fi
 fi
 
 if $aarch64; then
