@@ -1750,7 +1750,6 @@ bool ExecutorCore::watchDirect(Session &s, const DirectChannel *channel, Clock::
     }
   }
   if (ours) {
-    worker->takeCrashReport();
     impl->noteDeath(s, *worker, worker->end(), "a same-host launch");
     s.workerEnded(worker);
   }

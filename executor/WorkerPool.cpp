@@ -170,8 +170,29 @@ const WorkerDeath &WorkerProcess::settle() {
 }
 
 const WorkerDeath &WorkerProcess::end() {
+  // A worker that reported a crash is on its way out: its own signal ends it, so that its
+  // death names the crash (a report counts only beside the signal it names). One that
+  // forged a report and goes on is ended here after a moment.
+  takeCrashReport();
+  if (crash) {
+    Clock::time_point until = Clock::now() + kDyingTimeout;
+    for (Clock::time_point now = Clock::now(); now < until && !closed(); now = Clock::now()) {
+      struct pollfd gone {
+        channel.get(), 0, 0
+      };
+      auto left = std::chrono::ceil<std::chrono::milliseconds>(until - now);
+      ::poll(&gone, 1, static_cast<int>(left.count()));
+    }
+  }
   kill(EndReason::None);
   return settle();
+}
+
+bool WorkerProcess::closed() const {
+  struct pollfd gone {
+    channel.get(), 0, 0
+  };
+  return ::poll(&gone, 1, 0) > 0 && (gone.revents & (POLLHUP | POLLERR));
 }
 
 llvm::Error WorkerProcess::died(llvm::StringRef what, Clock::time_point deadline) {
@@ -220,6 +241,22 @@ void WorkerProcess::takeCrashReport() {
     if (std::optional<CrashReport> report = crashReportIn(message))
       crash = report;
   }
+}
+
+bool WorkerProcess::crashReportWaits() {
+  Message message;
+  llvm::Expected<ReceiveStatus> status = receiveMessage(channel.get(), message, Clock::now());
+  if (!status) {
+    llvm::consumeError(status.takeError());
+    return false;
+  }
+  std::optional<CrashReport> report;
+  if (*status == ReceiveStatus::Message)
+    report = crashReportIn(message);
+  if (!report)
+    return false;
+  crash = report;
+  return true;
 }
 
 bool WorkerProcess::quiet() const {
@@ -350,11 +387,14 @@ llvm::Expected<Message> WorkerProcess::request(MessageWriter &message, llvm::Arr
       reply = std::move(*fromPage);
       fromPage.reset();
       // The worker answers on one path at a time: anything on the socket beside an answer in
-      // the page was written by the kernel, out of turn (a forged reply).
+      // the page was written by the kernel, out of turn (a forged reply), except a crash
+      // report: a kernel that crashed after the answer (one the worker took from its
+      // same-host channel, or a thread an earlier launch left running). The answer stands,
+      // and the worker's end is settled by whoever looks at it next.
       struct pollfd waiting {
         channel.get(), POLLIN, 0
       };
-      if (::poll(&waiting, 1, 0) != 0) {
+      if (::poll(&waiting, 1, 0) != 0 && !crashReportWaits()) {
         kill(EndReason::None);
         return died(what, deadline);
       }

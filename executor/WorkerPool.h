@@ -98,9 +98,6 @@ public:
 
   /// The socket to the worker, to poll for its end (it closes when the worker exits).
   int socket() const { return channel.get(); }
-  /// Reads a crash report the worker left on its socket, with no wait: for a worker that
-  /// ended while answering a same-host channel, no request reading the socket.
-  void takeCrashReport();
   /// The error a request `what` running when the worker ended gets (as request() says it).
   llvm::Error endedDuring(llvm::StringRef what) { return died(what, Clock::now()); }
 
@@ -108,7 +105,8 @@ public:
   void kill(EndReason reason);
   const WorkerDeath &death() const { return howItDied; }
   /// Ends the worker (if it still runs) and says how it ended: for a worker found dead, or
-  /// talking out of turn, between requests.
+  /// talking out of turn, between requests. One that reported a crash is given a moment
+  /// to die of it first.
   const WorkerDeath &end();
 
 private:
@@ -132,6 +130,14 @@ private:
                                                       const std::string &bytes);
   /// Kills (if needed) and reaps the process once; later calls return what the first saw.
   int reap();
+  /// Reads a crash report the worker left on its socket, with no wait (what else is there
+  /// goes): for a worker that ended with no request reading the socket.
+  void takeCrashReport();
+  /// Whether the worker's socket is closed: the process is gone, or all but gone.
+  bool closed() const;
+  /// Takes the message on the socket, with no wait: true when it is a crash report (kept for
+  /// settle()), false for anything else (the message is gone) or nothing.
+  bool crashReportWaits();
   /// Reaps the process and works out `howItDied`.
   const WorkerDeath &settle();
   llvm::Error died(llvm::StringRef what, Clock::time_point deadline);
