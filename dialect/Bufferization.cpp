@@ -102,15 +102,16 @@ struct LaunchModel : ReadsOperandsModel<LaunchModel<LaunchOp>, LaunchOp> {
     return success();
   }
 
-  static Operation *rebuild(RewriterBase &rewriter, catalyst::LaunchKernelOp launch,
+  static Operation *rebuild(RewriterBase &rewriter, dialect::catalyst::LaunchKernelOp launch,
                             TypeRange types, ValueRange inputs) {
-    return catalyst::LaunchKernelOp::create(rewriter, launch.getLoc(), types, launch.getCallee(),
-                                            inputs);
+    return dialect::catalyst::LaunchKernelOp::create(rewriter, launch.getLoc(), types,
+                                                     launch.getCallee(), inputs);
   }
-  static Operation *rebuild(RewriterBase &rewriter, executor::LaunchOp launch, TypeRange types,
-                            ValueRange inputs) {
-    return executor::LaunchOp::create(rewriter, launch.getLoc(), types, launch.getSession(),
-                                      launch.getCallee(), launch.getObject(), inputs);
+  static Operation *rebuild(RewriterBase &rewriter, dialect::executor::LaunchOp launch,
+                            TypeRange types, ValueRange inputs) {
+    return dialect::executor::LaunchOp::create(rewriter, launch.getLoc(), types,
+                                               launch.getSession(), launch.getCallee(),
+                                               launch.getObject(), inputs);
   }
 };
 
@@ -139,18 +140,18 @@ FailureOr<SmallVector<Value>> destinationOperands(Operation *op, ValueRange inpu
 
 /// executor.call on tensors: inputs are read; each result becomes a freshly allocated
 /// output buffer appended to the operands.
-struct CallModel : ReadsOperandsModel<CallModel, executor::CallOp> {
+struct CallModel : ReadsOperandsModel<CallModel, dialect::executor::CallOp> {
   LogicalResult bufferize(Operation *op, RewriterBase &rewriter,
                           const BufferizationOptions &options, BufferizationState &state) const {
-    auto call = cast<executor::CallOp>(op);
+    auto call = cast<dialect::executor::CallOp>(op);
     SmallVector<Value> outputs;
     FailureOr<SmallVector<Value>> operands =
         destinationOperands(op, call.getArgs(), rewriter, options, state, outputs);
     if (failed(operands))
       return failure();
-    executor::CallOp::create(rewriter, op->getLoc(), TypeRange{}, call.getSession(),
-                             call.getCallee(), *operands,
-                             rewriter.getI32IntegerAttr(call.getInputCount()));
+    dialect::executor::CallOp::create(rewriter, op->getLoc(), TypeRange{}, call.getSession(),
+                                      call.getCallee(), *operands,
+                                      rewriter.getI32IntegerAttr(call.getInputCount()));
     replaceOpWithBufferizedValues(rewriter, op, outputs);
     return success();
   }
@@ -158,16 +159,16 @@ struct CallModel : ReadsOperandsModel<CallModel, executor::CallOp> {
 
 /// catalyst.custom_call on tensors: the same destination-passing form as executor.call,
 /// with `number_original_arg` marking where the inputs end.
-struct CustomCallModel : ReadsOperandsModel<CustomCallModel, catalyst::CustomCallOp> {
+struct CustomCallModel : ReadsOperandsModel<CustomCallModel, dialect::catalyst::CustomCallOp> {
   LogicalResult bufferize(Operation *op, RewriterBase &rewriter,
                           const BufferizationOptions &options, BufferizationState &state) const {
-    auto call = cast<catalyst::CustomCallOp>(op);
+    auto call = cast<dialect::catalyst::CustomCallOp>(op);
     SmallVector<Value> outputs;
     FailureOr<SmallVector<Value>> operands =
         destinationOperands(op, call.getInputs(), rewriter, options, state, outputs);
     if (failed(operands))
       return failure();
-    auto bufferized = catalyst::CustomCallOp::create(
+    auto bufferized = dialect::catalyst::CustomCallOp::create(
         rewriter, op->getLoc(), TypeRange{}, *operands, call.getCallTargetName(),
         rewriter.getI32IntegerAttr(call.getInputs().size()), call.getBackendConfigAttr());
     bufferized->setDiscardableAttrs(op->getDiscardableAttrDictionary());
@@ -179,14 +180,15 @@ struct CustomCallModel : ReadsOperandsModel<CustomCallModel, catalyst::CustomCal
 } // namespace
 
 void registerCourierDialects(DialectRegistry &registry) {
-  registry.insert<executor::ExecutorDialect, catalyst::CatalystDialect>();
-  registry.addExtension(+[](MLIRContext *ctx, executor::ExecutorDialect *) {
-    executor::LaunchOp::attachInterface<LaunchModel<executor::LaunchOp>>(*ctx);
-    executor::CallOp::attachInterface<CallModel>(*ctx);
+  registry.insert<dialect::executor::ExecutorDialect, dialect::catalyst::CatalystDialect>();
+  registry.addExtension(+[](MLIRContext *ctx, dialect::executor::ExecutorDialect *) {
+    dialect::executor::LaunchOp::attachInterface<LaunchModel<dialect::executor::LaunchOp>>(*ctx);
+    dialect::executor::CallOp::attachInterface<CallModel>(*ctx);
   });
-  registry.addExtension(+[](MLIRContext *ctx, catalyst::CatalystDialect *) {
-    catalyst::LaunchKernelOp::attachInterface<LaunchModel<catalyst::LaunchKernelOp>>(*ctx);
-    catalyst::CustomCallOp::attachInterface<CustomCallModel>(*ctx);
+  registry.addExtension(+[](MLIRContext *ctx, dialect::catalyst::CatalystDialect *) {
+    dialect::catalyst::LaunchKernelOp::attachInterface<
+        LaunchModel<dialect::catalyst::LaunchKernelOp>>(*ctx);
+    dialect::catalyst::CustomCallOp::attachInterface<CustomCallModel>(*ctx);
   });
 }
 

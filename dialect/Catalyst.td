@@ -9,7 +9,7 @@ include "mlir/Interfaces/SideEffectInterfaces.td"
 
 def Catalyst_Dialect : Dialect {
   let name = "catalyst";
-  let cppNamespace = "::courier::catalyst";
+  let cppNamespace = "::courier::dialect::catalyst";
   let summary = "Kernel launches into nested target modules and dispatched library calls.";
   let description = [{
     Host programs reach code that runs elsewhere through three ops: `launch_kernel` calls

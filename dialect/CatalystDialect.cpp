@@ -8,7 +8,7 @@
 #include "llvm/ADT/StringSwitch.h"
 
 using namespace mlir;
-using namespace courier::catalyst;
+using namespace courier::dialect::catalyst;
 
 #include "dialect/CatalystDialect.cpp.inc"
 
@@ -187,7 +187,7 @@ void RuntimeCallOp::getEffects(
   effects.emplace_back(MemoryEffects::Write::get());
 }
 
-namespace courier::catalyst {
+namespace courier::dialect::catalyst {
 
 Type cKindWireType(MLIRContext *ctx, StringRef kind) {
   return llvm::StringSwitch<Type>(kind)
@@ -201,7 +201,7 @@ Type cKindWireType(MLIRContext *ctx, StringRef kind) {
       .Default(Type());
 }
 
-} // namespace courier::catalyst
+} // namespace courier::dialect::catalyst
 
 /// Whether `type` is what a C parameter of kind `kind` is passed as (a `ptr` may also be an
 /// index).

@@ -27,6 +27,9 @@
 
 namespace courier {
 
+/// The dialects' own C++ namespaces, apart from the executor server's (courier::executor).
+namespace dialect {
+
 namespace catalyst {
 /// The fixed width, in bytes, of the NUL-padded field a `str` parameter travels in.
 inline constexpr int64_t kStringFieldWidth = 256;
@@ -48,6 +51,8 @@ inline std::string signatureSymbol(llvm::StringRef function) {
   return (kSignaturePrefix + function).str();
 }
 } // namespace executor
+
+} // namespace dialect
 
 /// Registers the `executor` and `catalyst` dialects and the external models that let
 /// one-shot bufferize handle `executor.call`, `executor.launch` and

@@ -9,7 +9,7 @@ include "mlir/Interfaces/SideEffectInterfaces.td"
 
 def Executor_Dialect : Dialect {
   let name = "executor";
-  let cppNamespace = "::courier::executor";
+  let cppNamespace = "::courier::dialect::executor";
   let summary = "Sessions with executors that run cross-compiled target objects.";
   let description = [{
     An executor runs object files compiled for its target. Host code opens a session with

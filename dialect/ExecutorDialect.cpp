@@ -8,7 +8,7 @@
 #include "llvm/Support/MathExtras.h"
 
 using namespace mlir;
-using namespace courier::executor;
+using namespace courier::dialect::executor;
 
 #include "dialect/ExecutorDialect.cpp.inc"
 

@@ -451,8 +451,8 @@ struct Engine::Impl {
     std::string chosen;
     mlir::MLIRContext *ctx = module.getContext();
     for (mlir::ModuleOp target : getTargetModules(module)) {
-      auto spec =
-          target->getAttrOfType<mlir::DictionaryAttr>(catalyst::CatalystDialect::kTargetAttrName);
+      auto spec = target->getAttrOfType<mlir::DictionaryAttr>(
+          dialect::catalyst::CatalystDialect::kTargetAttrName);
       auto named = spec ? spec.getAs<mlir::StringAttr>("cpu") : nullptr;
       if (!spec || (spec.contains("cpu") && !(named && named.getValue() == "native")))
         continue;
@@ -474,7 +474,8 @@ struct Engine::Impl {
       mlir::NamedAttrList entries(spec);
       entries.set("cpu", mlir::StringAttr::get(ctx, cpu.cpu));
       entries.set("features", mlir::StringAttr::get(ctx, cpu.features));
-      target->setAttr(catalyst::CatalystDialect::kTargetAttrName, entries.getDictionary(ctx));
+      target->setAttr(dialect::catalyst::CatalystDialect::kTargetAttrName,
+                      entries.getDictionary(ctx));
       chosen += address + '\0' + cpu.cpu + '\0' + cpu.features + '\0';
     }
     return chosen;

@@ -105,7 +105,7 @@ struct Finder {
         }
         return;
       }
-      if (auto launch = llvm::dyn_cast<catalyst::LaunchKernelOp>(op)) {
+      if (auto launch = llvm::dyn_cast<dialect::catalyst::LaunchKernelOp>(op)) {
         auto callee = llvm::dyn_cast_or_null<mlir::func::FuncOp>(
             mlir::SymbolTable::lookupNearestSymbolFrom(module, launch.getCallee()));
         if (!callee || callee.isExternal() || depth > 0)

@@ -58,7 +58,7 @@ struct Kernel {
 /// Describes `fn`'s buffers for executors, which check launches against it (a launch that
 /// disagrees would read or write past the kernel's buffers).
 SmallVector<int64_t> signatureOf(func::FuncOp fn) {
-  SmallVector<int64_t> table = {executor::kSignatureVersion,
+  SmallVector<int64_t> table = {dialect::executor::kSignatureVersion,
                                 static_cast<int64_t>(fn.getNumArguments()),
                                 static_cast<int64_t>(fn.getNumResults())};
   for (Type type : llvm::concat<const Type>(fn.getArgumentTypes(), fn.getResultTypes())) {
@@ -78,7 +78,8 @@ void addSignatureTable(ModuleOp module, const Kernel &kernel) {
       RankedTensorType::get({static_cast<int64_t>(kernel.signature.size())}, builder.getI64Type()),
       ArrayRef<int64_t>(kernel.signature));
   LLVM::GlobalOp::create(builder, module.getLoc(), type, /*isConstant=*/true,
-                         LLVM::Linkage::External, executor::signatureSymbol(kernel.name), values);
+                         LLVM::Linkage::External, dialect::executor::signatureSymbol(kernel.name),
+                         values);
 }
 
 /// Adds `_catalyst_pyface_<fn>(results, args)` forwarding to `_mlir_ciface_<fn>`: `args`
@@ -90,7 +91,8 @@ void addPyfaceEntry(ModuleOp module, const Kernel &kernel) {
   OpBuilder builder = OpBuilder::atBlockEnd(module.getBody());
   Location loc = ciface.getLoc();
   auto type = LLVM::LLVMFunctionType::get(LLVM::LLVMVoidType::get(ctx), {ptr, ptr});
-  auto entry = LLVM::LLVMFuncOp::create(builder, loc, executor::entrySymbol(kernel.name), type);
+  auto entry =
+      LLVM::LLVMFuncOp::create(builder, loc, dialect::executor::entrySymbol(kernel.name), type);
   Block *body = entry.addEntryBlock(builder);
   builder.setInsertionPointToStart(body);
   SmallVector<Value> operands;
@@ -239,7 +241,7 @@ struct CrossCompileTargets : impl::CrossCompileTargetsBase<CrossCompileTargets> 
     state->dir = hooks.sink || !workspace.empty() ? std::string(workspace) : defaultWorkspace();
     std::vector<TargetJob> &jobs = state->jobs;
     for (ModuleOp target : getTargetModules(getOperation())) {
-      if (!target->hasAttr(catalyst::CatalystDialect::kTargetAttrName))
+      if (!target->hasAttr(dialect::catalyst::CatalystDialect::kTargetAttrName))
         continue;
       TargetJob &job = jobs.emplace_back();
       job.target = target;
@@ -282,7 +284,7 @@ struct CrossCompileTargets : impl::CrossCompileTargetsBase<CrossCompileTargets> 
       if (hooks.defer && hooks.name && !llvm::is_contained(failed, true)) {
         // Names that do not wait for the objects: host code compiles while they are made.
         for (TargetJob &job : jobs)
-          job.target->setAttr(catalyst::CatalystDialect::kObjectFileAttrName,
+          job.target->setAttr(dialect::catalyst::CatalystDialect::kObjectFileAttrName,
                               StringAttr::get(&getContext(), job.cachedName
                                                                  ? *job.cachedName
                                                                  : hooks.name(slotOf(job))));
@@ -298,7 +300,7 @@ struct CrossCompileTargets : impl::CrossCompileTargetsBase<CrossCompileTargets> 
         if (mlir::failed(name))
           failed[i] = true;
         else
-          jobs[i].target->setAttr(catalyst::CatalystDialect::kObjectFileAttrName,
+          jobs[i].target->setAttr(dialect::catalyst::CatalystDialect::kObjectFileAttrName,
                                   StringAttr::get(&getContext(), *name));
         ordered.eraseOrderIDForThread();
       }
@@ -392,19 +394,21 @@ struct CrossCompileTargets : impl::CrossCompileTargetsBase<CrossCompileTargets> 
     job.config = &configFor(target);
     if (!job.config->refusal.empty())
       return target.emitError(job.config->refusal);
-    auto spec = target->getAttrOfType<DictionaryAttr>(catalyst::CatalystDialect::kTargetAttrName);
+    auto spec =
+        target->getAttrOfType<DictionaryAttr>(dialect::catalyst::CatalystDialect::kTargetAttrName);
     auto pipelineAttr = spec.getAs<StringAttr>("pipeline");
     StringRef pipeline = pipelineAttr ? pipelineAttr.getValue() : StringRef();
 
     // Lower a detached copy, so the host keeps the original for later passes.
     OwningOpRef<ModuleOp> copy = cast<ModuleOp>(target->clone());
-    for (StringRef name :
-         {catalyst::CatalystDialect::kTargetAttrName, catalyst::CatalystDialect::kDispatchAttrName,
-          catalyst::CatalystDialect::kObjectFileAttrName})
+    for (StringRef name : {dialect::catalyst::CatalystDialect::kTargetAttrName,
+                           dialect::catalyst::CatalystDialect::kDispatchAttrName,
+                           dialect::catalyst::CatalystDialect::kObjectFileAttrName})
       (*copy)->removeAttr(name);
     // Kernels run on their own: they cannot reach further executors themselves.
     WalkResult nested = copy->walk([](Operation *op) {
-      if (!isa<catalyst::CatalystDialect, executor::ExecutorDialect>(op->getDialect()))
+      if (!isa<dialect::catalyst::CatalystDialect, dialect::executor::ExecutorDialect>(
+              op->getDialect()))
         return WalkResult::advance();
       op->emitOpError("is not supported inside a target module");
       return WalkResult::interrupt();

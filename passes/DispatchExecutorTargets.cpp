@@ -54,7 +54,7 @@ public:
     Operation *after = last && open->isBeforeInBlock(last) ? last : open;
     OpBuilder builder(after->getContext());
     builder.setInsertionPointAfter(after);
-    last = executor::SendBinaryOp::create(builder, function.getLoc(), session, object);
+    last = dialect::executor::SendBinaryOp::create(builder, function.getLoc(), session, object);
   }
 
 private:
@@ -72,10 +72,10 @@ struct DispatchExecutorTargets : impl::DispatchExecutorTargetsBase<DispatchExecu
     llvm::StringMap<DispatchedModule> dispatched;
     SmallVector<StringRef> order;
     for (ModuleOp target : getTargetModules(host)) {
-      auto object =
-          target->getAttrOfType<StringAttr>(catalyst::CatalystDialect::kObjectFileAttrName);
+      auto object = target->getAttrOfType<StringAttr>(
+          dialect::catalyst::CatalystDialect::kObjectFileAttrName);
       if (!object) {
-        if (target->hasAttr(catalyst::CatalystDialect::kTargetAttrName))
+        if (target->hasAttr(dialect::catalyst::CatalystDialect::kTargetAttrName))
           target.emitError("target module has no catalyst.object_file; run "
                            "cross-compile-targets before dispatch-executor-targets");
         else
@@ -91,9 +91,9 @@ struct DispatchExecutorTargets : impl::DispatchExecutorTargetsBase<DispatchExecu
       order.push_back(*target.getSymName());
     }
     // Library calls inside target modules belong to those modules' own compilation.
-    SmallVector<catalyst::CustomCallOp> customCalls;
+    SmallVector<dialect::catalyst::CustomCallOp> customCalls;
     for (auto function : host.getBody()->getOps<FunctionOpInterface>())
-      function.walk([&](catalyst::CustomCallOp call) {
+      function.walk([&](dialect::catalyst::CustomCallOp call) {
         if (call.getDispatch())
           customCalls.push_back(call);
       });
@@ -107,7 +107,7 @@ struct DispatchExecutorTargets : impl::DispatchExecutorTargetsBase<DispatchExecu
       injectSetup(*setup, dispatched, order);
     }
 
-    SmallVector<executor::LaunchAsyncOp> started;
+    SmallVector<dialect::executor::LaunchAsyncOp> started;
     if (failed(rewriteLaunches(host, dispatched, started)) ||
         failed(rewriteCustomCalls(host, customCalls)) || failed(awaitAsyncLaunches(started)))
       return signalPassFailure();
@@ -122,18 +122,18 @@ struct DispatchExecutorTargets : impl::DispatchExecutorTargetsBase<DispatchExecu
                    ArrayRef<StringRef> order) {
     OpBuilder builder = OpBuilder::atBlockBegin(&setup.getBody().front());
     llvm::StringMap<Value> sessions;
-    auto sessionType = executor::SessionType::get(&getContext());
+    auto sessionType = dialect::executor::SessionType::get(&getContext());
     for (StringRef name : order) {
       DispatchedModule &target = dispatched[name];
       Value &session = sessions[target.address];
       if (!session)
-        session =
-            executor::OpenOp::create(builder, target.module.getLoc(), sessionType, target.address);
+        session = dialect::executor::OpenOp::create(builder, target.module.getLoc(), sessionType,
+                                                    target.address);
     }
     for (StringRef name : order) {
       DispatchedModule &target = dispatched[name];
-      executor::SendBinaryOp::create(builder, target.module.getLoc(), sessions[target.address],
-                                     target.objectFile);
+      dialect::executor::SendBinaryOp::create(builder, target.module.getLoc(),
+                                              sessions[target.address], target.objectFile);
     }
   }
 
@@ -142,44 +142,45 @@ struct DispatchExecutorTargets : impl::DispatchExecutorTargetsBase<DispatchExecu
   /// function has shipped the object. With a bring-up function in the program only
   /// bring-up functions ship.
   LogicalResult rewriteLaunches(ModuleOp host, llvm::StringMap<DispatchedModule> &dispatched,
-                                SmallVectorImpl<executor::LaunchAsyncOp> &started) {
+                                SmallVectorImpl<dialect::executor::LaunchAsyncOp> &started) {
     bool bringupMode = llvm::any_of(host.getBody()->getOps<FunctionOpInterface>(), [](auto fn) {
-      return fn->hasAttr(catalyst::CatalystDialect::kBacklineBringupAttrName);
+      return fn->hasAttr(dialect::catalyst::CatalystDialect::kBacklineBringupAttrName);
     });
-    SmallVector<catalyst::LaunchKernelOp> launches;
-    host.walk([&](catalyst::LaunchKernelOp launch) {
+    SmallVector<dialect::catalyst::LaunchKernelOp> launches;
+    host.walk([&](dialect::catalyst::LaunchKernelOp launch) {
       // Launches inside a target module belong to that module's own compilation.
       if (launch->getParentOfType<ModuleOp>() == host &&
           dispatched.count(launch.getCallee().getRootReference().getValue()))
         launches.push_back(launch);
     });
-    for (catalyst::LaunchKernelOp launch : launches) {
+    for (dialect::catalyst::LaunchKernelOp launch : launches) {
       auto function = launch->getParentOfType<FunctionOpInterface>();
       if (!function)
         return launch.emitOpError("must be inside a function to be dispatched");
       const DispatchedModule &target =
           dispatched.find(launch.getCallee().getRootReference().getValue())->second;
       StringRef callee = launch.getCallee().getLeafReference().getValue();
-      bool nonblocking = launch->hasAttr(catalyst::CatalystDialect::kNonblockingAttrName);
+      bool nonblocking = launch->hasAttr(dialect::catalyst::CatalystDialect::kNonblockingAttrName);
       if (nonblocking && (!launch.getInputs().empty() || launch.getNumResults() != 0))
         return launch.emitOpError("nonblocking dispatch requires a '()->()' callee: ")
                << launch.getCallee() << " takes " << launch.getInputs().size()
                << " arguments and returns " << launch.getNumResults()
                << " results; an asynchronous launch has no results to wait for";
       Value session = sessions.get(launch, target.address);
-      if (!bringupMode || function->hasAttr(catalyst::CatalystDialect::kBacklineBringupAttrName))
+      if (!bringupMode ||
+          function->hasAttr(dialect::catalyst::CatalystDialect::kBacklineBringupAttrName))
         shipments.ensure(launch, session, target.objectFile);
       OpBuilder builder(launch);
       if (nonblocking) {
-        started.push_back(executor::LaunchAsyncOp::create(builder, launch.getLoc(),
-                                                          executor::TokenType::get(&getContext()),
-                                                          session, callee, target.objectFile));
+        started.push_back(dialect::executor::LaunchAsyncOp::create(
+            builder, launch.getLoc(), dialect::executor::TokenType::get(&getContext()), session,
+            callee, target.objectFile));
         launch.erase();
         continue;
       }
-      auto rewritten =
-          executor::LaunchOp::create(builder, launch.getLoc(), launch.getResultTypes(), session,
-                                     callee, target.objectFile, launch.getInputs());
+      auto rewritten = dialect::executor::LaunchOp::create(builder, launch.getLoc(),
+                                                           launch.getResultTypes(), session, callee,
+                                                           target.objectFile, launch.getInputs());
       launch.replaceAllUsesWith(rewritten.getResults());
       launch.erase();
     }
@@ -188,11 +189,11 @@ struct DispatchExecutorTargets : impl::DispatchExecutorTargetsBase<DispatchExecu
 
   /// A custom_call with a `dispatch` in its backend_config becomes executor.call on that
   /// executor; an empty dispatch binds to the program's single executor.
-  LogicalResult rewriteCustomCalls(ModuleOp host, ArrayRef<catalyst::CustomCallOp> calls) {
+  LogicalResult rewriteCustomCalls(ModuleOp host, ArrayRef<dialect::catalyst::CustomCallOp> calls) {
     if (calls.empty())
       return success();
     SmallVector<std::string> programExecutors = getProgramExecutors(host);
-    for (catalyst::CustomCallOp call : calls) {
+    for (dialect::catalyst::CustomCallOp call : calls) {
       std::string address = call.getDispatch().str();
       if (address.empty()) {
         if (programExecutors.empty())
@@ -211,7 +212,7 @@ struct DispatchExecutorTargets : impl::DispatchExecutorTargetsBase<DispatchExecu
       }
       OpBuilder builder(call);
       std::optional<int32_t> inputs = call.getNumberOriginalArg();
-      auto rewritten = executor::CallOp::create(
+      auto rewritten = dialect::executor::CallOp::create(
           builder, call.getLoc(), call.getResultTypes(), sessions.get(call, address),
           call.getCallTargetName(), call.getInputs(),
           inputs ? builder.getI32IntegerAttr(*inputs) : IntegerAttr());
@@ -225,14 +226,14 @@ struct DispatchExecutorTargets : impl::DispatchExecutorTargetsBase<DispatchExecu
   /// every return, so nothing it launched outlives the call. Only launches in the entry block
   /// have a token that reaches every return. Launches this pass did not create (written as
   /// executor ops) are the writer's to await.
-  LogicalResult awaitAsyncLaunches(ArrayRef<executor::LaunchAsyncOp> started) {
-    llvm::MapVector<Operation *, SmallVector<executor::LaunchAsyncOp>> byFunction;
-    for (executor::LaunchAsyncOp launch : started)
+  LogicalResult awaitAsyncLaunches(ArrayRef<dialect::executor::LaunchAsyncOp> started) {
+    llvm::MapVector<Operation *, SmallVector<dialect::executor::LaunchAsyncOp>> byFunction;
+    for (dialect::executor::LaunchAsyncOp launch : started)
       byFunction[launch->getParentOfType<FunctionOpInterface>()].push_back(launch);
     for (auto &[op, launches] : byFunction) {
       auto function = cast<FunctionOpInterface>(op);
       Block &entry = function.getFunctionBody().front();
-      for (executor::LaunchAsyncOp launch : launches)
+      for (dialect::executor::LaunchAsyncOp launch : launches)
         if (launch->getBlock() != &entry)
           return function.emitOpError("async launch must be in the function's entry block: the "
                                       "launch of '")
@@ -243,8 +244,8 @@ struct DispatchExecutorTargets : impl::DispatchExecutorTargetsBase<DispatchExecu
         if (block.empty() || !block.back().hasTrait<OpTrait::ReturnLike>())
           continue;
         OpBuilder builder(&block.back());
-        for (executor::LaunchAsyncOp launch : launches)
-          executor::AwaitOp::create(builder, launch.getLoc(), launch.getToken());
+        for (dialect::executor::LaunchAsyncOp launch : launches)
+          dialect::executor::AwaitOp::create(builder, launch.getLoc(), launch.getToken());
       }
     }
     return success();

@@ -17,18 +17,18 @@ namespace {
 
 /// A NUL-padded fixed-width constant holding `text`.
 Value stringField(OpBuilder &builder, Location loc, StringRef text) {
-  SmallVector<int8_t> bytes(catalyst::kStringFieldWidth, 0);
+  SmallVector<int8_t> bytes(dialect::catalyst::kStringFieldWidth, 0);
   llvm::copy(text, bytes.begin());
-  auto type = RankedTensorType::get({catalyst::kStringFieldWidth}, builder.getI8Type());
+  auto type = RankedTensorType::get({dialect::catalyst::kStringFieldWidth}, builder.getI8Type());
   return arith::ConstantOp::create(builder, loc, DenseElementsAttr::get(type, ArrayRef(bytes)));
 }
 
 struct LowerRuntimeDispatch : impl::LowerRuntimeDispatchBase<LowerRuntimeDispatch> {
   void runOnOperation() override {
     ModuleOp host = getOperation();
-    SmallVector<catalyst::RuntimeCallOp> calls;
+    SmallVector<dialect::catalyst::RuntimeCallOp> calls;
     for (auto function : host.getBody()->getOps<FunctionOpInterface>())
-      function.walk([&](catalyst::RuntimeCallOp call) {
+      function.walk([&](dialect::catalyst::RuntimeCallOp call) {
         if (call.getDispatch())
           calls.push_back(call);
       });
@@ -39,7 +39,7 @@ struct LowerRuntimeDispatch : impl::LowerRuntimeDispatchBase<LowerRuntimeDispatc
     SmallVector<std::string> programExecutors = getProgramExecutors(host);
 
     SessionCache sessions;
-    for (catalyst::RuntimeCallOp call : calls) {
+    for (dialect::catalyst::RuntimeCallOp call : calls) {
       std::string address = call.getDispatch()->str();
       if (address.empty()) {
         if (programExecutors.empty()) {
@@ -60,7 +60,7 @@ struct LowerRuntimeDispatch : impl::LowerRuntimeDispatchBase<LowerRuntimeDispatc
     }
   }
 
-  void lower(catalyst::RuntimeCallOp call, Value session) {
+  void lower(dialect::catalyst::RuntimeCallOp call, Value session) {
     MLIRContext *ctx = &getContext();
     Location loc = call.getLoc();
     OpBuilder builder(call);
@@ -77,7 +77,7 @@ struct LowerRuntimeDispatch : impl::LowerRuntimeDispatchBase<LowerRuntimeDispatc
       Value value = *operand++;
       if (value.getType().isIndex())
         value = arith::IndexCastOp::create(builder, loc, builder.getI64Type(), value);
-      auto type = RankedTensorType::get({1}, catalyst::cKindWireType(ctx, kind));
+      auto type = RankedTensorType::get({1}, dialect::catalyst::cKindWireType(ctx, kind));
       inputs.push_back(tensor::FromElementsOp::create(builder, loc, type, value));
     }
 
@@ -85,12 +85,12 @@ struct LowerRuntimeDispatch : impl::LowerRuntimeDispatchBase<LowerRuntimeDispatc
     bool hasResult = call.getCResult() != "void";
     if (hasResult)
       resultTypes.push_back(
-          RankedTensorType::get({1}, catalyst::cKindWireType(ctx, call.getCResult())));
+          RankedTensorType::get({1}, dialect::catalyst::cKindWireType(ctx, call.getCResult())));
     llvm::append_range(resultTypes, call.getOuts().getTypes());
 
-    auto executorCall =
-        executor::CallOp::create(builder, loc, resultTypes, session, call.getCallee(), inputs,
-                                 builder.getI32IntegerAttr(static_cast<int32_t>(inputs.size())));
+    auto executorCall = dialect::executor::CallOp::create(
+        builder, loc, resultTypes, session, call.getCallee(), inputs,
+        builder.getI32IntegerAttr(static_cast<int32_t>(inputs.size())));
 
     SmallVector<Value> replacements;
     ValueRange results = executorCall.getResults();

@@ -91,7 +91,7 @@ def DispatchExecutorTargets : Pass<"dispatch-executor-targets", "::mlir::ModuleO
     no `executor.close` is emitted. The pass is a no-op when no module is dispatched and
     no custom call is. A dispatched module without an object file is an error.
   }];
-  let dependentDialects = ["::courier::executor::ExecutorDialect", "::mlir::func::FuncDialect"];
+  let dependentDialects = ["::courier::dialect::executor::ExecutorDialect", "::mlir::func::FuncDialect"];
 }
 
 def LowerRuntimeDispatch : Pass<"lower-runtime-dispatch", "::mlir::ModuleOp"> {
@@ -114,7 +114,7 @@ def LowerRuntimeDispatch : Pass<"lower-runtime-dispatch", "::mlir::ModuleOp"> {
     one-shot bufferize turns the `executor.call` into its destination-passing form.
   }];
   let dependentDialects = [
-    "::courier::executor::ExecutorDialect", "::mlir::arith::ArithDialect",
+    "::courier::dialect::executor::ExecutorDialect", "::mlir::arith::ArithDialect",
     "::mlir::tensor::TensorDialect"
   ];
 }

@@ -17,15 +17,15 @@ namespace courier {
 SmallVector<ModuleOp> getTargetModules(ModuleOp host) {
   SmallVector<ModuleOp> targets;
   for (auto nested : host.getBody()->getOps<ModuleOp>())
-    if (nested->hasAttr(catalyst::CatalystDialect::kTargetAttrName) ||
-        nested->hasAttr(catalyst::CatalystDialect::kDispatchAttrName))
+    if (nested->hasAttr(dialect::catalyst::CatalystDialect::kTargetAttrName) ||
+        nested->hasAttr(dialect::catalyst::CatalystDialect::kDispatchAttrName))
       targets.push_back(nested);
   return targets;
 }
 
 std::string getDispatchAddress(ModuleOp target) {
   auto dispatch =
-      target->getAttrOfType<DictionaryAttr>(catalyst::CatalystDialect::kDispatchAttrName);
+      target->getAttrOfType<DictionaryAttr>(dialect::catalyst::CatalystDialect::kDispatchAttrName);
   if (dispatch)
     if (auto address = dispatch.getAs<StringAttr>("address"); address && !address.empty())
       return address.str();
@@ -35,7 +35,7 @@ std::string getDispatchAddress(ModuleOp target) {
 SmallVector<std::string> getProgramExecutors(ModuleOp host) {
   SmallVector<std::string> addresses;
   for (ModuleOp target : getTargetModules(host))
-    if (target->hasAttr(catalyst::CatalystDialect::kDispatchAttrName))
+    if (target->hasAttr(dialect::catalyst::CatalystDialect::kDispatchAttrName))
       if (std::string address = getDispatchAddress(target); !llvm::is_contained(addresses, address))
         addresses.push_back(std::move(address));
   return addresses;
@@ -144,7 +144,8 @@ std::vector<std::string> getRequiredFeatures(const TargetCpu &cpu) {
 
 TargetCpu getTargetCpu(ModuleOp target, bool localRunsHere) {
   TargetCpu chosen;
-  auto spec = target->getAttrOfType<DictionaryAttr>(catalyst::CatalystDialect::kTargetAttrName);
+  auto spec =
+      target->getAttrOfType<DictionaryAttr>(dialect::catalyst::CatalystDialect::kTargetAttrName);
   auto text = [&](StringRef key) -> std::optional<std::string> {
     if (spec)
       if (auto attr = spec.getAs<StringAttr>(key))
@@ -252,8 +253,8 @@ Value SessionCache::get(Operation *user, StringRef address) {
     return session;
   OpBuilder builder(user->getContext());
   builder.setInsertionPointToStart(&function.getFunctionBody().front());
-  Value session = executor::OpenOp::create(builder, function.getLoc(),
-                                           executor::SessionType::get(user->getContext()), address);
+  Value session = dialect::executor::OpenOp::create(
+      builder, function.getLoc(), dialect::executor::SessionType::get(user->getContext()), address);
   sessions[key] = session;
   return session;
 }

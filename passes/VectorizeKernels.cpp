@@ -641,8 +641,8 @@ private:
     TargetCpu cpu = getTargetCpu(module, localRunsHere);
     plan.vectorBits = getVectorBits(cpu);
     plan.pairDotBits = getPairDotBits(cpu);
-    if (auto spec =
-            module->getAttrOfType<DictionaryAttr>(catalyst::CatalystDialect::kTargetAttrName)) {
+    if (auto spec = module->getAttrOfType<DictionaryAttr>(
+            dialect::catalyst::CatalystDialect::kTargetAttrName)) {
       if (auto fp = spec.getAs<StringAttr>("fp"))
         plan.strict = fp.getValue() == "strict";
       // A module that names its own lowering pipeline is lowered as it says, from its IR.
