@@ -51,25 +51,26 @@ const RuntimeFunction kRuntimeFunctions[] = {
 /// The runtime functions an executor op's lowering calls.
 SmallVector<StringRef, 2> runtimeFunctionsOf(Operation *op) {
   return llvm::TypeSwitch<Operation *, SmallVector<StringRef, 2>>(op)
-      .Case(
-          [](executor::OpenOp) { return SmallVector<StringRef, 2>{"__catalyst__executor__open"}; })
-      .Case([](executor::SendBinaryOp) {
+      .Case([](dialect::executor::OpenOp) {
+        return SmallVector<StringRef, 2>{"__catalyst__executor__open"};
+      })
+      .Case([](dialect::executor::SendBinaryOp) {
         return SmallVector<StringRef, 2>{"__catalyst__executor__send_binary"};
       })
-      .Case([](executor::LaunchOp) {
+      .Case([](dialect::executor::LaunchOp) {
         return SmallVector<StringRef, 2>{"__catalyst__executor__launch"};
       })
-      .Case([](executor::LaunchAsyncOp) {
+      .Case([](dialect::executor::LaunchAsyncOp) {
         return SmallVector<StringRef, 2>{"__catalyst__executor__launch_async"};
       })
-      .Case([](executor::AwaitOp) {
+      .Case([](dialect::executor::AwaitOp) {
         return SmallVector<StringRef, 2>{"__catalyst__executor__await"};
       })
-      .Case([](executor::CallOp) {
+      .Case([](dialect::executor::CallOp) {
         return SmallVector<StringRef, 2>{"__catalyst__executor__call_wrapper",
                                          "__catalyst__executor__free_result"};
       })
-      .Case([](executor::CloseOp) {
+      .Case([](dialect::executor::CloseOp) {
         return SmallVector<StringRef, 2>{"__catalyst__executor__close"};
       })
       .Default([](Operation *) { return SmallVector<StringRef, 2>{}; });
@@ -219,7 +220,7 @@ Shapes shapesOf(TypeRange types) {
 /// Whether a launch or call has only contiguous memrefs of integers, floats or index.
 bool hasLowerableBuffers(Operation *op) {
   for (Type type : llvm::concat<const Type>(op->getOperandTypes(), op->getResultTypes())) {
-    if (isa<executor::SessionType>(type))
+    if (isa<dialect::executor::SessionType>(type))
       continue;
     auto memref = dyn_cast<MemRefType>(type);
     if (!memref || failed(elementBytes(memref.getElementType())))
@@ -231,15 +232,15 @@ bool hasLowerableBuffers(Operation *op) {
 /// Creates the constants `op`'s lowering references.
 void addConstants(Operation *op, LoweringContext &lowering) {
   llvm::TypeSwitch<Operation *>(op)
-      .Case([&](executor::OpenOp open) {
+      .Case([&](dialect::executor::OpenOp open) {
         lowering.addString(addressKey(open.getAddress()), open.getAddress());
       })
-      .Case([&](executor::SendBinaryOp send) {
+      .Case([&](dialect::executor::SendBinaryOp send) {
         lowering.addString(pathKey(send.getPath()), send.getPath());
       })
-      .Case([&](executor::LaunchOp launch) {
+      .Case([&](dialect::executor::LaunchOp launch) {
         lowering.addString(symbolKey(launch.getCallee()),
-                           executor::entrySymbol(launch.getCallee()));
+                           dialect::executor::entrySymbol(launch.getCallee()));
         lowering.addString(objectKey(launch.getCallee()), launch.getObject());
         if (!hasLowerableBuffers(launch))
           return;
@@ -250,12 +251,12 @@ void addConstants(Operation *op, LoweringContext &lowering) {
         lowering.addI64Array(arrayKey("out_ranks", launch.getCallee()), out.ranks);
         lowering.addI64Array(arrayKey("out_sizes", launch.getCallee()), out.elemSizes);
       })
-      .Case([&](executor::LaunchAsyncOp launch) {
+      .Case([&](dialect::executor::LaunchAsyncOp launch) {
         lowering.addString(symbolKey(launch.getCallee()),
-                           executor::entrySymbol(launch.getCallee()));
+                           dialect::executor::entrySymbol(launch.getCallee()));
         lowering.addString(objectKey(launch.getCallee()), launch.getObject());
       })
-      .Case([&](executor::CallOp call) {
+      .Case([&](dialect::executor::CallOp call) {
         lowering.addString(librarySymbolKey(call.getCallee()), call.getCallee());
       });
 }
@@ -282,9 +283,9 @@ template <typename Op> struct ExecutorPattern : ConvertOpToLLVMPattern<Op> {
   }
 };
 
-struct OpenLowering : ExecutorPattern<executor::OpenOp> {
+struct OpenLowering : ExecutorPattern<dialect::executor::OpenOp> {
   using ExecutorPattern::ExecutorPattern;
-  LogicalResult matchAndRewrite(executor::OpenOp op, OpAdaptor,
+  LogicalResult matchAndRewrite(dialect::executor::OpenOp op, OpAdaptor,
                                 ConversionPatternRewriter &rewriter) const override {
     Value address =
         lowering.string(rewriter, op.getLoc(), addressKey(op.getAddress()), op.getAddress());
@@ -294,9 +295,9 @@ struct OpenLowering : ExecutorPattern<executor::OpenOp> {
   }
 };
 
-struct SendBinaryLowering : ExecutorPattern<executor::SendBinaryOp> {
+struct SendBinaryLowering : ExecutorPattern<dialect::executor::SendBinaryOp> {
   using ExecutorPattern::ExecutorPattern;
-  LogicalResult matchAndRewrite(executor::SendBinaryOp op, OpAdaptor adaptor,
+  LogicalResult matchAndRewrite(dialect::executor::SendBinaryOp op, OpAdaptor adaptor,
                                 ConversionPatternRewriter &rewriter) const override {
     Location loc = op.getLoc();
     Value format = LLVM::ConstantOp::create(rewriter, loc, rewriter.getI32Type(), op.getFormat());
@@ -326,10 +327,10 @@ Value pointerArray(ConversionPatternRewriter &rewriter, Operation *op, ArrayRef<
   return slot;
 }
 
-struct LaunchLowering : ExecutorPattern<executor::LaunchOp> {
+struct LaunchLowering : ExecutorPattern<dialect::executor::LaunchOp> {
   using ExecutorPattern::ExecutorPattern;
 
-  LogicalResult matchAndRewrite(executor::LaunchOp op, OpAdaptor adaptor,
+  LogicalResult matchAndRewrite(dialect::executor::LaunchOp op, OpAdaptor adaptor,
                                 ConversionPatternRewriter &rewriter) const override {
     if (!hasLowerableBuffers(op))
       return rewriter.notifyMatchFailure(
@@ -373,7 +374,7 @@ struct LaunchLowering : ExecutorPattern<executor::LaunchOp> {
     lowering.callRuntime(
         rewriter, loc, "__catalyst__executor__launch",
         {adaptor.getSession(),
-         lowering.string(rewriter, loc, symbolKey(callee), executor::entrySymbol(callee)),
+         lowering.string(rewriter, loc, symbolKey(callee), dialect::executor::entrySymbol(callee)),
          lowering.string(rewriter, loc, objectKey(callee), op.getObject()),
          i64(rewriter, loc, static_cast<int64_t>(inputSlots.size())), inDescs,
          lowering.i64Array(rewriter, loc, arrayKey("in_ranks", callee), in.ranks),
@@ -390,25 +391,26 @@ struct LaunchLowering : ExecutorPattern<executor::LaunchOp> {
   }
 };
 
-struct LaunchAsyncLowering : ExecutorPattern<executor::LaunchAsyncOp> {
+struct LaunchAsyncLowering : ExecutorPattern<dialect::executor::LaunchAsyncOp> {
   using ExecutorPattern::ExecutorPattern;
-  LogicalResult matchAndRewrite(executor::LaunchAsyncOp op, OpAdaptor adaptor,
+  LogicalResult matchAndRewrite(dialect::executor::LaunchAsyncOp op, OpAdaptor adaptor,
                                 ConversionPatternRewriter &rewriter) const override {
     Location loc = op.getLoc();
     StringRef callee = op.getCallee();
     rewriter.replaceOp(
-        op, lowering.callRuntime(
-                rewriter, loc, "__catalyst__executor__launch_async",
-                {adaptor.getSession(),
-                 lowering.string(rewriter, loc, symbolKey(callee), executor::entrySymbol(callee)),
-                 lowering.string(rewriter, loc, objectKey(callee), op.getObject())}));
+        op,
+        lowering.callRuntime(rewriter, loc, "__catalyst__executor__launch_async",
+                             {adaptor.getSession(),
+                              lowering.string(rewriter, loc, symbolKey(callee),
+                                              dialect::executor::entrySymbol(callee)),
+                              lowering.string(rewriter, loc, objectKey(callee), op.getObject())}));
     return success();
   }
 };
 
-struct AwaitLowering : ExecutorPattern<executor::AwaitOp> {
+struct AwaitLowering : ExecutorPattern<dialect::executor::AwaitOp> {
   using ExecutorPattern::ExecutorPattern;
-  LogicalResult matchAndRewrite(executor::AwaitOp op, OpAdaptor adaptor,
+  LogicalResult matchAndRewrite(dialect::executor::AwaitOp op, OpAdaptor adaptor,
                                 ConversionPatternRewriter &rewriter) const override {
     lowering.callRuntime(rewriter, op.getLoc(), "__catalyst__executor__await", adaptor.getToken());
     rewriter.eraseOp(op);
@@ -416,9 +418,9 @@ struct AwaitLowering : ExecutorPattern<executor::AwaitOp> {
   }
 };
 
-struct CloseLowering : ExecutorPattern<executor::CloseOp> {
+struct CloseLowering : ExecutorPattern<dialect::executor::CloseOp> {
   using ExecutorPattern::ExecutorPattern;
-  LogicalResult matchAndRewrite(executor::CloseOp op, OpAdaptor adaptor,
+  LogicalResult matchAndRewrite(dialect::executor::CloseOp op, OpAdaptor adaptor,
                                 ConversionPatternRewriter &rewriter) const override {
     lowering.callRuntime(rewriter, op.getLoc(), "__catalyst__executor__close",
                          adaptor.getSession());
@@ -429,9 +431,9 @@ struct CloseLowering : ExecutorPattern<executor::CloseOp> {
 
 /// executor.call in destination-passing form: pack the inputs into one buffer, call, copy
 /// the reply into the output buffers, release the reply.
-struct CallLowering : ExecutorPattern<executor::CallOp> {
+struct CallLowering : ExecutorPattern<dialect::executor::CallOp> {
   using ExecutorPattern::ExecutorPattern;
-  LogicalResult matchAndRewrite(executor::CallOp op, OpAdaptor adaptor,
+  LogicalResult matchAndRewrite(dialect::executor::CallOp op, OpAdaptor adaptor,
                                 ConversionPatternRewriter &rewriter) const override {
     if (op.getNumResults() != 0)
       return rewriter.notifyMatchFailure(op, "has tensor results; run one-shot bufferize first");
@@ -518,93 +520,108 @@ struct CallLowering : ExecutorPattern<executor::CallOp> {
   }
 };
 
+/// The runtime's C ABI as LLVM function types, by name; an error on a declaration in
+/// `module` with another signature (whether or not it is called here).
+FailureOr<llvm::StringMap<LLVM::LLVMFunctionType>> runtimeSignatures(ModuleOp module) {
+  MLIRContext *ctx = module.getContext();
+  llvm::StringMap<LLVM::LLVMFunctionType> abi;
+  for (const RuntimeFunction &fn : kRuntimeFunctions) {
+    SmallVector<Type> params =
+        llvm::map_to_vector(fn.params, [&](Abi kind) { return abiType(ctx, kind); });
+    abi[fn.name] = LLVM::LLVMFunctionType::get(abiType(ctx, fn.result), params);
+    if (auto existing = module.lookupSymbol<LLVM::LLVMFuncOp>(fn.name);
+        existing && existing.getFunctionType() != abi[fn.name]) {
+      existing.emitError("'") << fn.name << "' is declared as " << existing.getFunctionType()
+                              << " but the executor runtime defines it as " << abi[fn.name];
+      return failure();
+    }
+  }
+  return abi;
+}
+
+/// A Catalyst op left at this point has no lowering: says what would give it one.
+LogicalResult checkNoCatalystLeft(Operation *op) {
+  if (auto call = dyn_cast<dialect::catalyst::RuntimeCallOp>(op)) {
+    if (call.getDispatch())
+      return call.emitOpError("is dispatched but was not lowered: lower-runtime-dispatch "
+                              "handles calls in functions of the host module only");
+    return call.emitOpError("without a dispatch attribute (an in-process library call) is not "
+                            "supported; add dispatch = \"local\" to run it on the in-process "
+                            "executor, whose plugins provide the symbol");
+  }
+  if (auto call = dyn_cast<dialect::catalyst::CustomCallOp>(op)) {
+    if (call.getDispatch())
+      return call.emitOpError("is dispatched but was not lowered: dispatch-executor-targets "
+                              "handles calls in functions of the host module only");
+    return call.emitOpError("without backend_config = {dispatch = ...} (an in-process library "
+                            "call) is not supported; add dispatch = \"local\" to run it on the "
+                            "in-process executor, whose plugins provide the symbol");
+  }
+  if (auto launch = dyn_cast<dialect::catalyst::LaunchKernelOp>(op))
+    return launch.emitOpError("targets module '")
+           << launch.getCallee().getRootReference().getValue()
+           << "', which is not a dispatched target module; give it a catalyst.target "
+              "attribute so it is compiled and shipped";
+  return success();
+}
+
+/// What an executor op must be before it is converted: in a function of `module`,
+/// bufferized, and (launch, call) with element types an executor takes.
+LogicalResult checkConvertible(Operation *op, ModuleOp module) {
+  // Runtime declarations and constants live in this module; stack slots need a function.
+  if (op->getParentOfType<ModuleOp>() != module || !op->getParentOfType<FunctionOpInterface>())
+    return op->emitOpError("must be inside a function of the module being converted");
+  for (Type type : llvm::concat<const Type>(op->getOperandTypes(), op->getResultTypes()))
+    if (isa<TensorType>(type))
+      return op->emitOpError("has tensor operands or results; run one-shot bufferize before "
+                             "convert-executor-to-llvm");
+  if (isa<dialect::executor::LaunchOp, dialect::executor::CallOp>(op))
+    for (Type type : llvm::concat<const Type>(op->getOperandTypes(), op->getResultTypes()))
+      if (auto memref = dyn_cast<MemRefType>(type);
+          memref && failed(elementBytes(memref.getElementType())))
+        return op->emitOpError("has elements of type ")
+               << memref.getElementType() << "; executors take integers, floats and index";
+  return success();
+}
+
+/// Packs `call`'s inputs on its function's stack while that function's calls fit in
+/// kStackPackedBytes together (`used`, by function), else on the heap.
+void placePackedInputs(dialect::executor::CallOp call, llvm::DenseMap<Operation *, int64_t> &used,
+                       LoweringContext &lowering) {
+  int64_t bytes = 0;
+  for (Value input : call.getInputs()) {
+    auto memref = cast<MemRefType>(input.getType());
+    bytes += memref.getNumElements() * *elementBytes(memref.getElementType());
+  }
+  int64_t &total = used[call->getParentOfType<FunctionOpInterface>()];
+  if (total + std::max<int64_t>(bytes, 1) <= kStackPackedBytes)
+    total += std::max<int64_t>(bytes, 1);
+  else
+    lowering.heapPacked.insert(call);
+}
+
 struct ConvertExecutorToLLVM : impl::ConvertExecutorToLLVMBase<ConvertExecutorToLLVM> {
   void runOnOperation() override {
     ModuleOp module = getOperation();
     MLIRContext *ctx = &getContext();
+    FailureOr<llvm::StringMap<LLVM::LLVMFunctionType>> abi = runtimeSignatures(module);
+    if (failed(abi))
+      return signalPassFailure();
 
-    // Declarations that exist must have the runtime's signatures, whether or not they
-    // are called here.
-    llvm::StringMap<LLVM::LLVMFunctionType> abi;
-    for (const RuntimeFunction &fn : kRuntimeFunctions) {
-      SmallVector<Type> params =
-          llvm::map_to_vector(fn.params, [&](Abi kind) { return abiType(ctx, kind); });
-      abi[fn.name] = LLVM::LLVMFunctionType::get(abiType(ctx, fn.result), params);
-      if (auto existing = module.lookupSymbol<LLVM::LLVMFuncOp>(fn.name);
-          existing && existing.getFunctionType() != abi[fn.name]) {
-        existing.emitError("'") << fn.name << "' is declared as " << existing.getFunctionType()
-                                << " but the executor runtime defines it as " << abi[fn.name];
-        return signalPassFailure();
-      }
-    }
-
+    // Checks every op first, and notes what the conversion needs: runtime functions,
+    // constants, where each call packs its inputs.
     LoweringContext lowering(module);
     SetVector<StringRef> needed;
     llvm::DenseMap<Operation *, int64_t> stackPacked;
     WalkResult walk = module.walk([&](Operation *op) {
-      // Catalyst ops that reach this point have no lowering; say what would give them one.
-      if (auto call = dyn_cast<catalyst::RuntimeCallOp>(op)) {
-        if (call.getDispatch())
-          call.emitOpError("is dispatched but was not lowered: lower-runtime-dispatch handles "
-                           "calls in functions of the host module only");
-        else
-          call.emitOpError("without a dispatch attribute (an in-process library call) is not "
-                           "supported; add dispatch = \"local\" to run it on the in-process "
-                           "executor, whose plugins provide the symbol");
+      if (failed(checkNoCatalystLeft(op)))
         return WalkResult::interrupt();
-      }
-      if (auto call = dyn_cast<catalyst::CustomCallOp>(op)) {
-        if (call.getDispatch())
-          call.emitOpError("is dispatched but was not lowered: dispatch-executor-targets "
-                           "handles calls in functions of the host module only");
-        else
-          call.emitOpError("without backend_config = {dispatch = ...} (an in-process library "
-                           "call) is not supported; add dispatch = \"local\" to run it on the "
-                           "in-process executor, whose plugins provide the symbol");
-        return WalkResult::interrupt();
-      }
-      if (auto launch = dyn_cast<catalyst::LaunchKernelOp>(op)) {
-        launch.emitOpError("targets module '")
-            << launch.getCallee().getRootReference().getValue()
-            << "', which is not a dispatched target module; give it a catalyst.target "
-               "attribute so it is compiled and shipped";
-        return WalkResult::interrupt();
-      }
-      if (!isa<executor::ExecutorDialect>(op->getDialect()))
+      if (!isa<dialect::executor::ExecutorDialect>(op->getDialect()))
         return WalkResult::advance();
-      // Runtime declarations and constants live in this module; stack slots need a function.
-      if (op->getParentOfType<ModuleOp>() != module ||
-          !op->getParentOfType<FunctionOpInterface>()) {
-        op->emitOpError("must be inside a function of the module being converted");
+      if (failed(checkConvertible(op, module)))
         return WalkResult::interrupt();
-      }
-      for (Type type : llvm::concat<const Type>(op->getOperandTypes(), op->getResultTypes()))
-        if (isa<TensorType>(type)) {
-          op->emitOpError("has tensor operands or results; run one-shot bufferize before "
-                          "convert-executor-to-llvm");
-          return WalkResult::interrupt();
-        }
-      if (isa<executor::LaunchOp, executor::CallOp>(op)) {
-        for (Type type : llvm::concat<const Type>(op->getOperandTypes(), op->getResultTypes()))
-          if (auto memref = dyn_cast<MemRefType>(type);
-              memref && failed(elementBytes(memref.getElementType()))) {
-            op->emitOpError("has elements of type ")
-                << memref.getElementType() << "; executors take integers, floats and index";
-            return WalkResult::interrupt();
-          }
-      }
-      if (auto call = dyn_cast<executor::CallOp>(op)) {
-        int64_t bytes = 0;
-        for (Value input : call.getInputs()) {
-          auto memref = cast<MemRefType>(input.getType());
-          bytes += memref.getNumElements() * *elementBytes(memref.getElementType());
-        }
-        int64_t &used = stackPacked[call->getParentOfType<FunctionOpInterface>()];
-        if (used + std::max<int64_t>(bytes, 1) <= kStackPackedBytes)
-          used += std::max<int64_t>(bytes, 1);
-        else
-          lowering.heapPacked.insert(call);
-      }
+      if (auto call = dyn_cast<dialect::executor::CallOp>(op))
+        placePackedInputs(call, stackPacked, lowering);
       for (StringRef name : runtimeFunctionsOf(op))
         needed.insert(name);
       addConstants(op, lowering);
@@ -621,20 +638,21 @@ struct ConvertExecutorToLLVM : impl::ConvertExecutorToLLVMBase<ConvertExecutorTo
       auto existing = module.lookupSymbol<LLVM::LLVMFuncOp>(name);
       lowering.functions[name] =
           existing ? existing
-                   : LLVM::LLVMFuncOp::create(builder, module.getLoc(), name, abi.lookup(name));
+                   : LLVM::LLVMFuncOp::create(builder, module.getLoc(), name, abi->lookup(name));
     }
 
     LLVMTypeConverter converter(ctx);
+    converter.addConversion([](dialect::executor::SessionType type) {
+      return IntegerType::get(type.getContext(), 64);
+    });
     converter.addConversion(
-        [](executor::SessionType type) { return IntegerType::get(type.getContext(), 64); });
-    converter.addConversion(
-        [](executor::TokenType type) { return IntegerType::get(type.getContext(), 64); });
+        [](dialect::executor::TokenType type) { return IntegerType::get(type.getContext(), 64); });
     RewritePatternSet patterns(ctx);
     patterns.add<OpenLowering, SendBinaryLowering, LaunchLowering, LaunchAsyncLowering,
                  AwaitLowering, CallLowering, CloseLowering>(converter, lowering);
     ConversionTarget target(*ctx);
     target.addLegalDialect<LLVM::LLVMDialect>();
-    target.addIllegalDialect<executor::ExecutorDialect>();
+    target.addIllegalDialect<dialect::executor::ExecutorDialect>();
     target.markUnknownOpDynamicallyLegal([](Operation *) { return true; });
     if (failed(applyPartialConversion(module, target, std::move(patterns))))
       signalPassFailure();
