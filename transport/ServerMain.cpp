@@ -58,29 +58,33 @@ llvm::Error ArgumentReader::number(uint64_t &out) const {
 }
 
 std::string serverHelp(llvm::StringRef tool, llvm::StringRef overview,
-                       llvm::ArrayRef<OptionHelp> options) {
-  std::vector<OptionHelp> generic = {
+                       llvm::ArrayRef<ServerFlag> flags) {
+  struct Line {
+    llvm::StringRef flag, value, help;
+  };
+  std::vector<Line> generic = {
       {"-h", "", "Alias for --help"},
       {"--help", "", "Display available options"},
       {"--version", "", "Display the version of this program"},
   };
-  std::vector<OptionHelp> own(options.begin(), options.end());
-  llvm::sort(own, [](const OptionHelp &a, const OptionHelp &b) {
-    return a.flag.ltrim('-') < b.flag.ltrim('-');
-  });
-  auto left = [](const OptionHelp &o) {
+  std::vector<Line> own;
+  for (const ServerFlag &f : flags)
+    own.push_back({f.flag, f.value, f.help});
+  llvm::sort(own,
+             [](const Line &a, const Line &b) { return a.flag.ltrim('-') < b.flag.ltrim('-'); });
+  auto left = [](const Line &o) {
     return o.value.empty() ? o.flag.str() : (o.flag + "=<" + o.value + ">").str();
   };
   size_t width = 0;
-  for (const OptionHelp &o : generic)
+  for (const Line &o : generic)
     width = std::max(width, left(o).size());
-  for (const OptionHelp &o : own)
+  for (const Line &o : own)
     width = std::max(width, left(o).size());
   std::string out =
       ("OVERVIEW: " + overview + "\n\nUSAGE: " + tool + " [options]\n\nOPTIONS:\n\n").str();
-  auto section = [&](const llvm::Twine &title, llvm::ArrayRef<OptionHelp> list) {
+  auto section = [&](const llvm::Twine &title, llvm::ArrayRef<Line> list) {
     out += (title + ":\n\n").str();
-    for (const OptionHelp &o : list) {
+    for (const Line &o : list) {
       std::string flag = left(o);
       out += "  " + flag + std::string(width - flag.size(), ' ') + " - " + o.help.str() + "\n";
     }
@@ -91,60 +95,128 @@ std::string serverHelp(llvm::StringRef tool, llvm::StringRef overview,
   return out;
 }
 
-bool listsOption(llvm::ArrayRef<OptionHelp> options, llvm::StringRef name) {
-  return llvm::any_of(options, [&](const OptionHelp &o) { return o.flag == name; });
-}
-
-std::vector<OptionHelp> tlsOptionHelp() {
-  return {
-      {"--tls-cert", "FILE",
-       "Serve TLS only (https://) with this PEM certificate chain (and --tls-key); needed, or "
-       "--insecure-plaintext, beyond loopback"},
-      {"--tls-key", "FILE", "The PEM key of --tls-cert's certificate"},
-      {"--tls-client-ca", "FILE",
-       "Mutual TLS: refuse, at the handshake, clients without a certificate signed by a CA in "
-       "this PEM file"},
-      {"--insecure-plaintext", "",
-       "Serve plaintext beyond loopback (a TLS-terminating proxy in front)"},
+std::function<llvm::Error(const ArgumentReader &)> textInto(std::string &out) {
+  return [&out](const ArgumentReader &args) {
+    out = args.value();
+    return llvm::Error::success();
   };
 }
 
-std::vector<OptionHelp> connectionOptionHelp() {
+std::function<llvm::Error(const ArgumentReader &)> numberInto(uint64_t &out, uint64_t least,
+                                                              uint64_t most) {
+  return [&out, least, most](const ArgumentReader &args) -> llvm::Error {
+    uint64_t value = 0;
+    if (llvm::Error error = args.number(value))
+      return error;
+    if (value < least || value > most)
+      return llvm::createStringError(
+          most == UINT64_MAX
+              ? llvm::formatv("{0} must be at least {1}", args.name(), least).str()
+              : llvm::formatv("{0} must be between {1} and {2}", args.name(), least, most).str());
+    out = value;
+    return llvm::Error::success();
+  };
+}
+
+llvm::Error readServerFlags(int argc, char **argv, llvm::StringRef tool, llvm::StringRef overview,
+                            llvm::ArrayRef<ServerFlag> flags) {
+  std::string help = serverHelp(tool, overview, flags);
+  ArgumentReader args(argc, argv, help.c_str());
+  while (args.next()) {
+    const ServerFlag *flag =
+        llvm::find_if(flags, [&](const ServerFlag &f) { return f.flag == args.name(); });
+    if (flag == flags.end())
+      return args.unknown();
+    if (flag->value.empty() && args.arg() != flag->flag)
+      return llvm::createStringError("option '" + flag->flag + "' takes no value");
+    if (!flag->value.empty())
+      if (llvm::Error error = args.readValue())
+        return error;
+    if (llvm::Error error = flag->take(args))
+      return error;
+  }
+  return llvm::Error::success();
+}
+
+std::vector<ServerFlag> tlsFlags(HttpListenOptions &options) {
+  auto file = [](std::string &into) {
+    return [&into](const ArgumentReader &args) -> llvm::Error {
+      if (args.value().empty())
+        return llvm::createStringError(args.name() + " needs a file");
+      into = args.value();
+      return llvm::Error::success();
+    };
+  };
+  return {
+      {"--tls-cert", "FILE",
+       "Serve TLS only (https://) with this PEM certificate chain (and --tls-key); needed, or "
+       "--insecure-plaintext, beyond loopback",
+       file(options.tlsCertFile)},
+      {"--tls-key", "FILE", "The PEM key of --tls-cert's certificate", file(options.tlsKeyFile)},
+      {"--tls-client-ca", "FILE",
+       "Mutual TLS: refuse, at the handshake, clients without a certificate signed by a CA in "
+       "this PEM file",
+       file(options.tlsClientCaFile)},
+      {"--insecure-plaintext", "",
+       "Serve plaintext beyond loopback (a TLS-terminating proxy in front)",
+       [&options](const ArgumentReader &) {
+         options.insecurePlaintext = true;
+         return llvm::Error::success();
+       }},
+  };
+}
+
+std::vector<ServerFlag> connectionFlags(HttpListenOptions &options, bool &maxGiven) {
   return {
       {"--max-connections", "N",
        "Connections open at once, idle ones included (default 10000, at most what "
        "RLIMIT_NOFILE allows); at the limit a new connection closes the oldest idle one, and "
-       "only when every one is busy is it answered 503 overloaded and closed"},
+       "only when every one is busy is it answered 503 overloaded and closed",
+       [&options, &maxGiven](const ArgumentReader &args) -> llvm::Error {
+         uint64_t value = 0;
+         if (llvm::Error error = args.number(value))
+           return error;
+         if (value == 0 || value > 1000000)
+           return llvm::createStringError("--max-connections must be between 1 and 1000000");
+         options.maxConnections = static_cast<unsigned>(value);
+         maxGiven = true;
+         return llvm::Error::success();
+       }},
       {"--max-connections-per-client", "N",
        "Connections open at once from one client address (a unix-socket client: one uid); past "
        "it, 503 overloaded (default 256; 0 for none, as behind a proxy, where every client is "
-       "the proxy)"},
+       "the proxy)",
+       [&options](const ArgumentReader &args) -> llvm::Error {
+         uint64_t value = 0;
+         if (llvm::Error error = args.number(value))
+           return error;
+         if (value > 1000000)
+           return llvm::createStringError(
+               "--max-connections-per-client is at most 1000000 (0: none)");
+         options.maxConnectionsPerClient = static_cast<unsigned>(value);
+         return llvm::Error::success();
+       }},
   };
 }
 
-std::vector<OptionHelp> logOptionHelp() {
+std::vector<ServerFlag> logFlags() {
   return {
       {"--log-format", "text|json",
        "Log lines as text (default) or as JSON objects, one a line, each with its time, level "
        "and message; request lines add the request id, method, route, path, status, duration "
-       "and the session or module"},
+       "and the session or module",
+       [](const ArgumentReader &args) -> llvm::Error {
+         llvm::Expected<LogFormat> format = parseLogFormat(args.value());
+         if (!format)
+           return format.takeError();
+         setLogFormat(*format);
+         return llvm::Error::success();
+       }},
   };
 }
 
 llvm::Error ArgumentReader::unknown() const {
   return llvm::createStringError("unknown option '" + name() + "' (see --help)");
-}
-
-llvm::Expected<bool> readLogFormatFlag(ArgumentReader &args) {
-  if (args.name() != "--log-format")
-    return false;
-  if (llvm::Error error = args.readValue())
-    return std::move(error);
-  llvm::Expected<LogFormat> format = parseLogFormat(args.value());
-  if (!format)
-    return format.takeError();
-  setLogFormat(*format);
-  return true;
 }
 
 llvm::Error parseListenAddress(llvm::StringRef address, HttpListenOptions &options) {
@@ -191,29 +263,6 @@ llvm::Error checkThreadCount(uint64_t threads) {
   return llvm::Error::success();
 }
 
-llvm::Expected<bool> readConnectionFlag(ArgumentReader &args, HttpListenOptions &options,
-                                        bool &maxGiven) {
-  bool perClient = args.name() == "--max-connections-per-client";
-  if (!perClient && args.name() != "--max-connections")
-    return false;
-  uint64_t value = 0;
-  if (llvm::Error error = args.readValue())
-    return std::move(error);
-  if (llvm::Error error = args.number(value))
-    return std::move(error);
-  if (perClient) {
-    if (value > 1000000)
-      return llvm::createStringError("--max-connections-per-client is at most 1000000 (0: none)");
-    options.maxConnectionsPerClient = static_cast<unsigned>(value);
-    return true;
-  }
-  if (value == 0 || value > 1000000)
-    return llvm::createStringError("--max-connections must be between 1 and 1000000");
-  options.maxConnections = static_cast<unsigned>(value);
-  maxGiven = true;
-  return true;
-}
-
 llvm::Error fitConnectionLimit(HttpListenOptions &options, bool maxGiven) {
   struct rlimit files {};
   if (getrlimit(RLIMIT_NOFILE, &files) != 0)
@@ -239,25 +288,6 @@ llvm::Error fitConnectionLimit(HttpListenOptions &options, bool maxGiven) {
             .str());
   options.maxConnections = static_cast<unsigned>(fits);
   return llvm::Error::success();
-}
-
-llvm::Expected<bool> readTlsFlag(ArgumentReader &args, HttpListenOptions &options) {
-  if (args.arg() == "--insecure-plaintext") {
-    options.insecurePlaintext = true;
-    return true;
-  }
-  std::string *file = args.name() == "--tls-cert"        ? &options.tlsCertFile
-                      : args.name() == "--tls-key"       ? &options.tlsKeyFile
-                      : args.name() == "--tls-client-ca" ? &options.tlsClientCaFile
-                                                         : nullptr;
-  if (!file)
-    return false;
-  if (llvm::Error error = args.readValue())
-    return std::move(error);
-  if (args.value().empty())
-    return llvm::createStringError(args.name() + " needs a file");
-  *file = args.value();
-  return true;
 }
 
 void announceListening(const std::string &address) {

@@ -64,47 +64,54 @@ llvm::Error setDrainTimeout(const ArgumentReader &args, HttpListenOptions &optio
 /// --threads within the range a server accepts.
 llvm::Error checkThreadCount(uint64_t threads);
 
-/// Takes the TLS flags both servers share into `options`: --tls-cert FILE, --tls-key FILE,
-/// --tls-client-ca FILE and --insecure-plaintext. False when the argument is none of them;
-/// HttpService::bind() checks how they combine and loads the files.
-llvm::Expected<bool> readTlsFlag(ArgumentReader &args, HttpListenOptions &options);
+/// One flag a server takes, declared once: how --help lists it and what taking it does. A
+/// switch (empty `value`) runs `take` as given; a flag reads its value first (after '=' or as
+/// the next argument), which `take` finds in the reader (value(), number()).
+struct ServerFlag {
+  llvm::StringRef flag;  ///< "--listen"
+  llvm::StringRef value; ///< What its value is ("HOST:PORT"); empty for a switch.
+  llvm::StringRef help;
+  std::function<llvm::Error(const ArgumentReader &)> take;
+};
 
-/// Takes --max-connections N and --max-connections-per-client N into `options`, noting in
-/// `maxGiven` that --max-connections was given. False when the argument is neither.
-llvm::Expected<bool> readConnectionFlag(ArgumentReader &args, HttpListenOptions &options,
-                                        bool &maxGiven);
+/// A take() that stores the flag's value in `out`.
+std::function<llvm::Error(const ArgumentReader &)> textInto(std::string &out);
+/// A take() that reads a whole number from `least` to `most` into `out`; outside it, the
+/// error says "FLAG must be between LEAST and MOST" ("at least LEAST" with no upper bound).
+std::function<llvm::Error(const ArgumentReader &)> numberInto(uint64_t &out, uint64_t least = 0,
+                                                              uint64_t most = UINT64_MAX);
+
+/// Reads a server's command line against `flags`: --help prints serverHelp(tool, overview)
+/// of them, --version the version; an argument naming none of them is refused, and each
+/// other runs its flag's take(), whose error ends the reading.
+llvm::Error readServerFlags(int argc, char **argv, llvm::StringRef tool, llvm::StringRef overview,
+                            llvm::ArrayRef<ServerFlag> flags);
+
+/// The flags both servers share, taken into `options`: --tls-cert FILE, --tls-key FILE,
+/// --tls-client-ca FILE and --insecure-plaintext (HttpService::bind() checks how they combine
+/// and loads the files).
+std::vector<ServerFlag> tlsFlags(HttpListenOptions &options);
+
+/// --max-connections N and --max-connections-per-client N into `options`, noting in
+/// `maxGiven` that --max-connections was given.
+std::vector<ServerFlag> connectionFlags(HttpListenOptions &options, bool &maxGiven);
 
 /// Raises the soft RLIMIT_NOFILE to the hard one and checks that --max-connections fits under
 /// it with the descriptors a server needs besides: a value given past it is an error saying
 /// what the limit allows; the default is lowered to fit.
 llvm::Error fitConnectionLimit(HttpListenOptions &options, bool maxGiven);
 
-/// Takes --log-format text|json, setting the format of every line the process logs from then
-/// on (transport/Log.h). False when the argument is another one.
-llvm::Expected<bool> readLogFormatFlag(ArgumentReader &args);
-
-/// One option as a server's --help lists it.
-struct OptionHelp {
-  llvm::StringRef flag;  ///< "--listen"
-  llvm::StringRef value; ///< What its value is ("HOST:PORT"); empty for a switch.
-  llvm::StringRef help;
-};
+/// --log-format text|json, which sets the format of every line the process logs from then on
+/// (transport/Log.h).
+std::vector<ServerFlag> logFlags();
 
 /// A server's --help, in the layout of LLVM's command-line library, which courier-run and
 /// courier-opt print: OVERVIEW, USAGE, then OPTIONS: the generic ones (-h, --help, --version)
 /// and the server's own, sorted, each "  --flag=<value> - help" with the helps in one column.
-/// (The servers read their flags by hand: LLVM's library registers options of its own, one
-/// named "threads", in the shared library.)
+/// (The servers read their flags with readServerFlags: LLVM's library registers options of
+/// its own, one named "threads", in the shared library.)
 std::string serverHelp(llvm::StringRef tool, llvm::StringRef overview,
-                       llvm::ArrayRef<OptionHelp> options);
-
-/// Whether `options` lists the flag `name`: a server takes only the flags its --help lists.
-bool listsOption(llvm::ArrayRef<OptionHelp> options, llvm::StringRef name);
-
-/// The flags readTlsFlag, readConnectionFlag and readLogFormatFlag take, for a server's --help.
-std::vector<OptionHelp> tlsOptionHelp();
-std::vector<OptionHelp> connectionOptionHelp();
-std::vector<OptionHelp> logOptionHelp();
+                       llvm::ArrayRef<ServerFlag> flags);
 
 /// Prints "listening on HOST:PORT" ("listening on https://HOST:PORT" with TLS, or "listening
 /// on unix:PATH") on stdout, the line callers wait for before connecting.

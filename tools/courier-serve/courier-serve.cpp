@@ -32,80 +32,6 @@ using courier::transport::LogLevel;
 using courier::transport::LogQuoting;
 using courier::transport::textLogValue;
 
-/// Every flag courier-serve takes, as --help lists them: a flag not listed is refused.
-static std::vector<transport::OptionHelp> optionHelp() {
-  std::vector<transport::OptionHelp> own = {
-      {"--listen", "HOST:PORT",
-       "Address to bind: HOST:PORT (default 127.0.0.1:8080; port 0 picks a free one) or "
-       "unix:PATH (a socket file created mode 0600)"},
-      {"--token-file", "FILE", "File holding the bearer token every request must carry"},
-      {"--executor", "ADDR|local",
-       "Send every target module to this executor instead of the IR's addresses (a module's "
-       "options.executor overrides it)"},
-      {"--executor-token-file", "FILE", "File holding the bearer token for HTTP executors"},
-      {"--tls-ca", "FILE",
-       "PEM file of the CAs an https:// executor's certificate may chain to (default: "
-       "$COURIER_TLS_CA, else the system's)"},
-      {"--tls-client-cert", "FILE",
-       "PEM client certificate for executors that ask for one (default: "
-       "$COURIER_TLS_CLIENT_CERT)"},
-      {"--tls-client-key", "FILE",
-       "The client certificate's PEM key (default: $COURIER_TLS_CLIENT_KEY)"},
-      {"--watch", "DIR", "Load DIR/*.mlir as modules named by their stems; reload on change"},
-      {"--watch-opt-level", "N",
-       "Opt level of the modules --watch loads, 0-3 (default 2); 0 or 1 for development: an "
-       "edited kernel compiles in a fraction of the time, and runs slower "
-       "(docs/performance.md)"},
-      {"--jobs", "N",
-       "Threads generating code for a module's target modules at once (default 0: one per "
-       "core)"},
-      {"--cache-dir", "DIR", "Engine cache and object directory (default $XDG_CACHE_HOME/courier)"},
-      {"--cache-max-mib", "N",
-       "Bound on the cache directory's size; least recently used files go first (default 1024; "
-       "0: no bound)"},
-      {"--max-body-bytes", "N", "Largest request body accepted (default 268435456)"},
-      {"--max-modules", "N", "Most modules held at once (default 64)"},
-      {"--compile-timeout-ms", "N",
-       "Longest a request waits for a compile and the module's setup() (default 60000)"},
-      {"--max-constant-mib", "N",
-       "Largest constant a module may hold, a splat counted at its full size (default 64; 0: "
-       "no limit)"},
-      {"--max-object-mib", "N",
-       "Largest object a module (host or target) may compile to (default 256; 0: no limit)"},
-      {"--threads", "N",
-       "Requests served at once (default 512; an idle connection holds no thread, and four "
-       "threads per core serve while requests keep moving)"},
-      {"--quiet", "", "Do not log one line per request to stderr"},
-      {"--isolation", "process|none",
-       "process (default): each module version compiles, links and runs in a sandboxed worker "
-       "process of its own; none: in this process"},
-      {"--invoke-timeout-ms", "N",
-       "With process isolation, end an invoke that runs longer (default 60000; 0: no limit; a "
-       "request's X-Courier-Deadline-Ms replaces it)"},
-      {"--module-memory-mib", "N",
-       "Address space each module worker may use (default 4096; 0: none)"},
-      {"--workers-per-module", "N",
-       "Worker processes each module version runs in, each set up, a call going to an idle "
-       "one (default 1; at most 64)"},
-      {"--kernel-threads", "N",
-       "Threads a kernel's parallel loops use, per module worker (in this process with "
-       "--isolation none; 1 to 1024; default: the CPUs this process may run on, "
-       "sched_getaffinity)"},
-      {"--no-sandbox", "", "Start module workers without no-new-privs and seccomp"},
-      {"--drain-timeout-ms", "N",
-       "On SIGTERM, how long requests in flight may take to finish while /v1/ready answers 503 "
-       "and new modules are refused (default 30000)"},
-      {"--allow-shared-memory", "",
-       "Take KServe v2 tensors in POSIX shared memory that clients on this host register "
-       "(/v2/systemsharedmemory); off by default, since the server then reads and writes "
-       "memory a client names"},
-  };
-  for (auto shared :
-       {transport::tlsOptionHelp(), transport::connectionOptionHelp(), transport::logOptionHelp()})
-    own.insert(own.end(), shared.begin(), shared.end());
-  return own;
-}
-
 namespace {
 
 struct Arguments {
@@ -115,193 +41,203 @@ struct Arguments {
   unsigned watchOptLevel = 2;
 };
 
+/// What the command line gives that is not an option itself, turned into options once read.
+struct Given {
+  std::string listen = "127.0.0.1:8080", tokenFile, executorTokenFile;
+  uint64_t maxBody = 0, maxModules = 64, timeoutMs = 60000, threads = 512;
+  uint64_t cacheMaxMiB = 0, invokeTimeoutMs = 0, maxConstantMiB = 0, maxObjectMiB = 0;
+  uint64_t jobs = 0, watchOptLevel = 2, workersPerModule = 1, kernelThreads = 0;
+  bool maxConnectionsGiven = false;
+};
+
+using Reader = transport::ArgumentReader;
+
+/// A take() that sets `flag` (a switch) to `to`.
+std::function<Error(const Reader &)> set(bool &flag, bool to) {
+  return [&flag, to](const Reader &) {
+    flag = to;
+    return Error::success();
+  };
+}
+
+/// The flags that name files and places: where to listen, tokens, executors, caches.
+std::vector<transport::ServerFlag> placeFlags(Arguments &args, Given &given) {
+  using transport::textInto;
+  return {
+      {"--listen", "HOST:PORT",
+       "Address to bind: HOST:PORT (default 127.0.0.1:8080; port 0 picks a free one) or "
+       "unix:PATH (a socket file created mode 0600)",
+       textInto(given.listen)},
+      {"--token-file", "FILE", "File holding the bearer token every request must carry",
+       textInto(given.tokenFile)},
+      {"--executor", "ADDR|local",
+       "Send every target module to this executor instead of the IR's addresses (a module's "
+       "options.executor overrides it)",
+       textInto(args.store.defaultExecutor)},
+      {"--executor-token-file", "FILE", "File holding the bearer token for HTTP executors",
+       textInto(given.executorTokenFile)},
+      {"--tls-ca", "FILE",
+       "PEM file of the CAs an https:// executor's certificate may chain to (default: "
+       "$COURIER_TLS_CA, else the system's)",
+       textInto(args.store.executorTls.caFile)},
+      {"--tls-client-cert", "FILE",
+       "PEM client certificate for executors that ask for one (default: "
+       "$COURIER_TLS_CLIENT_CERT)",
+       textInto(args.store.executorTls.certFile)},
+      {"--tls-client-key", "FILE",
+       "The client certificate's PEM key (default: $COURIER_TLS_CLIENT_KEY)",
+       textInto(args.store.executorTls.keyFile)},
+      {"--watch", "DIR", "Load DIR/*.mlir as modules named by their stems; reload on change",
+       textInto(args.watchDir)},
+      {"--cache-dir", "DIR", "Engine cache and object directory (default $XDG_CACHE_HOME/courier)",
+       textInto(args.store.cacheDir)},
+  };
+}
+
+/// The flags that bound what the server and its modules may use.
+std::vector<transport::ServerFlag> limitFlags(Arguments &args, Given &given) {
+  using transport::numberInto;
+  return {
+      {"--watch-opt-level", "N",
+       "Opt level of the modules --watch loads, 0-3 (default 2); 0 or 1 for development: an "
+       "edited kernel compiles in a fraction of the time, and runs slower "
+       "(docs/performance.md)",
+       numberInto(given.watchOptLevel, 0, 3)},
+      {"--jobs", "N",
+       "Threads generating code for a module's target modules at once (default 0: one per "
+       "core)",
+       numberInto(given.jobs, 0, EngineOptions::kMaxJobs)},
+      {"--cache-max-mib", "N",
+       "Bound on the cache directory's size; least recently used files go first (default 1024; "
+       "0: no bound)",
+       numberInto(given.cacheMaxMiB, 0, UINT64_MAX >> 20)},
+      {"--max-body-bytes", "N", "Largest request body accepted (default 268435456)",
+       numberInto(given.maxBody, 1)},
+      {"--max-modules", "N", "Most modules held at once (default 64)",
+       numberInto(given.maxModules, 1)},
+      {"--compile-timeout-ms", "N",
+       "Longest a request waits for a compile and the module's setup() (default 60000)",
+       numberInto(given.timeoutMs)},
+      // Beyond 2^44 MiB a byte count would wrap round to a small limit.
+      {"--max-constant-mib", "N",
+       "Largest constant a module may hold, a splat counted at its full size (default 64; 0: "
+       "no limit)",
+       numberInto(given.maxConstantMiB, 0, UINT64_MAX >> 20)},
+      {"--max-object-mib", "N",
+       "Largest object a module (host or target) may compile to (default 256; 0: no limit)",
+       numberInto(given.maxObjectMiB, 0, UINT64_MAX >> 20)},
+      {"--threads", "N",
+       "Requests served at once (default 512; an idle connection holds no thread, and four "
+       "threads per core serve while requests keep moving)",
+       numberInto(given.threads)},
+      {"--invoke-timeout-ms", "N",
+       "With process isolation, end an invoke that runs longer (default 60000; 0: no limit; a "
+       "request's X-Courier-Deadline-Ms replaces it)",
+       numberInto(given.invokeTimeoutMs)},
+      {"--module-memory-mib", "N",
+       "Address space each module worker may use (default 4096; 0: none)",
+       numberInto(args.store.moduleMemoryMiB, 0, UINT64_MAX >> 21)},
+      {"--workers-per-module", "N",
+       "Worker processes each module version runs in, each set up, a call going to an idle "
+       "one (default 1; at most 64)",
+       [&given](const Reader &flags) -> Error {
+         if (Error error = flags.number(given.workersPerModule))
+           return error;
+         if (given.workersPerModule < 1 ||
+             given.workersPerModule > EngineOptions::kMaxWorkersPerModule)
+           return createStringError("--workers-per-module is 1 to " +
+                                    Twine(EngineOptions::kMaxWorkersPerModule));
+         return Error::success();
+       }},
+      {"--kernel-threads", "N",
+       "Threads a kernel's parallel loops use, per module worker (in this process with "
+       "--isolation none; 1 to 1024; default: the CPUs this process may run on, "
+       "sched_getaffinity)",
+       numberInto(given.kernelThreads, 1, 1024)},
+      {"--drain-timeout-ms", "N",
+       "On SIGTERM, how long requests in flight may take to finish while /v1/ready answers 503 "
+       "and new modules are refused (default 30000)",
+       [&args](const Reader &flags) { return transport::setDrainTimeout(flags, args.serve); }},
+  };
+}
+
+/// Every flag courier-serve takes, as --help lists them and as each is read.
+std::vector<transport::ServerFlag> flags(Arguments &args, Given &given) {
+  std::vector<transport::ServerFlag> own = {
+      {"--quiet", "", "Do not log one line per request to stderr",
+       set(args.serve.logRequests, false)},
+      {"--isolation", "process|none",
+       "process (default): each module version compiles, links and runs in a sandboxed worker "
+       "process of its own; none: in this process",
+       [&args](const Reader &flags) -> Error {
+         if (flags.value() != "process" && flags.value() != "none")
+           return createStringError("--isolation is 'process' or 'none', got '" + flags.value() +
+                                    "'");
+         args.store.isolation =
+             flags.value() == "process" ? Isolation::Process : Isolation::InProcess;
+         return Error::success();
+       }},
+      {"--no-sandbox", "", "Start module workers without no-new-privs and seccomp",
+       set(args.store.sandbox, false)},
+      {"--allow-shared-memory", "",
+       "Take KServe v2 tensors in POSIX shared memory that clients on this host register "
+       "(/v2/systemsharedmemory); off by default, since the server then reads and writes "
+       "memory a client names",
+       set(args.serve.allowSharedMemory, true)},
+  };
+  for (auto more : {placeFlags(args, given), limitFlags(args, given), transport::logFlags(),
+                    transport::tlsFlags(args.serve),
+                    transport::connectionFlags(args.serve, given.maxConnectionsGiven)})
+    own.insert(own.end(), more.begin(), more.end());
+  return own;
+}
+
 Expected<Arguments> parseArguments(int argc, char **argv) {
   Arguments args;
-  std::string listen = "127.0.0.1:8080", tokenFile, executorTokenFile;
-  uint64_t maxBody = args.serve.maxBodyBytes, maxModules = 64, timeoutMs = 60000, threads = 512;
-  uint64_t cacheMaxMiB = args.store.cacheMaxBytes >> 20;
-  uint64_t invokeTimeoutMs = args.store.invokeTimeout.count();
-  uint64_t maxConstantMiB = args.store.maxConstantBytes >> 20,
-           maxObjectMiB = args.store.maxObjectBytes >> 20;
-  uint64_t jobs = 0, watchOptLevel = args.watchOptLevel, workersPerModule = 1;
-  uint64_t kernelThreads = 0;
-  bool maxConnectionsGiven = false;
-  static const std::vector<transport::OptionHelp> known = optionHelp();
-  static const std::string help = transport::serverHelp(
-      "courier-serve",
-      "The engine as a REST service (docs/rest.md): submit MLIR modules, invoke their entries "
-      "through /v1 or KServe v2, replace them while they serve",
-      known);
-  transport::ArgumentReader flags(argc, argv, help.c_str());
-  while (flags.next()) {
-    if (!transport::listsOption(known, flags.name()))
-      return flags.unknown();
-    if (flags.arg() == "--quiet") {
-      args.serve.logRequests = false;
-      continue;
-    }
-    if (flags.arg() == "--no-sandbox") {
-      args.store.sandbox = false;
-      continue;
-    }
-    if (flags.arg() == "--allow-shared-memory") {
-      args.serve.allowSharedMemory = true;
-      continue;
-    }
-    Expected<bool> logFlag = transport::readLogFormatFlag(flags);
-    if (!logFlag)
-      return logFlag.takeError();
-    if (*logFlag)
-      continue;
-    Expected<bool> tls = transport::readTlsFlag(flags, args.serve);
-    if (!tls)
-      return tls.takeError();
-    if (*tls)
-      continue;
-    Expected<bool> connections =
-        transport::readConnectionFlag(flags, args.serve, maxConnectionsGiven);
-    if (!connections)
-      return connections.takeError();
-    if (*connections)
-      continue;
-    StringRef name = flags.name();
-    bool executorTls =
-        llvm::is_contained({"--tls-ca", "--tls-client-cert", "--tls-client-key"}, name);
-    if (!executorTls && !llvm::is_contained({"--listen",
-                                             "--token-file",
-                                             "--executor",
-                                             "--executor-token-file",
-                                             "--watch",
-                                             "--cache-dir",
-                                             "--cache-max-mib",
-                                             "--max-body-bytes",
-                                             "--max-modules",
-                                             "--compile-timeout-ms",
-                                             "--threads",
-                                             "--max-constant-mib",
-                                             "--max-object-mib",
-                                             "--invoke-timeout-ms",
-                                             "--module-memory-mib",
-                                             "--isolation",
-                                             "--drain-timeout-ms",
-                                             "--jobs",
-                                             "--watch-opt-level",
-                                             "--workers-per-module",
-                                             "--kernel-threads"},
-                                            name))
-      return flags.unknown();
-    if (Error error = flags.readValue())
-      return std::move(error);
-    const std::string &value = flags.value();
-    Error error = Error::success();
-    if (name == "--listen")
-      listen = value;
-    else if (name == "--token-file")
-      tokenFile = value;
-    else if (name == "--executor")
-      args.store.defaultExecutor = value;
-    else if (name == "--executor-token-file")
-      executorTokenFile = value;
-    else if (name == "--tls-ca")
-      args.store.executorTls.caFile = value;
-    else if (name == "--tls-client-cert")
-      args.store.executorTls.certFile = value;
-    else if (name == "--tls-client-key")
-      args.store.executorTls.keyFile = value;
-    else if (name == "--watch")
-      args.watchDir = value;
-    else if (name == "--cache-dir")
-      args.store.cacheDir = value;
-    else if (name == "--cache-max-mib")
-      error = flags.number(cacheMaxMiB);
-    else if (name == "--max-body-bytes")
-      error = flags.number(maxBody);
-    else if (name == "--max-modules")
-      error = flags.number(maxModules);
-    else if (name == "--compile-timeout-ms")
-      error = flags.number(timeoutMs);
-    else if (name == "--threads")
-      error = flags.number(threads);
-    else if (name == "--max-constant-mib")
-      error = flags.number(maxConstantMiB);
-    else if (name == "--max-object-mib")
-      error = flags.number(maxObjectMiB);
-    else if (name == "--invoke-timeout-ms")
-      error = flags.number(invokeTimeoutMs);
-    else if (name == "--module-memory-mib")
-      error = flags.number(args.store.moduleMemoryMiB);
-    else if (name == "--jobs")
-      error = flags.number(jobs);
-    else if (name == "--workers-per-module")
-      error = flags.number(workersPerModule);
-    else if (name == "--kernel-threads") {
-      error = flags.number(kernelThreads);
-      if (!error && (kernelThreads < 1 || kernelThreads > 1024))
-        return createStringError("--kernel-threads must be between 1 and 1024");
-    } else if (name == "--watch-opt-level")
-      error = flags.number(watchOptLevel);
-    else if (name == "--drain-timeout-ms")
-      error = transport::setDrainTimeout(flags, args.serve);
-    else if (name == "--isolation" && (value == "process" || value == "none"))
-      args.store.isolation = value == "process" ? Isolation::Process : Isolation::InProcess;
-    else
-      return createStringError("--isolation is 'process' or 'none', got '" + value + "'");
-    if (error)
-      return std::move(error);
-  }
+  Given given;
+  given.maxBody = args.serve.maxBodyBytes;
+  given.cacheMaxMiB = args.store.cacheMaxBytes >> 20;
+  given.invokeTimeoutMs = args.store.invokeTimeout.count();
+  given.maxConstantMiB = args.store.maxConstantBytes >> 20;
+  given.maxObjectMiB = args.store.maxObjectBytes >> 20;
+  given.watchOptLevel = args.watchOptLevel;
+  if (Error error = transport::readServerFlags(
+          argc, argv, "courier-serve",
+          "The engine as a REST service (docs/rest.md): submit MLIR modules, invoke their "
+          "entries through /v1 or KServe v2, replace them while they serve",
+          flags(args, given)))
+    return std::move(error);
 
-  if (Error error = transport::parseListenAddress(listen, args.serve))
+  if (Error error = transport::parseListenAddress(given.listen, args.serve))
     return std::move(error);
-  if (!tokenFile.empty()) {
-    Expected<std::string> token = transport::readTokenFile("--token-file", tokenFile);
+  for (auto [flag, path, into] :
+       {std::tuple{"--token-file", &given.tokenFile, &args.serve.token},
+        std::tuple{"--executor-token-file", &given.executorTokenFile, &args.store.executorToken}}) {
+    if (path->empty())
+      continue;
+    Expected<std::string> token = transport::readTokenFile(flag, *path);
     if (!token)
       return token.takeError();
-    args.serve.token = std::move(*token);
+    *into = std::move(*token);
   }
-  if (!executorTokenFile.empty()) {
-    Expected<std::string> token =
-        transport::readTokenFile("--executor-token-file", executorTokenFile);
-    if (!token)
-      return token.takeError();
-    args.store.executorToken = std::move(*token);
-  }
-  if (Error error = transport::checkThreadCount(threads))
+  if (Error error = transport::checkThreadCount(given.threads))
     return std::move(error);
-  if (Error error = transport::fitConnectionLimit(args.serve, maxConnectionsGiven))
+  if (Error error = transport::fitConnectionLimit(args.serve, given.maxConnectionsGiven))
     return std::move(error);
-  if (maxModules == 0)
-    return createStringError("--max-modules must be at least 1");
-  args.store.invokeTimeout = std::chrono::milliseconds(invokeTimeoutMs);
-  if (args.store.moduleMemoryMiB > (UINT64_MAX >> 21))
-    return createStringError("--module-memory-mib is at most " + std::to_string(UINT64_MAX >> 21));
-  if (maxBody == 0)
-    return createStringError("--max-body-bytes must be at least 1");
-  // Beyond 2^44 MiB the byte count would wrap round to a small limit.
-  if (maxConstantMiB > (UINT64_MAX >> 20) || maxObjectMiB > (UINT64_MAX >> 20))
-    return createStringError("--max-constant-mib and --max-object-mib are at most " +
-                             Twine(UINT64_MAX >> 20));
   if (!args.watchDir.empty() && !sys::fs::is_directory(args.watchDir))
     return createStringError("--watch '" + args.watchDir + "' is not a directory");
-  if (workersPerModule < 1 || workersPerModule > EngineOptions::kMaxWorkersPerModule)
-    return createStringError("--workers-per-module is 1 to " +
-                             Twine(EngineOptions::kMaxWorkersPerModule));
-  args.store.workersPerModule = static_cast<unsigned>(workersPerModule);
-  args.store.kernelThreads = static_cast<unsigned>(kernelThreads);
-  if (jobs > EngineOptions::kMaxJobs)
-    return createStringError("--jobs is at most " + Twine(EngineOptions::kMaxJobs));
-  args.store.jobs = static_cast<unsigned>(jobs);
-  if (watchOptLevel > 3)
-    return createStringError("--watch-opt-level is 0 to 3, got " + Twine(watchOptLevel));
-  args.watchOptLevel = static_cast<unsigned>(watchOptLevel);
-  args.serve.threads = static_cast<unsigned>(threads);
-  args.serve.maxBodyBytes = maxBody;
-  args.store.maxModules = static_cast<size_t>(maxModules);
-  args.store.compileTimeout = std::chrono::milliseconds(timeoutMs);
-  if (cacheMaxMiB > (UINT64_MAX >> 20))
-    return createStringError("--cache-max-mib is too large");
-  args.store.cacheMaxBytes = cacheMaxMiB << 20;
-  args.store.maxConstantBytes = maxConstantMiB << 20;
-  args.store.maxObjectBytes = maxObjectMiB << 20;
+  args.store.invokeTimeout = std::chrono::milliseconds(given.invokeTimeoutMs);
+  args.store.workersPerModule = static_cast<unsigned>(given.workersPerModule);
+  args.store.kernelThreads = static_cast<unsigned>(given.kernelThreads);
+  args.store.jobs = static_cast<unsigned>(given.jobs);
+  args.watchOptLevel = static_cast<unsigned>(given.watchOptLevel);
+  args.serve.threads = static_cast<unsigned>(given.threads);
+  args.serve.maxBodyBytes = given.maxBody;
+  args.store.maxModules = static_cast<size_t>(given.maxModules);
+  args.store.compileTimeout = std::chrono::milliseconds(given.timeoutMs);
+  args.store.cacheMaxBytes = given.cacheMaxMiB << 20;
+  args.store.maxConstantBytes = given.maxConstantMiB << 20;
+  args.store.maxObjectBytes = given.maxObjectMiB << 20;
   return args;
 }
 
