@@ -697,6 +697,27 @@ TEST_CASE("the v2 repository lists modules and unloads and loads watched ones", 
   CHECK(post(*http, "/v2/repository/models/never/unload", "").status == 404);
 }
 
+TEST_CASE("a v2 load of an unloaded watched module whose file just changed succeeds while the "
+          "watcher brings it back too",
+          "[serve][v2]") {
+  TempDir watched;
+  { std::ofstream(watched.path + "/w.mlir") << scaled(2); }
+  ServeProcess serve({"", {"--watch", watched.path}});
+  auto http = serve.client();
+  awaitReady(*http);
+  // The watcher and the load both create the module from the file: whichever comes second
+  // waits for the first and replaces its module, so the load answers 200 either way.
+  for (int factor = 3; factor <= 5; ++factor) {
+    REQUIRE(post(*http, "/v2/repository/models/w/unload", "").status == 200);
+    { std::ofstream(watched.path + "/w.mlir") << scaled(factor); }
+    Reply loaded = post(*http, "/v2/repository/models/w/load", "");
+    INFO(loaded.raw);
+    CHECK(loaded.status == 200);
+    InferReply reply = infer(*http, "/v2/models/w/infer", kFourOnes);
+    CHECK(reply.body["outputs"][0]["data"] == json::array({factor, factor, factor, factor}));
+  }
+}
+
 TEST_CASE("v2 statistics count each model's successes and failures, and the time they took",
           "[serve][v2]") {
   ServeProcess serve;

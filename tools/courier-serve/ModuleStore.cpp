@@ -353,6 +353,13 @@ llvm::Expected<LoadResult> ModuleStore::load(llvm::StringRef name, llvm::StringR
                               "with '.' or '-'");
   if (options && options->executor.empty())
     options->executor = config.defaultExecutor;
+  if (mode == Mode::Upsert) {
+    // A create of the name in progress (a watched file that changed, another request) ends
+    // first, within a compile's time: its module is then replaced, rather than this request
+    // failing on the name.
+    std::unique_lock<std::mutex> lock(modulesMutex);
+    createEnded.wait_for(lock, config.compileTimeout, [&] { return !creating.count(name.str()); });
+  }
   if (std::shared_ptr<Record> record = find(name)) {
     if (mode == Mode::Create)
       return makeServeError(ErrorCode::ModuleExists, "module '" + name +
@@ -384,8 +391,11 @@ llvm::Expected<LoadResult> ModuleStore::create(llvm::StringRef name, llvm::Strin
     creating.insert(name.str());
   }
   auto release = [&] {
-    std::lock_guard<std::mutex> lock(modulesMutex);
-    creating.erase(name.str());
+    {
+      std::lock_guard<std::mutex> lock(modulesMutex);
+      creating.erase(name.str());
+    }
+    createEnded.notify_all();
   };
 
   Engine &engine = engineFor(options);
@@ -420,6 +430,7 @@ llvm::Expected<LoadResult> ModuleStore::create(llvm::StringRef name, llvm::Strin
     creating.erase(name.str());
     modules[name.str()] = record;
   }
+  createEnded.notify_all();
   return LoadResult{record->snapshot(), true};
 }
 

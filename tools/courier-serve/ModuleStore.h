@@ -231,7 +231,8 @@ private:
 
   mutable std::mutex modulesMutex;
   std::map<std::string, std::shared_ptr<Record>> modules;
-  std::set<std::string> creating; ///< Names reserved by a create in progress.
+  std::set<std::string> creating;      ///< Names reserved by a create in progress.
+  std::condition_variable createEnded; ///< A name left `creating`.
 
   std::mutex workersMutex;
   std::condition_variable workersDone;
