@@ -539,24 +539,27 @@ FailureOr<llvm::StringMap<LLVM::LLVMFunctionType>> runtimeSignatures(ModuleOp mo
   return abi;
 }
 
+/// A library call left unlowered: a dispatched one is outside what `pass` lowers (calls in
+/// functions of the host module); one without `dispatchSpelling` is an in-process call.
+LogicalResult refuseLibraryCall(Operation *op, bool dispatched, StringRef pass,
+                                StringRef dispatchSpelling) {
+  if (dispatched)
+    return op->emitOpError("is dispatched but was not lowered: ")
+           << pass << " handles calls in functions of the host module only";
+  return op->emitOpError("without ")
+         << dispatchSpelling
+         << " (an in-process library call) is not supported; add dispatch = \"local\" to run "
+            "it on the in-process executor, whose plugins provide the symbol";
+}
+
 /// A Catalyst op left at this point has no lowering: says what would give it one.
 LogicalResult checkNoCatalystLeft(Operation *op) {
-  if (auto call = dyn_cast<dialect::catalyst::RuntimeCallOp>(op)) {
-    if (call.getDispatch())
-      return call.emitOpError("is dispatched but was not lowered: lower-runtime-dispatch "
-                              "handles calls in functions of the host module only");
-    return call.emitOpError("without a dispatch attribute (an in-process library call) is not "
-                            "supported; add dispatch = \"local\" to run it on the in-process "
-                            "executor, whose plugins provide the symbol");
-  }
-  if (auto call = dyn_cast<dialect::catalyst::CustomCallOp>(op)) {
-    if (call.getDispatch())
-      return call.emitOpError("is dispatched but was not lowered: dispatch-executor-targets "
-                              "handles calls in functions of the host module only");
-    return call.emitOpError("without backend_config = {dispatch = ...} (an in-process library "
-                            "call) is not supported; add dispatch = \"local\" to run it on the "
-                            "in-process executor, whose plugins provide the symbol");
-  }
+  if (auto call = dyn_cast<dialect::catalyst::RuntimeCallOp>(op))
+    return refuseLibraryCall(call, bool(call.getDispatch()), "lower-runtime-dispatch",
+                             "a dispatch attribute");
+  if (auto call = dyn_cast<dialect::catalyst::CustomCallOp>(op))
+    return refuseLibraryCall(call, bool(call.getDispatch()), "dispatch-executor-targets",
+                             "backend_config = {dispatch = ...}");
   if (auto launch = dyn_cast<dialect::catalyst::LaunchKernelOp>(op))
     return launch.emitOpError("targets module '")
            << launch.getCallee().getRootReference().getValue()
