@@ -578,6 +578,100 @@ private:
   std::thread thread;
 };
 
+/// The engine's options from the command line; `isolated` says whether modules run in a
+/// worker process (--isolate, or --watch by default).
+llvm::Expected<EngineOptions> engineOptions(bool &isolated) {
+  auto error = [](const llvm::Twine &message) { return llvm::createStringError(message); };
+  if (optLevel > 3)
+    return error(llvm::formatv("-O{0}: the optimisation level is 0 to 3", optLevel.getValue()));
+  if (jobs > EngineOptions::kMaxJobs)
+    return error(
+        llvm::formatv("--jobs {0}: at most {1} threads", jobs.getValue(), EngineOptions::kMaxJobs));
+  EngineOptions options;
+  options.optLevel = optLevel;
+  options.jobs = jobs;
+  options.kernelThreads = kernelThreads;
+  options.cacheDir = cacheDir;
+  options.diskCache = !noCache;
+  if (cacheMaxMiB > (UINT64_MAX >> 20))
+    return error("--cache-max-mib is too large");
+  options.cacheMaxBytes = cacheMaxMiB << 20;
+  options.executorOverride = executor;
+  options.printIRAfterAll = printIR;
+  options.plugins.assign(plugins.begin(), plugins.end());
+  options.extraPipeline = extraPipeline;
+  options.requestTimeout = std::chrono::milliseconds(timeoutMs);
+  options.tls = {tlsCa, tlsClientCert, tlsClientKey};
+  options.sharedMemory = sharedMemory;
+  // Beyond 2^44 MiB the byte count would wrap round to a small limit.
+  if (maxConstantMiB > (UINT64_MAX >> 20) || maxObjectMiB > (UINT64_MAX >> 20))
+    return error(
+        llvm::formatv("--max-constant-mib and --max-object-mib are at most {0}", UINT64_MAX >> 20));
+  options.maxConstantBytes = maxConstantMiB << 20;
+  options.maxObjectBytes = maxObjectMiB << 20;
+  if (!tokenFile.empty()) {
+    llvm::ErrorOr<std::unique_ptr<llvm::MemoryBuffer>> token =
+        llvm::MemoryBuffer::getFile(tokenFile);
+    if (!token)
+      return error("cannot read token file '" + tokenFile + "': " + token.getError().message());
+    options.authToken = (*token)->getBuffer().trim().str();
+  }
+  // A watched file is edited while it runs: an edit that crashes must not end the watch.
+  isolated = isolate.getNumOccurrences() ? isolate.getValue() : watch.getValue();
+  if (isolated) {
+    options.isolation = Isolation::Process;
+    // A watch keeps a deadline, so that an edit that spins does not hold it for good.
+    options.invokeTimeout = std::chrono::milliseconds(invokeTimeoutMs.getNumOccurrences() || !watch
+                                                          ? invokeTimeoutMs.getValue()
+                                                          : kWatchInvokeTimeoutMs);
+    options.compileTimeout = std::chrono::milliseconds(compileTimeoutMs);
+    options.workerMemoryMiB = moduleMemoryMiB;
+    // One compile at a time: none waits warm for a run without --watch. A watch keeps two: a
+    // reload takes one while the other stays ready for the save after it, and the pool
+    // starts the next only once the reload is done (a starting worker costs ~100 ms of CPU
+    // that would be taken from the reload). An idle warm worker holds ~10 MB of its own.
+    options.warmWorkers = watch ? 2 : 0;
+    if (moduleMemoryMiB > (UINT64_MAX >> 21))
+      return error(llvm::formatv("--module-memory-mib is at most {0}", UINT64_MAX >> 21));
+  } else if (invokeTimeoutMs || compileTimeoutMs || moduleMemoryMiB) {
+    return error("--invoke-timeout-ms, --compile-timeout-ms and --module-memory-mib need "
+                 "isolation (--isolate or --watch)");
+  }
+  return options;
+}
+
+/// Runs `first`, then each version of the file saved after it, until SIGINT or SIGTERM.
+int watchAndRun(Engine &engine, std::shared_ptr<Module> first, StopSignals &stopSignals) {
+  // Each save is compiled on the watcher's thread and run on the runner's: a version whose
+  // call spins is ended by the next save rather than keeping it waiting.
+  WatchRunner runner(inputFile);
+  runner.submit(std::move(first), /*ms=*/-1);
+  llvm::Expected<std::unique_ptr<FileWatcher>> watcher =
+      FileWatcher::create(inputFile, "", [&](const std::string &) {
+        auto start = std::chrono::steady_clock::now();
+        llvm::ErrorOr<std::unique_ptr<llvm::MemoryBuffer>> text =
+            llvm::MemoryBuffer::getFile(inputFile);
+        llvm::Expected<std::shared_ptr<Module>> next =
+            text ? engine.compile((*text)->getBuffer(), inputFile)
+                 : llvm::Expected<std::shared_ptr<Module>>(llvm::errorCodeToError(text.getError()));
+        double ms =
+            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+                .count();
+        if (!next)
+          runner.failed(describe(next.takeError()), ms);
+        else
+          runner.submit(std::move(*next), ms);
+      });
+  if (!watcher)
+    return fail(watcher.takeError());
+  say("courier-run: watching '" + inputFile + "' (Ctrl-C to stop)");
+  stopSignals.wait();
+  // The call in flight is ended; a compile in flight is waited for, up to StopSignals'
+  // grace period.
+  runner.stop();
+  return 0;
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
@@ -610,104 +704,26 @@ int main(int argc, char **argv) {
   if (llvm::Error error = gatherInputs(fromStdin))
     return fail(std::move(error));
 
-  if (optLevel > 3)
-    return fail(llvm::formatv("-O{0}: the optimisation level is 0 to 3", optLevel.getValue()));
-  if (jobs > EngineOptions::kMaxJobs)
-    return fail(
-        llvm::formatv("--jobs {0}: at most {1} threads", jobs.getValue(), EngineOptions::kMaxJobs));
-  EngineOptions options;
-  options.optLevel = optLevel;
-  options.jobs = jobs;
-  options.kernelThreads = kernelThreads;
-  options.cacheDir = cacheDir;
-  options.diskCache = !noCache;
-  if (cacheMaxMiB > (UINT64_MAX >> 20))
-    return fail("--cache-max-mib is too large");
-  options.cacheMaxBytes = cacheMaxMiB << 20;
-  options.executorOverride = executor;
-  options.printIRAfterAll = printIR;
-  options.plugins.assign(plugins.begin(), plugins.end());
-  options.extraPipeline = extraPipeline;
-  options.requestTimeout = std::chrono::milliseconds(timeoutMs);
-  options.tls = {tlsCa, tlsClientCert, tlsClientKey};
-  options.sharedMemory = sharedMemory;
-  // Beyond 2^44 MiB the byte count would wrap round to a small limit.
-  if (maxConstantMiB > (UINT64_MAX >> 20) || maxObjectMiB > (UINT64_MAX >> 20))
-    return fail(
-        llvm::formatv("--max-constant-mib and --max-object-mib are at most {0}", UINT64_MAX >> 20));
-  options.maxConstantBytes = maxConstantMiB << 20;
-  options.maxObjectBytes = maxObjectMiB << 20;
-  if (!tokenFile.empty()) {
-    llvm::ErrorOr<std::unique_ptr<llvm::MemoryBuffer>> token =
-        llvm::MemoryBuffer::getFile(tokenFile);
-    if (!token)
-      return fail("cannot read token file '" + tokenFile + "': " + token.getError().message());
-    options.authToken = (*token)->getBuffer().trim().str();
-  }
-  // A watched file is edited while it runs: an edit that crashes must not end the watch.
-  bool isolated = isolate.getNumOccurrences() ? isolate.getValue() : watch.getValue();
-  if (isolated) {
+  bool isolated = false;
+  llvm::Expected<EngineOptions> options = engineOptions(isolated);
+  if (!options)
+    return fail(options.takeError());
+  if (isolated)
     // The module's worker runs as this user: not dumpable, courier-run's memory cannot be
     // opened through /proc by it.
     ::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
-    options.isolation = Isolation::Process;
-    // A watch keeps a deadline, so that an edit that spins does not hold it for good.
-    options.invokeTimeout = std::chrono::milliseconds(invokeTimeoutMs.getNumOccurrences() || !watch
-                                                          ? invokeTimeoutMs.getValue()
-                                                          : kWatchInvokeTimeoutMs);
-    options.compileTimeout = std::chrono::milliseconds(compileTimeoutMs);
-    options.workerMemoryMiB = moduleMemoryMiB;
-    // One compile at a time: none waits warm for a run without --watch. A watch keeps two: a
-    // reload takes one while the other stays ready for the save after it, and the pool
-    // starts the next only once the reload is done (a starting worker costs ~100 ms of CPU
-    // that would be taken from the reload). An idle warm worker holds ~10 MB of its own.
-    options.warmWorkers = watch ? 2 : 0;
-    if (moduleMemoryMiB > (UINT64_MAX >> 21))
-      return fail(llvm::formatv("--module-memory-mib is at most {0}", UINT64_MAX >> 21));
-  } else if (invokeTimeoutMs || compileTimeoutMs || moduleMemoryMiB) {
-    return fail("--invoke-timeout-ms, --compile-timeout-ms and --module-memory-mib need "
-                "isolation (--isolate or --watch)");
-  }
-  if (!isolated)
+  else
     installFaultReport();
   // Before any thread starts, so that every thread leaves the two signals to the watch.
   std::optional<StopSignals> stopSignals;
   if (watch)
     stopSignals.emplace();
-  Engine engine(options);
+  Engine engine(*options);
 
   llvm::Expected<std::shared_ptr<Module>> first = engine.compile((*file)->getBuffer(), programName);
   if (!first)
     return fail(first.takeError());
   if (!watch)
     return runOnce(**first);
-
-  // Each save is compiled on the watcher's thread and run on the runner's: a version whose
-  // call spins is ended by the next save rather than keeping it waiting.
-  WatchRunner runner(inputFile);
-  runner.submit(std::move(*first), /*ms=*/-1);
-  llvm::Expected<std::unique_ptr<FileWatcher>> watcher =
-      FileWatcher::create(inputFile, "", [&](const std::string &) {
-        auto start = std::chrono::steady_clock::now();
-        llvm::ErrorOr<std::unique_ptr<llvm::MemoryBuffer>> text =
-            llvm::MemoryBuffer::getFile(inputFile);
-        llvm::Expected<std::shared_ptr<Module>> next =
-            text ? engine.compile((*text)->getBuffer(), inputFile)
-                 : llvm::Expected<std::shared_ptr<Module>>(llvm::errorCodeToError(text.getError()));
-        double ms =
-            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
-                .count();
-        if (!next)
-          runner.failed(describe(next.takeError()), ms);
-        else
-          runner.submit(std::move(*next), ms);
-      });
-  if (!watcher)
-    return fail(watcher.takeError());
-  say("courier-run: watching '" + inputFile + "' (Ctrl-C to stop)");
-  stopSignals->wait();
-  // The call in flight is ended; a compile in flight is waited for, up to StopSignals'
-  // grace period.
-  runner.stop();
-  return 0;
+  return watchAndRun(engine, std::move(*first), *stopSignals);
 }
