@@ -9,6 +9,7 @@
 #include "executor/ObjectHost.h"
 
 #include "abi/KernelABI.h"
+#include "abi/MemRef.h"
 #include "executor/ElfValidation.h"
 #include "executor/KernelThreads.h"
 #include "executor/ResultBlocks.h"
@@ -64,7 +65,7 @@ constexpr size_t kResultSlackWords = 64;
 constexpr uint64_t kMaxCallReply = uint64_t{1} << 32;
 
 /// Words of a descriptor of the largest rank a launch may declare.
-constexpr size_t kMaxDescriptorWords = 3 + 2 * kMaxLaunchRank;
+constexpr size_t kMaxDescriptorWords = abi::descriptorWords(kMaxLaunchRank);
 
 /// Registers the LLVM target of the machine this code runs on. InitializeNativeTarget()
 /// reads that machine from llvm-config.h, which names the target of whoever built the
@@ -349,42 +350,6 @@ std::optional<ByteRange> absoluteRange(uint64_t base, int64_t offset, int64_t el
       __builtin_add_overflow(base, static_cast<uint64_t>(last), &range.end) != (last < 0))
     return std::nullopt;
   return range;
-}
-
-int64_t elementCount(ArrayRef<int64_t> sizes) {
-  int64_t count = 1;
-  for (int64_t size : sizes)
-    count *= size;
-  return count;
-}
-
-/// Copies a strided tensor into a fresh row-major malloc'd buffer (at least one byte, so
-/// the result is always a real allocation).
-void *copyContiguous(const char *data, int64_t elemSize, ArrayRef<int64_t> sizes,
-                     ArrayRef<int64_t> strides, int64_t count) {
-  char *out = static_cast<char *>(std::malloc(std::max<int64_t>(1, count * elemSize)));
-  if (!out || count == 0)
-    return out;
-  SmallVector<int64_t, 4> index(sizes.size(), 0);
-  for (int64_t n = 0; n < count; ++n) {
-    int64_t offset = 0;
-    for (size_t d = 0; d < sizes.size(); ++d)
-      offset += index[d] * strides[d];
-    std::memcpy(out + n * elemSize, data + offset * elemSize, elemSize);
-    for (size_t d = sizes.size(); d-- > 0;) {
-      if (++index[d] < sizes[d])
-        break;
-      index[d] = 0;
-    }
-  }
-  return out;
-}
-
-SmallVector<int64_t, 4> rowMajorStrides(ArrayRef<int64_t> sizes) {
-  SmallVector<int64_t, 4> strides(sizes.size(), 1);
-  for (size_t d = sizes.size(); d-- > 1;)
-    strides[d - 1] = strides[d] * std::max<int64_t>(1, sizes[d]);
-  return strides;
 }
 
 /// Records the memory each linked object's sections occupy, so a result pointing into an
@@ -800,11 +765,11 @@ ObjectHost::Impl::adoptResults(StringRef entry, ArrayRef<int64_t> words,
   SmallVector<void *, 8> taken;
   size_t pos = 0;
   for (size_t i = 0; i < results.size() && problem.empty(); ++i) {
-    const int64_t *d = words.data() + pos;
     int64_t rank = results[i].rank, elemSize = results[i].elemSize;
-    pos += 3 + 2 * rank;
-    ArrayRef<int64_t> sizes(d + 3, rank), strides(d + 3 + rank, rank);
-    void *allocated = reinterpret_cast<void *>(d[0]);
+    abi::MemRefView d(words.data() + pos, rank);
+    pos += abi::descriptorWords(rank);
+    ArrayRef<int64_t> sizes = d.sizes(), strides = d.strides();
+    void *allocated = d.allocated();
     for (int64_t size : sizes)
       if (size < 0 && problem.empty())
         problem = formatv("result {0} has a negative size {1}", i, size).str();
@@ -827,11 +792,12 @@ ObjectHost::Impl::adoptResults(StringRef entry, ArrayRef<int64_t> words,
       }
       continue;
     }
-    if (d[1] == 0) {
+    if (!d.aligned()) {
       problem = formatv("result {0} has a null data pointer", i).str();
       break;
     }
-    auto range = absoluteRange(static_cast<uint64_t>(d[1]), d[2], elemSize, *extent);
+    auto range =
+        absoluteRange(reinterpret_cast<uint64_t>(d.aligned()), d.offset(), elemSize, *extent);
     bool inside = range && (allocation ? allocation->contains(*range) : borrowable(*range));
     if (!inside) {
       problem =
@@ -844,7 +810,7 @@ ObjectHost::Impl::adoptResults(StringRef entry, ArrayRef<int64_t> words,
                                                    "allocations, the inputs, the object's "
                                                    "constants)"))
                       .str()
-                : formatv("result {0}'s offset {1} overflows its address", i, d[2]).str();
+                : formatv("result {0}'s offset {1} overflows its address", i, d.offset()).str();
       break;
     }
     if (canOwn) {
@@ -863,11 +829,11 @@ ObjectHost::Impl::adoptResults(StringRef entry, ArrayRef<int64_t> words,
   bool outOfMemory = false;
   pos = 0;
   for (size_t i = 0; i < results.size(); ++i) {
-    const int64_t *d = words.data() + pos;
     int64_t rank = results[i].rank;
     int64_t elemSize = results[i].elemSize;
-    pos += 3 + 2 * rank;
-    void *allocated = reinterpret_cast<void *>(d[0]);
+    abi::MemRefView d(words.data() + pos, rank);
+    pos += abi::descriptorWords(rank);
+    void *allocated = d.allocated();
     // A buffer in the result arena belongs to the arena: the tensor points into it and frees
     // nothing.
     bool inArena = allocations.inArena(allocated);
@@ -877,13 +843,13 @@ ObjectHost::Impl::adoptResults(StringRef entry, ArrayRef<int64_t> words,
         std::free(allocated);
       continue;
     }
-    char *data = reinterpret_cast<char *>(d[1]) + d[2] * elemSize;
-    std::vector<int64_t> sizes(d + 3, d + 3 + rank);
-    std::vector<int64_t> strides(d + 3 + rank, d + 3 + 2 * rank);
+    char *data = static_cast<char *>(d.data(elemSize));
+    std::vector<int64_t> sizes(d.sizes().begin(), d.sizes().end());
+    std::vector<int64_t> strides(d.strides().begin(), d.strides().end());
     // In the arena only packed row-major results stay where they are: the caller sends them
     // from there, and packs whatever else it sends after them in the same arena, which must
     // not be where any of its sources lie.
-    if (owned[i] && (!inArena || llvm::equal(strides, rowMajorStrides(sizes)))) {
+    if (owned[i] && (!inArena || llvm::equal(strides, abi::rowMajorStrides(sizes)))) {
       tensors.emplace_back(inArena ? nullptr : allocated, data, elemSize, std::move(sizes),
                            std::move(strides));
       continue;
@@ -891,13 +857,14 @@ ObjectHost::Impl::adoptResults(StringRef entry, ArrayRef<int64_t> words,
     // The kernel returned memory it does not own (an input, a constant, or a buffer already
     // returned as another result), or a strided view into the arena: hand over a private copy
     // instead.
-    int64_t count = elementCount(sizes);
-    void *copy = copyContiguous(data, elemSize, sizes, strides, count);
+    // At least one byte, so the result is always a real allocation.
+    void *copy = std::malloc(std::max<int64_t>(1, abi::elementCount(sizes) * elemSize));
     if (!copy) {
       outOfMemory = true;
       continue;
     }
-    auto contiguous = rowMajorStrides(sizes);
+    abi::copyRowMajor(data, elemSize, sizes, strides, copy);
+    auto contiguous = abi::rowMajorStrides(sizes);
     tensors.emplace_back(copy, copy, elemSize, std::move(sizes),
                          std::vector<int64_t>(contiguous.begin(), contiguous.end()));
   }
@@ -950,11 +917,11 @@ Expected<std::vector<OwnedTensor>> ObjectHost::launch(StringRef sha256, StringRe
     if (input.sizes.size() != input.strides.size())
       return makeError(formatv("input {0} of '{1}' has {2} sizes but {3} strides", i, entry,
                                input.sizes.size(), input.strides.size()));
-    inWords += unchecked ? kMaxDescriptorWords : 3 + 2 * input.sizes.size();
+    inWords += unchecked ? kMaxDescriptorWords : abi::descriptorWords(input.sizes.size());
   }
   size_t outWords = 0;
   for (const ResultSpec &result : results)
-    outWords += 3 + 2 * result.rank;
+    outWords += abi::descriptorWords(result.rank);
 
   // Descriptors are rebuilt from the views without copying tensor data: allocated and
   // aligned both point at the caller's element [0, ..., 0].
@@ -968,14 +935,11 @@ Expected<std::vector<OwnedTensor>> ObjectHost::launch(StringRef sha256, StringRe
   size_t pos = 0;
   for (size_t i = 0; i < inputs.size(); ++i) {
     const TensorView &input = inputs[i];
-    int64_t *d = inBuffer.data() + pos;
-    arguments[i] = d;
-    d[0] = d[1] = static_cast<int64_t>(reinterpret_cast<intptr_t>(input.data));
-    d[2] = 0;
     size_t rank = input.sizes.size();
-    std::copy(input.sizes.begin(), input.sizes.end(), d + 3);
-    std::copy(input.strides.begin(), input.strides.end(), d + 3 + rank);
-    pos += unchecked ? kMaxDescriptorWords : 3 + 2 * rank;
+    void *data = const_cast<void *>(input.data);
+    arguments[i] = inBuffer.data() + pos;
+    abi::MutableMemRefView(arguments[i], rank).fill(data, data, 0, input.sizes, input.strides);
+    pos += unchecked ? kMaxDescriptorWords : abi::descriptorWords(rank);
   }
   // The result area is pre-filled with a pattern and followed by slack, so a kernel whose
   // results differ from what the caller expects (count or ranks) shows up as words it left

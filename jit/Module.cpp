@@ -2,6 +2,7 @@
 #include "jit/Internal.h"
 #include "jit/ShapeChecks.h"
 
+#include "abi/MemRef.h"
 #include "executor/ResultBlocks.h"
 
 #include "llvm/Support/FormatVariadic.h"
@@ -109,26 +110,23 @@ llvm::Error checkInput(const EntrySignature &entry, size_t index, const TensorSp
   return llvm::Error::success();
 }
 
-/// Storage for a ranked memref descriptor: {allocated, aligned, offset, sizes, strides}.
+/// Storage for a ranked memref descriptor (abi/MemRef.h).
 struct Descriptor {
-  explicit Descriptor(size_t rank) : words(3 + 2 * rank, 0), rank(rank) {}
+  explicit Descriptor(size_t rank) : words(abi::descriptorWords(rank), 0), rank(rank) {}
   std::vector<int64_t> words;
   size_t rank;
 
-  void *allocated() const { return reinterpret_cast<void *>(words[0]); }
-  const uint8_t *aligned() const { return reinterpret_cast<const uint8_t *>(words[1]); }
-  int64_t offset() const { return words[2]; }
-  int64_t size(size_t d) const { return words[3 + d]; }
-  int64_t stride(size_t d) const { return words[3 + rank + d]; }
+  abi::MemRefView view() const { return {words.data(), rank}; }
+  abi::MutableMemRefView view() { return {words.data(), rank}; }
+  void *allocated() const { return view().allocated(); }
 };
 
 /// The result a descriptor describes.
 ResultRef resultOf(const Descriptor &desc, DType dtype) {
-  ResultRef r{dtype, {}, {}, desc.aligned() + desc.offset() * dtypeSize(dtype)};
-  for (size_t d = 0; d < desc.rank; ++d) {
-    r.shape.push_back(desc.size(d));
-    r.strides.push_back(desc.stride(d));
-  }
+  abi::MemRefView view = desc.view();
+  ResultRef r{dtype, {}, {}, static_cast<const uint8_t *>(view.data(dtypeSize(dtype)))};
+  r.shape.assign(view.sizes().begin(), view.sizes().end());
+  r.strides.assign(view.strides().begin(), view.strides().end());
   return r;
 }
 
@@ -141,43 +139,10 @@ size_t ResultRef::packedBytes() const {
   return n;
 }
 
-bool ResultRef::isRowMajor() const {
-  if (llvm::is_contained(shape, 0))
-    return true;
-  int64_t stride = 1;
-  for (size_t d = shape.size(); d-- > 0; stride *= shape[d])
-    if (shape[d] != 1 && strides[d] != stride)
-      return false;
-  return true;
-}
+bool ResultRef::isRowMajor() const { return abi::isRowMajor(shape, strides); }
 
 void ResultRef::pack(uint8_t *out) const {
-  size_t elem = dtypeSize(dtype);
-  size_t rank = shape.size();
-  int64_t n = 1;
-  for (int64_t d : shape)
-    n *= d;
-  if (n <= 0)
-    return;
-  bool contiguous = true;
-  for (int64_t d = rank, stride = 1; d-- > 0; stride *= shape[d])
-    contiguous &= shape[d] == 1 || strides[d] == stride;
-  if (contiguous) {
-    std::memcpy(out, data, n * elem);
-    return;
-  }
-  std::vector<int64_t> index(rank, 0);
-  for (int64_t i = 0; i < n; ++i) {
-    int64_t offset = 0;
-    for (size_t d = 0; d < rank; ++d)
-      offset += index[d] * strides[d];
-    std::memcpy(out + i * elem, data + offset * elem, elem);
-    for (size_t d = rank; d-- > 0;) {
-      if (++index[d] < shape[d])
-        break;
-      index[d] = 0;
-    }
-  }
+  abi::copyRowMajor(data, dtypeSize(dtype), shape, strides, out);
 }
 
 llvm::Error invokeInProcess(const Module::Impl &impl, llvm::StringRef entry,
@@ -231,14 +196,8 @@ llvm::Error invokeInProcess(const Module::Impl &impl, llvm::StringRef entry,
       continue;
     }
     Descriptor &desc = inputDescs.emplace_back(input.shape.size());
-    auto data = reinterpret_cast<int64_t>(input.data);
-    desc.words[0] = desc.words[1] = data;
-    int64_t stride = 1;
-    for (size_t d = input.shape.size(); d-- > 0;) {
-      desc.words[3 + d] = input.shape[d];
-      desc.words[3 + desc.rank + d] = stride;
-      stride *= input.shape[d];
-    }
+    void *data = const_cast<void *>(static_cast<const void *>(input.data));
+    desc.view().fill(data, data, 0, input.shape, abi::rowMajorStrides(input.shape));
     args[i] = desc.words.data();
   }
   for (size_t j = 0; j < numOutputs; ++j) {

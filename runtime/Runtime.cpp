@@ -4,6 +4,7 @@
 
 #include "abi/ContentHash.h"
 #include "abi/KernelABI.h"
+#include "abi/MemRef.h"
 #include "transport/ErrorCode.h"
 
 #include "llvm/ADT/SmallVector.h"
@@ -525,65 +526,24 @@ std::string entryName(StringRef entry) {
   return entry.starts_with(kEntryPrefix) ? entry.str() : (kEntryPrefix + entry).str();
 }
 
-int64_t *words(void *descriptor) { return static_cast<int64_t *>(descriptor); }
-
 /// Bounds on what a launch's argument arrays may describe: beyond them the arrays are not
 /// what lowered host code passes.
 constexpr size_t kMaxLaunchTensors = 1 << 16;
 constexpr size_t kMaxRank = 1 << 10;
 constexpr size_t kMaxElementBytes = 1 << 10;
 
-void rowMajor(ArrayRef<int64_t> sizes, int64_t *strides) {
-  int64_t stride = 1;
-  for (size_t d = sizes.size(); d-- > 0;) {
-    strides[d] = stride;
-    stride *= std::max<int64_t>(1, sizes[d]);
-  }
-}
-
-bool isRowMajor(const OwnedTensor &tensor) {
-  int64_t expected = 1;
-  for (size_t d = tensor.sizes.size(); d-- > 0;) {
-    if (tensor.sizes[d] == 0)
-      return true;
-    if (tensor.sizes[d] != 1 && tensor.strides[d] != expected)
-      return false;
-    expected *= tensor.sizes[d];
-  }
-  return true;
-}
-
-int64_t elementCount(ArrayRef<int64_t> sizes) {
-  int64_t count = 1;
-  for (int64_t size : sizes)
-    count *= size;
-  return count;
-}
-
 /// Host code compiled for an identity layout ignores result strides, so a strided result
 /// is made contiguous here.
 Error makeRowMajor(OwnedTensor &tensor) {
-  if (isRowMajor(tensor))
+  if (abi::isRowMajor(tensor.sizes, tensor.strides))
     return Error::success();
-  int64_t count = elementCount(tensor.sizes);
+  int64_t count = abi::elementCount(tensor.sizes);
   char *copy = static_cast<char *>(std::malloc(std::max<int64_t>(1, count * tensor.elemSize)));
   if (!copy)
     return createStringError(inconvertibleErrorCode(), "out of memory making a result contiguous");
-  SmallVector<int64_t, 4> index(tensor.sizes.size(), 0);
-  const char *source = static_cast<const char *>(tensor.data);
-  for (int64_t n = 0; n < count; ++n) {
-    int64_t offset = 0;
-    for (size_t d = 0; d < index.size(); ++d)
-      offset += index[d] * tensor.strides[d];
-    std::memcpy(copy + n * tensor.elemSize, source + offset * tensor.elemSize, tensor.elemSize);
-    for (size_t d = index.size(); d-- > 0;) {
-      if (++index[d] < tensor.sizes[d])
-        break;
-      index[d] = 0;
-    }
-  }
+  abi::copyRowMajor(tensor.data, tensor.elemSize, tensor.sizes, tensor.strides, copy);
   std::vector<int64_t> strides(tensor.sizes.size());
-  rowMajor(tensor.sizes, strides.data());
+  abi::rowMajorStrides(tensor.sizes, strides);
   tensor = OwnedTensor(copy, copy, tensor.elemSize, tensor.sizes, std::move(strides));
   return Error::success();
 }
@@ -633,22 +593,18 @@ void fillZeroResults(size_t count, void *const *descriptors, const size_t *ranks
   if (count == 0 || count > kMaxLaunchTensors || !descriptors || !ranks || !elemSizes)
     return;
   for (size_t i = 0; i < count; ++i) {
-    int64_t *d = words(descriptors[i]);
-    if (!d || ranks[i] > kMaxRank)
+    if (!descriptors[i] || ranks[i] > kMaxRank)
       continue;
-    int64_t rank = static_cast<int64_t>(ranks[i]);
-    int64_t *sizes = d + 3;
+    abi::MutableMemRefView d(descriptors[i], ranks[i]);
     // Without the marker the sizes are whatever the caller's stack held: unknown.
-    bool known = carriesExpectedShape(d);
-    for (int64_t k = 0; k < rank; ++k)
-      sizes[k] = known ? std::max<int64_t>(0, sizes[k]) : 0;
-    std::optional<int64_t> bytes = byteCount(
-        ArrayRef<int64_t>(sizes, rank), std::max<int64_t>(1, static_cast<int64_t>(elemSizes[i])));
+    bool known = carriesExpectedShape(d.all().data());
+    SmallVector<int64_t, 4> sizes;
+    for (int64_t size : d.sizes())
+      sizes.push_back(known ? std::max<int64_t>(0, size) : 0);
+    std::optional<int64_t> bytes =
+        byteCount(sizes, std::max<int64_t>(1, static_cast<int64_t>(elemSizes[i])));
     void *buffer = known && bytes ? std::calloc(std::max<int64_t>(1, *bytes), 1) : nullptr;
-    d[0] = static_cast<int64_t>(reinterpret_cast<intptr_t>(buffer));
-    d[1] = static_cast<int64_t>(reinterpret_cast<intptr_t>(buffer ? buffer : zeroRegion()));
-    d[2] = 0;
-    rowMajor(ArrayRef<int64_t>(sizes, rank), d + 3 + rank);
+    d.fill(buffer, buffer ? buffer : zeroRegion(), 0, sizes, abi::rowMajorStrides(sizes));
   }
 }
 
@@ -767,17 +723,17 @@ Error launchImpl(int64_t handle, const char *entryArg, const char *object, size_
   thread_local std::vector<TensorView> views;
   views.resize(nIn);
   for (size_t i = 0; i < nIn; ++i) {
-    const int64_t *d = words(inDescs[i]);
-    if (!d || inRanks[i] > kMaxRank || inElemSizes[i] == 0 || inElemSizes[i] > kMaxElementBytes)
+    if (!inDescs[i] || inRanks[i] > kMaxRank || inElemSizes[i] == 0 ||
+        inElemSizes[i] > kMaxElementBytes)
       return failure(formatv("{0}: input {1} has no descriptor, rank {2} or element size {3}",
                              where(), i, inRanks[i], inElemSizes[i]));
-    auto rank = static_cast<int64_t>(inRanks[i]);
+    abi::MemRefView d(inDescs[i], inRanks[i]);
     auto elemSize = static_cast<int64_t>(inElemSizes[i]);
     TensorView &view = views[i];
-    view.data = reinterpret_cast<const char *>(d[1]) + d[2] * elemSize;
+    view.data = d.data(elemSize);
     view.elemSize = elemSize;
-    view.sizes.assign(d + 3, d + 3 + rank);
-    view.strides.assign(d + 3 + rank, d + 3 + 2 * rank);
+    view.sizes.assign(d.sizes().begin(), d.sizes().end());
+    view.strides.assign(d.strides().begin(), d.strides().end());
     if (!byteCount(view.sizes, elemSize))
       return failure(formatv("{0}: input {1} has shape {2}: a negative size, or more bytes than "
                              "64 bits count",
@@ -811,11 +767,11 @@ Error launchImpl(int64_t handle, const char *entryArg, const char *object, size_
                            results->size(), nOut));
   for (size_t i = 0; i < nOut; ++i) {
     OwnedTensor &tensor = (*results)[i];
-    const int64_t *descriptor = words(outDescs[i]);
+    abi::MemRefView descriptor(outDescs[i], outRanks[i]);
     // Host code lowered without the marker says nothing about the shape but its rank.
     SmallVector<int64_t, 4> expected(outRanks[i], -1);
-    if (carriesExpectedShape(descriptor))
-      expected.assign(descriptor + 3, descriptor + 3 + outRanks[i]);
+    if (carriesExpectedShape(descriptor.all().data()))
+      expected.assign(descriptor.sizes().begin(), descriptor.sizes().end());
     bool matches = tensor.sizes.size() == outRanks[i] &&
                    tensor.strides.size() == tensor.sizes.size() &&
                    tensor.elemSize == static_cast<int64_t>(outElemSizes[i]);
@@ -831,13 +787,9 @@ Error launchImpl(int64_t handle, const char *entryArg, const char *object, size_
   }
   for (size_t i = 0; i < nOut; ++i) {
     OwnedTensor &tensor = (*results)[i];
-    int64_t *d = words(outDescs[i]);
-    auto rank = static_cast<int64_t>(outRanks[i]);
-    d[1] = static_cast<int64_t>(reinterpret_cast<intptr_t>(tensor.data));
-    d[0] = static_cast<int64_t>(reinterpret_cast<intptr_t>(tensor.release()));
-    d[2] = 0;
-    std::copy(tensor.sizes.begin(), tensor.sizes.end(), d + 3);
-    std::copy(tensor.strides.begin(), tensor.strides.end(), d + 3 + rank);
+    void *data = tensor.data;
+    abi::MutableMemRefView(outDescs[i], outRanks[i])
+        .fill(tensor.release(), data, 0, tensor.sizes, tensor.strides);
   }
   return Error::success();
 }

@@ -1,6 +1,8 @@
 // Encoding and decoding of the launch frame and error bodies shared by client and server.
 #include "transport/Wire.h"
 
+#include "abi/MemRef.h"
+
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -135,9 +137,8 @@ bool isSessionId(llvm::StringRef text) {
 }
 
 std::vector<int64_t> packedStrides(llvm::ArrayRef<int64_t> sizes) {
-  std::vector<int64_t> strides(sizes.size(), 1);
-  for (size_t i = sizes.size(); i > 1; --i)
-    strides[i - 2] = strides[i - 1] * sizes[i - 1];
+  std::vector<int64_t> strides(sizes.size());
+  abi::rowMajorStrides(sizes, strides);
   return strides;
 }
 
@@ -157,37 +158,7 @@ llvm::Expected<uint64_t> packedBytes(int64_t elemSize, llvm::ArrayRef<int64_t> s
 }
 
 void packInto(const TensorView &view, char *out) {
-  size_t rank = view.sizes.size();
-  int64_t count = 1;
-  for (int64_t s : view.sizes)
-    count *= s;
-  if (count <= 0)
-    return;
-  bool contiguous = true;
-  int64_t expected = 1;
-  for (size_t d = rank; d-- > 0;) {
-    if (view.sizes[d] != 1 && view.strides[d] != expected)
-      contiguous = false;
-    expected *= view.sizes[d];
-  }
-  const char *base = static_cast<const char *>(view.data);
-  if (contiguous) {
-    std::memcpy(out, base, static_cast<size_t>(count * view.elemSize));
-    return;
-  }
-  std::vector<int64_t> index(rank, 0);
-  for (int64_t n = 0; n < count; ++n) {
-    int64_t offset = 0;
-    for (size_t d = 0; d < rank; ++d)
-      offset += index[d] * view.strides[d];
-    std::memcpy(out + n * view.elemSize, base + offset * view.elemSize,
-                static_cast<size_t>(view.elemSize));
-    for (size_t d = rank; d-- > 0;) {
-      if (++index[d] < view.sizes[d])
-        break;
-      index[d] = 0;
-    }
-  }
+  abi::copyRowMajor(view.data, view.elemSize, view.sizes, view.strides, out);
 }
 
 std::vector<TensorHeader> describePacked(llvm::ArrayRef<TensorView> tensors) {
@@ -404,13 +375,7 @@ llvm::Expected<LaunchReply> decodeLaunchReply(llvm::StringRef line) {
   }
 }
 
-static bool isPacked(const TensorView &t) {
-  std::vector<int64_t> packed = packedStrides(t.sizes);
-  for (size_t i = 0; i < t.sizes.size(); ++i)
-    if (t.sizes[i] != 1 && t.strides[i] != packed[i])
-      return false;
-  return true;
-}
+static bool isPacked(const TensorView &t) { return abi::isRowMajor(t.sizes, t.strides); }
 
 FrameWriter::FrameWriter(std::string headerLine, std::vector<TensorView> tensorList)
     : header(std::move(headerLine)), tensors(std::move(tensorList)) {

@@ -179,7 +179,7 @@ void reserveFresh(std::string &text, size_t capacity);
 /// 16k page faults, as much time as receiving its bytes.
 void *allocateTensorBuffer(uint64_t bytes);
 
-/// Row-major strides (in elements) of a packed tensor of `sizes`.
+/// Row-major strides (in elements) of a packed tensor of `sizes` (abi::rowMajorStrides).
 std::vector<int64_t> packedStrides(llvm::ArrayRef<int64_t> sizes);
 /// Number of bytes a packed tensor needs, or an error if the shape is negative or overflows.
 llvm::Expected<uint64_t> packedBytes(int64_t elemSize, llvm::ArrayRef<int64_t> sizes);
