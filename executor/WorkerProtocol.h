@@ -52,7 +52,7 @@ enum class MessageKind : uint8_t {
   /// Carries a KernelThreadTally page's descriptor: a module worker counts its kernel threads
   /// there (a session worker keeps them in its doorbell page).
   KernelTally,
-  // server -> module worker (jit/ModuleWorker.h)
+  // server -> module worker (jit/ModuleProtocol.h)
   Compile = 16,
   Invoke,
   Unload,
@@ -64,7 +64,7 @@ enum class MessageKind : uint8_t {
   Failed,  ///< {code, message}: the request failed, the worker is fine.
   Crashed, ///< Written by the worker's fatal-signal handler just before it dies.
   /// {u64 phase} and the request's sequence: the request reached a later phase of its work
-  /// (what a phase means is the request's protocol's: jit/ModuleWorker.h), so that a death
+  /// (what a phase means is the request's protocol's: jit/ModuleProtocol.h), so that a death
   /// after it is told apart from one before. No answer: the request goes on.
   Progress,
 };

@@ -1,8 +1,8 @@
 // Isolated modules, the server's side: a module version compiled, linked and run in a worker
-// process of its own (jit/ModuleWorker.h), with tensors in shared memory, deadlines that end
+// process of its own (jit/ModuleProtocol.h), with tensors in shared memory, deadlines that end
 // the worker, and a fresh worker for the next call after one dies.
 #include "jit/Internal.h"
-#include "jit/ModuleWorker.h"
+#include "jit/ModuleProtocol.h"
 
 #include "executor/WorkerPool.h"
 

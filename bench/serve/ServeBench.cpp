@@ -13,7 +13,7 @@
 #include "bench/BenchSupport.h"
 #include "jit/Engine.h"
 #include "tests/support/ServerProcess.h"
-#include "tools/courier-serve/JsonInputs.h"
+#include "serve/JsonInputs.h"
 
 #include "llvm/Support/JSON.h"
 

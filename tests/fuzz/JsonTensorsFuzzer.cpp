@@ -1,13 +1,13 @@
 // Fuzzes the reading of tensors from JSON (jit/Engine.h's parseJSON and tensorFromJSON, as
 // courier-run --arg and courier-serve's invoke use them) and courier-serve's on-demand reading
-// of an invoke body (tools/courier-serve/JsonInputs.h) against it. The input's first line
+// of an invoke body (serve/JsonInputs.h) against it. The input's first line
 // declares the entry's inputs (EntrySpecs.h); the rest is the body.
 #include "tests/fuzz/EntrySpecs.h"
 #include "tests/fuzz/FuzzSupport.h"
 
 #include "jit/Engine.h"
-#include "tools/courier-serve/JsonInputs.h"
-#include "tools/courier-serve/RequestBodies.h"
+#include "serve/JsonInputs.h"
+#include "serve/RequestBodies.h"
 
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/raw_ostream.h"

@@ -1,4 +1,4 @@
-// Fuzzes courier-serve's reading of a KServe v2 infer request (tools/courier-serve/
+// Fuzzes courier-serve's reading of a KServe v2 infer request (serve/
 // KServeRequest.h): the input's first line declares the model's entry and how the body is
 // framed, the rest is the body, JSON then (with a header length) the binary inputs' bytes.
 //   infer LENGTH|- [shm] SPEC...   LENGTH is the Inference-Header-Content-Length ('-': none);
@@ -7,7 +7,7 @@
 #include "tests/fuzz/EntrySpecs.h"
 #include "tests/fuzz/FuzzSupport.h"
 
-#include "tools/courier-serve/KServeRequest.h"
+#include "serve/KServeRequest.h"
 
 #include <cstring>
 #include <optional>

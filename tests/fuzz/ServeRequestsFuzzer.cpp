@@ -1,4 +1,4 @@
-// Fuzzes courier-serve's request bodies (tools/courier-serve/RequestBodies.h) as the server
+// Fuzzes courier-serve's request bodies (serve/RequestBodies.h) as the server
 // reads them: the input's first line names the request, the rest is its body.
 //   create               POST /v1/modules
 //   replace NAME [text]  PUT /v1/modules/NAME, JSON or (with "text") plain MLIR
@@ -7,7 +7,7 @@
 #include "tests/fuzz/EntrySpecs.h"
 #include "tests/fuzz/FuzzSupport.h"
 
-#include "tools/courier-serve/RequestBodies.h"
+#include "serve/RequestBodies.h"
 
 #include "transport/HostPort.h"
 

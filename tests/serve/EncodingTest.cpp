@@ -20,7 +20,7 @@ struct Route {
   std::string path;
 };
 
-/// Every route of tools/courier-serve/RestService.cpp's table (GET serves HEAD too).
+/// Every route of serve/RestService.cpp's table (GET serves HEAD too).
 const std::vector<Route> kRoutes = {
     {"GET", "/v1/health"},
     {"GET", "/v1/ready"},

@@ -5,7 +5,7 @@
 #include "tests/support/PrometheusText.h"
 #include "tests/support/RawConnection.h"
 #include "tests/transport/ExecutorProcess.h"
-#include "tools/courier-serve/ModuleStore.h"
+#include "serve/ModuleStore.h"
 
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>

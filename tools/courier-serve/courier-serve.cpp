@@ -4,8 +4,8 @@
 // *.mlir of a directory as a module named by its stem and reloads it when the file changes.
 #include "executor/WorkerOutput.h"
 #include "jit/DiskCache.h"
-#include "tools/courier-serve/ModuleStore.h"
-#include "tools/courier-serve/RestService.h"
+#include "serve/ModuleStore.h"
+#include "serve/RestService.h"
 #include "transport/Log.h"
 #include "transport/ServerMain.h"
 

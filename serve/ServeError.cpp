@@ -1,5 +1,5 @@
 // courier-serve's error type.
-#include "tools/courier-serve/ServeError.h"
+#include "serve/ServeError.h"
 
 #include "llvm/Support/raw_ostream.h"
 

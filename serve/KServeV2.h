@@ -2,10 +2,10 @@
 // and model metadata, readiness, infer with JSON or binary tensors, the model repository, the
 // statistics and the system shared-memory extensions, over the same ModuleStore as /v1.
 // Errors on these routes are {"error": "<message>"} with the /v1 code in X-Courier-Error-Code.
-#ifndef COURIER_TOOLS_SERVE_KSERVEV2_H
-#define COURIER_TOOLS_SERVE_KSERVEV2_H
+#ifndef COURIER_SERVE_KSERVEV2_H
+#define COURIER_SERVE_KSERVEV2_H
 
-#include "tools/courier-serve/ModuleStore.h"
+#include "serve/ModuleStore.h"
 
 #include "transport/HttpService.h"
 
@@ -60,4 +60,4 @@ private:
 
 } // namespace courier::serve
 
-#endif // COURIER_TOOLS_SERVE_KSERVEV2_H
+#endif // COURIER_SERVE_KSERVEV2_H

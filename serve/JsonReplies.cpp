@@ -1,5 +1,5 @@
 // courier-serve's JSON replies.
-#include "tools/courier-serve/JsonReplies.h"
+#include "serve/JsonReplies.h"
 
 #include "transport/Wire.h"
 

@@ -3,10 +3,10 @@
 // handler's failure (a ServeError, with its /v1 code) becomes {"error": "<message>"} here,
 // with the code's status and the code in X-Courier-Error-Code, so HttpService's wrapper never
 // sees one and no /v1-shaped error leaves a v2 route.
-#include "tools/courier-serve/KServeV2.h"
-#include "tools/courier-serve/JsonReplies.h"
-#include "tools/courier-serve/KServeRequest.h"
-#include "tools/courier-serve/RequestBodies.h"
+#include "serve/KServeV2.h"
+#include "serve/JsonReplies.h"
+#include "serve/KServeRequest.h"
+#include "serve/RequestBodies.h"
 
 #include "transport/Wire.h"
 

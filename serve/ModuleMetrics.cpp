@@ -1,5 +1,5 @@
 // Duration histograms by module (ModuleMetrics.h).
-#include "tools/courier-serve/ModuleMetrics.h"
+#include "serve/ModuleMetrics.h"
 
 #include "transport/Metrics.h"
 

@@ -1,6 +1,6 @@
 // The module registry behind courier-serve: one ReloadableModule per name, one Engine per
 // distinct option set, compiles on detached workers so a request can stop waiting for one.
-#include "tools/courier-serve/ModuleStore.h"
+#include "serve/ModuleStore.h"
 
 #include "abi/ContentHash.h"
 #include "transport/Log.h"

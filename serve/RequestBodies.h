@@ -1,10 +1,10 @@
 // Reading courier-serve's request bodies: module submissions, JSON invokes and a frame
 // invoke's header line. Bytes in, what they ask for (or a ServeError naming what is wrong)
 // out, with no HTTP type, so that each reading can be fuzzed on its own (tests/fuzz).
-#ifndef COURIER_TOOLS_SERVE_REQUESTBODIES_H
-#define COURIER_TOOLS_SERVE_REQUESTBODIES_H
+#ifndef COURIER_SERVE_REQUESTBODIES_H
+#define COURIER_SERVE_REQUESTBODIES_H
 
-#include "tools/courier-serve/ModuleStore.h"
+#include "serve/ModuleStore.h"
 
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/Error.h"
@@ -56,4 +56,4 @@ llvm::Error frameError(llvm::Error error);
 
 } // namespace courier::serve
 
-#endif // COURIER_TOOLS_SERVE_REQUESTBODIES_H
+#endif // COURIER_SERVE_REQUESTBODIES_H

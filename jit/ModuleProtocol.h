@@ -1,5 +1,5 @@
-// Isolated modules: what a server process and a module's worker process
-// (courier-module-worker) say to each other, and the worker's main(). The channel, shared
+// Isolated modules: what a server process (jit/IsolatedModule.cpp) and a module's worker
+// process (tools/courier-module-worker) say to each other. The channel, shared
 // buffers, crash reports and sandbox are the executor's (executor/WorkerProtocol.h,
 // executor/Sandbox.h); the messages here are Compile, Invoke and Unload.
 //
@@ -17,8 +17,8 @@
 // An outcome is a u64 status: 0 success; 1 a compile error {summary, diagnostics}; 2 a coded
 // error {code name, message}; 3 any other error {message}. Bodies larger than an inline
 // message travel in a sealed memfd.
-#ifndef COURIER_JIT_MODULEWORKER_H
-#define COURIER_JIT_MODULEWORKER_H
+#ifndef COURIER_JIT_MODULEPROTOCOL_H
+#define COURIER_JIT_MODULEPROTOCOL_H
 
 #include "executor/WorkerProtocol.h"
 #include "jit/Engine.h"
@@ -61,16 +61,6 @@ llvm::Expected<llvm::StringRef> readBody(MessageReader &in, executor::Message &m
 
 } // namespace moduleproto
 
-/// courier-module-worker's main(): compiles one module version and serves its calls until
-/// the server closes the channel (descriptor executor::kWorkerChannelFd). Flags:
-///   --parent PID      exit if that process is gone (set by the server)
-///   --memory-mib N    address space compiles and calls may add (RLIMIT_AS)
-///   --cpu-seconds N   RLIMIT_CPU
-///   --kernel-threads N  threads of kernels' parallel loops (default: the CPUs it may run
-///                     on), started before the limits and the sandbox
-///   --no-sandbox      skip no-new-privs and the seccomp filter
-int runModuleWorker(int argc, char **argv);
-
 } // namespace courier
 
-#endif // COURIER_JIT_MODULEWORKER_H
+#endif // COURIER_JIT_MODULEPROTOCOL_H

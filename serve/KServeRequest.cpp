@@ -1,5 +1,5 @@
 // The reading of KServe v2 infer requests, apart from the HTTP layer that receives them.
-#include "tools/courier-serve/KServeRequest.h"
+#include "serve/KServeRequest.h"
 
 #include "jit/Tensor.h"
 #include "transport/Wire.h"

@@ -3,11 +3,11 @@
 // data extension, as raw bytes after the header. Bytes in, tensors for the model's entry (or a
 // ServeError naming what is wrong) out, with no HTTP type, so that the decoder can be fuzzed
 // on its own (tests/fuzz). The routes themselves are KServeV2.cpp's.
-#ifndef COURIER_TOOLS_SERVE_KSERVEREQUEST_H
-#define COURIER_TOOLS_SERVE_KSERVEREQUEST_H
+#ifndef COURIER_SERVE_KSERVEREQUEST_H
+#define COURIER_SERVE_KSERVEREQUEST_H
 
 #include "jit/Engine.h"
-#include "tools/courier-serve/ServeError.h"
+#include "serve/ServeError.h"
 
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/Error.h"
@@ -105,4 +105,4 @@ void appendJsonData(std::string &out, const Tensor &tensor);
 
 } // namespace courier::serve::v2
 
-#endif // COURIER_TOOLS_SERVE_KSERVEREQUEST_H
+#endif // COURIER_SERVE_KSERVEREQUEST_H

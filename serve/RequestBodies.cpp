@@ -1,6 +1,6 @@
 // The reading of courier-serve's request bodies, apart from the HTTP layer that receives them.
-#include "tools/courier-serve/RequestBodies.h"
-#include "tools/courier-serve/JsonInputs.h"
+#include "serve/RequestBodies.h"
+#include "serve/JsonInputs.h"
 
 #include "jit/Tensor.h"
 

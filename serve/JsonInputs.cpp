@@ -1,7 +1,7 @@
 // simdjson's on-demand API walks the body once, front to back; every value is looked at in
 // that walk (nothing skipped, so nothing goes unchecked), and any surprise gives up on the
 // whole body rather than guessing.
-#include "tools/courier-serve/JsonInputs.h"
+#include "serve/JsonInputs.h"
 #include "transport/Wire.h"
 
 #include <simdjson.h>

@@ -1,11 +1,11 @@
 // The modules courier-serve holds: named, hot-reloadable engine modules, compiled on worker
 // threads under a deadline and within the server's limits. No HTTP type appears here; the
 // REST layer (RestService.cpp) only translates requests into these calls.
-#ifndef COURIER_TOOLS_SERVE_MODULESTORE_H
-#define COURIER_TOOLS_SERVE_MODULESTORE_H
+#ifndef COURIER_SERVE_MODULESTORE_H
+#define COURIER_SERVE_MODULESTORE_H
 
 #include "jit/Engine.h"
-#include "tools/courier-serve/ServeError.h"
+#include "serve/ServeError.h"
 
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/Error.h"
@@ -244,4 +244,4 @@ std::string describeFailure(const ServeError &error);
 
 } // namespace courier::serve
 
-#endif // COURIER_TOOLS_SERVE_MODULESTORE_H
+#endif // COURIER_SERVE_MODULESTORE_H

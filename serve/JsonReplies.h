@@ -1,7 +1,7 @@
 // courier-serve's JSON replies, shared by its /v1 and KServe v2 routes: text made valid
 // UTF-8, a value's compact text, and a reply carrying it.
-#ifndef COURIER_TOOLS_SERVE_JSONREPLIES_H
-#define COURIER_TOOLS_SERVE_JSONREPLIES_H
+#ifndef COURIER_SERVE_JSONREPLIES_H
+#define COURIER_SERVE_JSONREPLIES_H
 
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/JSON.h"
@@ -25,4 +25,4 @@ void sendJson(httplib::Response &res, int status, const llvm::json::Value &body)
 
 } // namespace courier::serve
 
-#endif // COURIER_TOOLS_SERVE_JSONREPLIES_H
+#endif // COURIER_SERVE_JSONREPLIES_H

@@ -1,7 +1,7 @@
 // courier-serve's error: a REST error code with its message, and a failed compile's
 // diagnostics. What every layer of the tool returns and RestService turns into a reply.
-#ifndef COURIER_TOOLS_SERVE_SERVEERROR_H
-#define COURIER_TOOLS_SERVE_SERVEERROR_H
+#ifndef COURIER_SERVE_SERVEERROR_H
+#define COURIER_SERVE_SERVEERROR_H
 
 #include "jit/Engine.h"
 #include "transport/ErrorCode.h"
@@ -33,4 +33,4 @@ llvm::Error makeServeError(ErrorCode code, const llvm::Twine &message,
 
 } // namespace courier::serve
 
-#endif // COURIER_TOOLS_SERVE_SERVEERROR_H
+#endif // COURIER_SERVE_SERVEERROR_H

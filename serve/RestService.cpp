@@ -2,11 +2,11 @@
 // translate a request into ModuleStore calls and the answer back; every route goes through
 // HttpService's wrapper, which turns an llvm::Error (or a stray exception) into
 // {"error":{"code","message"}} with the status of its code, so handlers never throw.
-#include "tools/courier-serve/RestService.h"
-#include "tools/courier-serve/JsonReplies.h"
-#include "tools/courier-serve/KServeV2.h"
-#include "tools/courier-serve/ModuleMetrics.h"
-#include "tools/courier-serve/RequestBodies.h"
+#include "serve/RestService.h"
+#include "serve/JsonReplies.h"
+#include "serve/KServeV2.h"
+#include "serve/ModuleMetrics.h"
+#include "serve/RequestBodies.h"
 
 #include "executor/KernelThreads.h"
 #include "executor/WorkerPool.h"

@@ -1,10 +1,10 @@
 // courier-serve's HTTP front: the /v1 REST API and the KServe v2 routes (docs/rest.md) over a
 // ModuleStore. Only RestService.cpp and KServeV2.cpp touch the HTTP library; no HTTP type
 // appears here.
-#ifndef COURIER_TOOLS_SERVE_RESTSERVICE_H
-#define COURIER_TOOLS_SERVE_RESTSERVICE_H
+#ifndef COURIER_SERVE_RESTSERVICE_H
+#define COURIER_SERVE_RESTSERVICE_H
 
-#include "tools/courier-serve/ModuleStore.h"
+#include "serve/ModuleStore.h"
 #include "transport/ListenOptions.h"
 
 #include "llvm/Support/Error.h"
@@ -61,4 +61,4 @@ private:
 
 } // namespace courier::serve
 
-#endif // COURIER_TOOLS_SERVE_RESTSERVICE_H
+#endif // COURIER_SERVE_RESTSERVICE_H
