@@ -14,31 +14,36 @@
 # the application's own directory; EngineOptions::workerProgram).
 include(CMakePackageConfigHelpers)
 
-# Courier::Engine is the engine with everything under it; Courier::Runtime the C ABI lowered
-# host code calls (runtime/ExecutorABI.h) with the executors it reaches. The other targets
-# are what those two are made of, exported because static libraries carry their dependencies
-# along.
+# Three components, each an export set of its own, so that an application asks only for what
+# it links (find_package(Courier COMPONENTS ...); all three when it names none):
+#   Runtime   Courier::Runtime, the C ABI lowered host code calls (runtime/ExecutorABI.h),
+#             with the HTTP client for remote executors: LLVM, OpenSSL and cpp-httplib.
+#   Executor  Courier::Executor, the in-process executor ("local" for the runtime) and the
+#             executor server: adds libseccomp, prometheus-cpp and LLVM's OpenMP runtime.
+#   Engine    Courier::Engine, the engine with everything under it: adds MLIR.
+# The other targets are what those are made of, exported because static libraries carry their
+# dependencies along.
 set(courier_exported
-  CourierJit Engine
-  CourierRuntime Runtime
-  CourierPasses Passes
-  CourierDialect Dialect
-  CourierExecutor Executor
-  CourierTransport Transport
-  CourierAbi Abi)
-set(courier_installed_libraries)
+  Runtime  "CourierRuntime Runtime CourierTransport Transport CourierAbi Abi"
+  Executor "CourierExecutor Executor CourierHttpServer HttpServer"
+  Engine   "CourierJit Engine CourierPasses Passes CourierDialect Dialect")
 while(courier_exported)
-  list(POP_FRONT courier_exported target name)
-  set_target_properties(${target} PROPERTIES EXPORT_NAME ${name})
-  list(APPEND courier_installed_libraries ${target})
+  list(POP_FRONT courier_exported component targets)
+  separate_arguments(targets)
+  set(installed)
+  while(targets)
+    list(POP_FRONT targets target name)
+    set_target_properties(${target} PROPERTIES EXPORT_NAME ${name})
+    list(APPEND installed ${target})
+  endwhile()
+  install(TARGETS ${installed} EXPORT Courier${component}Targets
+    ARCHIVE DESTINATION lib
+    INCLUDES DESTINATION include)
+  install(EXPORT Courier${component}Targets NAMESPACE Courier:: DESTINATION lib/cmake/Courier)
 endwhile()
 # The headers are C++17.
 target_compile_features(CourierJit INTERFACE cxx_std_17)
 target_compile_features(CourierRuntime INTERFACE cxx_std_17)
-install(TARGETS ${courier_installed_libraries} EXPORT CourierTargets
-  ARCHIVE DESTINATION lib
-  INCLUDES DESTINATION include)
-install(EXPORT CourierTargets NAMESPACE Courier:: DESTINATION lib/cmake/Courier)
 
 # Public headers under one prefix. Each includes the others by a path that resolves from its
 # own directory once installed (jit/Engine.h includes "Tensor.h" and "transport/ErrorCode.h",
@@ -60,11 +65,12 @@ write_basic_package_version_file(${PROJECT_BINARY_DIR}/CourierConfigVersion.cmak
 install(FILES ${PROJECT_BINARY_DIR}/CourierConfig.cmake
   ${PROJECT_BINARY_DIR}/CourierConfigVersion.cmake DESTINATION lib/cmake/Courier)
 
-# pkg-config: the libraries in link order, then those of the packages they use. LLVM and
-# MLIR have no .pc file; their directories are this build's.
-set(COURIER_PC_LIBS "")
+# pkg-config: the engine's libraries in link order, after the symbol that links in the
+# in-process executor (executor/CMakeLists.txt), then those of the packages they use. LLVM
+# and MLIR have no .pc file; their directories are this build's.
+set(COURIER_PC_LIBS " -Wl,--undefined=courier_in_process_executor")
 foreach(lib CourierJit CourierPasses CourierDialect CourierRuntime CourierExecutor
-    CourierTransport)
+    CourierHttpServer CourierTransport)
   string(APPEND COURIER_PC_LIBS " -l${lib}")
 endforeach()
 # What the executor library's runtime symbol table takes its addresses from: the compiler's

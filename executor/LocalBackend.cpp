@@ -183,3 +183,10 @@ Expected<std::unique_ptr<Backend>> createLocalBackend(const BackendOptions &opti
 }
 
 } // namespace courier::executor
+
+// Registers "local" with transport::createBackend when this object is linked. Nothing calls
+// into this file by name: the executor library's CMake target and courier.pc ask the linker
+// for this symbol, so every program that links the library links it, and a program that
+// links the runtime alone has no in-process executor (and none of its dependencies).
+extern "C" const int courier_in_process_executor =
+    (courier::transport::registerBackend("local", courier::executor::createLocalBackend), 1);

@@ -1,6 +1,8 @@
-// How the runtime reaches an executor: the Backend interface, its two implementations
-// ("local" in-process, "http" remote) and the value types they exchange. A backend sees
-// bytes and buffer shapes only; no MLIR type and no HTTP type crosses this header.
+// How the runtime reaches an executor: the Backend interface, the value types backends
+// exchange, and the registry createBackend picks from. The HTTP client (transport/HttpBackend.h)
+// is built in; the in-process executor ("local") registers itself from the executor library
+// when a program links it. A backend sees bytes and buffer shapes only; no MLIR type and no
+// HTTP type crosses this header.
 #ifndef COURIER_TRANSPORT_BACKEND_H
 #define COURIER_TRANSPORT_BACKEND_H
 
@@ -139,8 +141,18 @@ public:
                                            llvm::StringRef input, uint64_t outputSize) = 0;
 };
 
-/// Creates the backend for `address`: "local" gives the in-process executor, "host:port",
-/// "unix:PATH" or "https://host:port" an HTTP client.
+/// Makes a backend for an address a registered name stands for.
+using BackendFactory = llvm::Expected<std::unique_ptr<Backend>> (*)(const BackendOptions &options);
+
+/// Registers `factory` for the address `name` (as "local"); a later registration of the same
+/// name replaces the earlier. Thread-safe. The executor library registers "local" when it is
+/// linked in (executor/LocalBackend.cpp).
+void registerBackend(llvm::StringRef name, BackendFactory factory);
+
+/// Creates the backend for `address`: a registered name ("local", the in-process executor,
+/// when the program links it) gives what its factory makes; "host:port", "unix:PATH" or
+/// "https://host:port" an HTTP client. "local" in a program without the executor library is
+/// refused `bad_request`, naming what to link.
 llvm::Expected<std::unique_ptr<Backend>> createBackend(llvm::StringRef address,
                                                        const BackendOptions &options);
 

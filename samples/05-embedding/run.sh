@@ -2,8 +2,11 @@
 # Installs Courier from a build tree and moves the install elsewhere (nothing in it may depend
 # on where it was installed), then builds this sample against it three ways: with CMake and
 # clang-22, with CMake and g++, and with g++ and pkg-config alone; and runtime-only/, a C
-# program linking Courier::Runtime alone. Runs each build and prints its output, each line
-# after the name of the build; prints nothing unless every step passed. Also checks that
+# program, twice: linking Courier::Runtime alone, found without MLIR or prometheus-cpp and
+# linked without the executor library, libseccomp or prometheus-cpp, which opens a session on
+# the moved tree's courier-executor and is refused "local"; and with Courier::Executor too,
+# which opens one on "local". Runs each build and prints its output, each line after the name
+# of the build; prints nothing unless every step passed. Also checks that
 # find_package(Courier 1) refuses this 0.x install. Then runs the moved tree's own courier-run,
 # and, when it holds the Python package (given its interpreter as the second argument), the
 # package with process isolation: its libraries and its courier-module-worker are found from
@@ -39,8 +42,28 @@ cmake_build() {
 }
 cmake_build clang-22 "$here" -DCMAKE_CXX_COMPILER=clang++-22 -DCMAKE_EXE_LINKER_FLAGS=-fuse-ld=lld
 cmake_build g++ "$here" -DCMAKE_CXX_COMPILER=g++
-# Courier::Runtime alone, from C: the C ABI host code compiled ahead of time links.
-cmake_build runtime-only "$here/runtime-only" -DCMAKE_C_COMPILER=gcc
+# Courier::Runtime alone, from C: the C ABI host code compiled ahead of time links. Its
+# component asks for neither MLIR nor prometheus-cpp (found, either would fail the build).
+cmake_build runtime-only "$here/runtime-only" -DCMAKE_C_COMPILER=gcc \
+  -DCMAKE_DISABLE_FIND_PACKAGE_MLIR=ON -DCMAKE_DISABLE_FIND_PACKAGE_prometheus-cpp=ON
+cmake_build runtime-local "$here/runtime-only" -DCMAKE_C_COMPILER=gcc -DWITH_IN_PROCESS_EXECUTOR=ON
+
+# What a program holds: the libraries it loads, and whether the executor is linked in.
+holds() {
+  readelf -d "$1" | sed -n 's/.*Shared library: \[\(.*\)\]/\1/p'
+  nm -C "$1" | grep -o 'courier::executor::ExecutorCore::create' | sort -u || true
+}
+alone=$(holds "$work/runtime-only/runtime-only")
+if grep -E 'seccomp|prometheus|ExecutorCore' <<< "$alone" > /dev/null; then
+  echo "run.sh: the runtime alone links more than it needs:" >&2
+  echo "$alone" >&2
+  exit 1
+fi
+# The same check finds the executor where it is linked.
+if ! grep -E 'ExecutorCore' <<< "$(holds "$work/runtime-local/runtime-only")" > /dev/null; then
+  echo "run.sh: the runtime with Courier::Executor holds no executor" >&2
+  exit 1
+fi
 mkdir -p "$work/pkg-config"
 quietly bash -c "g++ -std=c++17 -O1 '$here/main.cpp' -o '$work/pkg-config/embedding' \
   \$(PKG_CONFIG_PATH='$prefix/lib/pkgconfig' pkg-config --cflags --libs courier)"
@@ -62,7 +85,14 @@ for name in clang-22 g++ pkg-config; do
   run=$(cd "$here" && XDG_CACHE_HOME="$work/cache" "$work/$name/embedding" square.mlir)
   output+=$(sed "s/^/$name: /" <<< "$run")$'\n'
 done
-output+="runtime-only: $(XDG_CACHE_HOME="$work/cache" "$work/runtime-only/runtime-only")"$'\n'
+# The runtime alone reaches the moved tree's executor over a unix socket, and has no "local".
+"$prefix/bin/courier-executor" --listen "unix:$work/executor.sock" > "$work/executor.log" 2>&1 &
+executor=$!
+trap 'kill $executor 2> /dev/null; rm -rf "$work"' EXIT
+for _ in $(seq 100); do [ -S "$work/executor.sock" ] && break; sleep 0.1; done
+output+="runtime-only: $("$work/runtime-only/runtime-only" "unix:$work/executor.sock")"$'\n'
+output+="runtime-only: $("$work/runtime-only/runtime-only" local 2>&1 || true)"$'\n'
+output+="runtime-local: $("$work/runtime-local/runtime-only" local)"$'\n'
 output+="courier-run: $(cd "$here" && XDG_CACHE_HOME="$work/cache" "$prefix/bin/courier-run" \
   square.mlir --arg '[1.5, 2, 3]')"$'\n'
 if [ -n "$python" ]; then
