@@ -333,47 +333,36 @@ decodeWorkerResults(Message &reply, llvm::ArrayRef<ResultSpec> expected, llvm::S
                                                        what);
   };
   auto results = std::make_shared<WorkerResults>();
-  uint64_t count = in.count(24);
-  if (count != expected.size())
-    return broken(llvm::formatv("{0} results, expected {1}", count, expected.size()));
-  struct Shape {
-    int64_t elemSize;
-    std::vector<int64_t> sizes;
-    uint64_t offset, bytes;
-  };
-  std::vector<Shape> shapes(count);
-  for (size_t i = 0; i < count; ++i) {
-    Shape &shape = shapes[i];
-    shape.elemSize = in.i64();
-    uint64_t rank = in.count(8);
-    if (!in.ok() || static_cast<int64_t>(rank) != expected[i].rank ||
+  LaunchAnswer answer = LaunchAnswer::read(in);
+  if (answer.results.size() != expected.size())
+    return broken(
+        llvm::formatv("{0} results, expected {1}", answer.results.size(), expected.size()));
+  for (size_t i = 0; i < answer.results.size(); ++i) {
+    PlacedTensor &shape = answer.results[i];
+    if (static_cast<int64_t>(shape.sizes.size()) != expected[i].rank ||
         shape.elemSize != expected[i].elemSize)
       return broken(
           llvm::formatv("result {0} does not have the declared rank and element size", i));
-    shape.sizes.resize(rank);
-    for (int64_t &size : shape.sizes)
-      size = in.i64();
-    shape.offset = in.u64();
     llvm::Expected<uint64_t> bytes = wire::packedBytes(shape.elemSize, shape.sizes);
     if (!bytes)
       return broken(llvm::toString(bytes.takeError()));
     shape.bytes = *bytes;
   }
-  uint64_t total = in.u64();
-  uint64_t mode = in.u64();
-  bool inlined = mode == 1;
+  uint64_t total = answer.total;
+  Payload resultsIn = answer.bodyIn;
+  bool inlined = resultsIn == Payload::Inline;
   // In the result arena, results may lie apart, where the kernel computed them: what counts
   // against the limit is their bytes, not the span.
   uint64_t counted = total;
-  if (mode == 2) {
+  if (resultsIn == Payload::Arena) {
     counted = 0;
-    for (const Shape &shape : shapes)
+    for (const PlacedTensor &shape : answer.results)
       counted = llvm::SaturatingAdd(counted, shape.bytes);
   }
-  if (!in.ok() || counted > maxBytes || mode > 2)
+  if (!in.ok() || counted > maxBytes)
     return broken(llvm::formatv("{0} bytes of results", counted));
   const char *base = nullptr;
-  if (mode == 2) {
+  if (resultsIn == Payload::Arena) {
     // In the result arena this process lent the worker (and sealed).
     if (!resultArena || total > resultArena->buffer.size())
       return broken("results outside the result arena");
@@ -381,8 +370,8 @@ decodeWorkerResults(Message &reply, llvm::ArrayRef<ResultSpec> expected, llvm::S
     results->arena = std::move(resultArena);
     base = results->arena->buffer.data();
   } else if (inlined) {
-    results->inlineBytes = in.str().str();
-    if (!in.ok() || results->inlineBytes.size() != total)
+    results->inlineBytes = answer.inlineBytes.str();
+    if (results->inlineBytes.size() != total)
       return broken("a malformed reply");
   } else {
     if (reply.fds.size() != 1)
@@ -393,9 +382,9 @@ decodeWorkerResults(Message &reply, llvm::ArrayRef<ResultSpec> expected, llvm::S
       return broken(llvm::toString(mapped.takeError()));
     results->shared = std::move(*mapped);
   }
-  if (mode != 2)
+  if (resultsIn != Payload::Arena)
     base = inlined ? results->inlineBytes.data() : results->shared.data();
-  for (const Shape &shape : shapes) {
+  for (const PlacedTensor &shape : answer.results) {
     if (shape.offset > total || total - shape.offset < shape.bytes)
       return broken("a result outside the reply");
     results->views.push_back(TensorView{base + shape.offset, shape.elemSize, shape.sizes,
@@ -527,9 +516,9 @@ struct ExecutorCore::Impl {
   llvm::Expected<Message> ask(Session &s, WorkerProcess &worker, MessageWriter &message,
                               llvm::ArrayRef<int> fds, Clock::time_point deadline,
                               llvm::StringRef what);
-  /// A launch of `sha` on the session's worker (started, and `sha` linked, as needed): the
-  /// message so far, then the arena references (referArenas). Takes `workerMutex`.
-  llvm::Expected<Message> askLaunch(Session &s, llvm::StringRef sha, MessageWriter &launch,
+  /// A launch of `sha` on the session's worker (started, and `sha` linked, as needed), its
+  /// arena references filled in (referArenas). Takes `workerMutex`.
+  llvm::Expected<Message> askLaunch(Session &s, llvm::StringRef sha, LaunchRequest &launch,
                                     const std::shared_ptr<Arena> &input,
                                     const std::shared_ptr<Arena> &result,
                                     Clock::time_point deadline, llvm::StringRef what);
@@ -871,22 +860,15 @@ llvm::Error ExecutorCore::Impl::linkInto(Session &s, WorkerProcess &worker, llvm
     return makeCodedError(ErrorCode::UnknownObject, "object " + sha + " is not on this executor");
   const std::string &bytes = *blob->bytes;
   MessageWriter add(MessageKind::AddObject);
-  add.str(sha).u64(bytes.size());
+  add.str(sha);
   SharedBuffer shared;
   std::vector<int> fds;
-  if (bytes.size() <= executor::kInlineBytes) {
-    add.u64(1).str(bytes);
-  } else {
-    llvm::Expected<SharedBuffer> buffer = SharedBuffer::create(bytes.size(), "courier-object");
-    if (!buffer)
-      return makeCodedError(ErrorCode::Internal, "sharing object " + sha +
-                                                     " with the session's worker: " +
-                                                     llvm::toString(buffer.takeError()));
-    shared = std::move(*buffer);
-    std::memcpy(shared.data(), bytes.data(), bytes.size());
-    add.u64(0);
+  if (llvm::Error error = writeBody(add, bytes, shared, "courier-object"))
+    return makeCodedError(ErrorCode::Internal,
+                          "sharing object " + sha +
+                              " with the session's worker: " + llvm::toString(std::move(error)));
+  if (shared.fd() >= 0)
     fds.push_back(shared.fd());
-  }
   llvm::Expected<Message> reply =
       ask(s, worker, add, fds, deadline, ("loading object " + sha).str());
   if (!reply)
@@ -1295,11 +1277,10 @@ namespace {
 /// Arenas a session's worker keeps mapped at most; the oldest others are unmapped first.
 constexpr size_t kMappedArenas = 8;
 
-/// Writes a launch's arena references: the input arena (mode 2, when the inputs are in one),
-/// the result arena (id 0: none), each with a flag saying its descriptor is in `fds` (only
-/// when the worker has not mapped it), and then the ids the worker is to keep mapped.
-/// `workerMutex` held.
-void referArenas(Session &s, MessageWriter &launch, std::vector<int> &fds,
+/// Fills in a launch's arena references: the input arena (when the inputs are in one), the
+/// result arena, each saying whether its descriptor is in `fds` (only when the worker has not
+/// mapped it), and the ids the worker is to keep mapped. `workerMutex` held.
+void referArenas(Session &s, LaunchRequest &launch, std::vector<int> &fds,
                  const std::shared_ptr<Arena> &input, const std::shared_ptr<Arena> &result) {
   for (auto it = s.mapped.begin(); it != s.mapped.end();)
     it = it->second.expired() ? s.mapped.erase(it) : std::next(it);
@@ -1312,26 +1293,24 @@ void referArenas(Session &s, MessageWriter &launch, std::vector<int> &fds,
     it = used(it->first) ? std::next(it) : s.mapped.erase(it);
   auto refer = [&](const std::shared_ptr<Arena> &arena) {
     bool sending = s.mapped.emplace(arena->id, arena).second;
-    launch.u64(arena->id).u64(sending ? 1 : 0);
     if (sending)
       fds.push_back(arena->buffer.fd());
+    return ArenaRef{arena->id, sending};
   };
   if (input) {
-    launch.u64(2);
-    refer(input);
+    launch.inputsIn = Payload::Arena;
+    launch.inputArena = refer(input);
   }
   if (result)
-    refer(result);
-  else
-    launch.u64(0);
-  launch.u64(s.mapped.size());
+    launch.resultArena = refer(result);
+  launch.keep.clear();
   for (const auto &entry : s.mapped)
-    launch.u64(entry.first);
+    launch.keep.push_back(entry.first);
 }
 } // namespace
 
 llvm::Expected<Message> ExecutorCore::Impl::askLaunch(
-    Session &s, llvm::StringRef sha, MessageWriter &launch, const std::shared_ptr<Arena> &input,
+    Session &s, llvm::StringRef sha, LaunchRequest &launch, const std::shared_ptr<Arena> &input,
     const std::shared_ptr<Arena> &result, Clock::time_point deadline, llvm::StringRef what) {
   std::lock_guard<std::mutex> working(s.workerMutex);
   llvm::Expected<std::shared_ptr<WorkerProcess>> worker = liveWorker(s, deadline);
@@ -1342,7 +1321,9 @@ llvm::Expected<Message> ExecutorCore::Impl::askLaunch(
       return std::move(error);
   std::vector<int> fds;
   referArenas(s, launch, fds, input, result);
-  llvm::Expected<Message> answered = ask(s, **worker, launch, fds, deadline, what);
+  MessageWriter message(MessageKind::Launch);
+  launch.write(message);
+  llvm::Expected<Message> answered = ask(s, **worker, message, fds, deadline, what);
   if (!answered)
     s.mapped.clear(); // The worker may have stopped before mapping what was sent.
   return answered;
@@ -1361,24 +1342,19 @@ ExecutorCore::launch(Session &s, llvm::StringRef sha, llvm::StringRef entry, Inp
       return makeCodedError(ErrorCode::Internal,
                             "an isolated launch needs its inputs in an input area");
     AreaBytes &bytes = *area->impl;
-    MessageWriter launch(MessageKind::Launch);
-    launch.str(sha).str(entry).u64(inputs.size());
+    LaunchRequest launch;
+    launch.object = sha;
+    launch.entry = entry;
     for (size_t i = 0; i < inputs.size(); ++i) {
       const TensorView &t = inputs[i];
       llvm::Expected<uint64_t> size = wire::packedBytes(t.elemSize, t.sizes);
       if (!size)
         return size.takeError();
-      launch.i64(t.elemSize).u64(t.sizes.size());
-      for (int64_t extent : t.sizes)
-        launch.i64(extent);
-      launch.u64(bytes.offsets[i]).u64(*size);
+      launch.inputs.push_back(PlacedTensor{t.elemSize, t.sizes, bytes.offsets[i], *size});
     }
-    launch.u64(results.size());
-    for (const ResultSpec &r : results)
-      launch.i64(r.rank).i64(r.elemSize);
-    launch.u64(bytes.total);
-    if (!bytes.arena)
-      launch.u64(1).str(bytes.inlineBytes);
+    launch.results.assign(results.begin(), results.end());
+    launch.total = bytes.total;
+    launch.inlineBytes = bytes.inlineBytes; // Unless referArenas puts the inputs in an arena.
     // Lend the worker a result arena when results are likely large: the session's last
     // large results, or inputs that were large, say so.
     ArenaPool &pool = *s.arenas;
@@ -1508,8 +1484,10 @@ llvm::Expected<uint64_t> ExecutorCore::launchAsync(const SessionRef &session, ll
                               "the session was closed before '" + entry + "' started"));
         return;
       }
-      MessageWriter launch(MessageKind::Launch);
-      launch.str(object).str(entry).u64(0).u64(0).u64(0).u64(1).str("");
+      // No inputs, no results, and an empty inline body.
+      LaunchRequest launch;
+      launch.object = object;
+      launch.entry = entry;
       llvm::Expected<Message> reply = [&] {
         RunningLaunch running(*m, true);
         return core->askLaunch(*held, object, launch, nullptr, nullptr, deadline,
@@ -1575,21 +1553,14 @@ llvm::Expected<std::string> ExecutorCore::call(Session &s, llvm::StringRef symbo
   std::string output;
   if (impl->isolated()) {
     MessageWriter call(MessageKind::Call);
-    call.str(symbol).u64(outputSize).u64(input.size());
+    call.str(symbol).u64(outputSize);
     SharedBuffer shared;
     std::vector<int> fds;
-    if (input.size() <= kInlineBytes) {
-      call.u64(1).str(input);
-    } else {
-      llvm::Expected<SharedBuffer> buffer = SharedBuffer::create(input.size(), "courier-call");
-      if (!buffer)
-        return makeCodedError(ErrorCode::PayloadTooLarge, "cannot share the call's input: " +
-                                                              llvm::toString(buffer.takeError()));
-      shared = std::move(*buffer);
-      std::memcpy(shared.data(), input.data(), input.size());
-      call.u64(0);
+    if (llvm::Error error = writeBody(call, input, shared, "courier-call"))
+      return makeCodedError(ErrorCode::PayloadTooLarge,
+                            "cannot share the call's input: " + llvm::toString(std::move(error)));
+    if (shared.fd() >= 0)
       fds.push_back(shared.fd());
-    }
     llvm::Expected<Message> reply = [&]() -> llvm::Expected<Message> {
       std::lock_guard<std::mutex> working(s.workerMutex);
       llvm::Expected<std::shared_ptr<WorkerProcess>> worker = impl->liveWorker(s, deadline);
@@ -1602,28 +1573,15 @@ llvm::Expected<std::string> ExecutorCore::call(Session &s, llvm::StringRef symbo
       return reply.takeError();
     }
     MessageReader in(reply->bytes);
-    uint64_t size = in.u64();
-    bool inlined = in.u64() != 0;
-    if (!in.ok() || size != outputSize) {
+    SharedBuffer mapped;
+    // A reply of another size is refused before anything of it is mapped.
+    llvm::Expected<llvm::StringRef> body = readBody(in, *reply, mapped, outputSize);
+    if (!body) {
       metrics.callFailures++;
-      return makeCodedError(ErrorCode::CallFailed,
-                            llvm::formatv("'{0}' produced {1} bytes, the caller expects {2}",
-                                          symbol, size, outputSize));
+      return makeCodedError(ErrorCode::CallFailed, "reading the reply of '" + symbol +
+                                                       "': " + llvm::toString(body.takeError()));
     }
-    if (inlined) {
-      output = in.str().str();
-      if (!in.ok() || output.size() != size)
-        return makeCodedError(ErrorCode::CallFailed, "'" + symbol + "' sent a malformed reply");
-    } else {
-      if (reply->fds.size() != 1)
-        return makeCodedError(ErrorCode::CallFailed, "'" + symbol + "' sent a malformed reply");
-      llvm::Expected<SharedBuffer> mapped =
-          SharedBuffer::map(std::move(reply->fds[0]), size, /*requireSealed=*/true);
-      if (!mapped)
-        return makeCodedError(ErrorCode::CallFailed, "reading the reply of '" + symbol + "': " +
-                                                         llvm::toString(mapped.takeError()));
-      output.assign(mapped->data(), size);
-    }
+    output = body->str();
   } else {
     llvm::Expected<std::string> produced = s.host->call(symbol, input, outputSize);
     if (!produced) {

@@ -182,46 +182,16 @@ private:
     return channel.answer(message, fds);
   }
 
-  /// The payload of a request: inline bytes or a shared buffer of `size` bytes.
-  llvm::Expected<llvm::StringRef> payload(MessageReader &in, Message &request, uint64_t size,
-                                          SharedBuffer &shared) {
-    bool inlined = in.u64() != 0;
-    if (inlined) {
-      llvm::StringRef bytes = in.str();
-      if (!in.ok() || bytes.size() != size)
-        return llvm::createStringError("malformed inline payload");
-      return bytes;
-    }
-    if (size == 0)
-      return llvm::StringRef();
-    if (request.fds.size() != 1)
-      return llvm::createStringError("expected one shared buffer");
-    llvm::Expected<SharedBuffer> mapped = SharedBuffer::map(std::move(request.fds[0]), size);
-    if (!mapped)
-      return mapped.takeError();
-    shared = std::move(*mapped);
-    return llvm::StringRef(shared.data(), size);
-  }
-
-  /// Sends Done with `header` followed by `size` payload bytes produced by `fill`.
-  template <typename Fill> llvm::Error reply(MessageWriter &header, uint64_t size, Fill fill) {
-    if (size <= kInlineBytes) {
-      std::string bytes(size, '\0');
-      fill(bytes.data());
-      header.u64(1).str(bytes);
-      return answer(header);
-    }
-    llvm::Expected<SharedBuffer> shared = SharedBuffer::create(size, "courier-reply");
-    if (!shared)
+  /// Sends Done with `header` followed by a body of `size` bytes produced by `fill`.
+  llvm::Error reply(MessageWriter &header, uint64_t size, llvm::function_ref<void(char *)> fill) {
+    SharedBuffer shared;
+    if (llvm::Error error = writeBody(header, size, fill, shared, "courier-reply"))
       return transport::makeCodedError(transport::ErrorCode::LaunchFailed,
                                        "cannot allocate the reply: " +
-                                           llvm::toString(shared.takeError()));
-    fill(shared->data());
-    // The executor maps only sealed buffers: a file it reads must not shrink under it.
-    if (llvm::Error error = shared->sealSize())
-      return error;
-    header.u64(0);
-    return answer(header, {shared->fd()});
+                                           llvm::toString(std::move(error)));
+    if (shared.fd() < 0)
+      return answer(header);
+    return answer(header, {shared.fd()});
   }
 
   llvm::Error handle(Message &request) {
@@ -251,9 +221,8 @@ private:
 
   llvm::Error addObject(MessageReader &in, Message &request) {
     std::string sha = in.str().str();
-    uint64_t size = in.u64();
     SharedBuffer shared;
-    llvm::Expected<llvm::StringRef> bytes = payload(in, request, size, shared);
+    llvm::Expected<llvm::StringRef> bytes = readBody(in, request, shared, UINT64_MAX);
     if (!bytes)
       return bytes.takeError();
     ObjectBlob blob{sha, std::make_shared<const std::string>(bytes->str())};
@@ -281,84 +250,36 @@ private:
   }
 
   llvm::Error launch(MessageReader &in, Message &request) {
-    std::string sha = in.str().str();
-    std::string entry = in.str().str();
-    struct Input {
-      int64_t elemSize;
-      std::vector<int64_t> sizes;
-      uint64_t offset, bytes;
-    };
-    std::vector<Input> inputs(in.count(24));
-    for (Input &input : inputs) {
-      input.elemSize = in.i64();
-      input.sizes.resize(in.count(8));
-      for (int64_t &s : input.sizes)
-        s = in.i64();
-      input.offset = in.u64();
-      input.bytes = in.u64();
-    }
-    std::vector<ResultSpec> results(in.count(16));
-    for (ResultSpec &r : results) {
-      r.rank = in.i64();
-      r.elemSize = in.i64();
-    }
-    uint64_t total = in.u64();
-    uint64_t mode = in.u64();
-    // Inline bytes are copied to an aligned buffer: kernels may assume element alignment.
-    AlignedBytes aligned;
-    llvm::StringRef inlined;
-    ArenaRef inputRef, resultRef;
-    if (mode == 1)
-      inlined = in.str();
-    else if (mode == 2)
-      inputRef = readArenaRef(in);
-    else
-      return llvm::createStringError("malformed launch request");
-    resultRef.id = in.u64(); // 0: no result arena.
-    if (resultRef.id)
-      resultRef.sent = in.u64() != 0;
-    std::vector<uint64_t> keep(in.count(8));
-    for (uint64_t &id : keep)
-      id = in.u64();
+    LaunchRequest launch = LaunchRequest::read(in);
     if (!in.ok())
       return llvm::createStringError("malformed launch request");
     // What the executor no longer keeps goes first, so what this launch maps fits the bound.
     for (auto it = arenas.begin(); it != arenas.end();)
-      it = llvm::is_contained(keep, it->first) ? std::next(it) : arenas.erase(it);
+      it = llvm::is_contained(launch.keep, it->first) ? std::next(it) : arenas.erase(it);
     size_t nextFd = 0;
-    const char *base = nullptr;
+    // Inline bytes are copied to an aligned buffer: kernels may assume element alignment.
+    AlignedBytes aligned;
     SharedBuffer *inputArena = nullptr;
-    if (mode == 1) {
-      if (inlined.size() != total)
-        return llvm::createStringError("malformed inline payload");
-      llvm::Expected<AlignedBytes> copied = copyAligned(inlined);
-      if (!copied)
-        return copied.takeError();
-      aligned = std::move(*copied);
-      base = aligned.get();
-    } else {
-      llvm::Expected<SharedBuffer *> arena = arenaFor(inputRef, request, nextFd, total);
-      if (!arena)
-        return arena.takeError();
-      base = (*arena)->data();
-      inputArena = *arena;
-    }
+    llvm::Expected<const char *> base = inputBody(launch, request, nextFd, aligned, inputArena);
+    if (!base)
+      return base.takeError();
     SharedBuffer *resultArena = nullptr;
-    if (resultRef.id) {
-      llvm::Expected<SharedBuffer *> arena = arenaFor(resultRef, request, nextFd, 0);
+    if (launch.resultArena.id) {
+      llvm::Expected<SharedBuffer *> arena = arenaFor(launch.resultArena, request, nextFd, 0);
       if (!arena)
         return arena.takeError();
       resultArena = *arena;
     }
     std::vector<TensorView> views;
-    views.reserve(inputs.size());
-    for (const Input &input : inputs) {
+    views.reserve(launch.inputs.size());
+    uint64_t total = launch.total;
+    for (const PlacedTensor &input : launch.inputs) {
       llvm::Expected<uint64_t> expected = transport::wire::packedBytes(input.elemSize, input.sizes);
       if (!expected)
         return expected.takeError();
       if (*expected != input.bytes || input.offset > total || total - input.offset < input.bytes)
         return llvm::createStringError("launch input lies outside its buffer");
-      views.push_back(TensorView{base + input.offset, input.elemSize, input.sizes,
+      views.push_back(TensorView{*base + input.offset, input.elemSize, input.sizes,
                                  transport::wire::packedStrides(input.sizes)});
     }
     // Large buffers the kernel allocates go straight into the result arena: a result there is
@@ -366,15 +287,17 @@ private:
     llvm::MutableArrayRef<char> arena;
     if (resultArena && resultArena != inputArena) // Never where the inputs are read.
       arena = llvm::MutableArrayRef<char>(resultArena->data(), resultArena->size());
+    llvm::StringRef entry = launch.entry;
     llvm::Expected<std::vector<OwnedTensor>> outcome =
-        host->launch(sha, entry, views, results, arena);
+        host->launch(launch.object, entry, views, launch.results, arena);
     if (!outcome)
       return classifyHostError(outcome.takeError(), transport::ErrorCode::UnknownEntry,
                                transport::ErrorCode::LaunchFailed, "launching '" + entry + "'");
-    if (outcome->size() != results.size())
+    if (outcome->size() != launch.results.size())
       return transport::makeCodedError(transport::ErrorCode::LaunchFailed,
                                        llvm::formatv("'{0}' returned {1} results, expected {2}",
-                                                     entry, outcome->size(), results.size()));
+                                                     entry, outcome->size(),
+                                                     launch.results.size()));
     // Into the arena the executor lent, with no fresh pages and no new descriptor, when it holds
     // them; else inline or in a buffer of its own, the arena's results copied there too.
     ResultLayout layout(*outcome, arena);
@@ -383,22 +306,41 @@ private:
         resultArena && (layout.anyInPlace || size > kInlineBytes) && size <= resultArena->size();
     if (!intoArena && layout.anyInPlace)
       size = layout.layOut(false);
-    MessageWriter done(MessageKind::Done);
-    done.u64(outcome->size());
+    LaunchAnswer answered;
     for (size_t i = 0; i < outcome->size(); ++i) {
       const OwnedTensor &t = (*outcome)[i];
-      done.i64(t.elemSize).u64(t.sizes.size());
-      for (int64_t s : t.sizes)
-        done.i64(s);
-      done.u64(layout.offsets[i]);
+      answered.results.push_back(PlacedTensor{t.elemSize, t.sizes, layout.offsets[i], 0});
     }
-    done.u64(size);
+    MessageWriter done(MessageKind::Done);
+    answered.writePlaces(done);
     if (intoArena) {
       layout.pack(resultArena->data(), layout.anyInPlace);
-      done.u64(2);
+      writePayload(done.u64(size), Payload::Arena);
       return answer(done);
     }
     return reply(done, size, [&](char *out) { layout.pack(out, false); });
+  }
+
+  /// Where a launch's inputs lie: inline (copied to `aligned`), or in an input arena (mapped
+  /// once, `inputArena`).
+  llvm::Expected<const char *> inputBody(const LaunchRequest &launch, Message &request,
+                                         size_t &nextFd, AlignedBytes &aligned,
+                                         SharedBuffer *&inputArena) {
+    if (launch.inputsIn == Payload::Inline) {
+      if (launch.inlineBytes.size() != launch.total)
+        return llvm::createStringError("malformed inline payload");
+      llvm::Expected<AlignedBytes> copied = copyAligned(launch.inlineBytes);
+      if (!copied)
+        return copied.takeError();
+      aligned = std::move(*copied);
+      return aligned.get();
+    }
+    llvm::Expected<SharedBuffer *> arena =
+        arenaFor(launch.inputArena, request, nextFd, launch.total);
+    if (!arena)
+      return arena.takeError();
+    inputArena = *arena;
+    return inputArena->data();
   }
 
   /// Maps a same-host channel the executor hands over, and answers its launches from now on.
@@ -563,11 +505,10 @@ private:
   llvm::Error call(MessageReader &in, Message &request) {
     std::string symbol = in.str().str();
     uint64_t outputSize = in.u64();
-    uint64_t inputSize = in.u64();
     if (!in.ok())
       return llvm::createStringError("malformed call request");
     SharedBuffer shared;
-    llvm::Expected<llvm::StringRef> input = payload(in, request, inputSize, shared);
+    llvm::Expected<llvm::StringRef> input = readBody(in, request, shared, UINT64_MAX);
     if (!input)
       return input.takeError();
     llvm::Expected<std::string> output = host->call(symbol, *input, outputSize);
@@ -575,22 +516,8 @@ private:
       return classifyHostError(output.takeError(), transport::ErrorCode::UnknownSymbol,
                                transport::ErrorCode::CallFailed, "calling '" + symbol + "'");
     MessageWriter done(MessageKind::Done);
-    done.u64(output->size());
     return reply(done, output->size(),
                  [&](char *out) { std::memcpy(out, output->data(), output->size()); });
-  }
-
-  /// An arena a launch names: its id, and whether its descriptor came with the launch (the
-  /// executor sends it only to a worker that has not mapped it).
-  struct ArenaRef {
-    uint64_t id = 0;
-    bool sent = false;
-  };
-  static ArenaRef readArenaRef(MessageReader &in) {
-    ArenaRef ref;
-    ref.id = in.u64();
-    ref.sent = in.u64() != 0;
-    return ref;
   }
 
   /// The session's arena `ref.id`, mapped once and kept until the executor leaves it out of a

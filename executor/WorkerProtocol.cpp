@@ -235,4 +235,164 @@ llvm::Error checkReady(MessageReader &ready, llvm::StringRef program) {
           .str());
 }
 
+Payload readPayload(transport::ByteReader &in, std::initializer_list<Payload> allowed) {
+  uint64_t value = in.u64();
+  for (Payload kind : allowed)
+    if (value == static_cast<uint64_t>(kind))
+      return kind;
+  in.fail();
+  return Payload::Inline;
+}
+
+llvm::Error writeBody(transport::ByteWriter &out, uint64_t size,
+                      llvm::function_ref<void(char *)> fill, SharedBuffer &shared,
+                      const char *name) {
+  out.u64(size);
+  if (size <= kInlineBytes) {
+    std::string bytes(size, '\0');
+    fill(bytes.data());
+    writePayload(out, Payload::Inline).str(bytes);
+    return llvm::Error::success();
+  }
+  llvm::Expected<SharedBuffer> created = SharedBuffer::create(size, name);
+  if (!created)
+    return created.takeError();
+  fill(created->data());
+  // The receiver maps only sealed buffers: a file it reads must not shrink under it.
+  if (llvm::Error error = created->sealSize())
+    return error;
+  shared = std::move(*created);
+  writePayload(out, Payload::Memfd);
+  return llvm::Error::success();
+}
+
+llvm::Expected<llvm::StringRef> readBody(transport::ByteReader &in, Message &message,
+                                         SharedBuffer &storage, uint64_t limit) {
+  uint64_t size = in.u64();
+  Payload kind = readPayload(in, {Payload::Inline, Payload::Memfd});
+  if (!in.ok())
+    return llvm::createStringError("a malformed message body");
+  if (size > limit)
+    return llvm::createStringError("a message body of " + llvm::Twine(size) +
+                                   " bytes, more than the limit of " + llvm::Twine(limit));
+  if (kind == Payload::Inline) {
+    llvm::StringRef body = in.str();
+    if (!in.ok() || body.size() != size)
+      return llvm::createStringError("a malformed message body");
+    return body;
+  }
+  if (message.fds.size() != 1)
+    return llvm::createStringError("a message body without its shared buffer");
+  if (size == 0)
+    return llvm::StringRef();
+  llvm::Expected<SharedBuffer> mapped =
+      SharedBuffer::map(std::move(message.fds[0]), size, /*requireSealed=*/true);
+  if (!mapped)
+    return mapped.takeError();
+  storage = std::move(*mapped);
+  return llvm::StringRef(storage.data(), size);
+}
+
+namespace {
+
+void writePlace(MessageWriter &out, const PlacedTensor &t) {
+  out.i64(t.elemSize).u64(t.sizes.size());
+  for (int64_t size : t.sizes)
+    out.i64(size);
+  out.u64(t.offset);
+}
+
+PlacedTensor readPlace(MessageReader &in) {
+  PlacedTensor t;
+  t.elemSize = in.i64();
+  t.sizes.resize(in.count(8));
+  for (int64_t &size : t.sizes)
+    size = in.i64();
+  t.offset = in.u64();
+  return t;
+}
+
+void writeArenaRef(MessageWriter &out, const ArenaRef &ref) {
+  out.u64(ref.id).u64(ref.sent ? 1 : 0);
+}
+
+ArenaRef readArenaRef(MessageReader &in) {
+  ArenaRef ref;
+  ref.id = in.u64();
+  ref.sent = in.u64() != 0;
+  return ref;
+}
+
+} // namespace
+
+void LaunchRequest::write(MessageWriter &out) const {
+  out.str(object).str(entry).u64(inputs.size());
+  for (const PlacedTensor &t : inputs) {
+    writePlace(out, t);
+    out.u64(t.bytes);
+  }
+  out.u64(results.size());
+  for (const transport::ResultSpec &r : results)
+    out.i64(r.rank).i64(r.elemSize);
+  writePayload(out.u64(total), inputsIn);
+  if (inputsIn == Payload::Inline)
+    out.str(inlineBytes);
+  else
+    writeArenaRef(out, inputArena);
+  // The result arena's id, 0 for none, and whether it is sent only when there is one.
+  out.u64(resultArena.id);
+  if (resultArena.id)
+    out.u64(resultArena.sent ? 1 : 0);
+  out.u64(keep.size());
+  for (uint64_t id : keep)
+    out.u64(id);
+}
+
+LaunchRequest LaunchRequest::read(MessageReader &in) {
+  LaunchRequest r;
+  r.object = in.str();
+  r.entry = in.str();
+  r.inputs.resize(in.count(32));
+  for (PlacedTensor &t : r.inputs) {
+    t = readPlace(in);
+    t.bytes = in.u64();
+  }
+  r.results.resize(in.count(16));
+  for (transport::ResultSpec &spec : r.results) {
+    spec.rank = in.i64();
+    spec.elemSize = in.i64();
+  }
+  r.total = in.u64();
+  r.inputsIn = readPayload(in, {Payload::Inline, Payload::Arena});
+  if (r.inputsIn == Payload::Inline)
+    r.inlineBytes = in.str();
+  else
+    r.inputArena = readArenaRef(in);
+  r.resultArena.id = in.u64();
+  if (r.resultArena.id)
+    r.resultArena.sent = in.u64() != 0;
+  r.keep.resize(in.count(8));
+  for (uint64_t &id : r.keep)
+    id = in.u64();
+  return r;
+}
+
+void LaunchAnswer::writePlaces(MessageWriter &out) const {
+  out.u64(results.size());
+  for (const PlacedTensor &t : results)
+    writePlace(out, t);
+}
+
+LaunchAnswer LaunchAnswer::read(MessageReader &in) {
+  LaunchAnswer a;
+  a.results.resize(in.count(24));
+  for (PlacedTensor &t : a.results)
+    t = readPlace(in);
+  a.total = in.u64();
+  a.bodyIn = readPayload(in, {Payload::Memfd, Payload::Inline, Payload::Arena});
+  if (a.bodyIn == Payload::Inline)
+    a.inlineBytes = in.str();
+  return a;
+}
+
 } // namespace courier::executor

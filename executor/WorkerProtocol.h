@@ -6,9 +6,11 @@
 #define COURIER_EXECUTOR_WORKERPROTOCOL_H
 
 #include "executor/KernelThreads.h"
+#include "transport/Backend.h"
 #include "transport/SharedMemory.h"
 
 #include "llvm/ADT/ArrayRef.h"
+#include "llvm/ADT/STLFunctionalExtras.h"
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/Error.h"
 
@@ -16,7 +18,9 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <optional>
 #include <string>
@@ -85,6 +89,95 @@ public:
 
 private:
   MessageKind messageKind{};
+};
+
+/// Where a message's body lies: an object, a call's input or output, a launch's or an
+/// invoke's tensors, a module's text. A body is written as {u64 size, u64 Payload, ...}, the
+/// rest by its kind; the reader checks the kind against those its message allows.
+enum class Payload : uint64_t {
+  /// In a sealed memfd sent as the message's descriptor.
+  Memfd = 0,
+  /// In the message: {str bytes}.
+  Inline = 1,
+  /// In an arena both ends have mapped; what follows names it where there are several (a
+  /// session's launch: {u64 arena id, u64 descriptor sent}).
+  Arena = 2,
+  /// In a new arena, sealed, sent as a descriptor of the message: {u64 arena size}. The
+  /// receiver keeps it mapped for the messages after.
+  NewArena = 3,
+};
+
+/// Writes a payload kind.
+inline transport::ByteWriter &writePayload(transport::ByteWriter &out, Payload kind) {
+  return out.u64(static_cast<uint64_t>(kind));
+}
+
+/// Reads a payload kind; one not in `allowed` leaves the reader failed.
+Payload readPayload(transport::ByteReader &in, std::initializer_list<Payload> allowed);
+
+/// Writes a body of `size` bytes that `fill` writes: {size, Inline, str} up to kInlineBytes,
+/// else {size, Memfd} with the bytes in a sealed memfd named `name`, which `shared` keeps until
+/// the message is sent with its descriptor.
+llvm::Error writeBody(transport::ByteWriter &out, uint64_t size,
+                      llvm::function_ref<void(char *)> fill, SharedBuffer &shared,
+                      const char *name);
+inline llvm::Error writeBody(transport::ByteWriter &out, llvm::StringRef body, SharedBuffer &shared,
+                             const char *name) {
+  return writeBody(
+      out, body.size(), [&](char *to) { std::memcpy(to, body.data(), body.size()); }, shared, name);
+}
+
+/// Reads a body writeBody wrote: its bytes, in the message or in the sealed memfd `message`
+/// carries (mapped into `storage`, which keeps it alive). A body over `limit` bytes, of
+/// another kind, or malformed is refused.
+llvm::Expected<llvm::StringRef> readBody(transport::ByteReader &in, Message &message,
+                                         SharedBuffer &storage, uint64_t limit);
+
+/// A tensor's place in a body: its element size and sizes, and where its bytes lie.
+struct PlacedTensor {
+  int64_t elemSize = 0;
+  std::vector<int64_t> sizes;
+  uint64_t offset = 0, bytes = 0;
+};
+
+/// An arena a launch names: its id (0: none), and whether its descriptor comes with the
+/// launch (the executor sends it only to a worker that has not mapped it).
+struct ArenaRef {
+  uint64_t id = 0;
+  bool sent = false;
+};
+
+/// MessageKind::Launch: run `entry` of the object `object` on `inputs`, whose bytes are inline
+/// or in an input arena, its results into the result arena when one is lent. The descriptors
+/// of the arenas sent come with the message, the input arena's first.
+struct LaunchRequest {
+  llvm::StringRef object, entry;
+  std::vector<PlacedTensor> inputs;
+  std::vector<transport::ResultSpec> results;
+  uint64_t total = 0;                 ///< Bytes the inputs' body spans.
+  Payload inputsIn = Payload::Inline; ///< Inline (inlineBytes) or Arena (inputArena).
+  llvm::StringRef inlineBytes;
+  ArenaRef inputArena, resultArena;
+  std::vector<uint64_t> keep; ///< The arenas the worker keeps mapped; it unmaps the others.
+
+  void write(MessageWriter &out) const;
+  /// Reads one; its strings point into `in`'s bytes. A malformed one leaves `in` failed.
+  static LaunchRequest read(MessageReader &in);
+};
+
+/// A launch's answer (Done): where each result lies in the body, then the body: inline, in a
+/// sealed memfd (writeBody), or in the result arena the launch lent ({total, Payload::Arena}).
+struct LaunchAnswer {
+  std::vector<PlacedTensor> results; ///< Their `bytes` are not sent: the reader computes them.
+  uint64_t total = 0;                ///< Bytes the body spans.
+  Payload bodyIn = Payload::Inline;
+  llvm::StringRef inlineBytes; ///< Payload::Inline.
+
+  /// Writes the results' places; the body follows.
+  void writePlaces(MessageWriter &out) const;
+  /// Reads the places and the body's size and kind (and inline bytes, pointing into `in`'s).
+  /// A malformed one leaves `in` failed.
+  static LaunchAnswer read(MessageReader &in);
 };
 
 /// Every request ends with a sequence number (a trailing u64) that its answer repeats, so the

@@ -127,7 +127,7 @@ public:
     moduleproto::writeOptions(request, options);
     request.str(name).str(sourceName);
     SharedBuffer body;
-    if (llvm::Error error = moduleproto::writeBody(request, text, body))
+    if (llvm::Error error = executor::writeBody(request, text, body, "courier-module-body"))
       return engineError(ErrorCode::WorkerUnavailable,
                          "passing module '" + name +
                              "' to its worker: " + toString(std::move(error)));
@@ -154,7 +154,7 @@ public:
     }
     SharedBuffer storage;
     llvm::Expected<llvm::StringRef> answer =
-        moduleproto::readBody(in, *reply, storage, kMaxAnswerBytes);
+        executor::readBody(in, *reply, storage, kMaxAnswerBytes);
     if (!answer) {
       drop();
       return engineError(ErrorCode::Internal,
@@ -212,46 +212,9 @@ public:
       timeout = options.invokeTimeout;
     Clock::time_point deadline = deadlineAfter(timeout);
     MessageWriter request(MessageKind::Invoke);
-    request.str(entry).u64(inputs.size());
-    uint64_t total = 0;
-    std::vector<uint64_t> offsets;
-    for (const TensorRef &t : inputs) {
-      request.u64(static_cast<uint64_t>(t.dtype)).u64(t.shape.size());
-      for (int64_t d : t.shape)
-        request.i64(d);
-      total = executor::alignPayload(total);
-      offsets.push_back(total);
-      request.u64(total).u64(t.size);
-      total += t.size;
-    }
-    request.u64(total);
     std::vector<int> fds;
-    if (total <= executor::kInlineBytes) {
-      std::string bytes(total, '\0');
-      for (size_t i = 0; i < inputs.size(); ++i)
-        if (inputs[i].size > 0)
-          std::memcpy(bytes.data() + offsets[i], inputs[i].data, inputs[i].size);
-      request.u64(1).str(bytes);
-    } else {
-      if (inputArena.size() < total) {
-        llvm::Expected<SharedBuffer> created = SharedBuffer::create(
-            std::max<uint64_t>(total, inputArena.size() * 2), "courier-module-inputs");
-        // Sealed: the worker keeps the descriptor, and a module that shrank the file would
-        // kill this process with SIGBUS at its next write.
-        llvm::Error sealed = created ? created->sealSize() : created.takeError();
-        if (sealed)
-          return engineError(ErrorCode::Internal, "allocating the inputs of '" + entry.str() +
-                                                      "': " + toString(std::move(sealed)));
-        inputArena = std::move(*created);
-        workerHasInputs = false;
-      }
-      for (size_t i = 0; i < inputs.size(); ++i)
-        if (inputs[i].size > 0)
-          std::memcpy(inputArena.data() + offsets[i], inputs[i].data, inputs[i].size);
-      request.u64(2).u64(workerHasInputs ? 0 : 1);
-      if (!workerHasInputs)
-        fds.push_back(inputArena.fd());
-    }
+    if (llvm::Error error = writeInvoke(request, entry, inputs, fds))
+      return std::move(error);
 
     std::string what = "invoking '" + entry.str() + "'";
     // Leave room for the sequence number the request gains.
@@ -389,6 +352,51 @@ private:
     }
   }
 
+  /// Writes an Invoke of `entry` on `inputs`: inline when small, else in the input arena,
+  /// sent to the worker (in `fds`) when it is new.
+  llvm::Error writeInvoke(MessageWriter &request, llvm::StringRef entry,
+                          llvm::ArrayRef<TensorRef> inputs, std::vector<int> &fds) {
+    moduleproto::TensorBlock block;
+    for (const TensorRef &t : inputs) {
+      block.total = executor::alignPayload(block.total);
+      block.tensors.push_back(moduleproto::TensorPlace{
+          static_cast<uint64_t>(t.dtype), {t.shape.begin(), t.shape.end()}, block.total, t.size});
+      block.total += t.size;
+    }
+    auto copyInputs = [&](char *to) {
+      for (size_t i = 0; i < inputs.size(); ++i)
+        if (inputs[i].size > 0)
+          std::memcpy(to + block.tensors[i].offset, inputs[i].data, inputs[i].size);
+    };
+    std::string inlined;
+    if (block.total <= executor::kInlineBytes) {
+      inlined.resize(block.total);
+      copyInputs(inlined.data());
+      block.inlineBytes = inlined;
+    } else {
+      if (inputArena.size() < block.total) {
+        llvm::Expected<SharedBuffer> created = SharedBuffer::create(
+            std::max<uint64_t>(block.total, inputArena.size() * 2), "courier-module-inputs");
+        // Sealed: the worker keeps the descriptor, and a module that shrank the file would
+        // kill this process with SIGBUS at its next write.
+        llvm::Error sealed = created ? created->sealSize() : created.takeError();
+        if (sealed)
+          return engineError(ErrorCode::Internal, "allocating the inputs of '" + entry.str() +
+                                                      "': " + toString(std::move(sealed)));
+        inputArena = std::move(*created);
+        workerHasInputs = false;
+      }
+      copyInputs(inputArena.data());
+      block.bodyIn = workerHasInputs ? executor::Payload::Arena : executor::Payload::NewArena;
+      block.arenaSize = inputArena.size();
+      if (!workerHasInputs)
+        fds.push_back(inputArena.fd());
+    }
+    request.str(entry);
+    block.write(request);
+    return llvm::Error::success();
+  }
+
   llvm::Expected<std::vector<Tensor>> readResults(Message &reply, llvm::StringRef entry) {
     MessageReader in(reply.bytes);
     if (llvm::Error error = moduleproto::readOutcome(in))
@@ -400,25 +408,22 @@ private:
                                                   "' sent malformed results for '" + entry.str() +
                                                   "': " + why.str());
     };
+    moduleproto::TensorBlock block = moduleproto::TensorBlock::read(in);
+    if (!in.ok())
+      return malformed("a truncated answer");
     struct Result {
       DType dtype;
-      std::vector<int64_t> shape;
+      const std::vector<int64_t> &shape;
       uint64_t offset, size;
     };
-    std::vector<Result> results(in.count(32));
-    for (Result &r : results) {
-      std::optional<DType> dtype = dtypeFromCode(in.u64());
+    std::vector<Result> results;
+    for (const moduleproto::TensorPlace &place : block.tensors) {
+      std::optional<DType> dtype = dtypeFromCode(place.dtype);
       if (!dtype)
         return malformed("an unknown dtype");
-      r.dtype = *dtype;
-      r.shape.resize(in.count(8));
-      for (int64_t &d : r.shape)
-        d = in.i64();
-      r.offset = in.u64();
-      r.size = in.u64();
+      results.push_back(Result{*dtype, place.shape, place.offset, place.size});
     }
-    uint64_t total = in.u64();
-    uint64_t mode = in.u64();
+    uint64_t total = block.total;
     // What an honest worker could have produced: no more than its address space. This side
     // allocates what the answer claims, so a claim beyond it is refused before any is.
     uint64_t limit = options.workerMemoryMiB ? options.workerMemoryMiB << 20 : kUnlimitedResults;
@@ -436,12 +441,12 @@ private:
           (i && spans[i].first < spans[i - 1].first + spans[i - 1].second))
         return malformed("results that overlap or lie outside the answer");
     llvm::StringRef bytes;
-    if (mode == 1) {
-      bytes = in.str();
-    } else if (mode == 2 || mode == 3) {
-      if (mode == 3) {
-        uint64_t size = in.u64();
-        if (!in.ok() || reply.fds.size() != 1)
+    if (block.bodyIn == executor::Payload::Inline) {
+      bytes = block.inlineBytes;
+    } else {
+      if (block.bodyIn == executor::Payload::NewArena) {
+        uint64_t size = block.arenaSize;
+        if (reply.fds.size() != 1)
           return malformed("a new result arena without its descriptor");
         // The worker doubles its arena as results grow: never more than twice the limit.
         if (size > 2 * limit)
@@ -456,10 +461,8 @@ private:
       if (resultArena.size() < total)
         return malformed("results outside the result arena");
       bytes = llvm::StringRef(resultArena.data(), total);
-    } else {
-      return malformed("an unknown result mode");
     }
-    if (!in.ok() || bytes.size() != total)
+    if (bytes.size() != total)
       return malformed("a truncated answer");
     std::vector<Tensor> outputs;
     outputs.reserve(results.size());

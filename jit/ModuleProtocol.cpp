@@ -151,13 +151,15 @@ PhaseTimes readTimes(MessageReader &in) {
 
 void writeOutcome(MessageWriter &out, llvm::Error error) {
   if (!error) {
-    out.u64(0);
+    out.u64(static_cast<uint64_t>(OutcomeStatus::Success));
     return;
   }
   llvm::handleAllErrors(
       std::move(error),
       [&](const CompileError &e) {
-        out.u64(1).str(e.summary).u64(e.diagnostics.size());
+        out.u64(static_cast<uint64_t>(OutcomeStatus::CompileError))
+            .str(e.summary)
+            .u64(e.diagnostics.size());
         for (const Diagnostic &d : e.diagnostics)
           out.str(d.file)
               .u64(d.line)
@@ -168,19 +170,22 @@ void writeOutcome(MessageWriter &out, llvm::Error error) {
               .str(d.sourceLine.value_or(""));
       },
       [&](const transport::CodedError &e) {
-        out.u64(2).str(e.code).str(e.message).str(e.cause ? transport::errorCodeName(*e.cause)
-                                                          : "");
+        out.u64(static_cast<uint64_t>(OutcomeStatus::CodedError))
+            .str(e.code)
+            .str(e.message)
+            .str(e.cause ? transport::errorCodeName(*e.cause) : "");
       },
-      [&](const llvm::ErrorInfoBase &e) { out.u64(3).str(e.message()); });
+      [&](const llvm::ErrorInfoBase &e) {
+        out.u64(static_cast<uint64_t>(OutcomeStatus::OtherError)).str(e.message());
+      });
 }
 
 llvm::Error readOutcome(MessageReader &in) {
-  uint64_t status = in.u64();
-  switch (status) {
-  case 0:
+  switch (static_cast<OutcomeStatus>(in.u64())) {
+  case OutcomeStatus::Success:
     return in.ok() ? llvm::Error::success()
                    : llvm::createStringError("the module worker sent a malformed answer");
-  case 1: {
+  case OutcomeStatus::CompileError: {
     std::string summary = in.str().str();
     std::vector<Diagnostic> diagnostics(in.count(56));
     for (Diagnostic &d : diagnostics) {
@@ -198,7 +203,7 @@ llvm::Error readOutcome(MessageReader &in) {
       break;
     return llvm::make_error<CompileError>(std::move(summary), std::move(diagnostics));
   }
-  case 2: {
+  case OutcomeStatus::CodedError: {
     llvm::StringRef code = in.str();
     std::string message = in.str().str();
     llvm::StringRef cause = in.str();
@@ -208,7 +213,7 @@ llvm::Error readOutcome(MessageReader &in) {
       break;
     return engineError(*known, std::move(message), knownCause);
   }
-  case 3: {
+  case OutcomeStatus::OtherError: {
     std::string message = in.str().str();
     if (!in.ok())
       break;
@@ -220,42 +225,40 @@ llvm::Error readOutcome(MessageReader &in) {
   return llvm::createStringError("the module worker sent a malformed answer");
 }
 
-llvm::Error writeBody(MessageWriter &out, llvm::StringRef body, SharedBuffer &fd) {
-  if (body.size() <= executor::kInlineBytes) {
-    out.u64(1).str(body);
-    return llvm::Error::success();
+void TensorBlock::write(MessageWriter &out) const {
+  out.u64(tensors.size());
+  for (const TensorPlace &t : tensors) {
+    out.u64(t.dtype).u64(t.shape.size());
+    for (int64_t d : t.shape)
+      out.i64(d);
+    out.u64(t.offset).u64(t.size);
   }
-  llvm::Expected<SharedBuffer> shared = SharedBuffer::create(body.size(), "courier-module-body");
-  if (!shared)
-    return shared.takeError();
-  std::memcpy(shared->data(), body.data(), body.size());
-  if (llvm::Error error = shared->sealSize())
-    return error;
-  out.u64(0).u64(body.size());
-  fd = std::move(*shared);
-  return llvm::Error::success();
+  executor::writePayload(out.u64(total), bodyIn);
+  if (bodyIn == executor::Payload::Inline)
+    out.str(inlineBytes);
+  else if (bodyIn == executor::Payload::NewArena)
+    out.u64(arenaSize);
 }
 
-llvm::Expected<llvm::StringRef> readBody(MessageReader &in, Message &message, SharedBuffer &storage,
-                                         uint64_t limit) {
-  if (in.u64() != 0) {
-    llvm::StringRef body = in.str();
-    if (!in.ok())
-      return llvm::createStringError("a malformed message body");
-    return body;
+TensorBlock TensorBlock::read(MessageReader &in) {
+  TensorBlock block;
+  block.tensors.resize(in.count(32));
+  for (TensorPlace &t : block.tensors) {
+    t.dtype = in.u64();
+    t.shape.resize(in.count(8));
+    for (int64_t &d : t.shape)
+      d = in.i64();
+    t.offset = in.u64();
+    t.size = in.u64();
   }
-  uint64_t size = in.u64();
-  if (!in.ok() || message.fds.size() != 1)
-    return llvm::createStringError("a message body without its shared buffer");
-  if (size > limit)
-    return llvm::createStringError("a message body of " + llvm::Twine(size) +
-                                   " bytes, more than the limit of " + llvm::Twine(limit));
-  llvm::Expected<SharedBuffer> mapped =
-      SharedBuffer::map(std::move(message.fds[0]), size, /*requireSealed=*/true);
-  if (!mapped)
-    return mapped.takeError();
-  storage = std::move(*mapped);
-  return llvm::StringRef(storage.data(), size);
+  block.total = in.u64();
+  block.bodyIn = executor::readPayload(
+      in, {executor::Payload::Inline, executor::Payload::Arena, executor::Payload::NewArena});
+  if (block.bodyIn == executor::Payload::Inline)
+    block.inlineBytes = in.str();
+  else if (block.bodyIn == executor::Payload::NewArena)
+    block.arenaSize = in.u64();
+  return block;
 }
 
 } // namespace moduleproto

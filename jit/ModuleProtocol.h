@@ -14,9 +14,9 @@
 // runs: a death after it is the setup's (setup_crashed), one before it the compiler's
 // (compile_crashed).
 //
-// An outcome is a u64 status: 0 success; 1 a compile error {summary, diagnostics}; 2 a coded
-// error {code name, message}; 3 any other error {message}. Bodies larger than an inline
-// message travel in a sealed memfd.
+// An outcome is a u64 status (OutcomeStatus) and what it carries. Bodies (a module's text, a
+// Compile's answer) are executor::writeBody's: inline, or larger in a sealed memfd; an
+// Invoke's tensors are inline or in an arena (executor::Payload).
 #ifndef COURIER_JIT_MODULEPROTOCOL_H
 #define COURIER_JIT_MODULEPROTOCOL_H
 
@@ -45,19 +45,41 @@ std::vector<EntrySignature> readEntries(MessageReader &in);
 void writeTimes(MessageWriter &out, const PhaseTimes &times);
 PhaseTimes readTimes(MessageReader &in);
 
-/// Writes status 0 for success, or the error (consumed) as described above.
+/// A tensor's place in a body: its dtype (the DType's value), shape, and where its bytes lie.
+struct TensorPlace {
+  uint64_t dtype = 0;
+  std::vector<int64_t> shape;
+  uint64_t offset = 0, size = 0;
+};
+
+/// An Invoke's inputs, or its answer's results: their places, then the body's size and where
+/// it lies (executor::Payload): inline, in the arena the receiver keeps mapped from an earlier
+/// message, or in a new sealed arena sent as the message's descriptor, its size given.
+struct TensorBlock {
+  std::vector<TensorPlace> tensors;
+  uint64_t total = 0; ///< Bytes the body spans.
+  executor::Payload bodyIn = executor::Payload::Inline;
+  llvm::StringRef inlineBytes; ///< Payload::Inline.
+  uint64_t arenaSize = 0;      ///< Payload::NewArena.
+
+  void write(MessageWriter &out) const;
+  /// Reads one; `inlineBytes` points into `in`'s bytes. A malformed one leaves `in` failed.
+  static TensorBlock read(MessageReader &in);
+};
+
+/// What an outcome is, its first field.
+enum class OutcomeStatus : uint64_t {
+  Success = 0,
+  CompileError = 1, ///< {summary, diagnostics}
+  CodedError = 2,   ///< {code name, message, cause code name or ""}
+  OtherError = 3,   ///< {message}
+};
+
+/// Writes Success, or the error (consumed) as described above.
 void writeOutcome(MessageWriter &out, llvm::Error error);
-/// The error an outcome carries (success for status 0). Codes name ErrorCode values; an
+/// The error an outcome carries (success for Success). Codes name ErrorCode values; an
 /// unknown code, or a malformed body, is an error of its own.
 llvm::Error readOutcome(MessageReader &in);
-
-/// A body for a message: inline up to executor::kInlineBytes, else in a sealed memfd whose
-/// descriptor is returned in `fd` (and must be sent with the message).
-llvm::Error writeBody(MessageWriter &out, llvm::StringRef body, executor::SharedBuffer &fd);
-/// Reads a body writeBody wrote; `storage` keeps a mapped one alive. Bodies larger than
-/// `limit` are refused.
-llvm::Expected<llvm::StringRef> readBody(MessageReader &in, executor::Message &message,
-                                         executor::SharedBuffer &storage, uint64_t limit);
 
 } // namespace moduleproto
 

@@ -581,119 +581,131 @@ const char *HttpService::routeName(size_t tag) const {
 
 void HttpService::installHandlers() {
   http.set_pre_routing_handler([this](const httplib::Request &req, httplib::Response &res) {
-    currentPath = req.path;
-    requestStart = Clock::now();
-    currentRoute = 0;
-    requestCounted = true;
-    currentRequestId = requestIdFor(req);
-    currentSubject.clear();
-    res.set_header("X-Request-Id", currentRequestId);
-    inFlight++;
-    requestIsWork = !isProbe(req);
-    if (requestIsWork)
-      workInFlight++;
-    if (std::optional<std::string> ambiguity = ambiguousFraming(req)) {
-      opts.sendError(res, ErrorCode::BadRequest, *ambiguity);
-      // Where this body ends is the question: nothing after the headers can be trusted.
-      res.set_header("Connection", "close");
-      return httplib::Server::HandlerResponse::Handled;
-    }
-    normalizeRequest(req);
-    if (std::optional<std::string> coding = refusedEncoding(req)) {
-      opts.sendError(res, ErrorCode::UnsupportedEncoding,
-                     "Content-Encoding '" + *coding +
-                         "' is not accepted: send the body uncompressed (no route takes a "
-                         "compressed body)");
-      // The body is not read: closing keeps its bytes from being parsed as a next request.
-      res.set_header("Connection", "close");
-      return httplib::Server::HandlerResponse::Handled;
-    }
-    // One Transfer-Encoding, chunked (ambiguousFraming): each chunk must end exactly where its
-    // size line says, which httplib's reader does not check.
-    if (req.has_header("Transfer-Encoding"))
-      RequestWatch::expectChunkedBody();
-    // A draining server is about to close its connections: each reply says so, so that no
-    // client (nor a proxy's connection pool) sends another request on one.
-    if (drainStarted)
-      res.set_header("Connection", "close");
-    if (authorized(req))
-      return httplib::Server::HandlerResponse::Unhandled;
-    opts.sendError(res, ErrorCode::Unauthorized, "missing or wrong bearer token");
-    res.set_header("WWW-Authenticate", "Bearer");
-    // The body was not read; closing keeps its bytes from being parsed as a next request.
-    res.set_header("Connection", "close");
-    return httplib::Server::HandlerResponse::Handled;
+    return beforeRouting(req, res);
   });
-
   // Statuses httplib produces itself (no route, body over the limit, unparsable request)
   // get the same JSON error shape as ours.
   http.set_error_handler(httplib::Server::HandlerWithResponse(
       [this](const httplib::Request &req, httplib::Response &res) {
-        currentPath = req.path;
-        if (!requestCounted && !refusalIdGiven) {
-          // Refused by httplib before routing (a request line or header it cannot take): the
-          // id is made here, where the reply can still carry it, and the log line uses it.
-          currentRequestId = requestIdFor(req);
-          currentSubject.clear();
-          refusalIdGiven = true;
-          res.set_header("X-Request-Id", currentRequestId);
-        }
-        // A request httplib refused before routing, or whose body it would not read, leaves
-        // the connection out of step: the reply says it closes (and it does, see the logger),
-        // so the client does not send its next request on it.
-        if (!requestCounted || (res.status != 404 && res.body.empty() && res.content_length_ == 0))
-          res.set_header("Connection", "close");
-        if (!res.body.empty() || res.content_length_ > 0)
-          return httplib::Server::HandlerResponse::Unhandled;
-        if (res.status == 404)
-          opts.sendError(res, ErrorCode::NotFound, "no route for " + req.method + " " + req.path);
-        else if (res.status == 413)
-          opts.sendError(res, ErrorCode::PayloadTooLarge, opts.payloadTooLargeMessage);
-        else if (res.status < 500)
-          opts.sendError(res, ErrorCode::BadRequest,
-                         RequestWatch::problem().empty()
-                             ? std::string("malformed HTTP request")
-                             : "malformed HTTP request: " + RequestWatch::problem());
-        else
-          opts.sendError(res, ErrorCode::Internal, "internal error");
-        return httplib::Server::HandlerResponse::Handled;
+        return httplibError(req, res);
       }));
   http.set_exception_handler(
       [this](const httplib::Request &req, httplib::Response &res, std::exception_ptr) {
         opts.sendError(res, ErrorCode::Internal,
                        "internal error while serving " + req.method + " " + req.path);
       });
-
   http.set_logger([this](const httplib::Request &req, const httplib::Response &res) {
-    bool counted = std::exchange(requestCounted, false);
-    // A response that says the connection closes (the error handler says so for a request
-    // httplib refused before routing) is the connection's last.
-    if (res.get_header_value("Connection") == "close")
-      closeAfterResponse();
-    bool work = counted && std::exchange(requestIsWork, false);
-    // Only drain() and stop() wait for a count to reach zero; waking them on every request
-    // would cost each request a futex call and a context switch.
-    bool lastWork = work && --workInFlight == 0 && drainStarted;
-    if ((counted && --inFlight == 0 && stopWaiting) || lastWork) {
-      std::lock_guard<std::mutex> lock(stopMutex);
-      stopSignal.notify_all();
-    }
-    double seconds =
-        counted ? std::chrono::duration<double>(Clock::now() - requestStart).count() : 0.0;
-    uint64_t in = req.body.empty() ? contentLength(req) : req.body.size();
-    uint64_t out = res.content_length_ ? res.content_length_ : res.body.size();
-    requestSeconds->Observe(seconds);
-    bytesIn->Increment(static_cast<double>(in));
-    bytesOut->Increment(static_cast<double>(out));
-    countRequest(counted ? currentRoute : 0, res.status);
-    if (!counted && !std::exchange(refusalIdGiven, false)) {
-      // Refused by httplib before routing, with no error reply: no id was given to it yet.
-      currentRequestId = requestIdFor(req);
-      currentSubject.clear();
-    }
-    if (opts.listen.logRequests)
-      logRequest(req, res, counted ? currentRoute : 0, seconds, in, out);
+    afterResponse(req, res);
   });
+}
+
+httplib::Server::HandlerResponse HttpService::beforeRouting(const httplib::Request &req,
+                                                            httplib::Response &res) {
+  currentPath = req.path;
+  requestStart = Clock::now();
+  currentRoute = 0;
+  requestCounted = true;
+  currentRequestId = requestIdFor(req);
+  currentSubject.clear();
+  res.set_header("X-Request-Id", currentRequestId);
+  inFlight++;
+  requestIsWork = !isProbe(req);
+  if (requestIsWork)
+    workInFlight++;
+  if (std::optional<std::string> ambiguity = ambiguousFraming(req)) {
+    opts.sendError(res, ErrorCode::BadRequest, *ambiguity);
+    // Where this body ends is the question: nothing after the headers can be trusted.
+    res.set_header("Connection", "close");
+    return httplib::Server::HandlerResponse::Handled;
+  }
+  normalizeRequest(req);
+  if (std::optional<std::string> coding = refusedEncoding(req)) {
+    opts.sendError(res, ErrorCode::UnsupportedEncoding,
+                   "Content-Encoding '" + *coding +
+                       "' is not accepted: send the body uncompressed (no route takes a "
+                       "compressed body)");
+    // The body is not read: closing keeps its bytes from being parsed as a next request.
+    res.set_header("Connection", "close");
+    return httplib::Server::HandlerResponse::Handled;
+  }
+  // One Transfer-Encoding, chunked (ambiguousFraming): each chunk must end exactly where its
+  // size line says, which httplib's reader does not check.
+  if (req.has_header("Transfer-Encoding"))
+    RequestWatch::expectChunkedBody();
+  // A draining server is about to close its connections: each reply says so, so that no
+  // client (nor a proxy's connection pool) sends another request on one.
+  if (drainStarted)
+    res.set_header("Connection", "close");
+  if (authorized(req))
+    return httplib::Server::HandlerResponse::Unhandled;
+  opts.sendError(res, ErrorCode::Unauthorized, "missing or wrong bearer token");
+  res.set_header("WWW-Authenticate", "Bearer");
+  // The body was not read; closing keeps its bytes from being parsed as a next request.
+  res.set_header("Connection", "close");
+  return httplib::Server::HandlerResponse::Handled;
+}
+
+httplib::Server::HandlerResponse HttpService::httplibError(const httplib::Request &req,
+                                                           httplib::Response &res) {
+  currentPath = req.path;
+  if (!requestCounted && !refusalIdGiven) {
+    // Refused by httplib before routing (a request line or header it cannot take): the
+    // id is made here, where the reply can still carry it, and the log line uses it.
+    currentRequestId = requestIdFor(req);
+    currentSubject.clear();
+    refusalIdGiven = true;
+    res.set_header("X-Request-Id", currentRequestId);
+  }
+  // A request httplib refused before routing, or whose body it would not read, leaves
+  // the connection out of step: the reply says it closes (and it does, see the logger),
+  // so the client does not send its next request on it.
+  if (!requestCounted || (res.status != 404 && res.body.empty() && res.content_length_ == 0))
+    res.set_header("Connection", "close");
+  if (!res.body.empty() || res.content_length_ > 0)
+    return httplib::Server::HandlerResponse::Unhandled;
+  if (res.status == 404)
+    opts.sendError(res, ErrorCode::NotFound, "no route for " + req.method + " " + req.path);
+  else if (res.status == 413)
+    opts.sendError(res, ErrorCode::PayloadTooLarge, opts.payloadTooLargeMessage);
+  else if (res.status < 500)
+    opts.sendError(res, ErrorCode::BadRequest,
+                   RequestWatch::problem().empty()
+                       ? std::string("malformed HTTP request")
+                       : "malformed HTTP request: " + RequestWatch::problem());
+  else
+    opts.sendError(res, ErrorCode::Internal, "internal error");
+  return httplib::Server::HandlerResponse::Handled;
+}
+
+void HttpService::afterResponse(const httplib::Request &req, const httplib::Response &res) {
+  bool counted = std::exchange(requestCounted, false);
+  // A response that says the connection closes (the error handler says so for a request
+  // httplib refused before routing) is the connection's last.
+  if (res.get_header_value("Connection") == "close")
+    closeAfterResponse();
+  bool work = counted && std::exchange(requestIsWork, false);
+  // Only drain() and stop() wait for a count to reach zero; waking them on every request
+  // would cost each request a futex call and a context switch.
+  bool lastWork = work && --workInFlight == 0 && drainStarted;
+  if ((counted && --inFlight == 0 && stopWaiting) || lastWork) {
+    std::lock_guard<std::mutex> lock(stopMutex);
+    stopSignal.notify_all();
+  }
+  double seconds =
+      counted ? std::chrono::duration<double>(Clock::now() - requestStart).count() : 0.0;
+  uint64_t in = req.body.empty() ? contentLength(req) : req.body.size();
+  uint64_t out = res.content_length_ ? res.content_length_ : res.body.size();
+  requestSeconds->Observe(seconds);
+  bytesIn->Increment(static_cast<double>(in));
+  bytesOut->Increment(static_cast<double>(out));
+  countRequest(counted ? currentRoute : 0, res.status);
+  if (!counted && !std::exchange(refusalIdGiven, false)) {
+    // Refused by httplib before routing, with no error reply: no id was given to it yet.
+    currentRequestId = requestIdFor(req);
+    currentSubject.clear();
+  }
+  if (opts.listen.logRequests)
+    logRequest(req, res, counted ? currentRoute : 0, seconds, in, out);
 }
 
 HttpService::~HttpService() {

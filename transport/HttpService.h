@@ -197,6 +197,15 @@ public:
 private:
   bool authorized(const httplib::Request &req) const;
   void installHandlers();
+  /// Every request before its route: counts it, gives it an id, and refuses ambiguous
+  /// framing, compressed bodies and a missing token.
+  httplib::Server::HandlerResponse beforeRouting(const httplib::Request &req,
+                                                 httplib::Response &res);
+  /// A status httplib produced itself, given our JSON error body.
+  httplib::Server::HandlerResponse httplibError(const httplib::Request &req,
+                                                httplib::Response &res);
+  /// Every response: counts and logs it, and wakes drain() or stop() after the last.
+  void afterResponse(const httplib::Request &req, const httplib::Response &res);
   void installMetrics();
 
   HttpServiceOptions opts;

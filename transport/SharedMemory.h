@@ -129,6 +129,8 @@ public:
   llvm::StringRef rest();
   bool ok() const { return good; }
   bool atEnd() const { return good && pos == bytes.size(); }
+  /// Marks the message malformed (a field read well but out of range): reads fail from now on.
+  void fail() { good = false; }
 
 private:
   llvm::StringRef bytes;

@@ -359,18 +359,8 @@ double timeInvoke(const BoundEntry &entry, py::tuple args, uint64_t iterations) 
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-} // namespace
-
-} // namespace courier::python
-
-PYBIND11_MODULE(_courier, m) {
-  using namespace courier;
-  using namespace courier::python;
-  m.doc() = "Courier's engine: MLIR text in, modules whose entries take NumPy arrays out.";
-  m.attr("__version__") = COURIER_VERSION;
-  importNumPy();
-  registerErrors(m);
-
+/// TensorSpec, and the entries a Module binds.
+void defineEntries(py::module_ &m) {
   py::class_<TensorSpec>(m, "TensorSpec", "The type of one input or result of an entry.")
       .def_property_readonly(
           "dtype", [](const TensorSpec &s) { return dtypeName(s.dtype).str(); },
@@ -408,7 +398,10 @@ PYBIND11_MODULE(_courier, m) {
   entryType = reinterpret_cast<PyTypeObject *>(entryClass.ptr());
   entryType->tp_call = &callEntry;
   PyType_Modified(entryType);
+}
 
+/// Module: a compiled module, its entries as attributes.
+void defineModule(py::module_ &m) {
   py::class_<PyModule>(m, "Module", py::dynamic_attr(),
                        "A compiled, linked module. Thread-safe: any number of threads may call "
                        "it at once. Each entry is an attribute: module.main(x).")
@@ -457,7 +450,10 @@ PYBIND11_MODULE(_courier, m) {
           entries += (entries.empty() ? "" : ", ") + entry.name;
         return "<courier.Module '" + self.module->name() + "' entries: " + entries + ">";
       });
+}
 
+/// Engine: compiles MLIR text into Modules.
+void defineEngine(py::module_ &m) {
   py::class_<Engine, std::shared_ptr<Engine>>(
       m, "Engine",
       "Compiles MLIR text into Modules. Thread-safe; modules may outlive their engine.")
@@ -480,7 +476,10 @@ PYBIND11_MODULE(_courier, m) {
       .def_property_readonly("isolation", [](const Engine &e) {
         return e.options().isolation == Isolation::Process ? "process" : "in_process";
       });
+}
 
+/// ReloadableModule: a module and its source file, reloaded as it changes.
+void defineReloadable(py::module_ &m) {
   py::class_<PyReloadable>(m, "ReloadableModule",
                            "A named module that can be replaced while it serves calls: a new "
                            "version is swapped in only if it compiles; calls already running "
@@ -534,6 +533,23 @@ PYBIND11_MODULE(_courier, m) {
                                     (module ? "" : " (no version is loaded)"));
         return py::cast(BoundEntry{std::move(module), entry});
       });
+}
 
+} // namespace
+
+} // namespace courier::python
+
+PYBIND11_MODULE(_courier, m) {
+  using namespace courier;
+  using namespace courier::python;
+  m.doc() = "Courier's engine: MLIR text in, modules whose entries take NumPy arrays out.";
+  m.attr("__version__") = COURIER_VERSION;
+  importNumPy();
+  registerErrors(m);
+
+  defineEntries(m);
+  defineModule(m);
+  defineEngine(m);
+  defineReloadable(m);
   m.def("_time_invoke", &timeInvoke, "entry"_a, "args"_a, "iterations"_a);
 }

@@ -3,9 +3,9 @@
 // SOCK_SEQPACKET socketpair and is read back as its receiver reads it: the kind, the
 // trailing sequence number, a Failed reply's code and message, a crash report, counted
 // lists of fields, and every descriptor mapped as a shared buffer of the size the message
-// claims. The input's first byte is the number of descriptors (0 to one more than a message
-// may bring, which is a refusal), each then described by 9 bytes (a size below 1 MiB, sealed or
-// not); the rest is the message.
+// claims, and a body as executor::readBody reads it. The input's first byte is the number of
+// descriptors (0 to one more than a message may bring, which is a refusal), each then described by
+// 9 bytes (a size below 1 MiB, sealed or not); the rest is the message.
 #include "tests/fuzz/FuzzSupport.h"
 
 #include "executor/WorkerProtocol.h"
@@ -124,6 +124,67 @@ void readAsReceiver(const std::string &bytes) {
     broken("a sequence number taken from a message too short to hold one, or not taken");
 }
 
+/// Reads the message as a launch request and a launch's answer (executor::LaunchRequest,
+/// LaunchAnswer): what is read lies in the message, and a request read well reads the same once
+/// written again.
+void readAsLaunch(const std::string &bytes) {
+  executor::MessageReader request(bytes);
+  executor::LaunchRequest launch = executor::LaunchRequest::read(request);
+  checkInside(launch.object, bytes);
+  checkInside(launch.entry, bytes);
+  checkInside(launch.inlineBytes, bytes);
+  if (request.ok()) {
+    executor::MessageWriter once(executor::MessageKind::Launch);
+    launch.write(once);
+    executor::MessageReader again(once.view());
+    executor::MessageWriter twice(executor::MessageKind::Launch);
+    executor::LaunchRequest::read(again).write(twice);
+    if (!again.atEnd() || once.view() != twice.view())
+      broken("a launch request that reads differently once written again");
+  }
+  executor::MessageReader answer(bytes);
+  executor::LaunchAnswer answered = executor::LaunchAnswer::read(answer);
+  checkInside(answered.inlineBytes, bytes);
+  if (answer.ok() && answered.bodyIn == executor::Payload::NewArena)
+    broken("a launch answer of a kind it may not have");
+}
+
+/// Reads the message as a body (executor::readBody): one it accepts is no larger than the
+/// limit and lies in the message, or is the memfd beside it mapped at the size claimed; an
+/// inline one written again (executor::writeBody) reads back the same.
+void readAsBody(const std::string &bytes, const std::vector<UniqueFd> &fds) {
+  constexpr uint64_t kLimit = uint64_t(1) << 20;
+  transport::Message message;
+  message.bytes = bytes;
+  for (const UniqueFd &fd : fds)
+    message.fds.emplace_back(::dup(fd.get()));
+  transport::ByteReader reader(message.bytes);
+  transport::SharedBuffer storage;
+  llvm::Expected<llvm::StringRef> body = executor::readBody(reader, message, storage, kLimit);
+  if (!body) {
+    refused(body.takeError());
+    return;
+  }
+  llvm::StringRef whole = message.bytes;
+  bool inMessage = body->begin() >= whole.begin() && body->end() <= whole.end();
+  bool inBuffer =
+      storage.data() && body->data() == storage.data() && body->size() == storage.size();
+  if (body->size() > kLimit || !(inMessage || inBuffer || body->empty()))
+    broken("a body over its limit, or outside its message and its buffer");
+  if (body->size() > executor::kInlineBytes)
+    return;
+  transport::ByteWriter again;
+  transport::SharedBuffer unused;
+  if (llvm::Error error = executor::writeBody(again, *body, unused, "courier-fuzz"))
+    broken("writing a body that was read");
+  transport::Message rewritten;
+  rewritten.bytes = again.take();
+  transport::ByteReader second(rewritten.bytes);
+  llvm::Expected<llvm::StringRef> same = executor::readBody(second, rewritten, unused, kLimit);
+  if (!same || *same != *body)
+    broken("a body that reads differently once written again");
+}
+
 /// Maps each descriptor as a receiver that requires sealed buffers does, with the size the
 /// message claims; a buffer it accepts is read to its end, which must not fault.
 void mapBuffers(std::vector<UniqueFd> &fds, llvm::StringRef bytes) {
@@ -188,6 +249,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (received.bytes != message || received.fds.size() != count)
     broken("a message that arrived changed");
   readAsReceiver(received.bytes);
+  readAsBody(received.bytes, received.fds);
+  readAsLaunch(received.bytes);
   mapBuffers(received.fds, message);
   return 0;
 }

@@ -188,7 +188,7 @@ public:
         // teardown() runs and the module's sessions close before the answer.
         module.reset();
         MessageWriter done(MessageKind::Done);
-        done.u64(0);
+        moduleproto::writeOutcome(done, llvm::Error::success());
         failed = answer(done);
         break;
       }
@@ -226,7 +226,7 @@ private:
     CompileOptions compileOptions;
     compileOptions.sourceName = in.str().str();
     SharedBuffer storage;
-    llvm::Expected<llvm::StringRef> text = moduleproto::readBody(in, request, storage, ~0ULL);
+    llvm::Expected<llvm::StringRef> text = executor::readBody(in, request, storage, ~0ULL);
     if (!text)
       return answerError(text.takeError());
     if (!in.ok())
@@ -255,10 +255,10 @@ private:
       body.str(item.getKey()).str(item.getValue());
     moduleproto::writeTimes(body, impl.times);
     MessageWriter done(MessageKind::Done);
-    done.u64(0);
+    moduleproto::writeOutcome(done, llvm::Error::success());
     SharedBuffer shared;
     // The body is a message of its own, read with a MessageReader.
-    if (llvm::Error error = moduleproto::writeBody(done, body.view(), shared))
+    if (llvm::Error error = executor::writeBody(done, body.view(), shared, "courier-module-body"))
       return answerError(std::move(error));
     if (shared.fd() >= 0)
       return answer(done, {shared.fd()});
@@ -269,110 +269,32 @@ private:
     if (!module)
       return answerError(llvm::createStringError("this worker holds no module"));
     std::string entry = in.str().str();
-    struct Input {
-      uint64_t dtype;
-      std::vector<int64_t> shape;
-      uint64_t offset, size;
-    };
-    std::vector<Input> inputs(in.count(32));
-    for (Input &input : inputs) {
-      input.dtype = in.u64();
-      input.shape.resize(in.count(8));
-      for (int64_t &d : input.shape)
-        d = in.i64();
-      input.offset = in.u64();
-      input.size = in.u64();
-    }
-    uint64_t total = in.u64();
-    uint64_t mode = in.u64();
-    const uint8_t *base = nullptr;
-    // Inline bytes are copied to an aligned buffer: compiled code may assume alignment.
-    executor::AlignedBytes aligned;
-    size_t nextFd = 0;
-    if (mode == 1) {
-      llvm::StringRef bytes = in.str();
-      if (!in.ok() || bytes.size() != total)
-        return answerError(llvm::createStringError("a malformed invoke request"));
-      llvm::Expected<executor::AlignedBytes> copied = executor::copyAligned(bytes);
-      if (!copied)
-        return answerError(copied.takeError());
-      aligned = std::move(*copied);
-      base = reinterpret_cast<const uint8_t *>(aligned.get());
-    } else if (mode == 2) {
-      // The server's input arena: sent once, kept mapped until it sends a larger one.
-      bool fresh = in.u64() != 0;
-      if (fresh) {
-        if (request.fds.size() <= nextFd)
-          return answerError(llvm::createStringError("an invoke without its input arena"));
-        llvm::Expected<SharedBuffer> mapped =
-            SharedBuffer::mapAll(std::move(request.fds[nextFd++]));
-        if (!mapped)
-          return answerError(mapped.takeError());
-        inputArena = std::move(*mapped);
-      }
-      if (inputArena.size() < total)
-        return answerError(llvm::createStringError("the input arena is smaller than the inputs"));
-      base = reinterpret_cast<const uint8_t *>(inputArena.data());
-    } else {
-      return answerError(llvm::createStringError("a malformed invoke request"));
-    }
+    moduleproto::TensorBlock block = moduleproto::TensorBlock::read(in);
     if (!in.ok())
       return answerError(llvm::createStringError("a malformed invoke request"));
+    // Inline bytes are copied to an aligned buffer: compiled code may assume alignment.
+    executor::AlignedBytes aligned;
+    llvm::Expected<const uint8_t *> base = inputBody(block, request, aligned);
+    if (!base)
+      return answerError(base.takeError());
     std::vector<TensorRef> refs;
-    refs.reserve(inputs.size());
-    for (const Input &input : inputs) {
+    refs.reserve(block.tensors.size());
+    for (const moduleproto::TensorPlace &input : block.tensors) {
       std::optional<DType> dtype = dtypeFromCode(input.dtype);
-      if (!dtype || input.offset > total || total - input.offset < input.size)
+      if (!dtype || input.offset > block.total || block.total - input.offset < input.size)
         return answerError(llvm::createStringError("an invoke input lies outside its buffer"));
-      refs.push_back(TensorRef::of(*dtype, input.shape, base ? base + input.offset : nullptr,
+      refs.push_back(TensorRef::of(*dtype, input.shape, *base ? *base + input.offset : nullptr,
                                    static_cast<size_t>(input.size)));
     }
 
     MessageWriter done(MessageKind::Done);
     llvm::Error packed = llvm::Error::success();
     bool sendArena = false;
-    llvm::Error failure = invokeInProcess(
-        ModuleInternals::impl(*module), entry, refs, [&](llvm::ArrayRef<ResultRef> results) {
-          done.u64(0).u64(results.size());
-          uint64_t size = 0;
-          std::vector<uint64_t> offsets;
-          for (const ResultRef &r : results) {
-            done.u64(static_cast<uint64_t>(r.dtype)).u64(r.shape.size());
-            for (int64_t d : r.shape)
-              done.i64(d);
-            size = executor::alignPayload(size);
-            offsets.push_back(size);
-            done.u64(size).u64(r.packedBytes());
-            size += r.packedBytes();
-          }
-          done.u64(size);
-          if (size <= executor::kInlineBytes) {
-            std::string bytes(size, '\0');
-            for (size_t i = 0; i < results.size(); ++i)
-              results[i].pack(reinterpret_cast<uint8_t *>(bytes.data()) + offsets[i]);
-            done.u64(1).str(bytes);
-            return;
-          }
-          // The result arena is this worker's, sealed so the server can map it safely; it
-          // is replaced only when a call's results outgrow it.
-          if (resultArena.size() < size) {
-            llvm::Expected<SharedBuffer> created = SharedBuffer::create(
-                std::max<uint64_t>(size, resultArena.size() * 2), "courier-module-results");
-            if (created)
-              packed = created->sealSize();
-            else
-              packed = created.takeError();
-            if (packed)
-              return;
-            resultArena = std::move(*created);
-            sendArena = true;
-          }
-          for (size_t i = 0; i < results.size(); ++i)
-            results[i].pack(reinterpret_cast<uint8_t *>(resultArena.data()) + offsets[i]);
-          done.u64(sendArena ? 3 : 2);
-          if (sendArena)
-            done.u64(resultArena.size());
-        });
+    llvm::Error failure = invokeInProcess(ModuleInternals::impl(*module), entry, refs,
+                                          [&](llvm::ArrayRef<ResultRef> results) {
+                                            moduleproto::writeOutcome(done, llvm::Error::success());
+                                            packed = packResults(results, done, sendArena);
+                                          });
     if (failure)
       return answerError(std::move(failure));
     if (packed)
@@ -380,6 +302,76 @@ private:
     if (sendArena)
       return answer(done, {resultArena.fd()});
     return answer(done);
+  }
+
+  /// Where an invoke's inputs lie: inline (copied to `aligned`), or in the server's input arena,
+  /// sent once (NewArena) and kept mapped until it sends a larger one. Sealed: a server that
+  /// shrank it would kill this worker at its next read.
+  llvm::Expected<const uint8_t *> inputBody(const moduleproto::TensorBlock &block, Message &request,
+                                            executor::AlignedBytes &aligned) {
+    if (block.bodyIn == executor::Payload::Inline) {
+      if (block.inlineBytes.size() != block.total)
+        return llvm::createStringError("a malformed invoke request");
+      llvm::Expected<executor::AlignedBytes> copied = executor::copyAligned(block.inlineBytes);
+      if (!copied)
+        return copied.takeError();
+      aligned = std::move(*copied);
+      return reinterpret_cast<const uint8_t *>(aligned.get());
+    }
+    if (block.bodyIn == executor::Payload::NewArena) {
+      if (request.fds.size() != 1)
+        return llvm::createStringError("an invoke without its input arena");
+      llvm::Expected<SharedBuffer> mapped =
+          SharedBuffer::map(std::move(request.fds[0]), block.arenaSize, /*requireSealed=*/true);
+      if (!mapped)
+        return mapped.takeError();
+      inputArena = std::move(*mapped);
+    }
+    if (inputArena.size() < block.total)
+      return llvm::createStringError("the input arena is smaller than the inputs");
+    return reinterpret_cast<const uint8_t *>(inputArena.data());
+  }
+
+  /// Writes an invoke's results after its outcome: inline when small, else in this worker's
+  /// result arena, sealed so the server can map it safely and replaced (`sendArena`) only when
+  /// a call's results outgrow it.
+  llvm::Error packResults(llvm::ArrayRef<ResultRef> results, MessageWriter &done, bool &sendArena) {
+    moduleproto::TensorBlock block;
+    for (const ResultRef &r : results) {
+      block.total = executor::alignPayload(block.total);
+      block.tensors.push_back(moduleproto::TensorPlace{static_cast<uint64_t>(r.dtype),
+                                                       {r.shape.begin(), r.shape.end()},
+                                                       block.total,
+                                                       r.packedBytes()});
+      block.total += r.packedBytes();
+    }
+    auto pack = [&](char *to) {
+      for (size_t i = 0; i < results.size(); ++i)
+        results[i].pack(reinterpret_cast<uint8_t *>(to) + block.tensors[i].offset);
+    };
+    std::string inlined;
+    if (block.total <= executor::kInlineBytes) {
+      inlined.resize(block.total);
+      pack(inlined.data());
+      block.inlineBytes = inlined;
+      block.write(done);
+      return llvm::Error::success();
+    }
+    if (resultArena.size() < block.total) {
+      llvm::Expected<SharedBuffer> created = SharedBuffer::create(
+          std::max<uint64_t>(block.total, resultArena.size() * 2), "courier-module-results");
+      if (!created)
+        return created.takeError();
+      if (llvm::Error error = created->sealSize())
+        return error;
+      resultArena = std::move(*created);
+      sendArena = true;
+    }
+    pack(resultArena.data());
+    block.bodyIn = sendArena ? executor::Payload::NewArena : executor::Payload::Arena;
+    block.arenaSize = resultArena.size();
+    block.write(done);
+    return llvm::Error::success();
   }
 
   int channel;
