@@ -5,7 +5,8 @@
 #   lib/               the engine's static libraries
 #   lib/cmake/Courier/ CourierConfig.cmake, CourierConfigVersion.cmake (SameMajorVersion),
 #                      CourierTargets.cmake: Courier::Engine and Courier::Runtime, relocatable
-#   lib/pkgconfig/     courier.pc, relocatable too
+#   lib/pkgconfig/     courier.pc (the engine) and courier-runtime.pc (the runtime alone),
+#                      relocatable too
 #   bin/               the tools
 #   share/doc/courier/ LICENSE, README.md, the docs/ pages and the generated dialect and pass
 #                      reference (dialects/, passes/)
@@ -84,7 +85,11 @@ foreach(dir ${LLVM_INCLUDE_DIRS})
   string(APPEND COURIER_PC_CFLAGS " -isystem ${dir}")
 endforeach()
 configure_file(cmake/courier.pc.in ${PROJECT_BINARY_DIR}/courier.pc @ONLY)
-install(FILES ${PROJECT_BINARY_DIR}/courier.pc DESTINATION lib/pkgconfig)
+# courier-runtime.pc: the runtime alone (the C ABI with the HTTP client), as the Runtime
+# component of the CMake package.
+configure_file(cmake/courier-runtime.pc.in ${PROJECT_BINARY_DIR}/courier-runtime.pc @ONLY)
+install(FILES ${PROJECT_BINARY_DIR}/courier.pc ${PROJECT_BINARY_DIR}/courier-runtime.pc
+  DESTINATION lib/pkgconfig)
 
 # The documentation (component "doc", part of every install): the README, docs/*.md and the
 # generated reference of Courier's dialects and passes, which the pages link to by these

@@ -123,8 +123,12 @@ llvm::Error writeBody(transport::ByteWriter &out, uint64_t size,
                       const char *name);
 inline llvm::Error writeBody(transport::ByteWriter &out, llvm::StringRef body, SharedBuffer &shared,
                              const char *name) {
-  return writeBody(
-      out, body.size(), [&](char *to) { std::memcpy(to, body.data(), body.size()); }, shared, name);
+  // An empty body may have no bytes at all: memcpy must not see its null pointer.
+  auto copy = [&](char *to) {
+    if (!body.empty())
+      std::memcpy(to, body.data(), body.size());
+  };
+  return writeBody(out, body.size(), copy, shared, name);
 }
 
 /// Reads a body writeBody wrote: its bytes, in the message or in the sealed memfd `message`

@@ -2,10 +2,10 @@
 # Installs Courier from a build tree and moves the install elsewhere (nothing in it may depend
 # on where it was installed), then builds this sample against it three ways: with CMake and
 # clang-22, with CMake and g++, and with g++ and pkg-config alone; and runtime-only/, a C
-# program, twice: linking Courier::Runtime alone, found without MLIR or prometheus-cpp and
-# linked without the executor library, libseccomp or prometheus-cpp, which opens a session on
-# the moved tree's courier-executor and is refused "local"; and with Courier::Executor too,
-# which opens one on "local". Runs each build and prints its output, each line after the name
+# program, three times: linking Courier::Runtime alone, found without MLIR or prometheus-cpp,
+# and again with gcc and courier-runtime.pc, both linked without the executor library,
+# libseccomp or prometheus-cpp, which open a session on the moved tree's courier-executor (the
+# first is refused "local"); and with Courier::Executor too, which opens one on "local". Runs each build and prints its output, each line after the name
 # of the build; prints nothing unless every step passed. Also checks that
 # find_package(Courier 1) refuses this 0.x install. Then runs the moved tree's own courier-run,
 # and, when it holds the Python package (given its interpreter as the second argument), the
@@ -47,13 +47,17 @@ cmake_build g++ "$here" -DCMAKE_CXX_COMPILER=g++
 cmake_build runtime-only "$here/runtime-only" -DCMAKE_C_COMPILER=gcc \
   -DCMAKE_DISABLE_FIND_PACKAGE_MLIR=ON -DCMAKE_DISABLE_FIND_PACKAGE_prometheus-cpp=ON
 cmake_build runtime-local "$here/runtime-only" -DCMAKE_C_COMPILER=gcc -DWITH_IN_PROCESS_EXECUTOR=ON
+# The same program with gcc and courier-runtime.pc alone.
+mkdir -p "$work/runtime-pc"
+quietly bash -c "gcc -O1 '$here/runtime-only/main.c' -o '$work/runtime-pc/runtime-only' \
+  \$(PKG_CONFIG_PATH='$prefix/lib/pkgconfig' pkg-config --cflags --libs courier-runtime)"
 
 # What a program holds: the libraries it loads, and whether the executor is linked in.
 holds() {
   readelf -d "$1" | sed -n 's/.*Shared library: \[\(.*\)\]/\1/p'
   nm -C "$1" | grep -o 'courier::executor::ExecutorCore::create' | sort -u || true
 }
-alone=$(holds "$work/runtime-only/runtime-only")
+alone=$(holds "$work/runtime-only/runtime-only"; holds "$work/runtime-pc/runtime-only")
 if grep -E 'seccomp|prometheus|ExecutorCore' <<< "$alone" > /dev/null; then
   echo "run.sh: the runtime alone links more than it needs:" >&2
   echo "$alone" >&2
@@ -92,6 +96,7 @@ trap 'kill $executor 2> /dev/null; rm -rf "$work"' EXIT
 for _ in $(seq 100); do [ -S "$work/executor.sock" ] && break; sleep 0.1; done
 output+="runtime-only: $("$work/runtime-only/runtime-only" "unix:$work/executor.sock")"$'\n'
 output+="runtime-only: $("$work/runtime-only/runtime-only" local 2>&1 || true)"$'\n'
+output+="runtime-pc: $("$work/runtime-pc/runtime-only" "unix:$work/executor.sock")"$'\n'
 output+="runtime-local: $("$work/runtime-local/runtime-only" local)"$'\n'
 output+="courier-run: $(cd "$here" && XDG_CACHE_HOME="$work/cache" "$prefix/bin/courier-run" \
   square.mlir --arg '[1.5, 2, 3]')"$'\n'
