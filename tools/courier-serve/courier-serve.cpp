@@ -322,11 +322,9 @@ std::vector<std::string> mlirFiles(const std::string &dir) {
   return files;
 }
 
-} // namespace
-
-int main(int argc, char **argv) {
-  ExitOnError exitOnError("courier-serve: error: ");
-  Arguments args = exitOnError(parseArguments(argc, argv));
+/// What the process sets up before anything else: worker output as log lines, no dumping, and
+/// a cache directory compiles can use.
+Error prepareProcess(const Arguments &args) {
   // What module workers (and a local executor's session workers) print becomes lines of the
   // server's log, in its format.
   executor::logWorkerOutput();
@@ -338,7 +336,46 @@ int main(int argc, char **argv) {
   // refused now, once, rather than in every module's 422.
   if (std::string dir = args.store.cacheDir.empty() ? defaultCacheDir() : args.store.cacheDir;
       !dir.empty())
-    exitOnError(DiskCache::open(dir, args.store.cacheMaxBytes));
+    return DiskCache::open(dir, args.store.cacheMaxBytes).takeError();
+  return Error::success();
+}
+
+/// Serves until a stop signal: the first drains, a second cuts the drain short. Once stopped,
+/// isolated calls still running have ended with their workers; in-process ones cannot be
+/// ended, and run() waits for them, so past a bound the process leaves without them.
+Error serveUntilStopped(RestService &service, transport::StopSignals &stopSignals,
+                        std::atomic<bool> &stopping) {
+  std::mutex runMutex;
+  std::condition_variable runEnded;
+  bool runReturned = false;
+  stopSignals.whenReceived(
+      [&] {
+        stopping = true;
+        service.drainAndStop();
+        std::unique_lock<std::mutex> lock(runMutex);
+        if (!runEnded.wait_for(lock, std::chrono::seconds(10), [&] { return runReturned; })) {
+          logEvent(LogLevel::Warn, "calls still running 10 s after the server stopped "
+                                   "(in-process code cannot be stopped); exiting without them");
+          std::fflush(stderr);
+          std::_Exit(0);
+        }
+      },
+      [&] { service.cutDrainShort(); });
+  Error served = service.run();
+  {
+    std::lock_guard<std::mutex> lock(runMutex);
+    runReturned = true;
+  }
+  runEnded.notify_all();
+  stopSignals.stopWaiting();
+  return served;
+}
+} // namespace
+
+int main(int argc, char **argv) {
+  ExitOnError exitOnError("courier-serve: error: ");
+  Arguments args = exitOnError(parseArguments(argc, argv));
+  exitOnError(prepareProcess(args));
 
   // Before any thread starts, so only the waiter sees the stop signals.
   transport::StopSignals stopSignals;
@@ -367,32 +404,7 @@ int main(int argc, char **argv) {
       service->setReady(true);
   });
 
-  // A second signal, during the drain, stops at once. Once stopped, isolated calls still
-  // running have ended with their workers; in-process ones cannot be ended, and run() waits
-  // for them, so past a bound the process leaves without them.
-  std::mutex runMutex;
-  std::condition_variable runEnded;
-  bool runReturned = false;
-  stopSignals.whenReceived(
-      [&] {
-        stopping = true;
-        service->drainAndStop();
-        std::unique_lock<std::mutex> lock(runMutex);
-        if (!runEnded.wait_for(lock, std::chrono::seconds(10), [&] { return runReturned; })) {
-          logEvent(LogLevel::Warn, "calls still running 10 s after the server stopped "
-                                   "(in-process code cannot be stopped); exiting without them");
-          std::fflush(stderr);
-          std::_Exit(0);
-        }
-      },
-      [&] { service->cutDrainShort(); });
-  Error served = service->run();
-  {
-    std::lock_guard<std::mutex> lock(runMutex);
-    runReturned = true;
-  }
-  runEnded.notify_all();
-  stopSignals.stopWaiting();
+  Error served = serveUntilStopped(*service, stopSignals, stopping);
   stopping = true;
   initialLoad.join();
   watcher.reset();
