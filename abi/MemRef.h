@@ -39,8 +39,6 @@ public:
   void *data(int64_t elemSize) const {
     return static_cast<char *>(aligned()) + offset() * elemSize;
   }
-  /// All the descriptor's words.
-  Ref all() const { return Ref(words, descriptorWords(rank_)); }
 
   /// Fills in a descriptor of `sizes` and `strides` (of this view's rank) over `data`.
   template <typename W = Word, typename = std::enable_if_t<!std::is_const_v<W>>>

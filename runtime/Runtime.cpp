@@ -350,8 +350,9 @@ std::string unsupportedFormat(uint32_t format) {
 }
 
 /// Whether a result descriptor was filled in by Courier's lowering with the expected shape.
-bool carriesExpectedShape(const int64_t *descriptor) {
-  return descriptor[0] == 0 && descriptor[1] == COURIER_EXPECTED_SHAPE_MARKER;
+bool carriesExpectedShape(abi::MemRefView descriptor) {
+  return !descriptor.allocated() && reinterpret_cast<uintptr_t>(descriptor.aligned()) ==
+                                        static_cast<uintptr_t>(COURIER_EXPECTED_SHAPE_MARKER);
 }
 
 bool isHolder(const ObjectHolds &holds, const ModuleScope::State *scope) {
@@ -597,7 +598,7 @@ void fillZeroResults(size_t count, void *const *descriptors, const size_t *ranks
       continue;
     abi::MutableMemRefView d(descriptors[i], ranks[i]);
     // Without the marker the sizes are whatever the caller's stack held: unknown.
-    bool known = carriesExpectedShape(d.all().data());
+    bool known = carriesExpectedShape(abi::MemRefView(descriptors[i], ranks[i]));
     SmallVector<int64_t, 4> sizes;
     for (int64_t size : d.sizes())
       sizes.push_back(known ? std::max<int64_t>(0, size) : 0);
@@ -770,7 +771,7 @@ Error launchImpl(int64_t handle, const char *entryArg, const char *object, size_
     abi::MemRefView descriptor(outDescs[i], outRanks[i]);
     // Host code lowered without the marker says nothing about the shape but its rank.
     SmallVector<int64_t, 4> expected(outRanks[i], -1);
-    if (carriesExpectedShape(descriptor.all().data()))
+    if (carriesExpectedShape(descriptor))
       expected.assign(descriptor.sizes().begin(), descriptor.sizes().end());
     bool matches = tensor.sizes.size() == outRanks[i] &&
                    tensor.strides.size() == tensor.sizes.size() &&

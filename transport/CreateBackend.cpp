@@ -21,8 +21,10 @@ struct BackendRegistry {
   llvm::StringMap<BackendFactory> factories;
 };
 
+/// Never destroyed: a backend may be registered or created from another object's static
+/// initializer or destructor, in any order.
 BackendRegistry &registry() {
-  static BackendRegistry *registry = new BackendRegistry; // never destroyed: see registerBackend
+  static BackendRegistry *registry = new BackendRegistry;
   return *registry;
 }
 
@@ -47,8 +49,6 @@ llvm::Error checkAddress(llvm::StringRef address) {
 
 } // namespace
 
-// The registry outlives every static object: a backend may be created from another object's
-// static initializer or destructor, in any order.
 void registerBackend(llvm::StringRef name, BackendFactory factory) {
   BackendRegistry &r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);

@@ -12,8 +12,8 @@
 // (see docs/performance.md).
 #include "bench/BenchSupport.h"
 #include "jit/Engine.h"
-#include "tests/support/ServerProcess.h"
 #include "serve/JsonInputs.h"
+#include "tests/support/ServerProcess.h"
 
 #include "llvm/Support/JSON.h"
 

@@ -1,7 +1,7 @@
 // Fuzzes the reading of tensors from JSON (jit/Engine.h's parseJSON and tensorFromJSON, as
 // courier-run --arg and courier-serve's invoke use them) and courier-serve's on-demand reading
-// of an invoke body (serve/JsonInputs.h) against it. The input's first line
-// declares the entry's inputs (EntrySpecs.h); the rest is the body.
+// of an invoke body (serve/JsonInputs.h) against it. The input's first line declares the
+// entry's inputs (EntrySpecs.h); the rest is the body.
 #include "tests/fuzz/EntrySpecs.h"
 #include "tests/fuzz/FuzzSupport.h"
 
@@ -106,9 +106,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       broken("the two readings of an invoke body give different numbers of inputs");
     for (size_t i = 0; i < fast->size(); ++i)
       if (!sameTensor((*fast)[i], (*slow)[i]))
-        broken("the two readings of an invoke body give different input " + llvm::Twine(i) +
-               ": " + describe((*fast)[i]) + " on demand, " + describe((*slow)[i]) +
-               " with llvm::json");
+        broken("the two readings of an invoke body give different input " + llvm::Twine(i) + ": " +
+               describe((*fast)[i]) + " on demand, " + describe((*slow)[i]) + " with llvm::json");
   }
   return 0;
 }

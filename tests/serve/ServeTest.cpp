@@ -1,11 +1,11 @@
 // courier-serve against real processes: every endpoint, every refusal, concurrent clients,
 // reloads under load, and watch mode.
+#include "serve/ModuleStore.h"
 #include "tests/serve/RestClient.h"
 #include "tests/serve/ServeProcess.h"
 #include "tests/support/PrometheusText.h"
 #include "tests/support/RawConnection.h"
 #include "tests/transport/ExecutorProcess.h"
-#include "serve/ModuleStore.h"
 
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
