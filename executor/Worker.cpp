@@ -315,7 +315,7 @@ private:
     answered.writePlaces(done);
     if (intoArena) {
       layout.pack(resultArena->data(), layout.anyInPlace);
-      writePayload(done.u64(size), Payload::Arena);
+      BodyHead{size, Payload::Arena, {}, 0}.write(done);
       return answer(done);
     }
     return reply(done, size, [&](char *out) { layout.pack(out, false); });

@@ -244,14 +244,34 @@ Payload readPayload(transport::ByteReader &in, std::initializer_list<Payload> al
   return Payload::Inline;
 }
 
+void BodyHead::write(transport::ByteWriter &out) const {
+  writePayload(out.u64(size), in);
+  if (in == Payload::Inline)
+    out.str(inlineBytes);
+  else if (in == Payload::NewArena)
+    out.u64(arenaSize);
+}
+
+BodyHead BodyHead::read(transport::ByteReader &in, std::initializer_list<Payload> allowed) {
+  BodyHead head;
+  head.size = in.u64();
+  head.in = readPayload(in, allowed);
+  if (!in.ok())
+    return head;
+  if (head.in == Payload::Inline)
+    head.inlineBytes = in.str();
+  else if (head.in == Payload::NewArena)
+    head.arenaSize = in.u64();
+  return head;
+}
+
 llvm::Error writeBody(transport::ByteWriter &out, uint64_t size,
                       llvm::function_ref<void(char *)> fill, SharedBuffer &shared,
                       const char *name) {
-  out.u64(size);
   if (size <= kInlineBytes) {
     std::string bytes(size, '\0');
     fill(bytes.data());
-    writePayload(out, Payload::Inline).str(bytes);
+    BodyHead{size, Payload::Inline, bytes, 0}.write(out);
     return llvm::Error::success();
   }
   llvm::Expected<SharedBuffer> created = SharedBuffer::create(size, name);
@@ -262,24 +282,23 @@ llvm::Error writeBody(transport::ByteWriter &out, uint64_t size,
   if (llvm::Error error = created->sealSize())
     return error;
   shared = std::move(*created);
-  writePayload(out, Payload::Memfd);
+  BodyHead{size, Payload::Memfd, {}, 0}.write(out);
   return llvm::Error::success();
 }
 
 llvm::Expected<llvm::StringRef> readBody(transport::ByteReader &in, Message &message,
                                          SharedBuffer &storage, uint64_t limit) {
-  uint64_t size = in.u64();
-  Payload kind = readPayload(in, {Payload::Inline, Payload::Memfd});
+  BodyHead head = BodyHead::read(in, {Payload::Inline, Payload::Memfd});
+  uint64_t size = head.size;
   if (!in.ok())
     return llvm::createStringError("a malformed message body");
   if (size > limit)
     return llvm::createStringError("a message body of " + llvm::Twine(size) +
                                    " bytes, more than the limit of " + llvm::Twine(limit));
-  if (kind == Payload::Inline) {
-    llvm::StringRef body = in.str();
-    if (!in.ok() || body.size() != size)
+  if (head.in == Payload::Inline) {
+    if (head.inlineBytes.size() != size)
       return llvm::createStringError("a malformed message body");
-    return body;
+    return head.inlineBytes;
   }
   if (message.fds.size() != 1)
     return llvm::createStringError("a message body without its shared buffer");
@@ -334,10 +353,8 @@ void LaunchRequest::write(MessageWriter &out) const {
   out.u64(results.size());
   for (const transport::ResultSpec &r : results)
     out.i64(r.rank).i64(r.elemSize);
-  writePayload(out.u64(total), inputsIn);
-  if (inputsIn == Payload::Inline)
-    out.str(inlineBytes);
-  else
+  BodyHead{total, inputsIn, inlineBytes, 0}.write(out);
+  if (inputsIn == Payload::Arena)
     writeArenaRef(out, inputArena);
   // The result arena's id, 0 for none, and whether it is sent only when there is one.
   out.u64(resultArena.id);
@@ -362,11 +379,11 @@ LaunchRequest LaunchRequest::read(MessageReader &in) {
     spec.rank = in.i64();
     spec.elemSize = in.i64();
   }
-  r.total = in.u64();
-  r.inputsIn = readPayload(in, {Payload::Inline, Payload::Arena});
-  if (r.inputsIn == Payload::Inline)
-    r.inlineBytes = in.str();
-  else
+  BodyHead inputs = BodyHead::read(in, {Payload::Inline, Payload::Arena});
+  r.total = inputs.size;
+  r.inputsIn = inputs.in;
+  r.inlineBytes = inputs.inlineBytes;
+  if (r.inputsIn == Payload::Arena)
     r.inputArena = readArenaRef(in);
   r.resultArena.id = in.u64();
   if (r.resultArena.id)
@@ -388,10 +405,10 @@ LaunchAnswer LaunchAnswer::read(MessageReader &in) {
   a.results.resize(in.count(24));
   for (PlacedTensor &t : a.results)
     t = readPlace(in);
-  a.total = in.u64();
-  a.bodyIn = readPayload(in, {Payload::Memfd, Payload::Inline, Payload::Arena});
-  if (a.bodyIn == Payload::Inline)
-    a.inlineBytes = in.str();
+  BodyHead body = BodyHead::read(in, {Payload::Memfd, Payload::Inline, Payload::Arena});
+  a.total = body.size;
+  a.bodyIn = body.in;
+  a.inlineBytes = body.inlineBytes;
   return a;
 }
 

@@ -115,6 +115,20 @@ inline transport::ByteWriter &writePayload(transport::ByteWriter &out, Payload k
 /// Reads a payload kind; one not in `allowed` leaves the reader failed.
 Payload readPayload(transport::ByteReader &in, std::initializer_list<Payload> allowed);
 
+/// What precedes a body's bytes, and for an inline body the bytes: {u64 size, u64 Payload},
+/// then {str bytes} for Inline and {u64 arena size} for NewArena. One encoding for every body.
+struct BodyHead {
+  uint64_t size = 0;
+  Payload in = Payload::Inline;
+  llvm::StringRef inlineBytes; ///< Payload::Inline.
+  uint64_t arenaSize = 0;      ///< Payload::NewArena.
+
+  void write(transport::ByteWriter &out) const;
+  /// Reads one of the kinds `allowed`; `inlineBytes` points into `in`'s bytes. A malformed one
+  /// leaves `in` failed.
+  static BodyHead read(transport::ByteReader &in, std::initializer_list<Payload> allowed);
+};
+
 /// Writes a body of `size` bytes that `fill` writes: {size, Inline, str} up to kInlineBytes,
 /// else {size, Memfd} with the bytes in a sealed memfd named `name`, which `shared` keeps until
 /// the message is sent with its descriptor.

@@ -233,11 +233,7 @@ void TensorBlock::write(MessageWriter &out) const {
       out.i64(d);
     out.u64(t.offset).u64(t.size);
   }
-  executor::writePayload(out.u64(total), bodyIn);
-  if (bodyIn == executor::Payload::Inline)
-    out.str(inlineBytes);
-  else if (bodyIn == executor::Payload::NewArena)
-    out.u64(arenaSize);
+  executor::BodyHead{total, bodyIn, inlineBytes, arenaSize}.write(out);
 }
 
 TensorBlock TensorBlock::read(MessageReader &in) {
@@ -251,13 +247,12 @@ TensorBlock TensorBlock::read(MessageReader &in) {
     t.offset = in.u64();
     t.size = in.u64();
   }
-  block.total = in.u64();
-  block.bodyIn = executor::readPayload(
+  executor::BodyHead body = executor::BodyHead::read(
       in, {executor::Payload::Inline, executor::Payload::Arena, executor::Payload::NewArena});
-  if (block.bodyIn == executor::Payload::Inline)
-    block.inlineBytes = in.str();
-  else if (block.bodyIn == executor::Payload::NewArena)
-    block.arenaSize = in.u64();
+  block.total = body.size;
+  block.bodyIn = body.in;
+  block.inlineBytes = body.inlineBytes;
+  block.arenaSize = body.arenaSize;
   return block;
 }
 
