@@ -370,7 +370,7 @@ void threads(Engine &engine, const Settings &settings) {
     EngineOptions options;
     options.diskCache = false;
     options.executorOverride = r.process->address();
-    options.sharedMemory = channel;
+    options.executors.sharedMemory = channel;
     r.engine = std::make_unique<Engine>(options);
     r.module = compileKernel(*r.engine, "matmul-1024");
     expectClose(what, invokeOne(*r.module, inputs).view<float>(), c, 2e-6 * n);

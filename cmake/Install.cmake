@@ -51,7 +51,7 @@ target_compile_features(CourierRuntime INTERFACE cxx_std_17)
 # runtime/ExecutorABI.h "abi/KernelABI.h"), so they are installed at those paths.
 install(FILES jit/Engine.h jit/Tensor.h runtime/ExecutorABI.h ${PROJECT_BINARY_DIR}/Version.h
   DESTINATION include/courier)
-install(FILES transport/ErrorCode.h transport/Isolation.h transport/SharedMemoryMode.h transport/TlsOptions.h
+install(FILES transport/BackendOptions.h transport/ErrorCode.h transport/Isolation.h transport/SharedMemoryMode.h transport/TlsOptions.h
   DESTINATION include/courier/transport)
 install(FILES abi/KernelABI.h DESTINATION include/courier/abi)
 

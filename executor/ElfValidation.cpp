@@ -103,119 +103,157 @@ std::optional<std::string> unlinkableSymbol(const typename ELFT::Sym &named, uns
 /// section no memory in the executing process, so a reference to it would read wherever
 /// its placeholder address points. Every relocation must name a symbol JITLink makes, in the
 /// symbol table JITLink reads (the object's one SHT_SYMTAB, whatever sh_link says).
-template <class ELFT>
-Error checkRelocations(const object::ELFObjectFile<ELFT> &object, StringRef sha256,
-                       DenseMap<unsigned, PatchedRanges> &patched) {
-  const object::ELFFile<ELFT> &file = object.getELFFile();
-  auto damaged = [&](const Twine &what) {
-    return makeError("object " + sha256 + " is damaged: " + what);
+/// What checking one object's relocations reads: its sections and the symbol table the
+/// linker reads (the object's one SHT_SYMTAB).
+template <class ELFT> struct RelocationChecker {
+  using File = object::ELFFile<ELFT>;
+  using Shdr = typename ELFT::Shdr;
+
+  /// The relocation section being checked and what it patches.
+  struct Patch {
+    const Shdr &section, &target;
+    /// The symbols the relocation section's own table holds, read only for relocations of
+    /// allocated sections (the debug sections JITLink skips may name anything).
+    typename File::Elf_Sym_Range symbols;
+    uint64_t symbolCount;
+    bool loaded;
+    PatchedRanges &ranges;
   };
-  auto sections = file.sections();
-  if (!sections)
-    return damaged(toString(sections.takeError()));
-  auto sectionName = [&](unsigned index) {
-    auto name = file.getSectionName((*sections)[index]);
+
+  const File &file;
+  typename File::Elf_Shdr_Range sections;
+  StringRef sha256;
+  uint16_t machine;
+  typename File::Elf_Sym_Range linkerSymbols;
+  StringRef linkerNames;
+
+  Error damaged(const Twine &what) const {
+    return makeError("object " + sha256 + " is damaged: " + what);
+  }
+  std::string sectionName(unsigned index) const {
+    auto name = file.getSectionName(sections[index]);
     if (name)
       return name->str();
     consumeError(name.takeError());
     return formatv("{0}", index).str();
-  };
-  uint16_t machine = file.getHeader().e_machine;
-  const typename ELFT::Shdr *linkerTable = nullptr;
-  for (const auto &section : *sections)
-    if (section.sh_type == ELF::SHT_SYMTAB && !linkerTable)
-      linkerTable = &section;
-  typename object::ELFFile<ELFT>::Elf_Sym_Range linkerSymbols;
-  StringRef linkerNames;
-  if (linkerTable) {
-    auto range = file.symbols(linkerTable);
-    if (!range)
-      return damaged(toString(range.takeError()));
-    auto names = file.getStringTableForSymtab(*linkerTable, *sections);
-    if (!names)
-      return damaged(toString(names.takeError()));
-    linkerSymbols = *range;
-    linkerNames = *names;
   }
-  for (size_t index = 0; index < sections->size(); ++index) {
-    const auto &section = (*sections)[index];
+
+  /// The relocation at `offset` of `patch`'s target, of `type`, naming `symbol`.
+  Error check(const Patch &patch, uint64_t offset, uint32_t type, uint32_t symbol) const {
+    const Shdr &section = patch.section, &target = patch.target;
+    unsigned width = relocationWidth(machine, type);
+    if (target.sh_type == ELF::SHT_NOBITS || offset > target.sh_size ||
+        target.sh_size - offset < width)
+      return damaged(formatv("relocation at offset {0:x} of section {1} lies outside it "
+                             "({2:x} bytes)",
+                             offset, section.sh_info, uint64_t(target.sh_size)));
+    if (symbol >= patch.symbolCount)
+      return damaged(formatv("relocation at offset {0:x} of section {1} names symbol {2} of "
+                             "{3}",
+                             offset, section.sh_info, symbol, patch.symbolCount));
+    patch.ranges.emplace_back(offset, width);
+    if (symbol >= linkerSymbols.size())
+      return damaged(formatv("relocation at offset {0:x} of section {1} names symbol {2}, which "
+                             "the symbol table the linker reads does not hold",
+                             offset, section.sh_info, symbol));
+    const auto &named = linkerSymbols[symbol];
+    auto name = named.getName(linkerNames);
+    if (!name)
+      return damaged(toString(name.takeError()));
+    if (std::optional<std::string> why = unlinkableSymbol<ELFT>(named, symbol, *name, sections))
+      return damaged(formatv("relocation at offset {0:x} of section {1} names a symbol the "
+                             "linker gives no address: {2}",
+                             offset, section.sh_info, *why));
+    if (!patch.loaded || patch.symbols.empty())
+      return Error::success();
+    unsigned defining = patch.symbols[symbol].st_shndx;
+    if (defining == ELF::SHN_UNDEF || defining >= ELF::SHN_LORESERVE)
+      return Error::success();
+    if (defining >= sections.size())
+      return damaged(
+          formatv("symbol {0} lies in section {1} of {2}", symbol, defining, sections.size()));
+    if (!(sections[defining].sh_flags & ELF::SHF_ALLOC))
+      return damaged(formatv("section {0} ({1}) refers to section {2} ({3}), which is not "
+                             "allocated (SHF_ALLOC is clear)",
+                             section.sh_info, sectionName(section.sh_info), defining,
+                             sectionName(defining)));
+    return Error::success();
+  }
+
+  /// Every relocation of relocation section `index`, its target's patched ranges recorded.
+  Error checkSection(size_t index, DenseMap<unsigned, PatchedRanges> &patched) const {
+    const Shdr &section = sections[index];
     bool rela = section.sh_type == ELF::SHT_RELA;
-    if (!rela && section.sh_type != ELF::SHT_REL)
-      continue;
-    if (section.sh_info == 0 || section.sh_info >= sections->size() ||
-        section.sh_link >= sections->size())
+    if (section.sh_info == 0 || section.sh_info >= sections.size() ||
+        section.sh_link >= sections.size())
       return damaged(formatv("relocation section {0} refers to section {1} and symbol table {2}",
                              index, section.sh_info, section.sh_link));
-    const auto &target = (*sections)[section.sh_info];
-    const auto &symbolSection = (*sections)[section.sh_link];
-    uint64_t symbolCount =
+    const Shdr &target = sections[section.sh_info];
+    const Shdr &symbolSection = sections[section.sh_link];
+    Patch patch{
+        section, target, {}, 0, bool(target.sh_flags & ELF::SHF_ALLOC), patched[section.sh_info]};
+    patch.symbolCount =
         symbolSection.sh_entsize ? symbolSection.sh_size / symbolSection.sh_entsize : 0;
-    // Symbol entries are read only for relocations of allocated sections: the debug
-    // sections JITLink skips may name anything.
-    bool loaded = target.sh_flags & ELF::SHF_ALLOC;
-    typename object::ELFFile<ELFT>::Elf_Sym_Range symbols;
-    if (loaded && symbolSection.sh_type == ELF::SHT_SYMTAB) {
+    if (patch.loaded && symbolSection.sh_type == ELF::SHT_SYMTAB) {
       auto range = file.symbols(&symbolSection);
       if (!range)
         return damaged(toString(range.takeError()));
-      symbols = *range;
-      symbolCount = std::min<uint64_t>(symbolCount, symbols.size());
+      patch.symbols = *range;
+      patch.symbolCount = std::min<uint64_t>(patch.symbolCount, patch.symbols.size());
     }
-    PatchedRanges &ranges = patched[section.sh_info];
-    auto check = [&](uint64_t offset, uint32_t type, uint32_t symbol) -> Error {
-      unsigned width = relocationWidth(machine, type);
-      if (target.sh_type == ELF::SHT_NOBITS || offset > target.sh_size ||
-          target.sh_size - offset < width)
-        return damaged(formatv("relocation at offset {0:x} of section {1} lies outside it "
-                               "({2:x} bytes)",
-                               offset, section.sh_info, uint64_t(target.sh_size)));
-      if (symbol >= symbolCount)
-        return damaged(formatv("relocation at offset {0:x} of section {1} names symbol {2} of "
-                               "{3}",
-                               offset, section.sh_info, symbol, symbolCount));
-      ranges.emplace_back(offset, width);
-      if (symbol >= linkerSymbols.size())
-        return damaged(formatv("relocation at offset {0:x} of section {1} names symbol {2}, which "
-                               "the symbol table the linker reads does not hold",
-                               offset, section.sh_info, symbol));
-      const auto &named = linkerSymbols[symbol];
-      auto name = named.getName(linkerNames);
-      if (!name)
-        return damaged(toString(name.takeError()));
-      if (std::optional<std::string> why = unlinkableSymbol<ELFT>(named, symbol, *name, *sections))
-        return damaged(formatv("relocation at offset {0:x} of section {1} names a symbol the "
-                               "linker gives no address: {2}",
-                               offset, section.sh_info, *why));
-      if (!loaded || symbols.empty())
-        return Error::success();
-      unsigned defining = symbols[symbol].st_shndx;
-      if (defining == ELF::SHN_UNDEF || defining >= ELF::SHN_LORESERVE)
-        return Error::success();
-      if (defining >= sections->size())
-        return damaged(
-            formatv("symbol {0} lies in section {1} of {2}", symbol, defining, sections->size()));
-      if (!((*sections)[defining].sh_flags & ELF::SHF_ALLOC))
-        return damaged(formatv("section {0} ({1}) refers to section {2} ({3}), which is not "
-                               "allocated (SHF_ALLOC is clear)",
-                               section.sh_info, sectionName(section.sh_info), defining,
-                               sectionName(defining)));
-      return Error::success();
-    };
     if (rela) {
       auto entries = file.relas(section);
       if (!entries)
         return damaged(toString(entries.takeError()));
       for (const auto &entry : *entries)
-        if (Error error = check(entry.r_offset, entry.getType(false), entry.getSymbol(false)))
+        if (Error error =
+                check(patch, entry.r_offset, entry.getType(false), entry.getSymbol(false)))
           return error;
-    } else {
-      auto entries = file.rels(section);
-      if (!entries)
-        return damaged(toString(entries.takeError()));
-      for (const auto &entry : *entries)
-        if (Error error = check(entry.r_offset, entry.getType(false), entry.getSymbol(false)))
-          return error;
+      return Error::success();
     }
+    auto entries = file.rels(section);
+    if (!entries)
+      return damaged(toString(entries.takeError()));
+    for (const auto &entry : *entries)
+      if (Error error = check(patch, entry.r_offset, entry.getType(false), entry.getSymbol(false)))
+        return error;
+    return Error::success();
+  }
+};
+
+/// Checks every relocation against the section it patches and the symbol table it names,
+/// which the linker itself trusts, and records where each section is patched. Loaded code
+/// or data must not refer to a section the linker does not allocate: JITLink gives such a
+/// section no memory in the executing process, so a reference to it would read wherever
+/// its placeholder address points. Every relocation must name a symbol JITLink makes, in the
+/// symbol table JITLink reads (the object's one SHT_SYMTAB, whatever sh_link says).
+template <class ELFT>
+Error checkRelocations(const object::ELFObjectFile<ELFT> &object, StringRef sha256,
+                       DenseMap<unsigned, PatchedRanges> &patched) {
+  const object::ELFFile<ELFT> &file = object.getELFFile();
+  auto sections = file.sections();
+  if (!sections)
+    return makeError("object " + sha256 + " is damaged: " + toString(sections.takeError()));
+  RelocationChecker<ELFT> checker{file, *sections, sha256, file.getHeader().e_machine, {}, {}};
+  const typename ELFT::Shdr *linkerTable = nullptr;
+  for (const auto &section : *sections)
+    if (section.sh_type == ELF::SHT_SYMTAB && !linkerTable)
+      linkerTable = &section;
+  if (linkerTable) {
+    auto range = file.symbols(linkerTable);
+    if (!range)
+      return checker.damaged(toString(range.takeError()));
+    auto names = file.getStringTableForSymtab(*linkerTable, *sections);
+    if (!names)
+      return checker.damaged(toString(names.takeError()));
+    checker.linkerSymbols = *range;
+    checker.linkerNames = *names;
+  }
+  for (size_t index = 0; index < sections->size(); ++index) {
+    uint32_t type = (*sections)[index].sh_type;
+    if (type == ELF::SHT_RELA || type == ELF::SHT_REL)
+      if (Error error = checker.checkSection(index, patched))
+        return error;
   }
   return Error::success();
 }
@@ -322,6 +360,24 @@ bool isSafePointerEncoding(uint8_t encoding) {
 /// instead of reporting: more than three augmentation fields overflow a fixed array,
 /// unexpected pointer encodings reach unreachable code, and an FDE whose CIE pointer names no
 /// CIE before it fails the link with an error that is corrupt by the time it is reported.
+/// What a CIE's augmentation string holds that the linker does not read (letters other than
+/// z, L, P, R and "eh", or more than three fields), or nothing.
+std::optional<std::string> augmentationProblem(StringRef augmentation) {
+  unsigned fields = 0;
+  for (size_t i = 0; i < augmentation.size(); ++i) {
+    char c = augmentation[i];
+    if (c == 'L' || c == 'P' || c == 'R')
+      ++fields;
+    else if (c == 'e' && i + 1 < augmentation.size() && augmentation[i + 1] == 'h')
+      ++i;
+    else if (c != 'z')
+      return ("unsupported augmentation '" + augmentation + "'").str();
+  }
+  if (fields > 3)
+    return ("augmentation '" + augmentation + "' has too many fields").str();
+  return std::nullopt;
+}
+
 Error checkEHFrame(StringRef contents, bool littleEndian, uint8_t pointerSize, StringRef sha256) {
   DataExtractor data(contents, littleEndian, pointerSize);
   DenseSet<uint64_t> cies; ///< Offsets of the CIEs read so far.
@@ -361,18 +417,8 @@ Error checkEHFrame(StringRef contents, bool littleEndian, uint8_t pointerSize, S
     StringRef augmentation = record.getCStrRef(cursor);
     if (!cursor)
       return damaged(toString(cursor.takeError()));
-    unsigned fields = 0;
-    for (size_t i = 0; i < augmentation.size(); ++i) {
-      char c = augmentation[i];
-      if (c == 'L' || c == 'P' || c == 'R')
-        ++fields;
-      else if (c == 'e' && i + 1 < augmentation.size() && augmentation[i + 1] == 'h')
-        ++i;
-      else if (c != 'z')
-        return damaged("unsupported augmentation '" + augmentation + "'");
-    }
-    if (fields > 3)
-      return damaged("augmentation '" + augmentation + "' has too many fields");
+    if (std::optional<std::string> wrong = augmentationProblem(augmentation))
+      return damaged(*wrong);
     if (augmentation.contains("eh"))
       record.skip(cursor, pointerSize);
     record.getULEB128(cursor); // code alignment
@@ -519,20 +565,10 @@ Expected<std::vector<std::string>> readRequiredFeatures(StringRef sha256, String
   return required;
 }
 
-Error validateObject(StringRef sha256, StringRef bytes, ObjectExports &out) {
-  out = ObjectExports();
-  auto parsed = object::ObjectFile::createObjectFile(MemoryBufferRef(bytes, sha256));
-  if (!parsed)
-    return makeError(formatv("object {0} is not a valid object file: {1}", sha256,
-                             toString(parsed.takeError())));
-  auto *elf = dyn_cast<object::ELFObjectFileBase>(parsed->get());
-  if (!elf)
-    return makeError(formatv("object {0} is a {1} file; only ELF relocatable objects load", sha256,
-                             (*parsed)->getFileFormatName()));
-  if (elf->getEType() != ELF::ET_REL)
-    return makeError(formatv("object {0} is not a relocatable object (ELF type {1}); "
-                             "shared libraries load as plugins",
-                             sha256, elf->getEType()));
+namespace {
+
+/// Refuses an object for another architecture or word size than this process's.
+Error checkMachine(const object::ELFObjectFileBase *elf, StringRef sha256) {
   Triple host(sys::getProcessTriple());
   if (elf->getArch() != host.getArch()) {
     std::string machine = elf->getArch() != Triple::UnknownArch
@@ -548,6 +584,11 @@ Error validateObject(StringRef sha256, StringRef bytes, ObjectExports &out) {
     return makeError(formatv("object {0} is a {1}-bit {2} object but this executor runs {3}-bit "
                              "{2} code",
                              sha256, bits, Triple::getArchTypeName(host.getArch()), hostBits));
+  return Error::success();
+}
+
+/// Refuses sections flagged in ways no compiler emits, and damaged unwind records.
+Error checkSections(const object::ELFObjectFileBase *elf, StringRef sha256) {
   for (const object::SectionRef &section : elf->sections()) {
     // Flags the linker maps a section by, in combinations no compiler emits: JITLink skips
     // the relocations of a compressed section (leaving its calls pointing at 0), has no
@@ -590,63 +631,76 @@ Error validateObject(StringRef sha256, StringRef bytes, ObjectExports &out) {
         return error;
     }
   }
-  if (Error error = withElfType(*elf, sha256,
-                                [&](const auto &typed) { return checkFootprint(typed, sha256); }))
-    return error;
-  DenseMap<unsigned, PatchedRanges> patched;
-  if (Error error = withElfType(*elf, sha256, [&](const auto &typed) {
-        return checkRelocations(typed, sha256, patched);
-      }))
-    return error;
+  return Error::success();
+}
 
-  std::map<std::string, std::vector<int64_t>> tables;
+/// The symbol of `elf` an entry or `call` may reach (a global function of default or
+/// protected visibility) or a signature table; none for any other symbol.
+Expected<std::optional<object::SectionRef>> exportedSection(const object::ELFObjectFileBase *elf,
+                                                            const object::ELFSymbolRef &symbol,
+                                                            StringRef sha256, StringRef name,
+                                                            bool &function) {
+  auto flags = symbol.getFlags();
+  if (!flags)
+    return makeError(formatv("object {0} is damaged: symbol '{1}': {2}", sha256, name,
+                             toString(flags.takeError())));
+  if (!(*flags & object::SymbolRef::SF_Global) || (*flags & object::SymbolRef::SF_Undefined) ||
+      (*flags & object::SymbolRef::SF_FormatSpecific) || name.empty())
+    return std::nullopt;
+  auto type = symbol.getType();
+  if (!type)
+    return makeError(formatv("object {0} is damaged: symbol '{1}': {2}", sha256, name,
+                             toString(type.takeError())));
+  function = *type == object::SymbolRef::ST_Function;
+  bool table = *type == object::SymbolRef::ST_Data && name.starts_with(COURIER_SIGNATURE_PREFIX);
+  // Only functions are ever called through an entry or `call`; handing out a data
+  // symbol's address as code would crash.
+  uint8_t visibility = symbol.getOther() & 0x3;
+  if (function && visibility != ELF::STV_DEFAULT && visibility != ELF::STV_PROTECTED)
+    return std::nullopt;
+  if (!function && !table)
+    return std::nullopt;
+  auto section = symbol.getSection();
+  if (!section)
+    return makeError(formatv("object {0} is damaged: symbol '{1}': {2}", sha256, name,
+                             toString(section.takeError())));
+  if (*section == elf->section_end())
+    return makeError(
+        formatv("object {0} is damaged: symbol '{1}' is defined in no section", sha256, name));
+  // JITLink gives a section without SHF_ALLOC no memory here: its symbols' addresses
+  // point nowhere.
+  if (!(object::ELFSectionRef(**section).getFlags() & ELF::SHF_ALLOC)) {
+    auto sectionName = (*section)->getName();
+    std::string where = sectionName ? sectionName->str() : "";
+    consumeError(sectionName.takeError());
+    return makeError(formatv("object {0} is damaged: symbol '{1}' lies in section {2} ({3}), "
+                             "which is not allocated (SHF_ALLOC is clear)",
+                             sha256, name, (*section)->getIndex(), where));
+  }
+  if (function && !(object::ELFSectionRef(**section).getFlags() & ELF::SHF_EXECINSTR))
+    return makeError(formatv("object {0} is damaged: function '{1}' lies in section {2}, "
+                             "which is not executable (SHF_EXECINSTR is clear)",
+                             sha256, name, (*section)->getIndex()));
+  return **section;
+}
+
+/// Collects the functions `elf` exports and its signature tables (by symbol name).
+Error collectExports(const object::ELFObjectFileBase *elf, StringRef sha256,
+                     const DenseMap<unsigned, PatchedRanges> &patched, ObjectExports &out,
+                     std::map<std::string, std::vector<int64_t>> &tables) {
   for (const object::ELFSymbolRef symbol : elf->symbols()) {
     auto name = symbol.getName();
     if (!name)
       return makeError(
           formatv("object {0} is damaged: symbol table: {1}", sha256, toString(name.takeError())));
-    auto flags = symbol.getFlags();
-    if (!flags)
-      return makeError(formatv("object {0} is damaged: symbol '{1}': {2}", sha256, *name,
-                               toString(flags.takeError())));
-    if (!(*flags & object::SymbolRef::SF_Global) || (*flags & object::SymbolRef::SF_Undefined) ||
-        (*flags & object::SymbolRef::SF_FormatSpecific) || name->empty())
-      continue;
-    auto type = symbol.getType();
-    if (!type)
-      return makeError(formatv("object {0} is damaged: symbol '{1}': {2}", sha256, *name,
-                               toString(type.takeError())));
-    bool function = *type == object::SymbolRef::ST_Function;
-    bool table = *type == object::SymbolRef::ST_Data && name->starts_with(COURIER_SIGNATURE_PREFIX);
-    // Only functions are ever called through an entry or `call`; handing out a data
-    // symbol's address as code would crash.
-    uint8_t visibility = symbol.getOther() & 0x3;
-    if (function && visibility != ELF::STV_DEFAULT && visibility != ELF::STV_PROTECTED)
-      continue;
-    if (!function && !table)
-      continue;
-    auto section = symbol.getSection();
+    bool function = false;
+    Expected<std::optional<object::SectionRef>> section =
+        exportedSection(elf, symbol, sha256, *name, function);
     if (!section)
-      return makeError(formatv("object {0} is damaged: symbol '{1}': {2}", sha256, *name,
-                               toString(section.takeError())));
-    if (*section == elf->section_end())
-      return makeError(
-          formatv("object {0} is damaged: symbol '{1}' is defined in no section", sha256, *name));
-    // JITLink gives a section without SHF_ALLOC no memory here: its symbols' addresses
-    // point nowhere.
-    if (!(object::ELFSectionRef(**section).getFlags() & ELF::SHF_ALLOC)) {
-      auto sectionName = (*section)->getName();
-      std::string where = sectionName ? sectionName->str() : "";
-      consumeError(sectionName.takeError());
-      return makeError(formatv("object {0} is damaged: symbol '{1}' lies in section {2} ({3}), "
-                               "which is not allocated (SHF_ALLOC is clear)",
-                               sha256, *name, (*section)->getIndex(), where));
-    }
+      return section.takeError();
+    if (!*section)
+      continue;
     if (function) {
-      if (!(object::ELFSectionRef(**section).getFlags() & ELF::SHF_EXECINSTR))
-        return makeError(formatv("object {0} is damaged: function '{1}' lies in section {2}, "
-                                 "which is not executable (SHF_EXECINSTR is clear)",
-                                 sha256, *name, (*section)->getIndex()));
       out.functions.push_back(name->str());
       continue;
     }
@@ -661,6 +715,41 @@ Error validateObject(StringRef sha256, StringRef bytes, ObjectExports &out) {
       return error;
     tables[name->str()] = std::move(words);
   }
+  return Error::success();
+}
+
+} // namespace
+
+Error validateObject(StringRef sha256, StringRef bytes, ObjectExports &out) {
+  out = ObjectExports();
+  auto parsed = object::ObjectFile::createObjectFile(MemoryBufferRef(bytes, sha256));
+  if (!parsed)
+    return makeError(formatv("object {0} is not a valid object file: {1}", sha256,
+                             toString(parsed.takeError())));
+  auto *elf = dyn_cast<object::ELFObjectFileBase>(parsed->get());
+  if (!elf)
+    return makeError(formatv("object {0} is a {1} file; only ELF relocatable objects load", sha256,
+                             (*parsed)->getFileFormatName()));
+  if (elf->getEType() != ELF::ET_REL)
+    return makeError(formatv("object {0} is not a relocatable object (ELF type {1}); "
+                             "shared libraries load as plugins",
+                             sha256, elf->getEType()));
+  if (Error error = checkMachine(elf, sha256))
+    return error;
+  if (Error error = checkSections(elf, sha256))
+    return error;
+  if (Error error = withElfType(*elf, sha256,
+                                [&](const auto &typed) { return checkFootprint(typed, sha256); }))
+    return error;
+  DenseMap<unsigned, PatchedRanges> patched;
+  if (Error error = withElfType(*elf, sha256, [&](const auto &typed) {
+        return checkRelocations(typed, sha256, patched);
+      }))
+    return error;
+
+  std::map<std::string, std::vector<int64_t>> tables;
+  if (Error error = collectExports(elf, sha256, patched, out, tables))
+    return error;
   for (auto &[name, words] : tables) {
     std::string entry =
         COURIER_ENTRY_PREFIX + StringRef(name).drop_front(strlen(COURIER_SIGNATURE_PREFIX)).str();

@@ -1,12 +1,13 @@
 // The executor core: sessions, the content-addressed object store, launches, async launches,
-// calls and health, with shipped code run in per-session worker processes or in this process.
+// calls and health. Where a session's kernels run (a worker process of its own, or this
+// process) is its kernel host (executor/KernelHost.h), of one kind for the whole core.
 // courier-executor's HTTP adapter (executor/ExecutorServer.cpp) and the in-process "local"
 // backend (executor/LocalBackend.cpp) are both thin layers over it. No HTTP type appears here;
 // failures are CodedErrors (transport/ErrorCode.h).
 #ifndef COURIER_EXECUTOR_EXECUTORCORE_H
 #define COURIER_EXECUTOR_EXECUTORCORE_H
 
-#include "executor/WorkerProtocol.h"
+#include "executor/KernelHost.h"
 #include "transport/Backend.h"
 #include "transport/Isolation.h"
 #include "transport/SharedChannel.h"
@@ -27,20 +28,16 @@
 
 namespace courier::executor {
 
-using Clock = std::chrono::steady_clock;
-using transport::ObjectBlob;
-using transport::OwnedTensor;
-using transport::ResultSpec;
-using transport::TensorView;
-
 struct CoreOptions {
+  /// Shared libraries whose symbols `call` can reach.
   std::vector<std::string> plugins;
-  /// Most sessions open at once (each isolated one is a process); one more is
+  /// Most sessions open at once (each in a worker of its own is a process); one more is
   /// `too_many_sessions`.
   size_t maxSessions = 128;
   /// Sessions unused for this long are closed.
   std::chrono::seconds idleTimeout{600};
-  /// An object no session holds is dropped from the store after this long.
+  /// An object no session holds is dropped from the store after this long, so a client
+  /// between its upload and its attach, or re-attaching soon after a release, finds it.
   std::chrono::milliseconds objectGrace{60000};
   /// Most bytes of objects the store holds. An upload that would pass it first evicts objects
   /// no session holds, oldest first; when those are not enough it is `store_full`.
@@ -53,18 +50,29 @@ struct CoreOptions {
   /// Async launches run on this many threads; the rest wait their turn.
   unsigned asyncThreads = 32;
 
-  /// Process: each session's objects are linked and run in its own sandboxed worker.
-  /// InProcess: in this process (no containment, no deadline can end a kernel).
+  /// Where shipped code runs (the sessions' kernel hosts, executor/KernelHost.h). `Process`
+  /// (the default): each session's objects are linked and run in its own sandboxed worker
+  /// process, so a kernel that crashes, spins or misbehaves costs only its session's request
+  /// in flight. `InProcess`: in this process (faster to start; not contained, and no
+  /// deadline can end a kernel).
   transport::Isolation isolation = transport::Isolation::Process;
-  bool isolated() const { return isolation == transport::Isolation::Process; }
+  /// A launch, call or async launch running longer than this is ended (its worker killed):
+  /// `deadline_exceeded`. A request may ask for less, never more.
   std::chrono::milliseconds launchTimeout{60000};
+  /// Address space a worker's kernels may use beyond the worker's own (RLIMIT_AS).
   uint64_t workerMemoryMiB = 4096;
+  /// RLIMIT_CPU of a worker over its life; 0: none (deadlines bound each launch).
   uint64_t workerCpuSeconds = 0;
   /// Threads of a kernel's parallel loops, per worker (or in this process, not isolated);
   /// 0: the CPUs the process may run on (executor/KernelThreads.h).
   unsigned kernelThreads = 0;
+  /// Workers started ahead of need, so opening a session does not wait for a process.
   unsigned warmWorkers = 2;
+  /// Workers enter a seccomp sandbox before running shipped code. Without it (only where
+  /// seccomp is unavailable) kernels run contained but unconfined.
   bool sandbox = true;
+  /// Accept objects without signature tables (hand-written objects); launches of their
+  /// entries can then only be checked for plausibility.
   bool allowUnsignedObjects = false;
   /// The worker program; empty means courier-worker beside this process's executable.
   std::string workerProgram;
@@ -74,91 +82,12 @@ struct CoreOptions {
 class Session;
 using SessionRef = std::shared_ptr<Session>;
 
-/// Where a launch's input bytes go before it runs: one buffer per input without isolation,
-/// one area the worker maps with it (shared memory when large).
-class InputArea {
-public:
-  InputArea();
-  InputArea(InputArea &&) noexcept;
-  InputArea &operator=(InputArea &&) noexcept;
-  ~InputArea();
-  /// Where input `i`'s packed bytes are to be written.
-  char *input(size_t i) const;
-
-private:
-  friend class ExecutorCore;
-  struct Impl;
-  std::unique_ptr<Impl> impl;
-};
-
-/// Shared memory a same-host client maps (transport/SharedChannel.h): the region it writes a
-/// launch's inputs into and the region the results come back in. With isolation the
-/// session's worker maps both too, so a kernel reads its inputs where the client wrote them
-/// and the worker packs results where the client reads them.
-class SharedRegions {
-public:
-  /// Two sealed memfds of these sizes.
-  static llvm::Expected<std::shared_ptr<SharedRegions>> create(uint64_t inputBytes,
-                                                               uint64_t resultBytes);
-  ~SharedRegions();
-  const SharedBuffer &inputs() const;
-  const SharedBuffer &results() const;
-
-  struct Impl;
-  std::unique_ptr<Impl> impl;
-
-private:
-  SharedRegions();
-};
-
-/// A same-host channel whose launches the session's worker answers itself (control page
-/// version 3, transport/SharedChannel.h): what every worker the session starts is handed,
-/// each piece held for as long as the last holder keeps the channel.
-struct DirectChannel {
-  /// This process's own mapping of the control page (and its descriptor): a launch a worker
-  /// died before answering is answered here, before the next worker is handed the channel.
-  transport::SharedBuffer control;
-  std::shared_ptr<SharedRegions> regions;
-  /// What the worker counts (transport::shm::WorkerCounts), which the client never maps.
-  transport::SharedBuffer counts;
-  UniqueFd workerSocket; ///< The worker's end of the socket to the client.
-  /// Launches answered here for a worker that ended, for the channel's metrics.
-  mutable std::atomic<uint64_t> answeredForWorkers{0};
-
-  transport::shm::ControlPage &page() const {
-    return *reinterpret_cast<transport::shm::ControlPage *>(control.data());
-  }
-  transport::shm::WorkerCounts &workerCounts() const {
-    return *reinterpret_cast<transport::shm::WorkerCounts *>(counts.data());
-  }
-};
-
-/// A launch's results: views of packed or kernel-owned tensors, alive as long as this is.
-struct LaunchResults {
-  std::vector<TensorView> views;
-  std::shared_ptr<void> keepAlive;
-  /// Without isolation, the kernel's own buffers, which a caller may take over (the local
-  /// backend hands them to its caller without a copy); empty otherwise.
-  std::vector<OwnedTensor> *owned = nullptr;
-};
-
-struct HealthReport {
-  std::string version, triple, cpu;
-  std::vector<std::string> features;
-  size_t sessions = 0, objects = 0;
-  bool isolated = false;
-  uint64_t workersLive = 0, workersWarm = 0, workersRestarted = 0;
-  /// False when workers cannot be started; `reason` says why.
-  bool healthy = true;
-  std::string reason;
-};
-
 /// What an operator sees of one open session (GET /v1/sessions).
 struct SessionSummary {
   std::string id;
   std::vector<std::string> objects; ///< The objects it holds (attached), by SHA-256, sorted.
   int64_t idleMs = 0;               ///< Since it was last used.
-  int requestsInFlight = 0;         ///< Requests running on it now (isolated sessions only).
+  int requestsInFlight = 0;         ///< Requests running on it now.
   int64_t workerPid = 0;            ///< Its worker process; 0 without one (or without isolation).
   size_t pendingLaunches = 0;       ///< Async launches not yet awaited.
 };
@@ -266,6 +195,9 @@ public:
   /// Whether something (an HTTP request, an async launch, a handover) holds the session's
   /// worker now.
   bool workerHeld(Session &session);
+  /// Whether sessions' kernels run outside this process (and so can be ended, and a
+  /// session's worker can answer a same-host channel itself).
+  bool hostsContained() const;
   /// Adds to the launch metrics what workers counted of the launches they answered for
   /// channels: `buckets` per transport::durationBuckets() bucket and one past the last.
   void countDirectLaunches(uint64_t started, uint64_t failed, std::vector<double> buckets,

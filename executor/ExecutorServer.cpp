@@ -61,25 +61,11 @@ llvm::Expected<json> parseBody(const httplib::Request &req) {
 }
 
 executor::CoreOptions coreOptions(const ExecutorServerOptions &options) {
-  executor::CoreOptions core;
-  core.plugins = options.plugins;
-  core.idleTimeout = options.idleTimeout;
-  core.objectGrace = options.objectGrace;
-  core.maxStoreBytes = options.maxObjectStoreMiB << 20;
+  executor::CoreOptions core = options.core;
   core.maxBytes = options.maxBodyBytes;
   // Async launches run on threads of their own, fewer than connections: each holds a
   // session's worker, and sessions are fewer still.
   core.asyncThreads = std::clamp(options.threads, 1u, 64u);
-  core.isolation = options.isolation;
-  core.launchTimeout = options.launchTimeout;
-  core.workerMemoryMiB = options.workerMemoryMiB;
-  core.workerCpuSeconds = options.workerCpuSeconds;
-  core.kernelThreads = options.kernelThreads;
-  core.warmWorkers = options.warmWorkers;
-  core.maxSessions = options.maxSessions;
-  core.sandbox = options.sandbox;
-  core.allowUnsignedObjects = options.allowUnsignedObjects;
-  core.workerProgram = options.workerProgram;
   return core;
 }
 
@@ -319,7 +305,7 @@ llvm::Error ExecutorServer::Impl::putObject(const httplib::Request &req, httplib
 json ExecutorServer::Impl::sessionReply(const std::string &id) const {
   // Contained: each session's launches run in its own sandboxed worker, so nothing one did
   // outlives this executor and a client may run a launch lost with it again elsewhere.
-  bool contained = options.isolation == transport::Isolation::Process && options.sandbox;
+  bool contained = core->hostsContained() && options.core.sandbox;
   return {{"session", id}, {"contained", contained}};
 }
 

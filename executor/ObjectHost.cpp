@@ -531,6 +531,11 @@ struct ObjectHost::Impl {
   }
 
   Error link(const ObjectBlob &object, ObjectExports exports);
+  /// The loaded object `sha256` holding `entry` (kept loaded while the caller holds it) and
+  /// the entry's code, once the launch's declared inputs and results are checked against it.
+  Expected<std::shared_ptr<LoadedObject>> entryOf(StringRef sha256, StringRef entry,
+                                                  ArrayRef<TensorView> inputs,
+                                                  ArrayRef<ResultSpec> results, EntryFn &function);
   Expected<std::vector<OwnedTensor>> adoptResults(StringRef entry, ArrayRef<int64_t> words,
                                                   ArrayRef<TensorView> inputs,
                                                   ArrayRef<ResultSpec> results,
@@ -727,6 +732,119 @@ Error ObjectHost::removeObject(StringRef sha256) {
   return Error::success();
 }
 
+namespace {
+
+/// What is wrong with result `i`'s descriptor `d`, or nothing: its sizes, its span, and
+/// where its elements lie, inside `allocation` (the buffer the kernel allocated that it
+/// points at, if any) or else where `borrowable` allows.
+std::string checkResultDescriptor(size_t i, const abi::MemRefView &d, int64_t elemSize,
+                                  const std::optional<ByteRange> &allocation,
+                                  llvm::function_ref<bool(const ByteRange &)> borrowable) {
+  ArrayRef<int64_t> sizes = d.sizes(), strides = d.strides();
+  for (int64_t size : sizes)
+    if (size < 0)
+      return formatv("result {0} has a negative size {1}", i, size).str();
+  auto extent = byteExtent(elemSize, sizes, strides);
+  if (!extent)
+    return formatv("result {0}'s sizes and strides span more than {1} bytes", i, kMaxResultSpan)
+        .str();
+  // No elements: nothing is read, but a buffer the kernel allocated is still ours.
+  if (extent->first == extent->second)
+    return "";
+  if (!d.aligned())
+    return formatv("result {0} has a null data pointer", i).str();
+  auto range =
+      absoluteRange(reinterpret_cast<uint64_t>(d.aligned()), d.offset(), elemSize, *extent);
+  if (!range)
+    return formatv("result {0}'s offset {1} overflows its address", i, d.offset()).str();
+  if (allocation ? allocation->contains(*range) : borrowable(*range))
+    return "";
+  return formatv("result {0}'s elements (bytes {1:x}-{2:x}) lie outside {3}", i, range->begin,
+                 range->end,
+                 allocation ? formatv("the {0}-byte buffer the kernel allocated for it",
+                                      allocation->end - allocation->begin)
+                                  .str()
+                            : std::string("every buffer it could use (its own allocations, the "
+                                          "inputs, the object's constants)"))
+      .str();
+}
+
+/// The results' tensors once every descriptor was checked: a result the kernel allocated
+/// (`owned`) is taken over, any other copied; all freed again when memory runs out.
+Expected<std::vector<OwnedTensor>> takeResults(StringRef entry, ArrayRef<int64_t> words,
+                                               ArrayRef<ResultSpec> results, ArrayRef<bool> owned,
+                                               LaunchAllocations &allocations) {
+  std::vector<OwnedTensor> tensors;
+  tensors.reserve(results.size());
+  bool outOfMemory = false;
+  size_t pos = 0;
+  for (size_t i = 0; i < results.size(); ++i) {
+    int64_t rank = results[i].rank;
+    int64_t elemSize = results[i].elemSize;
+    abi::MemRefView d(words.data() + pos, rank);
+    pos += abi::descriptorWords(rank);
+    void *allocated = d.allocated();
+    // A buffer in the result arena belongs to the arena: the tensor points into it and frees
+    // nothing.
+    bool inArena = allocations.inArena(allocated);
+    if (outOfMemory) {
+      // Tensors already made free their buffers with `tensors`; these are not made yet.
+      if (owned[i] && !inArena)
+        std::free(allocated);
+      continue;
+    }
+    char *data = static_cast<char *>(d.data(elemSize));
+    std::vector<int64_t> sizes(d.sizes().begin(), d.sizes().end());
+    std::vector<int64_t> strides(d.strides().begin(), d.strides().end());
+    // In the arena only packed row-major results stay where they are: the caller sends them
+    // from there, and packs whatever else it sends after them in the same arena, which must
+    // not be where any of its sources lie.
+    if (owned[i] && (!inArena || llvm::equal(strides, abi::rowMajorStrides(sizes)))) {
+      tensors.emplace_back(inArena ? nullptr : allocated, data, elemSize, std::move(sizes),
+                           std::move(strides));
+      continue;
+    }
+    // The kernel returned memory it does not own (an input, a constant, or a buffer already
+    // returned as another result), or a strided view into the arena: hand over a private copy
+    // instead. At least one byte, so the result is always a real allocation.
+    void *copy = std::malloc(std::max<int64_t>(1, abi::elementCount(sizes) * elemSize));
+    if (!copy) {
+      outOfMemory = true;
+      continue;
+    }
+    abi::copyRowMajor(data, elemSize, sizes, strides, copy);
+    auto contiguous = abi::rowMajorStrides(sizes);
+    tensors.emplace_back(copy, copy, elemSize, std::move(sizes),
+                         std::vector<int64_t>(contiguous.begin(), contiguous.end()));
+  }
+  if (outOfMemory)
+    return makeError(formatv("entry '{0}' returned more than memory holds for copies", entry));
+  return std::move(tensors);
+}
+
+/// Whether the kernel wrote exactly the result descriptors the caller declared: the first
+/// `outWords` words of `outBuffer` all written, and the slack after them untouched.
+Error checkResultWords(StringRef entry, ArrayRef<int64_t> outBuffer, size_t outWords,
+                       ArrayRef<ResultSpec> results) {
+  auto mismatch = [&](const char *howMany) {
+    std::string ranks;
+    for (const ResultSpec &spec : results)
+      ranks += (ranks.empty() ? "" : ", ") + std::to_string(spec.rank);
+    return makeError(formatv("entry '{0}' wrote {1} result descriptors than {2} result(s) of "
+                             "rank(s) [{3}]: its results do not match the caller's",
+                             entry, howMany, results.size(), ranks));
+  };
+  for (size_t w = outWords; w < outBuffer.size(); ++w)
+    if (outBuffer[w] != kUnwritten)
+      return mismatch("more");
+  for (size_t w = 0; w < outWords; ++w)
+    if (outBuffer[w] == kUnwritten)
+      return mismatch("fewer");
+  return Error::success();
+}
+
+} // namespace
+
 Expected<std::vector<OwnedTensor>>
 ObjectHost::Impl::adoptResults(StringRef entry, ArrayRef<int64_t> words,
                                ArrayRef<TensorView> inputs, ArrayRef<ResultSpec> results,
@@ -759,131 +877,35 @@ ObjectHost::Impl::adoptResults(StringRef entry, ArrayRef<int64_t> words,
         return true;
     return false;
   };
-
-  std::string problem;
   SmallVector<bool, 8> owned(results.size(), false);
   SmallVector<void *, 8> taken;
   size_t pos = 0;
-  for (size_t i = 0; i < results.size() && problem.empty(); ++i) {
-    int64_t rank = results[i].rank, elemSize = results[i].elemSize;
-    abi::MemRefView d(words.data() + pos, rank);
-    pos += abi::descriptorWords(rank);
-    ArrayRef<int64_t> sizes = d.sizes(), strides = d.strides();
-    void *allocated = d.allocated();
-    for (int64_t size : sizes)
-      if (size < 0 && problem.empty())
-        problem = formatv("result {0} has a negative size {1}", i, size).str();
-    if (!problem.empty())
-      break;
-    auto extent = byteExtent(elemSize, sizes, strides);
-    if (!extent) {
-      problem =
-          formatv("result {0}'s sizes and strides span more than {1} bytes", i, kMaxResultSpan)
-              .str();
-      break;
-    }
-    auto allocation = allocationOf(allocated);
-    bool canOwn = allocation && !llvm::is_contained(taken, allocated);
-    if (extent->first == extent->second) {
-      // No elements: nothing is read, but a buffer the kernel allocated is still ours.
-      if (canOwn) {
-        owned[i] = true;
-        taken.push_back(allocated);
-      }
-      continue;
-    }
-    if (!d.aligned()) {
-      problem = formatv("result {0} has a null data pointer", i).str();
-      break;
-    }
-    auto range =
-        absoluteRange(reinterpret_cast<uint64_t>(d.aligned()), d.offset(), elemSize, *extent);
-    bool inside = range && (allocation ? allocation->contains(*range) : borrowable(*range));
-    if (!inside) {
-      problem =
-          range ? formatv("result {0}'s elements (bytes {1:x}-{2:x}) lie outside {3}", i,
-                          range->begin, range->end,
-                          allocation ? formatv("the {0}-byte buffer the kernel allocated for it",
-                                               allocation->end - allocation->begin)
-                                           .str()
-                                     : std::string("every buffer it could use (its own "
-                                                   "allocations, the inputs, the object's "
-                                                   "constants)"))
-                      .str()
-                : formatv("result {0}'s offset {1} overflows its address", i, d.offset()).str();
-      break;
-    }
-    if (canOwn) {
-      owned[i] = true;
-      taken.push_back(allocated);
-    }
-  }
-
-  if (!problem.empty()) {
-    freeAll(allocations);
-    return makeError(formatv("entry '{0}' returned a bad descriptor: {1}", entry, problem));
-  }
-
-  std::vector<OwnedTensor> tensors;
-  tensors.reserve(results.size());
-  bool outOfMemory = false;
-  pos = 0;
   for (size_t i = 0; i < results.size(); ++i) {
-    int64_t rank = results[i].rank;
-    int64_t elemSize = results[i].elemSize;
-    abi::MemRefView d(words.data() + pos, rank);
-    pos += abi::descriptorWords(rank);
-    void *allocated = d.allocated();
-    // A buffer in the result arena belongs to the arena: the tensor points into it and frees
-    // nothing.
-    bool inArena = allocations.inArena(allocated);
-    if (outOfMemory) {
-      // Tensors already made free their buffers with `tensors`; these are not made yet.
-      if (owned[i] && !inArena)
-        std::free(allocated);
-      continue;
+    abi::MemRefView d(words.data() + pos, results[i].rank);
+    pos += abi::descriptorWords(results[i].rank);
+    std::optional<ByteRange> allocation = allocationOf(d.allocated());
+    std::string problem = checkResultDescriptor(i, d, results[i].elemSize, allocation, borrowable);
+    if (!problem.empty()) {
+      freeAll(allocations);
+      return makeError(formatv("entry '{0}' returned a bad descriptor: {1}", entry, problem));
     }
-    char *data = static_cast<char *>(d.data(elemSize));
-    std::vector<int64_t> sizes(d.sizes().begin(), d.sizes().end());
-    std::vector<int64_t> strides(d.strides().begin(), d.strides().end());
-    // In the arena only packed row-major results stay where they are: the caller sends them
-    // from there, and packs whatever else it sends after them in the same arena, which must
-    // not be where any of its sources lie.
-    if (owned[i] && (!inArena || llvm::equal(strides, abi::rowMajorStrides(sizes)))) {
-      tensors.emplace_back(inArena ? nullptr : allocated, data, elemSize, std::move(sizes),
-                           std::move(strides));
-      continue;
+    if (allocation && !llvm::is_contained(taken, d.allocated())) {
+      owned[i] = true;
+      taken.push_back(d.allocated());
     }
-    // The kernel returned memory it does not own (an input, a constant, or a buffer already
-    // returned as another result), or a strided view into the arena: hand over a private copy
-    // instead.
-    // At least one byte, so the result is always a real allocation.
-    void *copy = std::malloc(std::max<int64_t>(1, abi::elementCount(sizes) * elemSize));
-    if (!copy) {
-      outOfMemory = true;
-      continue;
-    }
-    abi::copyRowMajor(data, elemSize, sizes, strides, copy);
-    auto contiguous = abi::rowMajorStrides(sizes);
-    tensors.emplace_back(copy, copy, elemSize, std::move(sizes),
-                         std::vector<int64_t>(contiguous.begin(), contiguous.end()));
   }
-  if (outOfMemory)
-    return makeError(formatv("entry '{0}' returned more than memory holds for copies", entry));
-  return std::move(tensors);
+  return takeResults(entry, words, results, owned, allocations);
 }
 
-Expected<std::vector<OwnedTensor>> ObjectHost::launch(StringRef sha256, StringRef entry,
-                                                      ArrayRef<TensorView> inputs,
-                                                      ArrayRef<ResultSpec> results,
-                                                      MutableArrayRef<char> resultArena) {
-  EntryFn function = nullptr;
-  // Keeps the object's code loaded until the launch returns, even if it is removed meanwhile.
+Expected<std::shared_ptr<LoadedObject>> ObjectHost::Impl::entryOf(StringRef sha256, StringRef entry,
+                                                                  ArrayRef<TensorView> inputs,
+                                                                  ArrayRef<ResultSpec> results,
+                                                                  EntryFn &function) {
   std::shared_ptr<LoadedObject> running;
   {
-    std::shared_lock<std::shared_mutex> lock(impl->mutex);
-    auto object = impl->objects.find(sha256);
-    if (object == impl->objects.end())
+    std::shared_lock<std::shared_mutex> lock(mutex);
+    auto object = objects.find(sha256);
+    if (object == objects.end())
       return makeCodedError(ErrorCode::UnknownObject, formatv("object {0} is not loaded", sha256));
     auto symbol = object->second->symbols.find(entry);
     if (symbol == object->second->symbols.end())
@@ -896,21 +918,32 @@ Expected<std::vector<OwnedTensor>> ObjectHost::launch(StringRef sha256, StringRe
     return makeError(formatv("a launch of '{0}' declares {1} inputs and {2} results; at most "
                              "{3} of each",
                              entry, inputs.size(), results.size(), kMaxLaunchTensors));
-  {
-    SmallVector<TensorSignature, 8> declaredInputs, declaredResults;
-    for (const TensorView &input : inputs)
-      declaredInputs.push_back({static_cast<int64_t>(input.sizes.size()), input.elemSize});
-    for (const ResultSpec &result : results)
-      declaredResults.push_back({result.rank, result.elemSize});
-    if (Error error = checkLaunch(running->info, entry, declaredInputs, declaredResults))
-      return std::move(error);
-  }
+  SmallVector<TensorSignature, 8> declaredInputs, declaredResults;
+  for (const TensorView &input : inputs)
+    declaredInputs.push_back({static_cast<int64_t>(input.sizes.size()), input.elemSize});
+  for (const ResultSpec &result : results)
+    declaredResults.push_back({result.rank, result.elemSize});
+  if (Error error = checkLaunch(running->info, entry, declaredInputs, declaredResults))
+    return std::move(error);
+  return running;
+}
+
+Expected<std::vector<OwnedTensor>> ObjectHost::launch(StringRef sha256, StringRef entry,
+                                                      ArrayRef<TensorView> inputs,
+                                                      ArrayRef<ResultSpec> results,
+                                                      MutableArrayRef<char> resultArena) {
+  EntryFn function = nullptr;
+  // Keeps the object's code loaded until the launch returns, even if it is removed meanwhile.
+  Expected<std::shared_ptr<LoadedObject>> running =
+      impl->entryOf(sha256, entry, inputs, results, function);
+  if (!running)
+    return running.takeError();
 
   // Without a table nothing says the kernel reads the ranks the launch declares, so each
   // input descriptor gets a zero-filled slot of the largest rank: a kernel reading a
   // higher rank than declared sees empty dimensions, never the next descriptor's pointers
   // or stack contents, and one writing more result words than declared stays in the slack.
-  bool unchecked = !running->info.signatures.count(entry);
+  bool unchecked = !(*running)->info.signatures.count(entry);
   size_t inWords = 0;
   for (size_t i = 0; i < inputs.size(); ++i) {
     const TensorView &input = inputs[i];
@@ -962,28 +995,12 @@ Expected<std::vector<OwnedTensor>> ObjectHost::launch(StringRef sha256, StringRe
     executor::finishKernelLaunch();
   }
 
-  auto expectedRanks = [&] {
-    std::string text;
-    for (const ResultSpec &spec : results)
-      text += (text.empty() ? "" : ", ") + std::to_string(spec.rank);
-    return "[" + text + "]";
-  };
-  for (size_t w = outWords; w < outBuffer.size(); ++w)
-    if (outBuffer[w] != kUnwritten) {
-      freeAll(allocations);
-      return makeError(formatv("entry '{0}' wrote more result descriptors than {1} result(s) "
-                               "of rank(s) {2}: its results do not match the caller's",
-                               entry, results.size(), expectedRanks()));
-    }
-  for (size_t w = 0; w < outWords; ++w)
-    if (outBuffer[w] == kUnwritten) {
-      freeAll(allocations);
-      return makeError(formatv("entry '{0}' wrote fewer result descriptors than {1} result(s) "
-                               "of rank(s) {2}: its results do not match the caller's",
-                               entry, results.size(), expectedRanks()));
-    }
+  if (Error error = checkResultWords(entry, outBuffer, outWords, results)) {
+    freeAll(allocations);
+    return std::move(error);
+  }
   return impl->adoptResults(entry, ArrayRef<int64_t>(outBuffer).take_front(outWords), inputs,
-                            results, *running, allocations);
+                            results, **running, allocations);
 }
 
 Expected<std::string> ObjectHost::call(StringRef symbol, StringRef input, uint64_t outputSize) {

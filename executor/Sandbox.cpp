@@ -453,6 +453,53 @@ llvm::Expected<bool> forbidFileWrites() {
   return true;
 }
 
+namespace {
+/// The module sandbox's rules on arguments: clone only for threads, signals only to the
+/// process itself, no descriptor or terminal that signals another, and the parent-death
+/// signal kept at SIGKILL.
+llvm::Error limitModuleReach(scmp_filter_ctx filter) {
+  // clone only for threads. clone3 passes its flags in memory a filter cannot read: it fails
+  // with ENOSYS, and the C library falls back to clone.
+  struct scmp_arg_cmp notThread = {0, SCMP_CMP_MASKED_EQ, CLONE_THREAD, 0};
+  if (int rc = seccomp_rule_add_array(filter, SCMP_ACT_TRAP, SCMP_SYS(clone), 1, &notThread))
+    return systemError("limiting clone", -rc);
+  if (int rc = seccomp_rule_add(filter, SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(clone3), 0))
+    return systemError("limiting clone3", -rc);
+  // Signals only to itself: kill(0, ...) or kill(getppid(), ...) would reach the server.
+  scmp_datum_t self = static_cast<scmp_datum_t>(::getpid());
+  struct scmp_arg_cmp other = {0, SCMP_CMP_NE, self, 0};
+  for (int call :
+       {SCMP_SYS(kill), SCMP_SYS(tgkill), SCMP_SYS(rt_sigqueueinfo), SCMP_SYS(rt_tgsigqueueinfo)})
+    if (int rc = seccomp_rule_add_array(filter, SCMP_ACT_TRAP, call, 1, &other))
+      return systemError("limiting signals", -rc);
+  // tkill names a thread, which may be another process's; raise() uses tgkill.
+  if (int rc = seccomp_rule_add(filter, SCMP_ACT_TRAP, SCMP_SYS(tkill), 0))
+    return systemError("denying tkill", -rc);
+  // Signals by other routes: a descriptor that signals its owner (F_SETOWN with F_SETSIG
+  // SIGKILL aimed at the server), and input pushed into a terminal the worker shares.
+  struct Refused {
+    int call;
+    scmp_datum_t command;
+    unsigned argument;
+  };
+  for (Refused refused :
+       {Refused{SCMP_SYS(fcntl), F_SETOWN, 1}, Refused{SCMP_SYS(fcntl), F_SETOWN_EX, 1},
+        Refused{SCMP_SYS(fcntl), F_SETSIG, 1}, Refused{SCMP_SYS(ioctl), FIOSETOWN, 1},
+        Refused{SCMP_SYS(ioctl), SIOCSPGRP, 1}, Refused{SCMP_SYS(ioctl), TIOCSTI, 1}}) {
+    struct scmp_arg_cmp is = {refused.argument, SCMP_CMP_EQ, refused.command, 0};
+    if (int rc = seccomp_rule_add_array(filter, SCMP_ACT_TRAP, refused.call, 1, &is))
+      return systemError("limiting fcntl and ioctl", -rc);
+  }
+  // The parent-death signal may be set again (becoming another user clears it) but only to
+  // SIGKILL: clearing it would let a spinning worker outlive its server.
+  struct scmp_arg_cmp deathSignal[] = {{0, SCMP_CMP_EQ, PR_SET_PDEATHSIG, 0},
+                                       {1, SCMP_CMP_NE, SIGKILL, 0}};
+  if (int rc = seccomp_rule_add_array(filter, SCMP_ACT_TRAP, SCMP_SYS(prctl), 2, deathSignal))
+    return systemError("limiting prctl", -rc);
+  return llvm::Error::success();
+}
+} // namespace
+
 llvm::Error enterModuleSandbox(bool identityChangeLater) {
   if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
     return systemError("setting no-new-privs");
@@ -496,44 +543,8 @@ llvm::Error enterModuleSandbox(bool identityChangeLater) {
   if (!identityChangeLater)
     if (llvm::Error error = deny(kIdentityCalls))
       return error;
-  // clone only for threads. clone3 passes its flags in memory a filter cannot read: it fails
-  // with ENOSYS, and the C library falls back to clone.
-  struct scmp_arg_cmp notThread = {0, SCMP_CMP_MASKED_EQ, CLONE_THREAD, 0};
-  if (int rc = seccomp_rule_add_array(filter, SCMP_ACT_TRAP, SCMP_SYS(clone), 1, &notThread))
-    return systemError("limiting clone", -rc);
-  if (int rc = seccomp_rule_add(filter, SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(clone3), 0))
-    return systemError("limiting clone3", -rc);
-  // Signals only to itself: kill(0, ...) or kill(getppid(), ...) would reach the server.
-  scmp_datum_t self = static_cast<scmp_datum_t>(::getpid());
-  struct scmp_arg_cmp other = {0, SCMP_CMP_NE, self, 0};
-  for (int call :
-       {SCMP_SYS(kill), SCMP_SYS(tgkill), SCMP_SYS(rt_sigqueueinfo), SCMP_SYS(rt_tgsigqueueinfo)})
-    if (int rc = seccomp_rule_add_array(filter, SCMP_ACT_TRAP, call, 1, &other))
-      return systemError("limiting signals", -rc);
-  // tkill names a thread, which may be another process's; raise() uses tgkill.
-  if (int rc = seccomp_rule_add(filter, SCMP_ACT_TRAP, SCMP_SYS(tkill), 0))
-    return systemError("denying tkill", -rc);
-  // Signals by other routes: a descriptor that signals its owner (F_SETOWN with F_SETSIG
-  // SIGKILL aimed at the server), and input pushed into a terminal the worker shares.
-  struct Refused {
-    int call;
-    scmp_datum_t command;
-    unsigned argument;
-  };
-  for (Refused refused :
-       {Refused{SCMP_SYS(fcntl), F_SETOWN, 1}, Refused{SCMP_SYS(fcntl), F_SETOWN_EX, 1},
-        Refused{SCMP_SYS(fcntl), F_SETSIG, 1}, Refused{SCMP_SYS(ioctl), FIOSETOWN, 1},
-        Refused{SCMP_SYS(ioctl), SIOCSPGRP, 1}, Refused{SCMP_SYS(ioctl), TIOCSTI, 1}}) {
-    struct scmp_arg_cmp is = {refused.argument, SCMP_CMP_EQ, refused.command, 0};
-    if (int rc = seccomp_rule_add_array(filter, SCMP_ACT_TRAP, refused.call, 1, &is))
-      return systemError("limiting fcntl and ioctl", -rc);
-  }
-  // The parent-death signal may be set again (becoming another user clears it) but only to
-  // SIGKILL: clearing it would let a spinning worker outlive its server.
-  struct scmp_arg_cmp deathSignal[] = {{0, SCMP_CMP_EQ, PR_SET_PDEATHSIG, 0},
-                                       {1, SCMP_CMP_NE, SIGKILL, 0}};
-  if (int rc = seccomp_rule_add_array(filter, SCMP_ACT_TRAP, SCMP_SYS(prctl), 2, deathSignal))
-    return systemError("limiting prctl", -rc);
+  if (llvm::Error error = limitModuleReach(filter))
+    return error;
   if (int rc = seccomp_load(filter))
     return systemError("loading the seccomp filter", -rc);
   return llvm::Error::success();

@@ -121,11 +121,22 @@ struct SharedChannelServer::Impl {
   llvm::Error listen();
   void accept();
   void handshake(transport::UniqueFd connection);
+  /// A handshake's refusal: its code and message to the client, counted.
+  void refuse(int connection, ErrorCode code, const std::string &message);
+  /// The offer the client's token names (taken: a token is good once), or none (refused).
+  std::optional<Offer> takeOffer(int connection);
+  /// A channel for `offer`: its regions and control page, or none (refused).
+  std::shared_ptr<Channel> makeChannel(int connection, const Offer &offer);
+  /// The channel becomes its session's (ending the one it had) and its thread starts.
+  void startServing(std::shared_ptr<Channel> channel, executor::Session &session);
   void serve(Channel &channel);
   /// Once its thread is done with `channel`: no longer the session's, to be joined.
   void retire(Channel &channel);
   /// Version 3: watches the worker that answers the channel.
   void watch(Channel &channel);
+  /// Whether a watched channel goes on: its session open, its client there, and a worker
+  /// (the one it had, or a fresh one) answering it.
+  bool stillServed(Channel &channel, Session &session);
   /// Adds what the channel's workers counted since the last call to the metrics.
   void countLaunches(Channel &channel);
   /// Version 3 for `channel`: the counts page and the socket to the worker, then the session's
@@ -133,6 +144,10 @@ struct SharedChannelServer::Impl {
   bool handToWorker(Channel &channel, SessionRef session, transport::UniqueFd &clientEnd);
   /// Runs the launch in the channel's request slot; its reply.
   std::string handle(Channel &channel);
+  /// Packs results that are not in the result region there, or, larger than the region, into
+  /// a buffer of their own sent on the connection; their offsets in `reply` set.
+  llvm::Error packElsewhere(Channel &channel, llvm::ArrayRef<TensorView> views,
+                            shm::LaunchReply &reply);
   /// Joins the threads of channels that ended; under `mutex`.
   void reap(std::vector<std::shared_ptr<Channel>> &joining);
 };
@@ -215,43 +230,42 @@ void SharedChannelServer::Impl::accept() {
   }
 }
 
-void SharedChannelServer::Impl::handshake(transport::UniqueFd connection) {
-  auto refuse = [&](ErrorCode code, const std::string &message) {
-    refused++;
-    ByteWriter out;
-    out.u8(0).str(transport::errorCodeName(code)).str(message);
-    llvm::consumeError(transport::sendMessage(connection.get(), out.view()));
-  };
+void SharedChannelServer::Impl::refuse(int connection, ErrorCode code, const std::string &message) {
+  refused++;
+  ByteWriter out;
+  out.u8(0).str(transport::errorCodeName(code)).str(message);
+  llvm::consumeError(transport::sendMessage(connection, out.view()));
+}
+
+std::optional<SharedChannelServer::Impl::Offer>
+SharedChannelServer::Impl::takeOffer(int connection) {
   transport::Message token;
   llvm::Expected<transport::ReceiveStatus> status =
-      transport::receiveMessage(connection.get(), token, 256, Clock::now() + kHandshakeTimeout);
+      transport::receiveMessage(connection, token, 256, Clock::now() + kHandshakeTimeout);
   if (!status) {
-    refuse(ErrorCode::BadRequest, "a malformed token: " + llvm::toString(status.takeError()));
-    return;
+    refuse(connection, ErrorCode::BadRequest,
+           "a malformed token: " + llvm::toString(status.takeError()));
+    return std::nullopt;
   }
   if (*status != transport::ReceiveStatus::Message) {
-    refuse(ErrorCode::BadRequest, "no token");
-    return;
+    refuse(connection, ErrorCode::BadRequest, "no token");
+    return std::nullopt;
   }
-  Offer offer;
-  {
-    std::lock_guard<std::mutex> lock(mutex);
-    auto found = offers.find(token.bytes);
-    if (found == offers.end() || found->second.expires < Clock::now()) {
-      if (found != offers.end())
-        offers.erase(found);
-      refuse(ErrorCode::Unauthorized, "no such offer, or it expired");
-      return;
-    }
-    offer = std::move(found->second);
-    offers.erase(found);
+  std::lock_guard<std::mutex> lock(mutex);
+  auto found = offers.find(token.bytes);
+  if (found == offers.end() || found->second.expires < Clock::now()) {
+    if (found != offers.end())
+      offers.erase(found);
+    refuse(connection, ErrorCode::Unauthorized, "no such offer, or it expired");
+    return std::nullopt;
   }
-  llvm::Expected<SessionRef> session = core.findSession(offer.sessionId);
-  if (!session) {
-    llvm::consumeError(session.takeError());
-    refuse(ErrorCode::UnknownSession, "session '" + offer.sessionId + "' is not open");
-    return;
-  }
+  Offer offer = std::move(found->second);
+  offers.erase(found);
+  return offer;
+}
+
+std::shared_ptr<Channel> SharedChannelServer::Impl::makeChannel(int connection,
+                                                                const Offer &offer) {
   auto channel = std::make_shared<Channel>();
   channel->sessionId = offer.sessionId;
   channel->pageVersion = offer.pageVersion;
@@ -264,28 +278,45 @@ void SharedChannelServer::Impl::handshake(transport::UniqueFd connection) {
         !regions ? llvm::toString(regions.takeError()) : llvm::toString(control.takeError());
     if (regions)
       llvm::consumeError(control.takeError());
-    refuse(ErrorCode::Unavailable, "cannot make the shared memory: " + why);
-    return;
+    refuse(connection, ErrorCode::Unavailable, "cannot make the shared memory: " + why);
+    return nullptr;
   }
   if (llvm::Error error = control->sealSize()) {
-    refuse(ErrorCode::Unavailable, llvm::toString(std::move(error)));
-    return;
+    refuse(connection, ErrorCode::Unavailable, llvm::toString(std::move(error)));
+    return nullptr;
   }
   channel->regions = std::move(*regions);
   channel->control = std::move(*control);
   channel->page = reinterpret_cast<shm::ControlPage *>(channel->control.data());
+  return channel;
+}
+
+void SharedChannelServer::Impl::handshake(transport::UniqueFd connection) {
+  std::optional<Offer> offer = takeOffer(connection.get());
+  if (!offer)
+    return;
+  llvm::Expected<SessionRef> session = core.findSession(offer->sessionId);
+  if (!session) {
+    llvm::consumeError(session.takeError());
+    refuse(connection.get(), ErrorCode::UnknownSession,
+           "session '" + offer->sessionId + "' is not open");
+    return;
+  }
+  std::shared_ptr<Channel> channel = makeChannel(connection.get(), *offer);
+  if (!channel)
+    return;
   transport::UniqueFd clientEnd;
-  if (offer.pageVersion >= 3 &&
-      (!core.options().isolated() || !handToWorker(*channel, *session, clientEnd)))
+  if (offer->pageVersion >= 3 &&
+      (!core.hostsContained() || !handToWorker(*channel, *session, clientEnd)))
     channel->pageVersion = 2;
   ByteWriter grant;
   grant.u8(1).u64(channel->regions->inputs().size()).u64(channel->regions->results().size());
   std::vector<int> fds = {channel->control.fd(), channel->regions->inputs().fd(),
                           channel->regions->results().fd()};
-  if (offer.pageVersion >= 3) {
+  if (offer->pageVersion >= 3) {
     // And how many processes a launch wakes: 2 when the worker answers or the executor runs
     // kernels itself, 3 when the executor's thread answers through a worker.
-    bool two = channel->pageVersion >= 3 || !core.options().isolated();
+    bool two = channel->pageVersion >= 3 || !core.hostsContained();
     grant.u64(channel->pageVersion).u64(two ? 2 : 3);
     if (channel->pageVersion >= 3)
       fds.push_back(clientEnd.get());
@@ -303,12 +334,17 @@ void SharedChannelServer::Impl::handshake(transport::UniqueFd connection) {
   };
   ::setsockopt(connection.get(), SOL_SOCKET, SO_SNDTIMEO, &patience, sizeof(patience));
   channel->connection = std::move(connection);
+  startServing(std::move(channel), **session);
+}
+
+void SharedChannelServer::Impl::startServing(std::shared_ptr<Channel> channel,
+                                             executor::Session &session) {
   std::vector<std::shared_ptr<Channel>> joining;
   {
     std::lock_guard<std::mutex> lock(mutex);
     if (stopping) {
       if (channel->direct)
-        core.stopDirect(**session, channel->direct.get());
+        core.stopDirect(session, channel->direct.get());
       channel->end();
       return;
     }
@@ -427,6 +463,31 @@ void SharedChannelServer::Impl::countLaunches(Channel &channel) {
   core.countDirectLaunches(started, failed, std::move(buckets), seconds);
 }
 
+bool SharedChannelServer::Impl::stillServed(Channel &channel, Session &session) {
+  if (!core.sessionOpen(session))
+    return false;
+  struct pollfd gone {
+    channel.connection.get(), 0, 0
+  };
+  if (::poll(&gone, 1, 0) > 0 && (gone.revents & (POLLHUP | POLLERR)))
+    return false;
+  // A worker that ended (or never started) is replaced, and handed the channel. A channel
+  // no worker can take, or that is no longer the session's, ends: its client goes on over
+  // HTTP.
+  llvm::Expected<bool> served =
+      core.serveDirect(session, channel.direct, core.deadline(std::nullopt));
+  if (!served) {
+    // Ending with the executor is no news.
+    transport::logEvent(
+        core.stopping() ? transport::LogLevel::Info : transport::LogLevel::Warn,
+        "the same-host channel of session '" + channel.sessionId +
+            "' ends: no worker could take it: " + llvm::toString(served.takeError()),
+        {{"session", llvm::StringRef(channel.sessionId)}});
+    return false;
+  }
+  return *served;
+}
+
 void SharedChannelServer::Impl::watch(Channel &channel) {
   shm::ControlPage &page = *channel.page;
   llvm::Expected<SessionRef> found = core.findSession(channel.sessionId);
@@ -488,32 +549,9 @@ void SharedChannelServer::Impl::watch(Channel &channel) {
       lastSeen = request;
       core.touch(session);
     }
-    if (!core.sessionOpen(session)) {
+    if (!stillServed(channel, session)) {
       channel.ending = true;
       break;
-    }
-    struct pollfd gone {
-      channel.connection.get(), 0, 0
-    };
-    if (::poll(&gone, 1, 0) > 0 && (gone.revents & (POLLHUP | POLLERR))) {
-      channel.ending = true;
-      break;
-    }
-    // A worker that ended (or never started) is replaced, and handed the channel. A channel
-    // no worker can take, or that is no longer the session's, ends: its client goes on over
-    // HTTP.
-    llvm::Expected<bool> served =
-        core.serveDirect(session, channel.direct, core.deadline(std::nullopt));
-    if (!served) {
-      // Ending with the executor is no news.
-      transport::logEvent(
-          core.stopping() ? transport::LogLevel::Info : transport::LogLevel::Warn,
-          "the same-host channel of session '" + channel.sessionId +
-              "' ends: no worker could take it: " + llvm::toString(served.takeError()),
-          {{"session", llvm::StringRef(channel.sessionId)}});
-      channel.ending = true;
-    } else if (!*served) {
-      channel.ending = true;
     }
   }
   core.stopDirect(session, channel.direct.get());
@@ -534,8 +572,8 @@ void SharedChannelServer::Impl::serve(Channel &channel) {
     // Without isolation a launch wakes this thread and the client only: it may poll without
     // yielding for a moment, as the two ends of a version 3 channel do.
     if (!doorbell::spin(page.request, seen, kAwaitRequestAwake,
-                        core.options().isolated() ? std::chrono::nanoseconds(0)
-                                                  : doorbell::kPauseFirst)) {
+                        core.hostsContained() ? std::chrono::nanoseconds(0)
+                                              : doorbell::kPauseFirst)) {
       while (page.request.load(std::memory_order_acquire) == seen && !channel.ending.load() &&
              !page.closed.load(std::memory_order_acquire)) {
         if (channel.pageVersion >= 2)
@@ -579,6 +617,78 @@ void SharedChannelServer::Impl::retire(Channel &channel) {
   (void)!::write(wake.get(), &one, sizeof(one));
 }
 
+namespace {
+/// The headers of a launch's results in `reply`; whether every one lies in the result
+/// region (where the worker packed it), their offsets then set.
+llvm::Expected<bool> describeResults(llvm::ArrayRef<TensorView> views,
+                                     const transport::SharedBuffer &region,
+                                     shm::LaunchReply &reply) {
+  bool inRegion = true;
+  for (const TensorView &view : views) {
+    const char *data = static_cast<const char *>(view.data);
+    transport::wire::TensorHeader t;
+    t.elemSize = view.elemSize;
+    t.sizes = view.sizes;
+    llvm::Expected<uint64_t> size = transport::wire::packedBytes(view.elemSize, view.sizes);
+    if (!size)
+      return size.takeError();
+    t.bytes = *size;
+    if (data < region.data() || data > region.data() + region.size() ||
+        static_cast<uint64_t>(region.data() + region.size() - data) < t.bytes)
+      inRegion = false;
+    else
+      t.offset = static_cast<uint64_t>(data - region.data());
+    reply.results.push_back(std::move(t));
+  }
+  return inRegion;
+}
+} // namespace
+
+llvm::Error SharedChannelServer::Impl::packElsewhere(Channel &channel,
+                                                     llvm::ArrayRef<TensorView> views,
+                                                     shm::LaunchReply &reply) {
+  const transport::SharedBuffer &region = channel.regions->results();
+  uint64_t total = 0;
+  for (transport::wire::TensorHeader &t : reply.results) {
+    t.offset = shm::align(total);
+    total = t.offset + t.bytes;
+  }
+  transport::SharedBuffer separate;
+  char *base = region.data();
+  if (total > region.size()) {
+    llvm::Expected<transport::SharedBuffer> made =
+        transport::SharedBuffer::create(total, "courier-shm-reply");
+    if (!made)
+      return makeCodedError(ErrorCode::PayloadTooLarge,
+                            "cannot allocate " + llvm::Twine(total) +
+                                " bytes for the results: " + llvm::toString(made.takeError()));
+    separate = std::move(*made);
+    base = separate.data();
+    reply.placement = shm::Placement::SentBuffer;
+  }
+  for (size_t i = 0; i < reply.results.size(); ++i)
+    if (reply.results[i].bytes)
+      transport::wire::packInto(views[i], base + reply.results[i].offset);
+  if (reply.placement != shm::Placement::SentBuffer)
+    return llvm::Error::success();
+  // A client that left earlier results unreceived would have this process hold every one of
+  // them in the connection's queue.
+  llvm::Expected<uint64_t> pending = transport::unreceivedBytes(channel.connection.get());
+  if (!pending || *pending > 0) {
+    if (!pending)
+      llvm::consumeError(pending.takeError());
+    return makeCodedError(ErrorCode::BadRequest,
+                          "the client has not received the previous launch's results from the "
+                          "connection");
+  }
+  if (llvm::Error error = separate.sealSize())
+    return error;
+  if (llvm::Error error = transport::sendMessage(channel.connection.get(), "R", {separate.fd()}))
+    return makeCodedError(ErrorCode::Internal,
+                          "sending the results: " + llvm::toString(std::move(error)));
+  return llvm::Error::success();
+}
+
 std::string SharedChannelServer::Impl::handle(Channel &channel) {
   launches++;
   auto failed = [&](llvm::Error error) {
@@ -610,67 +720,13 @@ std::string SharedChannelServer::Impl::handle(Channel &channel) {
   // Results the worker packed into the result region are already where the client reads
   // them; others (small ones, inline; a kernel's own buffers without isolation) are packed
   // there now, or, larger than the region, into a buffer of their own.
-  const transport::SharedBuffer &region = regions.results();
   shm::LaunchReply reply;
-  bool inRegion = true;
-  for (const TensorView &view : results->views) {
-    const char *data = static_cast<const char *>(view.data);
-    transport::wire::TensorHeader t;
-    t.elemSize = view.elemSize;
-    t.sizes = view.sizes;
-    llvm::Expected<uint64_t> size = transport::wire::packedBytes(view.elemSize, view.sizes);
-    if (!size)
-      return failed(size.takeError());
-    t.bytes = *size;
-    if (data < region.data() || data > region.data() + region.size() ||
-        static_cast<uint64_t>(region.data() + region.size() - data) < t.bytes)
-      inRegion = false;
-    else
-      t.offset = static_cast<uint64_t>(data - region.data());
-    reply.results.push_back(std::move(t));
-  }
-  if (!inRegion) {
-    uint64_t total = 0;
-    for (transport::wire::TensorHeader &t : reply.results) {
-      t.offset = shm::align(total);
-      total = t.offset + t.bytes;
-    }
-    transport::SharedBuffer separate;
-    char *base = region.data();
-    if (total > region.size()) {
-      llvm::Expected<transport::SharedBuffer> made =
-          transport::SharedBuffer::create(total, "courier-shm-reply");
-      if (!made)
-        return failed(
-            makeCodedError(ErrorCode::PayloadTooLarge,
-                           "cannot allocate " + llvm::Twine(total) +
-                               " bytes for the results: " + llvm::toString(made.takeError())));
-      separate = std::move(*made);
-      base = separate.data();
-      reply.placement = shm::Placement::SentBuffer;
-    }
-    for (size_t i = 0; i < reply.results.size(); ++i)
-      if (reply.results[i].bytes)
-        transport::wire::packInto(results->views[i], base + reply.results[i].offset);
-    if (reply.placement == shm::Placement::SentBuffer) {
-      // A client that left earlier results unreceived would have this process hold every
-      // one of them in the connection's queue.
-      llvm::Expected<uint64_t> pending = transport::unreceivedBytes(channel.connection.get());
-      if (!pending || *pending > 0) {
-        if (!pending)
-          llvm::consumeError(pending.takeError());
-        return failed(makeCodedError(ErrorCode::BadRequest,
-                                     "the client has not received the previous launch's "
-                                     "results from the connection"));
-      }
-      if (llvm::Error error = separate.sealSize())
-        return failed(std::move(error));
-      if (llvm::Error error =
-              transport::sendMessage(channel.connection.get(), "R", {separate.fd()}))
-        return failed(makeCodedError(ErrorCode::Internal,
-                                     "sending the results: " + llvm::toString(std::move(error))));
-    }
-  }
+  llvm::Expected<bool> inRegion = describeResults(results->views, regions.results(), reply);
+  if (!inRegion)
+    return failed(inRegion.takeError());
+  if (!*inRegion)
+    if (llvm::Error error = packElsewhere(channel, results->views, reply))
+      return failed(std::move(error));
   return shm::encodeLaunchReply(reply);
 }
 

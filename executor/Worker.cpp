@@ -398,6 +398,37 @@ private:
     shm::answer(page, ticket, std::move(reply), shm::kPageVersion);
   }
 
+  /// Results larger than the result region: packed into a buffer of their own, sent to the
+  /// client, which must have received the last one: one buffer at most waits on the socket
+  /// for a client that takes none (docs/protocol.md), as the executor holds to when it answers.
+  static llvm::Error sendSeparately(Direct &d, ResultLayout &layout, uint64_t total,
+                                    uint32_t ticket) {
+    using transport::ErrorCode;
+    llvm::Expected<uint64_t> unreceived = transport::unreceivedBytes(d.client.get());
+    if (!unreceived || *unreceived > 0)
+      return transport::makeCodedError(
+          ErrorCode::BadRequest,
+          "the client has not received the previous launch's results from the worker's "
+          "socket, and one buffer of results at most waits there" +
+              (unreceived ? std::string() : " (" + llvm::toString(unreceived.takeError()) + ")"));
+    llvm::Expected<SharedBuffer> separate = SharedBuffer::create(total, "courier-shm-reply");
+    if (!separate)
+      return transport::makeCodedError(
+          ErrorCode::PayloadTooLarge,
+          "cannot allocate " + llvm::Twine(total) +
+              " bytes for the results: " + llvm::toString(separate.takeError()));
+    layout.pack(separate->data(), false);
+    if (llvm::Error error = separate->sealSize())
+      return error;
+    transport::ByteWriter tag; // Names the launch: a client drops one left behind.
+    tag.u8('R').u64(ticket);
+    if (llvm::Error error = transport::sendMessage(d.client.get(), tag.view(), {separate->fd()}))
+      return transport::makeCodedError(ErrorCode::BadRequest,
+                                       "sending the results to the client: " +
+                                           llvm::toString(std::move(error)));
+    return llvm::Error::success();
+  }
+
   /// Runs the launch in the channel's request slot and returns its reply.
   std::string runDirect(Direct &d, uint32_t ticket) {
     using transport::ErrorCode;
@@ -449,32 +480,8 @@ private:
     if (inRegion) {
       layout.pack(results.data(), layout.anyInPlace);
     } else {
-      // Larger than the result region: in a buffer of its own, sent to the client, which must
-      // have received the last one: one buffer at most waits on the socket for a client that
-      // takes none (docs/protocol.md), as the executor holds to when it answers.
-      llvm::Expected<uint64_t> unreceived = transport::unreceivedBytes(d.client.get());
-      if (!unreceived || *unreceived > 0)
-        return failed(transport::makeCodedError(
-            ErrorCode::BadRequest,
-            "the client has not received the previous launch's results from the worker's "
-            "socket, and one buffer of results at most waits there" +
-                (unreceived ? std::string()
-                            : " (" + llvm::toString(unreceived.takeError()) + ")")));
-      llvm::Expected<SharedBuffer> separate = SharedBuffer::create(total, "courier-shm-reply");
-      if (!separate)
-        return failed(transport::makeCodedError(
-            ErrorCode::PayloadTooLarge,
-            "cannot allocate " + llvm::Twine(total) +
-                " bytes for the results: " + llvm::toString(separate.takeError())));
-      layout.pack(separate->data(), false);
-      if (llvm::Error error = separate->sealSize())
+      if (llvm::Error error = sendSeparately(d, layout, total, ticket))
         return failed(std::move(error));
-      transport::ByteWriter tag; // Names the launch: a client drops one left behind.
-      tag.u8('R').u64(ticket);
-      if (llvm::Error error = transport::sendMessage(d.client.get(), tag.view(), {separate->fd()}))
-        return failed(
-            transport::makeCodedError(ErrorCode::BadRequest, "sending the results to the client: " +
-                                                                 llvm::toString(std::move(error))));
       reply.placement = shm::Placement::SentBuffer;
     }
     for (size_t i = 0; i < outcome->size(); ++i) {

@@ -365,6 +365,42 @@ llvm::Expected<std::optional<Message>> WorkerProcess::ringDoorbell(Clock::time_p
   return std::optional<Message>(std::move(reply));
 }
 
+bool WorkerProcess::nextReply(Message &reply, std::optional<Message> &fromPage,
+                              Clock::time_point deadline) {
+  if (fromPage) {
+    reply = std::move(*fromPage);
+    fromPage.reset();
+    // The worker answers on one path at a time: anything on the socket beside an answer in
+    // the page was written by the kernel, out of turn (a forged reply), except a crash
+    // report: a kernel that crashed after the answer (one the worker took from its same-host
+    // channel, or a thread an earlier launch left running). The answer stands, and the
+    // worker's end is settled by whoever looks at it next.
+    struct pollfd waiting {
+      channel.get(), POLLIN, 0
+    };
+    if (::poll(&waiting, 1, 0) != 0 && !crashReportWaits()) {
+      kill(EndReason::None);
+      return false;
+    }
+    return true;
+  }
+  // A small kernel answers within microseconds: wait for it awake, briefly.
+  llvm::Expected<ReceiveStatus> status = receiveMessage(
+      channel.get(), reply, deadline, page ? std::chrono::microseconds(0) : kAwaitReplyAwake);
+  if (!status) {
+    // Only the worker's end can make a receive fail (an oversized or broken message).
+    llvm::consumeError(status.takeError());
+    kill(EndReason::None);
+    return false;
+  }
+  if (*status == ReceiveStatus::TimedOut) {
+    // Past the deadline, unless the worker already reported a crash and is on its way out.
+    kill(crash ? EndReason::None : EndReason::Deadline);
+    return false;
+  }
+  return *status != ReceiveStatus::Closed;
+}
+
 llvm::Expected<Message> WorkerProcess::request(MessageWriter &message, llvm::ArrayRef<int> fds,
                                                Clock::time_point deadline, llvm::StringRef what) {
   if (dead)
@@ -383,42 +419,8 @@ llvm::Expected<Message> WorkerProcess::request(MessageWriter &message, llvm::Arr
   }
   Message reply;
   while (true) {
-    if (fromPage) {
-      reply = std::move(*fromPage);
-      fromPage.reset();
-      // The worker answers on one path at a time: anything on the socket beside an answer in
-      // the page was written by the kernel, out of turn (a forged reply), except a crash
-      // report: a kernel that crashed after the answer (one the worker took from its
-      // same-host channel, or a thread an earlier launch left running). The answer stands,
-      // and the worker's end is settled by whoever looks at it next.
-      struct pollfd waiting {
-        channel.get(), POLLIN, 0
-      };
-      if (::poll(&waiting, 1, 0) != 0 && !crashReportWaits()) {
-        kill(EndReason::None);
-        return died(what, deadline);
-      }
-    } else {
-      // A small kernel answers within microseconds: wait for it awake, briefly.
-      llvm::Expected<ReceiveStatus> status = receiveMessage(
-          channel.get(), reply, deadline, page ? std::chrono::microseconds(0) : kAwaitReplyAwake);
-      if (!status) {
-        // Only the worker's end can make a receive fail (an oversized or broken message).
-        llvm::consumeError(status.takeError());
-        kill(EndReason::None);
-        return died(what, deadline);
-      }
-      if (*status == ReceiveStatus::TimedOut) {
-        if (crash) {
-          kill(EndReason::None);
-          return died(what, deadline);
-        }
-        kill(EndReason::Deadline);
-        return died(what, deadline);
-      }
-      if (*status == ReceiveStatus::Closed)
-        return died(what, deadline);
-    }
+    if (!nextReply(reply, fromPage, deadline))
+      return died(what, deadline);
     MessageReader peek(reply.bytes);
     if (peek.kind() == MessageKind::Done || peek.kind() == MessageKind::Failed ||
         peek.kind() == MessageKind::Progress) {
@@ -619,6 +621,50 @@ llvm::Expected<std::unique_ptr<WorkerProcess>> WorkerPool::start() {
   return worker;
 }
 
+namespace {
+/// Starts the worker program's `image` (a descriptor) with `channel` as its channel, its
+/// output on `output` (or this process's stderr, for -1), nothing on its stdin, and its
+/// signals as a fresh process has them.
+llvm::Expected<pid_t> startImage(const std::string &program, int image, int channel, int output,
+                                 char *const *argv, char *const *envp) {
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, channel, kWorkerChannelFd);
+  // Kept open across the exec (a dup2 onto itself clears close-on-exec): an interpreter that
+  // runs a script worker opens the script by the path it was executed by, which names it.
+  // A worker closes every descriptor above its channel first thing.
+  posix_spawn_file_actions_adddup2(&actions, image, image);
+  // Nothing to read, and no terminal to push input into (TIOCSTI).
+  posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+  if (output >= 0) {
+    posix_spawn_file_actions_adddup2(&actions, output, STDOUT_FILENO);
+    posix_spawn_file_actions_adddup2(&actions, output, STDERR_FILENO);
+  } else {
+    posix_spawn_file_actions_adddup2(&actions, STDERR_FILENO, STDOUT_FILENO);
+  }
+  posix_spawnattr_t attributes;
+  posix_spawnattr_init(&attributes);
+  sigset_t none, all;
+  sigemptyset(&none);
+  sigfillset(&all);
+  // The executor blocks its stop signals for its signal thread; a worker starts clean.
+  posix_spawnattr_setsigmask(&attributes, &none);
+  posix_spawnattr_setsigdefault(&attributes, &all);
+  posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+  // posix_spawn takes a path: this one names the descriptor, whatever is now at `program`
+  // (it lies above the descriptors placed above, so no action replaces it).
+  std::string imagePath = "/proc/self/fd/" + std::to_string(image);
+  pid_t pid = -1;
+  int rc = ::posix_spawn(&pid, imagePath.c_str(), &actions, &attributes, argv, envp);
+  posix_spawn_file_actions_destroy(&actions);
+  posix_spawnattr_destroy(&attributes);
+  if (rc != 0)
+    return llvm::createStringError(
+        llvm::formatv("starting {0}: {1}", program, std::strerror(rc)).str());
+  return pid;
+}
+} // namespace
+
 llvm::Expected<std::unique_ptr<WorkerProcess>>
 WorkerProcess::spawn(const std::string &program, const std::vector<std::string> &argsIn,
                      uint64_t memoryBytes, uint64_t extraThreads) {
@@ -655,49 +701,19 @@ WorkerProcess::spawn(const std::string &program, const std::vector<std::string> 
     ::fcntl(outputRead.get(), F_SETFL, O_NONBLOCK);
   }
 
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_adddup2(&actions, theirs.get(), kWorkerChannelFd);
-  // Kept open across the exec (a dup2 onto itself clears close-on-exec): an interpreter that
-  // runs a script worker opens the script by the path it was executed by, which names it.
-  // A worker closes every descriptor above its channel first thing.
-  posix_spawn_file_actions_adddup2(&actions, *image, *image);
-  // Nothing to read, and no terminal to push input into (TIOCSTI).
-  posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
-  if (outputWrite.get() >= 0) {
-    posix_spawn_file_actions_adddup2(&actions, outputWrite.get(), STDOUT_FILENO);
-    posix_spawn_file_actions_adddup2(&actions, outputWrite.get(), STDERR_FILENO);
-  } else {
-    posix_spawn_file_actions_adddup2(&actions, STDERR_FILENO, STDOUT_FILENO);
-  }
-  posix_spawnattr_t attributes;
-  posix_spawnattr_init(&attributes);
-  sigset_t none, all;
-  sigemptyset(&none);
-  sigfillset(&all);
-  // The executor blocks its stop signals for its signal thread; a worker starts clean.
-  posix_spawnattr_setsigmask(&attributes, &none);
-  posix_spawnattr_setsigdefault(&attributes, &all);
-  posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
-  // posix_spawn takes a path: this one names the descriptor, whatever is now at `program`
-  // (it lies above the descriptors placed above, so no action replaces it).
-  std::string imagePath = "/proc/self/fd/" + std::to_string(*image);
-  pid_t pid = -1;
-  int rc = ::posix_spawn(&pid, imagePath.c_str(), &actions, &attributes, argv.data(), envp.data());
-  posix_spawn_file_actions_destroy(&actions);
-  posix_spawnattr_destroy(&attributes);
-  if (rc != 0)
-    return llvm::createStringError(
-        llvm::formatv("starting {0}: {1}", program, std::strerror(rc)).str());
+  llvm::Expected<pid_t> pid =
+      startImage(program, *image, theirs.get(), outputWrite.get(), argv.data(), envp.data());
+  if (!pid)
+    return pid.takeError();
   theirs.reset();
   outputWrite.reset();
   if (outputRead.get() >= 0)
-    relayWorkerOutput(pid, outputRead.release());
+    relayWorkerOutput(*pid, outputRead.release());
   liveWorkers++;
-  std::unique_ptr<WorkerProcess> worker(new WorkerProcess(pid, std::move(mine)));
+  std::unique_ptr<WorkerProcess> worker(new WorkerProcess(*pid, std::move(mine)));
   // Before the worker says it is ready it has run only its own code: nothing it maps to start
   // escapes the group, and no module or kernel runs before the bounds are set below.
-  worker->group = WorkerCgroup::adopt(pid);
+  worker->group = WorkerCgroup::adopt(*pid);
 
   Message hello;
   llvm::Expected<ReceiveStatus> status =

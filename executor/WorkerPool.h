@@ -4,6 +4,7 @@
 #ifndef COURIER_EXECUTOR_WORKERPOOL_H
 #define COURIER_EXECUTOR_WORKERPOOL_H
 
+#include "executor/EndReason.h"
 #include "executor/WorkerCgroup.h"
 #include "executor/WorkerProtocol.h"
 
@@ -48,9 +49,6 @@ struct WorkerSettings {
   /// none; a module worker's host code may.
   uint64_t extraThreads = 64;
 };
-
-/// Why the executor ended a worker itself; a worker that dies on its own has none.
-enum class EndReason { None, Deadline, Closed, Shutdown };
 
 /// How a worker's life ended, for metrics and the log.
 struct WorkerDeath {
@@ -138,6 +136,10 @@ private:
   /// Takes the message on the socket, with no wait: true when it is a crash report (kept for
   /// settle()), false for anything else (the message is gone) or nothing.
   bool crashReportWaits();
+  /// The worker's next message for the request waiting: the answer `fromPage` took from the
+  /// doorbell page (taken), else one from the socket. False when the worker is gone or no
+  /// longer trusted (ended here), or the deadline passed (ended).
+  bool nextReply(Message &reply, std::optional<Message> &fromPage, Clock::time_point deadline);
   /// Reaps the process and works out `howItDied`.
   const WorkerDeath &settle();
   llvm::Error died(llvm::StringRef what, Clock::time_point deadline);

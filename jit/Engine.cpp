@@ -399,6 +399,25 @@ struct LinkReports {
 
 void setBeforeModuleCode(void (*hook)(bool)) { beforeModuleCode = hook; }
 
+namespace {
+/// The engine calls setup() and teardown() as void(void): an error at either when it is
+/// something else.
+mlir::LogicalResult checkLifecycleFunctions(mlir::ModuleOp module) {
+  for (llvm::StringRef lifecycle : {"setup", "teardown"}) {
+    mlir::Operation *symbol = module.lookupSymbol(lifecycle);
+    auto fn = llvm::dyn_cast_or_null<mlir::func::FuncOp>(symbol);
+    if (symbol && (!fn || fn.getNumArguments() != 0 || fn.getNumResults() != 0)) {
+      symbol->emitError() << "'" << lifecycle
+                          << "' must be a func.func taking and returning nothing: the engine "
+                             "calls it when the module is "
+                          << (lifecycle == "setup" ? "loaded" : "unloaded");
+      return mlir::failure();
+    }
+  }
+  return mlir::success();
+}
+} // namespace
+
 struct Engine::Impl {
   EngineOptions options;
   mlir::DialectRegistry registry = makeRegistry();
@@ -427,11 +446,7 @@ struct Engine::Impl {
     auto [it, inserted] = executorCpus.try_emplace(address);
     if (!inserted)
       return it->second;
-    transport::BackendOptions backend;
-    backend.connectTimeout = options.connectTimeout;
-    backend.requestTimeout = options.requestTimeout;
-    backend.bearerToken = options.authToken;
-    backend.tls = options.tls;
+    const transport::BackendOptions &backend = options.executors;
     llvm::Expected<transport::ExecutorCpu> asked = transport::askExecutorCpu(
         address, backend, kExecutorCpuConnectTimeout, kExecutorCpuTimeout);
     if (asked)
@@ -564,6 +579,18 @@ struct Engine::Impl {
 
   llvm::Expected<std::shared_ptr<Module>> compile(llvm::StringRef text, llvm::StringRef name,
                                                   const CompileOptions &compileOptions);
+  /// A compile's deadline in a worker: the compile's own, else the engine's; none for 0.
+  std::optional<std::chrono::milliseconds>
+  compileTimeout(const CompileOptions &compileOptions) const;
+  /// The host object of the parsed `module`: from the disk cache by `key`, else lowered
+  /// (its target objects in `objects`) and stored there.
+  llvm::Expected<std::string> compiledObject(const std::string &key, mlir::ModuleOp module,
+                                             llvm::orc::JITTargetMachineBuilder &jtmb,
+                                             const std::vector<EntrySignature> &entries,
+                                             PhaseTimes &times, Objects &objects,
+                                             DiagnosticCollector &diagnostics);
+  /// Adds EngineOptions::extraPipeline's passes to `pm` (an error when it does not parse).
+  llvm::Error addExtraPipeline(mlir::PassManager &pm) const;
   llvm::Expected<std::string> lower(mlir::ModuleOp module, llvm::orc::JITTargetMachineBuilder &jtmb,
                                     const std::vector<EntrySignature> &entries, PhaseTimes &times,
                                     DiskCache *cache, Objects &objects,
@@ -630,6 +657,43 @@ Engine::compileFile(llvm::StringRef path, llvm::StringRef name, CompileOptions c
                  compileOptions);
 }
 
+std::optional<std::chrono::milliseconds>
+Engine::Impl::compileTimeout(const CompileOptions &compileOptions) const {
+  std::optional<std::chrono::milliseconds> timeout = compileOptions.timeout;
+  if (!timeout && options.compileTimeout.count() > 0)
+    timeout = options.compileTimeout;
+  if (timeout && timeout->count() <= 0)
+    timeout.reset();
+  return timeout;
+}
+
+llvm::Expected<std::string> Engine::Impl::compiledObject(const std::string &key,
+                                                         mlir::ModuleOp module,
+                                                         llvm::orc::JITTargetMachineBuilder &jtmb,
+                                                         const std::vector<EntrySignature> &entries,
+                                                         PhaseTimes &times, Objects &objects,
+                                                         DiagnosticCollector &diagnostics) {
+  // Opened, and its directory checked, by every compile that may use it: a directory
+  // swapped since the last compile is refused like any other.
+  std::unique_ptr<DiskCache> cache;
+  if (std::string dir = cacheDir(); !dir.empty()) {
+    llvm::Expected<std::unique_ptr<DiskCache>> opened = DiskCache::open(dir, options.cacheMaxBytes);
+    if (!opened)
+      return opened.takeError();
+    cache = std::move(*opened);
+  }
+  if (std::optional<DiskCache::HostEntry> cached = cache ? cache->loadHost(key) : std::nullopt) {
+    objects.targets = std::move(cached->targets);
+    times.cacheHit = true;
+    return std::move(cached->object);
+  }
+  llvm::Expected<std::string> lowered =
+      lower(module, jtmb, entries, times, cache.get(), objects, diagnostics);
+  if (lowered && cache)
+    cache->storeHost(key, *lowered, objects.targets);
+  return lowered;
+}
+
 llvm::Expected<std::shared_ptr<Module>>
 Engine::Impl::compile(llvm::StringRef text, llvm::StringRef name,
                       const CompileOptions &compileOptions) {
@@ -644,7 +708,8 @@ Engine::Impl::compile(llvm::StringRef text, llvm::StringRef name,
     std::lock_guard<std::mutex> lock(mutex);
     auto it = memoryCache.find(memoryKey);
     if (it != memoryCache.end())
-      if (std::shared_ptr<Module> cached = it->second.lock(); cached && !isTerminated(*cached))
+      if (std::shared_ptr<Module> cached = it->second.lock();
+          cached && !ModuleInternals::impl(*cached).code->terminated())
         return cached;
   }
   auto remember = [&](llvm::Expected<std::shared_ptr<Module>> loaded) {
@@ -657,14 +722,9 @@ Engine::Impl::compile(llvm::StringRef text, llvm::StringRef name,
     memoryCache[memoryKey] = *loaded;
     return loaded;
   };
-  if (launcher) {
-    std::optional<std::chrono::milliseconds> timeout = compileOptions.timeout;
-    if (!timeout && options.compileTimeout.count() > 0)
-      timeout = options.compileTimeout;
-    if (timeout && timeout->count() <= 0)
-      timeout.reset();
-    return remember(launcher->compile(options, text, name, compileOptions.sourceName, timeout));
-  }
+  if (launcher)
+    return remember(launcher->compile(options, text, name, compileOptions.sourceName,
+                                      compileTimeout(compileOptions)));
 
   // Diagnostics name the text's file when the caller knows it, and say so in the summary.
   llvm::StringRef source = compileOptions.sourceName.empty() ? name : compileOptions.sourceName;
@@ -690,18 +750,8 @@ Engine::Impl::compile(llvm::StringRef text, llvm::StringRef name,
     return diagnostics.error(("parsing '" + source + "' failed").str());
   if (mlir::failed(checkConstantSizes(*module, options.maxConstantBytes)))
     return diagnostics.error(("compiling '" + source + "' failed").str());
-  // The engine calls setup() and teardown() as void(void).
-  for (llvm::StringRef lifecycle : {"setup", "teardown"}) {
-    mlir::Operation *symbol = module->lookupSymbol(lifecycle);
-    auto fn = llvm::dyn_cast_or_null<mlir::func::FuncOp>(symbol);
-    if (symbol && (!fn || fn.getNumArguments() != 0 || fn.getNumResults() != 0)) {
-      symbol->emitError() << "'" << lifecycle
-                          << "' must be a func.func taking and returning nothing: the engine "
-                             "calls it when the module is "
-                          << (lifecycle == "setup" ? "loaded" : "unloaded");
-      return diagnostics.error(("compiling '" + source + "' failed").str());
-    }
-  }
+  if (mlir::failed(checkLifecycleFunctions(*module)))
+    return diagnostics.error(("compiling '" + source + "' failed").str());
   // The executors' CPUs are part of what a program compiles to: the disk cache keys on them.
   if (std::string executorCpus = setExecutorCpus(*module); !executorCpus.empty())
     key = cacheKey(text, jtmb->getCPU() + jtmb->getFeatures().getString() + '\0' + executorCpus);
@@ -709,38 +759,31 @@ Engine::Impl::compile(llvm::StringRef text, llvm::StringRef name,
   std::vector<EntrySignature> entries = prepareEntries(*module, unsupported);
   times.parse = msSince(start);
 
-  // Opened, and its directory checked, by every compile that may use it: a directory
-  // swapped since the last compile is refused like any other.
-  std::unique_ptr<DiskCache> cache;
-  if (std::string dir = cacheDir(); !dir.empty()) {
-    llvm::Expected<std::unique_ptr<DiskCache>> opened = DiskCache::open(dir, options.cacheMaxBytes);
-    if (!opened)
-      return opened.takeError();
-    cache = std::move(*opened);
-  }
-  std::string object;
   Objects objects;
-  if (std::optional<DiskCache::HostEntry> cached = cache ? cache->loadHost(key) : std::nullopt) {
-    object = std::move(cached->object);
-    objects.targets = std::move(cached->targets);
-    times.cacheHit = true;
-  } else {
-    llvm::Expected<std::string> lowered =
-        lower(*module, *jtmb, entries, times, cache.get(), objects, diagnostics);
-    if (!lowered)
-      return lowered.takeError();
-    object = std::move(*lowered);
-    if (cache)
-      cache->storeHost(key, object, objects.targets);
-  }
+  llvm::Expected<std::string> object =
+      compiledObject(key, *module, *jtmb, entries, times, objects, diagnostics);
+  if (!object)
+    return object.takeError();
   // The module ships the bytes checked or built here, never what a file holds later.
   std::map<std::string, std::string> shipped;
   for (CachedObject &target : objects.targets)
     shipped[target.name] = std::move(target.bytes);
 
-  return remember(link(name.str(), std::move(object), std::move(*jtmb), std::move(entries),
+  return remember(link(name.str(), std::move(*object), std::move(*jtmb), std::move(entries),
                        std::move(unsupported), std::move(shipped), std::move(objects.retained),
                        times));
+}
+
+llvm::Error Engine::Impl::addExtraPipeline(mlir::PassManager &pm) const {
+  if (options.extraPipeline.empty())
+    return llvm::Error::success();
+  registerPassesForParsing();
+  std::string parseError;
+  llvm::raw_string_ostream os(parseError);
+  if (mlir::failed(mlir::parsePassPipeline(options.extraPipeline, pm, os)))
+    return llvm::createStringError("invalid extra pass pipeline '%s': %s",
+                                   options.extraPipeline.c_str(), parseError.c_str());
+  return llvm::Error::success();
 }
 
 llvm::Expected<std::string>
@@ -751,14 +794,8 @@ Engine::Impl::lower(mlir::ModuleOp module, llvm::orc::JITTargetMachineBuilder &j
   mlir::PassManager pm(&ctx, mlir::ModuleOp::getOperationName());
   if (options.printIRAfterAll)
     enablePrinting(pm);
-  if (!options.extraPipeline.empty()) {
-    registerPassesForParsing();
-    std::string parseError;
-    llvm::raw_string_ostream os(parseError);
-    if (mlir::failed(mlir::parsePassPipeline(options.extraPipeline, pm, os)))
-      return llvm::createStringError("invalid extra pass pipeline '%s': %s",
-                                     options.extraPipeline.c_str(), parseError.c_str());
-  }
+  if (llvm::Error error = addExtraPipeline(pm))
+    return std::move(error);
   // A target module whose fingerprint a live module or the disk cache knows is not compiled;
   // one that is compiled is stored at once, so a later compile finds it even if this one
   // fails elsewhere.
@@ -893,6 +930,69 @@ llvm::Expected<std::string> Engine::Impl::lowerHost(mlir::ModuleOp module,
   return std::string(object);
 }
 
+namespace {
+
+/// Makes `code`'s JIT (its session's errors go to `reportTo`) and links the host `object` of
+/// module `name` into it: the runtime ABI,
+/// libm and the compiler-runtime helpers resolve to those Courier links in (the same ones
+/// kernels get), anything else to the process's libraries. Then finds each entry's packed
+/// wrapper and C interface, and setup() and teardown() where the module has them.
+llvm::Error linkHostObject(LocalCode &code, const std::string &name, const std::string &object,
+                           llvm::orc::JITTargetMachineBuilder jtmb,
+                           llvm::ArrayRef<EntrySignature> entries, LinkReports &reports,
+                           void (*&setup)(), void (*&teardown)(),
+                           llvm::orc::ExecutionSession::ErrorReporter reportTo) {
+  llvm::Expected<std::unique_ptr<llvm::orc::LLJIT>> made =
+      llvm::orc::LLJITBuilder().setJITTargetMachineBuilder(std::move(jtmb)).create();
+  if (!made)
+    return made.takeError();
+  code.jit = std::move(*made);
+  llvm::orc::LLJIT &jit = *code.jit;
+  jit.getExecutionSession().setErrorReporter(std::move(reportTo));
+  auto linkFailure = [&](llvm::Error error) { return reports.failure(name, std::move(error)); };
+  llvm::orc::JITDylib &main = jit.getMainJITDylib();
+  llvm::orc::SymbolMap runtimeSymbols;
+  for (const runtime::AbiSymbol &symbol : runtime::abiSymbols())
+    runtimeSymbols[jit.mangleAndIntern(symbol.name)] = {
+        llvm::orc::ExecutorAddr::fromPtr(symbol.address), llvm::JITSymbolFlags::Exported};
+  for (const CourierRuntimeSymbol *symbol = courierRuntimeSymbols; symbol->name; ++symbol)
+    if (symbol->address)
+      runtimeSymbols.try_emplace(jit.mangleAndIntern(symbol->name),
+                                 llvm::orc::ExecutorAddr::fromPtr(symbol->address),
+                                 llvm::JITSymbolFlags::Exported);
+  if (llvm::Error error = main.define(llvm::orc::absoluteSymbols(std::move(runtimeSymbols))))
+    return error;
+  llvm::Expected<std::unique_ptr<llvm::orc::DynamicLibrarySearchGenerator>> process =
+      llvm::orc::DynamicLibrarySearchGenerator::GetForCurrentProcess(
+          jit.getDataLayout().getGlobalPrefix());
+  if (!process)
+    return process.takeError();
+  main.addGenerator(std::move(*process));
+  if (llvm::Error error =
+          jit.addObjectFile(llvm::MemoryBuffer::getMemBufferCopy(object, name + ".o")))
+    return linkFailure(std::move(error));
+  for (const EntrySignature &entry : entries) {
+    llvm::Expected<llvm::orc::ExecutorAddr> packed = jit.lookup((kPackedPrefix + entry.name).str());
+    if (!packed)
+      return linkFailure(packed.takeError());
+    llvm::Expected<llvm::orc::ExecutorAddr> ciface = jit.lookup("_mlir_ciface_" + entry.name);
+    if (!ciface)
+      return linkFailure(ciface.takeError());
+    code.functions[entry.name] = {packed->toPtr<void (*)(void **)>(), ciface->toPtr<void *>()};
+  }
+  for (auto [symbol, slot] : {std::pair{"setup", &setup}, std::pair{"teardown", &teardown}}) {
+    if (llvm::Expected<llvm::orc::ExecutorAddr> addr = jit.lookup(symbol))
+      *slot = addr->toPtr<void (*)()>();
+    else
+      llvm::consumeError(addr.takeError());
+  }
+  // A module without entries fails no lookup above, yet its code may still need what nothing
+  // defines (setup's lookup failing for it reads as having no setup).
+  return reports.finish(name);
+}
+
+} // namespace
+
 llvm::Expected<std::shared_ptr<Module>>
 Engine::Impl::link(std::string name, std::string object, llvm::orc::JITTargetMachineBuilder jtmb,
                    std::vector<EntrySignature> entries, llvm::StringMap<std::string> unsupported,
@@ -904,17 +1004,12 @@ Engine::Impl::link(std::string name, std::string object, llvm::orc::JITTargetMac
   impl->retained = std::move(retained);
   impl->entries = std::move(entries);
   impl->unsupported = std::move(unsupported);
-
-  llvm::Expected<std::unique_ptr<llvm::orc::LLJIT>> jit =
-      llvm::orc::LLJITBuilder().setJITTargetMachineBuilder(std::move(jtmb)).create();
-  if (!jit)
-    return jit.takeError();
-  impl->jit = std::move(*jit);
+  auto code = std::make_unique<LocalCode>();
   // A symbol the host code needs and nothing defines is reported to the session, not returned
   // by the lookup that fails for it (which says only that the entry's symbols could not be
   // made): while linking, the report is kept to say which function the code called.
   auto reports = std::make_shared<LinkReports>();
-  impl->jit->getExecutionSession().setErrorReporter([reports](llvm::Error error) {
+  auto reportTo = [reports](llvm::Error error) {
     std::lock_guard<std::mutex> lock(reports->mutex);
     if (!reports->linking) {
       llvm::logAllUnhandledErrors(std::move(error), llvm::errs(), "JIT session error: ");
@@ -927,83 +1022,34 @@ Engine::Impl::link(std::string name, std::string object, llvm::orc::JITTargetMac
             reports->missing.push_back((*symbol).str());
         },
         [&](const llvm::ErrorInfoBase &e) { reports->other.push_back(e.message()); });
-  });
-  auto linkFailure = [&](llvm::Error error) {
-    return reports->failure(impl->name, std::move(error));
   };
-  llvm::orc::JITDylib &main = impl->jit->getMainJITDylib();
-  // The runtime ABI resolves to this process's implementation, libm and the compiler-runtime
-  // helpers to those Courier links in (the same ones kernels get), anything else to the
-  // process's libraries.
-  llvm::orc::SymbolMap runtimeSymbols;
-  for (const runtime::AbiSymbol &symbol : runtime::abiSymbols())
-    runtimeSymbols[impl->jit->mangleAndIntern(symbol.name)] = {
-        llvm::orc::ExecutorAddr::fromPtr(symbol.address), llvm::JITSymbolFlags::Exported};
-  for (const CourierRuntimeSymbol *symbol = courierRuntimeSymbols; symbol->name; ++symbol)
-    if (symbol->address)
-      runtimeSymbols.try_emplace(impl->jit->mangleAndIntern(symbol->name),
-                                 llvm::orc::ExecutorAddr::fromPtr(symbol->address),
-                                 llvm::JITSymbolFlags::Exported);
-  if (llvm::Error error = main.define(llvm::orc::absoluteSymbols(std::move(runtimeSymbols))))
-    return std::move(error);
-  llvm::Expected<std::unique_ptr<llvm::orc::DynamicLibrarySearchGenerator>> process =
-      llvm::orc::DynamicLibrarySearchGenerator::GetForCurrentProcess(
-          impl->jit->getDataLayout().getGlobalPrefix());
-  if (!process)
-    return process.takeError();
-  main.addGenerator(std::move(*process));
-  if (llvm::Error error =
-          impl->jit->addObjectFile(llvm::MemoryBuffer::getMemBufferCopy(object, impl->name + ".o")))
-    return linkFailure(std::move(error));
-
-  for (const EntrySignature &entry : impl->entries) {
-    llvm::Expected<llvm::orc::ExecutorAddr> packed =
-        impl->jit->lookup((kPackedPrefix + entry.name).str());
-    if (!packed)
-      return linkFailure(packed.takeError());
-    llvm::Expected<llvm::orc::ExecutorAddr> ciface =
-        impl->jit->lookup("_mlir_ciface_" + entry.name);
-    if (!ciface)
-      return linkFailure(ciface.takeError());
-    impl->functions[entry.name] = {packed->toPtr<void (*)(void **)>(), ciface->toPtr<void *>()};
-  }
   void (*setup)() = nullptr;
-  if (llvm::Expected<llvm::orc::ExecutorAddr> addr = impl->jit->lookup("setup"))
-    setup = addr->toPtr<void (*)()>();
-  else
-    llvm::consumeError(addr.takeError());
-  if (llvm::Expected<llvm::orc::ExecutorAddr> addr = impl->jit->lookup("teardown"))
-    impl->teardown = addr->toPtr<void (*)()>();
-  else
-    llvm::consumeError(addr.takeError());
-  // A module without entries fails no lookup above, yet its code may still need what nothing
-  // defines (setup's lookup failing for it reads as having no setup).
-  if (llvm::Error error = reports->finish(impl->name))
+  // Set on the code once setup() ran: a module whose setup failed is not torn down.
+  void (*teardown)() = nullptr;
+  if (llvm::Error error = linkHostObject(*code, impl->name, object, std::move(jtmb), impl->entries,
+                                         *reports, setup, teardown, reportTo))
     return std::move(error);
   times.link += msSince(start);
 
   runtime::ScopeOptions scopeOptions;
   scopeOptions.addressOverride = options.executorOverride;
-  scopeOptions.backend.connectTimeout = options.connectTimeout;
-  scopeOptions.backend.requestTimeout = options.requestTimeout;
-  scopeOptions.backend.bearerToken = options.authToken;
-  scopeOptions.backend.tls = options.tls;
-  scopeOptions.backend.sharedMemory = options.sharedMemory;
-  scopeOptions.backend.plugins = options.plugins;
+  scopeOptions.backend = options.executors;
   scopeOptions.objects = std::move(targetObjects);
-  impl->scope = std::make_unique<runtime::ModuleScope>(scopeOptions);
+  code->scope = std::make_unique<runtime::ModuleScope>(scopeOptions);
   if (void (*hook)(bool) = beforeModuleCode.load())
     hook(setup != nullptr);
   if (setup) {
     start = Clock::now();
-    runtime::ModuleScope::Entered entered(*impl->scope);
+    runtime::ModuleScope::Entered entered(*code->scope);
     runtime::clearError();
     setup();
     if (llvm::Error error = runtime::takeError())
       return executorError("setup() of '" + impl->name + "' failed", std::move(error));
     times.ship = msSince(start);
   }
+  code->teardown = teardown;
   impl->times = times;
+  impl->code = std::move(code);
   return std::shared_ptr<Module>(new Module(std::move(impl)));
 }
 

@@ -8,6 +8,7 @@
 // under include/courier/ at its path here, so every include resolves from the including
 // file's directory when the tree is installed, and from the repository root in it.
 #include "Tensor.h"
+#include "transport/BackendOptions.h"
 #include "transport/ErrorCode.h"
 #include "transport/Isolation.h"
 #include "transport/SharedMemoryMode.h"
@@ -178,20 +179,15 @@ struct EngineOptions {
   /// When non-empty, every target goes to this executor ("local" or "host:port") instead
   /// of the address in the IR.
   std::string executorOverride;
-  std::chrono::milliseconds connectTimeout{2000};
-  std::chrono::milliseconds requestTimeout{60000};
-  std::string authToken; ///< Bearer token for HTTP executors.
-  /// CA and client certificate for "https://" executors; empty settings come from the
-  /// environment (transport/TlsOptions.h).
-  transport::TlsClientOptions tls;
-  /// Whether launches on an executor of this host take its shared-memory channel instead of
-  /// HTTP (docs/protocol.md, "Same-host channel"): by default on a unix socket or a
-  /// loopback address; On asks at any address and takes the channel where the executor
-  /// shares this host.
-  transport::SharedMemory sharedMemory = transport::SharedMemory::Auto;
-  /// Shared libraries the in-process executor loads for dispatched library calls
-  /// (`catalyst.runtime_call` on "local").
-  std::vector<std::string> plugins;
+  /// How programs reach their executors: connect and request timeouts, the bearer token
+  /// for HTTP executors, the CA and client certificate for "https://" ones (empty settings
+  /// come from the environment, transport/TlsOptions.h), whether launches on an executor of
+  /// this host take its shared-memory channel instead of HTTP (docs/protocol.md, "Same-host
+  /// channel": by default on a unix socket or a loopback address; On asks at any address and
+  /// takes the channel where the executor shares this host), and the shared libraries the
+  /// in-process executor loads for dispatched library calls (`catalyst.runtime_call` on
+  /// "local").
+  transport::BackendOptions executors;
   /// A textual pass pipeline (mlir-opt syntax, e.g. "canonicalize,cse") run on the module
   /// before the dispatch pipeline.
   std::string extraPipeline;

@@ -24,14 +24,38 @@ namespace courier {
 inline constexpr llvm::StringLiteral kPackedPrefix = "_courier_packed_";
 
 class IsolatedWorker;
+struct LocalCode;
 
-struct Module::Impl {
-  Impl();
-  ~Impl();
-  std::string name;
-  std::vector<EntrySignature> entries;
-  /// Public functions invoke cannot call, with the reason.
-  llvm::StringMap<std::string> unsupported;
+/// Where a module's code is, chosen when the engine builds the module: in this process
+/// (LocalCode: its JIT, entry functions and runtime scope) or in a worker process of its own
+/// (jit/IsolatedModule.cpp). Module's methods ask it; they never ask which it is.
+class ModuleCode {
+public:
+  virtual ~ModuleCode();
+  /// Runs `entry` on `inputs`, results written into `options.outputs` where it gives them
+  /// (checked against the signature already).
+  virtual llvm::Expected<std::vector<Tensor>> invoke(const Module::Impl &module,
+                                                     llvm::StringRef entry,
+                                                     llvm::ArrayRef<TensorRef> inputs,
+                                                     const InvokeOptions &options) const = 0;
+  virtual WorkerState workerState() const { return {}; }
+  /// Ends the worker, if the code is in one; nothing in this process.
+  virtual void terminate() const {}
+  /// True once terminate() ended the worker: the module must not be handed out again.
+  virtual bool terminated() const { return false; }
+  /// The code in this process, or null.
+  virtual const LocalCode *local() const { return nullptr; }
+};
+
+/// A module's code in this process. Its end runs the module's teardown(), closes the
+/// sessions its launches opened, then unmaps the code.
+struct LocalCode final : ModuleCode {
+  ~LocalCode() override;
+  llvm::Expected<std::vector<Tensor>> invoke(const Module::Impl &module, llvm::StringRef entry,
+                                             llvm::ArrayRef<TensorRef> inputs,
+                                             const InvokeOptions &options) const override;
+  const LocalCode *local() const override { return this; }
+
   std::unique_ptr<llvm::orc::LLJIT> jit;
   struct Functions {
     void (*packed)(void **) = nullptr;
@@ -40,13 +64,28 @@ struct Module::Impl {
   llvm::StringMap<Functions> functions;
   void (*teardown)() = nullptr;
   std::unique_ptr<runtime::ModuleScope> scope;
+};
+
+/// A module's code in a worker (jit/IsolatedModule.cpp).
+std::unique_ptr<ModuleCode> isolatedCode(std::unique_ptr<IsolatedWorker> worker);
+
+/// Writes `results` into the caller's `outputs` where it gives them (each checked to fit),
+/// leaving those results without bytes.
+llvm::Error writeIntoOutputs(llvm::StringRef entry, std::vector<Tensor> &results,
+                             llvm::ArrayRef<OutputRef> outputs);
+
+struct Module::Impl {
+  Impl();
+  ~Impl();
+  std::string name;
+  std::vector<EntrySignature> entries;
+  /// Public functions invoke cannot call, with the reason.
+  llvm::StringMap<std::string> unsupported;
   PhaseTimes times;
   /// The objects the engine's memory caches find by fingerprint while this module is
   /// loaded (its host object and target objects).
   std::vector<std::shared_ptr<const void>> retained;
-  /// Set for an isolated module: its code lives in a worker, and the fields above that
-  /// hold code (jit, functions, teardown, scope) stay empty.
-  std::unique_ptr<IsolatedWorker> isolated;
+  std::unique_ptr<ModuleCode> code;
 };
 
 /// A result as the entry returned it: `data` is the first element, strides in elements.
@@ -75,9 +114,9 @@ struct ModuleInternals {
   }
 };
 
-/// Calls `entry` of an in-process module after checking `inputs` against its signature,
-/// hands its results to `consume` (valid only during the call), then frees those whose
-/// allocation `consume` did not take.
+/// Calls `entry` of an in-process module (its code `impl.code->local()`) after checking
+/// `inputs` against its signature, hands its results to `consume` (valid only during the
+/// call), then frees those whose allocation `consume` did not take.
 llvm::Error invokeInProcess(const Module::Impl &impl, llvm::StringRef entry,
                             llvm::ArrayRef<TensorRef> inputs,
                             llvm::function_ref<void(llvm::MutableArrayRef<ResultRef>)> consume);
@@ -116,14 +155,6 @@ llvm::LogicalResult checkHostObjectSize(mlir::Operation *module, uint64_t bytes,
 /// own code first runs (its setup(), when `runsSetup`): where a module worker locks its file
 /// system down and tells its server that setup() is starting.
 void setBeforeModuleCode(void (*hook)(bool runsSetup));
-
-WorkerState isolatedState(IsolatedWorker &worker);
-/// True once an isolated module was terminated: it must not be handed out again.
-bool isTerminated(const Module &module);
-void terminateIsolated(IsolatedWorker &worker);
-llvm::Expected<std::vector<Tensor>> invokeIsolated(IsolatedWorker &worker, llvm::StringRef entry,
-                                                   llvm::ArrayRef<TensorRef> inputs,
-                                                   const InvokeOptions &options);
 
 /// The text of the file at `path`, or a CompileError naming it and saying why it cannot be
 /// read (Engine::compileFile, ReloadableModule::reloadFile).

@@ -75,6 +75,19 @@ std::string describeTimeout(std::optional<std::chrono::milliseconds> timeout) {
   return timeout ? std::to_string(timeout->count()) + " ms" : "its deadline";
 }
 
+/// Whether results at `places` lie within `total` bytes without overlapping: overlapping
+/// results would multiply what is allocated.
+bool disjointWithin(llvm::ArrayRef<moduleproto::TensorPlace> places, uint64_t total) {
+  std::vector<std::pair<uint64_t, uint64_t>> spans;
+  for (const moduleproto::TensorPlace &place : places)
+    spans.emplace_back(place.offset, place.size);
+  std::sort(spans.begin(), spans.end());
+  for (size_t i = 0; i < spans.size(); ++i)
+    if (spans[i].first > total || total - spans[i].first < spans[i].second ||
+        (i && spans[i].first < spans[i - 1].first + spans[i - 1].second))
+      return false;
+  return true;
+}
 } // namespace
 
 llvm::Error unloadedError(llvm::StringRef name, llvm::StringRef entry) {
@@ -431,15 +444,8 @@ private:
       return malformed("results of " + std::to_string(total) +
                        " bytes, more than the worker "
                        "could hold");
-    // Disjoint, and within `total`: overlapping results would multiply what is allocated.
-    std::vector<std::pair<uint64_t, uint64_t>> spans;
-    for (const Result &r : results)
-      spans.emplace_back(r.offset, r.size);
-    std::sort(spans.begin(), spans.end());
-    for (size_t i = 0; i < spans.size(); ++i)
-      if (spans[i].first > total || total - spans[i].first < spans[i].second ||
-          (i && spans[i].first < spans[i - 1].first + spans[i - 1].second))
-        return malformed("results that overlap or lie outside the answer");
+    if (!disjointWithin(block.tensors, total))
+      return malformed("results that overlap or lie outside the answer");
     llvm::StringRef bytes;
     if (block.bodyIn == executor::Payload::Inline) {
       bytes = block.inlineBytes;
@@ -589,20 +595,30 @@ private:
   std::atomic<bool> terminated{false};
 };
 
-Module::Impl::Impl() = default;
-Module::Impl::~Impl() = default;
+namespace {
+/// A module's code in its workers.
+class IsolatedCode final : public ModuleCode {
+public:
+  explicit IsolatedCode(std::unique_ptr<IsolatedWorker> worker) : worker(std::move(worker)) {}
 
-WorkerState isolatedState(IsolatedWorker &worker) { return worker.state(); }
-bool isTerminated(const Module &module) {
-  const Module::Impl &impl = ModuleInternals::impl(module);
-  return impl.isolated && impl.isolated->isTerminated();
-}
-void terminateIsolated(IsolatedWorker &worker) { worker.terminate(); }
-llvm::Expected<std::vector<Tensor>> invokeIsolated(IsolatedWorker &worker, llvm::StringRef entry,
-                                                   llvm::ArrayRef<TensorRef> inputs,
-                                                   const InvokeOptions &options) {
-  return worker.invoke(entry, inputs, options);
-}
+  llvm::Expected<std::vector<Tensor>> invoke(const Module::Impl &, llvm::StringRef entry,
+                                             llvm::ArrayRef<TensorRef> inputs,
+                                             const InvokeOptions &options) const override {
+    llvm::Expected<std::vector<Tensor>> results = worker->invoke(entry, inputs, options);
+    if (!results || options.outputs.empty())
+      return results;
+    if (llvm::Error error = writeIntoOutputs(entry, *results, options.outputs))
+      return std::move(error);
+    return results;
+  }
+  WorkerState workerState() const override { return worker->state(); }
+  void terminate() const override { worker->terminate(); }
+  bool terminated() const override { return worker->isTerminated(); }
+
+private:
+  std::unique_ptr<IsolatedWorker> worker;
+};
+} // namespace
 
 WorkerLauncher::WorkerLauncher(const EngineOptions &options) {
   executor::WorkerSettings settings;
@@ -653,7 +669,7 @@ WorkerLauncher::compile(const EngineOptions &options, llvm::StringRef text, llvm
   impl->entries = std::move(loaded->entries);
   impl->unsupported = std::move(loaded->unsupported);
   impl->times = loaded->times;
-  impl->isolated = std::move(isolated);
+  impl->code = std::make_unique<IsolatedCode>(std::move(isolated));
   return ModuleInternals::make(std::move(impl));
 }
 

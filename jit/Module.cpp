@@ -37,17 +37,21 @@ llvm::Error executorError(llvm::Twine context, llvm::Error cause) {
 }
 
 Module::Module(std::unique_ptr<Impl> impl) : impl(std::move(impl)) {}
+Module::~Module() = default;
+Module::Impl::Impl() = default;
+Module::Impl::~Impl() = default;
+ModuleCode::~ModuleCode() = default;
 
-Module::~Module() {
-  if (impl->teardown) {
-    runtime::ModuleScope::Entered entered(*impl->scope);
+LocalCode::~LocalCode() {
+  if (teardown) {
+    runtime::ModuleScope::Entered entered(*scope);
     runtime::clearError();
-    impl->teardown();
+    teardown();
     llvm::consumeError(runtime::takeError());
   }
   // Sessions close before the code that used them is unmapped.
-  impl->scope.reset();
-  impl->jit.reset();
+  scope.reset();
+  jit.reset();
 }
 
 const std::string &Module::name() const { return impl->name; }
@@ -61,18 +65,16 @@ const EntrySignature *Module::findEntry(llvm::StringRef entry) const {
   return nullptr;
 }
 
-WorkerState Module::workerState() const {
-  return impl->isolated ? isolatedState(*impl->isolated) : WorkerState{};
-}
+WorkerState Module::workerState() const { return impl->code->workerState(); }
 
-void Module::terminate() const {
-  if (impl->isolated)
-    terminateIsolated(*impl->isolated);
-}
+void Module::terminate() const { impl->code->terminate(); }
 
 void *Module::rawEntry(llvm::StringRef entry) const {
-  auto it = impl->functions.find(entry);
-  return it == impl->functions.end() ? nullptr : it->second.ciface;
+  const LocalCode *local = impl->code->local();
+  if (!local)
+    return nullptr;
+  auto it = local->functions.find(entry);
+  return it == local->functions.end() ? nullptr : it->second.ciface;
 }
 
 namespace {
@@ -145,21 +147,22 @@ void ResultRef::pack(uint8_t *out) const {
   abi::copyRowMajor(data, dtypeSize(dtype), shape, strides, out);
 }
 
-llvm::Error invokeInProcess(const Module::Impl &impl, llvm::StringRef entry,
-                            llvm::ArrayRef<TensorRef> inputs,
-                            llvm::function_ref<void(llvm::MutableArrayRef<ResultRef>)> consume) {
+namespace {
+/// The signature of `entry` of a module in this process, once `inputs` are checked against it.
+llvm::Expected<const EntrySignature *> checkedEntry(const Module::Impl &impl, const LocalCode &code,
+                                                    llvm::StringRef entry,
+                                                    llvm::ArrayRef<TensorRef> inputs) {
   const EntrySignature *signature = nullptr;
   for (const EntrySignature &e : impl.entries)
     if (e.name == entry)
       signature = &e;
-  auto fns = impl.functions.find(entry);
   if (auto it = impl.unsupported.find(entry); it != impl.unsupported.end())
     return engineError(
         ErrorCode::UnknownEntry,
         llvm::formatv("entry '{0}' of module '{1}' cannot be invoked: {2}; invoke passes ranked "
                       "tensors, identity-layout memrefs and scalars of {3} and index",
                       entry, impl.name, it->second, dtypeNames(", ")));
-  if (!signature || fns == impl.functions.end()) {
+  if (!signature || !code.functions.count(entry)) {
     std::string known;
     for (const EntrySignature &e : impl.entries)
       known += (known.empty() ? "" : ", ") + e.name;
@@ -173,14 +176,67 @@ llvm::Error invokeInProcess(const Module::Impl &impl, llvm::StringRef entry,
                                      signature->inputs.size(), inputs.size()));
   for (size_t i = 0; i < inputs.size(); ++i)
     if (llvm::Error error = checkInput(*signature, i, signature->inputs[i], inputs[i]))
-      return error;
+      return std::move(error);
   if (!signature->dimEqualities.empty()) {
     llvm::SmallVector<llvm::ArrayRef<int64_t>, 8> shapes;
     for (const TensorRef &input : inputs)
       shapes.push_back(input.shape);
     if (llvm::Error error = checkDimEqualities(*signature, shapes))
-      return error;
+      return std::move(error);
   }
+  return signature;
+}
+} // namespace
+
+namespace {
+/// The results of a call of the entry `signature` describes, from its output descriptors
+/// and scalar slots: each allocation the results use, once (`allocations`), and those a
+/// result alone uses, packed row-major, offered as that result's bytes (`offered`).
+void collectResults(const EntrySignature &signature, llvm::ArrayRef<Descriptor> outputDescs,
+                    llvm::ArrayRef<int64_t> scalars, llvm::SmallVectorImpl<ResultRef> &results,
+                    llvm::SmallVectorImpl<void *> &allocations,
+                    llvm::SmallVectorImpl<void *> &offered) {
+  size_t next = 0;
+  for (size_t j = 0; j < signature.outputs.size(); ++j) {
+    const TensorSpec &spec = signature.outputs[j];
+    if (spec.isScalar) {
+      results.push_back(
+          ResultRef{spec.dtype, {}, {}, reinterpret_cast<const uint8_t *>(&scalars[j])});
+      continue;
+    }
+    const Descriptor &desc = outputDescs[next++];
+    results.push_back(resultOf(desc, spec.dtype));
+    // Two results may share one allocation; free it once.
+    if (desc.allocated())
+      if (!llvm::is_contained(allocations, desc.allocated()))
+        allocations.push_back(desc.allocated());
+  }
+  // A result alone in its allocation and packed row-major can become its tensor's bytes.
+  for (size_t j = 0, k = 0; j < signature.outputs.size(); ++j) {
+    if (signature.outputs[j].isScalar)
+      continue;
+    void *allocation = outputDescs[k++].allocated();
+    size_t sharing = llvm::count_if(
+        outputDescs, [&](const Descriptor &desc) { return desc.allocated() == allocation; });
+    if (allocation && sharing == 1 && results[j].isRowMajor()) {
+      results[j].allocation = allocation;
+      offered.push_back(allocation);
+    }
+  }
+}
+} // namespace
+
+llvm::Error invokeInProcess(const Module::Impl &impl, llvm::StringRef entry,
+                            llvm::ArrayRef<TensorRef> inputs,
+                            llvm::function_ref<void(llvm::MutableArrayRef<ResultRef>)> consume) {
+  const LocalCode *code = impl.code ? impl.code->local() : nullptr;
+  if (!code)
+    return engineError(ErrorCode::Internal, "module '" + impl.name + "' runs in a worker");
+  llvm::Expected<const EntrySignature *> checked = checkedEntry(impl, *code, entry, inputs);
+  if (!checked)
+    return checked.takeError();
+  const EntrySignature *signature = *checked;
+  auto fns = code->functions.find(entry);
 
   size_t numInputs = inputs.size(), numOutputs = signature->outputs.size();
   std::vector<void *> args(numInputs + numOutputs);
@@ -207,41 +263,15 @@ llvm::Error invokeInProcess(const Module::Impl &impl, llvm::StringRef entry,
   }
 
   // Kernel launches re-open their sessions; the scope applies the module's options to them.
-  runtime::ModuleScope::Entered entered(*impl.scope);
+  runtime::ModuleScope::Entered entered(*code->scope);
   runtime::clearError();
   fns->second.packed(args.data());
   llvm::Error failure = runtime::takeError();
 
   llvm::SmallVector<ResultRef, 4> results;
-  llvm::SmallVector<void *, 4> allocations;
-  size_t next = 0;
-  for (size_t j = 0; j < numOutputs; ++j) {
-    const TensorSpec &spec = signature->outputs[j];
-    if (spec.isScalar) {
-      results.push_back(ResultRef{
-          spec.dtype, {}, {}, reinterpret_cast<const uint8_t *>(&scalars[numInputs + j])});
-      continue;
-    }
-    const Descriptor &desc = outputDescs[next++];
-    results.push_back(resultOf(desc, spec.dtype));
-    // Two results may share one allocation; free it once.
-    if (desc.allocated())
-      if (!llvm::is_contained(allocations, desc.allocated()))
-        allocations.push_back(desc.allocated());
-  }
-  // A result alone in its allocation and packed row-major can become its tensor's bytes.
-  llvm::SmallVector<void *, 4> offered;
-  for (size_t j = 0, k = 0; j < numOutputs; ++j) {
-    if (signature->outputs[j].isScalar)
-      continue;
-    void *allocation = outputDescs[k++].allocated();
-    size_t sharing = llvm::count_if(
-        outputDescs, [&](const Descriptor &desc) { return desc.allocated() == allocation; });
-    if (allocation && sharing == 1 && results[j].isRowMajor()) {
-      results[j].allocation = allocation;
-      offered.push_back(allocation);
-    }
-  }
+  llvm::SmallVector<void *, 4> allocations, offered;
+  collectResults(*signature, outputDescs, llvm::ArrayRef<int64_t>(scalars).drop_front(numInputs),
+                 results, allocations, offered);
   if (!failure)
     consume(results);
   // Large buffers go back to be reused by the next call (see executor/ResultBlocks.h).
@@ -256,15 +286,6 @@ llvm::Error invokeInProcess(const Module::Impl &impl, llvm::StringRef entry,
     return executorError("invoking '" + signature->name + "' of module '" + impl.name + "'",
                          std::move(failure));
   return llvm::Error::success();
-}
-
-llvm::Expected<std::vector<Tensor>> Module::invoke(llvm::StringRef entry,
-                                                   llvm::ArrayRef<Tensor> inputs,
-                                                   const InvokeOptions &options) const {
-  llvm::SmallVector<TensorRef, 4> refs;
-  for (const Tensor &t : inputs)
-    refs.push_back(t.ref());
-  return invoke(entry, refs, options);
 }
 
 namespace {
@@ -327,39 +348,55 @@ llvm::Error checkResultFits(llvm::StringRef entry, size_t index, const OutputRef
 
 } // namespace
 
+llvm::Error writeIntoOutputs(llvm::StringRef entry, std::vector<Tensor> &results,
+                             llvm::ArrayRef<OutputRef> outputs) {
+  for (size_t j = 0; j < results.size() && j < outputs.size(); ++j)
+    if (outputs[j].data)
+      if (llvm::Error error = checkResultFits(entry, j, outputs[j], results[j].shape))
+        return error;
+  for (size_t j = 0; j < results.size() && j < outputs.size(); ++j) {
+    Tensor &t = results[j];
+    if (!outputs[j].data)
+      continue;
+    if (!t.bytes.empty())
+      std::memcpy(outputs[j].data, t.bytes.data(), t.bytes.size());
+    t.bytes = TensorBytes();
+  }
+  return llvm::Error::success();
+}
+
+llvm::Expected<std::vector<Tensor>> Module::invoke(llvm::StringRef entry,
+                                                   llvm::ArrayRef<Tensor> inputs,
+                                                   const InvokeOptions &options) const {
+  llvm::SmallVector<TensorRef, 4> refs;
+  for (const Tensor &t : inputs)
+    refs.push_back(t.ref());
+  return invoke(entry, refs, options);
+}
+
 llvm::Expected<std::vector<Tensor>> Module::invoke(llvm::StringRef entry,
                                                    llvm::ArrayRef<TensorRef> inputs,
                                                    const InvokeOptions &options) const {
-  llvm::ArrayRef<OutputRef> outs = options.outputs;
-  if (!outs.empty())
+  if (!options.outputs.empty())
     if (const EntrySignature *signature = findEntry(entry))
-      if (llvm::Error error = checkOutputs(*signature, outs))
+      if (llvm::Error error = checkOutputs(*signature, options.outputs))
         return std::move(error);
   if (options.queued)
     *options.queued = std::chrono::nanoseconds(0); // An isolated call says how long it waited.
-  if (impl->isolated) {
-    llvm::Expected<std::vector<Tensor>> results =
-        invokeIsolated(*impl->isolated, entry, inputs, options);
-    if (!results || outs.empty())
-      return results;
-    for (size_t j = 0; j < results->size() && j < outs.size(); ++j) {
-      Tensor &t = (*results)[j];
-      if (!outs[j].data)
-        continue;
-      if (llvm::Error error = checkResultFits(entry, j, outs[j], t.shape))
-        return std::move(error);
-      if (!t.bytes.empty())
-        std::memcpy(outs[j].data, t.bytes.data(), t.bytes.size());
-      t.bytes = TensorBytes();
-    }
-    return results;
-  }
+  return impl->code->invoke(*impl, entry, inputs, options);
+}
+
+llvm::Expected<std::vector<Tensor>> LocalCode::invoke(const Module::Impl &module,
+                                                      llvm::StringRef entry,
+                                                      llvm::ArrayRef<TensorRef> inputs,
+                                                      const InvokeOptions &options) const {
+  llvm::ArrayRef<OutputRef> outs = options.outputs;
   std::vector<Tensor> outputs;
   // The first output whose result has another shape, and that shape.
   std::optional<size_t> unfit;
   llvm::SmallVector<int64_t, 4> unfitShape;
   llvm::Error error =
-      invokeInProcess(*impl, entry, inputs, [&](llvm::MutableArrayRef<ResultRef> results) {
+      invokeInProcess(module, entry, inputs, [&](llvm::MutableArrayRef<ResultRef> results) {
         // Every output is checked before any is written: a failed call writes none.
         for (size_t j = 0; j < outs.size() && j < results.size(); ++j)
           if (outs[j].data &&

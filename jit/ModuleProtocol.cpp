@@ -63,15 +63,17 @@ void writeOptions(MessageWriter &out, const EngineOptions &options) {
       .str(options.cacheDir.empty() ? defaultCacheDir() : options.cacheDir)
       .u64(options.diskCache ? 1 : 0);
   out.str(options.executorOverride);
-  out.u64(static_cast<uint64_t>(options.connectTimeout.count()));
-  out.u64(static_cast<uint64_t>(options.requestTimeout.count()));
-  out.str(options.authToken).u64(options.plugins.size());
-  for (const std::string &plugin : options.plugins)
+  out.u64(static_cast<uint64_t>(options.executors.connectTimeout.count()));
+  out.u64(static_cast<uint64_t>(options.executors.requestTimeout.count()));
+  out.str(options.executors.bearerToken).u64(options.executors.plugins.size());
+  for (const std::string &plugin : options.executors.plugins)
     out.str(plugin);
   out.str(options.extraPipeline).u64(options.printIRAfterAll ? 1 : 0);
   out.u64(options.maxConstantBytes).u64(options.maxObjectBytes).u64(options.cacheMaxBytes);
-  out.str(options.tls.caFile).str(options.tls.certFile).str(options.tls.keyFile);
-  out.u64(options.jobs).u64(static_cast<uint64_t>(options.sharedMemory));
+  out.str(options.executors.tls.caFile)
+      .str(options.executors.tls.certFile)
+      .str(options.executors.tls.keyFile);
+  out.u64(options.jobs).u64(static_cast<uint64_t>(options.executors.sharedMemory));
 }
 
 EngineOptions readOptions(MessageReader &in) {
@@ -80,25 +82,26 @@ EngineOptions readOptions(MessageReader &in) {
   options.cacheDir = in.str().str();
   options.diskCache = in.u64() != 0;
   options.executorOverride = in.str().str();
-  options.connectTimeout = std::chrono::milliseconds(in.u64());
-  options.requestTimeout = std::chrono::milliseconds(in.u64());
-  options.authToken = in.str().str();
-  options.plugins.resize(in.count(8));
-  for (std::string &plugin : options.plugins)
+  options.executors.connectTimeout = std::chrono::milliseconds(in.u64());
+  options.executors.requestTimeout = std::chrono::milliseconds(in.u64());
+  options.executors.bearerToken = in.str().str();
+  options.executors.plugins.resize(in.count(8));
+  for (std::string &plugin : options.executors.plugins)
     plugin = in.str().str();
   options.extraPipeline = in.str().str();
   options.printIRAfterAll = in.u64() != 0;
   options.maxConstantBytes = in.u64();
   options.maxObjectBytes = in.u64();
   options.cacheMaxBytes = in.u64();
-  options.tls.caFile = in.str().str();
-  options.tls.certFile = in.str().str();
-  options.tls.keyFile = in.str().str();
+  options.executors.tls.caFile = in.str().str();
+  options.executors.tls.certFile = in.str().str();
+  options.executors.tls.keyFile = in.str().str();
   options.jobs = static_cast<unsigned>(std::min<uint64_t>(in.u64(), EngineOptions::kMaxJobs));
   uint64_t sharedMemory = in.u64();
-  options.sharedMemory = sharedMemory <= static_cast<uint64_t>(transport::SharedMemory::Off)
-                             ? static_cast<transport::SharedMemory>(sharedMemory)
-                             : transport::SharedMemory::Off;
+  options.executors.sharedMemory =
+      sharedMemory <= static_cast<uint64_t>(transport::SharedMemory::Off)
+          ? static_cast<transport::SharedMemory>(sharedMemory)
+          : transport::SharedMemory::Off;
   return options;
 }
 

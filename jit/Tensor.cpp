@@ -398,57 +398,67 @@ llvm::Expected<llvm::json::Value> parseJSON(llvm::StringRef text, unsigned maxDe
   return llvm::json::parse(text);
 }
 
+namespace {
+/// A tensor written as an object: its fields checked, its dtype (when given) in `dtype`, its
+/// data flattened into `flat`, and a declared shape checked against the data.
+llvm::Error readTensorObject(const llvm::json::Object &object, DType &dtype, Flattener &flat) {
+  // A field of the wrong type is an error, not a default: a typo must not pass silently.
+  for (const auto &[key, field] : object) {
+    bool typed = key == "dtype"   ? field.getAsString().has_value()
+                 : key == "shape" ? field.getAsArray() != nullptr
+                 : key == "data"  ? true
+                                  : false;
+    if (!typed)
+      return llvm::createStringError(
+          key == "dtype" || key == "shape"
+              ? llvm::formatv("\"{0}\" must be a {1}", key.str(),
+                              key == "dtype" ? "string" : "list of sizes")
+                    .str()
+              : llvm::formatv("unknown tensor field \"{0}\" (fields are dtype, shape and "
+                              "data)",
+                              key.str())
+                    .str());
+  }
+  if (std::optional<llvm::StringRef> name = object.getString("dtype")) {
+    std::optional<DType> parsed = parseDType(*name);
+    if (!parsed)
+      return llvm::createStringError("unknown dtype '%s' (expected %s)", name->str().c_str(),
+                                     dtypeList().c_str());
+    dtype = *parsed;
+  }
+  const llvm::json::Value *payload = object.get("data");
+  if (!payload)
+    return llvm::createStringError("a tensor object needs \"data\"");
+  if (llvm::Error error = flat.visit(*payload, 0))
+    return error;
+  if (const llvm::json::Array *declared = object.getArray("shape")) {
+    std::vector<int64_t> explicitShape;
+    for (const llvm::json::Value &d : *declared) {
+      std::optional<uint64_t> size = jsonCount(d);
+      if (!size || *size > uint64_t(INT64_MAX))
+        return llvm::createStringError("\"shape\" must hold non-negative integers");
+      explicitShape.push_back(static_cast<int64_t>(*size));
+    }
+    std::optional<int64_t> count = checkedElementCount(explicitShape, dtypeSize(dtype));
+    if (!count)
+      return llvm::createStringError("\"shape\" is too large");
+    if (*count != static_cast<int64_t>(flat.leaves.size()))
+      return llvm::createStringError("\"shape\" holds %lld elements but \"data\" has %zu",
+                                     static_cast<long long>(*count), flat.leaves.size());
+    flat.shape = std::move(explicitShape);
+  }
+  return llvm::Error::success();
+}
+} // namespace
+
 llvm::Expected<Tensor> tensorFromJSON(const llvm::json::Value &value, const TensorSpec &spec) {
   DType dtype = spec.dtype;
   Flattener flat;
   std::vector<int64_t> &shape = flat.shape;
   std::vector<const llvm::json::Value *> &data = flat.leaves;
   if (const llvm::json::Object *object = value.getAsObject()) {
-    // A field of the wrong type is an error, not a default: a typo must not pass silently.
-    for (const auto &[key, field] : *object) {
-      bool typed = key == "dtype"   ? field.getAsString().has_value()
-                   : key == "shape" ? field.getAsArray() != nullptr
-                   : key == "data"  ? true
-                                    : false;
-      if (!typed)
-        return llvm::createStringError(
-            key == "dtype" || key == "shape"
-                ? llvm::formatv("\"{0}\" must be a {1}", key.str(),
-                                key == "dtype" ? "string" : "list of sizes")
-                      .str()
-                : llvm::formatv("unknown tensor field \"{0}\" (fields are dtype, shape and "
-                                "data)",
-                                key.str())
-                      .str());
-    }
-    if (std::optional<llvm::StringRef> name = object->getString("dtype")) {
-      std::optional<DType> parsed = parseDType(*name);
-      if (!parsed)
-        return llvm::createStringError("unknown dtype '%s' (expected %s)", name->str().c_str(),
-                                       dtypeList().c_str());
-      dtype = *parsed;
-    }
-    const llvm::json::Value *payload = object->get("data");
-    if (!payload)
-      return llvm::createStringError("a tensor object needs \"data\"");
-    if (llvm::Error error = flat.visit(*payload, 0))
+    if (llvm::Error error = readTensorObject(*object, dtype, flat))
       return std::move(error);
-    if (const llvm::json::Array *declared = object->getArray("shape")) {
-      std::vector<int64_t> explicitShape;
-      for (const llvm::json::Value &d : *declared) {
-        std::optional<uint64_t> size = jsonCount(d);
-        if (!size || *size > uint64_t(INT64_MAX))
-          return llvm::createStringError("\"shape\" must hold non-negative integers");
-        explicitShape.push_back(static_cast<int64_t>(*size));
-      }
-      std::optional<int64_t> count = checkedElementCount(explicitShape, dtypeSize(dtype));
-      if (!count)
-        return llvm::createStringError("\"shape\" is too large");
-      if (*count != static_cast<int64_t>(data.size()))
-        return llvm::createStringError("\"shape\" holds %lld elements but \"data\" has %zu",
-                                       static_cast<long long>(*count), data.size());
-      shape = std::move(explicitShape);
-    }
   } else if (llvm::Error error = flat.visit(value, 0)) {
     return std::move(error);
   }

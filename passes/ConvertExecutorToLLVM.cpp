@@ -433,6 +433,32 @@ struct CloseLowering : ExecutorPattern<dialect::executor::CloseOp> {
 /// the reply into the output buffers, release the reply.
 struct CallLowering : ExecutorPattern<dialect::executor::CallOp> {
   using ExecutorPattern::ExecutorPattern;
+  /// One operand's place in the packed buffer: its data, at `offset`, `bytes` long.
+  struct Piece {
+    Value data;
+    int64_t offset, bytes;
+  };
+
+  /// The operands `values` (converted: `converted`) packed one after another; `total` their
+  /// bytes. Fails for an operand of elements with no byte size.
+  FailureOr<SmallVector<Piece>> layout(ValueRange values, ValueRange converted, int64_t &total,
+                                       ConversionPatternRewriter &rewriter, Location loc) const {
+    SmallVector<Piece> pieces;
+    total = 0;
+    for (auto [value, desc] : llvm::zip(values, converted)) {
+      auto memref = cast<MemRefType>(value.getType());
+      FailureOr<int64_t> elem = elementBytes(memref.getElementType());
+      if (failed(elem))
+        return failure();
+      int64_t bytes = memref.getNumElements() * *elem;
+      pieces.push_back(
+          {MemRefDescriptor(desc).bufferPtr(rewriter, loc, *getTypeConverter(), memref), total,
+           bytes});
+      total += bytes;
+    }
+    return pieces;
+  }
+
   LogicalResult matchAndRewrite(dialect::executor::CallOp op, OpAdaptor adaptor,
                                 ConversionPatternRewriter &rewriter) const override {
     if (op.getNumResults() != 0)
@@ -440,34 +466,14 @@ struct CallLowering : ExecutorPattern<dialect::executor::CallOp> {
     Location loc = op.getLoc();
     auto ptr = LLVM::LLVMPointerType::get(op.getContext());
     auto i8 = rewriter.getI8Type();
-
-    struct Piece {
-      Value data;
-      int64_t offset, bytes;
-    };
-    auto layout = [&](ValueRange values, ValueRange converted,
-                      int64_t &total) -> FailureOr<SmallVector<Piece>> {
-      SmallVector<Piece> pieces;
-      total = 0;
-      for (auto [value, desc] : llvm::zip(values, converted)) {
-        auto memref = cast<MemRefType>(value.getType());
-        FailureOr<int64_t> elem = elementBytes(memref.getElementType());
-        if (failed(elem))
-          return failure();
-        int64_t bytes = memref.getNumElements() * *elem;
-        pieces.push_back(
-            {MemRefDescriptor(desc).bufferPtr(rewriter, loc, *getTypeConverter(), memref), total,
-             bytes});
-        total += bytes;
-      }
-      return pieces;
-    };
     unsigned numInputs = op.getInputCount();
     int64_t inBytes = 0, outBytes = 0;
-    FailureOr<SmallVector<Piece>> inputs = layout(op.getArgs().take_front(numInputs),
-                                                  adaptor.getArgs().take_front(numInputs), inBytes);
-    FailureOr<SmallVector<Piece>> outputs = layout(
-        op.getArgs().drop_front(numInputs), adaptor.getArgs().drop_front(numInputs), outBytes);
+    FailureOr<SmallVector<Piece>> inputs =
+        layout(op.getArgs().take_front(numInputs), adaptor.getArgs().take_front(numInputs), inBytes,
+               rewriter, loc);
+    FailureOr<SmallVector<Piece>> outputs =
+        layout(op.getArgs().drop_front(numInputs), adaptor.getArgs().drop_front(numInputs),
+               outBytes, rewriter, loc);
     if (failed(inputs) || failed(outputs))
       return rewriter.notifyMatchFailure(op, "operands must be memrefs of integers or floats");
 

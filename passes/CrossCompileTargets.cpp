@@ -387,6 +387,60 @@ struct CrossCompileTargets : impl::CrossCompileTargetsBase<CrossCompileTargets> 
     return lowering.pm.get();
   }
 
+  /// The public functions of a target module's copy, each marked for a C interface and
+  /// its tensor arguments read-only, with what its entry and signature table need.
+  LogicalResult collectKernels(ModuleOp copy, SmallVectorImpl<Kernel> &kernels) {
+    for (auto fn : copy.getOps<func::FuncOp>()) {
+      if (!fn.isPublic() || fn.isExternal())
+        continue;
+      for (Type type : llvm::concat<const Type>(fn.getArgumentTypes(), fn.getResultTypes()))
+        if (!isa<RankedTensorType, MemRefType>(type))
+          return fn.emitError("kernel '")
+                 << fn.getName() << "' takes or returns " << type
+                 << "; kernel arguments and results must be ranked tensors or memrefs";
+      fn->setAttr(LLVM::LLVMDialect::getEmitCWrapperAttrName(), UnitAttr::get(&getContext()));
+      // A kernel reads its tensor arguments and never writes them: on the in-process
+      // executor they are the caller's own buffers.
+      for (unsigned i = 0; i < fn.getNumArguments(); ++i)
+        if (isa<TensorType>(fn.getArgumentTypes()[i]))
+          fn.setArgAttr(i, "bufferization.writable", BoolAttr::get(&getContext(), false));
+      for (Type type : llvm::concat<const Type>(fn.getArgumentTypes(), fn.getResultTypes()))
+        if (Type element = cast<ShapedType>(type).getElementType();
+            !element.isIntOrFloat() && !element.isIndex())
+          return fn.emitError("kernel '") << fn.getName() << "' has elements of type " << element
+                                          << "; kernels take integers, floats and index";
+      kernels.push_back({fn.getName().str(), fn.getNumResults() > 0, signatureOf(fn)});
+    }
+    return success();
+  }
+
+  /// Checks that `pipeline` lowered the copy wholly to the LLVM dialect (OpenMP's ops aside)
+  /// and kept the C interface of every kernel.
+  LogicalResult checkLowered(ModuleOp target, ModuleOp copy, StringRef pipeline,
+                             ArrayRef<Kernel> kernels) {
+    // A named pipeline may stop short of the LLVM dialect, or drop the C interfaces the
+    // entries call.
+    std::string lowering =
+        pipeline.empty() ? "the default pipeline" : ("pipeline '" + pipeline + "'").str();
+    WalkResult unlowered = copy.walk([&](Operation *op) {
+      // OpenMP's ops (the default pipeline's parallel loops) translate to runtime calls.
+      if (op == copy.getOperation() || isa<LLVM::LLVMDialect, omp::OpenMPDialect>(op->getDialect()))
+        return WalkResult::advance();
+      target.emitError("lowering by ")
+          << lowering << " left '" << op->getName()
+          << "' in the module; the pipeline must lower it to the LLVM dialect";
+      return WalkResult::interrupt();
+    });
+    if (unlowered.wasInterrupted())
+      return failure();
+    for (const Kernel &kernel : kernels)
+      if (!copy.lookupSymbol<LLVM::LLVMFuncOp>("_mlir_ciface_" + kernel.name))
+        return target.emitError("lowering by ")
+               << lowering << " left no '_mlir_ciface_" << kernel.name
+               << "'; the pipeline must keep llvm.emit_c_interface when it lowers func.func";
+    return success();
+  }
+
   /// Checks a target module and, unless the cache holds its object, lowers a copy of it to
   /// LLVM IR for code generation.
   LogicalResult prepare(TargetJob &job) {
@@ -418,27 +472,8 @@ struct CrossCompileTargets : impl::CrossCompileTargetsBase<CrossCompileTargets> 
     job.fingerprint = fingerprint(*copy, *job.config, pipeline);
 
     SmallVector<Kernel> kernels;
-    for (auto fn : copy->getOps<func::FuncOp>()) {
-      if (!fn.isPublic() || fn.isExternal())
-        continue;
-      for (Type type : llvm::concat<const Type>(fn.getArgumentTypes(), fn.getResultTypes()))
-        if (!isa<RankedTensorType, MemRefType>(type))
-          return fn.emitError("kernel '")
-                 << fn.getName() << "' takes or returns " << type
-                 << "; kernel arguments and results must be ranked tensors or memrefs";
-      fn->setAttr(LLVM::LLVMDialect::getEmitCWrapperAttrName(), UnitAttr::get(&getContext()));
-      // A kernel reads its tensor arguments and never writes them: on the in-process
-      // executor they are the caller's own buffers.
-      for (unsigned i = 0; i < fn.getNumArguments(); ++i)
-        if (isa<TensorType>(fn.getArgumentTypes()[i]))
-          fn.setArgAttr(i, "bufferization.writable", BoolAttr::get(&getContext(), false));
-      for (Type type : llvm::concat<const Type>(fn.getArgumentTypes(), fn.getResultTypes()))
-        if (Type element = cast<ShapedType>(type).getElementType();
-            !element.isIntOrFloat() && !element.isIndex())
-          return fn.emitError("kernel '") << fn.getName() << "' has elements of type " << element
-                                          << "; kernels take integers, floats and index";
-      kernels.push_back({fn.getName().str(), fn.getNumResults() > 0, signatureOf(fn)});
-    }
+    if (failed(collectKernels(*copy, kernels)))
+      return failure();
     if (kernels.empty())
       return target.emitError("target module has no public function to launch");
     if (hooks.lookup)
@@ -451,27 +486,8 @@ struct CrossCompileTargets : impl::CrossCompileTargetsBase<CrossCompileTargets> 
       return failure();
     if (failed(pm->run(*copy)) || failed(verify(*copy)))
       return target.emitError("lowering the target module to LLVM failed");
-    // A named pipeline may stop short of the LLVM dialect, or drop the C interfaces the
-    // entries call.
-    std::string lowering =
-        pipeline.empty() ? "the default pipeline" : ("pipeline '" + pipeline + "'").str();
-    WalkResult unlowered = copy->walk([&](Operation *op) {
-      // OpenMP's ops (the default pipeline's parallel loops) translate to runtime calls.
-      if (op == copy->getOperation() ||
-          isa<LLVM::LLVMDialect, omp::OpenMPDialect>(op->getDialect()))
-        return WalkResult::advance();
-      target.emitError("lowering by ")
-          << lowering << " left '" << op->getName()
-          << "' in the module; the pipeline must lower it to the LLVM dialect";
-      return WalkResult::interrupt();
-    });
-    if (unlowered.wasInterrupted())
+    if (failed(checkLowered(target, *copy, pipeline, kernels)))
       return failure();
-    for (const Kernel &kernel : kernels)
-      if (!copy->lookupSymbol<LLVM::LLVMFuncOp>("_mlir_ciface_" + kernel.name))
-        return target.emitError("lowering by ")
-               << lowering << " left no '_mlir_ciface_" << kernel.name
-               << "'; the pipeline must keep llvm.emit_c_interface when it lowers func.func";
     for (const Kernel &kernel : kernels) {
       addPyfaceEntry(*copy, kernel);
       addSignatureTable(*copy, kernel);

@@ -694,6 +694,48 @@ void writeKernelName(const char *entry, const char *object, char *out, size_t si
 
 /// The body of __catalyst__executor__launch; on success every result descriptor is filled,
 /// on failure none is touched.
+/// Views of the launch's `n` input descriptors in `views`, or what is wrong with one.
+std::string readInputViews(size_t n, void *const *descs, const size_t *ranks,
+                           const size_t *elemSizes, std::vector<TensorView> &views) {
+  views.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    if (!descs[i] || ranks[i] > kMaxRank || elemSizes[i] == 0 || elemSizes[i] > kMaxElementBytes)
+      return formatv("input {0} has no descriptor, rank {1} or element size {2}", i, ranks[i],
+                     elemSizes[i]);
+    abi::MemRefView d(descs[i], ranks[i]);
+    auto elemSize = static_cast<int64_t>(elemSizes[i]);
+    TensorView &view = views[i];
+    view.data = d.data(elemSize);
+    view.elemSize = elemSize;
+    view.sizes.assign(d.sizes().begin(), d.sizes().end());
+    view.strides.assign(d.strides().begin(), d.strides().end());
+    if (!byteCount(view.sizes, elemSize))
+      return formatv("input {0} has shape {1}: a negative size, or more bytes than 64 bits count",
+                     i, shape(view.sizes));
+  }
+  return "";
+}
+
+/// What is wrong with result `i` for the caller's descriptor `desc` of `rank` and
+/// `elemSize` (and the shape it expects, when it carries one), or nothing.
+std::string resultMismatch(size_t i, const OwnedTensor &tensor, void *desc, size_t rank,
+                           size_t elemSize) {
+  abi::MemRefView descriptor(desc, rank);
+  // Host code lowered without the marker says nothing about the shape but its rank.
+  SmallVector<int64_t, 4> expected(rank, -1);
+  if (carriesExpectedShape(descriptor))
+    expected.assign(descriptor.sizes().begin(), descriptor.sizes().end());
+  bool matches = tensor.sizes.size() == rank && tensor.strides.size() == tensor.sizes.size() &&
+                 tensor.elemSize == static_cast<int64_t>(elemSize);
+  for (size_t d = 0; matches && d < expected.size(); ++d)
+    matches = expected[d] < 0 || expected[d] == tensor.sizes[d];
+  if (matches)
+    return "";
+  return formatv("result {0} has shape {1} of {2}-byte elements, expected {3} of {4}-byte "
+                 "elements",
+                 i, shape(tensor.sizes), tensor.elemSize, shape(expected), elemSize);
+}
+
 Error launchImpl(int64_t handle, const char *entryArg, const char *object, size_t nIn,
                  void *const *inDescs, const size_t *inRanks, const size_t *inElemSizes,
                  size_t nOut, void *const *outDescs, const size_t *outRanks,
@@ -722,24 +764,8 @@ Error launchImpl(int64_t handle, const char *entryArg, const char *object, size_
 
   // Views are reused per thread so a steady stream of launches allocates nothing here.
   thread_local std::vector<TensorView> views;
-  views.resize(nIn);
-  for (size_t i = 0; i < nIn; ++i) {
-    if (!inDescs[i] || inRanks[i] > kMaxRank || inElemSizes[i] == 0 ||
-        inElemSizes[i] > kMaxElementBytes)
-      return failure(formatv("{0}: input {1} has no descriptor, rank {2} or element size {3}",
-                             where(), i, inRanks[i], inElemSizes[i]));
-    abi::MemRefView d(inDescs[i], inRanks[i]);
-    auto elemSize = static_cast<int64_t>(inElemSizes[i]);
-    TensorView &view = views[i];
-    view.data = d.data(elemSize);
-    view.elemSize = elemSize;
-    view.sizes.assign(d.sizes().begin(), d.sizes().end());
-    view.strides.assign(d.strides().begin(), d.strides().end());
-    if (!byteCount(view.sizes, elemSize))
-      return failure(formatv("{0}: input {1} has shape {2}: a negative size, or more bytes than "
-                             "64 bits count",
-                             where(), i, shape(view.sizes)));
-  }
+  if (std::string wrong = readInputViews(nIn, inDescs, inRanks, inElemSizes, views); !wrong.empty())
+    return failure(where() + ": " + wrong);
   SmallVector<ResultSpec, 4> specs;
   for (size_t i = 0; i < nOut; ++i) {
     if (!outDescs[i] || outRanks[i] > kMaxRank || outElemSizes[i] == 0 ||
@@ -768,21 +794,9 @@ Error launchImpl(int64_t handle, const char *entryArg, const char *object, size_
                            results->size(), nOut));
   for (size_t i = 0; i < nOut; ++i) {
     OwnedTensor &tensor = (*results)[i];
-    abi::MemRefView descriptor(outDescs[i], outRanks[i]);
-    // Host code lowered without the marker says nothing about the shape but its rank.
-    SmallVector<int64_t, 4> expected(outRanks[i], -1);
-    if (carriesExpectedShape(descriptor))
-      expected.assign(descriptor.sizes().begin(), descriptor.sizes().end());
-    bool matches = tensor.sizes.size() == outRanks[i] &&
-                   tensor.strides.size() == tensor.sizes.size() &&
-                   tensor.elemSize == static_cast<int64_t>(outElemSizes[i]);
-    for (size_t d = 0; matches && d < expected.size(); ++d)
-      matches = expected[d] < 0 || expected[d] == tensor.sizes[d];
-    if (!matches)
-      return failure(formatv("{0}: result {1} has shape {2} of {3}-byte elements, expected {4} "
-                             "of {5}-byte elements",
-                             where(), i, shape(tensor.sizes), tensor.elemSize, shape(expected),
-                             outElemSizes[i]));
+    if (std::string wrong = resultMismatch(i, tensor, outDescs[i], outRanks[i], outElemSizes[i]);
+        !wrong.empty())
+      return failure(where() + ": " + wrong);
     if (Error error = makeRowMajor(tensor))
       return failure(where(), std::move(error));
   }

@@ -126,23 +126,22 @@ const json::Object *parametersOf(const json::Object &tensor, const llvm::Twine &
   return object;
 }
 
-/// Reads one input tensor of the request into `request`, as input `index` of the entry.
-llvm::Error readInput(json::Object &given, const TensorSpec &spec, llvm::StringRef name,
-                      size_t index, InferRequest &request, uint64_t maxBytes, bool sharedMemory) {
-  std::string what = "input '" + name.str() + "'";
-  std::optional<llvm::StringRef> datatype = given.getString("datatype");
-  if (!datatype)
+/// An input's datatype and shape, checked against the entry's `spec`: into `tensor`, the
+/// datatype as the request names it in `datatype`.
+llvm::Error readInputShape(const json::Object &given, const TensorSpec &spec,
+                           const std::string &what, Tensor &tensor, llvm::StringRef &datatype) {
+  std::optional<llvm::StringRef> named = given.getString("datatype");
+  if (!named)
     return bad(what + " needs \"datatype\" (a string such as \"FP32\")");
-  std::optional<DType> dtype = parseDatatype(*datatype);
+  std::optional<DType> dtype = parseDatatype(*named);
   if (!dtype)
-    return invalid(what + ": unknown datatype '" + *datatype + "' (Courier takes FP16, FP32, " +
+    return invalid(what + ": unknown datatype '" + *named + "' (Courier takes FP16, FP32, " +
                    "FP64, BF16, BOOL, INT8 to INT64 and UINT8 to UINT64)");
   if (*dtype != spec.dtype)
-    return invalid(what + " is " + datatypeName(spec.dtype) + ", the request sends " + *datatype);
+    return invalid(what + " is " + datatypeName(spec.dtype) + ", the request sends " + *named);
   const json::Array *shapeValue = given.getArray("shape");
   if (!shapeValue)
     return bad(what + " needs \"shape\" (a list of sizes)");
-  Tensor tensor;
   tensor.dtype = *dtype;
   for (const json::Value &d : *shapeValue) {
     std::optional<uint64_t> size = jsonCount(d);
@@ -159,8 +158,43 @@ llvm::Error readInput(json::Object &given, const TensorSpec &spec, llvm::StringR
                    shapeText(tensor.shape));
   if (spec.isScalar)
     tensor.shape.clear();
+  datatype = *named;
+  return llvm::Error::success();
+}
+
+/// An input given as JSON "data", read as the engine reads a tensor (so that numbers are
+/// checked as /v1 checks them), of the shape `tensor` has (`bytes` in all): into `tensor`.
+llvm::Error readInputData(json::Value data, const TensorSpec &spec, const std::string &what,
+                          uint64_t bytes, Tensor &tensor) {
+  json::Object object{{"data", std::move(data)}};
+  json::Array shape;
+  for (int64_t d : tensor.shape)
+    shape.push_back(d);
+  if (!spec.isScalar)
+    object["shape"] = std::move(shape);
+  TensorSpec exact = spec;
+  exact.shape = tensor.shape;
+  llvm::Expected<Tensor> read = tensorFromJSON(json::Value(std::move(object)), exact);
+  if (!read)
+    return invalid(what + ": " + llvm::toString(read.takeError()));
+  if (read->shape != tensor.shape)
+    return invalid(what + ": \"data\" holds " + llvm::Twine(read->numElements()) +
+                   " elements, shape " + shapeText(tensor.shape) + " takes " +
+                   llvm::Twine(bytes / dtypeSize(tensor.dtype)));
+  tensor = std::move(*read);
+  return llvm::Error::success();
+}
+
+/// Reads one input tensor of the request into `request`, as input `index` of the entry.
+llvm::Error readInput(json::Object &given, const TensorSpec &spec, llvm::StringRef name,
+                      size_t index, InferRequest &request, uint64_t maxBytes, bool sharedMemory) {
+  std::string what = "input '" + name.str() + "'";
+  Tensor tensor;
+  llvm::StringRef datatype;
+  if (llvm::Error error = readInputShape(given, spec, what, tensor, datatype))
+    return error;
   llvm::Expected<uint64_t> bytes =
-      wire::packedBytes(static_cast<int64_t>(dtypeSize(*dtype)), tensor.shape);
+      wire::packedBytes(static_cast<int64_t>(dtypeSize(tensor.dtype)), tensor.shape);
   if (!bytes)
     return bad(what + ": \"shape\" is too large");
   llvm::Error failure = llvm::Error::success();
@@ -190,27 +224,12 @@ llvm::Error readInput(json::Object &given, const TensorSpec &spec, llvm::StringR
                                    "binary_data_size, shared_memory_region): give one"));
   InputSource source;
   if (data) {
-    // The engine's own JSON reading, so that numbers are checked as /v1 checks them.
-    json::Object object{{"data", std::move(*data)}};
-    json::Array shape;
-    for (int64_t d : tensor.shape)
-      shape.push_back(d);
-    if (!spec.isScalar)
-      object["shape"] = std::move(shape);
-    TensorSpec exact = spec;
-    exact.shape = tensor.shape;
-    llvm::Expected<Tensor> read = tensorFromJSON(json::Value(std::move(object)), exact);
-    if (!read)
-      return invalid(what + ": " + llvm::toString(read.takeError()));
-    if (read->shape != tensor.shape)
-      return invalid(what + ": \"data\" holds " + llvm::Twine(read->numElements()) +
-                     " elements, shape " + shapeText(tensor.shape) + " takes " +
-                     llvm::Twine(*bytes / dtypeSize(*dtype)));
-    tensor = std::move(*read);
+    if (llvm::Error error = readInputData(std::move(*data), spec, what, *bytes, tensor))
+      return error;
   } else if (binarySize) {
     if (*binarySize != *bytes)
       return bad(what + ": binary_data_size is " + llvm::Twine(*binarySize) + " bytes, shape " +
-                 shapeText(tensor.shape) + " of " + *datatype + " takes " + llvm::Twine(*bytes));
+                 shapeText(tensor.shape) + " of " + datatype + " takes " + llvm::Twine(*bytes));
     if (*bytes > maxBytes - std::min(maxBytes, request.tailBytes))
       return makeServeError(ErrorCode::PayloadTooLarge,
                             "binary inputs exceed the server's limit of " + llvm::Twine(maxBytes) +
@@ -222,7 +241,7 @@ llvm::Error readInput(json::Object &given, const TensorSpec &spec, llvm::StringR
   } else {
     if (shared->bytes != *bytes)
       return bad(what + ": shared_memory_byte_size is " + llvm::Twine(shared->bytes) +
-                 " bytes, shape " + shapeText(tensor.shape) + " of " + *datatype + " takes " +
+                 " bytes, shape " + shapeText(tensor.shape) + " of " + datatype + " takes " +
                  llvm::Twine(*bytes));
     if (*bytes > maxBytes)
       return makeServeError(ErrorCode::PayloadTooLarge, what + " exceeds the server's limit of " +

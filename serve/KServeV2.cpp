@@ -158,6 +158,81 @@ struct Region {
   }
 };
 
+/// Where a request's binary inputs go, in the order the request listed them, which is the
+/// order of their offsets in the body.
+std::vector<wire::Destination> binaryDestinations(InferRequest &request) {
+  std::vector<std::pair<uint64_t, size_t>> order;
+  for (size_t i = 0; i < request.inputs.size(); ++i)
+    if (request.sources[i].kind == InputSource::Kind::Binary)
+      order.emplace_back(request.sources[i].tailOffset, i);
+  llvm::sort(order);
+  std::vector<wire::Destination> destinations;
+  for (auto [offset, i] : order)
+    destinations.push_back({reinterpret_cast<char *>(request.inputs[i].bytes.data()),
+                            static_cast<uint64_t>(request.inputs[i].bytes.size())});
+  return destinations;
+}
+
+/// The error of a body the server stopped reading: past its limit, or broken off. The
+/// connection closes after the reply, the rest of the body unread.
+llvm::Error unreadBody(httplib::Response &res, bool overLimit, uint64_t limit) {
+  res.set_header("Connection", "close");
+  if (overLimit || res.status == 413)
+    return makeServeError(ErrorCode::PayloadTooLarge,
+                          "request body exceeds the server's limit of " + llvm::Twine(limit) +
+                              " bytes");
+  return makeServeError(ErrorCode::BadRequest, "request body could not be read");
+}
+
+/// Whether the body carried the binary input bytes its JSON declares.
+llvm::Error checkTailBytes(uint64_t declared, uint64_t got) {
+  if (got == declared)
+    return llvm::Error::success();
+  return makeServeError(ErrorCode::BadRequest, "the JSON declares " + llvm::Twine(declared) +
+                                                   " bytes of binary inputs, the body carries " +
+                                                   llvm::Twine(got));
+}
+
+/// The error of a body with more bytes after its JSON than its binary inputs take.
+llvm::Error excessTailBytes(uint64_t declared) {
+  return makeServeError(ErrorCode::BadRequest,
+                        "the body carries more bytes after its JSON than the binary inputs take (" +
+                            llvm::Twine(declared) + ")");
+}
+
+/// Fills destinations one after another from a body's bytes as they arrive.
+struct TailWriter {
+  std::vector<wire::Destination> destinations;
+  size_t current = 0;
+  uint64_t filled = 0;
+
+  /// Copies what fits of `data` (advancing it, and `size` down); false when the bytes
+  /// outrun the destinations.
+  bool write(const char *&data, size_t &size) {
+    while (size > 0) {
+      while (current < destinations.size() && filled == destinations[current].bytes) {
+        ++current;
+        filled = 0;
+      }
+      if (current == destinations.size())
+        return false;
+      size_t take =
+          static_cast<size_t>(std::min<uint64_t>(size, destinations[current].bytes - filled));
+      std::memcpy(destinations[current].data + filled, data, take);
+      filled += take;
+      data += take;
+      size -= take;
+    }
+    return true;
+  }
+  uint64_t written() const {
+    uint64_t got = 0;
+    for (size_t i = 0; i < destinations.size(); ++i)
+      got += i < current ? destinations[i].bytes : i == current ? filled : 0;
+    return got;
+  }
+};
+
 } // namespace
 
 bool isKServePath(llvm::StringRef path) { return path == "/v2" || path.starts_with("/v2/"); }
@@ -220,6 +295,10 @@ struct KServeV2::Impl {
 
   /// Reads an infer body into `request`: all JSON, or with Inference-Header-Content-Length
   /// its JSON then the binary inputs' bytes, copied from the socket into their tensors.
+  /// An infer request without a header-length header: its whole body JSON.
+  llvm::Error readWholeInfer(const httplib::Request &req, httplib::Response &res,
+                             const httplib::ContentReader &reader, const EntrySignature &entry,
+                             InferRequest &request);
   llvm::Error readInfer(const httplib::Request &req, httplib::Response &res,
                         const httplib::ContentReader &reader, const EntrySignature &entry,
                         InferRequest &request);
@@ -341,27 +420,32 @@ llvm::Error KServeV2::Impl::modelReady(const httplib::Request &req, httplib::Res
   return llvm::Error::success();
 }
 
+llvm::Error KServeV2::Impl::readWholeInfer(const httplib::Request &req, httplib::Response &res,
+                                           const httplib::ContentReader &reader,
+                                           const EntrySignature &entry, InferRequest &request) {
+  std::string body;
+  if (llvm::Error error = context.service.readBody(req, res, reader, body))
+    return frameError(std::move(error));
+  llvm::Expected<InferRequest> read =
+      readInferHeader(body, entry, context.maxBodyBytes, context.allowSharedMemory);
+  if (!read)
+    return read.takeError();
+  if (read->tailBytes)
+    return makeServeError(ErrorCode::BadRequest, "the request gives binary_data_size but no " +
+                                                     llvm::Twine(kHeaderLengthHeader) +
+                                                     " header saying where its JSON ends");
+  request = std::move(*read);
+  return llvm::Error::success();
+}
+
 llvm::Error KServeV2::Impl::readInfer(const httplib::Request &req, httplib::Response &res,
                                       const httplib::ContentReader &reader,
                                       const EntrySignature &entry, InferRequest &request) {
   std::optional<uint64_t> declared;
   if (req.has_header("Content-Length"))
     declared = transport::contentLength(req);
-  if (!req.has_header(kHeaderLengthHeader)) {
-    std::string body;
-    if (llvm::Error error = context.service.readBody(req, res, reader, body))
-      return frameError(std::move(error));
-    llvm::Expected<InferRequest> read =
-        readInferHeader(body, entry, context.maxBodyBytes, context.allowSharedMemory);
-    if (!read)
-      return read.takeError();
-    if (read->tailBytes)
-      return makeServeError(ErrorCode::BadRequest, "the request gives binary_data_size but no " +
-                                                       llvm::Twine(kHeaderLengthHeader) +
-                                                       " header saying where its JSON ends");
-    request = std::move(*read);
-    return llvm::Error::success();
-  }
+  if (!req.has_header(kHeaderLengthHeader))
+    return readWholeInfer(req, res, reader, entry, request);
   llvm::Expected<uint64_t> headerLength =
       parseHeaderLength(req.get_header_value(kHeaderLengthHeader), declared);
   if (!headerLength) {
@@ -377,9 +461,7 @@ llvm::Error KServeV2::Impl::readInfer(const httplib::Request &req, httplib::Resp
   bool inTail = false, overLimit = false;
   llvm::Error failure = llvm::Error::success();
   bool failed = false;
-  std::vector<wire::Destination> destinations;
-  size_t current = 0;
-  uint64_t filled = 0;
+  TailWriter tail;
   auto fail = [&](llvm::Error error) {
     failure = std::move(error);
     failed = true;
@@ -390,22 +472,12 @@ llvm::Error KServeV2::Impl::readInfer(const httplib::Request &req, httplib::Resp
         readInferHeader(header, entry, context.maxBodyBytes, context.allowSharedMemory);
     if (!read)
       return fail(read.takeError());
-    if (declared && *declared - *headerLength != read->tailBytes)
-      return fail(makeServeError(ErrorCode::BadRequest,
-                                 "the JSON declares " + llvm::Twine(read->tailBytes) +
-                                     " bytes of binary inputs, the body carries " +
-                                     llvm::Twine(*declared - *headerLength)));
+    if (declared)
+      if (llvm::Error error = checkTailBytes(read->tailBytes, *declared - *headerLength))
+        return fail(std::move(error));
     request = std::move(*read);
     allocateBinaryInputs(request);
-    // In the order the request listed them, which is the order of their offsets.
-    std::vector<std::pair<uint64_t, size_t>> order;
-    for (size_t i = 0; i < request.inputs.size(); ++i)
-      if (request.sources[i].kind == InputSource::Kind::Binary)
-        order.emplace_back(request.sources[i].tailOffset, i);
-    llvm::sort(order);
-    for (auto [offset, i] : order)
-      destinations.push_back({reinterpret_cast<char *>(request.inputs[i].bytes.data()),
-                              static_cast<uint64_t>(request.inputs[i].bytes.size())});
+    tail.destinations = binaryDestinations(request);
   };
   if (*headerLength == 0)
     startTail();
@@ -425,34 +497,16 @@ llvm::Error KServeV2::Impl::readInfer(const httplib::Request &req, httplib::Resp
           startTail();
         continue;
       }
-      while (current < destinations.size() && filled == destinations[current].bytes) {
-        ++current;
-        filled = 0;
-      }
-      if (current == destinations.size()) {
-        fail(makeServeError(ErrorCode::BadRequest,
-                            "the body carries more bytes after its JSON than the binary inputs "
-                            "take (" +
-                                llvm::Twine(request.tailBytes) + ")"));
+      if (!tail.write(data, size)) {
+        fail(excessTailBytes(request.tailBytes));
         break;
       }
-      size_t take =
-          static_cast<size_t>(std::min<uint64_t>(size, destinations[current].bytes - filled));
-      std::memcpy(destinations[current].data + filled, data, take);
-      filled += take;
-      data += take;
-      size -= take;
     }
     return true;
   });
   if (!read) {
     llvm::consumeError(std::move(failure));
-    res.set_header("Connection", "close");
-    if (overLimit || res.status == 413)
-      return makeServeError(ErrorCode::PayloadTooLarge,
-                            "request body exceeds the server's limit of " + llvm::Twine(limit) +
-                                " bytes");
-    return makeServeError(ErrorCode::BadRequest, "request body could not be read");
+    return unreadBody(res, overLimit, limit);
   }
   if (failed)
     return failure;
@@ -460,14 +514,7 @@ llvm::Error KServeV2::Impl::readInfer(const httplib::Request &req, httplib::Resp
     return makeServeError(ErrorCode::BadRequest,
                           llvm::Twine(kHeaderLengthHeader) + " is " + llvm::Twine(*headerLength) +
                               " bytes, the body only " + llvm::Twine(header.size()));
-  uint64_t got = 0;
-  for (size_t i = 0; i < destinations.size(); ++i)
-    got += i < current ? destinations[i].bytes : i == current ? filled : 0;
-  if (got != request.tailBytes)
-    return makeServeError(ErrorCode::BadRequest,
-                          "the JSON declares " + llvm::Twine(request.tailBytes) +
-                              " bytes of binary inputs, the body carries " + llvm::Twine(got));
-  return llvm::Error::success();
+  return checkTailBytes(request.tailBytes, tail.written());
 }
 
 llvm::Expected<std::shared_ptr<Region>> KServeV2::Impl::region(const SharedMemoryRef &ref,

@@ -220,30 +220,54 @@ bool ModuleStore::waitForCompiles(std::chrono::milliseconds timeout) {
   return workersDone.wait_for(lock, timeout, [&] { return workers == 0; });
 }
 
+EngineOptions storeEngineDefaults() {
+  EngineOptions options;
+  options.isolation = Isolation::Process;
+  options.compileTimeout = std::chrono::milliseconds(60000);
+  options.invokeTimeout = std::chrono::milliseconds(60000);
+  options.workerMemoryMiB = 4096;
+  return options;
+}
+
 Engine &ModuleStore::engineFor(const ModuleOptions &options) {
   std::lock_guard<std::mutex> lock(enginesMutex);
   std::unique_ptr<Engine> &engine = engines[{options.optLevel, options.executor}];
   if (!engine) {
-    EngineOptions engineOptions;
+    EngineOptions engineOptions = config.engine;
     engineOptions.optLevel = options.optLevel;
-    engineOptions.cacheDir = config.cacheDir;
-    engineOptions.cacheMaxBytes = config.cacheMaxBytes;
     engineOptions.executorOverride = options.executor;
-    engineOptions.authToken = config.executorToken;
-    engineOptions.tls = config.executorTls;
-    engineOptions.isolation = config.isolation;
-    engineOptions.compileTimeout = config.compileTimeout;
-    engineOptions.invokeTimeout = config.invokeTimeout;
-    engineOptions.workerMemoryMiB = config.moduleMemoryMiB;
-    engineOptions.workersPerModule = config.workersPerModule;
-    engineOptions.workerSandbox = config.sandbox;
-    engineOptions.maxConstantBytes = config.maxConstantBytes;
-    engineOptions.maxObjectBytes = config.maxObjectBytes;
-    engineOptions.jobs = config.jobs;
-    engineOptions.kernelThreads = config.kernelThreads;
     engine = std::make_unique<Engine>(std::move(engineOptions));
   }
   return *engine;
+}
+
+llvm::Expected<std::shared_ptr<Module>>
+ModuleStore::compileInWorker(Engine &engine, llvm::StringRef name, llvm::StringRef text,
+                             const std::string &source, bool deadline, double &wallMs) {
+  // The worker compiles; a compile past its deadline ends with the worker, so nothing
+  // goes on in the background and the request can wait right here.
+  auto start = Clock::now();
+  CompileOptions compileOptions;
+  compileOptions.timeout = deadline ? config.engine.compileTimeout : std::chrono::milliseconds(0);
+  compileOptions.sourceName = source;
+  llvm::Expected<std::shared_ptr<Module>> compiled = engine.compile(text, name, compileOptions);
+  wallMs = msSince(start);
+  stats.compiles++;
+  stats.compileNanos += static_cast<uint64_t>(wallMs * 1e6);
+  if (compiled)
+    return compiled;
+  llvm::Error failure = compileFailure(compiled.takeError());
+  llvm::Error counted =
+      llvm::handleErrors(std::move(failure), [&](std::unique_ptr<ServeError> e) -> llvm::Error {
+        // The engine's message says which ran past the limit: the compile, or setup().
+        if (e->kind == ErrorCode::CompileTimeout) {
+          stats.compileTimeouts++;
+        } else {
+          stats.compileFailures++;
+        }
+        return llvm::Error(std::move(e));
+      });
+  return std::move(counted);
 }
 
 llvm::Expected<std::shared_ptr<Module>>
@@ -251,32 +275,8 @@ ModuleStore::compileWithDeadline(Engine &engine, llvm::StringRef name, llvm::Str
                                  llvm::StringRef origin, llvm::StringRef sourceName, bool deadline,
                                  double &wallMs) {
   std::string source = sourceNameOf(origin, sourceName);
-  if (config.isolation == Isolation::Process) {
-    // The worker compiles; a compile past its deadline ends with the worker, so nothing
-    // goes on in the background and the request can wait right here.
-    auto start = Clock::now();
-    CompileOptions compileOptions;
-    compileOptions.timeout = deadline ? config.compileTimeout : std::chrono::milliseconds(0);
-    compileOptions.sourceName = source;
-    llvm::Expected<std::shared_ptr<Module>> compiled = engine.compile(text, name, compileOptions);
-    wallMs = msSince(start);
-    stats.compiles++;
-    stats.compileNanos += static_cast<uint64_t>(wallMs * 1e6);
-    if (compiled)
-      return compiled;
-    llvm::Error failure = compileFailure(compiled.takeError());
-    llvm::Error counted =
-        llvm::handleErrors(std::move(failure), [&](std::unique_ptr<ServeError> e) -> llvm::Error {
-          // The engine's message says which ran past the limit: the compile, or setup().
-          if (e->kind == ErrorCode::CompileTimeout) {
-            stats.compileTimeouts++;
-          } else {
-            stats.compileFailures++;
-          }
-          return llvm::Error(std::move(e));
-        });
-    return std::move(counted);
-  }
+  if (config.engine.isolation == Isolation::Process)
+    return compileInWorker(engine, name, text, source, deadline, wallMs);
   auto job = std::make_shared<CompileJob>();
   {
     std::lock_guard<std::mutex> lock(workersMutex);
@@ -316,12 +316,12 @@ ModuleStore::compileWithDeadline(Engine &engine, llvm::StringRef name, llvm::Str
 
   std::unique_lock<std::mutex> lock(job->mutex);
   if (deadline) {
-    if (!job->finished.wait_for(lock, config.compileTimeout, [&] { return job->done; })) {
+    if (!job->finished.wait_for(lock, config.engine.compileTimeout, [&] { return job->done; })) {
       job->abandoned = true;
       stats.compileTimeouts++;
       return makeServeError(ErrorCode::CompileTimeout,
                             "compiling '" + name + "' took longer than " +
-                                llvm::Twine(config.compileTimeout.count()) +
+                                llvm::Twine(config.engine.compileTimeout.count()) +
                                 " ms; it goes on in the background and its result will be "
                                 "discarded");
     }
@@ -352,13 +352,14 @@ llvm::Expected<LoadResult> ModuleStore::load(llvm::StringRef name, llvm::StringR
                               "' must be 1-64 of [A-Za-z0-9_.-], not starting "
                               "with '.' or '-'");
   if (options && options->executor.empty())
-    options->executor = config.defaultExecutor;
+    options->executor = config.engine.executorOverride;
   if (mode == Mode::Upsert) {
     // A create of the name in progress (a watched file that changed, another request) ends
     // first, within a compile's time: its module is then replaced, rather than this request
     // failing on the name.
     std::unique_lock<std::mutex> lock(modulesMutex);
-    createEnded.wait_for(lock, config.compileTimeout, [&] { return !creating.count(name.str()); });
+    createEnded.wait_for(lock, config.engine.compileTimeout,
+                         [&] { return !creating.count(name.str()); });
   }
   if (std::shared_ptr<Record> record = find(name)) {
     if (mode == Mode::Create)
@@ -369,7 +370,7 @@ llvm::Expected<LoadResult> ModuleStore::load(llvm::StringRef name, llvm::StringR
   }
   if (mode == Mode::Replace)
     return makeServeError(ErrorCode::UnknownModule, "no module '" + name + "'");
-  ModuleOptions chosen = options.value_or(ModuleOptions{2, config.defaultExecutor});
+  ModuleOptions chosen = options.value_or(ModuleOptions{2, config.engine.executorOverride});
   return create(name, text, chosen, origin, sourceName, deadline);
 }
 

@@ -34,33 +34,18 @@ inline constexpr auto kErrorCodes = transport::codesSentBy<transport::kSentBySer
 /// True for a module name: 1-64 of [A-Za-z0-9_.-], not starting with '.' or '-'.
 bool isModuleName(llvm::StringRef name);
 
+/// What every module's engine starts from in a store: EngineOptions' defaults but for those a
+/// server wants, each module's worker process contained, with a deadline and a memory bound
+/// (isolation Process, compile and invoke timeouts of 60 s, workers' memory 4 GiB).
+EngineOptions storeEngineDefaults();
+
 struct StoreOptions {
-  std::string cacheDir; ///< Engine cache and object dir; empty: the engine's default.
-  uint64_t cacheMaxBytes = uint64_t(1) << 30; ///< Bound on the disk cache (0: none).
-  std::string defaultExecutor; ///< --executor: overrides the IR's addresses unless empty.
-  std::string executorToken;   ///< Bearer token for HTTP executors.
-  /// CA and client certificate for "https://" executors.
-  transport::TlsClientOptions executorTls;
+  /// Every module's engine's options (the cache, the executors' token and TLS, isolation,
+  /// timeouts, workers, limits), over which a module's own choices (ModuleOptions) are set:
+  /// `optLevel`, and `executorOverride` unless the module names no executor, when the
+  /// server's (--executor, here) stays.
+  EngineOptions engine = storeEngineDefaults();
   size_t maxModules = 64; ///< Loaded plus being created.
-  std::chrono::milliseconds compileTimeout{60000};
-  /// Where modules are compiled and run: in a worker process per module version (the
-  /// default), or in this process (no containment; for debugging and comparison).
-  Isolation isolation = Isolation::Process;
-  /// With process isolation: an invoke running longer ends with its worker
-  /// (deadline_exceeded); a request may ask for less or more. 0: no limit.
-  std::chrono::milliseconds invokeTimeout{60000};
-  uint64_t moduleMemoryMiB = 4096; ///< Address space each module worker may add; 0: none.
-  /// EngineOptions::workersPerModule: worker processes each isolated module version runs in.
-  unsigned workersPerModule = 1;
-  bool sandbox = true; ///< No-new-privs and seccomp for module workers.
-  /// EngineOptions::kernelThreads of every engine: threads of kernels' parallel loops, in
-  /// each module worker or in this process (0: the CPUs it may run on).
-  unsigned kernelThreads = 0;
-  /// EngineOptions::jobs of every engine: threads generating target code (0: one per core).
-  unsigned jobs = 0;
-  /// EngineOptions::maxConstantBytes and maxObjectBytes of every engine; 0 for no limit.
-  uint64_t maxConstantBytes = EngineOptions().maxConstantBytes;
-  uint64_t maxObjectBytes = EngineOptions().maxObjectBytes;
 };
 
 /// What a client may choose per module. Each distinct set is compiled by its own Engine.
@@ -205,6 +190,11 @@ public:
 private:
   struct CompileJob;
   Engine &engineFor(const ModuleOptions &options);
+  /// A compile in a worker, which ends with the worker at its deadline (when `deadline`).
+  llvm::Expected<std::shared_ptr<Module>> compileInWorker(Engine &engine, llvm::StringRef name,
+                                                          llvm::StringRef text,
+                                                          const std::string &source, bool deadline,
+                                                          double &wallMs);
   /// Compiles `text` as module `name`, its diagnostics naming `origin` when that is a file.
   llvm::Expected<std::shared_ptr<Module>> compileWithDeadline(Engine &engine, llvm::StringRef name,
                                                               llvm::StringRef text,

@@ -408,7 +408,7 @@ llvm::Error RestService::Impl::invoke(const httplib::Request &req, httplib::Resp
                                 ", got '" + value + "'");
     }
     callOptions.timeout = std::chrono::milliseconds(ms);
-    std::chrono::milliseconds limit = store.options().invokeTimeout;
+    std::chrono::milliseconds limit = store.options().engine.invokeTimeout;
     if (limit.count() > 0 && *callOptions.timeout > limit)
       callOptions.timeout = limit;
   }

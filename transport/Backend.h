@@ -6,6 +6,7 @@
 #ifndef COURIER_TRANSPORT_BACKEND_H
 #define COURIER_TRANSPORT_BACKEND_H
 
+#include "transport/BackendOptions.h"
 #include "transport/SharedMemoryMode.h"
 #include "transport/TlsOptions.h"
 
@@ -83,19 +84,6 @@ struct Health {
 
 /// "auto", "on" or "off".
 llvm::Expected<SharedMemory> parseSharedMemory(llvm::StringRef text);
-
-/// Options shared by every backend; the local backend ignores the network ones.
-struct BackendOptions {
-  std::chrono::milliseconds connectTimeout{2000};
-  std::chrono::milliseconds requestTimeout{60000};
-  std::string bearerToken;          ///< Sent as "Authorization: Bearer <token>" when non-empty.
-  std::vector<std::string> plugins; ///< Shared libraries the local executor loads for `call`.
-  TlsClientOptions tls;             ///< For "https://" addresses.
-  SharedMemory sharedMemory = SharedMemory::Auto;
-  /// The newest control page version of a same-host channel to ask for; 0: the newest this
-  /// build speaks. An older one is for comparing versions and for testing an older client.
-  uint32_t sharedMemoryPageVersion = 0;
-};
 
 /// A connection to one executor. Implementations are thread-safe: several threads may
 /// launch on one session at once. Errors name the executor address and the operation.

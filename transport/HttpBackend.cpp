@@ -734,15 +734,68 @@ llvm::Error HttpBackend::releaseObject(llvm::StringRef session, llvm::StringRef 
   return toError(failure);
 }
 
+namespace {
+/// Where a launch reply's result bytes go, from its header `line`: a buffer per result, owned
+/// by `tensors` at once so that every exit path frees them, once the header is checked
+/// against the results the caller declared and the reply's Content-Length (if it had one).
+llvm::Expected<std::vector<wire::Destination>>
+resultDestinations(llvm::StringRef line, llvm::ArrayRef<ResultSpec> results,
+                   std::optional<uint64_t> replyLength, std::vector<OwnedTensor> &tensors) {
+  llvm::Expected<wire::LaunchReply> reply = wire::decodeLaunchReply(line);
+  if (!reply)
+    return reply.takeError();
+  if (reply->results.size() != results.size())
+    return makeCodedError(ErrorCode::BadFrame,
+                          llvm::formatv("executor returned {0} results, expected {1}",
+                                        reply->results.size(), results.size()));
+  uint64_t total = 0;
+  for (const wire::TensorHeader &t : reply->results) {
+    if (t.bytes > UINT64_MAX - total)
+      return makeCodedError(ErrorCode::BadFrame, "reply tensors overflow 64 bits");
+    total += t.bytes;
+  }
+  if (replyLength && *replyLength != line.size() + 1 + total)
+    return makeCodedError(ErrorCode::BadFrame,
+                          llvm::formatv("reply header declares {0} tensor bytes, "
+                                        "the body holds {1}",
+                                        total, *replyLength - line.size() - 1));
+  std::vector<wire::Destination> destinations;
+  for (size_t i = 0; i < results.size(); ++i) {
+    wire::TensorHeader &t = reply->results[i];
+    if (static_cast<int64_t>(t.sizes.size()) != results[i].rank ||
+        t.elemSize != results[i].elemSize)
+      return makeCodedError(ErrorCode::BadFrame,
+                            llvm::formatv("result {0} has rank {1} and element size {2}, "
+                                          "expected rank {3} and element size {4}",
+                                          i, t.sizes.size(), t.elemSize, results[i].rank,
+                                          results[i].elemSize));
+    void *data = wire::allocateTensorBuffer(t.bytes);
+    if (!data)
+      return makeCodedError(ErrorCode::PayloadTooLarge,
+                            "cannot allocate " + llvm::Twine(t.bytes) + " bytes for a result");
+    std::vector<int64_t> strides = wire::packedStrides(t.sizes);
+    tensors.emplace_back(data, data, t.elemSize, std::move(t.sizes), std::move(strides));
+    destinations.push_back({static_cast<char *>(data), t.bytes});
+  }
+  return destinations;
+}
+/// The first of `inputs` that is not a valid tensor view, if any.
+std::optional<size_t> invalidView(llvm::ArrayRef<TensorView> inputs) {
+  for (size_t i = 0; i < inputs.size(); ++i)
+    if (!checkViews(inputs[i]))
+      return i;
+  return std::nullopt;
+}
+} // namespace
+
 llvm::Expected<std::vector<OwnedTensor>>
 HttpBackend::launchOnce(llvm::StringRef session, const ObjectBlob &object, llvm::StringRef entry,
                         llvm::ArrayRef<TensorView> inputs, llvm::ArrayRef<ResultSpec> results) {
   std::string operation = "launching '" + entry.str() + "'";
-  for (size_t i = 0; i < inputs.size(); ++i)
-    if (!checkViews(inputs[i]))
-      return makeCodedError(ErrorCode::BadRequest, where(operation) + ": input " +
-                                                       std::to_string(i) +
-                                                       " is not a valid tensor view");
+  if (std::optional<size_t> bad = invalidView(inputs))
+    return makeCodedError(ErrorCode::BadRequest, where(operation) + ": input " +
+                                                     std::to_string(*bad) +
+                                                     " is not a valid tensor view");
   wire::LaunchRequest header;
   header.object = object.sha256;
   header.entry = entry.str();
@@ -768,44 +821,7 @@ HttpBackend::launchOnce(llvm::StringRef session, const ObjectBlob &object, llvm:
   std::optional<uint64_t> replyLength; ///< From the reply's Content-Length, when it has one.
   wire::FrameReader reader(
       [&](llvm::StringRef line) -> llvm::Expected<std::vector<wire::Destination>> {
-        llvm::Expected<wire::LaunchReply> reply = wire::decodeLaunchReply(line);
-        if (!reply)
-          return reply.takeError();
-        if (reply->results.size() != results.size())
-          return makeCodedError(ErrorCode::BadFrame,
-                                llvm::formatv("executor returned {0} results, expected {1}",
-                                              reply->results.size(), results.size()));
-        uint64_t total = 0;
-        for (const wire::TensorHeader &t : reply->results) {
-          if (t.bytes > UINT64_MAX - total)
-            return makeCodedError(ErrorCode::BadFrame, "reply tensors overflow 64 bits");
-          total += t.bytes;
-        }
-        if (replyLength && *replyLength != line.size() + 1 + total)
-          return makeCodedError(ErrorCode::BadFrame,
-                                llvm::formatv("reply header declares {0} tensor bytes, "
-                                              "the body holds {1}",
-                                              total, *replyLength - line.size() - 1));
-        std::vector<wire::Destination> destinations;
-        for (size_t i = 0; i < results.size(); ++i) {
-          wire::TensorHeader &t = reply->results[i];
-          if (static_cast<int64_t>(t.sizes.size()) != results[i].rank ||
-              t.elemSize != results[i].elemSize)
-            return makeCodedError(ErrorCode::BadFrame,
-                                  llvm::formatv("result {0} has rank {1} and element size {2}, "
-                                                "expected rank {3} and element size {4}",
-                                                i, t.sizes.size(), t.elemSize, results[i].rank,
-                                                results[i].elemSize));
-          void *data = wire::allocateTensorBuffer(t.bytes);
-          if (!data)
-            return makeCodedError(ErrorCode::PayloadTooLarge, "cannot allocate " +
-                                                                  llvm::Twine(t.bytes) +
-                                                                  " bytes for a result");
-          std::vector<int64_t> strides = wire::packedStrides(t.sizes);
-          tensors.emplace_back(data, data, t.elemSize, std::move(t.sizes), std::move(strides));
-          destinations.push_back({static_cast<char *>(data), t.bytes});
-        }
-        return destinations;
+        return resultDestinations(line, results, replyLength, tensors);
       });
 
   bool isFrame = false;

@@ -284,19 +284,19 @@ makeEngine(unsigned optLevel, unsigned jobs, py::object cacheDir, bool diskCache
     throw py::value_error("shared_memory must be 'auto', 'on' or 'off', got '" + sharedMemory +
                           "'");
   }
-  options.sharedMemory = *channel;
+  options.executors.sharedMemory = *channel;
   options.cacheDir = optionalPath(cacheDir).value_or("");
   options.diskCache = diskCache;
   options.executorOverride = executor.value_or("");
   options.isolation = parseIsolation(isolation);
-  options.authToken = authToken.value_or("");
-  options.connectTimeout = *toMilliseconds(connectTimeout, "connect_timeout");
-  options.requestTimeout = *toMilliseconds(requestTimeout, "request_timeout");
+  options.executors.bearerToken = authToken.value_or("");
+  options.executors.connectTimeout = *toMilliseconds(connectTimeout, "connect_timeout");
+  options.executors.requestTimeout = *toMilliseconds(requestTimeout, "request_timeout");
   options.compileTimeout =
       toMilliseconds(compileTimeout, "compile_timeout").value_or(std::chrono::milliseconds(0));
   options.invokeTimeout =
       toMilliseconds(invokeTimeout, "invoke_timeout").value_or(std::chrono::milliseconds(0));
-  options.plugins = std::move(plugins);
+  options.executors.plugins = std::move(plugins);
   options.extraPipeline = std::move(extraPipeline);
   if (workersPerModule < 1 || workersPerModule > EngineOptions::kMaxWorkersPerModule)
     throw py::value_error("workers_per_module must be 1 to " +

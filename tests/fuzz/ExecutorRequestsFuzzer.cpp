@@ -76,8 +76,8 @@ Executor &fuzzedExecutor() {
     auto *started = new Executor;
     Executor &e = *started;
     ExecutorServerOptions options;
-    options.isolation = Isolation::InProcess;
-    options.plugins = {COURIER_TEST_PLUGIN};
+    options.core.isolation = Isolation::InProcess;
+    options.core.plugins = {COURIER_TEST_PLUGIN};
     options.logRequests = false;
     options.threads = 4;
     options.maxBodyBytes = uint64_t(1) << 20;

@@ -172,7 +172,7 @@ TEST_CASE("Catalyst's async launches, bring-up functions and library calls run i
           "[engine][catalyst]") {
   TempDir dir;
   EngineOptions options = optionsIn(dir);
-  options.plugins = {COURIER_TEST_PLUGIN};
+  options.executors.plugins = {COURIER_TEST_PLUGIN};
   Engine engine(options);
   runsCatalystPrograms(engine, "local");
 }

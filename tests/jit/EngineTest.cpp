@@ -354,7 +354,7 @@ TEST_CASE("a module whose executor is down fails to load with the executor's add
           "[engine][errors]") {
   TempDir dir;
   EngineOptions options = optionsIn(dir);
-  options.connectTimeout = std::chrono::milliseconds(500);
+  options.executors.connectTimeout = std::chrono::milliseconds(500);
   Engine engine(options);
   // Port 1 on loopback refuses connections.
   auto module = engine.compile(kernelModuleAt("127.0.0.1:1"), "down");
@@ -372,7 +372,7 @@ TEST_CASE("a kernel runs on a real executor, whose failure mid-run surfaces at i
           "[engine][executor]") {
   TempDir dir;
   EngineOptions options = optionsIn(dir);
-  options.requestTimeout = std::chrono::milliseconds(3000);
+  options.executors.requestTimeout = std::chrono::milliseconds(3000);
   Engine engine(options);
   auto executor = std::make_unique<testing::ExecutorProcess>();
   auto module = engine.compile(kernelModuleAt(executor->address()), "remote");

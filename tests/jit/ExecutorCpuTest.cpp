@@ -266,7 +266,7 @@ TEST_CASE("an executor that cannot tell its CPU gets code for the generic CPU, a
 
   TempDir dir;
   EngineOptions options = optionsIn(dir);
-  options.connectTimeout = std::chrono::milliseconds(500);
+  options.executors.connectTimeout = std::chrono::milliseconds(500);
   Engine engine(options);
   auto start = std::chrono::steady_clock::now();
   // Loading fails (it is no executor), compiling does not: the object is made and cached.

@@ -58,7 +58,7 @@ void doublesOnTlsExecutor(Isolation isolation) {
   EngineOptions options;
   options.diskCache = false;
   options.isolation = isolation;
-  options.tls.caFile = pki.caCert;
+  options.executors.tls.caFile = pki.caCert;
   Engine engine(options);
   auto module = engine.compile(program(executor->address()), "app");
   REQUIRE(ok(module));
@@ -86,7 +86,7 @@ TEST_CASE("a program whose executor's certificate the engine cannot verify fails
   auto executor = tlsExecutor(pki);
   EngineOptions options;
   options.diskCache = false;
-  options.tls.caFile = pki.otherCaCert;
+  options.executors.tls.caFile = pki.otherCaCert;
   Engine engine(options);
   auto module = engine.compile(program(executor->address()), "app");
   std::string text;

@@ -57,9 +57,9 @@ struct InProcessStore {
     cache = std::filesystem::temp_directory_path() /
             ("courier-store-test-" + std::to_string(::getpid()));
     StoreOptions options;
-    options.cacheDir = cache.string();
-    options.isolation = Isolation::InProcess;
-    options.jobs = 1;
+    options.engine.cacheDir = cache.string();
+    options.engine.isolation = Isolation::InProcess;
+    options.engine.jobs = 1;
     store = std::make_unique<ModuleStore>(options);
   }
   ~InProcessStore() {

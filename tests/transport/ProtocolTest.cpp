@@ -565,7 +565,7 @@ TEST_CASE("an executor that never had a connection stops at once, however the st
           "[protocol]") {
   for (int round = 0; round < 20; ++round) {
     courier::executor::ExecutorServerOptions options;
-    options.warmWorkers = 0;
+    options.core.warmWorkers = 0;
     auto created = courier::executor::ExecutorServer::create(options);
     REQUIRE(static_cast<bool>(created));
     std::unique_ptr<courier::executor::ExecutorServer> server = std::move(*created);

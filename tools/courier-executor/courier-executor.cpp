@@ -22,7 +22,7 @@ namespace {
 struct Given {
   std::string listen = "127.0.0.1:7000", tokenFile;
   uint64_t maxBodyMiB = 4096, idleSeconds = 600, threads = 512, launchTimeoutMs = 60000;
-  uint64_t warmWorkers = 2, kernelThreads = 0, maxSessions = 128;
+  uint64_t warmWorkers = 2, kernelThreads = 0, maxSessions = 128, maxObjectStoreMiB = 1024;
   double graceSeconds = 60;
   bool maxConnectionsGiven = false;
 };
@@ -32,6 +32,33 @@ std::function<Error(const courier::transport::ArgumentReader &)> set(bool &flag,
   return [&flag, to](const courier::transport::ArgumentReader &) {
     flag = to;
     return Error::success();
+  };
+}
+
+/// The flags that bound what sessions' kernels may do and take.
+std::vector<courier::transport::ServerFlag> workerFlags(ExecutorServerOptions &options,
+                                                        Given &given) {
+  using courier::transport::numberInto;
+  return {
+      {"--launch-timeout-ms", "N",
+       "End a launch, call or async launch running longer (default 60000); requests may ask "
+       "for less with X-Courier-Deadline-Ms",
+       numberInto(given.launchTimeoutMs, 1)},
+      {"--worker-memory-mib", "N", "Address space a worker's kernels may use (default 4096)",
+       numberInto(options.core.workerMemoryMiB)},
+      {"--worker-cpu-seconds", "N",
+       "CPU time a worker may use over its life, all its threads counted (default: no limit)",
+       numberInto(options.core.workerCpuSeconds)},
+      {"--kernel-threads", "N",
+       "Threads a kernel's parallel loops use, per session's worker (default: the CPUs this "
+       "process may run on, sched_getaffinity)",
+       numberInto(given.kernelThreads, 1, 1024)},
+      {"--warm-workers", "N", "Workers started ahead of need (default 2)",
+       numberInto(given.warmWorkers, 0, 256)},
+      {"--max-sessions", "N", "Most sessions open at once, each a worker process (default 128)",
+       numberInto(given.maxSessions, 1)},
+      {"--no-sandbox", "", "Run workers without seccomp (only where seccomp is unavailable)",
+       set(options.core.sandbox, false)},
   };
 }
 
@@ -47,7 +74,7 @@ std::vector<courier::transport::ServerFlag> flags(ExecutorServerOptions &options
        textInto(given.listen)},
       {"--plugin", "LIB.so", "Shared library whose symbols `call` can reach (repeatable)",
        [&options](const Reader &args) {
-         options.plugins.push_back(args.value());
+         options.core.plugins.push_back(args.value());
          return Error::success();
        }},
       {"--token-file", "FILE", "File holding the bearer token every request must carry",
@@ -65,7 +92,7 @@ std::vector<courier::transport::ServerFlag> flags(ExecutorServerOptions &options
       {"--max-object-store-mib", "N",
        "Most the object store holds (default 1024): an upload past it evicts objects no "
        "session holds, oldest first, or is answered 507 store_full when sessions hold too much",
-       numberInto(options.maxObjectStoreMiB, 1, uint64_t(1) << 30)},
+       numberInto(given.maxObjectStoreMiB, 1, uint64_t(1) << 30)},
       {"--threads", "N",
        "Requests served at once (default 512; an idle connection holds no thread, and four "
        "threads per core serve while requests keep moving)",
@@ -77,33 +104,18 @@ std::vector<courier::transport::ServerFlag> flags(ExecutorServerOptions &options
        "none: in this process, uncontained",
        [&options](const Reader &args) -> Error {
          if (args.value() == "process")
-           options.isolation = courier::transport::Isolation::Process;
+           options.core.isolation = courier::transport::Isolation::Process;
          else if (args.value() == "none")
-           options.isolation = courier::transport::Isolation::InProcess;
+           options.core.isolation = courier::transport::Isolation::InProcess;
          else
            return createStringError("--isolation expects 'process' or 'none', got '" +
                                     args.value() + "'");
          return Error::success();
        }},
-      {"--launch-timeout-ms", "N",
-       "End a launch, call or async launch running longer (default 60000); requests may ask "
-       "for less with X-Courier-Deadline-Ms",
-       numberInto(given.launchTimeoutMs, 1)},
-      {"--worker-memory-mib", "N", "Address space a worker's kernels may use (default 4096)",
-       numberInto(options.workerMemoryMiB)},
-      {"--worker-cpu-seconds", "N",
-       "CPU time a worker may use over its life, all its threads counted (default: no limit)",
-       numberInto(options.workerCpuSeconds)},
-      {"--kernel-threads", "N",
-       "Threads a kernel's parallel loops use, per session's worker (default: the CPUs this "
-       "process may run on, sched_getaffinity)",
-       numberInto(given.kernelThreads, 1, 1024)},
-      {"--warm-workers", "N", "Workers started ahead of need (default 2)",
-       numberInto(given.warmWorkers, 0, 256)},
-      {"--max-sessions", "N", "Most sessions open at once, each a worker process (default 128)",
-       numberInto(given.maxSessions, 1)},
-      {"--no-sandbox", "", "Run workers without seccomp (only where seccomp is unavailable)",
-       set(options.sandbox, false)},
+  };
+  std::vector<courier::transport::ServerFlag> workers = workerFlags(options, given);
+  own.insert(own.end(), workers.begin(), workers.end());
+  std::vector<courier::transport::ServerFlag> rest = {
       {"--drain-timeout-ms", "N",
        "On SIGTERM, how long requests in flight may take to finish while /v1/ready answers 503 "
        "and new sessions are refused (default 30000)",
@@ -115,9 +127,10 @@ std::vector<courier::transport::ServerFlag> flags(ExecutorServerOptions &options
        "results, half each (default 256; 0 offers no channel; at most 1048576, 1 TiB)",
        numberInto(options.shmArenaMiB, 0, uint64_t(1) << 20)},
       {"--allow-unsigned-objects", "", "Accept objects without signature tables",
-       set(options.allowUnsignedObjects, true)},
+       set(options.core.allowUnsignedObjects, true)},
       {"--quiet", "", "Do not log one line per request to stderr", set(options.logRequests, false)},
   };
+  own.insert(own.end(), rest.begin(), rest.end());
   for (auto shared : {courier::transport::logFlags(), courier::transport::tlsFlags(options),
                       courier::transport::connectionFlags(options, given.maxConnectionsGiven)})
     own.insert(own.end(), shared.begin(), shared.end());
@@ -146,13 +159,15 @@ Expected<ExecutorServerOptions> parseArguments(int argc, char **argv) {
     return std::move(e);
   if (Error e = courier::transport::fitConnectionLimit(options, given.maxConnectionsGiven))
     return std::move(e);
-  options.idleTimeout = std::chrono::seconds(given.idleSeconds);
-  options.objectGrace = std::chrono::milliseconds(static_cast<int64_t>(given.graceSeconds * 1000));
+  options.core.idleTimeout = std::chrono::seconds(given.idleSeconds);
+  options.core.objectGrace =
+      std::chrono::milliseconds(static_cast<int64_t>(given.graceSeconds * 1000));
+  options.core.maxStoreBytes = given.maxObjectStoreMiB << 20;
   options.threads = static_cast<unsigned>(given.threads);
-  options.launchTimeout = std::chrono::milliseconds(given.launchTimeoutMs);
-  options.warmWorkers = static_cast<unsigned>(given.warmWorkers);
-  options.kernelThreads = static_cast<unsigned>(given.kernelThreads);
-  options.maxSessions = static_cast<size_t>(given.maxSessions);
+  options.core.launchTimeout = std::chrono::milliseconds(given.launchTimeoutMs);
+  options.core.warmWorkers = static_cast<unsigned>(given.warmWorkers);
+  options.core.kernelThreads = static_cast<unsigned>(given.kernelThreads);
+  options.core.maxSessions = static_cast<size_t>(given.maxSessions);
   options.maxBodyBytes = given.maxBodyMiB << 20;
   return options;
 }

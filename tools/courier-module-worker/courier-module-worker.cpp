@@ -221,7 +221,7 @@ private:
       return answerError(llvm::createStringError("this worker already holds a module"));
     EngineOptions options = moduleproto::readOptions(in);
     if (leaveRootBeforeModuleCode)
-      holdTlsFiles(options.tls);
+      holdTlsFiles(options.executors.tls);
     std::string name = in.str().str();
     CompileOptions compileOptions;
     compileOptions.sourceName = in.str().str();

@@ -598,11 +598,11 @@ llvm::Expected<EngineOptions> engineOptions(bool &isolated) {
   options.cacheMaxBytes = cacheMaxMiB << 20;
   options.executorOverride = executor;
   options.printIRAfterAll = printIR;
-  options.plugins.assign(plugins.begin(), plugins.end());
+  options.executors.plugins.assign(plugins.begin(), plugins.end());
   options.extraPipeline = extraPipeline;
-  options.requestTimeout = std::chrono::milliseconds(timeoutMs);
-  options.tls = {tlsCa, tlsClientCert, tlsClientKey};
-  options.sharedMemory = sharedMemory;
+  options.executors.requestTimeout = std::chrono::milliseconds(timeoutMs);
+  options.executors.tls = {tlsCa, tlsClientCert, tlsClientKey};
+  options.executors.sharedMemory = sharedMemory;
   // Beyond 2^44 MiB the byte count would wrap round to a small limit.
   if (maxConstantMiB > (UINT64_MAX >> 20) || maxObjectMiB > (UINT64_MAX >> 20))
     return error(
@@ -614,7 +614,7 @@ llvm::Expected<EngineOptions> engineOptions(bool &isolated) {
         llvm::MemoryBuffer::getFile(tokenFile);
     if (!token)
       return error("cannot read token file '" + tokenFile + "': " + token.getError().message());
-    options.authToken = (*token)->getBuffer().trim().str();
+    options.executors.bearerToken = (*token)->getBuffer().trim().str();
   }
   // A watched file is edited while it runs: an edit that crashes must not end the watch.
   isolated = isolate.getNumOccurrences() ? isolate.getValue() : watch.getValue();

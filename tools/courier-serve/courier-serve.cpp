@@ -73,24 +73,24 @@ std::vector<transport::ServerFlag> placeFlags(Arguments &args, Given &given) {
       {"--executor", "ADDR|local",
        "Send every target module to this executor instead of the IR's addresses (a module's "
        "options.executor overrides it)",
-       textInto(args.store.defaultExecutor)},
+       textInto(args.store.engine.executorOverride)},
       {"--executor-token-file", "FILE", "File holding the bearer token for HTTP executors",
        textInto(given.executorTokenFile)},
       {"--tls-ca", "FILE",
        "PEM file of the CAs an https:// executor's certificate may chain to (default: "
        "$COURIER_TLS_CA, else the system's)",
-       textInto(args.store.executorTls.caFile)},
+       textInto(args.store.engine.executors.tls.caFile)},
       {"--tls-client-cert", "FILE",
        "PEM client certificate for executors that ask for one (default: "
        "$COURIER_TLS_CLIENT_CERT)",
-       textInto(args.store.executorTls.certFile)},
+       textInto(args.store.engine.executors.tls.certFile)},
       {"--tls-client-key", "FILE",
        "The client certificate's PEM key (default: $COURIER_TLS_CLIENT_KEY)",
-       textInto(args.store.executorTls.keyFile)},
+       textInto(args.store.engine.executors.tls.keyFile)},
       {"--watch", "DIR", "Load DIR/*.mlir as modules named by their stems; reload on change",
        textInto(args.watchDir)},
       {"--cache-dir", "DIR", "Engine cache and object directory (default $XDG_CACHE_HOME/courier)",
-       textInto(args.store.cacheDir)},
+       textInto(args.store.engine.cacheDir)},
   };
 }
 
@@ -136,7 +136,7 @@ std::vector<transport::ServerFlag> limitFlags(Arguments &args, Given &given) {
        numberInto(given.invokeTimeoutMs)},
       {"--module-memory-mib", "N",
        "Address space each module worker may use (default 4096; 0: none)",
-       numberInto(args.store.moduleMemoryMiB, 0, UINT64_MAX >> 21)},
+       numberInto(args.store.engine.workerMemoryMiB, 0, UINT64_MAX >> 21)},
       {"--workers-per-module", "N",
        "Worker processes each module version runs in, each set up, a call going to an idle "
        "one (default 1; at most 64)",
@@ -173,12 +173,12 @@ std::vector<transport::ServerFlag> flags(Arguments &args, Given &given) {
          if (flags.value() != "process" && flags.value() != "none")
            return createStringError("--isolation is 'process' or 'none', got '" + flags.value() +
                                     "'");
-         args.store.isolation =
+         args.store.engine.isolation =
              flags.value() == "process" ? Isolation::Process : Isolation::InProcess;
          return Error::success();
        }},
       {"--no-sandbox", "", "Start module workers without no-new-privs and seccomp",
-       set(args.store.sandbox, false)},
+       set(args.store.engine.workerSandbox, false)},
       {"--allow-shared-memory", "",
        "Take KServe v2 tensors in POSIX shared memory that clients on this host register "
        "(/v2/systemsharedmemory); off by default, since the server then reads and writes "
@@ -196,10 +196,10 @@ Expected<Arguments> parseArguments(int argc, char **argv) {
   Arguments args;
   Given given;
   given.maxBody = args.serve.maxBodyBytes;
-  given.cacheMaxMiB = args.store.cacheMaxBytes >> 20;
-  given.invokeTimeoutMs = args.store.invokeTimeout.count();
-  given.maxConstantMiB = args.store.maxConstantBytes >> 20;
-  given.maxObjectMiB = args.store.maxObjectBytes >> 20;
+  given.cacheMaxMiB = args.store.engine.cacheMaxBytes >> 20;
+  given.invokeTimeoutMs = args.store.engine.invokeTimeout.count();
+  given.maxConstantMiB = args.store.engine.maxConstantBytes >> 20;
+  given.maxObjectMiB = args.store.engine.maxObjectBytes >> 20;
   given.watchOptLevel = args.watchOptLevel;
   if (Error error = transport::readServerFlags(
           argc, argv, "courier-serve",
@@ -210,9 +210,9 @@ Expected<Arguments> parseArguments(int argc, char **argv) {
 
   if (Error error = transport::parseListenAddress(given.listen, args.serve))
     return std::move(error);
-  for (auto [flag, path, into] :
-       {std::tuple{"--token-file", &given.tokenFile, &args.serve.token},
-        std::tuple{"--executor-token-file", &given.executorTokenFile, &args.store.executorToken}}) {
+  for (auto [flag, path, into] : {std::tuple{"--token-file", &given.tokenFile, &args.serve.token},
+                                  std::tuple{"--executor-token-file", &given.executorTokenFile,
+                                             &args.store.engine.executors.bearerToken}}) {
     if (path->empty())
       continue;
     Expected<std::string> token = transport::readTokenFile(flag, *path);
@@ -226,18 +226,18 @@ Expected<Arguments> parseArguments(int argc, char **argv) {
     return std::move(error);
   if (!args.watchDir.empty() && !sys::fs::is_directory(args.watchDir))
     return createStringError("--watch '" + args.watchDir + "' is not a directory");
-  args.store.invokeTimeout = std::chrono::milliseconds(given.invokeTimeoutMs);
-  args.store.workersPerModule = static_cast<unsigned>(given.workersPerModule);
-  args.store.kernelThreads = static_cast<unsigned>(given.kernelThreads);
-  args.store.jobs = static_cast<unsigned>(given.jobs);
+  args.store.engine.invokeTimeout = std::chrono::milliseconds(given.invokeTimeoutMs);
+  args.store.engine.workersPerModule = static_cast<unsigned>(given.workersPerModule);
+  args.store.engine.kernelThreads = static_cast<unsigned>(given.kernelThreads);
+  args.store.engine.jobs = static_cast<unsigned>(given.jobs);
   args.watchOptLevel = static_cast<unsigned>(given.watchOptLevel);
   args.serve.threads = static_cast<unsigned>(given.threads);
   args.serve.maxBodyBytes = given.maxBody;
   args.store.maxModules = static_cast<size_t>(given.maxModules);
-  args.store.compileTimeout = std::chrono::milliseconds(given.timeoutMs);
-  args.store.cacheMaxBytes = given.cacheMaxMiB << 20;
-  args.store.maxConstantBytes = given.maxConstantMiB << 20;
-  args.store.maxObjectBytes = given.maxObjectMiB << 20;
+  args.store.engine.compileTimeout = std::chrono::milliseconds(given.timeoutMs);
+  args.store.engine.cacheMaxBytes = given.cacheMaxMiB << 20;
+  args.store.engine.maxConstantBytes = given.maxConstantMiB << 20;
+  args.store.engine.maxObjectBytes = given.maxObjectMiB << 20;
   return args;
 }
 
@@ -330,13 +330,14 @@ Error prepareProcess(const Arguments &args) {
   executor::logWorkerOutput();
   // Module workers run as this user: not dumpable, this process's memory cannot be opened
   // through /proc by them (nor core-dumped, with modules' data in it).
-  if (args.store.isolation == Isolation::Process)
+  if (args.store.engine.isolation == Isolation::Process)
     ::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
   // A cache directory every compile would refuse (another user's, or writable by others) is
   // refused now, once, rather than in every module's 422.
-  if (std::string dir = args.store.cacheDir.empty() ? defaultCacheDir() : args.store.cacheDir;
+  if (std::string dir =
+          args.store.engine.cacheDir.empty() ? defaultCacheDir() : args.store.engine.cacheDir;
       !dir.empty())
-    return DiskCache::open(dir, args.store.cacheMaxBytes).takeError();
+    return DiskCache::open(dir, args.store.engine.cacheMaxBytes).takeError();
   return Error::success();
 }
 
