@@ -23,6 +23,7 @@
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <cstdint>
 #include <future>
 #include <map>
 #include <mutex>
@@ -79,17 +80,23 @@ public:
 };
 
 namespace {
-/// Marks a session in use for a request's length, and used again when it ends.
+/// Marks a session in use for a request's length, and used again when it ends, where idle
+/// sessions expire (`active`).
 class BusyGuard {
 public:
-  explicit BusyGuard(Session &s) : s(s) { s.busy++; }
+  BusyGuard(Session &s, bool active) : s(active ? &s : nullptr) {
+    if (this->s)
+      this->s->busy++;
+  }
   ~BusyGuard() {
-    s.touch();
-    s.busy--;
+    if (!s)
+      return;
+    s->touch();
+    s->busy--;
   }
 
 private:
-  Session &s;
+  Session *s;
 };
 } // namespace
 
@@ -98,6 +105,8 @@ struct ExecutorCore::Impl {
 
   CoreOptions options;
   CoreMetrics metrics;
+  /// Whether idle sessions expire, and so requests mark their session in use.
+  bool expiresSessions() const { return options.idleTimeout.count() > 0; }
 
   std::mutex sessionsMutex;
   std::unordered_map<std::string, std::shared_ptr<Session>> sessions;
@@ -330,13 +339,16 @@ void ExecutorCore::Impl::endSessions(std::vector<std::shared_ptr<Session>> &endi
 }
 
 void ExecutorCore::Impl::reapIdleSessions() {
-  auto interval = std::min(std::chrono::duration_cast<Clock::duration>(options.idleTimeout),
-                           std::chrono::duration_cast<Clock::duration>(options.objectGrace)) /
-                  4;
+  Clock::duration grace = options.objectGrace;
+  auto interval =
+      (expiresSessions() ? std::min<Clock::duration>(options.idleTimeout, grace) : grace) / 4;
   interval =
       std::clamp<Clock::duration>(interval, std::chrono::milliseconds(50), std::chrono::seconds(5));
   while (!waitForStop(interval)) {
-    int64_t cutoff = (Clock::now() - options.idleTimeout).time_since_epoch().count();
+    // With no idle timeout no session is old enough.
+    int64_t cutoff = expiresSessions()
+                         ? (Clock::now() - options.idleTimeout).time_since_epoch().count()
+                         : INT64_MIN;
     std::vector<std::shared_ptr<Session>> expired;
     {
       std::lock_guard<std::mutex> sessionsLock(sessionsMutex);
@@ -542,7 +554,7 @@ std::vector<ObjectSummary> ExecutorCore::listObjects() {
 }
 
 llvm::Error ExecutorCore::attach(Session &session, llvm::StringRef sha) {
-  BusyGuard busy(session);
+  BusyGuard busy(session, impl->expiresSessions());
   return impl->attach(session, sha);
 }
 
@@ -559,7 +571,7 @@ llvm::Expected<LaunchResults>
 ExecutorCore::launch(Session &s, llvm::StringRef sha, llvm::StringRef entry, InputArea *area,
                      llvm::ArrayRef<TensorView> inputs, llvm::ArrayRef<ResultSpec> results,
                      Clock::time_point deadline, SharedRegions *resultsInto) {
-  BusyGuard busy(s);
+  BusyGuard busy(s, impl->expiresSessions());
   RunningLaunch running(impl->metrics, impl->options.timeLaunches);
   llvm::Expected<LaunchResults> out =
       s.host->launch(LaunchCall{sha, entry, area, inputs, results, deadline, resultsInto}, running);
@@ -622,7 +634,7 @@ InputArea ExecutorCore::inputAreaIn(SharedRegions &regions,
 }
 
 llvm::Error ExecutorCore::await(Session &s, uint64_t id, Clock::time_point deadline) {
-  BusyGuard busy(s);
+  BusyGuard busy(s, impl->expiresSessions());
   std::shared_future<AsyncOutcome> done;
   {
     std::lock_guard<std::mutex> lock(s.launchesMutex);
@@ -656,7 +668,7 @@ llvm::Error ExecutorCore::await(Session &s, uint64_t id, Clock::time_point deadl
 llvm::Expected<std::string> ExecutorCore::call(Session &s, llvm::StringRef symbol,
                                                llvm::StringRef input, uint64_t outputSize,
                                                Clock::time_point deadline) {
-  BusyGuard busy(s);
+  BusyGuard busy(s, impl->expiresSessions());
   CoreMetrics &metrics = impl->metrics;
   metrics.calls++;
   llvm::Expected<std::string> output = s.host->call(symbol, input, outputSize, deadline);

@@ -34,7 +34,9 @@ struct CoreOptions {
   /// Most sessions open at once (each in a worker of its own is a process); one more is
   /// `too_many_sessions`.
   size_t maxSessions = 128;
-  /// Sessions unused for this long are closed.
+  /// Sessions unused for this long are closed; 0: none is (and requests skip the bookkeeping
+  /// that keeps a session in use open, as the in-process backend, whose sessions its caller
+  /// closes, does).
   std::chrono::seconds idleTimeout{600};
   /// An object no session holds is dropped from the store after this long, so a client
   /// between its upload and its attach, or re-attaching soon after a release, finds it.

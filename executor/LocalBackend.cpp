@@ -166,7 +166,7 @@ Expected<std::unique_ptr<Backend>> createLocalBackend(const BackendOptions &opti
   executor::CoreOptions core;
   core.plugins = options.plugins;
   core.isolation = transport::Isolation::InProcess;
-  core.idleTimeout = std::chrono::duration_cast<std::chrono::seconds>(kForever);
+  core.idleTimeout = std::chrono::seconds(0); // Its caller closes its sessions.
   core.launchTimeout = kForever;
   core.asyncThreads = 64;
   core.timeLaunches = false;

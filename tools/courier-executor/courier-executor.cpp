@@ -79,7 +79,7 @@ std::vector<courier::transport::ServerFlag> flags(ExecutorServerOptions &options
        }},
       {"--token-file", "FILE", "File holding the bearer token every request must carry",
        textInto(given.tokenFile)},
-      {"--idle-timeout", "SECONDS", "Close sessions unused for this long (default 600)",
+      {"--idle-timeout", "SECONDS", "Close sessions unused for this long (default 600; 0: never)",
        numberInto(given.idleSeconds)},
       {"--object-grace", "SECONDS",
        "Drop objects no session holds after this long (default 60; fractions ok)",
