@@ -237,7 +237,7 @@ llvm::Error ExecutorCore::Impl::attach(Session &session, llvm::StringRef sha) {
   llvm::Expected<ObjectBlob> blob = takeHold(sha);
   if (!blob)
     return blob.takeError();
-  llvm::Error loaded = session.host->attach(*blob, Clock::now() + options.launchTimeout);
+  llvm::Error loaded = session.host->attach(*blob);
   std::lock_guard<std::mutex> attaching(session.attachMutex);
   if (!loaded && session.closed)
     loaded = makeCodedError(ErrorCode::UnknownSession, "session '" + session.id + "' was closed");
@@ -810,8 +810,6 @@ bool ExecutorCore::stopping() { return impl->isStopping(); }
 void ExecutorCore::stop() {
   {
     std::lock_guard<std::mutex> lock(impl->stopMutex);
-    if (impl->stopping)
-      return;
     impl->stopping = true;
   }
   impl->stopSignal.notify_all();

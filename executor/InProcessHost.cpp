@@ -25,7 +25,7 @@ public:
   InProcessHost(const HostServices &services, std::shared_ptr<ObjectHost> objects)
       : services(services), objects(std::move(objects)) {}
 
-  llvm::Error attach(const ObjectBlob &blob, Clock::time_point) override {
+  llvm::Error attach(const ObjectBlob &blob) override {
     if (objects->hasObject(blob.sha256))
       return llvm::Error::success();
     // The object host's message names the object.

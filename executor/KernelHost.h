@@ -157,9 +157,9 @@ class KernelHost {
 public:
   virtual ~KernelHost();
 
-  /// Loads `blob`, which the session now holds, so its entries can be launched. Its message
-  /// names the object.
-  virtual llvm::Error attach(const ObjectBlob &blob, Clock::time_point deadline) = 0;
+  /// Loads `blob`, which the session now holds, so its entries can be launched, within the
+  /// launch timeout counted from when the host takes it up. Its message names the object.
+  virtual llvm::Error attach(const ObjectBlob &blob) = 0;
   /// Unloads `sha`; launches of it still running keep its code until they return.
   virtual void detach(llvm::StringRef sha) = 0;
   /// `unknown_entry` unless `entry` of the attached `sha` exists; a signature error unless it

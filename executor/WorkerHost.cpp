@@ -152,7 +152,7 @@ public:
       : services(services), pool(pool), id(std::move(id)), worker(std::move(first)) {}
   ~WorkerHost() override { close(); }
 
-  llvm::Error attach(const ObjectBlob &blob, Clock::time_point deadline) override;
+  llvm::Error attach(const ObjectBlob &blob) override;
   void detach(llvm::StringRef sha) override;
   llvm::Error checkAsyncEntry(llvm::StringRef sha, llvm::StringRef entry) override;
   llvm::Expected<InputArea> inputArea(llvm::ArrayRef<wire::TensorHeader> headers) override;
@@ -281,6 +281,11 @@ llvm::Expected<std::shared_ptr<WorkerProcess>> WorkerHost::startWorker() {
     // A close that ran while the worker was being started ended no worker: end this one.
     started->kill(EndReason::Closed);
     return closedError();
+  }
+  if (services.stopping()) {
+    // So did a stop: nothing may run on a worker it did not end.
+    started->kill(EndReason::Shutdown);
+    return makeCodedError(ErrorCode::WorkerUnavailable, "the executor is shutting down");
   }
   worker = started;
   return started;
@@ -548,9 +553,11 @@ llvm::Expected<Message> WorkerHost::askLaunch(llvm::StringRef sha, LaunchRequest
   return answered;
 }
 
-llvm::Error WorkerHost::attach(const ObjectBlob &blob, Clock::time_point deadline) {
-  // The worker relinks what the session holds; workerMutex keeps other requests out.
+llvm::Error WorkerHost::attach(const ObjectBlob &blob) {
+  // The worker relinks what the session holds; workerMutex keeps other requests out. The
+  // deadline counts from here: the wait for a launch holding the worker is not the attach's.
   std::lock_guard<std::mutex> working(workerMutex);
+  Clock::time_point deadline = Clock::now() + services.options.launchTimeout;
   llvm::Expected<std::shared_ptr<WorkerProcess>> live = liveWorker(deadline);
   if (!live)
     return live.takeError();

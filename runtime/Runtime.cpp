@@ -692,8 +692,6 @@ void writeKernelName(const char *entry, const char *object, char *out, size_t si
     out[n] = 0;
 }
 
-/// The body of __catalyst__executor__launch; on success every result descriptor is filled,
-/// on failure none is touched.
 /// Views of the launch's `n` input descriptors in `views`, or what is wrong with one.
 std::string readInputViews(size_t n, void *const *descs, const size_t *ranks,
                            const size_t *elemSizes, std::vector<TensorView> &views) {
@@ -736,6 +734,8 @@ std::string resultMismatch(size_t i, const OwnedTensor &tensor, void *desc, size
                  i, shape(tensor.sizes), tensor.elemSize, shape(expected), elemSize);
 }
 
+/// The body of __catalyst__executor__launch; on success every result descriptor is filled,
+/// on failure none is touched.
 Error launchImpl(int64_t handle, const char *entryArg, const char *object, size_t nIn,
                  void *const *inDescs, const size_t *inRanks, const size_t *inElemSizes,
                  size_t nOut, void *const *outDescs, const size_t *outRanks,
