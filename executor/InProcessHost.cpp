@@ -42,11 +42,7 @@ public:
 
   llvm::Error checkAsyncEntry(llvm::StringRef sha, llvm::StringRef entry) override {
     std::optional<ObjectInfo> info = objects->describe(sha);
-    if (!info || !info->hasEntry(entry))
-      return makeCodedError(ErrorCode::UnknownEntry,
-                            "launching '" + entry + "': no entry '" + entry + "' in object " + sha);
-    // An async entry takes nothing and returns nothing; its table must say so.
-    return checkLaunch(*info, entry, {}, {});
+    return checkAsyncLaunch(info ? &*info : nullptr, sha, entry);
   }
 
   llvm::Expected<InputArea> inputArea(llvm::ArrayRef<wire::TensorHeader> headers) override {

@@ -2,11 +2,22 @@
 // serve one. See executor/KernelHost.h.
 #include "executor/KernelHost.h"
 
+#include "executor/ObjectHost.h"
+
 #include "transport/ErrorCode.h"
 
 #include <thread>
 
 namespace courier::executor {
+
+llvm::Error checkAsyncLaunch(const ObjectInfo *info, llvm::StringRef sha, llvm::StringRef entry) {
+  if (!info || !info->hasEntry(entry))
+    return transport::makeCodedError(transport::ErrorCode::UnknownEntry,
+                                     "launching '" + entry + "': no entry '" + entry +
+                                         "' in object " + sha);
+  // An async entry takes nothing and returns nothing; its table must say so.
+  return checkLaunch(*info, entry, {}, {});
+}
 
 KernelHost::~KernelHost() = default;
 HostFactory::~HostFactory() = default;

@@ -46,6 +46,7 @@ using transport::TensorView;
 struct CoreOptions;
 struct CoreMetrics;
 class PluginSet;
+struct ObjectInfo;
 class RunningLaunch;
 
 /// Where a launch's input bytes go before it runs: one buffer per input without isolation,
@@ -149,6 +150,11 @@ struct HostServices {
   std::function<std::optional<ObjectBlob>(llvm::StringRef sha)> findObject;
   std::function<bool()> stopping;
 };
+
+/// `unknown_entry` unless `info` (what a host knows of the loaded object `sha`, or null)
+/// holds `entry`; a signature error unless the entry takes and returns nothing, as an async
+/// launch must. What both hosts' checkAsyncEntry check.
+llvm::Error checkAsyncLaunch(const ObjectInfo *info, llvm::StringRef sha, llvm::StringRef entry);
 
 /// Where one session's kernels run. The core serializes attach and detach and launches only
 /// objects the session holds; everything else may be called from any thread. Failures are

@@ -187,6 +187,11 @@ private:
     std::lock_guard<std::mutex> lock(slotMutex);
     return closed;
   }
+  /// The worker in the slot now, if any.
+  std::shared_ptr<WorkerProcess> currentWorker() {
+    std::lock_guard<std::mutex> lock(slotMutex);
+    return worker;
+  }
   /// Forgets what the worker holds: it is a new one, or a request to it failed part-way.
   void forgetWorkerState() {
     linked.clear();
@@ -292,11 +297,7 @@ llvm::Expected<std::shared_ptr<WorkerProcess>> WorkerHost::startWorker() {
 }
 
 llvm::Expected<std::shared_ptr<WorkerProcess>> WorkerHost::liveWorker(Clock::time_point deadline) {
-  std::shared_ptr<WorkerProcess> current;
-  {
-    std::lock_guard<std::mutex> lock(slotMutex);
-    current = worker;
-  }
+  std::shared_ptr<WorkerProcess> current = currentWorker();
   if (current && current->quiet())
     return current;
   if (current) {
@@ -576,11 +577,7 @@ void WorkerHost::detach(llvm::StringRef sha) {
   if (it == linked.end())
     return;
   linked.erase(it);
-  std::shared_ptr<WorkerProcess> current;
-  {
-    std::lock_guard<std::mutex> lock(slotMutex);
-    current = worker;
-  }
+  std::shared_ptr<WorkerProcess> current = currentWorker();
   if (!current || !current->alive())
     return;
   MessageWriter remove(MessageKind::RemoveObject);
@@ -593,11 +590,7 @@ void WorkerHost::detach(llvm::StringRef sha) {
 llvm::Error WorkerHost::checkAsyncEntry(llvm::StringRef sha, llvm::StringRef entry) {
   std::lock_guard<std::mutex> lock(infoMutex);
   auto info = infos.find(sha);
-  if (info == infos.end() || !info->second.hasEntry(entry))
-    return makeCodedError(ErrorCode::UnknownEntry,
-                          "launching '" + entry + "': no entry '" + entry + "' in object " + sha);
-  // An async entry takes nothing and returns nothing; its table must say so.
-  return checkLaunch(info->second, entry, {}, {});
+  return checkAsyncLaunch(info == infos.end() ? nullptr : &info->second, sha, entry);
 }
 
 llvm::Expected<InputArea> WorkerHost::inputArea(llvm::ArrayRef<wire::TensorHeader> headers) {
@@ -731,23 +724,16 @@ llvm::Expected<std::string> WorkerHost::call(llvm::StringRef symbol, llvm::Strin
 }
 
 void WorkerHost::close() {
-  std::shared_ptr<WorkerProcess> current;
   {
     std::lock_guard<std::mutex> lock(slotMutex);
     closed = true;
-    current = worker;
   }
   // A request still running on the worker fails at once instead of holding it.
-  if (current)
-    current->kill(EndReason::Closed);
+  endKernels(EndReason::Closed);
 }
 
 bool WorkerHost::endKernels(EndReason reason) {
-  std::shared_ptr<WorkerProcess> current;
-  {
-    std::lock_guard<std::mutex> lock(slotMutex);
-    current = worker;
-  }
+  std::shared_ptr<WorkerProcess> current = currentWorker();
   if (current)
     current->kill(reason);
   return true;
@@ -850,11 +836,7 @@ bool WorkerHost::watchDirect(const DirectChannel *channel, Clock::time_point unt
 }
 
 void WorkerHost::endDirectLaunch(int64_t workerPid) {
-  std::shared_ptr<WorkerProcess> current;
-  {
-    std::lock_guard<std::mutex> lock(slotMutex);
-    current = worker;
-  }
+  std::shared_ptr<WorkerProcess> current = currentWorker();
   // The worker the watcher saw running the launch, not one started since.
   if (current && current->pid() == workerPid)
     current->kill(EndReason::Deadline);
