@@ -532,7 +532,8 @@ llvm::json::Value tensorToJSON(const Tensor &tensor) {
     case DType::BF16:
     case DType::F32:
     case DType::F64:
-      // llvm::json would print "nan" and "inf", which no JSON parser reads; -0 is valid.
+      // llvm::json would print "nan" and "inf", which no JSON parser reads; it prints -0 as
+      // "-0", which llvm::json reads back as +0 (writeTensorJSON writes "-0.0").
       if (std::isnan(v))
         data.push_back("NaN");
       else if (std::isinf(v))
@@ -687,12 +688,16 @@ public:
     used += text.size();
   }
   /// A float or double in the shortest text that reads back as the same value of its own
-  /// type; NaN and the infinities as the strings JSON carries them in.
+  /// type; NaN and the infinities as the strings JSON carries them in. Negative zero is "-0.0":
+  /// JSON readers that keep integers apart (llvm::json among them) read "-0" as the integer 0,
+  /// which widens to +0.
   template <typename T> void real(T v) {
     if (std::isnan(v))
       return put("\"NaN\"");
     if (std::isinf(v))
       return put(v > 0 ? "\"Infinity\"" : "\"-Infinity\"");
+    if (v == 0 && std::signbit(v))
+      return put("-0.0");
     used = static_cast<size_t>(writeShortest(buffer + used, v) - buffer);
   }
   template <typename T> void integer(T v) {

@@ -22,16 +22,18 @@ using namespace courier::fuzz;
 namespace {
 
 /// Equal dtypes, shapes and elements. Float elements compare as values: JSON carries "NaN"
-/// without its payload, and -0 and 0 are the same number (writeTensorJSON's promise is the
-/// same value, not the same bits).
-bool sameTensor(const Tensor &a, const Tensor &b) {
+/// without its payload (writeTensorJSON's promise is the same value, not the same bits). With
+/// `signedZeros`, -0 and 0 differ: what writeTensorJSON writes keeps the sign, but the text
+/// "-0" is the integer 0 to llvm::json and negative zero to simdjson.
+bool sameTensor(const Tensor &a, const Tensor &b, bool signedZeros) {
   if (a.dtype != b.dtype || a.shape != b.shape || a.bytes.size() != b.bytes.size())
     return false;
   if (!isFloatDType(a.dtype))
     return a.bytes == b.bytes;
   for (int64_t i = 0; i < a.numElements(); ++i) {
     double x = a.at(i), y = b.at(i);
-    if (!(x == y || (std::isnan(x) && std::isnan(y))))
+    bool same = x == y && (!signedZeros || std::signbit(x) == std::signbit(y));
+    if (!(same || (std::isnan(x) && std::isnan(y))))
       return false;
   }
   return true;
@@ -63,7 +65,7 @@ void checkTensor(const Tensor &t, const TensorSpec &spec) {
   if (!back)
     broken("a tensor that does not read back from its own JSON (" + text +
            "): " + llvm::toString(back.takeError()));
-  if (!sameTensor(t, *back))
+  if (!sameTensor(t, *back, /*signedZeros=*/true))
     broken("a tensor that reads back from its own JSON as another: " + text);
 }
 
@@ -104,10 +106,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (fast) {
     if (fast->size() != slow->size())
       broken("the two readings of an invoke body give different numbers of inputs");
-    for (size_t i = 0; i < fast->size(); ++i)
-      if (!sameTensor((*fast)[i], (*slow)[i]))
+    for (size_t i = 0; i < fast->size(); ++i) {
+      checkTensor((*fast)[i], entry.inputs[i]);
+      if (!sameTensor((*fast)[i], (*slow)[i], /*signedZeros=*/false))
         broken("the two readings of an invoke body give different input " + llvm::Twine(i) + ": " +
                describe((*fast)[i]) + " on demand, " + describe((*slow)[i]) + " with llvm::json");
+    }
   }
   return 0;
 }

@@ -272,6 +272,20 @@ TEST_CASE("NaN and the infinities are written as strings a strict JSON parser ac
   }
 }
 
+TEST_CASE("negative zero is written so that it reads back negative", "[tensor]") {
+  // llvm::json reads "-0" as the integer 0, which widens to +0: "-0.0" is a double.
+  for (DType dtype : {DType::BF16, DType::F16, DType::F32, DType::F64}) {
+    INFO(dtypeName(dtype).str());
+    std::string text;
+    writeTensorJSON(text, Tensor::fromDoubles(dtype, {2}, {-0.0, 0.0}));
+    CHECK(text.find("[-0.0,0]") != std::string::npos);
+    auto again = read(text, tensorOf(dtype, {2}));
+    REQUIRE(ok(again));
+    CHECK(std::signbit(again->at(0)));
+    CHECK_FALSE(std::signbit(again->at(1)));
+  }
+}
+
 TEST_CASE("\"NaN\", \"Infinity\" and \"-Infinity\" are read back for float dtypes", "[tensor]") {
   for (DType dtype : {DType::BF16, DType::F16, DType::F32, DType::F64}) {
     INFO(dtypeName(dtype).str());
@@ -355,12 +369,13 @@ TEST_CASE("an f32 element is written in float's shortest text, not in the double
 TEST_CASE("floats are written in std::to_chars's notation: fixed unless scientific is shorter, "
           "whole numbers exact",
           "[tensor]") {
+  // All but negative zero, which is "-0.0" where std::to_chars writes "-0".
   std::string text;
   writeTensorJSON(text, Tensor::fromDoubles(DType::F32, {10},
                                             {99999, 100000, 123456, 0.0001f, 0.00012f, 1e-5f,
                                              123456790528.0f, 3.4028235e38f, 1e-45f, -0.0f}));
   CHECK(text == R"({"data":[99999,1e+05,123456,1e-04,0.00012,1e-05,123456790528,3.4028235e+38,)"
-                R"(1e-45,-0],"dtype":"f32","shape":[10]})");
+                R"(1e-45,-0.0],"dtype":"f32","shape":[10]})");
   text.clear();
   writeTensorJSON(text, Tensor::fromDoubles(DType::F64, {5},
                                             {18446744073709551616.0, 1e22, 5e-324, 1e-300,

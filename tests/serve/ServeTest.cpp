@@ -1084,7 +1084,7 @@ TEST_CASE("NaN and the infinities travel as JSON strings both ways", "[serve]") 
     CHECK(data[2] == "-Infinity");
     // Negative zero is the number -0 (a parser may read it as the integer 0).
     CHECK(data[3] == 0);
-    CHECK(invoked.raw.find(R"("-Infinity",-0])") != std::string::npos);
+    CHECK(invoked.raw.find(R"("-Infinity",-0.0])") != std::string::npos);
   }
 }
 

@@ -6,7 +6,7 @@
 // An integer input cannot hold them.
 // RUN: not courier-run %s --entry count --arg '[1, "NaN"]' --no-disk-cache 2>&1 | FileCheck %s --check-prefix=INT
 
-// CHECK: {"data":["Infinity","NaN","-Infinity",-0],"dtype":"f32","shape":[4]}
+// CHECK: {"data":["Infinity","NaN","-Infinity",-0.0],"dtype":"f32","shape":[4]}
 // INT: courier-run: error: --arg 0: element 1 is "NaN", which only a float dtype (bf16, f16, f32 or f64) can hold, not i32
 module {
   func.func public @main(%x: tensor<4xf32>) -> tensor<4xf32> {
