@@ -277,7 +277,7 @@ private:
       llvm::Expected<uint64_t> expected = transport::wire::packedBytes(input.elemSize, input.sizes);
       if (!expected)
         return expected.takeError();
-      if (*expected != input.bytes || input.offset > total || total - input.offset < input.bytes)
+      if (*expected != input.bytes || !liesWithin(input.offset, input.bytes, total))
         return llvm::createStringError("launch input lies outside its buffer");
       views.push_back(TensorView{*base + input.offset, input.elemSize, input.sizes,
                                  transport::wire::packedStrides(input.sizes)});

@@ -132,7 +132,7 @@ decodeWorkerResults(Message &reply, llvm::ArrayRef<ResultSpec> expected, llvm::S
   if (!base)
     return broken(llvm::toString(base.takeError()));
   for (const PlacedTensor &shape : answer.results) {
-    if (shape.offset > answer.total || answer.total - shape.offset < shape.bytes)
+    if (!liesWithin(shape.offset, shape.bytes, answer.total))
       return broken("a result outside the reply");
     results->views.push_back(TensorView{*base + shape.offset, shape.elemSize, shape.sizes,
                                         wire::packedStrides(shape.sizes)});

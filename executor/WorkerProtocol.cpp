@@ -10,6 +10,7 @@
 
 #include <seccomp.h>
 
+#include <algorithm>
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
@@ -410,6 +411,52 @@ LaunchAnswer LaunchAnswer::read(MessageReader &in) {
   a.bodyIn = body.in;
   a.inlineBytes = body.inlineBytes;
   return a;
+}
+
+void TensorBlock::write(MessageWriter &out) const {
+  out.u64(tensors.size());
+  for (const TensorPlace &t : tensors) {
+    out.u64(t.dtype).u64(t.shape.size());
+    for (int64_t d : t.shape)
+      out.i64(d);
+    out.u64(t.offset).u64(t.size);
+  }
+  BodyHead{total, bodyIn, inlineBytes, arenaSize}.write(out);
+}
+
+TensorBlock TensorBlock::read(MessageReader &in) {
+  TensorBlock block;
+  block.tensors.resize(in.count(32));
+  for (TensorPlace &t : block.tensors) {
+    t.dtype = in.u64();
+    t.shape.resize(in.count(8));
+    for (int64_t &d : t.shape)
+      d = in.i64();
+    t.offset = in.u64();
+    t.size = in.u64();
+  }
+  BodyHead body = BodyHead::read(in, {Payload::Inline, Payload::Arena, Payload::NewArena});
+  block.total = body.size;
+  block.bodyIn = body.in;
+  block.inlineBytes = body.inlineBytes;
+  block.arenaSize = body.arenaSize;
+  return block;
+}
+
+bool TensorBlock::placesWithin(bool disjoint) const {
+  std::vector<std::pair<uint64_t, uint64_t>> spans;
+  for (const TensorPlace &place : tensors) {
+    if (!liesWithin(place.offset, place.size, total))
+      return false;
+    spans.emplace_back(place.offset, place.size);
+  }
+  if (!disjoint)
+    return true;
+  std::sort(spans.begin(), spans.end());
+  for (size_t i = 1; i < spans.size(); ++i)
+    if (spans[i].first - spans[i - 1].first < spans[i - 1].second)
+      return false;
+  return true;
 }
 
 } // namespace courier::executor

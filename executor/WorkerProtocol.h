@@ -198,6 +198,37 @@ struct LaunchAnswer {
   static LaunchAnswer read(MessageReader &in);
 };
 
+/// Whether `size` bytes at `offset` lie within a body of `total` bytes, without overflowing.
+inline bool liesWithin(uint64_t offset, uint64_t size, uint64_t total) {
+  return offset <= total && total - offset >= size;
+}
+
+/// A module's tensor in a body (an isolated module's Invoke and its answer,
+/// jit/ModuleProtocol.h): its dtype (the DType's value), shape, and where its bytes lie.
+struct TensorPlace {
+  uint64_t dtype = 0;
+  std::vector<int64_t> shape;
+  uint64_t offset = 0, size = 0;
+};
+
+/// An isolated module's Invoke inputs, or its answer's results: their places, then the body's
+/// size and where it lies: inline, in the arena the receiver keeps mapped from an earlier
+/// message, or in a new sealed arena sent as the message's descriptor, its size given.
+struct TensorBlock {
+  std::vector<TensorPlace> tensors;
+  uint64_t total = 0; ///< Bytes the body spans.
+  Payload bodyIn = Payload::Inline;
+  llvm::StringRef inlineBytes; ///< Payload::Inline.
+  uint64_t arenaSize = 0;      ///< Payload::NewArena.
+
+  void write(MessageWriter &out) const;
+  /// Reads one; `inlineBytes` points into `in`'s bytes. A malformed one leaves `in` failed.
+  static TensorBlock read(MessageReader &in);
+  /// Whether every tensor lies within the body's `total` bytes and, with `disjoint`, no two
+  /// overlap (results that overlap would multiply what their receiver allocates).
+  bool placesWithin(bool disjoint) const;
+};
+
 /// Every request ends with a sequence number (a trailing u64) that its answer repeats, so the
 /// executor can tell an answer from bytes a kernel wrote to the channel on its own. Strips
 /// the trailing sequence number; nothing if the message is too short to hold one.

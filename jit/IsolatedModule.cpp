@@ -75,19 +75,6 @@ std::string describeTimeout(std::optional<std::chrono::milliseconds> timeout) {
   return timeout ? std::to_string(timeout->count()) + " ms" : "its deadline";
 }
 
-/// Whether results at `places` lie within `total` bytes without overlapping: overlapping
-/// results would multiply what is allocated.
-bool disjointWithin(llvm::ArrayRef<moduleproto::TensorPlace> places, uint64_t total) {
-  std::vector<std::pair<uint64_t, uint64_t>> spans;
-  for (const moduleproto::TensorPlace &place : places)
-    spans.emplace_back(place.offset, place.size);
-  std::sort(spans.begin(), spans.end());
-  for (size_t i = 0; i < spans.size(); ++i)
-    if (spans[i].first > total || total - spans[i].first < spans[i].second ||
-        (i && spans[i].first < spans[i - 1].first + spans[i - 1].second))
-      return false;
-  return true;
-}
 } // namespace
 
 llvm::Error unloadedError(llvm::StringRef name, llvm::StringRef entry) {
@@ -369,10 +356,10 @@ private:
   /// sent to the worker (in `fds`) when it is new.
   llvm::Error writeInvoke(MessageWriter &request, llvm::StringRef entry,
                           llvm::ArrayRef<TensorRef> inputs, std::vector<int> &fds) {
-    moduleproto::TensorBlock block;
+    executor::TensorBlock block;
     for (const TensorRef &t : inputs) {
       block.total = executor::alignPayload(block.total);
-      block.tensors.push_back(moduleproto::TensorPlace{
+      block.tensors.push_back(executor::TensorPlace{
           static_cast<uint64_t>(t.dtype), {t.shape.begin(), t.shape.end()}, block.total, t.size});
       block.total += t.size;
     }
@@ -421,7 +408,7 @@ private:
                                                   "' sent malformed results for '" + entry.str() +
                                                   "': " + why.str());
     };
-    moduleproto::TensorBlock block = moduleproto::TensorBlock::read(in);
+    executor::TensorBlock block = executor::TensorBlock::read(in);
     if (!in.ok())
       return malformed("a truncated answer");
     struct Result {
@@ -430,7 +417,7 @@ private:
       uint64_t offset, size;
     };
     std::vector<Result> results;
-    for (const moduleproto::TensorPlace &place : block.tensors) {
+    for (const executor::TensorPlace &place : block.tensors) {
       std::optional<DType> dtype = dtypeFromCode(place.dtype);
       if (!dtype)
         return malformed("an unknown dtype");
@@ -444,7 +431,7 @@ private:
       return malformed("results of " + std::to_string(total) +
                        " bytes, more than the worker "
                        "could hold");
-    if (!disjointWithin(block.tensors, total))
+    if (!block.placesWithin(/*disjoint=*/true))
       return malformed("results that overlap or lie outside the answer");
     llvm::StringRef bytes;
     if (block.bodyIn == executor::Payload::Inline) {

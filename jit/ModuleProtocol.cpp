@@ -228,37 +228,6 @@ llvm::Error readOutcome(MessageReader &in) {
   return llvm::createStringError("the module worker sent a malformed answer");
 }
 
-void TensorBlock::write(MessageWriter &out) const {
-  out.u64(tensors.size());
-  for (const TensorPlace &t : tensors) {
-    out.u64(t.dtype).u64(t.shape.size());
-    for (int64_t d : t.shape)
-      out.i64(d);
-    out.u64(t.offset).u64(t.size);
-  }
-  executor::BodyHead{total, bodyIn, inlineBytes, arenaSize}.write(out);
-}
-
-TensorBlock TensorBlock::read(MessageReader &in) {
-  TensorBlock block;
-  block.tensors.resize(in.count(32));
-  for (TensorPlace &t : block.tensors) {
-    t.dtype = in.u64();
-    t.shape.resize(in.count(8));
-    for (int64_t &d : t.shape)
-      d = in.i64();
-    t.offset = in.u64();
-    t.size = in.u64();
-  }
-  executor::BodyHead body = executor::BodyHead::read(
-      in, {executor::Payload::Inline, executor::Payload::Arena, executor::Payload::NewArena});
-  block.total = body.size;
-  block.bodyIn = body.in;
-  block.inlineBytes = body.inlineBytes;
-  block.arenaSize = body.arenaSize;
-  return block;
-}
-
 } // namespace moduleproto
 
 } // namespace courier

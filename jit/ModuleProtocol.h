@@ -16,7 +16,7 @@
 //
 // An outcome is a u64 status (OutcomeStatus) and what it carries. Bodies (a module's text, a
 // Compile's answer) are executor::writeBody's: inline, or larger in a sealed memfd; an
-// Invoke's tensors are inline or in an arena (executor::Payload).
+// Invoke's tensors and its results are an executor::TensorBlock: inline or in an arena.
 #ifndef COURIER_JIT_MODULEPROTOCOL_H
 #define COURIER_JIT_MODULEPROTOCOL_H
 
@@ -44,28 +44,6 @@ std::vector<EntrySignature> readEntries(MessageReader &in);
 
 void writeTimes(MessageWriter &out, const PhaseTimes &times);
 PhaseTimes readTimes(MessageReader &in);
-
-/// A tensor's place in a body: its dtype (the DType's value), shape, and where its bytes lie.
-struct TensorPlace {
-  uint64_t dtype = 0;
-  std::vector<int64_t> shape;
-  uint64_t offset = 0, size = 0;
-};
-
-/// An Invoke's inputs, or its answer's results: their places, then the body's size and where
-/// it lies (executor::Payload): inline, in the arena the receiver keeps mapped from an earlier
-/// message, or in a new sealed arena sent as the message's descriptor, its size given.
-struct TensorBlock {
-  std::vector<TensorPlace> tensors;
-  uint64_t total = 0; ///< Bytes the body spans.
-  executor::Payload bodyIn = executor::Payload::Inline;
-  llvm::StringRef inlineBytes; ///< Payload::Inline.
-  uint64_t arenaSize = 0;      ///< Payload::NewArena.
-
-  void write(MessageWriter &out) const;
-  /// Reads one; `inlineBytes` points into `in`'s bytes. A malformed one leaves `in` failed.
-  static TensorBlock read(MessageReader &in);
-};
 
 /// What an outcome is, its first field.
 enum class OutcomeStatus : uint64_t {

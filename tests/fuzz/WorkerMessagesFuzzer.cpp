@@ -3,7 +3,8 @@
 // SOCK_SEQPACKET socketpair and is read back as its receiver reads it: the kind, the
 // trailing sequence number, a Failed reply's code and message, a crash report, counted
 // lists of fields, and every descriptor mapped as a shared buffer of the size the message
-// claims, and a body as executor::readBody reads it. The input's first byte is the number of
+// claims, a body as executor::readBody reads it, a session's launch and its answer, and an
+// isolated module's tensors (executor::TensorBlock). The input's first byte is the number of
 // descriptors (0 to one more than a message may bring, which is a refusal), each then described by
 // 9 bytes (a size below 1 MiB, sealed or not); the rest is the message.
 #include "tests/fuzz/FuzzSupport.h"
@@ -18,6 +19,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <utility>
 #include <vector>
 
 using namespace courier;
@@ -149,6 +151,48 @@ void readAsLaunch(const std::string &bytes) {
     broken("a launch answer of a kind it may not have");
 }
 
+/// Brute force: whether every place lies within the body and, with `disjoint`, no two overlap:
+/// of each pair, the one that starts first (or, starting together, is shorter) ends before the
+/// other starts. A zero-size place overlaps only one it lies strictly inside.
+bool placesWithinByPairs(const executor::TensorBlock &block, bool disjoint) {
+  const std::vector<executor::TensorPlace> &t = block.tensors;
+  for (const executor::TensorPlace &p : t)
+    if (p.offset > block.total || p.size > block.total - p.offset)
+      return false;
+  for (size_t i = 0; disjoint && i < t.size(); ++i)
+    for (size_t j = 0; j < t.size(); ++j) {
+      auto first = std::make_pair(t[i].offset, t[i].size);
+      auto second = std::make_pair(t[j].offset, t[j].size);
+      if (i != j && (first < second || (first == second && i < j)) &&
+          t[j].offset - t[i].offset < t[i].size)
+        return false;
+    }
+  return true;
+}
+
+/// Reads the message as an isolated module's tensors (executor::TensorBlock, an Invoke's
+/// inputs or its answer's results): what is read lies in the message, one read well reads the
+/// same once written again, and its placement check agrees with a pairwise one.
+void readAsTensorBlock(const std::string &bytes) {
+  executor::MessageReader in(bytes);
+  executor::TensorBlock block = executor::TensorBlock::read(in);
+  checkInside(block.inlineBytes, bytes);
+  if (!in.ok())
+    return;
+  if (block.bodyIn == executor::Payload::Memfd)
+    broken("a tensor block of a kind it may not have");
+  for (bool disjoint : {false, true})
+    if (block.placesWithin(disjoint) != placesWithinByPairs(block, disjoint))
+      broken("a tensor block whose placement check disagrees with a pairwise one");
+  executor::MessageWriter once(executor::MessageKind::Invoke);
+  block.write(once);
+  executor::MessageReader again(once.view());
+  executor::MessageWriter twice(executor::MessageKind::Invoke);
+  executor::TensorBlock::read(again).write(twice);
+  if (!again.atEnd() || once.view() != twice.view())
+    broken("a tensor block that reads differently once written again");
+}
+
 /// Reads the message as a body (executor::readBody): one it accepts is no larger than the
 /// limit and lies in the message, or is the memfd beside it mapped at the size claimed; an
 /// inline one written again (executor::writeBody) reads back the same.
@@ -251,6 +295,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   readAsReceiver(received.bytes);
   readAsBody(received.bytes, received.fds);
   readAsLaunch(received.bytes);
+  readAsTensorBlock(received.bytes);
   mapBuffers(received.fds, message);
   return 0;
 }

@@ -269,9 +269,11 @@ private:
     if (!module)
       return answerError(llvm::createStringError("this worker holds no module"));
     std::string entry = in.str().str();
-    moduleproto::TensorBlock block = moduleproto::TensorBlock::read(in);
+    executor::TensorBlock block = executor::TensorBlock::read(in);
     if (!in.ok())
       return answerError(llvm::createStringError("a malformed invoke request"));
+    if (!block.placesWithin(/*disjoint=*/false))
+      return answerError(llvm::createStringError("an invoke input lies outside its buffer"));
     // Inline bytes are copied to an aligned buffer: compiled code may assume alignment.
     executor::AlignedBytes aligned;
     llvm::Expected<const uint8_t *> base = inputBody(block, request, aligned);
@@ -279,10 +281,10 @@ private:
       return answerError(base.takeError());
     std::vector<TensorRef> refs;
     refs.reserve(block.tensors.size());
-    for (const moduleproto::TensorPlace &input : block.tensors) {
+    for (const executor::TensorPlace &input : block.tensors) {
       std::optional<DType> dtype = dtypeFromCode(input.dtype);
-      if (!dtype || input.offset > block.total || block.total - input.offset < input.size)
-        return answerError(llvm::createStringError("an invoke input lies outside its buffer"));
+      if (!dtype)
+        return answerError(llvm::createStringError("an invoke input of an unknown dtype"));
       refs.push_back(TensorRef::of(*dtype, input.shape, *base ? *base + input.offset : nullptr,
                                    static_cast<size_t>(input.size)));
     }
@@ -307,7 +309,7 @@ private:
   /// Where an invoke's inputs lie: inline (copied to `aligned`), or in the server's input arena,
   /// sent once (NewArena) and kept mapped until it sends a larger one. Sealed: a server that
   /// shrank it would kill this worker at its next read.
-  llvm::Expected<const uint8_t *> inputBody(const moduleproto::TensorBlock &block, Message &request,
+  llvm::Expected<const uint8_t *> inputBody(const executor::TensorBlock &block, Message &request,
                                             executor::AlignedBytes &aligned) {
     if (block.bodyIn == executor::Payload::Inline) {
       if (block.inlineBytes.size() != block.total)
@@ -336,13 +338,13 @@ private:
   /// result arena, sealed so the server can map it safely and replaced (`sendArena`) only when
   /// a call's results outgrow it.
   llvm::Error packResults(llvm::ArrayRef<ResultRef> results, MessageWriter &done, bool &sendArena) {
-    moduleproto::TensorBlock block;
+    executor::TensorBlock block;
     for (const ResultRef &r : results) {
       block.total = executor::alignPayload(block.total);
-      block.tensors.push_back(moduleproto::TensorPlace{static_cast<uint64_t>(r.dtype),
-                                                       {r.shape.begin(), r.shape.end()},
-                                                       block.total,
-                                                       r.packedBytes()});
+      block.tensors.push_back(executor::TensorPlace{static_cast<uint64_t>(r.dtype),
+                                                    {r.shape.begin(), r.shape.end()},
+                                                    block.total,
+                                                    r.packedBytes()});
       block.total += r.packedBytes();
     }
     auto pack = [&](char *to) {
