@@ -1,5 +1,6 @@
 // convert-executor-to-llvm: each executor op becomes a call into the
 // __catalyst__executor__* runtime (runtime/ExecutorABI.h).
+#include "passes/ExecutorToLLVM.h"
 #include "passes/Passes.h"
 
 #include "mlir/Conversion/LLVMCommon/MemRefBuilder.h"
@@ -99,11 +100,13 @@ std::string globalKey(StringRef prefix, StringRef name) {
   return key;
 }
 
+} // namespace
+
 /// What the patterns share: the runtime declarations and the constant globals, all created
 /// before conversion so patterns only reference them.
-class LoweringContext {
+class ExecutorToLLVMLowering::Context {
 public:
-  explicit LoweringContext(ModuleOp module)
+  explicit Context(ModuleOp module)
       : module(module), builder(OpBuilder::atBlockBegin(module.getBody())) {}
 
   llvm::StringMap<LLVM::LLVMFuncOp> functions;
@@ -173,6 +176,10 @@ private:
   OpBuilder builder;
   llvm::DenseMap<std::pair<Attribute, Attribute>, LLVM::GlobalOp> globals;
 };
+
+namespace {
+
+using LoweringContext = ExecutorToLLVMLowering::Context;
 
 /// Bytes per element as stored in memory.
 FailureOr<int64_t> elementBytes(Type type) {
@@ -612,56 +619,17 @@ void placePackedInputs(dialect::executor::CallOp call, llvm::DenseMap<Operation 
 struct ConvertExecutorToLLVM : impl::ConvertExecutorToLLVMBase<ConvertExecutorToLLVM> {
   void runOnOperation() override {
     ModuleOp module = getOperation();
-    MLIRContext *ctx = &getContext();
-    FailureOr<llvm::StringMap<LLVM::LLVMFunctionType>> abi = runtimeSignatures(module);
-    if (failed(abi))
+    FailureOr<ExecutorToLLVMLowering> lowering = ExecutorToLLVMLowering::prepare(module);
+    if (failed(lowering))
       return signalPassFailure();
-
-    // Checks every op first, and notes what the conversion needs: runtime functions,
-    // constants, where each call packs its inputs.
-    LoweringContext lowering(module);
-    SetVector<StringRef> needed;
-    llvm::DenseMap<Operation *, int64_t> stackPacked;
-    WalkResult walk = module.walk([&](Operation *op) {
-      if (failed(checkNoCatalystLeft(op)))
-        return WalkResult::interrupt();
-      if (!isa<dialect::executor::ExecutorDialect>(op->getDialect()))
-        return WalkResult::advance();
-      if (failed(checkConvertible(op, module)))
-        return WalkResult::interrupt();
-      if (auto call = dyn_cast<dialect::executor::CallOp>(op))
-        placePackedInputs(call, stackPacked, lowering);
-      for (StringRef name : runtimeFunctionsOf(op))
-        needed.insert(name);
-      addConstants(op, lowering);
-      return WalkResult::advance();
-    });
-    if (walk.wasInterrupted())
-      return signalPassFailure();
-    if (needed.empty())
+    if (!lowering->hasExecutorOps())
       return;
-
-    // Only the functions this module calls are declared.
-    OpBuilder builder = OpBuilder::atBlockBegin(module.getBody());
-    for (StringRef name : needed) {
-      auto existing = module.lookupSymbol<LLVM::LLVMFuncOp>(name);
-      lowering.functions[name] =
-          existing ? existing
-                   : LLVM::LLVMFuncOp::create(builder, module.getLoc(), name, abi->lookup(name));
-    }
-
-    LLVMTypeConverter converter(ctx);
-    converter.addConversion([](dialect::executor::SessionType type) {
-      return IntegerType::get(type.getContext(), 64);
-    });
-    converter.addConversion(
-        [](dialect::executor::TokenType type) { return IntegerType::get(type.getContext(), 64); });
-    RewritePatternSet patterns(ctx);
-    patterns.add<OpenLowering, SendBinaryLowering, LaunchLowering, LaunchAsyncLowering,
-                 AwaitLowering, CallLowering, CloseLowering>(converter, lowering);
-    ConversionTarget target(*ctx);
-    target.addLegalDialect<LLVM::LLVMDialect>();
-    target.addIllegalDialect<dialect::executor::ExecutorDialect>();
+    LLVMTypeConverter converter(&getContext());
+    populateExecutorToLLVMTypeConversions(converter);
+    RewritePatternSet patterns(&getContext());
+    populateExecutorToLLVMConversionPatterns(converter, *lowering, patterns);
+    ConversionTarget target(getContext());
+    configureExecutorToLLVMConversionLegality(target);
     target.markUnknownOpDynamicallyLegal([](Operation *) { return true; });
     if (failed(applyPartialConversion(module, target, std::move(patterns))))
       signalPassFailure();
@@ -669,4 +637,71 @@ struct ConvertExecutorToLLVM : impl::ConvertExecutorToLLVMBase<ConvertExecutorTo
 };
 
 } // namespace
+
+FailureOr<ExecutorToLLVMLowering> ExecutorToLLVMLowering::prepare(ModuleOp module) {
+  // Loaded already in a pass (its dependent dialect); outside one, before any thread runs.
+  module.getContext()->getOrLoadDialect<LLVM::LLVMDialect>();
+  FailureOr<llvm::StringMap<LLVM::LLVMFunctionType>> abi = runtimeSignatures(module);
+  if (failed(abi))
+    return failure();
+  // Checks every op first, and notes what the conversion needs: runtime functions,
+  // constants, where each call packs its inputs.
+  auto lowering = std::make_unique<Context>(module);
+  SetVector<StringRef> needed;
+  llvm::DenseMap<Operation *, int64_t> stackPacked;
+  WalkResult walk = module.walk([&](Operation *op) {
+    if (failed(checkNoCatalystLeft(op)))
+      return WalkResult::interrupt();
+    if (!isa<dialect::executor::ExecutorDialect>(op->getDialect()))
+      return WalkResult::advance();
+    if (failed(checkConvertible(op, module)))
+      return WalkResult::interrupt();
+    if (auto call = dyn_cast<dialect::executor::CallOp>(op))
+      placePackedInputs(call, stackPacked, *lowering);
+    for (StringRef name : runtimeFunctionsOf(op))
+      needed.insert(name);
+    addConstants(op, *lowering);
+    return WalkResult::advance();
+  });
+  if (walk.wasInterrupted())
+    return failure();
+  // Only the functions this module calls are declared.
+  OpBuilder builder = OpBuilder::atBlockBegin(module.getBody());
+  for (StringRef name : needed) {
+    auto existing = module.lookupSymbol<LLVM::LLVMFuncOp>(name);
+    lowering->functions[name] =
+        existing ? existing
+                 : LLVM::LLVMFuncOp::create(builder, module.getLoc(), name, abi->lookup(name));
+  }
+  return ExecutorToLLVMLowering(std::move(lowering));
+}
+
+ExecutorToLLVMLowering::ExecutorToLLVMLowering(std::unique_ptr<Context> impl)
+    : impl(std::move(impl)) {}
+ExecutorToLLVMLowering::ExecutorToLLVMLowering(ExecutorToLLVMLowering &&) noexcept = default;
+ExecutorToLLVMLowering &
+ExecutorToLLVMLowering::operator=(ExecutorToLLVMLowering &&) noexcept = default;
+ExecutorToLLVMLowering::~ExecutorToLLVMLowering() = default;
+
+bool ExecutorToLLVMLowering::hasExecutorOps() const { return !impl->functions.empty(); }
+
+void populateExecutorToLLVMTypeConversions(LLVMTypeConverter &converter) {
+  converter.addConversion(
+      [](dialect::executor::SessionType type) { return IntegerType::get(type.getContext(), 64); });
+  converter.addConversion(
+      [](dialect::executor::TokenType type) { return IntegerType::get(type.getContext(), 64); });
+}
+
+void populateExecutorToLLVMConversionPatterns(const LLVMTypeConverter &converter,
+                                              const ExecutorToLLVMLowering &lowering,
+                                              RewritePatternSet &patterns) {
+  patterns.add<OpenLowering, SendBinaryLowering, LaunchLowering, LaunchAsyncLowering, AwaitLowering,
+               CallLowering, CloseLowering>(converter, lowering.context());
+}
+
+void configureExecutorToLLVMConversionLegality(ConversionTarget &target) {
+  target.addLegalDialect<LLVM::LLVMDialect>();
+  target.addIllegalDialect<dialect::executor::ExecutorDialect>();
+}
+
 } // namespace courier
