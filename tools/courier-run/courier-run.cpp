@@ -640,27 +640,26 @@ llvm::Expected<EngineOptions> engineOptions(bool &isolated) {
   return options;
 }
 
-/// Runs `first`, then each version of the file saved after it, until SIGINT or SIGTERM.
-int watchAndRun(Engine &engine, std::shared_ptr<Module> first, StopSignals &stopSignals) {
+/// Runs the file's version in `reloadable`, then each version saved after it, until SIGINT or
+/// SIGTERM. The file is hot-reloaded as courier-serve's --watch reloads a module: a
+/// ReloadableModule that its FileWatcher reloads on each save.
+int watchAndRun(ReloadableModule &reloadable, StopSignals &stopSignals) {
   // Each save is compiled on the watcher's thread and run on the runner's: a version whose
   // call spins is ended by the next save rather than keeping it waiting.
   WatchRunner runner(inputFile);
-  runner.submit(std::move(first), /*ms=*/-1);
+  runner.submit(reloadable.current(), /*ms=*/-1);
   llvm::Expected<std::unique_ptr<FileWatcher>> watcher =
       FileWatcher::create(inputFile, "", [&](const std::string &) {
         auto start = std::chrono::steady_clock::now();
-        llvm::ErrorOr<std::unique_ptr<llvm::MemoryBuffer>> text =
-            llvm::MemoryBuffer::getFile(inputFile);
-        llvm::Expected<std::shared_ptr<Module>> next =
-            text ? engine.compile((*text)->getBuffer(), inputFile)
-                 : llvm::Expected<std::shared_ptr<Module>>(llvm::errorCodeToError(text.getError()));
+        // Only this thread reloads: the current version is the one this save made.
+        llvm::Expected<uint64_t> reloaded = reloadable.reloadFile(inputFile);
         double ms =
             std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
                 .count();
-        if (!next)
-          runner.failed(describe(next.takeError()), ms);
+        if (!reloaded)
+          runner.failed(describe(reloaded.takeError()), ms);
         else
-          runner.submit(std::move(*next), ms);
+          runner.submit(reloadable.current(), ms);
       });
   if (!watcher)
     return fail(watcher.takeError());
@@ -720,10 +719,15 @@ int main(int argc, char **argv) {
     stopSignals.emplace();
   Engine engine(*options);
 
-  llvm::Expected<std::shared_ptr<Module>> first = engine.compile((*file)->getBuffer(), programName);
-  if (!first)
+  if (!watch) {
+    llvm::Expected<std::shared_ptr<Module>> module =
+        engine.compile((*file)->getBuffer(), programName);
+    if (!module)
+      return fail(module.takeError());
+    return runOnce(**module);
+  }
+  ReloadableModule reloadable(engine, programName);
+  if (llvm::Expected<uint64_t> first = reloadable.reload((*file)->getBuffer(), programName); !first)
     return fail(first.takeError());
-  if (!watch)
-    return runOnce(**first);
-  return watchAndRun(engine, std::move(*first), *stopSignals);
+  return watchAndRun(reloadable, *stopSignals);
 }
