@@ -379,7 +379,8 @@ void SharedChannelServer::Impl::reap(std::vector<std::shared_ptr<Channel>> &join
 bool SharedChannelServer::Impl::handToWorker(Channel &channel, SessionRef session,
                                              transport::UniqueFd &clientEnd) {
   auto fail = [&](const llvm::Twine &why) {
-    transport::logEvent(transport::LogLevel::Warn,
+    // Ending with the executor is no news.
+    transport::logEvent(core.stopping() ? transport::LogLevel::Info : transport::LogLevel::Warn,
                         ("the same-host channel of session '" + channel.sessionId +
                          "' is answered by the executor: " + why)
                             .str(),

@@ -333,9 +333,10 @@ void WorkerHost::dropDirect(const std::string &why) {
     std::lock_guard<std::mutex> lock(slotMutex);
     channel = std::move(direct);
   }
+  // A worker ended by the executor's stop as it was handed the channel is no news.
   if (channel)
     transport::logEvent(
-        transport::LogLevel::Warn,
+        services.stopping() ? transport::LogLevel::Info : transport::LogLevel::Warn,
         "the same-host channel of session '" + id +
             "' could not be handed to its worker; its launches go over HTTP: " + why,
         {{"session", llvm::StringRef(id)}});
