@@ -3,6 +3,7 @@
 #include "executor/ExecutorCore.h"
 
 #include "executor/Arena.h"
+#include "executor/AsyncLaunches.h"
 #include "executor/CoreMetrics.h"
 #include "executor/ElfValidation.h"
 #include "executor/HostCpu.h"
@@ -37,21 +38,12 @@ using transport::ErrorCode;
 using transport::makeCodedError;
 namespace wire = transport::wire;
 
-namespace {
-
-/// An async launch's outcome: no code when it succeeded.
-struct AsyncOutcome {
-  std::optional<ErrorCode> code;
-  std::string message;
-};
-
-} // namespace
-
 /// A session: its kernel host, so objects shipped by one client never resolve another's
 /// symbols, what it holds of the store, and the async launches it started.
 class Session {
 public:
-  std::string id;
+  explicit Session(std::string id) : id(id), launches(std::move(id)) {}
+  const std::string id;
   std::shared_ptr<KernelHost> host;
   std::atomic<int64_t> lastUsed{0}; ///< Clock ticks; read by the idle reaper.
   /// Attaches and detaches one at a time (taken before `attachMutex`), so `attached` matches
@@ -63,9 +55,7 @@ public:
   /// Set when the session leaves the table; its holds are released then, so an attach
   /// racing with the close must not take a new one.
   bool closed = false;
-  std::mutex launchesMutex;
-  uint64_t nextLaunch = 1;
-  std::map<uint64_t, std::shared_future<AsyncOutcome>> launches;
+  AsyncLaunches launches;
 
   void touch() { lastUsed.store(Clock::now().time_since_epoch().count()); }
   /// Requests running on the session now; the idle reaper leaves a busy session alone.
@@ -186,8 +176,7 @@ llvm::Expected<std::shared_ptr<Session>> ExecutorCore::Impl::createSession(const
     if (sessions.size() >= options.maxSessions)
       return full();
   }
-  auto session = std::make_shared<Session>();
-  session->id = id;
+  auto session = std::make_shared<Session>(id);
   llvm::Expected<std::shared_ptr<KernelHost>> host = hosts->open(id);
   if (!host)
     return host.takeError();
@@ -444,10 +433,7 @@ std::vector<SessionSummary> ExecutorCore::listSessions() {
                          .count();
     summary.requestsInFlight = s->busy.load();
     summary.workerPid = s->host->workerPid();
-    {
-      std::lock_guard<std::mutex> lock(s->launchesMutex);
-      summary.pendingLaunches = s->launches.size();
-    }
+    summary.pendingLaunches = s->launches.pending();
     summaries.push_back(std::move(summary));
   }
   llvm::sort(summaries,
@@ -480,33 +466,9 @@ llvm::Error ExecutorCore::closeSession(llvm::StringRef id) {
 
 const std::string &ExecutorCore::sessionId(const Session &session) { return session.id; }
 
-namespace {
-
-/// Refuses an object whose features record (abi/KernelABI.h) names a feature this machine's
-/// CPU lacks: its code would die of an illegal instruction at the first launch that reached it.
-llvm::Error checkObjectCpu(const ObjectBlob &blob) {
-  llvm::Expected<std::vector<std::string>> required =
-      readRequiredFeatures(blob.sha256, *blob.bytes);
-  if (!required)
-    return transport::makeCodedError(ErrorCode::InvalidObject,
-                                     llvm::toString(required.takeError()));
-  std::vector<std::string> missing = missingHostFeatures(*required);
-  if (missing.empty())
-    return llvm::Error::success();
-  return transport::makeCodedError(
-      ErrorCode::UnsupportedCpu,
-      llvm::formatv("object {0} needs CPU feature{1} {2}, which this executor's CPU ({3}) lacks: "
-                    "compile it for this executor's CPU (its /v1/health names the CPU and "
-                    "features) or send it to one that has them",
-                    blob.sha256, missing.size() == 1 ? "" : "s", llvm::join(missing, ", "),
-                    describeHostCpu().name));
-}
-
-} // namespace
-
 llvm::Expected<bool> ExecutorCore::storeObject(ObjectBlob blob) {
   // Read before the store is locked: the object is refused before it takes any room.
-  if (llvm::Error error = checkObjectCpu(blob))
+  if (llvm::Error error = checkObjectCpu(blob.sha256, *blob.bytes))
     return std::move(error);
   bool stored = false;
   {
@@ -572,7 +534,7 @@ ExecutorCore::launch(Session &s, llvm::StringRef sha, llvm::StringRef entry, Inp
                      llvm::ArrayRef<TensorView> inputs, llvm::ArrayRef<ResultSpec> results,
                      Clock::time_point deadline, SharedRegions *resultsInto) {
   BusyGuard busy(s, impl->expiresSessions());
-  RunningLaunch running(impl->metrics, impl->options.timeLaunches);
+  RunningLaunch running(impl->metrics, /*timed=*/true);
   llvm::Expected<LaunchResults> out =
       s.host->launch(LaunchCall{sha, entry, area, inputs, results, deadline, resultsInto}, running);
   if (!out)
@@ -589,29 +551,7 @@ llvm::Expected<uint64_t> ExecutorCore::launchAsync(const SessionRef &session, ll
   // Refused now rather than at await: the client learns of its mistake where it made it.
   if (llvm::Error error = s.host->checkAsyncEntry(sha, entry))
     return std::move(error);
-  auto outcome = std::make_shared<std::promise<AsyncOutcome>>();
-  uint64_t id;
-  {
-    std::lock_guard<std::mutex> lock(s.launchesMutex);
-    if (s.launches.size() >= wire::kMaxPendingLaunches)
-      return makeCodedError(
-          ErrorCode::TooManyLaunches,
-          llvm::formatv("session '{0}' has {1} async launches not yet awaited; await some first",
-                        s.id, wire::kMaxPendingLaunches));
-    id = s.nextLaunch++;
-    s.launches.emplace(id, outcome->get_future().share());
-  }
-  CoreMetrics *metrics = &impl->metrics;
-  s.host->launchAsync(sha.str(), entry.str(), deadline, [metrics, outcome](llvm::Error error) {
-    if (!error) {
-      outcome->set_value({});
-      return;
-    }
-    metrics->launchFailures++;
-    auto [code, message] = transport::takeCodeAndMessage(std::move(error), ErrorCode::LaunchFailed);
-    outcome->set_value({code, std::move(message)});
-  });
-  return id;
+  return s.launches.start(*s.host, sha, entry, deadline, impl->metrics.launchFailures);
 }
 
 Clock::time_point ExecutorCore::deadline(std::optional<std::chrono::milliseconds> requested) const {
@@ -635,34 +575,9 @@ InputArea ExecutorCore::inputAreaIn(SharedRegions &regions,
 
 llvm::Error ExecutorCore::await(Session &s, uint64_t id, Clock::time_point deadline) {
   BusyGuard busy(s, impl->expiresSessions());
-  std::shared_future<AsyncOutcome> done;
-  {
-    std::lock_guard<std::mutex> lock(s.launchesMutex);
-    auto it = s.launches.find(id);
-    if (it == s.launches.end())
-      return makeCodedError(ErrorCode::UnknownLaunch, "no pending launch " + llvm::Twine(id) +
-                                                          " in session '" + s.id +
-                                                          "' (unknown, or already awaited)");
-    done = std::move(it->second);
-    s.launches.erase(it);
-  }
-  if (done.wait_until(deadline) != std::future_status::ready) {
-    // Ending the host's kernels (its worker) ends the launch; its task then reports how it
-    // ended. Nothing ends a kernel in this process.
-    if (!s.host->endKernels(EndReason::Deadline))
-      return makeCodedError(ErrorCode::DeadlineExceeded,
-                            llvm::formatv("launch {0} is still running; without isolation the "
-                                          "executor cannot end it",
-                                          id));
-    if (done.wait_for(std::chrono::seconds(2)) != std::future_status::ready)
-      return makeCodedError(ErrorCode::DeadlineExceeded,
-                            llvm::formatv("launch {0} ran past its deadline", id));
-  }
-  const AsyncOutcome &outcome = done.get();
+  llvm::Error awaited = s.launches.await(*s.host, id, deadline);
   s.touch();
-  if (outcome.code)
-    return makeCodedError(*outcome.code, outcome.message);
-  return llvm::Error::success();
+  return awaited;
 }
 
 llvm::Expected<std::string> ExecutorCore::call(Session &s, llvm::StringRef symbol,
@@ -676,22 +591,15 @@ llvm::Expected<std::string> ExecutorCore::call(Session &s, llvm::StringRef symbo
     metrics.callFailures++;
     return output.takeError();
   }
-  if (output->size() != outputSize) {
+  if (llvm::Error error = checkCallOutput(symbol, *output, outputSize)) {
     metrics.callFailures++;
-    return makeCodedError(ErrorCode::CallFailed,
-                          llvm::formatv("'{0}' produced {1} bytes, the caller expects {2}", symbol,
-                                        output->size(), outputSize));
+    return std::move(error);
   }
   return output;
 }
 
 HealthReport ExecutorCore::health() {
-  HealthReport report;
-  report.version = COURIER_VERSION;
-  report.triple = llvm::sys::getProcessTriple();
-  HostCpu cpu = describeHostCpu();
-  report.cpu = std::move(cpu.name);
-  report.features = std::move(cpu.features);
+  HealthReport report = describeThisExecutor();
   {
     std::lock_guard<std::mutex> lock(impl->sessionsMutex);
     report.sessions = impl->sessions.size();

@@ -1,9 +1,9 @@
 // The executor core: sessions, the content-addressed object store, launches, async launches,
 // calls and health. Where a session's kernels run (a worker process of its own, or this
 // process) is its kernel host (executor/KernelHost.h), of one kind for the whole core.
-// courier-executor's HTTP adapter (executor/ExecutorServer.cpp) and the in-process "local"
-// backend (executor/LocalBackend.cpp) are both thin layers over it. No HTTP type appears here;
-// failures are CodedErrors (transport/ErrorCode.h).
+// courier-executor's HTTP adapter (executor/ExecutorServer.cpp) is a thin layer over it; the
+// in-process "local" backend (executor/LocalBackend.cpp) uses the in-process hosts without
+// it. No HTTP type appears here; failures are CodedErrors (transport/ErrorCode.h).
 #ifndef COURIER_EXECUTOR_EXECUTORCORE_H
 #define COURIER_EXECUTOR_EXECUTORCORE_H
 
@@ -35,8 +35,7 @@ struct CoreOptions {
   /// `too_many_sessions`.
   size_t maxSessions = 128;
   /// Sessions unused for this long are closed; 0: none is (and requests skip the bookkeeping
-  /// that keeps a session in use open, as the in-process backend, whose sessions its caller
-  /// closes, does).
+  /// that keeps a session in use open).
   std::chrono::seconds idleTimeout{600};
   /// An object no session holds is dropped from the store after this long, so a client
   /// between its upload and its attach, or re-attaching soon after a release, finds it.
@@ -46,9 +45,6 @@ struct CoreOptions {
   uint64_t maxStoreBytes = uint64_t(1024) << 20;
   /// Largest tensor bytes a launch may bring or return.
   uint64_t maxBytes = uint64_t(4) << 30;
-  /// Launch durations go into a histogram (two clock reads per launch, which the in-process
-  /// backend, with no metrics to show, does without).
-  bool timeLaunches = true;
   /// Async launches run on this many threads; the rest wait their turn.
   unsigned asyncThreads = 32;
 

@@ -1,10 +1,14 @@
 // The host CPU's name and features for health reports (executor/HostCpu.h).
 #include "executor/HostCpu.h"
+#include "executor/ElfValidation.h"
+#include "transport/ErrorCode.h"
 
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/StringSet.h"
 #include "llvm/MC/MCSubtargetInfo.h"
 #include "llvm/MC/TargetRegistry.h"
+#include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/TargetSelect.h"
 #include "llvm/TargetParser/Host.h"
 #include "llvm/TargetParser/Triple.h"
@@ -110,6 +114,24 @@ llvm::StringSet<> hostFeatureSet() {
 }
 
 } // namespace
+
+llvm::Error checkObjectCpu(llvm::StringRef sha256, llvm::StringRef bytes) {
+  using transport::ErrorCode;
+  llvm::Expected<std::vector<std::string>> required = readRequiredFeatures(sha256, bytes);
+  if (!required)
+    return transport::makeCodedError(ErrorCode::InvalidObject,
+                                     llvm::toString(required.takeError()));
+  std::vector<std::string> missing = missingHostFeatures(*required);
+  if (missing.empty())
+    return llvm::Error::success();
+  return transport::makeCodedError(
+      ErrorCode::UnsupportedCpu,
+      llvm::formatv("object {0} needs CPU feature{1} {2}, which this executor's CPU ({3}) lacks: "
+                    "compile it for this executor's CPU (its /v1/health names the CPU and "
+                    "features) or send it to one that has them",
+                    sha256, missing.size() == 1 ? "" : "s", llvm::join(missing, ", "),
+                    describeHostCpu().name));
+}
 
 std::vector<std::string> missingHostFeatures(const std::vector<std::string> &required) {
   static const llvm::StringSet<> host = hostFeatureSet();

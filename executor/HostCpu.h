@@ -3,6 +3,9 @@
 #ifndef COURIER_EXECUTOR_HOSTCPU_H
 #define COURIER_EXECUTOR_HOSTCPU_H
 
+#include "llvm/ADT/StringRef.h"
+#include "llvm/Support/Error.h"
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -26,6 +29,11 @@ HostCpu describeHostCpu();
 /// it (a feature another implies, say, or one no probe reports, such as "nopl" on x86-64): the
 /// same reading code compiled for this CPU in process is generated from.
 std::vector<std::string> missingHostFeatures(const std::vector<std::string> &required);
+
+/// `unsupported_cpu` for an object whose features record (abi/KernelABI.h) names a feature this
+/// machine's CPU lacks: its code would die of an illegal instruction at the first launch that
+/// reached it; `invalid_object` for a record that cannot be read.
+llvm::Error checkObjectCpu(llvm::StringRef sha256, llvm::StringRef bytes);
 
 /// The LLVM features that LLVM 22 reads from a /proc/cpuinfo "Features" line the kernel writes
 /// for these AT_HWCAP and AT_HWCAP2 words (asm/hwcap.h): "asimd" is neon, "aes" with "pmull"

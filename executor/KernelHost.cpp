@@ -1,10 +1,17 @@
-// What every kernel host shares: the same-host channel's answers for a host that cannot
-// serve one. See executor/KernelHost.h.
+// What every kernel host shares: the checks of an async entry and of a call's output, this
+// executor's description, and the same-host channel's answers for a host that cannot serve
+// one. See executor/KernelHost.h.
 #include "executor/KernelHost.h"
 
+#include "executor/HostCpu.h"
 #include "executor/ObjectHost.h"
 
 #include "transport/ErrorCode.h"
+
+#include "Version.h"
+
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/TargetParser/Host.h"
 
 #include <thread>
 
@@ -17,6 +24,24 @@ llvm::Error checkAsyncLaunch(const ObjectInfo *info, llvm::StringRef sha, llvm::
                                          "' in object " + sha);
   // An async entry takes nothing and returns nothing; its table must say so.
   return checkLaunch(*info, entry, {}, {});
+}
+
+llvm::Error checkCallOutput(llvm::StringRef symbol, llvm::StringRef output, uint64_t outputSize) {
+  if (output.size() == outputSize)
+    return llvm::Error::success();
+  return transport::makeCodedError(transport::ErrorCode::CallFailed,
+                                   llvm::formatv("'{0}' produced {1} bytes, the caller expects {2}",
+                                                 symbol, output.size(), outputSize));
+}
+
+HealthReport describeThisExecutor() {
+  HealthReport report;
+  report.version = COURIER_VERSION;
+  report.triple = llvm::sys::getProcessTriple();
+  HostCpu cpu = describeHostCpu();
+  report.cpu = std::move(cpu.name);
+  report.features = std::move(cpu.features);
+  return report;
 }
 
 KernelHost::~KernelHost() = default;

@@ -156,6 +156,13 @@ struct HostServices {
 /// launch must. What both hosts' checkAsyncEntry check.
 llvm::Error checkAsyncLaunch(const ObjectInfo *info, llvm::StringRef sha, llvm::StringRef entry);
 
+/// `call_failed` unless a call of `symbol` produced the `outputSize` bytes its caller expects.
+llvm::Error checkCallOutput(llvm::StringRef symbol, llvm::StringRef output, uint64_t outputSize);
+
+/// The health of an executor in this process before its sessions and hosts are counted: its
+/// version, triple, CPU and CPU features.
+HealthReport describeThisExecutor();
+
 /// Where one session's kernels run. The core serializes attach and detach and launches only
 /// objects the session holds; everything else may be called from any thread. Failures are
 /// CodedErrors (transport/ErrorCode.h).

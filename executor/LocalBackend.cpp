@@ -1,15 +1,27 @@
-// The in-process executor: a Backend over the executor core without isolation, so a launch
-// is a direct call into the kernel on the calling thread, reading the caller's inputs in
-// place and handing over the kernel's result buffers without a copy.
+// The in-process executor: a Backend whose sessions are in-process kernel hosts
+// (executor/InProcessHost.cpp), so a launch is a direct call into the kernel on the calling
+// thread, reading the caller's inputs in place and handing over the kernel's result buffers
+// without a copy. It keeps what a program's own sessions need and nothing a server does: no
+// object store (every launch brings its object, which its session loads once), no deadlines
+// (nothing can end a kernel in this process), no idle expiry (its caller closes its sessions).
 #include "executor/LocalBackend.h"
 
+#include "executor/AsyncLaunches.h"
+#include "executor/CoreMetrics.h"
 #include "executor/ExecutorCore.h"
+#include "executor/HostCpu.h"
+#include "executor/ObjectHost.h"
 #include "executor/ResultBlocks.h"
 #include "transport/ErrorCode.h"
 
 #include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/ThreadPool.h"
 
 #include <atomic>
+#include <mutex>
+#include <set>
+#include <shared_mutex>
+#include <unordered_map>
 
 using namespace llvm;
 
@@ -17,24 +29,53 @@ namespace courier::executor {
 
 using transport::Backend;
 using transport::BackendOptions;
-using transport::CodedError;
 using transport::ErrorCode;
 using transport::Health;
 using transport::withContext;
 
 namespace {
 
-/// Far enough never to matter: in process, nothing can end a kernel, so nothing times out.
-constexpr std::chrono::hours kForever(24 * 365 * 10);
+/// What a wait on a kernel waits until: nothing can end one in this process, so this is as
+/// good as never (and, unlike time_point::max(), every clock arithmetic on it is exact).
+Clock::time_point forever() { return Clock::now() + std::chrono::hours(24 * 365 * 10); }
+
+/// A session: its host, the objects it has loaded and its async launches.
+struct LocalSession {
+  explicit LocalSession(std::string id, std::shared_ptr<KernelHost> host)
+      : host(std::move(host)), launches(std::move(id)) {}
+  std::shared_ptr<KernelHost> host;
+  /// Loads and unloads one at a time (taken before `attachedMutex`, which a launch of a
+  /// loaded object takes alone, shared).
+  std::mutex attachSerial;
+  std::shared_mutex attachedMutex;
+  std::set<std::string, std::less<>> attached;
+  AsyncLaunches launches;
+};
 
 class LocalBackend final : public Backend {
 public:
-  explicit LocalBackend(std::unique_ptr<executor::ExecutorCore> core) : core(std::move(core)) {}
+  LocalBackend(std::shared_ptr<PluginSet> plugins)
+      : asyncPool(llvm::hardware_concurrency(kAsyncThreads)), services{options,
+                                                                       std::move(plugins),
+                                                                       metrics,
+                                                                       asyncPool,
+                                                                       [](StringRef) {
+                                                                         return std::nullopt;
+                                                                       },
+                                                                       [] { return false; }} {}
+
+  Error start() {
+    Expected<std::unique_ptr<HostFactory>> made = makeInProcessHosts(services);
+    if (!made)
+      return made.takeError();
+    hosts = std::move(*made);
+    return Error::success();
+  }
 
   const std::string &address() const override { return name; }
 
   Expected<Health> health() override {
-    executor::HealthReport report = core->health();
+    HealthReport report = describeThisExecutor();
     Health health;
     health.version = report.version;
     health.triple = report.triple;
@@ -45,19 +86,32 @@ public:
 
   Expected<std::string> openSession() override {
     std::string id = formatv("local-{0}", nextSession++).str();
-    bool created = false;
-    Expected<executor::SessionRef> session = core->openSession(id, created);
-    if (!session)
-      return withContext("local: opening a session", session.takeError());
+    Expected<std::shared_ptr<KernelHost>> host = hosts->open(id);
+    if (!host)
+      return withContext("local: opening a session", host.takeError());
+    auto session = std::make_shared<LocalSession>(id, std::move(*host));
+    std::unique_lock<std::shared_mutex> lock(sessionsMutex);
+    sessions.emplace(id, std::move(session));
     return id;
   }
 
   Error closeSession(StringRef id) override {
-    return withContext(formatv("local: closing session '{0}'", id), core->closeSession(id));
+    std::shared_ptr<LocalSession> session;
+    {
+      std::unique_lock<std::shared_mutex> lock(sessionsMutex);
+      auto it = sessions.find(id.str());
+      if (it == sessions.end())
+        return withContext(formatv("local: closing session '{0}'", id), unknownSession(id));
+      session = std::move(it->second);
+      sessions.erase(it);
+    }
+    // Async launches still running keep its code until they return (InProcessHost).
+    session->host->close();
+    return Error::success();
   }
 
   Error shipObject(StringRef id, const ObjectBlob &object) override {
-    Expected<executor::SessionRef> session = find(id, "shipping an object");
+    Expected<std::shared_ptr<LocalSession>> session = find(id, "shipping an object");
     if (!session)
       return session.takeError();
     return withContext(formatv("local: shipping an object to session '{0}'", id),
@@ -65,121 +119,143 @@ public:
   }
 
   Error releaseObject(StringRef id, StringRef sha256) override {
-    Expected<executor::SessionRef> session = find(id, "releasing an object");
+    Expected<std::shared_ptr<LocalSession>> session = find(id, "releasing an object");
     if (!session)
       return session.takeError();
+    LocalSession &s = **session;
+    std::lock_guard<std::mutex> serial(s.attachSerial);
     // Releasing what the session does not hold is no error.
-    core->detach(**session, sha256);
+    if (!s.attached.count(sha256))
+      return Error::success();
+    s.host->detach(sha256);
+    std::unique_lock<std::shared_mutex> lock(s.attachedMutex);
+    s.attached.erase(s.attached.find(sha256));
     return Error::success();
   }
 
   Expected<std::vector<OwnedTensor>> launch(StringRef id, const ObjectBlob &object, StringRef entry,
                                             ArrayRef<TensorView> inputs,
                                             ArrayRef<ResultSpec> results) override {
-    Expected<executor::SessionRef> session = find(id, "launching");
+    Expected<std::shared_ptr<LocalSession>> session = find(id, "launching");
     if (!session)
       return session.takeError();
-    // An object already attached costs one lookup; one never shipped is shipped now.
+    // An object already loaded costs one lookup; one never shipped is shipped now.
     if (Error error = ship(**session, object))
       return withContext(formatv("local: launching '{0}'", entry), std::move(error));
-    // In process nothing can end a kernel, so there is no deadline to compute.
-    Expected<executor::LaunchResults> launched =
-        core->launch(**session, object.sha256, entry, /*area=*/nullptr, inputs, results,
-                     executor::Clock::time_point::max());
+    // Not timed: nothing shows this backend's metrics.
+    RunningLaunch running(metrics, /*timed=*/false);
+    Expected<LaunchResults> launched = (*session)->host->launch(
+        LaunchCall{object.sha256, entry, /*area=*/nullptr, inputs, results, forever()}, running);
     if (!launched)
       return withContext(formatv("local: launching '{0}'", entry), launched.takeError());
-    // Without isolation the results are the kernel's own buffers: handed over as they are.
+    // In process the results are the kernel's own buffers: handed over as they are.
     return std::move(*launched->owned);
   }
 
   Expected<uint64_t> launchAsync(StringRef id, const ObjectBlob &object, StringRef entry) override {
-    Expected<executor::SessionRef> session = find(id, "starting an async launch");
+    Expected<std::shared_ptr<LocalSession>> session = find(id, "starting an async launch");
     if (!session)
       return session.takeError();
+    LocalSession &s = **session;
     std::string context = formatv("local: starting '{0}'", entry).str();
-    if (Error error = ship(**session, object))
+    if (Error error = ship(s, object))
+      return withContext(context, std::move(error));
+    // Refused now rather than at await: the caller learns of its mistake where it made it.
+    if (Error error = s.host->checkAsyncEntry(object.sha256, entry))
       return withContext(context, std::move(error));
     Expected<uint64_t> launchId =
-        core->launchAsync(*session, object.sha256, entry, core->deadline(std::nullopt));
+        s.launches.start(*s.host, object.sha256, entry, forever(), metrics.launchFailures);
     if (!launchId)
       return withContext(context, launchId.takeError());
     return launchId;
   }
 
   Error await(StringRef id, uint64_t launchId) override {
-    Expected<executor::SessionRef> session = find(id, "awaiting a launch");
+    Expected<std::shared_ptr<LocalSession>> session = find(id, "awaiting a launch");
     if (!session)
       return session.takeError();
+    LocalSession &s = **session;
     return withContext(formatv("local: launch {0}", launchId),
-                       core->await(**session, launchId, core->deadline(std::nullopt)));
+                       s.launches.await(*s.host, launchId, forever()));
   }
 
   Expected<std::string> call(StringRef id, StringRef symbol, StringRef input,
                              uint64_t outputSize) override {
-    Expected<executor::SessionRef> session = find(id, "calling");
+    Expected<std::shared_ptr<LocalSession>> session = find(id, "calling");
     if (!session)
       return session.takeError();
-    Expected<std::string> reply =
-        core->call(**session, symbol, input, outputSize, core->deadline(std::nullopt));
+    Expected<std::string> reply = (*session)->host->call(symbol, input, outputSize, forever());
     if (!reply)
       return withContext("local", reply.takeError());
+    if (Error error = checkCallOutput(symbol, *reply, outputSize))
+      return withContext("local", std::move(error));
     return reply;
   }
 
 private:
-  Expected<executor::SessionRef> find(StringRef id, StringRef operation) {
-    Expected<executor::SessionRef> session = core->findSession(id);
-    if (!session)
-      return withContext(formatv("local: {0}", operation), session.takeError());
-    return session;
+  /// Async launches run on this many threads; the rest wait their turn.
+  static constexpr unsigned kAsyncThreads = 64;
+
+  static Error unknownSession(StringRef id) {
+    return makeCodedError(ErrorCode::UnknownSession, "no session '" + id + "' on this executor");
   }
 
-  /// Stores the object's bytes (shared, not copied) and attaches it to the session.
-  Error ship(executor::Session &session, const ObjectBlob &object) {
-    Error attached = core->attach(session, object.sha256);
-    if (!attached)
+  Expected<std::shared_ptr<LocalSession>> find(StringRef id, StringRef operation) {
+    std::shared_lock<std::shared_mutex> lock(sessionsMutex);
+    auto it = sessions.find(id.str());
+    if (it == sessions.end())
+      return withContext(formatv("local: {0}", operation), unknownSession(id));
+    return it->second;
+  }
+
+  /// Loads `object` into the session once: later ships and launches of it find it loaded.
+  Error ship(LocalSession &s, const ObjectBlob &object) {
+    auto loaded = [&] {
+      std::shared_lock<std::shared_mutex> lock(s.attachedMutex);
+      return s.attached.count(object.sha256) != 0;
+    };
+    if (loaded())
       return Error::success();
-    bool missing = false;
-    Error other = handleErrors(std::move(attached), [&](const CodedError &e) -> Error {
-      if (e.kind == ErrorCode::UnknownObject) {
-        missing = true;
-        return Error::success();
-      }
-      return makeCodedError(e.kind, e.message);
-    });
-    if (other || !missing)
-      return other;
-    Expected<bool> stored = core->storeObject(object);
-    if (!stored)
-      return stored.takeError();
-    return core->attach(session, object.sha256);
+    std::lock_guard<std::mutex> serial(s.attachSerial);
+    if (loaded())
+      return Error::success();
+    if (Error error = checkObjectCpu(object.sha256, *object.bytes))
+      return error;
+    if (Error error = s.host->attach(object))
+      return error;
+    std::unique_lock<std::shared_mutex> lock(s.attachedMutex);
+    s.attached.insert(object.sha256);
+    return Error::success();
   }
 
   const std::string name = "local";
-  std::unique_ptr<executor::ExecutorCore> core;
+  /// What the hosts read of an executor's options: the defaults (no kernel-thread bound of
+  /// its own, signed objects only).
+  const CoreOptions options;
+  CoreMetrics metrics;
+  /// Destroyed before `metrics`: its destructor waits for the async launches, which count
+  /// into them.
+  llvm::StdThreadPool asyncPool;
+  const HostServices services;
+  std::unique_ptr<HostFactory> hosts;
   std::atomic<uint64_t> nextSession{1};
+  std::shared_mutex sessionsMutex;
+  std::unordered_map<std::string, std::shared_ptr<LocalSession>> sessions;
 };
 
 } // namespace
 
 Expected<std::unique_ptr<Backend>> createLocalBackend(const BackendOptions &options) {
-  executor::CoreOptions core;
-  core.plugins = options.plugins;
-  core.isolation = transport::Isolation::InProcess;
-  core.idleTimeout = std::chrono::seconds(0); // Its caller closes its sessions.
-  core.launchTimeout = kForever;
-  core.asyncThreads = 64;
-  core.timeLaunches = false;
-  // The application's own objects, each attached as it is stored: no bound but its memory.
-  core.maxStoreBytes = UINT64_MAX;
-  Expected<std::unique_ptr<executor::ExecutorCore>> created =
-      executor::ExecutorCore::create(std::move(core));
-  if (!created)
-    return withContext("local", created.takeError());
+  Expected<std::shared_ptr<PluginSet>> plugins = PluginSet::load(options.plugins);
+  if (!plugins)
+    return withContext("local", plugins.takeError());
+  auto backend = std::make_unique<LocalBackend>(std::move(*plugins));
+  if (Error error = backend->start())
+    return withContext("local", std::move(error));
   // Kernels here run again and again in one process: their large buffers are kept, faulted
   // in, for the next launch (executor/ResultBlocks.h).
   enableBlockReuse();
-  return std::make_unique<LocalBackend>(std::move(*created));
+  return std::move(backend);
 }
 
 } // namespace courier::executor

@@ -55,17 +55,22 @@ quietly bash -c "gcc -O1 '$here/runtime-only/main.c' -o '$work/runtime-pc/runtim
 # What a program holds: the libraries it loads, and whether the executor is linked in.
 holds() {
   readelf -d "$1" | sed -n 's/.*Shared library: \[\(.*\)\]/\1/p'
-  nm -C "$1" | grep -o 'courier::executor::ExecutorCore::create' | sort -u || true
+  nm -C "$1" | grep -o 'courier::executor::ObjectHost::create' | sort -u || true
 }
 alone=$(holds "$work/runtime-only/runtime-only"; holds "$work/runtime-pc/runtime-only")
-if grep -E 'seccomp|prometheus|ExecutorCore' <<< "$alone" > /dev/null; then
+if grep -E 'seccomp|prometheus|ObjectHost' <<< "$alone" > /dev/null; then
   echo "run.sh: the runtime alone links more than it needs:" >&2
   echo "$alone" >&2
   exit 1
 fi
 # The same check finds the executor where it is linked.
-if ! grep -E 'ExecutorCore' <<< "$(holds "$work/runtime-local/runtime-only")" > /dev/null; then
+if ! grep -E 'ObjectHost' <<< "$(holds "$work/runtime-local/runtime-only")" > /dev/null; then
   echo "run.sh: the runtime with Courier::Executor holds no executor" >&2
+  exit 1
+fi
+# The in-process executor is kernel hosts and sessions, not the executor server's core.
+if nm -C "$work/runtime-local/runtime-only" | grep -q 'courier::executor::ExecutorCore::'; then
+  echo "run.sh: the in-process executor links the executor server's core" >&2
   exit 1
 fi
 mkdir -p "$work/pkg-config"
