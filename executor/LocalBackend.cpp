@@ -35,21 +35,32 @@ using transport::withContext;
 
 namespace {
 
-/// What a wait on a kernel waits until: nothing can end one in this process, so this is as
-/// good as never (and, unlike time_point::max(), every clock arithmetic on it is exact).
+/// What an await waits until: nothing can end a kernel in this process, so this is as good as
+/// never (and, unlike time_point::max(), the clock arithmetic of a timed wait on it is exact).
 Clock::time_point forever() { return Clock::now() + std::chrono::hours(24 * 365 * 10); }
 
 /// A session: its host, the objects it has loaded and its async launches.
 struct LocalSession {
   explicit LocalSession(std::string id, std::shared_ptr<KernelHost> host)
-      : host(std::move(host)), launches(std::move(id)) {}
+      : id(id), host(std::move(host)), launches(std::move(id)) {}
+  const std::string id;
   std::shared_ptr<KernelHost> host;
   /// Loads and unloads one at a time (taken before `attachedMutex`, which a launch of a
   /// loaded object takes alone, shared).
   std::mutex attachSerial;
   std::shared_mutex attachedMutex;
-  std::set<std::string, std::less<>> attached;
+  std::set<std::string, std::less<>> attached; ///< Under attachedMutex.
+  /// Set, under attachedMutex, when the session leaves the table: a request that found it
+  /// before then loads and starts nothing more on it.
+  bool closed = false;
   AsyncLaunches launches;
+
+  /// `unknown_session` once the session was closed; attachedMutex held.
+  Error checkOpen() const {
+    if (!closed)
+      return Error::success();
+    return makeCodedError(ErrorCode::UnknownSession, "session '" + id + "' was closed");
+  }
 };
 
 class LocalBackend final : public Backend {
@@ -63,6 +74,9 @@ public:
                                                                          return std::nullopt;
                                                                        },
                                                                        [] { return false; }} {}
+
+  /// Async launches still queued or running finish first: they count into `metrics`.
+  ~LocalBackend() override { asyncPool.wait(); }
 
   Error start() {
     Expected<std::unique_ptr<HostFactory>> made = makeInProcessHosts(services);
@@ -105,6 +119,10 @@ public:
       session = std::move(it->second);
       sessions.erase(it);
     }
+    {
+      std::unique_lock<std::shared_mutex> lock(session->attachedMutex);
+      session->closed = true;
+    }
     // Async launches still running keep its code until they return (InProcessHost).
     session->host->close();
     return Error::success();
@@ -124,12 +142,16 @@ public:
       return session.takeError();
     LocalSession &s = **session;
     std::lock_guard<std::mutex> serial(s.attachSerial);
-    // Releasing what the session does not hold is no error.
-    if (!s.attached.count(sha256))
-      return Error::success();
+    {
+      // Releasing what the session does not hold is no error. Forgotten before it is
+      // unloaded: a launch of it meanwhile loads it again rather than finding it gone.
+      std::unique_lock<std::shared_mutex> lock(s.attachedMutex);
+      auto it = s.attached.find(sha256);
+      if (it == s.attached.end())
+        return Error::success();
+      s.attached.erase(it);
+    }
     s.host->detach(sha256);
-    std::unique_lock<std::shared_mutex> lock(s.attachedMutex);
-    s.attached.erase(s.attached.find(sha256));
     return Error::success();
   }
 
@@ -145,7 +167,7 @@ public:
     // Not timed: nothing shows this backend's metrics.
     RunningLaunch running(metrics, /*timed=*/false);
     Expected<LaunchResults> launched = (*session)->host->launch(
-        LaunchCall{object.sha256, entry, /*area=*/nullptr, inputs, results, forever()}, running);
+        LaunchCall{object.sha256, entry, /*area=*/nullptr, inputs, results, kNoDeadline}, running);
     if (!launched)
       return withContext(formatv("local: launching '{0}'", entry), launched.takeError());
     // In process the results are the kernel's own buffers: handed over as they are.
@@ -163,8 +185,13 @@ public:
     // Refused now rather than at await: the caller learns of its mistake where it made it.
     if (Error error = s.host->checkAsyncEntry(object.sha256, entry))
       return withContext(context, std::move(error));
-    Expected<uint64_t> launchId =
-        s.launches.start(*s.host, object.sha256, entry, forever(), metrics.launchFailures);
+    Expected<uint64_t> launchId = [&]() -> Expected<uint64_t> {
+      // Not started on a session closed meanwhile: nothing could await it.
+      std::shared_lock<std::shared_mutex> lock(s.attachedMutex);
+      if (Error error = s.checkOpen())
+        return std::move(error);
+      return s.launches.start(*s.host, object.sha256, entry, forever(), metrics.launchFailures);
+    }();
     if (!launchId)
       return withContext(context, launchId.takeError());
     return launchId;
@@ -184,7 +211,7 @@ public:
     Expected<std::shared_ptr<LocalSession>> session = find(id, "calling");
     if (!session)
       return session.takeError();
-    Expected<std::string> reply = (*session)->host->call(symbol, input, outputSize, forever());
+    Expected<std::string> reply = (*session)->host->call(symbol, input, outputSize, kNoDeadline);
     if (!reply)
       return withContext("local", reply.takeError());
     if (Error error = checkCallOutput(symbol, *reply, outputSize))
@@ -195,6 +222,8 @@ public:
 private:
   /// Async launches run on this many threads; the rest wait their turn.
   static constexpr unsigned kAsyncThreads = 64;
+  /// The deadline of a launch or call, which an in-process host has no way to keep.
+  static constexpr Clock::time_point kNoDeadline = Clock::time_point::max();
 
   static Error unknownSession(StringRef id) {
     return makeCodedError(ErrorCode::UnknownSession, "no session '" + id + "' on this executor");
@@ -209,26 +238,35 @@ private:
   }
 
   /// Loads `object` into the session once: later ships and launches of it find it loaded.
+  /// `unknown_session` once the session was closed.
   Error ship(LocalSession &s, const ObjectBlob &object) {
-    auto loaded = [&] {
+    auto loaded = [&]() -> Expected<bool> {
       std::shared_lock<std::shared_mutex> lock(s.attachedMutex);
+      if (Error error = s.checkOpen())
+        return std::move(error);
       return s.attached.count(object.sha256) != 0;
     };
-    if (loaded())
-      return Error::success();
+    Expected<bool> found = loaded();
+    if (!found || *found)
+      return found.takeError();
     std::lock_guard<std::mutex> serial(s.attachSerial);
-    if (loaded())
-      return Error::success();
+    found = loaded();
+    if (!found || *found)
+      return found.takeError();
     if (Error error = checkObjectCpu(object.sha256, *object.bytes))
       return error;
     if (Error error = s.host->attach(object))
       return error;
     std::unique_lock<std::shared_mutex> lock(s.attachedMutex);
+    if (Error error = s.checkOpen())
+      return error;
     s.attached.insert(object.sha256);
     return Error::success();
   }
 
   const std::string name = "local";
+  // No bound on sessions: they are the program's own, in its memory, and each holds at most
+  // transport::wire::kMaxPendingLaunches async launches not yet awaited.
   /// What the hosts read of an executor's options: the defaults (no kernel-thread bound of
   /// its own, signed objects only).
   const CoreOptions options;
