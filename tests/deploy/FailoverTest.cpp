@@ -17,11 +17,7 @@
 #include <unistd.h>
 
 using namespace courier;
-using courier::testing::optionsIn;
-using courier::testing::PoolKind;
-using courier::testing::PoolProcess;
-using courier::testing::TempDir;
-using courier::testing::values;
+using namespace courier::testing;
 
 namespace {
 

@@ -27,9 +27,7 @@
 #include <thread>
 #include <unistd.h>
 
-using courier::testing::PoolKind;
-using courier::testing::PoolProcess;
-using courier::testing::RawConnection;
+using namespace courier::testing;
 using json = nlohmann::json;
 
 namespace {

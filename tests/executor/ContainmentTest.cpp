@@ -34,8 +34,7 @@
 
 using namespace std::chrono_literals;
 using namespace courier::testing; // Replies.h: tensors, outcomes, file reading
-using courier::testing::ExecutorConfig;
-using courier::testing::ExecutorProcess;
+using namespace courier::testing;
 using courier::transport::Backend;
 using courier::transport::BackendOptions;
 using courier::transport::ObjectBlob;

@@ -33,8 +33,7 @@
 
 using namespace std::chrono_literals;
 using namespace courier::testing; // Replies.h: tensors, outcomes, file reading
-using courier::testing::ExecutorConfig;
-using courier::testing::ExecutorProcess;
+using namespace courier::testing;
 using courier::transport::ObjectBlob;
 using json = nlohmann::json;
 using Clock = std::chrono::steady_clock;

@@ -15,11 +15,7 @@
 #include <vector>
 
 using namespace courier;
-using courier::testing::failed;
-using courier::testing::ok;
-using courier::testing::optionsIn;
-using courier::testing::TempDir;
-using courier::testing::values;
+using namespace courier::testing;
 
 namespace {
 

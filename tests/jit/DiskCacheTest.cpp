@@ -22,10 +22,7 @@
 #include <unistd.h>
 
 using namespace courier;
-using courier::testing::ok;
-using courier::testing::optionsIn;
-using courier::testing::readFile;
-using courier::testing::TempDir;
+using namespace courier::testing;
 
 namespace {
 

@@ -16,10 +16,7 @@
 #include <vector>
 
 using namespace courier;
-using courier::testing::failed;
-using courier::testing::ok;
-using courier::testing::optionsIn;
-using courier::testing::TempDir;
+using namespace courier::testing;
 
 namespace {
 

@@ -15,9 +15,7 @@
 #include <vector>
 
 using namespace courier;
-using courier::testing::failed;
-using courier::testing::ok;
-using courier::testing::TempDir;
+using namespace courier::testing;
 
 namespace {
 

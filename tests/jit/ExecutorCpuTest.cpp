@@ -25,12 +25,7 @@
 #include <thread>
 
 using namespace courier;
-using courier::testing::failed;
-using courier::testing::ok;
-using courier::testing::optionsIn;
-using courier::testing::readFile;
-using courier::testing::TempDir;
-using courier::testing::values;
+using namespace courier::testing;
 
 namespace {
 

@@ -16,13 +16,7 @@
 #include <vector>
 
 using namespace courier;
-using courier::testing::manyKernelAnswer;
-using courier::testing::manyKernelProgram;
-using courier::testing::ok;
-using courier::testing::optionsIn;
-using courier::testing::readFile;
-using courier::testing::TempDir;
-using courier::testing::values;
+using namespace courier::testing;
 
 namespace {
 

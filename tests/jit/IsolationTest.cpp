@@ -13,11 +13,10 @@
 #include <unistd.h>
 
 using namespace courier;
-using courier::testing::ok;
+using namespace courier::testing;
 
 namespace {
 
-using courier::testing::kHostileModule;
 
 EngineOptions isolated() {
   EngineOptions options;

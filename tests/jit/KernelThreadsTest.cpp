@@ -25,9 +25,7 @@
 #include <vector>
 
 using namespace courier;
-using courier::testing::ok;
-using courier::testing::optionsIn;
-using courier::testing::TempDir;
+using namespace courier::testing;
 
 namespace {
 

@@ -11,10 +11,7 @@
 #include <chrono>
 
 using namespace courier;
-using courier::testing::failed;
-using courier::testing::ok;
-using courier::testing::optionsIn;
-using courier::testing::TempDir;
+using namespace courier::testing;
 
 namespace {
 

@@ -6,10 +6,7 @@
 #include "tests/transport/ExecutorProcess.h"
 
 using namespace courier;
-using courier::testing::failed;
-using courier::testing::ok;
-using courier::testing::optionsIn;
-using courier::testing::TempDir;
+using namespace courier::testing;
 
 namespace {
 

@@ -21,11 +21,7 @@
 #include <pthread.h>
 
 using namespace courier;
-using courier::testing::failed;
-using courier::testing::ok;
-using courier::testing::optionsIn;
-using courier::testing::readFile;
-using courier::testing::TempDir;
+using namespace courier::testing;
 
 namespace {
 

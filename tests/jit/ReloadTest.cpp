@@ -19,9 +19,7 @@
 #include <unistd.h>
 
 using namespace courier;
-using courier::testing::failed;
-using courier::testing::ok;
-using courier::testing::TempDir;
+using namespace courier::testing;
 
 namespace {
 

@@ -14,8 +14,7 @@
 #include <random>
 
 using namespace courier;
-using courier::testing::failed;
-using courier::testing::ok;
+using namespace courier::testing;
 
 namespace {
 

@@ -11,11 +11,7 @@
 #include <string>
 
 using namespace courier;
-using courier::testing::ok;
-using courier::testing::ServerProcess;
-using courier::testing::ServerSpec;
-using courier::testing::TestCertificates;
-using courier::testing::values;
+using namespace courier::testing;
 
 namespace {
 

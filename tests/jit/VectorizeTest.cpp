@@ -19,14 +19,7 @@
 #include <vector>
 
 using namespace courier;
-using courier::testing::kernelProgram;
-using courier::testing::matmulExact;
-using courier::testing::ok;
-using courier::testing::optionsIn;
-using courier::testing::randoms;
-using courier::testing::runMain;
-using courier::testing::TempDir;
-using courier::testing::worstError;
+using namespace courier::testing;
 
 namespace {
 

@@ -19,9 +19,7 @@
 #include <thread>
 #include <unistd.h>
 
-using courier::testing::json;
-using courier::testing::Reply;
-using courier::testing::ServeProcess;
+using namespace courier::testing;
 using namespace courier::testing;
 
 namespace {

@@ -23,18 +23,7 @@
 #include <sstream>
 #include <thread>
 
-using courier::testing::createBody;
-using courier::testing::get;
-using courier::testing::json;
-using courier::testing::post;
-using courier::testing::put;
-using courier::testing::RawConnection;
-using courier::testing::Reply;
-using courier::testing::requireCreated;
-using courier::testing::ServeConfig;
-using courier::testing::ServeProcess;
-using courier::testing::TempDir;
-using courier::testing::toReply;
+using namespace courier::testing;
 
 namespace {
 

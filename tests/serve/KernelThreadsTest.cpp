@@ -9,12 +9,7 @@
 #include <string>
 #include <vector>
 
-using courier::testing::createBody;
-using courier::testing::get;
-using courier::testing::json;
-using courier::testing::post;
-using courier::testing::Reply;
-using courier::testing::ServeProcess;
+using namespace courier::testing;
 
 namespace {
 

@@ -17,17 +17,7 @@
 #include <string>
 #include <vector>
 
-using courier::testing::createBody;
-using courier::testing::json;
-using courier::testing::Kernel;
-using courier::testing::kernelModule;
-using courier::testing::matmulExact;
-using courier::testing::post;
-using courier::testing::randoms;
-using courier::testing::Reply;
-using courier::testing::ServeProcess;
-using courier::testing::tensorType;
-using courier::testing::worstError;
+using namespace courier::testing;
 
 namespace {
 

@@ -13,13 +13,7 @@
 #include <thread>
 #include <vector>
 
-using courier::testing::createBody;
-using courier::testing::get;
-using courier::testing::json;
-using courier::testing::post;
-using courier::testing::put;
-using courier::testing::Reply;
-using courier::testing::ServeProcess;
+using namespace courier::testing;
 
 namespace {
 

@@ -13,9 +13,7 @@
 #include <sstream>
 #include <unistd.h>
 
-using courier::testing::json;
-using courier::testing::Reply;
-using courier::testing::ServeProcess;
+using namespace courier::testing;
 using namespace courier::testing;
 
 namespace {

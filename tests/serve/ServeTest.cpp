@@ -26,26 +26,7 @@
 #include <thread>
 #include <unistd.h>
 
-using courier::testing::callDuring;
-using courier::testing::CallTally;
-using courier::testing::createBody;
-using courier::testing::errorCode;
-using courier::testing::ExecutorProcess;
-using courier::testing::get;
-using courier::testing::HistogramSamples;
-using courier::testing::histogramSamples;
-using courier::testing::json;
-using courier::testing::outputData;
-using courier::testing::post;
-using courier::testing::put;
-using courier::testing::RawConnection;
-using courier::testing::Reply;
-using courier::testing::requireCreated;
-using courier::testing::samplesOutsideTheirFamily;
-using courier::testing::ServeConfig;
-using courier::testing::ServeProcess;
-using courier::testing::TempDir;
-using courier::testing::toReply;
+using namespace courier::testing;
 
 namespace {
 

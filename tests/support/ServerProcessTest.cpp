@@ -12,8 +12,7 @@
 #include <string>
 #include <unistd.h>
 
-using courier::testing::ServerProcess;
-using courier::testing::ServerSpec;
+using namespace courier::testing;
 
 namespace {
 

@@ -26,18 +26,7 @@
 #include <thread>
 #include <unistd.h>
 
-using courier::testing::ConnectionFlood;
-using courier::testing::ExecutorConfig;
-using courier::testing::ExecutorProcess;
-using courier::testing::kFrameType;
-using courier::testing::kJsonType;
-using courier::testing::parseRawReply;
-using courier::testing::RawConnection;
-using courier::testing::RawReply;
-using courier::testing::readFile;
-using courier::testing::ServerProcess;
-using courier::testing::ServerSpec;
-using courier::testing::TestCertificates;
+using namespace courier::testing;
 using json = nlohmann::json;
 using namespace std::chrono_literals;
 

@@ -24,10 +24,7 @@
 #include <thread>
 
 using namespace courier::transport;
-using courier::testing::ExecutorConfig;
-using courier::testing::ExecutorProcess;
-using courier::testing::require;
-using courier::testing::requireOk;
+using namespace courier::testing;
 
 namespace {
 

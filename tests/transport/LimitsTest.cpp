@@ -24,8 +24,7 @@
 #include <vector>
 
 using namespace courier::transport;
-using courier::testing::ExecutorConfig;
-using courier::testing::ExecutorProcess;
+using namespace courier::testing;
 using json = nlohmann::json;
 
 namespace {

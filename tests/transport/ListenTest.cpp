@@ -26,9 +26,7 @@
 #include <unistd.h>
 
 using namespace courier::transport;
-using courier::testing::ExecutorConfig;
-using courier::testing::ExecutorProcess;
-using courier::testing::runServerToExit;
+using namespace courier::testing;
 using json = nlohmann::json;
 
 namespace {
@@ -70,7 +68,6 @@ void leaveStaleSocket(const std::string &path) {
   ::close(fd);
 }
 
-using courier::testing::RawConnection;
 
 /// Polls metric `name` until it reaches `value` or 20 s pass; returns its last value.
 double awaitMetric(const ExecutorProcess &executor, const std::string &name, double value) {

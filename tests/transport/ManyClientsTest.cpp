@@ -18,12 +18,7 @@
 #include <thread>
 #include <vector>
 
-using courier::testing::ExecutorConfig;
-using courier::testing::ExecutorProcess;
-using courier::testing::kFrameType;
-using courier::testing::kJsonType;
-using courier::testing::RawConnection;
-using courier::testing::readFile;
+using namespace courier::testing;
 using json = nlohmann::json;
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;

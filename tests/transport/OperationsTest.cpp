@@ -22,11 +22,7 @@
 #include <thread>
 #include <vector>
 
-using courier::testing::ExecutorConfig;
-using courier::testing::ExecutorProcess;
-using courier::testing::procFile;
-using courier::testing::RawConnection;
-using courier::testing::runServerToExit;
+using namespace courier::testing;
 using json = nlohmann::json;
 namespace wire = courier::transport::wire;
 

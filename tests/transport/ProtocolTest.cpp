@@ -28,12 +28,7 @@
 #include <unistd.h>
 
 using namespace courier::transport;
-using courier::testing::ExecutorConfig;
-using courier::testing::ExecutorProcess;
-using courier::testing::HistogramSamples;
-using courier::testing::histogramSamples;
-using courier::testing::RawConnection;
-using courier::testing::samplesOutsideTheirFamily;
+using namespace courier::testing;
 using json = nlohmann::json;
 
 namespace {

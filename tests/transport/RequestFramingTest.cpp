@@ -14,14 +14,7 @@
 #include <string>
 #include <vector>
 
-using courier::testing::encodedRequest;
-using courier::testing::ExecutorConfig;
-using courier::testing::ExecutorProcess;
-using courier::testing::gzipOfZeros;
-using courier::testing::parseRawReply;
-using courier::testing::procStatusKiB;
-using courier::testing::RawConnection;
-using courier::testing::RawReply;
+using namespace courier::testing;
 using json = nlohmann::json;
 
 namespace {

@@ -27,10 +27,7 @@
 #include <vector>
 
 using namespace courier::transport;
-using courier::testing::ExecutorConfig;
-using courier::testing::ExecutorProcess;
-using courier::testing::require;
-using courier::testing::requireOk;
+using namespace courier::testing;
 
 namespace {
 

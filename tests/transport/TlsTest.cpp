@@ -23,18 +23,7 @@
 
 using namespace courier::transport;
 using Catch::Contains;
-using courier::testing::encodedRequest;
-using courier::testing::gzipOfZeros;
-using courier::testing::parseRawReply;
-using courier::testing::procStatusKiB;
-using courier::testing::RawReply;
-using courier::testing::runCommand;
-using courier::testing::runServerToExit;
-using courier::testing::ServerProcess;
-using courier::testing::ServerSpec;
-using courier::testing::TestCertificates;
-using courier::testing::TlsClientFiles;
-using courier::testing::TlsConnection;
+using namespace courier::testing;
 
 namespace {
 
