@@ -46,27 +46,11 @@ struct ScopedEnv {
   std::optional<std::string> previous;
 };
 
-const char *kKernelModule = R"mlir(
-module @app {
-  func.func public @main(%x: tensor<4xf64>) -> tensor<4xf64> {
-    %y = catalyst.launch_kernel @dev::@scale(%x) : (tensor<4xf64>) -> tensor<4xf64>
-    return %y : tensor<4xf64>
-  }
-  module @dev attributes {catalyst.target = {}, catalyst.dispatch = {address = "local"}} {
-    func.func public @scale(%x: tensor<4xf64>) -> tensor<4xf64> {
-      %c = arith.constant dense<VALUE> : tensor<4xf64>
-      %r = arith.addf %x, %c : tensor<4xf64>
-      return %r : tensor<4xf64>
-    }
-  }
-}
-)mlir";
-
 /// A kernel module adding `value` to its input.
 std::string kernelAdding(const std::string &value) {
-  std::string text = kKernelModule;
-  text.replace(text.find("VALUE"), 5, value);
-  return text;
+  return scaleProgram("local",
+                      "%c = arith.constant dense<" + value +
+                          "> : tensor<4xf64>\n      %r = arith.addf %x, %c : tensor<4xf64>");
 }
 
 std::vector<double> run(const Module &module) {

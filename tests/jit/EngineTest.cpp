@@ -45,27 +45,6 @@ std::vector<Diagnostic> diagnosticsOf(llvm::Error error) {
   return found;
 }
 
-const char *kKernelModule = R"mlir(
-module @app {
-  func.func public @main(%x: tensor<4xf64>) -> tensor<4xf64> {
-    %y = catalyst.launch_kernel @dev::@scale(%x) : (tensor<4xf64>) -> tensor<4xf64>
-    return %y : tensor<4xf64>
-  }
-  module @dev attributes {catalyst.target = {}, catalyst.dispatch = {address = "ADDRESS"}} {
-    func.func public @scale(%x: tensor<4xf64>) -> tensor<4xf64> {
-      %r = arith.addf %x, %x : tensor<4xf64>
-      return %r : tensor<4xf64>
-    }
-  }
-}
-)mlir";
-
-std::string kernelModuleAt(const std::string &address) {
-  std::string text = kKernelModule;
-  text.replace(text.find("ADDRESS"), 7, address);
-  return text;
-}
-
 } // namespace
 
 // Called by JIT'd code in the setup/teardown test; resolved from this process.
@@ -299,7 +278,7 @@ TEST_CASE("a pass failure comes back as diagnostics, not a crash", "[engine][err
   EngineOptions options = optionsIn(dir);
   options.diagnosticSink = [&](const Diagnostic &d) { streamed.push_back(d); };
   Engine engine(options);
-  std::string text = kernelModuleAt("local");
+  std::string text = scaleProgram("local");
   text.replace(text.find("catalyst.target = {}"), 20,
                "catalyst.target = {triple = \"nonsense-triple\"}");
   auto module = engine.compile(text, "bad-triple.mlir");
@@ -352,7 +331,7 @@ TEST_CASE("a module whose executor is down fails to load with the executor's add
   options.executors.connectTimeout = std::chrono::milliseconds(500);
   Engine engine(options);
   // Port 1 on loopback refuses connections.
-  auto module = engine.compile(kernelModuleAt("127.0.0.1:1"), "down");
+  auto module = engine.compile(scaleProgram("127.0.0.1:1"), "down");
   REQUIRE(failed(module));
   llvm::Error error = module.takeError();
   std::string text = llvm::toString(llvm::handleErrors(std::move(error), [](const EngineError &e) {
@@ -370,7 +349,7 @@ TEST_CASE("a kernel runs on a real executor, whose failure mid-run surfaces at i
   options.executors.requestTimeout = std::chrono::milliseconds(3000);
   Engine engine(options);
   auto executor = std::make_unique<testing::ExecutorProcess>();
-  auto module = engine.compile(kernelModuleAt(executor->address()), "remote");
+  auto module = engine.compile(scaleProgram(executor->address()), "remote");
   REQUIRE(ok(module));
   auto out = (*module)->invoke("main", {Tensor::fromDoubles(DType::F64, {4}, {1, 2, 3, 4})});
   REQUIRE(ok(out));
@@ -396,7 +375,7 @@ TEST_CASE("the executor override sends a module's targets elsewhere", "[engine][
   options.executorOverride = executor.address();
   Engine engine(options);
   // The IR names an address nobody listens on; the override wins.
-  auto module = engine.compile(kernelModuleAt("127.0.0.1:1"), "override");
+  auto module = engine.compile(scaleProgram("127.0.0.1:1"), "override");
   REQUIRE(ok(module));
   auto out = (*module)->invoke("main", {Tensor::fromDoubles(DType::F64, {4}, {1, 1, 1, 1})});
   REQUIRE(ok(out));
@@ -497,7 +476,7 @@ TEST_CASE("several threads may compile different modules at once", "[engine][thr
   for (int t = 0; t < 4; ++t)
     threads.emplace_back([&, t] {
       // Each thread's kernel adds its own constant, so every module is different.
-      std::string text = kernelModuleAt("local");
+      std::string text = scaleProgram("local");
       text.replace(text.find("arith.addf %x, %x"), 17,
                    "arith.addf %x, %x : tensor<4xf64>\n      %k = arith.constant dense<" +
                        std::to_string(t) + ".0> : tensor<4xf64>\n      %r2 = arith.addf %r, %k");

@@ -29,27 +29,9 @@ using namespace courier::testing;
 
 namespace {
 
-/// A program whose kernel runs at ADDRESS, with the `catalyst.target` TARGET.
-const char *kProgram = R"mlir(
-module @app {
-  func.func public @main(%x: tensor<4xf64>) -> tensor<4xf64> {
-    %y = catalyst.launch_kernel @dev::@scale(%x) : (tensor<4xf64>) -> tensor<4xf64>
-    return %y : tensor<4xf64>
-  }
-  module @dev attributes {catalyst.target = {TARGET}, catalyst.dispatch = {address = "ADDRESS"}} {
-    func.func public @scale(%x: tensor<4xf64>) -> tensor<4xf64> {
-      %r = arith.addf %x, %x : tensor<4xf64>
-      return %r : tensor<4xf64>
-    }
-  }
-}
-)mlir";
-
+/// A program whose kernel runs at `address`, with the `catalyst.target` attributes `target`.
 std::string program(const std::string &address, const std::string &target = "") {
-  std::string text = kProgram;
-  text.replace(text.find("TARGET"), 6, target);
-  text.replace(text.find("ADDRESS"), 7, address);
-  return text;
+  return scaleProgram(address, "%r = arith.addf %x, %x : tensor<4xf64>", target);
 }
 
 /// A feature this machine's CPU lacks, for an object to claim; empty if it has them all.

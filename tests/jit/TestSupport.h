@@ -78,6 +78,30 @@ inline std::string readFile(const std::string &path) {
   return (*buffer)->getBuffer().str();
 }
 
+/// A program whose entry @main(tensor<4xf64>) launches @dev::@scale on the executor at
+/// `address`. The kernel's `body` computes %r from %x (by default, doubling it); `target` is
+/// what its module's `catalyst.target` attribute holds.
+inline std::string scaleProgram(const std::string &address,
+                                const std::string &body = "%r = arith.addf %x, %x : tensor<4xf64>",
+                                const std::string &target = "") {
+  return R"mlir(
+module @app {
+  func.func public @main(%x: tensor<4xf64>) -> tensor<4xf64> {
+    %y = catalyst.launch_kernel @dev::@scale(%x) : (tensor<4xf64>) -> tensor<4xf64>
+    return %y : tensor<4xf64>
+  }
+  module @dev attributes {catalyst.target = {)mlir" +
+         target + "}, catalyst.dispatch = {address = \"" + address + R"mlir("}} {
+    func.func public @scale(%x: tensor<4xf64>) -> tensor<4xf64> {
+      )mlir" +
+         body + R"mlir(
+      return %r : tensor<4xf64>
+    }
+  }
+}
+)mlir";
+}
+
 } // namespace courier::testing
 
 #endif // COURIER_TESTS_JIT_TESTSUPPORT_H
