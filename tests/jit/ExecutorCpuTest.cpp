@@ -34,6 +34,17 @@ std::string program(const std::string &address, const std::string &target = "") 
   return scaleProgram(address, "%r = arith.addf %x, %x : tensor<4xf64>", target);
 }
 
+std::string messageOf(llvm::Error error) { return llvm::toString(std::move(error)); }
+
+/// Why `module` failed to compile or, compiled, failed to run its entry: one or the other must.
+std::string refusal(llvm::Expected<std::shared_ptr<Module>> &module) {
+  if (!module)
+    return messageOf(module.takeError());
+  auto out = (*module)->invoke("main", {Tensor::fromDoubles(DType::F64, {4}, {1, 2, 3, 4})});
+  REQUIRE(failed(out));
+  return messageOf(out.takeError());
+}
+
 /// A feature this machine's CPU lacks, for an object to claim; empty if it has them all.
 std::string featureThisCpuLacks() {
 #if defined(__x86_64__)
@@ -87,8 +98,6 @@ std::vector<std::string> requiredFor(const std::string &address) {
       getReportedTargetCpu(llvm::sys::getProcessTriple(), cpu->cpu, cpu->features));
 }
 
-std::string messageOf(llvm::Error error) { return llvm::toString(std::move(error)); }
-
 } // namespace
 
 TEST_CASE("an executor refuses an object needing a feature its CPU lacks, naming it, and the "
@@ -104,14 +113,7 @@ TEST_CASE("an executor refuses an object needing a feature its CPU lacks, naming
   Engine engine(optionsIn(dir));
   auto module = engine.compile(
       program(executor.address(), "cpu = \"generic\", features = \"+" + lacking + "\""), "lacking");
-  std::string text;
-  if (!module) {
-    text = messageOf(module.takeError());
-  } else {
-    auto out = (*module)->invoke("main", {Tensor::fromDoubles(DType::F64, {4}, {1, 2, 3, 4})});
-    REQUIRE(failed(out));
-    text = messageOf(out.takeError());
-  }
+  std::string text = refusal(module);
   CHECK_THAT(text, Catch::Contains("unsupported_cpu"));
   CHECK_THAT(text, Catch::Contains(lacking));
 
@@ -158,14 +160,7 @@ TEST_CASE("the in-process executor refuses an object needing a feature this CPU 
   TempDir dir;
   Engine engine(optionsIn(dir));
   auto module = engine.compile(program("local", "features = \"+" + lacking + "\""), "lacking");
-  std::string text;
-  if (!module) {
-    text = messageOf(module.takeError());
-  } else {
-    auto out = (*module)->invoke("main", {Tensor::fromDoubles(DType::F64, {4}, {1, 2, 3, 4})});
-    REQUIRE(failed(out));
-    text = messageOf(out.takeError());
-  }
+  std::string text = refusal(module);
   CHECK_THAT(text, Catch::Contains("unsupported_cpu"));
   CHECK_THAT(text, Catch::Contains(lacking));
 }

@@ -304,11 +304,7 @@ TEST_CASE("an i8 x i8 matmul into i32 is exact", "[jit][input]") {
     INFO(s.m << " x " << s.n << " x " << s.k);
     std::string a = tensorType({s.m, s.k}, "i8"), b = tensorType({s.k, s.n}, "i8"),
                 c = tensorType({s.m, s.n}, "i32");
-    std::string body = "      %z = arith.constant 0 : i32\n"
-                       "      %e = tensor.empty() : " +
-                       c + "\n" + "      %f = linalg.fill ins(%z : i32) outs(%e : " + c + ") -> " +
-                       c + "\n" + "      %r = linalg.matmul ins(%a0, %a1 : " + a + ", " + b +
-                       ") outs(%f : " + c + ") -> " + c + "\n";
+    std::string body = matmulBody(a, b, c, "0", "i32");
     std::mt19937 generator(13);
     std::uniform_int_distribution<int> byte(-128, 127);
     std::vector<int8_t> x(s.m * s.k), y(s.k * s.n);
@@ -351,11 +347,7 @@ TEST_CASE("a bf16 matmul into f32 is within bf16's rounding of the inputs", "[ji
     INFO(s.m << " x " << s.n << " x " << s.k);
     std::string a = tensorType({s.m, s.k}, "bf16"), b = tensorType({s.k, s.n}, "bf16"),
                 c = tensorType({s.m, s.n}, "f32");
-    std::string body = "      %z = arith.constant 0.0 : f32\n"
-                       "      %e = tensor.empty() : " +
-                       c + "\n" + "      %f = linalg.fill ins(%z : f32) outs(%e : " + c + ") -> " +
-                       c + "\n" + "      %r = linalg.matmul ins(%a0, %a1 : " + a + ", " + b +
-                       ") outs(%f : " + c + ") -> " + c + "\n";
+    std::string body = matmulBody(a, b, c, "0.0", "f32");
     std::vector<double> x, y;
     for (float v : randoms(s.m * s.k, 14))
       x.push_back(toBf16(v));

@@ -80,31 +80,32 @@ std::vector<Hostile> hostileTexts() {
   return texts;
 }
 
-/// `count` aliases, each naming the one before it once (`!t1 = tuple<!t0>`) or, with
-/// `uses` of two, twice. The last is `!t<count - 1>`, used on line `count + 1`.
-std::string typeChain(size_t count, unsigned uses = 1) {
-  std::string text = "!t0 = tuple<i32>\n";
+/// `count` aliases `!<prefix>0` ... each naming the one before it once or, with `uses` of two,
+/// twice: `open` + the names + `close` after `first`, the first's type.
+std::string aliasChain(size_t count, unsigned uses, const std::string &prefix,
+                       const std::string &first, const std::string &open,
+                       const std::string &close) {
+  std::string text = "!" + prefix + "0 = " + first + "\n";
   for (size_t i = 1; i < count; ++i) {
-    std::string previous = "!t" + std::to_string(i - 1);
-    text += "!t" + std::to_string(i) + " = tuple<" + previous;
+    std::string previous = "!" + prefix + std::to_string(i - 1);
+    text += "!" + prefix + std::to_string(i) + " = " + open + previous;
     for (unsigned use = 1; use < uses; ++use)
       text += ", " + previous;
-    text += ">\n";
+    text += close + "\n";
   }
   return text;
 }
 
+/// `count` aliases, each naming the one before it once (`!t1 = tuple<!t0>`) or, with
+/// `uses` of two, twice. The last is `!t<count - 1>`, used on line `count + 1`.
+std::string typeChain(size_t count, unsigned uses = 1) {
+  return aliasChain(count, uses, "t", "tuple<i32>", "tuple<", ">");
+}
+
 /// The same with LLVM structs, which lower: declared by an `llvm.func` on line `count + 1`.
 std::string structChain(size_t count, unsigned uses = 1) {
-  std::string text = "!s0 = !llvm.struct<(i32)>\n";
-  for (size_t i = 1; i < count; ++i) {
-    std::string previous = "!s" + std::to_string(i - 1);
-    text += "!s" + std::to_string(i) + " = !llvm.struct<(" + previous;
-    for (unsigned use = 1; use < uses; ++use)
-      text += ", " + previous;
-    text += ")>\n";
-  }
-  return text + "llvm.func @f(!s" + std::to_string(count - 1) + ")\n";
+  return aliasChain(count, uses, "s", "!llvm.struct<(i32)>", "!llvm.struct<(", ")>") +
+         "llvm.func @f(!s" + std::to_string(count - 1) + ")\n";
 }
 
 /// `#a1 = [#a0]` and so on, held by the module on line `count + 1`.

@@ -61,9 +61,7 @@ Tensor input(double x0) {
 
 TEST_CASE("reloads under load: no call fails and each result comes from one version", "[reload]") {
   TempDir dir;
-  EngineOptions options;
-  options.cacheDir = dir.path;
-  Engine engine(options);
+  Engine engine(optionsIn(dir));
   ReloadableModule module(engine, "app");
   REQUIRE(ok(module.reload(program(2, 1))));
   const std::string versions[2] = {program(2, 1), program(3, 0)};
@@ -108,9 +106,7 @@ TEST_CASE("reloads under load: no call fails and each result comes from one vers
 
 TEST_CASE("a failed reload keeps the old version serving and reports diagnostics", "[reload]") {
   TempDir dir;
-  EngineOptions options;
-  options.cacheDir = dir.path;
-  Engine engine(options);
+  Engine engine(optionsIn(dir));
   ReloadableModule module(engine, "app");
   CHECK(!module.current());
   auto none = module.invoke("main", {input(0)});
@@ -134,9 +130,7 @@ TEST_CASE("a failed reload keeps the old version serving and reports diagnostics
 TEST_CASE("a reload re-ships changed target objects and only those", "[reload][executor]") {
   TempDir dir;
   testing::ExecutorProcess executor;
-  EngineOptions options;
-  options.cacheDir = dir.path;
-  Engine engine(options);
+  Engine engine(optionsIn(dir));
   ReloadableModule module(engine, "app");
   REQUIRE(ok(module.reload(program(2, 1, executor.address()))));
   CHECK(executor.metric("courier_object_uploads_total") == 1);
@@ -160,9 +154,7 @@ TEST_CASE("reloads that each change the kernel keep the executor's objects bound
           "[reload][executor]") {
   TempDir dir;
   testing::ExecutorProcess executor({0, "", {"--object-grace", "0.5"}});
-  EngineOptions options;
-  options.cacheDir = dir.path;
-  Engine engine(options);
+  Engine engine(optionsIn(dir));
   ReloadableModule module(engine, "app");
   const int reloads = 8;
   for (int r = 0; r <= reloads; ++r) {

@@ -297,14 +297,7 @@ TEST_CASE("matmuls, elementwise ops and row sums on tensors of dynamic shape mat
   TempDir dir;
   Engine engine(optionsIn(dir));
   const std::string dyn2 = "tensor<?x?xf32>", dyn1 = "tensor<?xf32>";
-  std::string matmul = "      %m = tensor.dim %a0, %c0 : tensor<?x?xf32>\n"
-                       "      %n = tensor.dim %a1, %c1 : tensor<?x?xf32>\n"
-                       "      %z = arith.constant 0.0 : f32\n"
-                       "      %e = tensor.empty(%m, %n) : tensor<?x?xf32>\n"
-                       "      %f = linalg.fill ins(%z : f32) outs(%e : tensor<?x?xf32>) -> "
-                       "tensor<?x?xf32>\n"
-                       "      %r = linalg.matmul ins(%a0, %a1 : tensor<?x?xf32>, tensor<?x?xf32>) "
-                       "outs(%f : tensor<?x?xf32>) -> tensor<?x?xf32>\n";
+  std::string matmul = matmulBody(dyn2, dyn2, dyn2, "0.0", "f32");
   std::string program = kernelProgram({dyn2, dyn2}, dyn2, matmul);
   struct Size {
     int64_t m, n, k;
@@ -420,10 +413,7 @@ TEST_CASE("an f64 matmul is vectorized to within f64 rounding of a reference", "
   for (int64_t size : {17, 130}) {
     INFO(size << "^3");
     std::string t = "tensor<" + std::to_string(size) + "x" + std::to_string(size) + "xf64>";
-    std::string body = "      %z = arith.constant 0.0 : f64\n      %e = tensor.empty() : " + t +
-                       "\n      %f = linalg.fill ins(%z : f64) outs(%e : " + t + ") -> " + t +
-                       "\n      %r = linalg.matmul ins(%a0, %a1 : " + t + ", " + t +
-                       ") outs(%f : " + t + ") -> " + t + "\n";
+    std::string body = matmulBody(t, t, t, "0.0", "f64");
     std::vector<double> a(size * size), b(size * size);
     std::mt19937 generator(33);
     std::uniform_real_distribution<double> uniform(-1.0, 1.0);

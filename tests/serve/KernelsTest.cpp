@@ -41,16 +41,7 @@ std::vector<double> invoke(httplib::Client &http, const std::string &entry, json
 
 const std::string kDyn = tensorType({-1, -1}, "f32");
 
-const Kernel kMatmul{"matmul",
-                     {kDyn, kDyn},
-                     kDyn,
-                     "      %m = tensor.dim %a0, %c0 : " + kDyn + "\n" +
-                         "      %n = tensor.dim %a1, %c1 : " + kDyn + "\n" +
-                         "      %z = arith.constant 0.0 : f32\n" +
-                         "      %e = tensor.empty(%m, %n) : " + kDyn + "\n" +
-                         "      %f = linalg.fill ins(%z : f32) outs(%e : " + kDyn + ") -> " + kDyn +
-                         "\n" + "      %r = linalg.matmul ins(%a0, %a1 : " + kDyn + ", " + kDyn +
-                         ") outs(%f : " + kDyn + ") -> " + kDyn + "\n"};
+const Kernel kMatmul{"matmul", {kDyn, kDyn}, kDyn, matmulBody(kDyn, kDyn, kDyn, "0.0", "f32")};
 
 } // namespace
 
@@ -95,13 +86,7 @@ TEST_CASE("kernels of every op class compute through courier-serve what a refere
            ") dimensions = [1]\n        (%x: f32, %acc: f32) {\n"
            "          %t = arith.addf %x, %acc : f32\n          linalg.yield %t : f32\n"
            "        }\n"},
-      {"imatmul",
-       {a8, b8},
-       c32,
-       "      %z = arith.constant 0 : i32\n      %e = tensor.empty() : " + c32 +
-           "\n      %f = linalg.fill ins(%z : i32) outs(%e : " + c32 + ") -> " + c32 +
-           "\n      %r = linalg.matmul ins(%a0, %a1 : " + a8 + ", " + b8 + ") outs(%f : " + c32 +
-           ") -> " + c32 + "\n"},
+      {"imatmul", {a8, b8}, c32, matmulBody(a8, b8, c32, "0", "i32")},
   };
   ServeProcess serve;
   auto http = serve.client();

@@ -12,21 +12,23 @@ using namespace courier::serve;
 
 namespace {
 
-constexpr llvm::StringLiteral kScale = R"(module @m {
+/// A module whose @main applies `op` to its input and a splat of `value`.
+std::string elementwise(const std::string &op, const std::string &value) {
+  return R"(module @m {
   func.func public @main(%x: tensor<4xf64>) -> tensor<4xf64> {
-    %c = arith.constant dense<2.0> : tensor<4xf64>
-    %y = arith.mulf %x, %c : tensor<4xf64>
+    %c = arith.constant dense<)" +
+         value + R"(> : tensor<4xf64>
+    %y = )" +
+         op +
+         R"( %x, %c : tensor<4xf64>
     return %y : tensor<4xf64>
   }
 })";
+}
 
-constexpr llvm::StringLiteral kShift = R"(module @m {
-  func.func public @main(%x: tensor<4xf64>) -> tensor<4xf64> {
-    %c = arith.constant dense<1.0> : tensor<4xf64>
-    %y = arith.addf %x, %c : tensor<4xf64>
-    return %y : tensor<4xf64>
-  }
-})";
+/// Doubles its input; adds one to it.
+const std::string kScale = elementwise("arith.mulf", "2.0");
+const std::string kShift = elementwise("arith.addf", "1.0");
 
 /// The code of a store's failure (consumed), or nothing for success.
 std::optional<ErrorCode> codeOf(llvm::Error error) {

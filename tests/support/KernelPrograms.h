@@ -63,6 +63,22 @@ inline std::string kernelProgram(const std::vector<std::string> &args, const std
   return kernelModule({{"main", args, result, body}});
 }
 
+/// A kernel body computing %r = %a0 x %a1 (of types `a` and `b`) with linalg.matmul into a
+/// `c` filled with `zero` of `element`; a `c` of dynamic sizes takes %a0's rows and %a1's
+/// columns.
+inline std::string matmulBody(const std::string &a, const std::string &b, const std::string &c,
+                              const std::string &zero, const std::string &element) {
+  bool dynamic = c.find('?') != std::string::npos;
+  std::string body = dynamic ? "      %m = tensor.dim %a0, %c0 : " + a +
+                                   "\n      %n = tensor.dim %a1, %c1 : " + b + "\n"
+                             : "";
+  return body + "      %z = arith.constant " + zero + " : " + element +
+         "\n      %e = tensor.empty(" + (dynamic ? "%m, %n" : "") + ") : " + c +
+         "\n      %f = linalg.fill ins(%z : " + element + ") outs(%e : " + c + ") -> " + c +
+         "\n      %r = linalg.matmul ins(%a0, %a1 : " + a + ", " + b + ") outs(%f : " + c +
+         ") -> " + c + "\n";
+}
+
 /// `count` floats drawn uniformly from [low, high), the same for the same seed.
 inline std::vector<float> randoms(size_t count, unsigned seed, float low = -1.0f,
                                   float high = 1.0f) {
