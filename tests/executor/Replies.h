@@ -95,6 +95,26 @@ inline Outcome outcomeOf(const httplib::Result &res) {
   return outcome;
 }
 
+/// The error code of a reply, or what came instead (no reply, a body without an error).
+inline std::string codeOf(const httplib::Result &res) {
+  if (!res)
+    return "no reply: " + httplib::to_string(res.error());
+  nlohmann::json body = nlohmann::json::parse(res->body, nullptr, false);
+  if (!body.is_object() || !body.contains("error"))
+    return "not an error body: " + res->body;
+  return body["error"]["code"];
+}
+
+/// The launch frame of the test kernels' noop entry of the object `sha`: no inputs, no results.
+inline std::string noopFrame(const std::string &sha) {
+  return nlohmann::json({{"object", sha},
+                         {"entry", "_catalyst_pyface_noop"},
+                         {"inputs", nlohmann::json::array()},
+                         {"results", nlohmann::json::array()}})
+             .dump() +
+         "\n";
+}
+
 inline std::vector<double> doublesOf(const std::string &bytes) {
   std::vector<double> values(bytes.size() / 8);
   std::memcpy(values.data(), bytes.data(), values.size() * 8);

@@ -985,16 +985,7 @@ TEST_CASE("after SIGTERM /v2/health/ready answers 503 while an infer in flight c
 
   // An infer whose body has not all arrived is in flight.
   std::string body = kFourOnes.dump();
-  RawConnection inFlight(serve.port());
-  inFlight.send("POST /v2/models/m/infer HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
-                "Content-Type: application/json\r\nContent-Length: " +
-                std::to_string(body.size()) + "\r\n\r\n" + body.substr(0, 10));
-  double seen = serve.metric("courier_serve_requests_in_flight");
-  for (auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-       seen != 1 && std::chrono::steady_clock::now() < deadline;
-       std::this_thread::sleep_for(std::chrono::milliseconds(10)))
-    seen = serve.metric("courier_serve_requests_in_flight");
-  REQUIRE(seen == 1);
+  std::unique_ptr<RawConnection> inFlight = serve.postInFlight("/v2/models/m/infer", body);
 
   serve.signal(SIGTERM);
   auto probe = serve.client();
@@ -1009,8 +1000,8 @@ TEST_CASE("after SIGTERM /v2/health/ready answers 503 while an infer in flight c
   CHECK(get(*probe, "/v2/health/live").status == 200);
   CHECK(post(*probe, "/v2/repository/models/m/load", "").status == 503);
 
-  inFlight.send(body.substr(10));
-  std::string reply = inFlight.readAll();
+  inFlight->send(body.substr(10));
+  std::string reply = inFlight->readAll();
   INFO(reply);
   CHECK(reply.rfind("HTTP/1.1 200", 0) == 0);
   CHECK(reply.find("\"data\":[2,2,2,2]") != std::string::npos);

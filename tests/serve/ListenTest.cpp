@@ -79,16 +79,7 @@ TEST_CASE("after SIGTERM courier-serve's /v1/ready answers 503 while an in-fligh
 
   // A create whose body has not all arrived is in flight.
   std::string body = createBody("twice", kTwice);
-  RawConnection inFlight(serve.port());
-  inFlight.send("POST /v1/modules HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
-                "Content-Type: application/json\r\nContent-Length: " +
-                std::to_string(body.size()) + "\r\n\r\n" + body.substr(0, 10));
-  double seen = serve.metric("courier_serve_requests_in_flight");
-  for (auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-       seen != 1 && std::chrono::steady_clock::now() < deadline;
-       std::this_thread::sleep_for(std::chrono::milliseconds(10)))
-    seen = serve.metric("courier_serve_requests_in_flight");
-  REQUIRE(seen == 1);
+  std::unique_ptr<RawConnection> inFlight = serve.postInFlight("/v1/modules", body);
 
   serve.signal(SIGTERM);
   auto probe = serve.client();
@@ -106,8 +97,8 @@ TEST_CASE("after SIGTERM courier-serve's /v1/ready answers 503 while an in-fligh
   CHECK(refused.status == 503);
   CHECK(errorCode(refused) == "draining");
 
-  inFlight.send(body.substr(10));
-  std::string reply = inFlight.readAll();
+  inFlight->send(body.substr(10));
+  std::string reply = inFlight->readAll();
   INFO(reply);
   CHECK(reply.rfind("HTTP/1.1 201", 0) == 0);
   int status = serve.terminate();

@@ -1,7 +1,11 @@
 // courier-serve as a ServerProcess, caching under the fixture's scratch directory.
 #include "tests/serve/ServeProcess.h"
 
+#include <catch2/catch.hpp>
+
+#include <chrono>
 #include <csignal>
+#include <thread>
 
 namespace courier::testing {
 
@@ -24,6 +28,21 @@ int ServeProcess::terminate() {
 
 std::pair<int, std::string> runServeToExit(const std::vector<std::string> &args) {
   return runServerToExit(COURIER_SERVE_PATH, args);
+}
+
+std::unique_ptr<RawConnection> ServeProcess::postInFlight(const std::string &path,
+                                                          const std::string &body) {
+  auto connection = std::make_unique<RawConnection>(port());
+  connection->send("POST " + path + " HTTP/1.1\r\nHost: x\r\nConnection: close\r\n" +
+                   "Content-Type: application/json\r\nContent-Length: " +
+                   std::to_string(body.size()) + "\r\n\r\n" + body.substr(0, 10));
+  double seen = metric("courier_serve_requests_in_flight");
+  for (auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+       seen != 1 && std::chrono::steady_clock::now() < deadline;
+       std::this_thread::sleep_for(std::chrono::milliseconds(10)))
+    seen = metric("courier_serve_requests_in_flight");
+  REQUIRE(seen == 1);
+  return connection;
 }
 
 } // namespace courier::testing

@@ -3,8 +3,10 @@
 #ifndef COURIER_TESTS_SERVE_SERVEPROCESS_H
 #define COURIER_TESTS_SERVE_SERVEPROCESS_H
 
+#include "tests/support/RawConnection.h"
 #include "tests/support/ServerProcess.h"
 
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -22,6 +24,11 @@ public:
 
   /// SIGTERM, then the exit status once it is reaped.
   int terminate();
+
+  /// A POST to `path` declaring all of `body` but sending only its first ten bytes, on a
+  /// connection of its own, once the server counts it in flight (required within 20 s). It
+  /// stays in flight while the connection lives.
+  std::unique_ptr<RawConnection> postInFlight(const std::string &path, const std::string &body);
 };
 
 /// Runs courier-serve with `args` and returns its exit status and stderr, for start-up

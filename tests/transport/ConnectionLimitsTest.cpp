@@ -60,12 +60,7 @@ void requireServedPromptly(const ServerProcess &server, std::chrono::millisecond
                                           {{"X-Courier-Session", session}}, "", kJsonType);
   REQUIRE(attached);
   REQUIRE(attached->status == 200);
-  std::string frame = json({{"object", sha},
-                            {"entry", "_catalyst_pyface_noop"},
-                            {"inputs", json::array()},
-                            {"results", json::array()}})
-                          .dump() +
-                      "\n";
+  std::string frame = noopFrame(sha);
   for (int i = 0; i < 10; ++i) {
     httplib::Result launched = client->Post(("/v1/sessions/" + session + "/launch").c_str(),
                                             {{"X-Courier-Session", session}}, frame, kFrameType);

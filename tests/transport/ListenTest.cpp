@@ -1,5 +1,6 @@
 // How courier-executor meets its clients: a listener no second server can share, unix-domain
 // sockets, the session and call-reply caps, and readiness and drain on SIGTERM.
+#include "tests/executor/Replies.h"
 #include "tests/kernels/KernelPaths.h"
 #include "tests/support/RawConnection.h"
 #include "tests/transport/ExecutorProcess.h"
@@ -31,15 +32,6 @@ using json = nlohmann::json;
 
 namespace {
 
-std::string codeOf(const httplib::Result &res) {
-  if (!res)
-    return "no reply: " + httplib::to_string(res.error());
-  json body = json::parse(res->body, nullptr, false);
-  if (!body.is_object() || !body.contains("error"))
-    return "not an error body: " + res->body;
-  return body["error"]["code"];
-}
-
 std::string messageOf(const httplib::Result &res) {
   json body = res ? json::parse(res->body, nullptr, false) : json();
   return body.is_object() && body.contains("error") ? body["error"]["message"] : "";
@@ -67,7 +59,6 @@ void leaveStaleSocket(const std::string &path) {
   REQUIRE(::bind(fd, reinterpret_cast<sockaddr *>(&address), sizeof(address)) == 0);
   ::close(fd);
 }
-
 
 /// Polls metric `name` until it reaches `value` or 20 s pass; returns its last value.
 double awaitMetric(const ExecutorProcess &executor, const std::string &name, double value) {

@@ -200,12 +200,7 @@ TEST_CASE("256 keep-alive clients of one executor are all answered, throughout",
     clients.emplace_back([&, c] {
       auto client = keepAliveClient(executor, 2s);
       const std::string &session = sessions[c % sessions.size()];
-      std::string frame = json({{"object", sha},
-                                {"entry", "_catalyst_pyface_noop"},
-                                {"inputs", json::array()},
-                                {"results", json::array()}})
-                              .dump() +
-                          "\n";
+      std::string frame = noopFrame(sha);
       for (int round = 0; round == 0 || Clock::now() < until; ++round) {
         auto start = Clock::now();
         httplib::Result res =

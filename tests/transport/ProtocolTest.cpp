@@ -1,6 +1,7 @@
 // The /v1 protocol spoken directly (no Backend): every kind of bad request gets its error
 // code and status, and the executor keeps serving the requests that follow.
 #include "executor/ExecutorServer.h"
+#include "tests/executor/Replies.h"
 #include "tests/kernels/KernelPaths.h"
 #include "tests/support/PrometheusText.h"
 #include "tests/support/RawConnection.h"
@@ -32,12 +33,6 @@ using namespace courier::testing;
 using json = nlohmann::json;
 
 namespace {
-
-std::string readFile(const char *path) {
-  auto buffer = llvm::MemoryBuffer::getFile(path);
-  REQUIRE(buffer);
-  return (*buffer)->getBuffer().str();
-}
 
 struct Peer {
   explicit Peer(const ExecutorProcess &executor, std::string token = "")
@@ -83,15 +78,6 @@ struct Peer {
   httplib::Client client;
   std::string token;
 };
-
-std::string codeOf(const httplib::Result &res) {
-  if (!res)
-    return "no reply: " + httplib::to_string(res.error());
-  json body = json::parse(res->body, nullptr, false);
-  if (!body.is_object() || !body.contains("error"))
-    return "not an error body: " + res->body;
-  return body["error"]["code"];
-}
 
 std::string frame(const json &header, const std::string &payload) {
   return header.dump() + "\n" + payload;
