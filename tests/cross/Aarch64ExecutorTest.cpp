@@ -12,6 +12,7 @@
 
 #include "tests/jit/TestSupport.h"
 #include "tests/kernels/KernelPaths.h"
+#include "tests/support/KernelPrograms.h"
 #include "tests/support/ServerProcess.h"
 
 #include "llvm/BinaryFormat/ELF.h"
@@ -171,25 +172,7 @@ std::string refusalOf(const std::string &address, const char *path) {
 /// A program whose `main` multiplies A (m x k) by B (k x n) with a linalg.matmul in a target
 /// module for aarch64 that names no CPU, run at ADDRESS.
 std::string matmulProgram(int64_t m, int64_t n, int64_t k) {
-  auto shape = [](int64_t rows, int64_t cols) {
-    return "tensor<" + std::to_string(rows) + "x" + std::to_string(cols) + "xf32>";
-  };
-  std::string a = shape(m, k), b = shape(k, n), c = shape(m, n);
-  std::ostringstream text;
-  text << "module @app {\n"
-       << "  func.func public @main(%a: " << a << ", %b: " << b << ") -> " << c << " {\n"
-       << "    %r = catalyst.launch_kernel @board::@mm(%a, %b) : (" << a << ", " << b << ") -> "
-       << c << "\n    return %r : " << c << "\n  }\n"
-       << "  module @board attributes {catalyst.target = {triple = \"aarch64-unknown-linux-gnu\"},"
-       << " catalyst.dispatch = {address = \"ADDRESS\"}} {\n"
-       << "    func.func public @mm(%a: " << a << ", %b: " << b << ") -> " << c << " {\n"
-       << "      %z = arith.constant 0.0 : f32\n"
-       << "      %e = tensor.empty() : " << c << "\n"
-       << "      %f = linalg.fill ins(%z : f32) outs(%e : " << c << ") -> " << c << "\n"
-       << "      %r = linalg.matmul ins(%a, %b : " << a << ", " << b << ") outs(%f : " << c
-       << ") -> " << c << "\n"
-       << "      return %r : " << c << "\n    }\n  }\n}\n";
-  return text.str();
+  return testing::matmulProgram(m, n, k, "{triple = \"aarch64-unknown-linux-gnu\"}", "ADDRESS");
 }
 
 /// The aarch64 objects the engine cached in `dir`.

@@ -23,31 +23,13 @@ using namespace courier::testing;
 
 namespace {
 
-std::string shape(int64_t rows, int64_t cols) {
-  return "tensor<" + std::to_string(rows) + "x" + std::to_string(cols) + "xf32>";
-}
+std::string shape(int64_t rows, int64_t cols) { return f32Matrix(rows, cols); }
 
 /// A target module computing A (m x k) * B (k x n) with linalg.matmul, with `fp` as its
 /// floating-point policy ("" for the default), dispatched to `address`.
 std::string matmulProgram(int64_t m, int64_t n, int64_t k, const std::string &fp,
                           const std::string &address = "local") {
-  std::string a = shape(m, k), b = shape(k, n), c = shape(m, n);
-  std::string target = fp.empty() ? "{}" : "{fp = \"" + fp + "\"}";
-  std::ostringstream text;
-  text << "module @app {\n"
-       << "  func.func public @main(%a: " << a << ", %b: " << b << ") -> " << c << " {\n"
-       << "    %r = catalyst.launch_kernel @dev::@mm(%a, %b) : (" << a << ", " << b << ") -> " << c
-       << "\n    return %r : " << c << "\n  }\n"
-       << "  module @dev attributes {catalyst.target = " << target
-       << ", catalyst.dispatch = {address = \"" << address << "\"}} {\n"
-       << "    func.func public @mm(%a: " << a << ", %b: " << b << ") -> " << c << " {\n"
-       << "      %z = arith.constant 0.0 : f32\n"
-       << "      %e = tensor.empty() : " << c << "\n"
-       << "      %f = linalg.fill ins(%z : f32) outs(%e : " << c << ") -> " << c << "\n"
-       << "      %r = linalg.matmul ins(%a, %b : " << a << ", " << b << ") outs(%f : " << c
-       << ") -> " << c << "\n"
-       << "      return %r : " << c << "\n    }\n  }\n}\n";
-  return text.str();
+  return testing::matmulProgram(m, n, k, fp.empty() ? "{}" : "{fp = \"" + fp + "\"}", address);
 }
 
 /// C = A * B with every product rounded, then added in order of k: the scalar lowering's

@@ -32,9 +32,12 @@ struct Kernel {
   std::string body;
 };
 
-/// A module with an entry per kernel, each launching its kernel in one target module on the
-/// in-process executor.
-inline std::string kernelModule(const std::vector<Kernel> &kernels) {
+/// A module with an entry per kernel, each launching its kernel in one target module @dev with
+/// the `catalyst.target` attributes `target`, on the executor at `address` (by default the
+/// in-process one).
+inline std::string kernelModule(const std::vector<Kernel> &kernels,
+                                const std::string &target = "{}",
+                                const std::string &address = "local") {
   std::ostringstream host, device;
   for (const Kernel &k : kernels) {
     std::string params, names, types;
@@ -51,10 +54,8 @@ inline std::string kernelModule(const std::vector<Kernel> &kernels) {
            << "      %c0 = arith.constant 0 : index\n      %c1 = arith.constant 1 : index\n"
            << k.body << "      return %r : " << k.result << "\n    }\n";
   }
-  return "module @app {\n" + host.str() +
-         "  module @dev attributes {catalyst.target = {}, catalyst.dispatch = {address = "
-         "\"local\"}} {\n" +
-         device.str() + "  }\n}\n";
+  return "module @app {\n" + host.str() + "  module @dev attributes {catalyst.target = " + target +
+         ", catalyst.dispatch = {address = \"" + address + "\"}} {\n" + device.str() + "  }\n}\n";
 }
 
 /// A program whose entry @main launches one kernel: kernelModule of {"main", ...}.
@@ -77,6 +78,19 @@ inline std::string matmulBody(const std::string &a, const std::string &b, const 
          "\n      %f = linalg.fill ins(%z : " + element + ") outs(%e : " + c + ") -> " + c +
          "\n      %r = linalg.matmul ins(%a0, %a1 : " + a + ", " + b + ") outs(%f : " + c +
          ") -> " + c + "\n";
+}
+
+/// `tensor<ROWSxCOLSxf32>`.
+inline std::string f32Matrix(int64_t rows, int64_t cols) {
+  return "tensor<" + std::to_string(rows) + "x" + std::to_string(cols) + "xf32>";
+}
+
+/// A program whose @main multiplies A (m x k) by B (k x n), f32, with a linalg.matmul in its
+/// target module (`target`, at `address`).
+inline std::string matmulProgram(int64_t m, int64_t n, int64_t k, const std::string &target,
+                                 const std::string &address) {
+  std::string a = f32Matrix(m, k), b = f32Matrix(k, n), c = f32Matrix(m, n);
+  return kernelModule({{"main", {a, b}, c, matmulBody(a, b, c, "0.0", "f32")}}, target, address);
 }
 
 /// `count` floats drawn uniformly from [low, high), the same for the same seed.
