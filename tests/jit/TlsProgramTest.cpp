@@ -35,13 +35,7 @@ module @app {
 }
 
 std::unique_ptr<ServerProcess> tlsExecutor(const TestCertificates &pki) {
-  ServerSpec spec{COURIER_EXECUTOR_PATH,
-                  "courier-executor",
-                  0,
-                  "",
-                  {"--quiet", "--tls-cert", pki.serverCert, "--tls-key", pki.serverKey}};
-  spec.tlsCaFile = pki.caCert;
-  return std::make_unique<ServerProcess>(spec);
+  return startTlsServer(pki, COURIER_EXECUTOR_PATH, "courier-executor");
 }
 
 Tensor vector4() { return Tensor::fromDoubles(DType::F64, {4}, {1, 2, 3, 4}); }

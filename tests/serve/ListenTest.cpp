@@ -153,15 +153,10 @@ TEST_CASE("2000 idle TLS connections and 200 half-sent heads from one client lea
           "courier-serve serving a new TLS client at once",
           "[serve][listen][connections][tls][memory]") {
   TestCertificates pki;
-  ServerSpec spec{COURIER_SERVE_PATH,
-                  "courier-serve",
-                  0,
-                  "",
-                  {"--quiet", "--cache-dir", "{dir}/cache", "--max-connections-per-client", "0",
-                   "--tls-cert", pki.serverCert, "--tls-key", pki.serverKey}};
-  spec.tlsCaFile = pki.caCert;
-  ServerProcess serve(spec);
-  courier::testing::requireServedThroughFlood(serve, pki.caCert, "courier_serve",
+  std::unique_ptr<ServerProcess> serve =
+      startTlsServer(pki, COURIER_SERVE_PATH, "courier-serve",
+                     {"--cache-dir", "{dir}/cache", "--max-connections-per-client", "0"});
+  courier::testing::requireServedThroughFlood(*serve, pki.caCert, "courier_serve",
                                               servedWithModules());
 }
 

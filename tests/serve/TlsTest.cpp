@@ -29,23 +29,13 @@ const std::string kTwiceOnTarget =
     "  }\n"
     "}\n";
 
-/// A server speaking TLS with the test server certificate; `extra` follows.
-std::unique_ptr<ServerProcess> tlsServer(const TestCertificates &pki, const std::string &program,
-                                         const std::string &name,
-                                         std::vector<std::string> extra = {}) {
-  ServerSpec spec{
-      program, name, 0, "", {"--quiet", "--tls-cert", pki.serverCert, "--tls-key", pki.serverKey}};
-  spec.args.insert(spec.args.end(), extra.begin(), extra.end());
-  spec.tlsCaFile = pki.caCert;
-  return std::make_unique<ServerProcess>(spec);
-}
-
 } // namespace
 
 TEST_CASE("courier-serve with a certificate serves its REST API over TLS to curl trusting its CA",
           "[serve][tls]") {
   TestCertificates pki;
-  auto serve = tlsServer(pki, COURIER_SERVE_PATH, "courier-serve", {"--cache-dir", "{dir}/cache"});
+  auto serve =
+      startTlsServer(pki, COURIER_SERVE_PATH, "courier-serve", {"--cache-dir", "{dir}/cache"});
   REQUIRE(serve->address().rfind("https://127.0.0.1:", 0) == 0);
   std::string body = pki.directory() + "/create.json";
   std::ofstream(body) << createBody("twice", kTwiceOnTarget);
@@ -72,7 +62,7 @@ TEST_CASE("courier-serve sends a module's target to an https:// executor it veri
           "--tls-ca",
           "[serve][tls]") {
   TestCertificates pki;
-  auto executor = tlsServer(pki, COURIER_EXECUTOR_PATH, "courier-executor");
+  auto executor = startTlsServer(pki, COURIER_EXECUTOR_PATH, "courier-executor");
   ServeProcess serve(ServeConfig{"", {"--executor", executor->address(), "--tls-ca", pki.caCert}});
   auto http = serve.client();
   requireCreated(*http, "twice", kTwiceOnTarget);
@@ -85,7 +75,7 @@ TEST_CASE("courier-serve sends a module's target to an https:// executor it veri
 TEST_CASE("courier-serve without the executor's CA fails the module's load, naming the unknown CA",
           "[serve][tls]") {
   TestCertificates pki;
-  auto executor = tlsServer(pki, COURIER_EXECUTOR_PATH, "courier-executor");
+  auto executor = startTlsServer(pki, COURIER_EXECUTOR_PATH, "courier-executor");
   ServeProcess serve(
       ServeConfig{"", {"--executor", executor->address(), "--tls-ca", pki.otherCaCert}});
   auto http = serve.client();

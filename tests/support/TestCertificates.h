@@ -3,7 +3,11 @@
 #ifndef COURIER_TESTS_SUPPORT_TESTCERTIFICATES_H
 #define COURIER_TESTS_SUPPORT_TESTCERTIFICATES_H
 
+#include "tests/support/ServerProcess.h"
+
+#include <memory>
 #include <string>
+#include <vector>
 
 namespace courier::testing {
 
@@ -29,6 +33,19 @@ public:
 private:
   std::string dir;
 };
+
+/// A server (`program`, named `name`) speaking TLS with `pki`'s server certificate, `extra`
+/// after its own flags, whose client() trusts `pki`'s CA.
+inline std::unique_ptr<ServerProcess> startTlsServer(const TestCertificates &pki,
+                                                     const std::string &program,
+                                                     const std::string &name,
+                                                     std::vector<std::string> extra = {}) {
+  ServerSpec spec{
+      program, name, 0, "", {"--quiet", "--tls-cert", pki.serverCert, "--tls-key", pki.serverKey}};
+  spec.args.insert(spec.args.end(), extra.begin(), extra.end());
+  spec.tlsCaFile = pki.caCert;
+  return std::make_unique<ServerProcess>(spec);
+}
 
 } // namespace courier::testing
 

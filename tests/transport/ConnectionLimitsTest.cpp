@@ -83,15 +83,10 @@ TEST_CASE("2000 idle TLS connections and 200 half-sent heads from one client lea
           "executor serving a new TLS client at once",
           "[http][connections][tls][memory]") {
   TestCertificates pki;
-  ServerSpec spec{COURIER_EXECUTOR_PATH,
-                  "courier-executor",
-                  0,
-                  "",
-                  {"--quiet", "--warm-workers", "1", "--max-connections-per-client", "0",
-                   "--tls-cert", pki.serverCert, "--tls-key", pki.serverKey}};
-  spec.tlsCaFile = pki.caCert;
-  ServerProcess executor(spec);
-  courier::testing::requireServedThroughFlood(executor, pki.caCert, "courier",
+  std::unique_ptr<ServerProcess> executor =
+      startTlsServer(pki, COURIER_EXECUTOR_PATH, "courier-executor",
+                     {"--warm-workers", "1", "--max-connections-per-client", "0"});
+  courier::testing::requireServedThroughFlood(*executor, pki.caCert, "courier",
                                               requireServedPromptly);
 }
 
@@ -200,14 +195,10 @@ TEST_CASE("a TCP connection to a TLS port that never starts a handshake is close
           "handshake timeout, and 1000 of them do not stop a real TLS client",
           "[http][connections][tls]") {
   TestCertificates pki;
-  ServerSpec spec{COURIER_EXECUTOR_PATH,
-                  "courier-executor",
-                  0,
-                  "",
-                  {"--quiet", "--warm-workers", "1", "--max-connections-per-client", "0",
-                   "--tls-cert", pki.serverCert, "--tls-key", pki.serverKey}};
-  spec.tlsCaFile = pki.caCert;
-  ServerProcess executor(spec);
+  std::unique_ptr<ServerProcess> started =
+      startTlsServer(pki, COURIER_EXECUTOR_PATH, "courier-executor",
+                     {"--warm-workers", "1", "--max-connections-per-client", "0"});
+  ServerProcess &executor = *started;
   {
     RawConnection silent(executor.port());
     // The handshake timeout is 3 s; a second more for the server's turn.
@@ -316,14 +307,9 @@ TEST_CASE("a TLS connection past --max-connections-per-client is sent its 503 af
           "handshake, and reads it",
           "[http][connections][tls]") {
   TestCertificates pki;
-  ServerSpec spec{COURIER_EXECUTOR_PATH,
-                  "courier-executor",
-                  0,
-                  "",
-                  {"--max-connections-per-client", "2", "--tls-cert", pki.serverCert, "--tls-key",
-                   pki.serverKey}};
-  spec.tlsCaFile = pki.caCert;
-  ServerProcess executor(spec);
+  std::unique_ptr<ServerProcess> started = startTlsServer(
+      pki, COURIER_EXECUTOR_PATH, "courier-executor", {"--max-connections-per-client", "2"});
+  ServerProcess &executor = *started;
   std::string reply;
   for (auto deadline = std::chrono::steady_clock::now() + 10s;
        std::chrono::steady_clock::now() < deadline;) {
