@@ -126,6 +126,18 @@ void readAsReceiver(const std::string &bytes) {
     broken("a sequence number taken from a message too short to hold one, or not taken");
 }
 
+/// `value`, read well from a message, written again reads back as the same: the bytes written of
+/// it once and of its reading again are equal, and the reading takes them all.
+template <typename T> void checkWrittenAgain(const T &value, const char *what) {
+  executor::MessageWriter once(executor::MessageKind::Launch);
+  value.write(once);
+  executor::MessageReader again(once.view());
+  executor::MessageWriter twice(executor::MessageKind::Launch);
+  T::read(again).write(twice);
+  if (!again.atEnd() || once.view() != twice.view())
+    broken(llvm::Twine("a ") + what + " that reads differently once written again");
+}
+
 /// Reads the message as a launch request and a launch's answer (executor::LaunchRequest,
 /// LaunchAnswer): what is read lies in the message, and a request read well reads the same once
 /// written again.
@@ -135,15 +147,8 @@ void readAsLaunch(const std::string &bytes) {
   checkInside(launch.object, bytes);
   checkInside(launch.entry, bytes);
   checkInside(launch.inlineBytes, bytes);
-  if (request.ok()) {
-    executor::MessageWriter once(executor::MessageKind::Launch);
-    launch.write(once);
-    executor::MessageReader again(once.view());
-    executor::MessageWriter twice(executor::MessageKind::Launch);
-    executor::LaunchRequest::read(again).write(twice);
-    if (!again.atEnd() || once.view() != twice.view())
-      broken("a launch request that reads differently once written again");
-  }
+  if (request.ok())
+    checkWrittenAgain(launch, "launch request");
   executor::MessageReader answer(bytes);
   executor::LaunchAnswer answered = executor::LaunchAnswer::read(answer);
   checkInside(answered.inlineBytes, bytes);
@@ -184,13 +189,7 @@ void readAsTensorBlock(const std::string &bytes) {
   for (bool disjoint : {false, true})
     if (block.placesWithin(disjoint) != placesWithinByPairs(block, disjoint))
       broken("a tensor block whose placement check disagrees with a pairwise one");
-  executor::MessageWriter once(executor::MessageKind::Invoke);
-  block.write(once);
-  executor::MessageReader again(once.view());
-  executor::MessageWriter twice(executor::MessageKind::Invoke);
-  executor::TensorBlock::read(again).write(twice);
-  if (!again.atEnd() || once.view() != twice.view())
-    broken("a tensor block that reads differently once written again");
+  checkWrittenAgain(block, "tensor block");
 }
 
 /// Reads the message as a body (executor::readBody): one it accepts is no larger than the
