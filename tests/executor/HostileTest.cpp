@@ -5,6 +5,7 @@
 // an error, keeps serving every other session, and leaks no descriptors, zombies or threads.
 #include "tests/executor/Replies.h"
 #include "tests/kernels/KernelPaths.h"
+#include "tests/support/RawConnection.h"
 #include "tests/support/Sanitized.h"
 #include "tests/transport/ExecutorProcess.h"
 #include "transport/Backend.h"
@@ -242,10 +243,7 @@ size_t launchReadingSlowly(int port, const std::string &session, const std::stri
                            std::chrono::milliseconds pause) {
   int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   REQUIRE(fd >= 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_port = htons(static_cast<uint16_t>(port));
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  sockaddr_in address = loopbackAddress(port);
   REQUIRE(::connect(fd, reinterpret_cast<sockaddr *>(&address), sizeof(address)) == 0);
   timeval timeout{5, 0};
   ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));

@@ -3,6 +3,7 @@
 #include "tests/support/ConnectionFlood.h"
 
 #include "tests/support/HostileRequests.h"
+#include "tests/support/RawConnection.h"
 
 #include <openssl/err.h>
 
@@ -39,10 +40,7 @@ int connectFrom(int port, const std::string &from) {
   sockaddr_in local{};
   local.sin_family = AF_INET;
   inet_pton(AF_INET, from.c_str(), &local.sin_addr);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_port = htons(static_cast<uint16_t>(port));
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  sockaddr_in address = loopbackAddress(port);
   timeval timeout{10, 0};
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
   setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof(timeout));

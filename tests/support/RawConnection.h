@@ -13,15 +13,21 @@
 
 namespace courier::testing {
 
+/// 127.0.0.1:`port`, to connect to.
+inline sockaddr_in loopbackAddress(int port) {
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(static_cast<uint16_t>(port));
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  return address;
+}
+
 /// A TCP connection to 127.0.0.1:`port`; reads give up after 60 s.
 class RawConnection {
 public:
   explicit RawConnection(int port) : fd(::socket(AF_INET, SOCK_STREAM, 0)) {
     REQUIRE(fd >= 0);
-    sockaddr_in address{};
-    address.sin_family = AF_INET;
-    address.sin_port = htons(static_cast<uint16_t>(port));
-    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    sockaddr_in address = loopbackAddress(port);
     timeval timeout{60, 0};
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
     REQUIRE(::connect(fd, reinterpret_cast<sockaddr *>(&address), sizeof(address)) == 0);
