@@ -9,6 +9,7 @@
 #include "executor/HostCpu.h"
 #include "executor/KernelThreads.h"
 #include "executor/ObjectHost.h"
+#include "executor/SessionObjects.h"
 #include "executor/WorkerPool.h"
 #include "transport/Log.h"
 #include "transport/Metrics.h"
@@ -42,31 +43,19 @@ namespace wire = transport::wire;
 /// symbols, what it holds of the store, and the async launches it started.
 class Session {
 public:
-  explicit Session(std::string id) : id(id), launches(std::move(id)) {}
+  explicit Session(std::string id) : id(id), attached(id), launches(std::move(id)) {}
   const std::string id;
   std::shared_ptr<KernelHost> host;
   std::atomic<int64_t> lastUsed{0}; ///< Clock ticks; read by the idle reaper.
-  /// Attaches and detaches one at a time (taken before `attachMutex`), so `attached` matches
-  /// what the host has loaded and each attached object holds exactly one reference in the
-  /// store. Not taken by a launch whose object is attached already.
-  std::mutex attachSerial;
-  std::mutex attachMutex;
-  std::set<std::string, std::less<>> attached; ///< Under attachMutex.
-  /// Set when the session leaves the table; its holds are released then, so an attach
-  /// racing with the close must not take a new one.
-  bool closed = false;
+  /// What the host has loaded; each holds exactly one reference in the store. Closed when the
+  /// session leaves the table, its holds released then, so an attach racing with the close
+  /// takes no new one.
+  SessionObjects attached;
   AsyncLaunches launches;
 
   void touch() { lastUsed.store(Clock::now().time_since_epoch().count()); }
   /// Requests running on the session now; the idle reaper leaves a busy session alone.
   std::atomic<int> busy{0};
-  /// Whether `sha` is attached (and the session open), without waiting for an attach.
-  llvm::Expected<bool> isAttached(llvm::StringRef sha) {
-    std::lock_guard<std::mutex> lock(attachMutex);
-    if (closed)
-      return makeCodedError(ErrorCode::UnknownSession, "session '" + id + "' was closed");
-    return attached.find(sha) != attached.end();
-  }
 };
 
 namespace {
@@ -214,50 +203,29 @@ llvm::Expected<ObjectBlob> ExecutorCore::Impl::takeHold(llvm::StringRef sha) {
 }
 
 llvm::Error ExecutorCore::Impl::attach(Session &session, llvm::StringRef sha) {
-  // Every launch passes here: an object already attached must not wait for an attach of
-  // another, which may wait for a long launch on the session's worker.
-  llvm::Expected<bool> attached = session.isAttached(sha);
-  if (!attached || *attached)
-    return attached.takeError();
-  std::lock_guard<std::mutex> serial(session.attachSerial);
-  attached = session.isAttached(sha);
-  if (!attached || *attached)
-    return attached.takeError();
-  llvm::Expected<ObjectBlob> blob = takeHold(sha);
-  if (!blob)
-    return blob.takeError();
-  llvm::Error loaded = session.host->attach(*blob);
-  std::lock_guard<std::mutex> attaching(session.attachMutex);
-  if (!loaded && session.closed)
-    loaded = makeCodedError(ErrorCode::UnknownSession, "session '" + session.id + "' was closed");
-  if (loaded) {
-    dropHold(sha);
+  // Every launch passes here: an object already attached costs a look under a shared lock.
+  auto load = [&]() -> llvm::Error {
+    llvm::Expected<ObjectBlob> blob = takeHold(sha);
+    if (!blob)
+      return blob.takeError();
+    llvm::Error loaded = session.host->attach(*blob);
+    if (loaded)
+      dropHold(sha);
     return loaded;
-  }
-  session.attached.insert(sha.str());
-  return llvm::Error::success();
+  };
+  return session.attached.attach(sha, load, [&] { dropHold(sha); });
 }
 
 bool ExecutorCore::Impl::detach(Session &session, llvm::StringRef sha) {
-  std::lock_guard<std::mutex> serial(session.attachSerial);
-  {
-    std::lock_guard<std::mutex> attaching(session.attachMutex);
-    auto it = session.attached.find(sha);
-    if (it == session.attached.end())
-      return false;
-    session.attached.erase(it);
-  }
-  session.host->detach(sha);
-  dropHold(sha);
-  return true;
+  return session.attached.detach(sha, [&] {
+    session.host->detach(sha);
+    dropHold(sha);
+  });
 }
 
 void ExecutorCore::Impl::releaseHolds(Session &session) {
-  std::lock_guard<std::mutex> attaching(session.attachMutex);
-  session.closed = true;
-  for (const std::string &sha : session.attached)
+  for (const std::string &sha : session.attached.close())
     dropHold(sha);
-  session.attached.clear();
 }
 
 void ExecutorCore::Impl::dropHold(llvm::StringRef sha) {
@@ -424,10 +392,7 @@ std::vector<SessionSummary> ExecutorCore::listSessions() {
   for (const std::shared_ptr<Session> &s : open) {
     SessionSummary summary;
     summary.id = s->id;
-    {
-      std::lock_guard<std::mutex> lock(s->attachMutex);
-      summary.objects.assign(s->attached.begin(), s->attached.end());
-    }
+    summary.objects = s->attached.list();
     summary.idleMs = std::chrono::duration_cast<std::chrono::milliseconds>(
                          Clock::duration(std::max<int64_t>(0, now - s->lastUsed.load())))
                          .count();
@@ -636,10 +601,7 @@ bool ExecutorCore::workerHeld(Session &s) { return s.host->held(); }
 
 bool ExecutorCore::hostsContained() const { return impl->hosts->contained(); }
 
-bool ExecutorCore::sessionOpen(Session &s) {
-  std::lock_guard<std::mutex> attaching(s.attachMutex);
-  return !s.closed;
-}
+bool ExecutorCore::sessionOpen(Session &s) { return s.attached.open(); }
 
 void ExecutorCore::touch(Session &s) { s.touch(); }
 

@@ -1,5 +1,6 @@
 // The host CPU's name and features for health reports (executor/HostCpu.h).
 #include "executor/HostCpu.h"
+
 #include "executor/ElfValidation.h"
 #include "transport/ErrorCode.h"
 

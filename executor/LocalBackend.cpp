@@ -12,14 +12,13 @@
 #include "executor/HostCpu.h"
 #include "executor/ObjectHost.h"
 #include "executor/ResultBlocks.h"
+#include "executor/SessionObjects.h"
 #include "transport/ErrorCode.h"
 
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/ThreadPool.h"
 
 #include <atomic>
-#include <mutex>
-#include <set>
 #include <shared_mutex>
 #include <unordered_map>
 
@@ -42,38 +41,22 @@ Clock::time_point forever() { return Clock::now() + std::chrono::hours(24 * 365 
 /// A session: its host, the objects it has loaded and its async launches.
 struct LocalSession {
   explicit LocalSession(std::string id, std::shared_ptr<KernelHost> host)
-      : id(id), host(std::move(host)), launches(std::move(id)) {}
-  const std::string id;
+      : host(std::move(host)), attached(id), launches(std::move(id)) {}
   std::shared_ptr<KernelHost> host;
-  /// Loads and unloads one at a time (taken before `attachedMutex`, which a launch of a
-  /// loaded object takes alone, shared).
-  std::mutex attachSerial;
-  std::shared_mutex attachedMutex;
-  std::set<std::string, std::less<>> attached; ///< Under attachedMutex.
-  /// Set, under attachedMutex, when the session leaves the table: a request that found it
-  /// before then loads and starts nothing more on it.
-  bool closed = false;
+  /// Closed when the session leaves the table: a request that found it before then loads
+  /// and starts nothing more on it.
+  SessionObjects attached;
   AsyncLaunches launches;
-
-  /// `unknown_session` once the session was closed; attachedMutex held.
-  Error checkOpen() const {
-    if (!closed)
-      return Error::success();
-    return makeCodedError(ErrorCode::UnknownSession, "session '" + id + "' was closed");
-  }
 };
 
 class LocalBackend final : public Backend {
 public:
-  LocalBackend(std::shared_ptr<PluginSet> plugins)
-      : asyncPool(llvm::hardware_concurrency(kAsyncThreads)), services{options,
-                                                                       std::move(plugins),
-                                                                       metrics,
-                                                                       asyncPool,
-                                                                       [](StringRef) {
-                                                                         return std::nullopt;
-                                                                       },
-                                                                       [] { return false; }} {}
+  // No store to load an object again from (a host here never loses what it loaded), and
+  // never stopping.
+  explicit LocalBackend(std::shared_ptr<PluginSet> plugins)
+      : asyncPool(llvm::hardware_concurrency(kAsyncThreads)), services{options, std::move(plugins),
+                                                                       metrics, asyncPool,
+                                                                       noStore, neverStopping} {}
 
   /// Async launches still queued or running finish first: they count into `metrics`.
   ~LocalBackend() override { asyncPool.wait(); }
@@ -119,10 +102,7 @@ public:
       session = std::move(it->second);
       sessions.erase(it);
     }
-    {
-      std::unique_lock<std::shared_mutex> lock(session->attachedMutex);
-      session->closed = true;
-    }
+    session->attached.close();
     // Async launches still running keep its code until they return (InProcessHost).
     session->host->close();
     return Error::success();
@@ -141,17 +121,8 @@ public:
     if (!session)
       return session.takeError();
     LocalSession &s = **session;
-    std::lock_guard<std::mutex> serial(s.attachSerial);
-    {
-      // Releasing what the session does not hold is no error. Forgotten before it is
-      // unloaded: a launch of it meanwhile loads it again rather than finding it gone.
-      std::unique_lock<std::shared_mutex> lock(s.attachedMutex);
-      auto it = s.attached.find(sha256);
-      if (it == s.attached.end())
-        return Error::success();
-      s.attached.erase(it);
-    }
-    s.host->detach(sha256);
+    // Releasing what the session does not hold is no error.
+    s.attached.detach(sha256, [&] { s.host->detach(sha256); });
     return Error::success();
   }
 
@@ -185,13 +156,10 @@ public:
     // Refused now rather than at await: the caller learns of its mistake where it made it.
     if (Error error = s.host->checkAsyncEntry(object.sha256, entry))
       return withContext(context, std::move(error));
-    Expected<uint64_t> launchId = [&]() -> Expected<uint64_t> {
-      // Not started on a session closed meanwhile: nothing could await it.
-      std::shared_lock<std::shared_mutex> lock(s.attachedMutex);
-      if (Error error = s.checkOpen())
-        return std::move(error);
+    // Not started on a session closed meanwhile: nothing could await it.
+    Expected<uint64_t> launchId = s.attached.whileOpen([&] {
       return s.launches.start(*s.host, object.sha256, entry, forever(), metrics.launchFailures);
-    }();
+    });
     if (!launchId)
       return withContext(context, launchId.takeError());
     return launchId;
@@ -220,6 +188,9 @@ public:
   }
 
 private:
+  static std::optional<ObjectBlob> noStore(StringRef) { return std::nullopt; }
+  static bool neverStopping() { return false; }
+
   /// Async launches run on this many threads; the rest wait their turn.
   static constexpr unsigned kAsyncThreads = 64;
   /// The deadline of a launch or call, which an in-process host has no way to keep.
@@ -240,28 +211,13 @@ private:
   /// Loads `object` into the session once: later ships and launches of it find it loaded.
   /// `unknown_session` once the session was closed.
   Error ship(LocalSession &s, const ObjectBlob &object) {
-    auto loaded = [&]() -> Expected<bool> {
-      std::shared_lock<std::shared_mutex> lock(s.attachedMutex);
-      if (Error error = s.checkOpen())
-        return std::move(error);
-      return s.attached.count(object.sha256) != 0;
+    auto load = [&]() -> Error {
+      if (Error error = checkObjectCpu(object.sha256, *object.bytes))
+        return error;
+      return s.host->attach(object);
     };
-    Expected<bool> found = loaded();
-    if (!found || *found)
-      return found.takeError();
-    std::lock_guard<std::mutex> serial(s.attachSerial);
-    found = loaded();
-    if (!found || *found)
-      return found.takeError();
-    if (Error error = checkObjectCpu(object.sha256, *object.bytes))
-      return error;
-    if (Error error = s.host->attach(object))
-      return error;
-    std::unique_lock<std::shared_mutex> lock(s.attachedMutex);
-    if (Error error = s.checkOpen())
-      return error;
-    s.attached.insert(object.sha256);
-    return Error::success();
+    // The host goes with the closed session: nothing to undo.
+    return s.attached.attach(object.sha256, load, [] {});
   }
 
   const std::string name = "local";

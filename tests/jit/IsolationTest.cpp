@@ -17,7 +17,6 @@ using namespace courier::testing;
 
 namespace {
 
-
 EngineOptions isolated() {
   EngineOptions options;
   options.isolation = Isolation::Process;
