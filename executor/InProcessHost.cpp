@@ -1,15 +1,13 @@
-// Kernels in this process: each session's objects linked by an ObjectHost of its own, so
+// Kernels in this process: each session's objects linked by InProcessKernels of its own, so
 // objects shipped by one client never resolve another's symbols; a launch is a direct call
 // on the calling thread, reading inputs where they are and handing over the kernel's own
 // result buffers. Nothing contains a kernel here and nothing can end one.
 #include "executor/Arena.h"
 #include "executor/CoreMetrics.h"
 #include "executor/ExecutorCore.h"
-#include "executor/HostErrors.h"
+#include "executor/InProcessKernels.h"
 #include "executor/KernelThreads.h"
-#include "executor/ObjectHost.h"
 
-#include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/ThreadPool.h"
 
 namespace courier::executor {
@@ -22,27 +20,14 @@ namespace {
 
 class InProcessHost final : public KernelHost {
 public:
-  InProcessHost(const HostServices &services, std::shared_ptr<ObjectHost> objects)
-      : services(services), objects(std::move(objects)) {}
+  InProcessHost(const HostServices &services, std::shared_ptr<InProcessKernels> kernels)
+      : services(services), kernels(std::move(kernels)) {}
 
-  llvm::Error attach(const ObjectBlob &blob) override {
-    if (objects->hasObject(blob.sha256))
-      return llvm::Error::success();
-    // The object host's message names the object.
-    if (llvm::Error error = objects->addObject(blob))
-      return makeCodedError(ErrorCode::InvalidObject, llvm::toString(std::move(error)));
-    return llvm::Error::success();
-  }
-
-  void detach(llvm::StringRef sha) override {
-    // Launches of the object still running keep its code until they return (ObjectHost).
-    // Unloading cannot fail in a way the client could act on.
-    llvm::consumeError(objects->removeObject(sha));
-  }
-
+  llvm::Error attach(const ObjectBlob &blob) override { return kernels->attach(blob); }
+  // Launches of the object still running keep its code until they return (ObjectHost).
+  void detach(llvm::StringRef sha) override { kernels->detach(sha); }
   llvm::Error checkAsyncEntry(llvm::StringRef sha, llvm::StringRef entry) override {
-    std::optional<ObjectInfo> info = objects->describe(sha);
-    return checkAsyncLaunch(info ? &*info : nullptr, sha, entry);
+    return kernels->checkAsyncEntry(sha, entry);
   }
 
   llvm::Expected<InputArea> inputArea(llvm::ArrayRef<wire::TensorHeader> headers) override {
@@ -68,15 +53,10 @@ public:
       inputs = placed;
     }
     llvm::Expected<std::vector<OwnedTensor>> produced =
-        objects->launch(call.object, call.entry, inputs, call.results);
+        kernels->launch(call.object, call.entry, inputs, call.results);
     running.finish();
     if (!produced)
-      return classifyHostError(produced.takeError(), ErrorCode::UnknownEntry,
-                               ErrorCode::LaunchFailed, "launching '" + call.entry + "'");
-    if (produced->size() != call.results.size())
-      return makeCodedError(ErrorCode::LaunchFailed,
-                            llvm::formatv("'{0}' returned {1} results, expected {2}", call.entry,
-                                          produced->size(), call.results.size()));
+      return produced.takeError();
     if (call.area)
       *call.area = InputArea();
     LaunchResults out;
@@ -90,28 +70,22 @@ public:
 
   void launchAsync(std::string object, std::string entry, Clock::time_point,
                    std::function<void(llvm::Error)> finish) override {
-    // The task shares the object host, not the session: a session that closes or expires
+    // The task shares the kernels, not the session: a session that closes or expires
     // meanwhile goes at once (nothing waits for a kernel that may never return), and the
     // code stays until the task is done.
-    services.asyncPool.async([objects = objects, metrics = &services.metrics, object, entry,
+    services.asyncPool.async([kernels = kernels, metrics = &services.metrics, object, entry,
                               finish = std::move(finish)] {
       llvm::Expected<std::vector<OwnedTensor>> results = [&] {
         RunningLaunch running(*metrics, true);
-        return objects->launch(object, entry, {}, {});
+        return kernels->launch(object, entry, {}, {});
       }();
-      finish(results ? llvm::Error::success()
-                     : classifyHostError(results.takeError(), ErrorCode::UnknownEntry,
-                                         ErrorCode::LaunchFailed, "launching '" + entry + "'"));
+      finish(results.takeError());
     });
   }
 
   llvm::Expected<std::string> call(llvm::StringRef symbol, llvm::StringRef input,
                                    uint64_t outputSize, Clock::time_point) override {
-    llvm::Expected<std::string> produced = objects->call(symbol, input, outputSize);
-    if (!produced)
-      return classifyHostError(produced.takeError(), ErrorCode::UnknownSymbol,
-                               ErrorCode::CallFailed, "calling '" + symbol + "'");
-    return produced;
+    return kernels->call(symbol, input, outputSize);
   }
 
   void close() override {} // Goes with the last launch that holds its code.
@@ -122,7 +96,7 @@ private:
   const HostServices &services;
   /// Shared with the async launches running on it, so closing the session never waits for
   /// a kernel: the code goes when the last of them returns.
-  std::shared_ptr<ObjectHost> objects;
+  std::shared_ptr<InProcessKernels> kernels;
 };
 
 class InProcessHosts final : public HostFactory {
@@ -130,12 +104,11 @@ public:
   explicit InProcessHosts(const HostServices &services) : services(services) {}
 
   llvm::Expected<std::shared_ptr<KernelHost>> open(const std::string &) override {
-    llvm::Expected<std::unique_ptr<ObjectHost>> objects =
-        ObjectHost::create(services.plugins, {services.options.allowUnsignedObjects});
-    if (!objects)
-      return makeCodedError(ErrorCode::Internal,
-                            "creating an object host: " + llvm::toString(objects.takeError()));
-    return std::make_shared<InProcessHost>(services, std::move(*objects));
+    llvm::Expected<std::shared_ptr<InProcessKernels>> kernels =
+        InProcessKernels::create(services.plugins, {services.options.allowUnsignedObjects});
+    if (!kernels)
+      return kernels.takeError();
+    return std::make_shared<InProcessHost>(services, std::move(*kernels));
   }
   bool contained() const override { return false; }
   void report(HealthReport &report) override { report.isolated = false; }

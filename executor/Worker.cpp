@@ -1,20 +1,18 @@
-// The worker process: loads plugins, confines itself, then links objects and runs launches
-// and calls for the one session it serves, answering each request on its channel.
+// The worker process: loads plugins, confines itself, then dispatches the one session's
+// requests it serves to that session's kernels (executor/InProcessKernels.h), answering each
+// on its channel; a same-host channel it is handed it answers itself (executor/WorkerDirect.h).
 #include "executor/Worker.h"
 
-#include "executor/HostErrors.h"
+#include "executor/InProcessKernels.h"
 #include "executor/KernelThreads.h"
-#include "executor/ObjectHost.h"
 #include "executor/Sandbox.h"
+#include "executor/WorkerDirect.h"
+#include "executor/WorkerMemory.h"
 #include "executor/WorkerProtocol.h"
-#include "transport/Metrics.h"
 #include "transport/ServerMain.h"
-#include "transport/SharedChannel.h"
 #include "transport/Wire.h"
 
-#include "llvm/ADT/ScopeExit.h"
 #include "llvm/ADT/StringRef.h"
-#include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <csignal>
@@ -27,11 +25,8 @@
 
 namespace courier::executor {
 
-namespace doorbell = transport::doorbell;
-namespace shm = transport::shm;
 using transport::ObjectBlob;
 using transport::OwnedTensor;
-using transport::ResultSpec;
 using transport::TensorView;
 
 namespace {
@@ -90,70 +85,13 @@ llvm::Expected<WorkerOptions> parseOptions(int argc, char **argv) {
   return options;
 }
 
-uint64_t bytesOf(const OwnedTensor &t) {
-  uint64_t bytes = static_cast<uint64_t>(t.elemSize);
-  for (int64_t size : t.sizes)
-    bytes *= static_cast<uint64_t>(size);
-  return bytes;
-}
-
-/// Where a launch's results go in a buffer: results the kernel computed in the arena, those
-/// the host hands over with no allocation of their own (always packed row-major), may stay
-/// where they are, and the others are packed after them.
-class ResultLayout {
-public:
-  ResultLayout(const std::vector<OwnedTensor> &results, llvm::MutableArrayRef<char> arena)
-      : results(results), arena(arena), offsets(results.size()), inPlace(results.size(), false) {
-    for (size_t i = 0; i < results.size(); ++i) {
-      const OwnedTensor &t = results[i];
-      if (!arena.empty() && !t.allocated) {
-        inPlace[i] = true;
-        inPlaceEnd = std::max(
-            inPlaceEnd, uint64_t(static_cast<const char *>(t.data) - arena.data()) + bytesOf(t));
-      }
-    }
-    anyInPlace = llvm::is_contained(inPlace, true);
-  }
-
-  /// Sets each result's offset, results kept in place at theirs in the arena and the rest laid
-  /// out after them; returns the bytes they span.
-  uint64_t layOut(bool keepInPlace) {
-    uint64_t size = keepInPlace ? inPlaceEnd : 0;
-    for (size_t i = 0; i < results.size(); ++i) {
-      const OwnedTensor &t = results[i];
-      if (keepInPlace && inPlace[i]) {
-        offsets[i] = uint64_t(static_cast<const char *>(t.data) - arena.data());
-      } else {
-        offsets[i] = size = alignPayload(size);
-        size += bytesOf(t);
-      }
-    }
-    return size;
-  }
-
-  /// Packs the results at their offsets in `out`, but those kept in place.
-  void pack(char *out, bool keptInPlace) const {
-    for (size_t i = 0; i < results.size(); ++i)
-      if (!keptInPlace || !inPlace[i]) {
-        const OwnedTensor &t = results[i];
-        transport::wire::packInto(TensorView{t.data, t.elemSize, t.sizes, t.strides},
-                                  out + offsets[i]);
-      }
-  }
-
-  const std::vector<OwnedTensor> &results;
-  llvm::MutableArrayRef<char> arena;
-  std::vector<uint64_t> offsets;
-  std::vector<bool> inPlace;
-  uint64_t inPlaceEnd = 0;
-  bool anyInPlace = false;
-};
-
+/// Serves the executor's messages for one session: each one read as its struct
+/// (executor/WorkerProtocol.h) and run on the session's kernels, which this process holds
+/// in its sandbox as the in-process executor holds them in its own.
 class Worker {
-  struct Direct;
-
 public:
-  Worker(int channel, std::unique_ptr<ObjectHost> host) : channel(channel), host(std::move(host)) {}
+  Worker(int channel, std::shared_ptr<InProcessKernels> kernels)
+      : channel(channel), kernels(std::move(kernels)) {}
 
   /// Serves requests until the executor closes the channel.
   int serve() {
@@ -203,8 +141,7 @@ private:
       std::string sha = in.str().str();
       if (!in.ok())
         return llvm::createStringError("malformed request");
-      if (llvm::Error error = host->removeObject(sha))
-        return error;
+      kernels->detach(sha);
       MessageWriter done(MessageKind::Done);
       return answer(done);
     }
@@ -226,12 +163,10 @@ private:
     if (!bytes)
       return bytes.takeError();
     ObjectBlob blob{sha, std::make_shared<const std::string>(bytes->str())};
-    // The object host's message names the object.
-    if (llvm::Error error = host->addObject(blob))
-      return classifyHostError(std::move(error), transport::ErrorCode::InvalidObject,
-                               transport::ErrorCode::InvalidObject, "");
+    if (llvm::Error error = kernels->attach(blob))
+      return error;
     // What the executor checks launches against without asking again.
-    std::optional<ObjectInfo> info = host->describe(sha);
+    std::optional<ObjectInfo> info = kernels->describe(sha);
     MessageWriter done(MessageKind::Done);
     done.u64(info ? info->entries.size() : 0);
     if (info)
@@ -287,17 +222,10 @@ private:
     llvm::MutableArrayRef<char> arena;
     if (resultArena && resultArena != inputArena) // Never where the inputs are read.
       arena = llvm::MutableArrayRef<char>(resultArena->data(), resultArena->size());
-    llvm::StringRef entry = launch.entry;
     llvm::Expected<std::vector<OwnedTensor>> outcome =
-        host->launch(launch.object, entry, views, launch.results, arena);
+        kernels->launch(launch.object, launch.entry, views, launch.results, arena);
     if (!outcome)
-      return classifyHostError(outcome.takeError(), transport::ErrorCode::UnknownEntry,
-                               transport::ErrorCode::LaunchFailed, "launching '" + entry + "'");
-    if (outcome->size() != launch.results.size())
-      return transport::makeCodedError(transport::ErrorCode::LaunchFailed,
-                                       llvm::formatv("'{0}' returned {1} results, expected {2}",
-                                                     entry, outcome->size(),
-                                                     launch.results.size()));
+      return outcome.takeError();
     // Into the arena the executor lent, with no fresh pages and no new descriptor, when it holds
     // them; else inline or in a buffer of its own, the arena's results copied there too.
     ResultLayout layout(*outcome, arena);
@@ -345,168 +273,24 @@ private:
 
   /// Maps a same-host channel the executor hands over, and answers its launches from now on.
   llvm::Error installChannel(MessageReader &in, Message &request) {
-    uint64_t maxResultBytes = in.u64();
-    if (!in.ok() || request.fds.size() != 5)
-      return llvm::createStringError("malformed channel request");
-    auto next = std::make_unique<Direct>();
-    llvm::Expected<SharedBuffer> control =
-        SharedBuffer::map(std::move(request.fds[0]), sizeof(shm::ControlPage));
-    if (!control)
-      return control.takeError();
-    llvm::Expected<SharedBuffer> inputs = SharedBuffer::mapAll(std::move(request.fds[1]));
-    if (!inputs)
-      return inputs.takeError();
-    llvm::Expected<SharedBuffer> results = SharedBuffer::mapAll(std::move(request.fds[2]));
-    if (!results)
-      return results.takeError();
-    llvm::Expected<SharedBuffer> counts =
-        SharedBuffer::map(std::move(request.fds[3]), sizeof(shm::WorkerCounts));
-    if (!counts)
-      return counts.takeError();
-    next->control = std::move(*control);
-    next->inputs = std::make_unique<KnownArena>(std::move(*inputs));
-    next->results = std::make_unique<KnownArena>(std::move(*results));
-    next->countsBuffer = std::move(*counts);
-    next->client = std::move(request.fds[4]);
-    next->maxResultBytes = maxResultBytes;
-    // Launches up to the last answer are done; one rung since is this worker's to answer.
-    next->seen = next->page().reply.load(std::memory_order_acquire);
+    llvm::Expected<std::unique_ptr<WorkerDirect>> next = WorkerDirect::map(in, request);
+    if (!next)
+      return next.takeError();
     channel.unwatch();
-    direct = std::move(next);
-    channel.watch(&direct->page().request, &direct->page().executorSleeping, &direct->seen,
-                  &direct->page().closed, [this] { serveDirect(); });
+    direct = std::move(*next);
+    direct->watchOn(channel, [this] { serveDirect(); });
     MessageWriter done(MessageKind::Done);
     return answer(done);
   }
 
   /// Answers the channel's launch that is waiting, or lets the channel go once it is closed.
   void serveDirect() {
-    Direct &d = *direct;
-    shm::ControlPage &page = d.page();
-    if (page.closed.load(std::memory_order_acquire)) {
+    if (direct->closed()) {
       channel.unwatch();
       direct.reset();
       return;
     }
-    uint32_t ticket = page.request.load(std::memory_order_acquire);
-    if (ticket == d.seen)
-      return; // Woken to look at `closed`, which the client set and cleared again.
-    std::string reply = runDirect(d, ticket);
-    if (reply.size() > shm::kSlotBytes) // Answered payload_too_large instead.
-      d.counts().failed.fetch_add(1, std::memory_order_relaxed);
-    d.seen = ticket;
-    shm::answer(page, ticket, std::move(reply), shm::kPageVersion);
-  }
-
-  /// Results larger than the result region: packed into a buffer of their own, sent to the
-  /// client, which must have received the last one: one buffer at most waits on the socket
-  /// for a client that takes none (docs/protocol.md), as the executor holds to when it answers.
-  static llvm::Error sendSeparately(Direct &d, ResultLayout &layout, uint64_t total,
-                                    uint32_t ticket) {
-    using transport::ErrorCode;
-    llvm::Expected<uint64_t> unreceived = transport::unreceivedBytes(d.client.get());
-    if (!unreceived || *unreceived > 0)
-      return transport::makeCodedError(
-          ErrorCode::BadRequest,
-          "the client has not received the previous launch's results from the worker's "
-          "socket, and one buffer of results at most waits there" +
-              (unreceived ? std::string() : " (" + llvm::toString(unreceived.takeError()) + ")"));
-    llvm::Expected<SharedBuffer> separate = SharedBuffer::create(total, "courier-shm-reply");
-    if (!separate)
-      return transport::makeCodedError(
-          ErrorCode::PayloadTooLarge,
-          "cannot allocate " + llvm::Twine(total) +
-              " bytes for the results: " + llvm::toString(separate.takeError()));
-    layout.pack(separate->data(), false);
-    if (llvm::Error error = separate->sealSize())
-      return error;
-    transport::ByteWriter tag; // Names the launch: a client drops one left behind.
-    tag.u8('R').u64(ticket);
-    if (llvm::Error error = transport::sendMessage(d.client.get(), tag.view(), {separate->fd()}))
-      return transport::makeCodedError(ErrorCode::BadRequest,
-                                       "sending the results to the client: " +
-                                           llvm::toString(std::move(error)));
-    return llvm::Error::success();
-  }
-
-  /// Runs the launch in the channel's request slot and returns its reply.
-  std::string runDirect(Direct &d, uint32_t ticket) {
-    using transport::ErrorCode;
-    auto failed = [&](llvm::Error error) {
-      d.counts().failed.fetch_add(1, std::memory_order_relaxed);
-      return shm::encodeFailure(std::move(error), ErrorCode::LaunchFailed);
-    };
-    SharedBuffer &inputs = d.inputs->buffer;
-    SharedBuffer &results = d.results->buffer;
-    llvm::Expected<shm::LaunchRequest> request = shm::readRequest(d.page(), inputs.size());
-    if (!request)
-      return failed(request.takeError());
-    transport::wire::LaunchRequest &launch = request->launch;
-    // An object the executor has not loaded here yet goes through it, over HTTP.
-    if (!host->hasObject(launch.object))
-      return shm::encodeRedirect();
-    d.counts().started.fetch_add(1, std::memory_order_relaxed);
-    llvm::scope_exit finished([&] { d.counts().finished.fetch_add(1, std::memory_order_release); });
-    std::vector<TensorView> views;
-    views.reserve(launch.inputs.size());
-    for (const transport::wire::TensorHeader &t : launch.inputs)
-      views.push_back(TensorView{inputs.data() + t.offset, t.elemSize, t.sizes,
-                                 transport::wire::packedStrides(t.sizes)});
-    llvm::MutableArrayRef<char> arena(results.data(), results.size());
-    auto started = std::chrono::steady_clock::now();
-    llvm::Expected<std::vector<OwnedTensor>> outcome =
-        host->launch(launch.object, launch.entry, views, launch.results, arena);
-    countDuration(d, std::chrono::steady_clock::now() - started);
-    if (!outcome)
-      return failed(classifyHostError(outcome.takeError(), transport::ErrorCode::UnknownEntry,
-                                      transport::ErrorCode::LaunchFailed,
-                                      "launching '" + launch.entry + "'"));
-    if (outcome->size() != launch.results.size())
-      return failed(transport::makeCodedError(
-          transport::ErrorCode::LaunchFailed,
-          llvm::formatv("'{0}' returned {1} results, expected {2}", launch.entry, outcome->size(),
-                        launch.results.size())));
-    ResultLayout layout(*outcome, arena);
-    uint64_t total = layout.layOut(layout.anyInPlace);
-    bool inRegion = total <= results.size();
-    if (!inRegion)
-      total = layout.layOut(false);
-    if (total > d.maxResultBytes)
-      return failed(transport::makeCodedError(
-          ErrorCode::PayloadTooLarge,
-          llvm::formatv("'{0}' returned {1} bytes of results; this executor sends at most {2}",
-                        launch.entry, total, d.maxResultBytes)));
-    shm::LaunchReply reply;
-    if (inRegion) {
-      layout.pack(results.data(), layout.anyInPlace);
-    } else {
-      if (llvm::Error error = sendSeparately(d, layout, total, ticket))
-        return failed(std::move(error));
-      reply.placement = shm::Placement::SentBuffer;
-    }
-    for (size_t i = 0; i < outcome->size(); ++i) {
-      const OwnedTensor &t = (*outcome)[i];
-      transport::wire::TensorHeader header;
-      header.elemSize = t.elemSize;
-      header.sizes = t.sizes;
-      header.offset = layout.offsets[i];
-      header.bytes = bytesOf(t);
-      reply.results.push_back(std::move(header));
-    }
-    return shm::encodeLaunchReply(reply);
-  }
-
-  static void countDuration(Direct &d, std::chrono::steady_clock::duration took) {
-    const prometheus::Histogram::BucketBoundaries &bounds = transport::durationBuckets();
-    double seconds = std::chrono::duration<double>(took).count();
-    // The first bucket whose bound is at least the value (le), as a histogram counts it.
-    size_t bucket = std::lower_bound(bounds.begin(), bounds.end(), seconds) - bounds.begin();
-    d.counts().buckets[std::min<size_t>(bucket, std::size(d.counts().buckets) - 1)].fetch_add(
-        1, std::memory_order_relaxed);
-    d.counts().nanoseconds.fetch_add(
-        static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(took).count()),
-        std::memory_order_relaxed);
-    d.counts().timed.fetch_add(1, std::memory_order_relaxed);
+    direct->answerWaiting(*kernels);
   }
 
   llvm::Error call(MessageReader &in, Message &request) {
@@ -518,10 +302,9 @@ private:
     llvm::Expected<llvm::StringRef> input = readBody(in, request, shared, UINT64_MAX);
     if (!input)
       return input.takeError();
-    llvm::Expected<std::string> output = host->call(symbol, *input, outputSize);
+    llvm::Expected<std::string> output = kernels->call(symbol, *input, outputSize);
     if (!output)
-      return classifyHostError(output.takeError(), transport::ErrorCode::UnknownSymbol,
-                               transport::ErrorCode::CallFailed, "calling '" + symbol + "'");
+      return output.takeError();
     MessageWriter done(MessageKind::Done);
     return reply(done, output->size(),
                  [&](char *out) { std::memcpy(out, output->data(), output->size()); });
@@ -556,35 +339,9 @@ private:
     return &found->second.buffer;
   }
 
-  /// A mapped arena, known to the object host for as long as it is mapped (rememberArena).
-  struct KnownArena {
-    explicit KnownArena(SharedBuffer mapped) : buffer(std::move(mapped)) {
-      rememberArena(buffer.data(), buffer.size());
-    }
-    ~KnownArena() { forgetArena(buffer.data()); }
-    KnownArena(const KnownArena &) = delete;
-    KnownArena &operator=(const KnownArena &) = delete;
-    SharedBuffer buffer;
-  };
-
-  /// A same-host channel this worker answers (MessageKind::Channel).
-  struct Direct {
-    SharedBuffer control;
-    std::unique_ptr<KnownArena> inputs, results;
-    SharedBuffer countsBuffer;
-    UniqueFd client;
-    uint64_t maxResultBytes = 0;
-    uint32_t seen = 0; ///< The request answered last.
-
-    shm::ControlPage &page() const { return *reinterpret_cast<shm::ControlPage *>(control.data()); }
-    shm::WorkerCounts &counts() const {
-      return *reinterpret_cast<shm::WorkerCounts *>(countsBuffer.data());
-    }
-  };
-
   WorkerChannel channel;
-  std::unique_ptr<ObjectHost> host;
-  std::unique_ptr<Direct> direct;
+  std::shared_ptr<InProcessKernels> kernels;
+  std::unique_ptr<WorkerDirect> direct;
   /// The executor keeps 8 mapped (executor/ExecutorCore.cpp); more is a broken request.
   static constexpr size_t kMaxMappedArenas = 16;
   std::map<uint64_t, KnownArena> arenas;
@@ -623,10 +380,10 @@ int runWorker(int argc, char **argv) {
   llvm::Expected<std::shared_ptr<PluginSet>> plugins = PluginSet::load(options->plugins);
   if (!plugins)
     return fail(llvm::toString(plugins.takeError()));
-  llvm::Expected<std::unique_ptr<ObjectHost>> host =
-      ObjectHost::create(*plugins, ObjectHostOptions{options->allowUnsigned});
-  if (!host)
-    return fail("creating the object host: " + llvm::toString(host.takeError()));
+  llvm::Expected<std::shared_ptr<InProcessKernels>> kernels =
+      InProcessKernels::create(*plugins, ObjectHostOptions{options->allowUnsigned});
+  if (!kernels)
+    return fail(llvm::toString(kernels.takeError()));
   if (llvm::Error error = installCrashReporter(kWorkerChannelFd))
     return fail(llvm::toString(std::move(error)));
   // Kernels' threads, from the thread that runs launches, before the limits (RLIMIT_NPROC 0)
@@ -645,7 +402,7 @@ int runWorker(int argc, char **argv) {
     llvm::consumeError(std::move(error));
     return 1;
   }
-  Worker worker(kWorkerChannelFd, std::move(*host));
+  Worker worker(kWorkerChannelFd, std::move(*kernels));
   return worker.serve();
 }
 
