@@ -8,8 +8,6 @@
 
 #include <catch2/catch.hpp>
 
-#include <chrono>
-
 using namespace courier;
 using namespace courier::testing;
 
@@ -38,19 +36,19 @@ size_t objectFiles(const TempDir &dir) {
 
 } // namespace
 
-TEST_CASE("a splat constant of 400 MB is refused at once, at the constant", "[limits]") {
+// 400 GB, more than this machine holds: a check that expanded the splat first, or let any
+// pass do so, could not answer with this diagnostic.
+TEST_CASE("a splat constant of 400 GB is refused before it is built, at the constant",
+          "[limits]") {
   TempDir dir;
   Engine engine(optionsIn(dir));
-  const char *source = "func.func @f() -> tensor<100000000xf32> {\n"
-                       "  %c = arith.constant dense<1.0> : tensor<100000000xf32>\n"
-                       "  return %c : tensor<100000000xf32>\n"
+  const char *source = "func.func @f() -> tensor<100000000000xf32> {\n"
+                       "  %c = arith.constant dense<1.0> : tensor<100000000000xf32>\n"
+                       "  return %c : tensor<100000000000xf32>\n"
                        "}\n";
-  auto start = std::chrono::steady_clock::now();
   std::vector<Diagnostic> diagnostics = diagnosticsOf(engine.compile(source, "big"));
-  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  CHECK(seconds < 0.5);
   CHECK(diagnostics[0].str() ==
-        "big:2:8: error: 'arith.constant' holds a constant of 400000000 bytes, more than the "
+        "big:2:8: error: 'arith.constant' holds a constant of 400000000000 bytes, more than the "
         "limit of 67108864 (maxConstantBytes)");
 }
 
