@@ -8,7 +8,7 @@ config.test_format = lit.formats.ShTest(True)
 config.suffixes = [".mlir"]
 config.test_source_root = os.path.dirname(__file__)
 config.test_exec_root = os.path.join(config.courier_obj_root, "tests")
-config.excludes = ["CMakeLists.txt", "lit.cfg.py", "lit.site.cfg.py.in", "unit", "jit", "runtime", "transport", "serve", "kernels", "Inputs", "catalyst"]
+config.excludes = ["CMakeLists.txt", "lit.cfg.py", "lit.site.cfg.py.in", "unit", "jit", "runtime", "transport", "serve", "kernels", "Inputs", "catalyst", "programs"]
 
 # The build's tools come first so a stray installed tool is never picked up.
 path = os.pathsep.join([os.path.join(config.courier_obj_root, "bin"), config.llvm_tools_dir,

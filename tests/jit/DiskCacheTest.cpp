@@ -77,7 +77,6 @@ std::map<std::string, std::pair<uint64_t, int64_t>> snapshot(const std::string &
   return files;
 }
 
-/// The paths of the target objects in cache `dir`.
 /// The total size of the regular files under `dir`: what the bound counts.
 uint64_t sizeOf(const std::string &dir) {
   uint64_t total = 0;
@@ -91,6 +90,7 @@ uint64_t sizeOf(const std::string &dir) {
   return total;
 }
 
+/// The paths of the target objects in cache `dir`.
 std::vector<std::string> objectsIn(const std::string &dir) {
   std::vector<std::string> paths;
   std::error_code ec;
@@ -119,6 +119,12 @@ std::string compileError(Engine &engine, const std::string &text) {
 }
 
 std::string hexKey(char c) { return std::string(64, c); }
+
+/// Fills cache `dir` with `text` compiled as "app", by an engine gone once this returns.
+void compileInto(const TempDir &dir, const std::string &text) {
+  Engine engine(optionsIn(dir.path));
+  REQUIRE(ok(engine.compile(text, "app")));
+}
 
 /// Sets the modification time of every file of host entry `key` to `secondsAgo` ago.
 void age(const std::string &dir, const std::string &key, int secondsAgo) {
@@ -163,10 +169,7 @@ TEST_CASE("a target object whose bytes do not match its name is never run, and i
 TEST_CASE("a truncated target object is rebuilt, not left to break the module", "[cache]") {
   TempDir dir;
   std::string text = kernelAdding("1.0");
-  {
-    Engine engine(optionsIn(dir.path));
-    REQUIRE(ok(engine.compile(text, "app")));
-  }
+  compileInto(dir, text);
   std::vector<std::string> objects = objectsIn(dir.path);
   REQUIRE(objects.size() == 1);
   REQUIRE(::truncate(objects[0].c_str(), 64) == 0);
@@ -185,10 +188,7 @@ TEST_CASE("a truncated target object is rebuilt, not left to break the module", 
 TEST_CASE("a host object that no longer matches its manifest is recompiled", "[cache]") {
   TempDir dir;
   std::string text = kernelAdding("1.0");
-  {
-    Engine engine(optionsIn(dir.path));
-    REQUIRE(ok(engine.compile(text, "app")));
-  }
+  compileInto(dir, text);
   std::error_code ec;
   for (llvm::sys::fs::directory_iterator it(dir.sub("host"), ec), end; it != end && !ec;
        it.increment(ec))
@@ -411,10 +411,7 @@ TEST_CASE("processes sharing a cache see an evicted file as a miss, never an err
 TEST_CASE("a target module's cached object is re-hashed before use, and one damaged is rebuilt",
           "[cache][incremental]") {
   TempDir dir;
-  {
-    Engine engine(optionsIn(dir.path));
-    REQUIRE(ok(engine.compile(kernelAdding("1.0"), "app")));
-  }
+  compileInto(dir, kernelAdding("1.0"));
   // Same size, other bytes: what a name or a size cannot tell.
   std::vector<std::string> objects = objectsIn(dir.path);
   REQUIRE(objects.size() == 1);

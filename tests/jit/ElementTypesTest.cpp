@@ -97,10 +97,15 @@ std::vector<std::string> invokeJSON(const Module &module, llvm::StringRef entry,
   return texts;
 }
 
-std::shared_ptr<Module> compileElementTypes(Engine &engine) {
-  auto module = engine.compile(kElementTypes, "element-types.mlir");
+/// `source` compiled as `name`; fails the test if it does not compile.
+std::shared_ptr<Module> compiled(Engine &engine, llvm::StringRef source, llvm::StringRef name) {
+  auto module = engine.compile(source, name);
   REQUIRE(ok(module));
   return *module;
+}
+
+std::shared_ptr<Module> compileElementTypes(Engine &engine) {
+  return compiled(engine, kElementTypes, "element-types.mlir");
 }
 
 /// Checks the entries' answers at the types' boundaries, in whatever process runs them.
@@ -212,12 +217,11 @@ TEST_CASE("an entry on a type outside the table says so at invoke, listing the t
           "[jit][dtypes]") {
   TempDir dir;
   Engine engine(optionsIn(dir));
-  auto module = engine.compile(R"mlir(
-    func.func public @nibbles(%x: tensor<4xi4>) -> tensor<4xi4> { return %x : tensor<4xi4> }
-  )mlir",
-                               "nibbles");
-  REQUIRE(ok(module));
-  auto out = (*module)->invoke("nibbles", {});
+  auto module = compiled(
+      engine,
+      "func.func public @nibbles(%x: tensor<4xi4>) -> tensor<4xi4> { return %x : tensor<4xi4> }",
+      "nibbles");
+  auto out = module->invoke("nibbles", {});
   REQUIRE(failed(out));
   CHECK_THAT(llvm::toString(out.takeError()),
              Catch::Contains("entry 'nibbles' of module 'nibbles' cannot be invoked: argument 0 "
@@ -230,14 +234,13 @@ TEST_CASE("an entry on explicitly signed integers takes and returns the signless
           "[jit][dtypes]") {
   TempDir dir;
   Engine engine(optionsIn(dir));
-  auto module = engine.compile(R"mlir(
-    func.func public @same(%x: tensor<2xsi8>) -> tensor<2xsi8> { return %x : tensor<2xsi8> }
-  )mlir",
-                               "signed");
-  REQUIRE(ok(module));
-  const EntrySignature *same = (*module)->findEntry("same");
+  auto module = compiled(
+      engine,
+      "func.func public @same(%x: tensor<2xsi8>) -> tensor<2xsi8> { return %x : tensor<2xsi8> }",
+      "signed");
+  const EntrySignature *same = module->findEntry("same");
   REQUIRE(same);
   CHECK(same->inputs.at(0).dtype == DType::I8);
-  CHECK(invokeJSON(**module, "same", {input(**module, "same", 0, "[-128, 127]")}) ==
+  CHECK(invokeJSON(*module, "same", {input(*module, "same", 0, "[-128, 127]")}) ==
         std::vector<std::string>{R"({"data":[-128,127],"dtype":"i8","shape":[2]})"});
 }

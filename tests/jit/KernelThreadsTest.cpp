@@ -4,6 +4,7 @@
 
 #include "executor/KernelThreads.h"
 #include "tests/jit/TestSupport.h"
+#include "tests/support/KernelPrograms.h"
 #include "tests/transport/ExecutorProcess.h"
 
 #include "llvm/Support/FormatVariadic.h"
@@ -29,29 +30,6 @@ using namespace courier::testing;
 
 namespace {
 
-/// A 256 x 256 f32 matmul (16.7M iterations: parallel) whose kernel runs at `address`.
-std::string matmulProgram(const std::string &address) {
-  return llvm::formatv(R"mlir(
-module @app {{
-  func.func public @main(%a: tensor<256x256xf32>, %b: tensor<256x256xf32>) -> tensor<256x256xf32> {{
-    %r = catalyst.launch_kernel @dev::@matmul(%a, %b) : (tensor<256x256xf32>, tensor<256x256xf32>) -> tensor<256x256xf32>
-    return %r : tensor<256x256xf32>
-  }
-  module @dev attributes {{catalyst.target = {{}, catalyst.dispatch = {{address = "{0}"}} {{
-    func.func public @matmul(%a: tensor<256x256xf32>, %b: tensor<256x256xf32>) -> tensor<256x256xf32> {{
-      %zero = arith.constant 0.0 : f32
-      %empty = tensor.empty() : tensor<256x256xf32>
-      %c = linalg.fill ins(%zero : f32) outs(%empty : tensor<256x256xf32>) -> tensor<256x256xf32>
-      %r = linalg.matmul ins(%a, %b : tensor<256x256xf32>, tensor<256x256xf32>) outs(%c : tensor<256x256xf32>) -> tensor<256x256xf32>
-      return %r : tensor<256x256xf32>
-    }
-  }
-}
-)mlir",
-                       address)
-      .str();
-}
-
 std::vector<Tensor> inputs() {
   std::vector<double> a(256 * 256), b(256 * 256);
   for (size_t i = 0; i < a.size(); ++i) {
@@ -62,11 +40,12 @@ std::vector<Tensor> inputs() {
           Tensor::fromDoubles(DType::F32, {256, 256}, b)};
 }
 
-/// The result's bytes, from a run of the matmul at `address`.
+/// The result's bytes, from a run at `address` of a 256 x 256 f32 matmul (16.7M iterations:
+/// parallel).
 std::vector<uint8_t> run(const std::string &address) {
   TempDir dir;
   Engine engine(optionsIn(dir));
-  auto module = engine.compile(matmulProgram(address), "matmul");
+  auto module = engine.compile(matmulProgram(256, 256, 256, "{}", address), "matmul");
   REQUIRE(ok(module));
   auto out = (*module)->invoke("main", inputs());
   REQUIRE(ok(out));

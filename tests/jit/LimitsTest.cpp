@@ -24,6 +24,11 @@ std::vector<Diagnostic> diagnosticsOf(llvm::Expected<std::shared_ptr<Module>> mo
   return found;
 }
 
+/// The first diagnostic of a CompileError, as the engine prints it.
+std::string firstDiagnostic(llvm::Expected<std::shared_ptr<Module>> module) {
+  return diagnosticsOf(std::move(module))[0].str();
+}
+
 /// Files in the cache's object directory: a refused module must leave none behind.
 size_t objectFiles(const TempDir &dir) {
   std::error_code ec;
@@ -34,20 +39,21 @@ size_t objectFiles(const TempDir &dir) {
   return count;
 }
 
+/// A function returning a splat constant of `type`, which is on line 2.
+std::string splatConstant(llvm::StringRef type) {
+  return ("func.func @f() -> " + type + " {\n  %c = arith.constant dense<1.0> : " + type +
+          "\n  return %c : " + type + "\n}\n")
+      .str();
+}
+
 } // namespace
 
 // 400 GB, more than this machine holds: a check that expanded the splat first, or let any
 // pass do so, could not answer with this diagnostic.
-TEST_CASE("a splat constant of 400 GB is refused before it is built, at the constant",
-          "[limits]") {
+TEST_CASE("a splat constant of 400 GB is refused before it is built, at the constant", "[limits]") {
   TempDir dir;
   Engine engine(optionsIn(dir));
-  const char *source = "func.func @f() -> tensor<100000000000xf32> {\n"
-                       "  %c = arith.constant dense<1.0> : tensor<100000000000xf32>\n"
-                       "  return %c : tensor<100000000000xf32>\n"
-                       "}\n";
-  std::vector<Diagnostic> diagnostics = diagnosticsOf(engine.compile(source, "big"));
-  CHECK(diagnostics[0].str() ==
+  CHECK(firstDiagnostic(engine.compile(splatConstant("tensor<100000000000xf32>"), "big")) ==
         "big:2:8: error: 'arith.constant' holds a constant of 400000000000 bytes, more than the "
         "limit of 67108864 (maxConstantBytes)");
 }
@@ -71,8 +77,7 @@ TEST_CASE("a constant in a nested target module is refused at its op", "[limits]
       "    }\n"
       "  }\n"
       "}\n";
-  std::vector<Diagnostic> diagnostics = diagnosticsOf(engine.compile(source, "nested"));
-  CHECK(diagnostics[0].str() ==
+  CHECK(firstDiagnostic(engine.compile(source, "nested")) ==
         "nested:8:12: error: 'arith.constant' holds a constant of 2048 bytes, more than the "
         "limit of 1024 (maxConstantBytes)");
   CHECK(objectFiles(dir) == 0);
@@ -87,8 +92,7 @@ TEST_CASE("a memref.global's initial value counts as a constant", "[limits]") {
                        "  memref.global \"private\" constant @table : memref<1024x1024xf64> = "
                        "dense<0.5>\n"
                        "}\n";
-  std::vector<Diagnostic> diagnostics = diagnosticsOf(engine.compile(source, "global"));
-  CHECK(diagnostics[0].str() ==
+  CHECK(firstDiagnostic(engine.compile(source, "global")) ==
         "global:2:3: error: 'memref.global' @table holds a constant of 8388608 bytes, more than "
         "the limit of 1048576 (maxConstantBytes)");
 }
@@ -97,16 +101,12 @@ TEST_CASE("a constant whose size overflows 64 bits is refused, with or without a
           "[limits]") {
   TempDir dir;
   EngineOptions options = optionsIn(dir);
-  const char *source = "func.func @f() -> tensor<9223372036854775807x8xf32> {\n"
-                       "  %c = arith.constant dense<1.0> : tensor<9223372036854775807x8xf32>\n"
-                       "  return %c : tensor<9223372036854775807x8xf32>\n"
-                       "}\n";
+  std::string source = splatConstant("tensor<9223372036854775807x8xf32>");
   for (uint64_t limit : {uint64_t(64) << 20, uint64_t(0)}) {
     INFO("maxConstantBytes " << limit);
     options.maxConstantBytes = limit;
     Engine engine(options);
-    std::vector<Diagnostic> diagnostics = diagnosticsOf(engine.compile(source, "huge"));
-    CHECK(diagnostics[0].str() ==
+    CHECK(firstDiagnostic(engine.compile(source, "huge")) ==
           "huge:2:8: error: 'arith.constant' holds a constant of "
           "'tensor<9223372036854775807x8xf32>', whose size in bytes does not fit in 64 bits");
   }

@@ -3,6 +3,7 @@
 #include "jit/DiskCache.h"
 #include "runtime/Runtime.h"
 #include "tests/jit/TestSupport.h"
+#include "tests/support/KernelPrograms.h"
 #include "tests/transport/ExecutorProcess.h"
 
 using namespace courier;
@@ -10,24 +11,17 @@ using namespace courier::testing;
 
 namespace {
 
-/// A module @app whose kernel @dev::@null_load loads from address 0, sent to `address`.
+/// A module @app whose kernel @dev::@null_load (launched by the entry @null_load) loads from
+/// address 0, sent to `address`.
 std::string nullLoadAt(const std::string &address) {
-  return R"(module @app {
-  func.func public @main(%x: tensor<4xf64>) -> tensor<4xf64> {
-    %y = catalyst.launch_kernel @dev::@null_load(%x) : (tensor<4xf64>) -> tensor<4xf64>
-    return %y : tensor<4xf64>
-  }
-  module @dev attributes {catalyst.target = {}, catalyst.dispatch = {address = ")" +
-         address + R"("}} {
-    func.func public @null_load(%x: tensor<4xf64>) -> tensor<4xf64> {
-      %null = llvm.mlir.zero : !llvm.ptr
-      %v = llvm.load volatile %null : !llvm.ptr -> f64
-      %s = tensor.splat %v : tensor<4xf64>
-      %r = arith.addf %x, %s : tensor<4xf64>
-      return %r : tensor<4xf64>
-    }
-  }
-})";
+  return kernelModule({{"null_load",
+                        {"tensor<4xf64>"},
+                        "tensor<4xf64>",
+                        "      %null = llvm.mlir.zero : !llvm.ptr\n"
+                        "      %v = llvm.load volatile %null : !llvm.ptr -> f64\n"
+                        "      %s = tensor.splat %v : tensor<4xf64>\n"
+                        "      %r = arith.addf %a0, %s : tensor<4xf64>\n"}},
+                      "{}", address);
 }
 
 } // namespace
@@ -51,10 +45,10 @@ TEST_CASE("a failed launch names the kernel @dev::@null_load, not its entry symb
   Engine engine(optionsIn(dir));
   auto module = engine.compile(nullLoadAt(executor.address()), "crashing");
   REQUIRE(ok(module));
-  auto out = (*module)->invoke("main", {Tensor::fromDoubles(DType::F64, {4}, {1, 2, 3, 4})});
+  auto out = (*module)->invoke("null_load", {Tensor::fromDoubles(DType::F64, {4}, {1, 2, 3, 4})});
   REQUIRE(failed(out));
   std::string message = llvm::toString(out.takeError());
-  CHECK_THAT(message, Catch::StartsWith("invoking 'main' of module 'crashing': launch of "
+  CHECK_THAT(message, Catch::StartsWith("invoking 'null_load' of module 'crashing': launch of "
                                         "@dev::@null_load on '" +
                                         executor.address() + "': "));
   // The executor, which knows the kernel by its entry symbol, said where its worker died.

@@ -300,11 +300,8 @@ TEST_CASE("matmuls, elementwise ops and row sums on tensors of dynamic shape mat
                     "      %e = tensor.empty(%n) : tensor<?xf32>\n"
                     "      %r = linalg.add ins(%a0, %a1 : tensor<?xf32>, tensor<?xf32>) outs(%e : "
                     "tensor<?xf32>) -> tensor<?xf32>\n";
-  std::string rowSum = "      %m = tensor.dim %a0, %c0 : tensor<?x?xf32>\n"
-                       "      %z = arith.constant 0.0 : f32\n"
-                       "      %e = tensor.empty(%m) : tensor<?xf32>\n"
-                       "      %f = linalg.fill ins(%z : f32) outs(%e : tensor<?xf32>) -> "
-                       "tensor<?xf32>\n"
+  std::string rowSum = "      %m = tensor.dim %a0, %c0 : tensor<?x?xf32>\n" +
+                       zeroFilled("tensor<?xf32>", "%m") +
                        "      %r = linalg.reduce ins(%a0 : tensor<?x?xf32>) outs(%f : "
                        "tensor<?xf32>) dimensions = [1]\n"
                        "        (%x: f32, %acc: f32) {\n"
@@ -346,10 +343,7 @@ TEST_CASE("matmuls reading an operand transposed, through their maps or a linalg
     INFO(s.m << " x " << s.n << " x " << s.k);
     std::string at = shape(s.k, s.m), bt = shape(s.n, s.k), a = shape(s.m, s.k),
                 b = shape(s.k, s.n), c = shape(s.m, s.n);
-    std::string fill = "      %z = arith.constant 0.0 : f32\n"
-                       "      %e = tensor.empty() : " +
-                       c + "\n      %f = linalg.fill ins(%z : f32) outs(%e : " + c + ") -> " + c +
-                       "\n";
+    std::string fill = zeroFilled(c);
     std::vector<float> x = randoms(s.m * s.k, 31), y = randoms(s.k * s.n, 32);
     std::vector<double> exact = matmulExact(x, y, s.m, s.n, s.k);
     double tolerance = double(s.k) * 1.2e-7 + 1e-7;
@@ -442,10 +436,9 @@ TEST_CASE("integer matmuls taken in pairs of products are exact: signed and unsi
                   r = "tensor<" + std::to_string(s.m) + "x" + std::to_string(s.n) + "xi32>";
       std::string cast =
           *c.cast ? std::string(" {cast = #linalg.type_fn<") + c.cast + ">}" : std::string();
-      std::string body = "      %z = arith.constant 0 : i32\n      %e = tensor.empty() : " + r +
-                         "\n      %f = linalg.fill ins(%z : i32) outs(%e : " + r + ") -> " + r +
-                         "\n      %r = linalg.matmul" + cast + " ins(%a0, %a1 : " + a + ", " + b +
-                         ") outs(%f : " + r + ") -> " + r + "\n";
+      std::string body = zeroFilled(r, "", "0", "i32") + "      %r = linalg.matmul" + cast +
+                         " ins(%a0, %a1 : " + a + ", " + b + ") outs(%f : " + r + ") -> " + r +
+                         "\n";
       std::mt19937 generator(41);
       std::uniform_int_distribution<int> value(c.low, c.high);
       std::vector<int64_t> x(s.m * s.k), y(s.k * s.n);

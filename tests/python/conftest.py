@@ -224,6 +224,13 @@ class _Servers:
         self.started.append(server)
         return server
 
+    def starter(self, program, extra_args=lambda args: ()):
+        """A factory ``start(*args, listen="127.0.0.1:0")`` of `program` servers, each
+        given ``extra_args(args)`` after `args`."""
+        def start(*args, listen="127.0.0.1:0"):
+            return self.start(program, args + tuple(extra_args(args)), listen)
+        return start
+
     def stop_all(self):
         failures = []
         for server in self.started:
@@ -260,11 +267,9 @@ def start_serve(_servers, bin_dir, cache_dir):
     ServerProcess once listening (``.url`` for clients). Call its ``stop()`` to end it
     early (e.g. to start another on the same unix socket).
     """
-    def start(*args, listen="127.0.0.1:0"):
-        if "--cache-dir" not in args:
-            args += ("--cache-dir", cache_dir)
-        return _servers.start(bin_dir / "courier-serve", args, listen)
-    return start
+    return _servers.starter(
+        bin_dir / "courier-serve",
+        lambda args: () if "--cache-dir" in args else ("--cache-dir", cache_dir))
 
 
 @pytest.fixture
@@ -278,9 +283,7 @@ def start_executor(_servers, bin_dir):
     """A factory: ``start_executor(*args, listen="127.0.0.1:0")`` starts a
     courier-executor and returns its ServerProcess once listening (``.address`` for
     the engine's executor override, ``.url`` for HTTP clients)."""
-    def start(*args, listen="127.0.0.1:0"):
-        return _servers.start(bin_dir / "courier-executor", args, listen)
-    return start
+    return _servers.starter(bin_dir / "courier-executor")
 
 
 @pytest.fixture

@@ -1,21 +1,16 @@
-"""What the Python tests share besides fixtures: a spinning function's MLIR and a thread that
-shows whether a call let go of the GIL."""
+"""What the Python tests share besides fixtures: MLIR programs the C++ tests share too (from
+tests/programs/) and a thread that shows whether a call let go of the GIL."""
 
 import threading
+from pathlib import Path
+
+_PROGRAMS = Path(__file__).resolve().parent.parent / "programs"
 
 #: A public @spin(%n: i64) -> i64 that never returns: for deadlines and ended workers.
-SPIN_FUNCTION = """func.func public @spin(%n: i64) -> i64 {
-    %r = scf.while (%i = %n) : (i64) -> i64 {
-      %true = arith.constant true
-      scf.condition(%true) %i : i64
-    } do {
-    ^bb0(%i: i64):
-      %one = arith.constant 1 : i64
-      %j = arith.addi %i, %one : i64
-      scf.yield %j : i64
-    }
-    return %r : i64
-  }"""
+SPIN_FUNCTION = (_PROGRAMS / "spin.mlir").read_text()
+
+#: @main launches a 256 x 256 f32 matmul, past the size whose outer loop runs parallel.
+MATMUL_256 = (_PROGRAMS / "matmul-256.mlir").read_text()
 
 
 class Ticker:

@@ -5,29 +5,12 @@ import numpy as np
 import pytest
 
 import courier
-
-MATMUL = """
-module @app {
-  func.func public @main(%a: tensor<256x256xf32>, %b: tensor<256x256xf32>) -> tensor<256x256xf32> {
-    %r = catalyst.launch_kernel @dev::@matmul(%a, %b) : (tensor<256x256xf32>, tensor<256x256xf32>) -> tensor<256x256xf32>
-    return %r : tensor<256x256xf32>
-  }
-  module @dev attributes {catalyst.target = {}, catalyst.dispatch = {address = "local"}} {
-    func.func public @matmul(%a: tensor<256x256xf32>, %b: tensor<256x256xf32>) -> tensor<256x256xf32> {
-      %zero = arith.constant 0.0 : f32
-      %empty = tensor.empty() : tensor<256x256xf32>
-      %c = linalg.fill ins(%zero : f32) outs(%empty : tensor<256x256xf32>) -> tensor<256x256xf32>
-      %r = linalg.matmul ins(%a, %b : tensor<256x256xf32>, tensor<256x256xf32>) outs(%c : tensor<256x256xf32>) -> tensor<256x256xf32>
-      return %r : tensor<256x256xf32>
-    }
-  }
-}
-"""
+from programs import MATMUL_256
 
 
 def run_with(threads, a, b, tmp_path):
     engine = courier.Engine(kernel_threads=threads, cache_dir=str(tmp_path / str(threads)))
-    out = engine.compile(MATMUL).main(a, b)
+    out = engine.compile(MATMUL_256).main(a, b)
     return np.asarray(out[0] if isinstance(out, (list, tuple)) else out)
 
 

@@ -2,6 +2,7 @@
 // sandbox, runs a parallel kernel to the numbers one thread gives.
 #include "tests/serve/RestClient.h"
 #include "tests/serve/ServeProcess.h"
+#include "tests/support/SharedPrograms.h"
 
 #include <catch2/catch.hpp>
 
@@ -12,25 +13,6 @@
 using namespace courier::testing;
 
 namespace {
-
-/// A 256 x 256 f32 matmul: 16.7M iterations, past the size whose outer loop runs parallel.
-constexpr const char *kMatmulModule = R"mlir(
-module @threads {
-  func.func public @matmul(%a: tensor<256x256xf32>, %b: tensor<256x256xf32>) -> tensor<256x256xf32> {
-    %r = catalyst.launch_kernel @dev::@matmul(%a, %b) : (tensor<256x256xf32>, tensor<256x256xf32>) -> tensor<256x256xf32>
-    return %r : tensor<256x256xf32>
-  }
-  module @dev attributes {catalyst.target = {}, catalyst.dispatch = {address = "local"}} {
-    func.func public @matmul(%a: tensor<256x256xf32>, %b: tensor<256x256xf32>) -> tensor<256x256xf32> {
-      %zero = arith.constant 0.0 : f32
-      %empty = tensor.empty() : tensor<256x256xf32>
-      %c = linalg.fill ins(%zero : f32) outs(%empty : tensor<256x256xf32>) -> tensor<256x256xf32>
-      %r = linalg.matmul ins(%a, %b : tensor<256x256xf32>, tensor<256x256xf32>) outs(%c : tensor<256x256xf32>) -> tensor<256x256xf32>
-      return %r : tensor<256x256xf32>
-    }
-  }
-}
-)mlir";
 
 json inputs() {
   std::vector<float> a(256 * 256), b(256 * 256);
@@ -56,10 +38,10 @@ Run matmulThrough(const std::vector<std::string> &args) {
   ServeProcess serve({"", args});
   auto http = serve.client();
   http->set_read_timeout(std::chrono::seconds(120));
-  Reply created = post(*http, "/v1/modules", createBody("threads", kMatmulModule));
+  Reply created = post(*http, "/v1/modules", createBody("threads", kMatmul256Program));
   INFO(created.raw.substr(0, 2000));
   REQUIRE(created.status == 201);
-  Reply called = post(*http, "/v1/modules/threads/invoke/matmul", inputs().dump());
+  Reply called = post(*http, "/v1/modules/threads/invoke/main", inputs().dump());
   INFO(called.raw.substr(0, 400));
   REQUIRE(called.status == 200);
   Run run;

@@ -60,10 +60,8 @@ TEST_CASE("kernels of every op class compute through courier-serve what a refere
       {"conv",
        {image, filter},
        convOut,
-       "      %z = arith.constant 0.0 : f32\n      %e = tensor.empty() : " + convOut +
-           "\n      %f = linalg.fill ins(%z : f32) outs(%e : " + convOut + ") -> " + convOut +
-           "\n      %r = linalg.conv_2d_nhwc_hwcf ins(%a0, %a1 : " + image + ", " + filter +
-           ") outs(%f : " + convOut + ") -> " + convOut + "\n"},
+       zeroFilled(convOut) + "      %r = linalg.conv_2d_nhwc_hwcf ins(%a0, %a1 : " + image + ", " +
+           filter + ") outs(%f : " + convOut + ") -> " + convOut + "\n"},
       {"softmax",
        {rows},
        rows,
@@ -80,9 +78,7 @@ TEST_CASE("kernels of every op class compute through courier-serve what a refere
       {"rowsum",
        {wide},
        sums,
-       "      %z = arith.constant 0.0 : f32\n      %e = tensor.empty() : " + sums +
-           "\n      %f = linalg.fill ins(%z : f32) outs(%e : " + sums + ") -> " + sums +
-           "\n      %r = linalg.reduce ins(%a0 : " + wide + ") outs(%f : " + sums +
+       zeroFilled(sums) + "      %r = linalg.reduce ins(%a0 : " + wide + ") outs(%f : " + sums +
            ") dimensions = [1]\n        (%x: f32, %acc: f32) {\n"
            "          %t = arith.addf %x, %acc : f32\n          linalg.yield %t : f32\n"
            "        }\n"},

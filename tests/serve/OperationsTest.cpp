@@ -24,6 +24,13 @@ const std::string kDouble = "func.func public @main(%x: tensor<4xf64>) -> tensor
 const std::string kBroken = "func.func public @main() {\n  retrun\n}\n";
 const std::string kInvokeBody = R"({"inputs": [[1, 2, 3, 4]]})";
 
+/// Creates `name` (kDouble) on `http`'s server and invokes its main `calls` times.
+void createAndInvoke(httplib::Client &http, const std::string &name, int calls) {
+  requireCreated(http, name, kDouble);
+  for (int i = 0; i < calls; ++i)
+    REQUIRE(post(http, "/v1/modules/" + name + "/invoke/main", kInvokeBody).status == 200);
+}
+
 bool contains(const std::string &text, const std::string &part) {
   return text.find(part) != std::string::npos;
 }
@@ -35,11 +42,8 @@ TEST_CASE("invoke and compile histograms have a series per module held, and a de
           "[serve][operations][metrics]") {
   ServeProcess serve;
   auto http = serve.client();
-  REQUIRE(post(*http, "/v1/modules", createBody("alpha", kDouble)).status == 201);
-  REQUIRE(post(*http, "/v1/modules", createBody("beta", kDouble)).status == 201);
-  for (int i = 0; i < 2; ++i)
-    REQUIRE(post(*http, "/v1/modules/alpha/invoke/main", kInvokeBody).status == 200);
-  REQUIRE(post(*http, "/v1/modules/beta/invoke/main", kInvokeBody).status == 200);
+  createAndInvoke(*http, "alpha", 2);
+  createAndInvoke(*http, "beta", 1);
   // A create that fails leaves no module, and no series: it counts under none.
   REQUIRE(post(*http, "/v1/modules", createBody("broken", kBroken)).status == 422);
   // A replace that fails still concerns a module the server holds.
@@ -71,9 +75,7 @@ TEST_CASE("a module's invoke histogram counts what its description's calls count
           "[serve][operations][metrics]") {
   ServeProcess serve;
   auto http = serve.client();
-  REQUIRE(post(*http, "/v1/modules", createBody("delta", kDouble)).status == 201);
-  for (int i = 0; i < 2; ++i)
-    REQUIRE(post(*http, "/v1/modules/delta/invoke/main", kInvokeBody).status == 200);
+  createAndInvoke(*http, "delta", 2);
   // Refused before the engine runs: not JSON, a shape, a count and a dtype that do not fit.
   for (const char *body : {"{not json", R"({"inputs": [[1, 2, 3]]})", R"({"inputs": []})",
                            R"({"inputs": [{"dtype": "i32", "shape": [4], "data": [1, 2, 3, 4]}]})"})
@@ -90,7 +92,7 @@ TEST_CASE("courier-serve's JSON log lines name the module of each request",
           "[serve][operations][log]") {
   ServeProcess serve({"", {"--log-format", "json"}});
   auto http = serve.client();
-  REQUIRE(post(*http, "/v1/modules", createBody("gamma", kDouble)).status == 201);
+  createAndInvoke(*http, "gamma", 0);
   httplib::Result invoked =
       http->Post("/v1/modules/gamma/invoke/main", httplib::Headers{{"X-Request-Id", "invoke-1"}},
                  kInvokeBody, "application/json");

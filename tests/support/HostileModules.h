@@ -3,13 +3,17 @@
 #ifndef COURIER_TESTS_SUPPORT_HOSTILEMODULES_H
 #define COURIER_TESTS_SUPPORT_HOSTILEMODULES_H
 
+#include "tests/support/SharedPrograms.h"
+
+#include <string>
+
 namespace courier::testing {
 
 /// `main` doubles a 4-vector on the in-process executor; `crash` loads from address 0 in host
 /// code and `crashKernel` in the kernel; `at` reads element `i` of a 4-vector, however far
 /// out of bounds; `spin` never returns; `spawn` forks and `killParent` signals its parent,
 /// which a module worker's sandbox forbids.
-inline constexpr const char *kHostileModule = R"(
+inline const std::string kHostileModule = std::string(R"(
 module @app {
   func.func public @main(%x: tensor<4xf64>) -> tensor<4xf64> {
     %y = catalyst.launch_kernel @dev::@twice(%x) : (tensor<4xf64>) -> tensor<4xf64>
@@ -29,18 +33,7 @@ module @app {
     %v = tensor.extract %x[%k] : tensor<4xf64>
     return %v : f64
   }
-  func.func public @spin(%n: i64) -> i64 {
-    %r = scf.while (%i = %n) : (i64) -> i64 {
-      %true = arith.constant true
-      scf.condition(%true) %i : i64
-    } do {
-    ^bb0(%i: i64):
-      %one = arith.constant 1 : i64
-      %j = arith.addi %i, %one : i64
-      scf.yield %j : i64
-    }
-    return %r : i64
-  }
+)") + kSpinFunction + R"(
   func.func private @fork() -> i32
   func.func private @getppid() -> i32
   func.func private @kill(i32, i32) -> i32

@@ -64,6 +64,15 @@ inline std::string kernelProgram(const std::vector<std::string> &args, const std
   return kernelModule({{"main", args, result, body}});
 }
 
+/// Kernel body lines making %f, a `type` tensor filled with `zero` of `element`, by way of %z
+/// and %e; `sizes` are tensor.empty's dynamic sizes ("%m, %n").
+inline std::string zeroFilled(const std::string &type, const std::string &sizes = "",
+                              const std::string &zero = "0.0", const std::string &element = "f32") {
+  return "      %z = arith.constant " + zero + " : " + element + "\n      %e = tensor.empty(" +
+         sizes + ") : " + type + "\n      %f = linalg.fill ins(%z : " + element +
+         ") outs(%e : " + type + ") -> " + type + "\n";
+}
+
 /// A kernel body computing %r = %a0 x %a1 (of types `a` and `b`) with linalg.matmul into a
 /// `c` filled with `zero` of `element`; a `c` of dynamic sizes takes %a0's rows and %a1's
 /// columns.
@@ -73,11 +82,9 @@ inline std::string matmulBody(const std::string &a, const std::string &b, const 
   std::string body = dynamic ? "      %m = tensor.dim %a0, %c0 : " + a +
                                    "\n      %n = tensor.dim %a1, %c1 : " + b + "\n"
                              : "";
-  return body + "      %z = arith.constant " + zero + " : " + element +
-         "\n      %e = tensor.empty(" + (dynamic ? "%m, %n" : "") + ") : " + c +
-         "\n      %f = linalg.fill ins(%z : " + element + ") outs(%e : " + c + ") -> " + c +
-         "\n      %r = linalg.matmul ins(%a0, %a1 : " + a + ", " + b + ") outs(%f : " + c +
-         ") -> " + c + "\n";
+  return body + zeroFilled(c, dynamic ? "%m, %n" : "", zero, element) +
+         "      %r = linalg.matmul ins(%a0, %a1 : " + a + ", " + b + ") outs(%f : " + c + ") -> " +
+         c + "\n";
 }
 
 /// `tensor<ROWSxCOLSxf32>`.

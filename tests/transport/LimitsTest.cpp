@@ -4,6 +4,7 @@
 #include "tests/kernels/KernelPaths.h"
 #include "tests/support/Require.h"
 #include "tests/transport/ExecutorProcess.h"
+#include "tests/transport/Sessions.h"
 #include "transport/Backend.h"
 #include "transport/ErrorCode.h"
 #include "transport/Wire.h"
@@ -54,13 +55,6 @@ ErrorReply errorOf(const httplib::Result &res) {
     reply.message = body["error"].value("message", "");
   }
   return reply;
-}
-
-std::string openSession(httplib::Client &http) {
-  httplib::Result opened = http.Post("/v1/sessions");
-  REQUIRE(opened);
-  REQUIRE(opened->status == 201);
-  return json::parse(opened->body)["session"];
 }
 
 /// `n` bytes no two calls repeat, as an object's body (the store does not look inside).

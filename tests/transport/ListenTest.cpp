@@ -4,6 +4,7 @@
 #include "tests/kernels/KernelPaths.h"
 #include "tests/support/RawConnection.h"
 #include "tests/transport/ExecutorProcess.h"
+#include "tests/transport/Sessions.h"
 #include "transport/HttpBackend.h"
 #include "transport/Wire.h"
 
@@ -39,13 +40,6 @@ std::string messageOf(const httplib::Result &res) {
 
 std::string doubles(std::vector<double> values) {
   return std::string(reinterpret_cast<const char *>(values.data()), values.size() * 8);
-}
-
-std::string openSession(httplib::Client &http) {
-  httplib::Result res = http.Post("/v1/sessions", "", wire::kJsonContentType);
-  REQUIRE(res);
-  REQUIRE(res->status == 201);
-  return json::parse(res->body)["session"];
 }
 
 /// A unix socket bound at `path` and closed without removing its file, as a server that

@@ -3,6 +3,7 @@
 #include "tests/kernels/KernelPaths.h"
 #include "tests/support/RawConnection.h"
 #include "tests/transport/ExecutorProcess.h"
+#include "tests/transport/Sessions.h"
 #include "transport/Wire.h"
 
 #include "llvm/Support/MemoryBuffer.h"
@@ -34,13 +35,6 @@ std::vector<std::string> nulSeparated(const std::string &text) {
   for (std::string field; std::getline(in, field, '\0');)
     fields.push_back(field);
   return fields;
-}
-
-std::string openSession(httplib::Client &http) {
-  httplib::Result res = http.Post("/v1/sessions", "", wire::kJsonContentType);
-  REQUIRE(res);
-  REQUIRE(res->status == 201);
-  return json::parse(res->body)["session"];
 }
 
 std::string putObject(httplib::Client &http, const char *path) {

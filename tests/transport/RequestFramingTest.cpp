@@ -4,7 +4,9 @@
 // their size lines say. Each is refused before its route runs, and its connection closed.
 #include "tests/support/HostileRequests.h"
 #include "tests/support/RawConnection.h"
+#include "tests/support/RefusedReplies.h"
 #include "tests/transport/ExecutorProcess.h"
+#include "tests/transport/Sessions.h"
 #include "transport/Wire.h"
 
 #include <catch2/catch.hpp>
@@ -24,13 +26,6 @@ RawReply sendAndRead(const ExecutorProcess &executor, const std::string &request
   RawConnection connection(executor.port());
   connection.send(request);
   return parseRawReply(connection.readAll());
-}
-
-std::string openSession(httplib::Client &http) {
-  httplib::Result opened = http.Post("/v1/sessions", "", "application/json");
-  REQUIRE(opened);
-  REQUIRE(opened->status == 201);
-  return json::parse(opened->body)["session"];
 }
 
 /// A request to close `session`, hidden after a body whose end is in question.
@@ -70,11 +65,7 @@ TEST_CASE("a header name with whitespace before its colon, or a header line a pr
   for (const Case &c : cases) {
     INFO(c.what);
     RawReply reply = sendAndRead(executor, get + c.head + "\r\n" + smuggled);
-    CHECK(reply.status == 400);
-    CHECK(reply.code == "bad_request");
-    CHECK_THAT(reply.message, Catch::Contains(c.message));
-    CHECK(reply.saysClose);
-    CHECK(reply.responses == 1);
+    checkRefusedAlone(reply, 400, "bad_request", c.message);
   }
   // The hidden DELETE never ran.
   CHECK(executor.metric("courier_sessions") == 1);
@@ -119,11 +110,7 @@ TEST_CASE("a chunk whose data is not followed by CRLF at its declared size is re
                                                  "application/octet-stream\r\nTransfer-Encoding: "
                                                  "chunked\r\n\r\n" +
                                                  c.chunks + smuggled);
-      CHECK(reply.status == 400);
-      CHECK(reply.code == "bad_request");
-      CHECK_THAT(reply.message, Catch::Contains(c.message));
-      CHECK(reply.saysClose);
-      CHECK(reply.responses == 1);
+      checkRefusedAlone(reply, 400, "bad_request", c.message);
     }
   }
   CHECK(executor.metric("courier_sessions") == 1);
@@ -184,9 +171,7 @@ TEST_CASE("a body with a Content-Encoding is refused with 415 on every route bef
     bool bodied = std::string(route.method) != "GET" && std::string(route.method) != "HEAD";
     RawReply reply =
         sendAndRead(executor, encodedRequest(route.method, route.path, "gzip", bodied ? bomb : ""));
-    CHECK(reply.status == 415);
-    CHECK(reply.responses == 1);
-    CHECK(reply.saysClose);
+    checkRefusedAlone(reply, 415);
     if (std::string(route.method) != "HEAD") {
       CHECK(reply.code == "unsupported_encoding");
       CHECK(reply.message == "Content-Encoding 'gzip' is not accepted: send the body "
