@@ -46,8 +46,8 @@ std::optional<ObjectInfo> InProcessKernels::describe(llvm::StringRef sha) const 
 }
 
 llvm::Error InProcessKernels::checkAsyncEntry(llvm::StringRef sha, llvm::StringRef entry) const {
-  std::optional<ObjectInfo> info = objects->describe(sha);
-  return checkAsyncLaunch(info ? &*info : nullptr, sha, entry);
+  return objects->checkInfo(
+      sha, [&](const ObjectInfo *info) { return checkAsyncLaunch(info, sha, entry); });
 }
 
 llvm::Expected<std::vector<transport::OwnedTensor>> InProcessKernels::launch(

@@ -622,6 +622,12 @@ std::optional<ObjectInfo> ObjectHost::describe(StringRef sha256) const {
   return object->second->info;
 }
 
+Error ObjectHost::checkInfo(StringRef sha256, function_ref<Error(const ObjectInfo *)> check) const {
+  std::shared_lock<std::shared_mutex> lock(impl->mutex);
+  auto object = impl->objects.find(sha256);
+  return check(object == impl->objects.end() ? nullptr : &object->second->info);
+}
+
 Error ObjectHost::Impl::link(const ObjectBlob &object, ObjectExports exports) {
   orc::ExecutionSession &session = jit->getExecutionSession();
   // Numbered, not named by the hash: ORC puts this name in its messages, and the error that

@@ -105,6 +105,10 @@ public:
   bool hasObject(llvm::StringRef sha256) const;
   /// What the host learned loading `sha256`, or nothing if it is not loaded.
   std::optional<ObjectInfo> describe(llvm::StringRef sha256) const;
+  /// Calls `check` with what the host learned loading `sha256` (null if it is not loaded),
+  /// without copying it; the object stays loaded while `check` runs.
+  llvm::Error checkInfo(llvm::StringRef sha256,
+                        llvm::function_ref<llvm::Error(const ObjectInfo *)> check) const;
   /// True if the loaded object `sha256` exports `entry`; a map lookup, so a caller can
   /// refuse a launch before it queues it.
   bool hasEntry(llvm::StringRef sha256, llvm::StringRef entry) const;
