@@ -6,6 +6,7 @@
 
 #include "executor/ExecutorCore.h"
 #include "transport/ListenOptions.h"
+#include "transport/Service.h"
 
 #include "llvm/Support/Error.h"
 
@@ -29,25 +30,21 @@ struct ExecutorServerOptions : transport::HttpListenOptions {
 };
 
 /// An executor listening on a bound socket. Create binds; run() serves until stop().
-class ExecutorServer {
+class ExecutorServer final : public transport::Service {
 public:
   static llvm::Expected<std::unique_ptr<ExecutorServer>> create(ExecutorServerOptions options);
-  ~ExecutorServer();
+  ~ExecutorServer() override;
 
-  /// "host:port" actually bound.
-  std::string address() const;
+  std::string address() const override;
   int port() const;
 
-  /// Serves requests on the calling thread until stop() is called.
-  llvm::Error run();
-  /// Drains, then stops: /v1/ready answers 503 and new sessions are refused with 503
-  /// `draining` while requests in flight finish, up to the drain timeout. Safe from any
-  /// thread; returns once stop() has been called.
-  void drainAndStop();
-  /// Ends a drain's wait at once, so drainAndStop() stops now; safe from any thread.
-  void cutDrainShort();
-  /// Stops serving; safe from any thread, and before or during run().
-  void stop();
+  llvm::Error run() override;
+  /// New sessions are refused with 503 `draining` meanwhile; returns once stop() has been
+  /// called.
+  void drainAndStop() override;
+  void cutDrainShort() override;
+  /// Ends the workers first: kernels may spin forever.
+  void stop() override;
 
   struct Impl;
 

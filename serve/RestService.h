@@ -6,6 +6,7 @@
 
 #include "serve/ModuleStore.h"
 #include "transport/ListenOptions.h"
+#include "transport/Service.h"
 
 #include "llvm/Support/Error.h"
 
@@ -28,29 +29,24 @@ struct ServeOptions : transport::HttpListenOptions {
 };
 
 /// The REST server. create() binds; run() serves until stop(). The store must outlive it.
-class RestService {
+class RestService final : public transport::Service {
 public:
   static llvm::Expected<std::unique_ptr<RestService>> create(ServeOptions options,
                                                              ModuleStore &store);
-  ~RestService();
+  ~RestService() override;
 
-  /// "host:port" actually bound, or "unix:PATH".
-  std::string address() const;
+  std::string address() const override;
 
   /// /v1/ready answers 200 only while ready (after the watched files are loaded, before
   /// shutdown); /v1/health answers whenever the process serves.
   void setReady(bool ready);
 
-  /// Serves requests on the calling thread until stop() is called.
-  llvm::Error run();
-  /// Drains, then stops: /v1/ready answers 503 `draining` and new modules (POST, PUT) are
-  /// refused with 503 `draining` while requests in flight finish, up to the drain timeout;
-  /// then ends the workers of isolated calls still running (they answer unknown_module).
-  void drainAndStop();
-  /// Ends a drain's wait at once, so drainAndStop() stops now; safe from any thread.
-  void cutDrainShort();
-  /// Stops serving; safe from any thread, and before or during run().
-  void stop();
+  llvm::Error run() override;
+  /// New modules (POST, PUT) are refused with 503 `draining` meanwhile; then the workers of
+  /// isolated calls still running are ended (they answer unknown_module).
+  void drainAndStop() override;
+  void cutDrainShort() override;
+  void stop() override;
 
   struct Impl;
 

@@ -1,5 +1,6 @@
 // The HTTP server plumbing shared by the executor and courier-serve (see HttpService.h).
 #include "transport/HttpService.h"
+#include "transport/Service.h"
 
 #include "transport/ParkingServer.h"
 #include "transport/ServerStream.h"
@@ -892,5 +893,7 @@ bool HttpService::waitForStop(Clock::duration timeout) {
   std::unique_lock<std::mutex> lock(stopMutex);
   return stopSignal.wait_for(lock, timeout, [&] { return stopping; });
 }
+
+Service::~Service() = default;
 
 } // namespace courier::transport
