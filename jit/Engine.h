@@ -261,15 +261,40 @@ struct WorkerState {
 
 class Engine;
 
+/// What calls a module's entries by name: a Module, and a ReloadableModule's current version.
+class Invocable {
+public:
+  virtual ~Invocable();
+
+  /// Calls `entry` after checking each input's dtype, rank and shape against its signature.
+  /// Failures come back as EngineError, executor failures with the executor's message.
+  /// Tensor arguments are read-only to the compiled code; an entry written at the memref
+  /// level receives the caller's bytes directly and must not write its arguments.
+  virtual llvm::Expected<std::vector<Tensor>> invoke(llvm::StringRef entry,
+                                                     llvm::ArrayRef<Tensor> inputs,
+                                                     const InvokeOptions &options = {}) const = 0;
+  /// The same with inputs the caller owns, read in place (see TensorRef): a buffer of the
+  /// caller's becomes an input without a copy.
+  virtual llvm::Expected<std::vector<Tensor>> invoke(llvm::StringRef entry,
+                                                     llvm::ArrayRef<TensorRef> inputs,
+                                                     const InvokeOptions &options = {}) const = 0;
+  /// invoke(entry, {}) and invoke(entry, {a, b}) with Tensors.
+  llvm::Expected<std::vector<Tensor>> invoke(llvm::StringRef entry,
+                                             std::initializer_list<Tensor> inputs,
+                                             const InvokeOptions &options = {}) const {
+    return invoke(entry, llvm::ArrayRef<Tensor>(inputs), options);
+  }
+};
+
 /// A compiled, linked module. `setup()` ran when it was loaded; `teardown()` runs, and its
 /// sessions close, when the last reference goes. Shared: Engine::compile hands out a
 /// shared_ptr, and the module (its code, its sessions) lives while any holder does, the
 /// engine's cache holding it only weakly; it may outlive its Engine. Thread-safe: any number
 /// of threads may invoke at once. Results are Tensors the caller owns; nothing invoke returns
 /// points into the module.
-class Module {
+class Module final : public Invocable {
 public:
-  ~Module();
+  ~Module() override;
   Module(const Module &) = delete;
   Module &operator=(const Module &) = delete;
 
@@ -277,28 +302,16 @@ public:
   const std::vector<EntrySignature> &entries() const;
   const EntrySignature *findEntry(llvm::StringRef entry) const;
 
-  /// Calls `entry` after checking each input's dtype, rank and shape against its signature.
-  /// Failures come back as EngineError, executor failures with the executor's message.
-  /// Tensor arguments are read-only to the compiled code; an entry written at the memref
-  /// level receives the caller's bytes directly and must not write its arguments.
-  ///
   /// With Isolation::Process the call runs in one of the module's workers, each running one call at
   /// a time. A worker that dies fails the call with ErrorCode::KernelCrashed naming the signal; a
   /// timeout ends the worker with ErrorCode::DeadlineExceeded. The next call starts a fresh
   /// worker (compiled again, from the disk cache when it can, and set up again).
   llvm::Expected<std::vector<Tensor>> invoke(llvm::StringRef entry, llvm::ArrayRef<Tensor> inputs,
-                                             const InvokeOptions &options = {}) const;
-  /// The same with inputs the caller owns, read in place (see TensorRef): a buffer of the
-  /// caller's becomes an input without a copy.
+                                             const InvokeOptions &options = {}) const override;
   llvm::Expected<std::vector<Tensor>> invoke(llvm::StringRef entry,
                                              llvm::ArrayRef<TensorRef> inputs,
-                                             const InvokeOptions &options = {}) const;
-  /// invoke(entry, {}) and invoke(entry, {a, b}) with Tensors.
-  llvm::Expected<std::vector<Tensor>> invoke(llvm::StringRef entry,
-                                             std::initializer_list<Tensor> inputs,
-                                             const InvokeOptions &options = {}) const {
-    return invoke(entry, llvm::ArrayRef<Tensor>(inputs), options);
-  }
+                                             const InvokeOptions &options = {}) const override;
+  using Invocable::invoke;
 
   /// The `_mlir_ciface_<entry>` function, for callers that pass memref descriptors
   /// themselves (zero copy). Null if there is no such entry, or the module is isolated.
@@ -358,10 +371,10 @@ private:
 /// is compiled and linked beside the current one and swapped in atomically only if that
 /// succeeds; calls already running finish on the version they started on, and a version
 /// is unloaded (teardown, sessions closed) when its last call ends. Thread-safe.
-class ReloadableModule {
+class ReloadableModule final : public Invocable {
 public:
   ReloadableModule(Engine &engine, std::string name);
-  ~ReloadableModule();
+  ~ReloadableModule() override;
 
   /// Compiles `text` and makes it the current version. Returns the new version number
   /// (1 for the first load). On failure the current version keeps serving. Diagnostics name
@@ -376,20 +389,14 @@ public:
   uint64_t version() const;
   const std::string &name() const;
 
+  using Invocable::invoke;
   /// Invokes `entry` of the current version, which stays loaded until the call returns, as
-  /// Module::invoke does (the same overloads and options).
+  /// Module::invoke does.
   llvm::Expected<std::vector<Tensor>> invoke(llvm::StringRef entry, llvm::ArrayRef<Tensor> inputs,
-                                             const InvokeOptions &options = {}) const;
-  /// The same with inputs the caller owns, read in place (see TensorRef).
+                                             const InvokeOptions &options = {}) const override;
   llvm::Expected<std::vector<Tensor>> invoke(llvm::StringRef entry,
                                              llvm::ArrayRef<TensorRef> inputs,
-                                             const InvokeOptions &options = {}) const;
-  /// invoke(entry, {}) and invoke(entry, {a, b}) with Tensors.
-  llvm::Expected<std::vector<Tensor>> invoke(llvm::StringRef entry,
-                                             std::initializer_list<Tensor> inputs,
-                                             const InvokeOptions &options = {}) const {
-    return invoke(entry, llvm::ArrayRef<Tensor>(inputs), options);
-  }
+                                             const InvokeOptions &options = {}) const override;
 
 private:
   struct Impl;

@@ -37,6 +37,8 @@ llvm::Error executorError(llvm::Twine context, llvm::Error cause) {
 }
 
 Module::Module(std::unique_ptr<Impl> impl) : impl(std::move(impl)) {}
+Invocable::~Invocable() = default;
+
 Module::~Module() = default;
 Module::Impl::Impl() = default;
 Module::Impl::~Impl() = default;
