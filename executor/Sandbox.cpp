@@ -317,6 +317,24 @@ llvm::Error becomeUser(Identity who) {
   return llvm::Error::success();
 }
 
+namespace {
+
+/// Sets the secure bits `bits`, then empties the bounding set while this process may still.
+llvm::Error lockSecureBits(unsigned long bits) {
+  if (::prctl(PR_SET_SECUREBITS, bits, 0, 0, 0) != 0)
+    return systemError("setting the secure bits");
+  return dropBoundingSet();
+}
+
+/// Clears the ambient set (kernels without one answer EINVAL: nothing to clear).
+llvm::Error clearAmbientCapabilities() {
+  if (::prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0 && errno != EINVAL)
+    return systemError("clearing ambient capabilities");
+  return llvm::Error::success();
+}
+
+} // namespace
+
 llvm::Error leaveRoot() {
   if (::geteuid() != 0)
     return llvm::Error::success();
@@ -335,12 +353,10 @@ llvm::Error dropCapabilitiesButIdentity() {
   constexpr unsigned long kSecureBits =
       SECBIT_NOROOT | SECBIT_NOROOT_LOCKED | SECBIT_NO_SETUID_FIXUP_LOCKED |
       SECBIT_KEEP_CAPS_LOCKED | SECBIT_NO_CAP_AMBIENT_RAISE | SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED;
-  if (::prctl(PR_SET_SECUREBITS, kSecureBits, 0, 0, 0) != 0)
-    return systemError("setting the secure bits");
-  if (llvm::Error error = dropBoundingSet())
+  if (llvm::Error error = lockSecureBits(kSecureBits))
     return error;
-  if (::prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0 && errno != EINVAL)
-    return systemError("clearing ambient capabilities");
+  if (llvm::Error error = clearAmbientCapabilities())
+    return error;
   struct __user_cap_header_struct header = {_LINUX_CAPABILITY_VERSION_3, 0};
   struct __user_cap_data_struct kept[2] = {};
   kept[0].permitted = kept[0].effective = (1u << CAP_SETUID) | (1u << CAP_SETGID);
@@ -359,13 +375,11 @@ llvm::Error dropCapabilities() {
     // Executing a program as root would otherwise grant every capability again.
     constexpr unsigned long kSecureBits = (1ul << 0) | (1ul << 1) | (1ul << 2) | (1ul << 3) |
                                           (1ul << 4) | (1ul << 5) | (1ul << 6) | (1ul << 7);
-    if (::prctl(PR_SET_SECUREBITS, kSecureBits, 0, 0, 0) != 0)
-      return systemError("setting the secure bits");
-    if (llvm::Error error = dropBoundingSet())
+    if (llvm::Error error = lockSecureBits(kSecureBits))
       return error;
   }
-  if (::prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0 && errno != EINVAL)
-    return systemError("clearing ambient capabilities");
+  if (llvm::Error error = clearAmbientCapabilities())
+    return error;
   struct __user_cap_data_struct none[2] = {};
   if (::syscall(SYS_capset, &header, none) != 0)
     return systemError("dropping capabilities");
