@@ -612,21 +612,8 @@ llvm::Error KServeV2::Impl::sendInferReply(httplib::Response &res, const Model &
   // the output tensors in place: a FrameWriter's header line and packed tensors are exactly
   // that.
   res.set_header(kHeaderLengthHeader, std::to_string(text.size()));
-  struct Reply {
-    std::vector<Tensor> tensors;
-    std::unique_ptr<wire::FrameWriter> writer;
-  };
-  auto reply = std::make_shared<Reply>();
-  reply->tensors = std::move(outputs);
-  std::vector<transport::TensorView> views;
-  for (size_t index : binary) {
-    const Tensor &t = reply->tensors[index];
-    views.push_back(transport::TensorView{t.bytes.data(), static_cast<int64_t>(dtypeSize(t.dtype)),
-                                          t.shape, wire::packedStrides(t.shape)});
-  }
   text.pop_back(); // FrameWriter ends the header with its own newline.
-  reply->writer = std::make_unique<wire::FrameWriter>(std::move(text), std::move(views));
-  transport::sendFrame(res, std::shared_ptr<wire::FrameWriter>(reply, reply->writer.get()));
+  sendTensorFrame(res, std::move(text), std::move(outputs), binary);
   res.headers.erase("Content-Type");
   res.set_header("Content-Type", wire::kBytesContentType);
   return llvm::Error::success();

@@ -502,19 +502,11 @@ llvm::Error RestService::Impl::invokeFrame(const Pinned &pinned, const EntrySign
 void RestService::Impl::sendFrameReply(httplib::Response &res, const Pinned &pinned,
                                        std::vector<Tensor> outputs) {
   // The reply comes straight from the output tensors, released once sent.
-  struct Reply {
-    std::vector<Tensor> tensors;
-    std::unique_ptr<wire::FrameWriter> writer;
-  };
-  auto reply = std::make_shared<Reply>();
-  reply->tensors = std::move(outputs);
-  std::vector<transport::TensorView> views;
   json::Array described;
+  std::vector<size_t> all;
   uint64_t offset = 0;
-  for (const Tensor &t : reply->tensors) {
-    auto elemSize = static_cast<int64_t>(dtypeSize(t.dtype));
-    views.push_back(
-        transport::TensorView{t.bytes.data(), elemSize, t.shape, wire::packedStrides(t.shape)});
+  for (const Tensor &t : outputs) {
+    all.push_back(all.size());
     json::Array shape;
     for (int64_t d : t.shape)
       shape.push_back(d);
@@ -527,9 +519,8 @@ void RestService::Impl::sendFrameReply(httplib::Response &res, const Pinned &pin
   std::string header = dump(json::Object{{"module", pinned.name},
                                          {"version", static_cast<int64_t>(pinned.version)},
                                          {"outputs", std::move(described)}});
-  reply->writer = std::make_unique<wire::FrameWriter>(std::move(header), std::move(views));
   res.status = 200;
-  transport::sendFrame(res, std::shared_ptr<wire::FrameWriter>(reply, reply->writer.get()));
+  sendTensorFrame(res, std::move(header), std::move(outputs), all);
 }
 
 std::vector<prometheus::MetricFamily> RestService::Impl::storeMetrics() {
