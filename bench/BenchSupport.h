@@ -229,6 +229,119 @@ inline ConcurrentCalls callConcurrently(const ConcurrentRun &run,
   return closeWindow(run, opens, closes, threads, times);
 }
 
+/// One keep-alive connection of driveConnections: its request, the bytes of its response
+/// received so far, and when it last sent the request.
+struct DrivenConnection {
+  int fd = -1;
+  std::string request, received;
+  std::chrono::steady_clock::time_point sent;
+};
+
+/// What the threads of driveConnections share: its connections, each one's times, and the
+/// window, whose bounds are set before `go`.
+struct DrivenConnections {
+  DrivenConnections(const ConcurrentRun &run, int threads)
+      : run(run), threads(threads), connections(run.clients), times(run.clients) {}
+
+  const ConcurrentRun &run;
+  int threads;
+  std::vector<DrivenConnection> connections;
+  std::vector<ClientTimes> times;
+  std::atomic<bool> go{false};
+  std::chrono::steady_clock::time_point opens, closes;
+};
+
+/// A TCP connection to 127.0.0.1:`port` with TCP_NODELAY; ends the program when it fails.
+inline int connectLoopback(int port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(static_cast<uint16_t>(port));
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  int yes = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &yes, sizeof(yes));
+  if (fd < 0 || ::connect(fd, reinterpret_cast<sockaddr *>(&address), sizeof(address)) != 0)
+    die("connecting to 127.0.0.1:" + std::to_string(port) + ": " + std::strerror(errno));
+  return fd;
+}
+
+/// Sends the whole of `conn`'s request and notes when.
+inline void sendRequest(DrivenConnection &conn) {
+  size_t done = 0;
+  while (done < conn.request.size()) {
+    ssize_t n =
+        ::send(conn.fd, conn.request.data() + done, conn.request.size() - done, MSG_NOSIGNAL);
+    if (n <= 0)
+      die(std::string("sending a request: ") + std::strerror(errno));
+    done += static_cast<size_t>(n);
+  }
+  conn.sent = std::chrono::steady_clock::now();
+}
+
+/// The length of the whole response at the front of `bytes`, 0 while it is not all there.
+inline size_t responseLength(const std::string &bytes) {
+  size_t end = bytes.find("\r\n\r\n");
+  if (end == std::string::npos)
+    return 0;
+  if (bytes.compare(0, 12, "HTTP/1.1 200") != 0)
+    die("a response was not 200: " + bytes.substr(0, bytes.find("\r\n")));
+  const char *header = "\r\ncontent-length:";
+  size_t at = 0;
+  for (size_t i = 0; i + 17 < end && !at; ++i)
+    if (strncasecmp(bytes.data() + i, header, 17) == 0)
+      at = i + 17;
+  if (!at)
+    die("a response has no Content-Length");
+  return end + 4 + std::strtoull(bytes.c_str() + at, nullptr, 10);
+}
+
+/// Driver thread `t` of driveConnections: once `go`, drives connections t, t + threads, ...
+/// with epoll, each sending its request again as soon as the response to the last one is
+/// whole, until the window closes.
+inline void driveConnectionsOf(DrivenConnections &driven, int t) {
+  using Clock = std::chrono::steady_clock;
+  while (!driven.go.load())
+    std::this_thread::yield();
+  int epoll = ::epoll_create1(EPOLL_CLOEXEC);
+  int open = 0;
+  for (int c = t; c < driven.run.clients; c += driven.threads) {
+    struct epoll_event event {};
+    event.events = EPOLLIN;
+    event.data.u64 = static_cast<uint64_t>(c);
+    ::epoll_ctl(epoll, EPOLL_CTL_ADD, driven.connections[c].fd, &event);
+    sendRequest(driven.connections[c]);
+    ++open;
+  }
+  struct epoll_event events[64];
+  char buffer[65536];
+  while (open > 0) {
+    int n = ::epoll_wait(epoll, events, 64, 5000);
+    if (n <= 0)
+      die("no response within 5 s");
+    for (int i = 0; i < n; ++i) {
+      int c = static_cast<int>(events[i].data.u64);
+      DrivenConnection &conn = driven.connections[c];
+      ssize_t got = ::recv(conn.fd, buffer, sizeof(buffer), 0);
+      if (got <= 0)
+        die("the server closed a connection");
+      conn.received.append(buffer, static_cast<size_t>(got));
+      size_t length = responseLength(conn.received);
+      if (length == 0 || conn.received.size() < length)
+        continue;
+      conn.received.erase(0, length);
+      Clock::time_point end = Clock::now();
+      driven.times[c].record(end,
+                             std::chrono::duration<double, std::micro>(end - conn.sent).count(),
+                             driven.opens, driven.closes);
+      if (end < driven.closes)
+        sendRequest(conn);
+      else
+        --open;
+    }
+  }
+  ::close(epoll);
+}
+
 /// Closed loops over `run.clients` keep-alive HTTP/1.1 connections to 127.0.0.1:`port`,
 /// driven from `threads` threads with epoll as wrk drives them: connection `c` sends
 /// `request(c)` again as soon as the response to the last one is whole. The clients cost the
@@ -238,106 +351,21 @@ inline ConcurrentCalls callConcurrently(const ConcurrentRun &run,
 inline ConcurrentCalls driveConnections(const ConcurrentRun &run, int port,
                                         const std::function<std::string(int)> &request,
                                         int threads = 2) {
-  using Clock = std::chrono::steady_clock;
-  struct Connection {
-    int fd = -1;
-    std::string request, received;
-    Clock::time_point sent;
-  };
-  std::vector<Connection> connections(run.clients);
-  std::vector<ClientTimes> times(run.clients);
+  DrivenConnections driven(run, threads);
   for (int c = 0; c < run.clients; ++c) {
-    Connection &conn = connections[c];
+    DrivenConnection &conn = driven.connections[c];
     conn.request = request(c);
-    conn.fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in address{};
-    address.sin_family = AF_INET;
-    address.sin_port = htons(static_cast<uint16_t>(port));
-    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    int yes = 1;
-    ::setsockopt(conn.fd, IPPROTO_TCP, TCP_NODELAY, &yes, sizeof(yes));
-    if (conn.fd < 0 ||
-        ::connect(conn.fd, reinterpret_cast<sockaddr *>(&address), sizeof(address)) != 0)
-      die("connecting to 127.0.0.1:" + std::to_string(port) + ": " + std::strerror(errno));
+    conn.fd = connectLoopback(port);
   }
-  auto send = [](Connection &conn) {
-    size_t done = 0;
-    while (done < conn.request.size()) {
-      ssize_t n =
-          ::send(conn.fd, conn.request.data() + done, conn.request.size() - done, MSG_NOSIGNAL);
-      if (n <= 0)
-        die(std::string("sending a request: ") + std::strerror(errno));
-      done += static_cast<size_t>(n);
-    }
-    conn.sent = Clock::now();
-  };
-  /// The length of the whole response at the front of `bytes`, 0 while it is not all there.
-  auto responseLength = [](const std::string &bytes) -> size_t {
-    size_t end = bytes.find("\r\n\r\n");
-    if (end == std::string::npos)
-      return 0;
-    if (bytes.compare(0, 12, "HTTP/1.1 200") != 0)
-      die("a response was not 200: " + bytes.substr(0, bytes.find("\r\n")));
-    const char *header = "\r\ncontent-length:";
-    size_t at = 0;
-    for (size_t i = 0; i + 17 < end && !at; ++i)
-      if (strncasecmp(bytes.data() + i, header, 17) == 0)
-        at = i + 17;
-    if (!at)
-      die("a response has no Content-Length");
-    return end + 4 + std::strtoull(bytes.c_str() + at, nullptr, 10);
-  };
-  std::atomic<bool> go{false};
-  Clock::time_point started, opens, closes;
   std::vector<std::thread> drivers;
   for (int t = 0; t < threads; ++t)
-    drivers.emplace_back([&, t] {
-      while (!go.load())
-        std::this_thread::yield();
-      int epoll = ::epoll_create1(EPOLL_CLOEXEC);
-      int open = 0;
-      for (int c = t; c < run.clients; c += threads) {
-        struct epoll_event event {};
-        event.events = EPOLLIN;
-        event.data.u64 = static_cast<uint64_t>(c);
-        ::epoll_ctl(epoll, EPOLL_CTL_ADD, connections[c].fd, &event);
-        send(connections[c]);
-        ++open;
-      }
-      struct epoll_event events[64];
-      char buffer[65536];
-      while (open > 0) {
-        int n = ::epoll_wait(epoll, events, 64, 5000);
-        if (n <= 0)
-          die("no response within 5 s");
-        for (int i = 0; i < n; ++i) {
-          int c = static_cast<int>(events[i].data.u64);
-          Connection &conn = connections[c];
-          ssize_t got = ::recv(conn.fd, buffer, sizeof(buffer), 0);
-          if (got <= 0)
-            die("the server closed a connection");
-          conn.received.append(buffer, static_cast<size_t>(got));
-          size_t length = responseLength(conn.received);
-          if (length == 0 || conn.received.size() < length)
-            continue;
-          conn.received.erase(0, length);
-          Clock::time_point end = Clock::now();
-          times[c].record(end, std::chrono::duration<double, std::micro>(end - conn.sent).count(),
-                          opens, closes);
-          if (end < closes)
-            send(conn);
-          else
-            --open;
-        }
-      }
-      ::close(epoll);
-    });
-  started = Clock::now();
-  opens = started + run.warmup;
-  closes = opens + run.window;
-  go = true;
-  ConcurrentCalls calls = closeWindow(run, opens, closes, drivers, times);
-  for (Connection &conn : connections)
+    drivers.emplace_back([&driven, t] { driveConnectionsOf(driven, t); });
+  std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
+  driven.opens = started + run.warmup;
+  driven.closes = driven.opens + run.window;
+  driven.go = true;
+  ConcurrentCalls calls = closeWindow(run, driven.opens, driven.closes, drivers, driven.times);
+  for (DrivenConnection &conn : driven.connections)
     ::close(conn.fd);
   return calls;
 }
@@ -370,6 +398,89 @@ struct ClientsBenchmark {
   ConcurrentRun run;
 };
 
+/// The client counts of a many-clients benchmark's rows.
+inline constexpr int kClientCounts[] = {1, 4, 16, 64, 256};
+
+/// Measures one row of `benchmark` with `n` clients: closed loops for a zero `pace`, paced
+/// ones for a positive one, and for a negative one connections driven by two threads
+/// (driveConnections).
+inline ClientsRow measureClientsRow(ClientsBenchmark &benchmark, int n,
+                                    std::chrono::microseconds pace) {
+  ConcurrentRun &run = benchmark.run;
+  std::function<void(int)> call;
+  if (pace.count() >= 0)
+    call = benchmark.connect(n);
+  run.clients = n;
+  run.pace = std::max(pace, std::chrono::microseconds(0));
+  double serverCpu = 0, clientCpu = 0;
+  run.atWindowOpen = [&] {
+    serverCpu = -benchmark.serverCpuSeconds();
+    clientCpu = -selfCpuSeconds();
+  };
+  run.atWindowClose = [&] {
+    serverCpu += benchmark.serverCpuSeconds();
+    clientCpu += selfCpuSeconds();
+  };
+  auto once = [&] {
+    return pace.count() < 0 ? driveConnections(run, benchmark.port, benchmark.rawRequest)
+                            : callConcurrently(run, call);
+  };
+  ConcurrentCalls calls = once();
+  // A window too short for one call (a smoke run's, on a loaded machine or a sanitized
+  // build) is measured again, twice as long, a few times before giving up.
+  std::chrono::milliseconds window = run.window;
+  for (int retry = 0; calls.us.empty() && retry < 3; ++retry) {
+    run.window *= 2;
+    calls = once();
+  }
+  run.window = window;
+  if (calls.us.empty())
+    die(std::string("no call ended in the window of ") + std::to_string(n) + " clients");
+  double count = double(calls.us.size());
+  return ClientsRow{n,
+                    count / calls.seconds,
+                    percentiles(std::move(calls.us)),
+                    calls.slowestUs,
+                    calls.fewestByOneClient,
+                    serverCpu / count * 1e6,
+                    clientCpu / count * 1e6};
+}
+
+/// Prints a table of `rows`, each row's calls per second also as a share of `peak`.
+inline void printClientsRows(const char *calls, const std::vector<ClientsRow> &rows, double peak) {
+  std::printf("  clients | %9s/s | of peak |   p50 us |   p99 us | slowest ms | fewest | "
+              "CPU us/call: server, clients\n",
+              calls);
+  for (const ClientsRow &row : rows)
+    std::printf("  %7d | %11.0f | %7.2f | %8.1f | %8.1f | %10.1f | %6zu | %6.1f, %6.1f\n",
+                row.clients, row.perSecond, row.perSecond / peak, row.us.p50, row.us.p99,
+                row.slowestUs / 1000, row.fewest, row.serverCpuUs, row.clientCpuUs);
+}
+
+/// The most calls per second of any of `rows`.
+inline double peakPerSecond(const std::vector<ClientsRow> &rows) {
+  double peak = 0;
+  for (const ClientsRow &row : rows)
+    peak = std::max(peak, row.perSecond);
+  return peak;
+}
+
+/// The third table of `benchmark`: closed loops over connections driven by two threads with
+/// epoll, sending its raw request.
+inline void runDrivenClientsRows(ClientsBenchmark &benchmark) {
+  benchmark.connect(0); // The last row's clients close their connections.
+  std::vector<ClientsRow> driven;
+  for (int n : kClientCounts)
+    driven.push_back(measureClientsRow(benchmark, n, std::chrono::microseconds(-1)));
+  double drivenPeak = peakPerSecond(driven);
+  std::printf("  closed loops over N keep-alive connections driven by 2 client threads with epoll, "
+              "as wrk drives them (the same request bytes):\n");
+  printClientsRows(benchmark.calls, driven, drivenPeak);
+  std::printf("  driven by 2 threads: throughput at 64 and 256 connections %.2fx and %.2fx the "
+              "peak (target >= 0.8x)\n",
+              driven[3].perSecond / drivenPeak, driven[4].perSecond / drivenPeak);
+}
+
 /// Runs `benchmark` for 1, 4, 16, 64 and 256 clients: closed loops (each client calls again
 /// once answered: throughput), then the same clients paced together at half the closed
 /// loops' peak, no client asked for more than half of what one client managed alone (latency
@@ -379,82 +490,31 @@ inline void runClientsBenchmark(ClientsBenchmark benchmark) {
   std::printf("  each row counts %lld ms after %lld ms of warm-up\n",
               static_cast<long long>(run.window.count()),
               static_cast<long long>(run.warmup.count()));
-  auto measureRow = [&](int n, std::chrono::microseconds pace) {
-    std::function<void(int)> call;
-    if (pace.count() >= 0)
-      call = benchmark.connect(n);
-    run.clients = n;
-    run.pace = std::max(pace, std::chrono::microseconds(0));
-    double serverCpu = 0, clientCpu = 0;
-    run.atWindowOpen = [&] {
-      serverCpu = -benchmark.serverCpuSeconds();
-      clientCpu = -selfCpuSeconds();
-    };
-    run.atWindowClose = [&] {
-      serverCpu += benchmark.serverCpuSeconds();
-      clientCpu += selfCpuSeconds();
-    };
-    auto once = [&] {
-      return pace.count() < 0 ? driveConnections(run, benchmark.port, benchmark.rawRequest)
-                              : callConcurrently(run, call);
-    };
-    ConcurrentCalls calls = once();
-    // A window too short for one call (a smoke run's, on a loaded machine or a sanitized
-    // build) is measured again, twice as long, a few times before giving up.
-    std::chrono::milliseconds window = run.window;
-    for (int retry = 0; calls.us.empty() && retry < 3; ++retry) {
-      run.window *= 2;
-      calls = once();
-    }
-    run.window = window;
-    if (calls.us.empty())
-      die(std::string("no call ended in the window of ") + std::to_string(n) + " clients");
-    double count = double(calls.us.size());
-    return ClientsRow{n,
-                      count / calls.seconds,
-                      percentiles(std::move(calls.us)),
-                      calls.slowestUs,
-                      calls.fewestByOneClient,
-                      serverCpu / count * 1e6,
-                      clientCpu / count * 1e6};
-  };
-  auto print = [&](const std::vector<ClientsRow> &rows, double peak) {
-    std::printf("  clients | %9s/s | of peak |   p50 us |   p99 us | slowest ms | fewest | "
-                "CPU us/call: server, clients\n",
-                benchmark.calls);
-    for (const ClientsRow &row : rows)
-      std::printf("  %7d | %11.0f | %7.2f | %8.1f | %8.1f | %10.1f | %6zu | %6.1f, %6.1f\n",
-                  row.clients, row.perSecond, row.perSecond / peak, row.us.p50, row.us.p99,
-                  row.slowestUs / 1000, row.fewest, row.serverCpuUs, row.clientCpuUs);
-  };
-  const int counts[] = {1, 4, 16, 64, 256};
   std::vector<ClientsRow> closed;
-  for (int n : counts)
-    closed.push_back(measureRow(n, std::chrono::microseconds(0)));
-  double peak = 0;
-  for (const ClientsRow &row : closed)
-    peak = std::max(peak, row.perSecond);
+  for (int n : kClientCounts)
+    closed.push_back(measureClientsRow(benchmark, n, std::chrono::microseconds(0)));
+  double peak = peakPerSecond(closed);
   std::printf("  closed loops (each client calls again once answered):\n");
-  print(closed, peak);
+  printClientsRows(benchmark.calls, closed, peak);
   std::vector<ClientsRow> paced;
-  for (int n : counts) {
+  for (int n : kClientCounts) {
     double offered = std::min(0.5 * peak, 0.5 * n * closed[0].perSecond);
-    paced.push_back(
-        measureRow(n, std::chrono::microseconds(static_cast<int64_t>(n * 1e6 / offered))));
+    paced.push_back(measureClientsRow(
+        benchmark, n, std::chrono::microseconds(static_cast<int64_t>(n * 1e6 / offered))));
   }
   std::printf("  paced (all clients together at half the peak, each at most half one client's "
               "rate; times from when a call was due):\n");
-  print(paced, peak);
+  printClientsRows(benchmark.calls, paced, peak);
   // The same closed loops while one more client holds 2000 connections open that send
   // nothing (made just before the row, which ends before the server's 5 s keep-alive timeout
   // closes them): idle connections cost the server no thread, so no throughput.
   std::vector<ClientsRow> besideIdle;
   for (int n : {64, 256}) {
     courier::testing::ConnectionFlood idle(benchmark.port, {2000, 0, 0});
-    besideIdle.push_back(measureRow(n, std::chrono::microseconds(0)));
+    besideIdle.push_back(measureClientsRow(benchmark, n, std::chrono::microseconds(0)));
   }
   std::printf("  closed loops beside 2000 idle connections of one more client:\n");
-  print(besideIdle, peak);
+  printClientsRows(benchmark.calls, besideIdle, peak);
   std::printf("  beside 2000 idle connections: %.2fx and %.2fx the rows without them at 64 and 256 "
               "clients (target >= 0.9x)\n",
               besideIdle[0].perSecond / closed[3].perSecond,
@@ -465,19 +525,7 @@ inline void runClientsBenchmark(ClientsBenchmark benchmark) {
               paced[4].us.p99 / paced[0].us.p99, closed[4].us.p99 / closed[0].us.p99);
   if (!benchmark.rawRequest)
     return;
-  benchmark.connect(0); // The last row's clients close their connections.
-  std::vector<ClientsRow> driven;
-  for (int n : counts)
-    driven.push_back(measureRow(n, std::chrono::microseconds(-1)));
-  double drivenPeak = 0;
-  for (const ClientsRow &row : driven)
-    drivenPeak = std::max(drivenPeak, row.perSecond);
-  std::printf("  closed loops over N keep-alive connections driven by 2 client threads with epoll, "
-              "as wrk drives them (the same request bytes):\n");
-  print(driven, drivenPeak);
-  std::printf("  driven by 2 threads: throughput at 64 and 256 connections %.2fx and %.2fx the "
-              "peak (target >= 0.8x)\n",
-              driven[3].perSecond / drivenPeak, driven[4].perSecond / drivenPeak);
+  runDrivenClientsRows(benchmark);
 }
 
 } // namespace courier::bench

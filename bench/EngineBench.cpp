@@ -596,138 +596,177 @@ module @mm {
 }
 )mlir";
 
+/// What the parts of the incremental-compile figures share.
+struct IncrementalSetup {
+  const Paths &paths;
+  /// An earlier build (before the per-module cache), for the side-by-side figures: a directory
+  /// holding its courier-run and courier-module-worker; empty without one.
+  std::string baseline;
+  std::string courierRun;
+  /// The files of the 64-module and the 1-module program.
+  std::string many, one;
+  /// The program's argument on the command line.
+  std::string arg;
+};
+
+/// Cold compile-and-run wall times in ms (the earlier build's empty without one).
+struct ColdCompiles {
+  std::vector<double> before64, serial64, parallel64, before1, after1;
+};
+
+/// Times cold compiles, whole processes with no disk cache, interleaved.
+ColdCompiles timeColdCompiles(const IncrementalSetup &setup) {
+  auto run = [&](const std::string &program, const std::string &file,
+                 std::vector<llvm::StringRef> extra) {
+    std::vector<llvm::StringRef> argv = {program, file, "--arg", setup.arg, "--no-disk-cache"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    return timeCommand(argv);
+  };
+  const std::string &baseline = setup.baseline, &courierRun = setup.courierRun;
+  ColdCompiles times;
+  for (int round = 0; round < 5; ++round) {
+    if (!baseline.empty())
+      times.before64.push_back(run(baseline + "/courier-run", setup.many, {}));
+    times.serial64.push_back(run(courierRun, setup.many, {"--jobs", "1"}));
+    times.parallel64.push_back(run(courierRun, setup.many, {}));
+  }
+  for (int round = 0; round < 11; ++round) {
+    if (!baseline.empty())
+      times.before1.push_back(run(baseline + "/courier-run", setup.one, {}));
+    times.after1.push_back(run(courierRun, setup.one, {}));
+  }
+  return times;
+}
+
+/// Prints the cold compile times, beside the earlier build's when `baseline` is set.
+void printColdCompiles(const ColdCompiles &times, bool baseline) {
+  unsigned cores = std::thread::hardware_concurrency();
+  llvm::outs() << llvm::formatv("cold compile and run, 64 target modules (courier-run "
+                                "--no-disk-cache, whole process, median of 5)\n");
+  if (baseline)
+    llvm::outs() << llvm::formatv("  earlier build (serial)                {0,8:f1} ms\n",
+                                  median(times.before64));
+  llvm::outs() << llvm::formatv("  now, --jobs 1                         {0,8:f1} ms\n"
+                                "  now, --jobs {1} (the default here)      {2,8:f1} ms\n",
+                                median(times.serial64), cores, median(times.parallel64));
+  if (baseline)
+    llvm::outs() << llvm::formatv(
+        "  now / before                          {0,8:f2}  (target <= 0.5)\n",
+        median(times.parallel64) / median(times.before64));
+  llvm::outs() << llvm::formatv("cold compile and run, 1 target module (median of 11)\n");
+  if (baseline)
+    llvm::outs() << llvm::formatv("  earlier build                         {0,8:f1} ms\n",
+                                  median(times.before1));
+  llvm::outs() << llvm::formatv("  now                                   {0,8:f1} ms\n",
+                                median(times.after1));
+  if (baseline)
+    llvm::outs() << llvm::formatv(
+        "  now / before                          {0,8:f2}  (target <= 1.10)\n",
+        median(times.after1) / median(times.before1));
+}
+
+/// Measures and prints one opt level's row: ms per target module compiling `sixteen` (one
+/// thread, in process), and ms per call of the 256x256 matmul on `square`.
+void optLevelRow(unsigned level, const std::string &sixteen, const Tensor &square) {
+  EngineOptions options;
+  options.diskCache = false;
+  options.optLevel = level;
+  options.jobs = 1;
+  std::vector<double> perModule, matmul;
+  for (int i = 0; i < 3; ++i) {
+    Engine engine(options);
+    auto module = engine.compile(sixteen, "sixteen");
+    if (!module)
+      std::exit((llvm::errs() << llvm::toString(module.takeError()) << "\n", 1));
+    perModule.push_back((*module)->compileTimes().crossCompile / 16);
+  }
+  Engine engine(options);
+  auto mm = engine.compile(kMatmul, "mm");
+  if (!mm)
+    std::exit((llvm::errs() << llvm::toString(mm.takeError()) << "\n", 1));
+  for (int i = 0; i < 7; ++i) {
+    auto start = Clock::now();
+    auto out = (*mm)->invoke("main", {square, square});
+    if (!out || (*out)[0].at(0) != 256)
+      std::exit((llvm::errs() << "matmul failed\n", 1));
+    matmul.push_back(msSince(start));
+  }
+  llvm::outs() << llvm::formatv("  O{0}    | {1,26:f1} | {2,8:f1}\n", level, median(perModule),
+                                median(matmul));
+}
+
+/// What a module costs at each opt level (one thread, in process), and what its code buys.
+void optLevels() {
+  llvm::outs() << "cost per target module and speed of its code, by opt level (in process, "
+                  "--jobs 1)\n"
+                  "  level | ms per module (16 kernels) | 256x256 matmul, ms per call\n";
+  std::string sixteen = courier::testing::manyKernelProgram(kernelOffsets(16));
+  Tensor square = Tensor::fromDoubles(DType::F64, {256, 256}, std::vector<double>(65536, 1));
+  for (unsigned level = 0; level <= 3; ++level)
+    optLevelRow(level, sixteen, square);
+}
+
+/// Prints one row of the hot reload table: the median and the longest of `ms`.
+void reportReloads(llvm::StringRef label, const std::vector<double> &ms) {
+  llvm::outs() << llvm::formatv("  {0,-44} {1,8:f1} ms {2,8:f1} ms\n", label, median(ms),
+                                *std::max_element(ms.begin(), ms.end()));
+}
+
+/// Hot reload: save -> the first answer from the new version, one kernel of 64 edited; in
+/// process, then through courier-run --watch (and the earlier build's, when set).
+void hotReloads(const IncrementalSetup &setup) {
+  const Paths &paths = setup.paths;
+  llvm::outs() << "hot reload of the 64-module program, one kernel edited (save -> first answer "
+                  "from the new version, settle 5 ms included; median, max)\n";
+  // Saves a second apart, as a person edits; then, at O2, each save as soon as the
+  // previous version answered, which leaves no time to start the next warm worker.
+  using std::chrono::milliseconds;
+  for (auto [level, pause] : {std::pair{2u, 1000}, {1u, 1000}, {0u, 1000}, {2u, 0}}) {
+    llvm::sys::fs::remove_directories(paths.temp + "/reload");
+    llvm::sys::fs::create_directories(paths.temp + "/reload");
+    reportReloads(
+        llvm::formatv("in process, -O{0}{1}", level, pause ? "" : ", saves back to back").str(),
+        inProcessReloads(paths.temp + "/reload", level, 10, milliseconds(pause)));
+  }
+  auto watched = [&](const std::string &program, llvm::StringRef label, unsigned level, int pause,
+                     int edits) {
+    llvm::sys::fs::remove_directories(paths.temp + "/watch");
+    llvm::sys::fs::create_directories(paths.temp + "/watch");
+    std::string cache = paths.temp + "/watch/cache";
+    reportReloads(llvm::formatv("{0}courier-run --watch -O{1}{2}", label, level,
+                                pause ? "" : ", back to back")
+                      .str(),
+                  watchReloads(program, paths.temp + "/watch",
+                               {"--cache-dir", cache, "-O" + std::to_string(level)}, edits,
+                               milliseconds(pause)));
+  };
+  for (auto [level, pause] : {std::pair{2u, 1000}, {1u, 1000}, {0u, 1000}, {2u, 0}}) {
+    watched(setup.courierRun, "", level, pause, 10);
+    // The earlier build's, beside it (fewer: it was slow before the per-module cache).
+    if (!setup.baseline.empty() && level == 2)
+      watched(setup.baseline + "/courier-run", "earlier build: ", level, pause, 5);
+  }
+}
+
 /// The incremental-compile figures; `part` is "cold", "levels" or "reload", or empty for all three.
 void incremental(const Paths &paths, llvm::StringRef part) {
   llvm::outs() << "## compile cost that grows with the edit\n";
-  // An earlier build (before the per-module cache), for the side-by-side figures: a directory
-  // holding its courier-run and courier-module-worker.
-  std::string baseline;
-  if (const char *dir = std::getenv("COURIER_BASELINE_BIN"))
-    baseline = dir;
-  std::string courierRun = paths.bin + "/courier-run";
-  std::string many = paths.temp + "/many64.mlir", one = paths.temp + "/many1.mlir";
-  writeFile(many, courier::testing::manyKernelProgram(kernelOffsets(64)));
-  writeFile(one, courier::testing::manyKernelProgram(kernelOffsets(1)));
-  std::string arg = onesArgument();
-  unsigned cores = std::thread::hardware_concurrency();
-
-  // Cold compiles, whole processes with no disk cache, interleaved.
-  if (part.empty() || part == "cold") {
-    auto run = [&](const std::string &program, const std::string &file,
-                   std::vector<llvm::StringRef> extra) {
-      std::vector<llvm::StringRef> argv = {program, file, "--arg", arg, "--no-disk-cache"};
-      argv.insert(argv.end(), extra.begin(), extra.end());
-      return timeCommand(argv);
-    };
-    std::vector<double> before64, serial64, parallel64, before1, after1;
-    for (int round = 0; round < 5; ++round) {
-      if (!baseline.empty())
-        before64.push_back(run(baseline + "/courier-run", many, {}));
-      serial64.push_back(run(courierRun, many, {"--jobs", "1"}));
-      parallel64.push_back(run(courierRun, many, {}));
-    }
-    for (int round = 0; round < 11; ++round) {
-      if (!baseline.empty())
-        before1.push_back(run(baseline + "/courier-run", one, {}));
-      after1.push_back(run(courierRun, one, {}));
-    }
-    llvm::outs() << llvm::formatv("cold compile and run, 64 target modules (courier-run "
-                                  "--no-disk-cache, whole process, median of 5)\n");
-    if (!baseline.empty())
-      llvm::outs() << llvm::formatv("  earlier build (serial)                {0,8:f1} ms\n",
-                                    median(before64));
-    llvm::outs() << llvm::formatv("  now, --jobs 1                         {0,8:f1} ms\n"
-                                  "  now, --jobs {1} (the default here)      {2,8:f1} ms\n",
-                                  median(serial64), cores, median(parallel64));
-    if (!baseline.empty())
-      llvm::outs() << llvm::formatv(
-          "  now / before                          {0,8:f2}  (target <= 0.5)\n",
-          median(parallel64) / median(before64));
-    llvm::outs() << llvm::formatv("cold compile and run, 1 target module (median of 11)\n");
-    if (!baseline.empty())
-      llvm::outs() << llvm::formatv("  earlier build                         {0,8:f1} ms\n",
-                                    median(before1));
-    llvm::outs() << llvm::formatv("  now                                   {0,8:f1} ms\n",
-                                  median(after1));
-    if (!baseline.empty())
-      llvm::outs() << llvm::formatv(
-          "  now / before                          {0,8:f2}  (target <= 1.10)\n",
-          median(after1) / median(before1));
-  }
-
-  // What a module costs at each opt level (one thread, in process), and what its code buys.
-  if (part.empty() || part == "levels") {
-    llvm::outs() << "cost per target module and speed of its code, by opt level (in process, "
-                    "--jobs 1)\n"
-                    "  level | ms per module (16 kernels) | 256x256 matmul, ms per call\n";
-    std::string sixteen = courier::testing::manyKernelProgram(kernelOffsets(16));
-    Tensor square = Tensor::fromDoubles(DType::F64, {256, 256}, std::vector<double>(65536, 1));
-    for (unsigned level = 0; level <= 3; ++level) {
-      EngineOptions options;
-      options.diskCache = false;
-      options.optLevel = level;
-      options.jobs = 1;
-      std::vector<double> perModule, matmul;
-      for (int i = 0; i < 3; ++i) {
-        Engine engine(options);
-        auto module = engine.compile(sixteen, "sixteen");
-        if (!module)
-          std::exit((llvm::errs() << llvm::toString(module.takeError()) << "\n", 1));
-        perModule.push_back((*module)->compileTimes().crossCompile / 16);
-      }
-      Engine engine(options);
-      auto mm = engine.compile(kMatmul, "mm");
-      if (!mm)
-        std::exit((llvm::errs() << llvm::toString(mm.takeError()) << "\n", 1));
-      for (int i = 0; i < 7; ++i) {
-        auto start = Clock::now();
-        auto out = (*mm)->invoke("main", {square, square});
-        if (!out || (*out)[0].at(0) != 256)
-          std::exit((llvm::errs() << "matmul failed\n", 1));
-        matmul.push_back(msSince(start));
-      }
-      llvm::outs() << llvm::formatv("  O{0}    | {1,26:f1} | {2,8:f1}\n", level, median(perModule),
-                                    median(matmul));
-    }
-  }
-
-  // Hot reload: save -> the first answer from the new version, one kernel of 64 edited.
-  if (part.empty() || part == "reload") {
-    llvm::outs() << "hot reload of the 64-module program, one kernel edited (save -> first answer "
-                    "from the new version, settle 5 ms included; median, max)\n";
-    auto report = [&](llvm::StringRef label, const std::vector<double> &ms) {
-      llvm::outs() << llvm::formatv("  {0,-44} {1,8:f1} ms {2,8:f1} ms\n", label, median(ms),
-                                    *std::max_element(ms.begin(), ms.end()));
-    };
-    // Saves a second apart, as a person edits; then, at O2, each save as soon as the
-    // previous version answered, which leaves no time to start the next warm worker.
-    using std::chrono::milliseconds;
-    for (auto [level, pause] : {std::pair{2u, 1000}, {1u, 1000}, {0u, 1000}, {2u, 0}}) {
-      llvm::sys::fs::remove_directories(paths.temp + "/reload");
-      llvm::sys::fs::create_directories(paths.temp + "/reload");
-      report(
-          llvm::formatv("in process, -O{0}{1}", level, pause ? "" : ", saves back to back").str(),
-          inProcessReloads(paths.temp + "/reload", level, 10, milliseconds(pause)));
-    }
-    auto watched = [&](const std::string &program, llvm::StringRef label, unsigned level, int pause,
-                       int edits) {
-      llvm::sys::fs::remove_directories(paths.temp + "/watch");
-      llvm::sys::fs::create_directories(paths.temp + "/watch");
-      std::string cache = paths.temp + "/watch/cache";
-      report(llvm::formatv("{0}courier-run --watch -O{1}{2}", label, level,
-                           pause ? "" : ", back to back")
-                 .str(),
-             watchReloads(program, paths.temp + "/watch",
-                          {"--cache-dir", cache, "-O" + std::to_string(level)}, edits,
-                          milliseconds(pause)));
-    };
-    for (auto [level, pause] : {std::pair{2u, 1000}, {1u, 1000}, {0u, 1000}, {2u, 0}}) {
-      watched(courierRun, "", level, pause, 10);
-      // The earlier build's, beside it (fewer: it was slow before the per-module cache).
-      if (!baseline.empty() && level == 2)
-        watched(baseline + "/courier-run", "earlier build: ", level, pause, 5);
-    }
-  }
+  const char *baseline = std::getenv("COURIER_BASELINE_BIN");
+  IncrementalSetup setup{paths,
+                         baseline ? baseline : "",
+                         paths.bin + "/courier-run",
+                         paths.temp + "/many64.mlir",
+                         paths.temp + "/many1.mlir",
+                         ""};
+  writeFile(setup.many, courier::testing::manyKernelProgram(kernelOffsets(64)));
+  writeFile(setup.one, courier::testing::manyKernelProgram(kernelOffsets(1)));
+  setup.arg = onesArgument();
+  if (part.empty() || part == "cold")
+    printColdCompiles(timeColdCompiles(setup), !setup.baseline.empty());
+  if (part.empty() || part == "levels")
+    optLevels();
+  if (part.empty() || part == "reload")
+    hotReloads(setup);
   llvm::outs() << "\n";
 }
 

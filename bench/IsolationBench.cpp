@@ -270,36 +270,44 @@ void alternate(Pair &pair, int rounds, const std::function<void(Executor &, int)
   }
 }
 
-// ---- sections -----------------------------------------------------------------------------
+// ---- floors under the worker's share of a launch ------------------------------------------
 
-void latency(Pair &pair, int rounds, int perRound) {
-  std::printf("== noop launch (keep-alive), %d rounds x %d launches per executor, alternating\n",
-              rounds, perRound);
-  std::map<const Executor *, std::string> sessions;
-  for (Executor *e : {&pair.isolated, &pair.none}) {
-    sessions[e] = check(e->backend->openSession(), "opening a session");
-    check(e->backend->shipObject(sessions[e], pair.shapes), "shipping");
-  }
-  auto once = [&](Executor &e) {
-    check(e.backend->launch(sessions[&e], pair.shapes, "_catalyst_pyface_noop", {}, {}),
-          "launching noop");
-  };
-  for (Executor *e : {&pair.isolated, &pair.none})
-    for (int i = 0; i < std::min(perRound, 1000); ++i)
-      once(*e);
+/// The two words a futex ping-pong rings through a shared mapping.
+struct PingPong {
+  std::atomic<uint32_t> request{0}, reply{0};
+};
 
-  const std::string sumMetric = "courier_launch_duration_seconds_sum";
-  std::map<const Executor *, double> inExecutor;
-  for (Executor *e : {&pair.isolated, &pair.none})
-    inExecutor[e] = -e->process->metric(sumMetric);
-  // The floor under the worker's share: a 64-byte round trip over a unix SEQPACKET
-  // socketpair (the executor's channel to its workers) between this process and a child,
-  // measured after each isolated block.
-  int ends[2];
+/// Sleeps in FUTEX_WAIT while `word` holds `value`.
+void futexWait(std::atomic<uint32_t> &word, uint32_t value) {
+  syscall(SYS_futex, reinterpret_cast<uint32_t *>(&word), FUTEX_WAIT, value, nullptr, nullptr, 0);
+}
+
+/// Wakes one thread sleeping in FUTEX_WAIT on `word`.
+void futexWake(std::atomic<uint32_t> &word) {
+  syscall(SYS_futex, reinterpret_cast<uint32_t *>(&word), FUTEX_WAKE, 1, nullptr, nullptr, 0);
+}
+
+/// Two child processes that echo 64-byte round trips, and the p50 of each block of
+/// `perRound` timed against them: a unix SEQPACKET socketpair (the executor's channel to its
+/// workers), and a futex ping-pong through a shared mapping, each side sleeping in
+/// FUTEX_WAIT (the shared-memory doorbell the channel could become).
+struct Floors {
+  int perRound = 0;
+  int ends[2] = {-1, -1};
+  pid_t echo = -1;
+  PingPong *bell = nullptr;
+  pid_t bellEcho = -1;
+  uint32_t rings = 0;
+  std::vector<double> channelP50s, futexP50s;
+};
+
+/// Opens the socketpair and forks the child that echoes each packet on its far end.
+void startChannelEcho(Floors &floors) {
+  int *ends = floors.ends;
   if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, ends) != 0)
     die("socketpair");
-  pid_t echo = fork();
-  if (echo == 0) {
+  floors.echo = fork();
+  if (floors.echo == 0) {
     close(ends[0]);
     char buf[64];
     while (recv(ends[1], buf, sizeof(buf), 0) > 0 && send(ends[1], buf, sizeof(buf), 0) > 0) {
@@ -307,40 +315,31 @@ void latency(Pair &pair, int rounds, int perRound) {
     _exit(0);
   }
   close(ends[1]);
-  std::vector<double> channelP50s;
-  auto channelBlock = [&] {
-    std::vector<double> us;
-    char buf[64] = {};
-    for (int i = 0; i < perRound; ++i) {
-      auto start = Clock::now();
-      if (send(ends[0], buf, sizeof(buf), 0) != sizeof(buf) ||
-          recv(ends[0], buf, sizeof(buf), 0) != sizeof(buf))
-        die("channel round trip");
-      us.push_back(seconds(Clock::now() - start) * 1e6);
-    }
-    channelP50s.push_back(quantile(us, 0.5));
-  };
-  channelBlock();
-  channelP50s.clear();
+}
 
-  // A second floor, for the shared-memory doorbell the channel could become: the same round
-  // trip as a futex ping-pong through a shared mapping, each side sleeping in FUTEX_WAIT.
-  struct PingPong {
-    std::atomic<uint32_t> request{0}, reply{0};
-  };
+/// Times a block of round trips over the socketpair and records its p50.
+void channelBlock(Floors &floors) {
+  std::vector<double> us;
+  char buf[64] = {};
+  for (int i = 0; i < floors.perRound; ++i) {
+    auto start = Clock::now();
+    if (send(floors.ends[0], buf, sizeof(buf), 0) != sizeof(buf) ||
+        recv(floors.ends[0], buf, sizeof(buf), 0) != sizeof(buf))
+      die("channel round trip");
+    us.push_back(seconds(Clock::now() - start) * 1e6);
+  }
+  floors.channelP50s.push_back(quantile(us, 0.5));
+}
+
+/// Maps the shared doorbell and forks the child that answers each of its rings.
+void startFutexEcho(Floors &floors) {
   void *page = mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   if (page == MAP_FAILED)
     die("mmap");
-  auto *bell = new (page) PingPong;
-  auto futexWait = [](std::atomic<uint32_t> &word, uint32_t value) {
-    syscall(SYS_futex, reinterpret_cast<uint32_t *>(&word), FUTEX_WAIT, value, nullptr, nullptr, 0);
-  };
-  auto futexWake = [](std::atomic<uint32_t> &word) {
-    syscall(SYS_futex, reinterpret_cast<uint32_t *>(&word), FUTEX_WAKE, 1, nullptr, nullptr, 0);
-  };
-  pid_t bellEcho = fork();
-  if (bellEcho == 0) {
-    close(ends[0]); // Else the socket's echo never sees its end.
+  PingPong *bell = floors.bell = new (page) PingPong;
+  floors.bellEcho = fork();
+  if (floors.bellEcho == 0) {
+    close(floors.ends[0]); // Else the socket's echo never sees its end.
     uint32_t seen = 0;
     while (true) {
       uint32_t now;
@@ -353,71 +352,148 @@ void latency(Pair &pair, int rounds, int perRound) {
       futexWake(bell->reply);
     }
   }
-  std::vector<double> futexP50s;
-  uint32_t rings = 0;
-  auto futexBlock = [&] {
-    std::vector<double> us;
-    for (int i = 0; i < perRound; ++i) {
-      auto start = Clock::now();
-      uint32_t ring = ++rings;
-      bell->request.store(ring);
-      futexWake(bell->request);
-      uint32_t answered;
-      while ((answered = bell->reply.load()) != ring)
-        futexWait(bell->reply, answered);
-      us.push_back(seconds(Clock::now() - start) * 1e6);
-    }
-    futexP50s.push_back(quantile(us, 0.5));
-  };
+}
 
+/// Times a block of futex round trips through the doorbell and records its p50.
+void futexBlock(Floors &floors) {
+  PingPong *bell = floors.bell;
+  std::vector<double> us;
+  for (int i = 0; i < floors.perRound; ++i) {
+    auto start = Clock::now();
+    uint32_t ring = ++floors.rings;
+    bell->request.store(ring);
+    futexWake(bell->request);
+    uint32_t answered;
+    while ((answered = bell->reply.load()) != ring)
+      futexWait(bell->reply, answered);
+    us.push_back(seconds(Clock::now() - start) * 1e6);
+  }
+  floors.futexP50s.push_back(quantile(us, 0.5));
+}
+
+/// Starts both echoes, the socket's warmed by one block that is not recorded.
+void startFloors(Floors &floors, int perRound) {
+  floors.perRound = perRound;
+  startChannelEcho(floors);
+  channelBlock(floors);
+  floors.channelP50s.clear();
+  startFutexEcho(floors);
+}
+
+/// Ends both echo processes and unmaps the doorbell.
+void stopFloors(Floors &floors) {
+  close(floors.ends[0]);
+  waitpid(floors.echo, nullptr, 0);
+  floors.bell->request.store(UINT32_MAX);
+  futexWake(floors.bell->request);
+  waitpid(floors.bellEcho, nullptr, 0);
+  munmap(floors.bell, 4096);
+}
+
+// ---- sections -----------------------------------------------------------------------------
+
+/// The executor metric summing the time spent running launches.
+const char *const kLaunchSumMetric = "courier_launch_duration_seconds_sum";
+
+/// The noop latency section's sessions and figures, per executor.
+struct NoopLatency {
+  NoopLatency(Pair &pair, int rounds, int perRound)
+      : pair(pair), rounds(rounds), perRound(perRound) {}
+
+  Pair &pair;
+  int rounds, perRound;
+  std::map<const Executor *, std::string> sessions;
+  /// Seconds per launch in the executor's metrics (minus the sum before, until reported).
+  std::map<const Executor *, double> inExecutor;
   std::map<const Executor *, std::vector<double>> p50s, p90s;
   std::map<const Executor *, double> meanUs;
-  alternate(pair, rounds, [&](Executor &e, int) {
+};
+
+/// One noop launch on `e`, in its session.
+void launchNoop(NoopLatency &run, Executor &e) {
+  check(e.backend->launch(run.sessions[&e], run.pair.shapes, "_catalyst_pyface_noop", {}, {}),
+        "launching noop");
+}
+
+/// Opens a session holding the shapes object on each executor and warms it up untimed.
+void openNoopSessions(NoopLatency &run) {
+  for (Executor *e : {&run.pair.isolated, &run.pair.none}) {
+    run.sessions[e] = check(e->backend->openSession(), "opening a session");
+    check(e->backend->shipObject(run.sessions[e], run.pair.shapes), "shipping");
+  }
+  for (Executor *e : {&run.pair.isolated, &run.pair.none})
+    for (int i = 0; i < std::min(run.perRound, 1000); ++i)
+      launchNoop(run, *e);
+}
+
+/// Times the rounds of noop launches, alternating, with a block of each floor after every
+/// isolated block.
+void timeNoopRounds(NoopLatency &run, Floors &floors) {
+  const int rounds = run.rounds, perRound = run.perRound;
+  alternate(run.pair, rounds, [&](Executor &e, int) {
     std::vector<double> us;
     us.reserve(perRound);
     for (int i = 0; i < perRound; ++i) {
       auto start = Clock::now();
-      once(e);
+      launchNoop(run, e);
       us.push_back(seconds(Clock::now() - start) * 1e6);
-      meanUs[&e] += us.back() / (rounds * perRound);
+      run.meanUs[&e] += us.back() / (rounds * perRound);
     }
-    p50s[&e].push_back(quantile(us, 0.5));
-    p90s[&e].push_back(quantile(us, 0.9));
-    if (&e == &pair.isolated) {
-      channelBlock();
-      futexBlock();
+    run.p50s[&e].push_back(quantile(us, 0.5));
+    run.p90s[&e].push_back(quantile(us, 0.9));
+    if (&e == &run.pair.isolated) {
+      channelBlock(floors);
+      futexBlock(floors);
     }
   });
-  close(ends[0]);
-  waitpid(echo, nullptr, 0);
-  bell->request.store(UINT32_MAX);
-  futexWake(bell->request);
-  waitpid(bellEcho, nullptr, 0);
-  munmap(page, 4096);
+}
+
+/// Prints each executor's latencies (closing its session), the floors, and the ratios.
+void reportNoopLatency(NoopLatency &run, const Floors &floors) {
+  Pair &pair = run.pair;
   std::vector<double> ratio50, ratio90;
-  for (int r = 0; r < rounds; ++r) {
-    ratio50.push_back(p50s[&pair.isolated][r] / p50s[&pair.none][r]);
-    ratio90.push_back(p90s[&pair.isolated][r] / p90s[&pair.none][r]);
+  for (int r = 0; r < run.rounds; ++r) {
+    ratio50.push_back(run.p50s[&pair.isolated][r] / run.p50s[&pair.none][r]);
+    ratio90.push_back(run.p90s[&pair.isolated][r] / run.p90s[&pair.none][r]);
   }
   for (Executor *e : {&pair.isolated, &pair.none}) {
-    inExecutor[e] = (inExecutor[e] + e->process->metric(sumMetric)) / (rounds * perRound);
+    double &inExecutor = run.inExecutor[e];
+    inExecutor = (inExecutor + e->process->metric(kLaunchSumMetric)) / (run.rounds * run.perRound);
+    const std::vector<double> &p50s = run.p50s[e];
     std::printf("  %-9s p50 %6.1f us  p90 %6.1f us  (medians over rounds; round p50s %.1f-%.1f); "
                 "mean %.1f us, of which running the launch %.1f us (executor metrics)\n",
-                e->name, median(p50s[e]), median(p90s[e]),
-                *std::min_element(p50s[e].begin(), p50s[e].end()),
-                *std::max_element(p50s[e].begin(), p50s[e].end()), meanUs[e], inExecutor[e] * 1e6);
-    check(e->backend->closeSession(sessions[e]), "closing");
+                e->name, median(p50s), median(run.p90s[e]),
+                *std::min_element(p50s.begin(), p50s.end()),
+                *std::max_element(p50s.begin(), p50s.end()), run.meanUs[e], inExecutor * 1e6);
+    check(e->backend->closeSession(run.sessions[e]), "closing");
   }
   std::printf("  floor: 64-byte SEQPACKET round trip to a child process p50 %.1f us (median over "
               "rounds)\n",
-              median(channelP50s));
+              median(floors.channelP50s));
   std::printf("  floor: futex ping-pong through shared memory, both sides sleeping, p50 %.1f us "
               "(median over rounds)\n",
-              median(futexP50s));
+              median(floors.futexP50s));
   std::printf("  ratio isolated/none: p50 %.2fx (target <= 1.10x), p90 %.2fx; median of per-round "
               "ratios (p50 ratios %.2f-%.2f)\n",
               median(ratio50), median(ratio90), *std::min_element(ratio50.begin(), ratio50.end()),
               *std::max_element(ratio50.begin(), ratio50.end()));
+}
+
+/// Noop launch latency on both executors, alternating, beside the floors under the worker's
+/// share of it.
+void latency(Pair &pair, int rounds, int perRound) {
+  std::printf("== noop launch (keep-alive), %d rounds x %d launches per executor, alternating\n",
+              rounds, perRound);
+  NoopLatency run(pair, rounds, perRound);
+  openNoopSessions(run);
+  for (Executor *e : {&pair.isolated, &pair.none})
+    run.inExecutor[e] = -e->process->metric(kLaunchSumMetric);
+  // The floors are measured after each isolated block.
+  Floors floors;
+  startFloors(floors, perRound);
+  timeNoopRounds(run, floors);
+  stopFloors(floors);
+  reportNoopLatency(run, floors);
 }
 
 /// What filling one large buffer costs the side that receives into it, measured in this

@@ -223,172 +223,215 @@ void printBandwidth(const char *op, const char *size, double bytes, const Side &
               rate(bytes, courier.median()) / rate(triadBytes, triad.median()));
 }
 
-void memoryBound(Engine &engine, const Settings &settings) {
-  std::printf("\n## memory-bound ops: Courier in process vs a C++ loop into a buffer it reuses, "
-              "and a STREAM triad a[i] = b[i] + s*c[i] over 4M floats (GB/s: bytes read + "
-              "written)\n");
-  const size_t n = size_t(4) << 20;
-  std::vector<float> ta(n), tb = randoms(n, 5), tc = randoms(n, 6);
-  const float s = 3.0f;
-  auto triadOnce = [&] {
+/// The STREAM triad a[i] = b[i] + s*c[i] over 4M floats, measured in the same rounds as each
+/// memory-bound op.
+struct Triad {
+  static constexpr size_t n = size_t(4) << 20;
+  std::vector<float> ta = std::vector<float>(n), tb = randoms(n, 5), tc = randoms(n, 6);
+  const double bytes = 12.0 * n;
+
+  /// One pass of the triad.
+  void once() {
+    const float s = 3.0f;
     float *__restrict a = ta.data();
     const float *__restrict b = tb.data(), *__restrict c = tc.data();
     for (size_t i = 0; i < n; ++i)
       a[i] = b[i] + s * c[i];
+  }
+};
+
+/// add of two 4M-float vectors against a C++ loop and the triad.
+void memoryAdd(Engine &engine, const Settings &settings, Triad &triad) {
+  const size_t n = Triad::n;
+  std::shared_ptr<Module> module = compileKernel(engine, "add");
+  std::vector<float> a = randoms(n, 7), b = randoms(n, 8), sum(n);
+  auto loopOnce = [&] {
+    float *__restrict out = sum.data();
+    const float *__restrict x = a.data(), *__restrict y = b.data();
+    for (size_t i = 0; i < n; ++i)
+      out[i] = x[i] + y[i];
   };
-  const double triadBytes = 12.0 * n;
-
-  {
-    std::shared_ptr<Module> module = compileKernel(engine, "add");
-    std::vector<float> a = randoms(n, 7), b = randoms(n, 8), sum(n);
-    auto loopOnce = [&] {
-      float *__restrict out = sum.data();
-      const float *__restrict x = a.data(), *__restrict y = b.data();
-      for (size_t i = 0; i < n; ++i)
-        out[i] = x[i] + y[i];
-    };
-    TensorRef inputs[] = {TensorRef::of<float>({int64_t(n)}, a),
-                          TensorRef::of<float>({int64_t(n)}, b)};
-    loopOnce();
-    expectClose("add", invokeOne(*module, inputs).view<float>(), sum, 0);
-    Side courier{"courier", [&] { invokeOne(*module, inputs); }};
-    Side loop{"loop", loopOnce}, triad{"triad", triadOnce};
-    interleave({&courier, &loop, &triad}, settings);
-    printBandwidth("add", "4M", 12.0 * n, courier, loop, triad, triadBytes);
-  }
-
-  const int rows = 4096, cols = 1024;
-  std::vector<float> x = randoms(size_t(rows) * cols, 9);
-  TensorRef matrix[] = {TensorRef::of<float>({rows, cols}, x)};
-  {
-    std::shared_ptr<Module> module = compileKernel(engine, "rowsum");
-    std::vector<float> sums(rows);
-    auto loopOnce = [&] {
-      for (int r = 0; r < rows; ++r) {
-        const float *row = &x[size_t(r) * cols];
-        float total = 0;
-        for (int j = 0; j < cols; ++j)
-          total += row[j];
-        sums[r] = total;
-      }
-    };
-    loopOnce();
-    expectClose("rowsum", invokeOne(*module, matrix).view<float>(), sums, 1e-4);
-    Side courier{"courier", [&] { invokeOne(*module, matrix); }};
-    Side loop{"loop", loopOnce}, triad{"triad", triadOnce};
-    interleave({&courier, &loop, &triad}, settings);
-    printBandwidth("rowsum", "4096x1024", 4.0 * rows * cols + 4.0 * rows, courier, loop, triad,
-                   triadBytes);
-  }
-
-  {
-    // linalg.softmax is measured where it compiles; the composed ops always are.
-    auto linalgSoftmax = engine.compile(
-        readFile(std::string(COURIER_SOURCE_DIR) + "/bench/inputs/kernels/softmax-linalg.mlir"),
-        "softmax-linalg");
-    std::printf("  linalg.softmax %s\n", linalgSoftmax
-                                             ? "compiles"
-                                             : "does not compile; measured as the linalg ops a "
-                                               "user writes (softmax.mlir)");
-    if (!linalgSoftmax)
-      llvm::consumeError(linalgSoftmax.takeError());
-    std::shared_ptr<Module> module = compileKernel(engine, "softmax");
-    std::vector<float> out(x.size());
-    auto loopOnce = [&] {
-      for (int r = 0; r < rows; ++r) {
-        const float *row = &x[size_t(r) * cols];
-        float *dst = &out[size_t(r) * cols];
-        float max = row[0];
-        for (int j = 1; j < cols; ++j)
-          max = std::max(max, row[j]);
-        float total = 0;
-        for (int j = 0; j < cols; ++j) {
-          dst[j] = std::exp(row[j] - max);
-          total += dst[j];
-        }
-        for (int j = 0; j < cols; ++j)
-          dst[j] /= total;
-      }
-    };
-    loopOnce();
-    expectClose("softmax", invokeOne(*module, matrix).view<float>(), out, 1e-5);
-    Side courier{"courier", [&] { invokeOne(*module, matrix); }};
-    Side loop{"loop", loopOnce}, triad{"triad", triadOnce};
-    std::vector<Side *> sides = {&courier, &loop, &triad};
-    Side builtin{"linalg.softmax", [&] { invokeOne(**linalgSoftmax, matrix); }};
-    if (linalgSoftmax) {
-      expectClose("linalg.softmax", invokeOne(**linalgSoftmax, matrix).view<float>(), out, 1e-5);
-      sides.push_back(&builtin);
-    }
-    interleave(sides, settings);
-    printBandwidth("softmax", "4096x1024", 8.0 * rows * cols, courier, loop, triad, triadBytes);
-    if (linalgSoftmax)
-      printBandwidth("softmax", "linalg.softmax", 8.0 * rows * cols, builtin, loop, triad,
-                     triadBytes);
-  }
+  TensorRef inputs[] = {TensorRef::of<float>({int64_t(n)}, a),
+                        TensorRef::of<float>({int64_t(n)}, b)};
+  loopOnce();
+  expectClose("add", invokeOne(*module, inputs).view<float>(), sum, 0);
+  Side courier{"courier", [&] { invokeOne(*module, inputs); }};
+  Side loop{"loop", loopOnce}, triadSide{"triad", [&] { triad.once(); }};
+  interleave({&courier, &loop, &triadSide}, settings);
+  printBandwidth("add", "4M", 12.0 * n, courier, loop, triadSide, triad.bytes);
 }
 
-/// Kernels on every core: the 1024 matmul on the kernel-thread team against the same kernel
-/// on one thread and OpenBLAS on as many threads, the conv2d against the two-thread sgemm at
-/// its im2col size, and the matmul through a sandboxed courier-executor (its tensors crossing
-/// to the worker and back) against OpenBLAS. Every side is interleaved with the others.
-void threads(Engine &engine, const Settings &settings) {
-  const int team = static_cast<int>(executor::availableCpus());
-  std::printf("\n## kernels on every core: %d kernel threads (the CPUs this process may run on) "
-              "vs one, and vs OpenBLAS on %d threads\n",
-              team, team);
-  auto onThreads = [](unsigned count, const std::function<void()> &work) {
-    executor::setKernelThreads(count);
-    work();
-  };
-  auto blasOnThreads = [](int count, const std::function<void()> &work) {
-    openblas_set_num_threads(count);
-    work();
-    openblas_set_num_threads(1);
-  };
-  const int n = 1024;
-  std::shared_ptr<Module> module = compileKernel(engine, "matmul-1024");
-  std::vector<float> a = randoms(size_t(n) * n, 1), b = randoms(size_t(n) * n, 2);
-  std::vector<float> c(size_t(n) * n);
-  TensorRef inputs[] = {TensorRef::of<float>({n, n}, a), TensorRef::of<float>({n, n}, b)};
-  sgemm(n, n, n, a.data(), b.data(), c.data());
-  onThreads(team, [&] {
-    expectClose("matmul-1024", invokeOne(*module, inputs).view<float>(), c, 2e-6 * n);
-  });
-  // The matmul compiled by an engine whose kernels run on a courier-executor on loopback
-  // (sandboxed as deployed, with its default team), with the engine's shared-memory setting
-  // `channel`, checked once.
-  struct Remote {
-    std::unique_ptr<testing::ExecutorProcess> process;
-    std::unique_ptr<Engine> engine;
-    std::shared_ptr<Module> module;
-  };
-  auto remoteMatmul = [&](transport::SharedMemory channel, const char *what) {
-    Remote r;
-    r.process =
-        std::make_unique<testing::ExecutorProcess>(testing::ExecutorConfig{0, "", {"--quiet"}});
-    EngineOptions options;
-    options.diskCache = false;
-    options.executorOverride = r.process->address();
-    options.executors.sharedMemory = channel;
-    r.engine = std::make_unique<Engine>(options);
-    r.module = compileKernel(*r.engine, "matmul-1024");
-    expectClose(what, invokeOne(*r.module, inputs).view<float>(), c, 2e-6 * n);
-    // The session took the executor's warm worker, and the executor starts another ahead of
-    // need: a process loading LLVM, which would take a core from the first rounds.
-    for (int i = 0; i < 400 && r.process->metric("courier_workers_warm") < 1; ++i)
-      ::usleep(25000);
-    return r;
-  };
-  // By default a client on the executor's host (here a loopback address) passes tensors
-  // through the session's shared-memory channel (docs/protocol.md); with it off they cross
-  // HTTP.
-  Remote sameHostRemote = remoteMatmul(transport::SharedMemory::Auto, "matmul-1024 (executor)");
-  Remote overHttp = remoteMatmul(transport::SharedMemory::Off, "matmul-1024 (executor, HTTP)");
-  Module &sameHost = *sameHostRemote.module, &remote = *overHttp.module;
+/// The 4096x1024 matrix the row-wise memory-bound ops read.
+struct RowMatrix {
+  static constexpr int rows = 4096, cols = 1024;
+  std::vector<float> x = randoms(size_t(rows) * cols, 9);
+  TensorRef matrix[1] = {TensorRef::of<float>({rows, cols}, x)};
 
-  Side one{"1 thread", [&] { onThreads(1, [&] { invokeOne(*module, inputs); }); }};
-  Side all{"courier", [&] { onThreads(team, [&] { invokeOne(*module, inputs); }); }};
+  RowMatrix() = default;
+  RowMatrix(const RowMatrix &) = delete;
+  RowMatrix &operator=(const RowMatrix &) = delete;
+};
+
+/// The sum of each row of `m` against a C++ loop and the triad.
+void memoryRowSum(Engine &engine, const Settings &settings, Triad &triad, const RowMatrix &m) {
+  const int rows = RowMatrix::rows, cols = RowMatrix::cols;
+  const std::vector<float> &x = m.x;
+  std::shared_ptr<Module> module = compileKernel(engine, "rowsum");
+  std::vector<float> sums(rows);
+  auto loopOnce = [&] {
+    for (int r = 0; r < rows; ++r) {
+      const float *row = &x[size_t(r) * cols];
+      float total = 0;
+      for (int j = 0; j < cols; ++j)
+        total += row[j];
+      sums[r] = total;
+    }
+  };
+  loopOnce();
+  expectClose("rowsum", invokeOne(*module, m.matrix).view<float>(), sums, 1e-4);
+  Side courier{"courier", [&] { invokeOne(*module, m.matrix); }};
+  Side loop{"loop", loopOnce}, triadSide{"triad", [&] { triad.once(); }};
+  interleave({&courier, &loop, &triadSide}, settings);
+  printBandwidth("rowsum", "4096x1024", 4.0 * rows * cols + 4.0 * rows, courier, loop, triadSide,
+                 triad.bytes);
+}
+
+/// The softmax of each row of `m` as composed linalg ops (and as linalg.softmax where it
+/// compiles) against a C++ loop and the triad.
+void memorySoftmax(Engine &engine, const Settings &settings, Triad &triad, const RowMatrix &m) {
+  const int rows = RowMatrix::rows, cols = RowMatrix::cols;
+  const std::vector<float> &x = m.x;
+  // linalg.softmax is measured where it compiles; the composed ops always are.
+  auto linalgSoftmax = engine.compile(
+      readFile(std::string(COURIER_SOURCE_DIR) + "/bench/inputs/kernels/softmax-linalg.mlir"),
+      "softmax-linalg");
+  std::printf("  linalg.softmax %s\n", linalgSoftmax
+                                           ? "compiles"
+                                           : "does not compile; measured as the linalg ops a "
+                                             "user writes (softmax.mlir)");
+  if (!linalgSoftmax)
+    llvm::consumeError(linalgSoftmax.takeError());
+  std::shared_ptr<Module> module = compileKernel(engine, "softmax");
+  std::vector<float> out(x.size());
+  auto loopOnce = [&] {
+    for (int r = 0; r < rows; ++r) {
+      const float *row = &x[size_t(r) * cols];
+      float *dst = &out[size_t(r) * cols];
+      float max = row[0];
+      for (int j = 1; j < cols; ++j)
+        max = std::max(max, row[j]);
+      float total = 0;
+      for (int j = 0; j < cols; ++j) {
+        dst[j] = std::exp(row[j] - max);
+        total += dst[j];
+      }
+      for (int j = 0; j < cols; ++j)
+        dst[j] /= total;
+    }
+  };
+  loopOnce();
+  expectClose("softmax", invokeOne(*module, m.matrix).view<float>(), out, 1e-5);
+  Side courier{"courier", [&] { invokeOne(*module, m.matrix); }};
+  Side loop{"loop", loopOnce}, triadSide{"triad", [&] { triad.once(); }};
+  std::vector<Side *> sides = {&courier, &loop, &triadSide};
+  Side builtin{"linalg.softmax", [&] { invokeOne(**linalgSoftmax, m.matrix); }};
+  if (linalgSoftmax) {
+    expectClose("linalg.softmax", invokeOne(**linalgSoftmax, m.matrix).view<float>(), out, 1e-5);
+    sides.push_back(&builtin);
+  }
+  interleave(sides, settings);
+  printBandwidth("softmax", "4096x1024", 8.0 * rows * cols, courier, loop, triadSide, triad.bytes);
+  if (linalgSoftmax)
+    printBandwidth("softmax", "linalg.softmax", 8.0 * rows * cols, builtin, loop, triadSide,
+                   triad.bytes);
+}
+
+/// Memory-bound ops (add, row sum, softmax) against C++ loops and the triad.
+void memoryBound(Engine &engine, const Settings &settings) {
+  std::printf("\n## memory-bound ops: Courier in process vs a C++ loop into a buffer it reuses, "
+              "and a STREAM triad a[i] = b[i] + s*c[i] over 4M floats (GB/s: bytes read + "
+              "written)\n");
+  Triad triad;
+  memoryAdd(engine, settings, triad);
+  RowMatrix matrix;
+  memoryRowSum(engine, settings, triad, matrix);
+  memorySoftmax(engine, settings, triad, matrix);
+}
+
+/// Runs `work` with `count` kernel threads.
+void onThreads(unsigned count, const std::function<void()> &work) {
+  executor::setKernelThreads(count);
+  work();
+}
+
+/// Runs `work` with OpenBLAS on `count` threads, then back on one.
+void blasOnThreads(int count, const std::function<void()> &work) {
+  openblas_set_num_threads(count);
+  work();
+  openblas_set_num_threads(1);
+}
+
+/// The threads section's 1024^3 matmul on a team of `team` kernel threads: the kernel, its
+/// inputs, and OpenBLAS's result, which the kernel's is checked against.
+struct TeamMatmul {
+  static constexpr int n = 1024;
+
+  TeamMatmul(Engine &engine, int team)
+      : team(team), module(compileKernel(engine, "matmul-1024")), a(randoms(size_t(n) * n, 1)),
+        b(randoms(size_t(n) * n, 2)),
+        c(size_t(n) * n), inputs{TensorRef::of<float>({n, n}, a), TensorRef::of<float>({n, n}, b)} {
+    sgemm(n, n, n, a.data(), b.data(), c.data());
+    onThreads(team, [&] {
+      expectClose("matmul-1024", invokeOne(*module, inputs).view<float>(), c, 2e-6 * n);
+    });
+  }
+  TeamMatmul(const TeamMatmul &) = delete;
+  TeamMatmul &operator=(const TeamMatmul &) = delete;
+
+  int team;
+  std::shared_ptr<Module> module;
+  std::vector<float> a, b, c;
+  TensorRef inputs[2];
+};
+
+/// The matmul compiled by an engine whose kernels run on a courier-executor on loopback.
+struct Remote {
+  std::unique_ptr<testing::ExecutorProcess> process;
+  std::unique_ptr<Engine> engine;
+  std::shared_ptr<Module> module;
+};
+
+/// Starts a courier-executor (sandboxed as deployed, with its default team) and compiles the
+/// matmul for it with the engine's shared-memory setting `channel`; checks it once.
+Remote remoteMatmul(const TeamMatmul &mm, transport::SharedMemory channel, const char *what) {
+  const int n = TeamMatmul::n;
+  Remote r;
+  r.process =
+      std::make_unique<testing::ExecutorProcess>(testing::ExecutorConfig{0, "", {"--quiet"}});
+  EngineOptions options;
+  options.diskCache = false;
+  options.executorOverride = r.process->address();
+  options.executors.sharedMemory = channel;
+  r.engine = std::make_unique<Engine>(options);
+  r.module = compileKernel(*r.engine, "matmul-1024");
+  expectClose(what, invokeOne(*r.module, mm.inputs).view<float>(), mm.c, 2e-6 * n);
+  // The session took the executor's warm worker, and the executor starts another ahead of
+  // need: a process loading LLVM, which would take a core from the first rounds.
+  for (int i = 0; i < 400 && r.process->metric("courier_workers_warm") < 1; ++i)
+    ::usleep(25000);
+  return r;
+}
+
+/// Times the matmul on the team against one thread, OpenBLAS on as many threads and on one,
+/// and the executors of `sameHostRemote` and `overHttp`, interleaved; prints the comparisons.
+void timeTeamMatmul(TeamMatmul &mm, const Remote &sameHostRemote, const Remote &overHttp,
+                    const Settings &settings) {
+  const int n = TeamMatmul::n, team = mm.team;
+  Module &module = *mm.module, &sameHost = *sameHostRemote.module, &remote = *overHttp.module;
+  llvm::ArrayRef<TensorRef> inputs = mm.inputs;
+  std::vector<float> &a = mm.a, &b = mm.b, &c = mm.c;
+  Side one{"1 thread", [&] { onThreads(1, [&] { invokeOne(module, inputs); }); }};
+  Side all{"courier", [&] { onThreads(team, [&] { invokeOne(module, inputs); }); }};
   Side blas{"openblas",
             [&] { blasOnThreads(team, [&] { sgemm(n, n, n, a.data(), b.data(), c.data()); }); }};
   Side executor{"executor (HTTP)", [&] { invokeOne(remote, inputs); }};
@@ -404,7 +447,10 @@ void threads(Engine &engine, const Settings &settings) {
   printFlops("matmul", "1024^3 executor/http", flops, executor, blas, 0.6);
   std::printf("OpenBLAS itself: %d threads %.3f ms, 1 thread %.3f ms: %.2fx\n", team, blas.median(),
               blasOne.median(), blasOne.median() / blas.median());
+}
 
+/// The conv2d on a team of `team` kernel threads against sgemm at its im2col size on as many.
+void teamConv(Engine &engine, const Settings &settings, int team) {
   const int h = 58, w = 58, ch = 64, f = 64, oh = 56, ow = 56, kh = 3, kw = 3;
   std::shared_ptr<Module> conv = compileKernel(engine, "conv2d");
   std::vector<float> image = randoms(size_t(h) * w * ch, 3),
@@ -431,6 +477,25 @@ void threads(Engine &engine, const Settings &settings) {
             }};
   interleave({&convAll, &gemm}, settings);
   printFlops("conv2d", "3x3x64x64 team", 2.0 * m * f * k, convAll, gemm, 0.5);
+}
+
+/// Kernels on every core: the 1024 matmul on the kernel-thread team against the same kernel
+/// on one thread and OpenBLAS on as many threads, the conv2d against the two-thread sgemm at
+/// its im2col size, and the matmul through a sandboxed courier-executor (its tensors crossing
+/// to the worker and back) against OpenBLAS. Every side is interleaved with the others.
+void threads(Engine &engine, const Settings &settings) {
+  const int team = static_cast<int>(executor::availableCpus());
+  std::printf("\n## kernels on every core: %d kernel threads (the CPUs this process may run on) "
+              "vs one, and vs OpenBLAS on %d threads\n",
+              team, team);
+  TeamMatmul mm(engine, team);
+  // By default a client on the executor's host (here a loopback address) passes tensors
+  // through the session's shared-memory channel (docs/protocol.md); with it off they cross
+  // HTTP.
+  Remote sameHostRemote = remoteMatmul(mm, transport::SharedMemory::Auto, "matmul-1024 (executor)");
+  Remote overHttp = remoteMatmul(mm, transport::SharedMemory::Off, "matmul-1024 (executor, HTTP)");
+  timeTeamMatmul(mm, sameHostRemote, overHttp, settings);
+  teamConv(engine, settings, team);
   executor::setKernelThreads(0);
 }
 

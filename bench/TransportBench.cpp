@@ -28,6 +28,7 @@
 #include <string>
 #include <sys/socket.h>
 #include <thread>
+#include <tuple>
 #include <unistd.h>
 #include <vector>
 
@@ -121,97 +122,101 @@ BackendOptions overHttp() {
   return options;
 }
 
-void latency(int n) {
-  std::printf("== noop launch round trip (keep-alive) vs raw TCP 64-byte ping-pong, %d each, "
-              "interleaved in blocks of %d\n",
-              n, std::min(n, 1000));
-  auto [rawClient, rawServer] = loopbackPair();
-  std::thread echo([fd = rawServer] {
-    char buf[64];
-    while (recvAll(fd, buf, sizeof(buf)) && sendAll(fd, buf, sizeof(buf))) {
-    }
-  });
-  char buf[64] = {};
-  auto rawOnce = [&, fd = rawClient] {
-    sendAll(fd, buf, sizeof(buf));
-    recvAll(fd, buf, sizeof(buf));
-  };
+/// A loopback TCP pair (loopbackPair) whose server end a thread serves until the client end
+/// shuts down.
+struct Echo {
+  int client = -1, server = -1;
+  std::thread thread;
+};
+
+/// Connects a loopback pair and serves its server end with `serve(fd)` on a thread.
+Echo startEcho(std::function<void(int fd)> serve) {
+  Echo echo;
+  std::tie(echo.client, echo.server) = loopbackPair();
+  echo.thread = std::thread([serve = std::move(serve), fd = echo.server] { serve(fd); });
+  return echo;
+}
+
+/// Shuts the client end down, which ends the serving thread, and closes both ends.
+void stopEcho(Echo &echo) {
+  shutdown(echo.client, SHUT_RDWR);
+  echo.thread.join();
+  close(echo.client);
+  close(echo.server);
+}
+
+/// A bare cpp-httplib server on a free loopback port, serving on its own thread, and a
+/// keep-alive client of it; TCP_NODELAY on both.
+struct BareHttp {
+  /// `configure` sets the server's limits and routes before it binds.
+  explicit BareHttp(const std::function<void(httplib::Server &)> &configure)
+      : port(bindServer(server, configure)), client("127.0.0.1", port) {
+    serving = std::thread([this] { server.listen_after_bind(); });
+    client.set_tcp_nodelay(true);
+    client.set_keep_alive(true);
+  }
+
+  /// Binds `server`, configured by `configure`, to a free loopback port; returns the port.
+  static int bindServer(httplib::Server &server,
+                        const std::function<void(httplib::Server &)> &configure) {
+    server.set_tcp_nodelay(true);
+    configure(server);
+    return server.bind_to_any_port("127.0.0.1");
+  }
+
+  /// Stops the client and the server, and joins the serving thread.
+  void stop() {
+    client.stop(); // Close the keep-alive connection, or the server waits it out.
+    server.stop();
+    serving.join();
+  }
 
   httplib::Server server;
-  server.set_tcp_nodelay(true);
-  server.set_keep_alive_max_count(1 << 30);
-  server.Post("/echo", [](const httplib::Request &req, httplib::Response &res) {
-    res.set_content(req.body, "application/octet-stream");
-  });
-  int port = server.bind_to_any_port("127.0.0.1");
-  std::thread serving([&] { server.listen_after_bind(); });
-  httplib::Client client("127.0.0.1", port);
-  client.set_tcp_nodelay(true);
-  client.set_keep_alive(true);
-  std::string body(64, 'x');
-  auto bareOnce = [&] {
-    if (!client.Post("/echo", body, "application/octet-stream"))
-      die("bare httplib echo failed");
-  };
+  int port;
+  httplib::Client client;
+  std::thread serving;
+};
 
-  // The executor as deployed (each session's kernels in a sandboxed worker), and one that
-  // runs them in its own process, which shows what the hop to the worker costs; both over
-  // HTTP, and the deployed one by a client's default path on its host too (the same-host
-  // channel).
-  ObjectBlob shapes = loadObject(COURIER_KERNEL_SHAPES);
-  struct Launcher {
-    std::unique_ptr<ExecutorProcess> executor;
-    std::unique_ptr<Backend> backend;
-    std::string session;
-  };
-  auto launcher = [&](std::vector<std::string> flags, BackendOptions options) {
-    Launcher l{std::make_unique<ExecutorProcess>(executorConfig(std::move(flags))), nullptr, ""};
-    l.backend = check(createHttpBackend(l.executor->address(), options), "connecting");
-    l.session = check(l.backend->openSession(), "opening a session");
-    check(l.backend->shipObject(l.session, shapes), "shipping");
-    return l;
-  };
-  Launcher isolated = launcher({}, overHttp());
-  Launcher inProcess = launcher({"--isolation", "none"}, overHttp());
-  Launcher sameHost = launcher({}, {});
-  auto noopOn = [&](Launcher &l) {
-    return [&shapes, to = &l] {
-      check(to->backend->launch(to->session, shapes, "_catalyst_pyface_noop", {}, {}), "launching");
-    };
-  };
-  auto courierOnce = noopOn(isolated);
-  auto inProcessOnce = noopOn(inProcess);
-  auto sameHostOnce = noopOn(sameHost);
+/// Times `n` calls of each of `paths` (after `block` untimed calls of each) in blocks of
+/// `block` that take turns; the microseconds of each call, one vector per path.
+std::vector<std::vector<double>>
+interleavedBlocks(int n, int block, const std::vector<std::function<void()>> &paths) {
+  std::vector<std::vector<double>> us(paths.size());
+  for (size_t i = 0; i < paths.size(); ++i)
+    measure(block, 0, paths[i], us[i]);
+  for (int done = 0; done < n; done += block)
+    for (size_t i = 0; i < paths.size(); ++i)
+      measure(0, block, paths[i], us[i]);
+  return us;
+}
 
-  // Blocks alternate the paths, so load from elsewhere on the machine falls on all of them
-  // alike.
-  std::vector<double> raws, bares, couriers, inProcesses, sameHosts;
-  int block = std::min(n, 1000);
-  measure(block, 0, rawOnce, raws);
-  measure(block, 0, bareOnce, bares);
-  measure(block, 0, courierOnce, couriers);
-  measure(block, 0, inProcessOnce, inProcesses);
-  measure(block, 0, sameHostOnce, sameHosts);
-  for (int done = 0; done < n; done += block) {
-    measure(0, block, rawOnce, raws);
-    measure(0, block, bareOnce, bares);
-    measure(0, block, courierOnce, couriers);
-    measure(0, block, inProcessOnce, inProcesses);
-    measure(0, block, sameHostOnce, sameHosts);
-  }
-  if (sameHost.executor->metric("courier_shm_launches_total") < 2.0 * block)
-    die("the default path's noop launches did not cross the same-host channel");
+/// A noop launch of tests/kernels' shapes object `shapes` in `session`.
+void launchNoop(Backend &backend, const std::string &session, const ObjectBlob &shapes) {
+  check(backend.launch(session, shapes, "_catalyst_pyface_noop", {}, {}), "launching");
+}
 
-  shutdown(rawClient, SHUT_RDWR);
-  echo.join();
-  close(rawClient);
-  close(rawServer);
-  client.stop(); // Close the keep-alive connection, or the server waits it out.
-  server.stop();
-  serving.join();
+/// An executor of the latency section, with a session holding the shapes object.
+struct Launcher {
+  std::unique_ptr<ExecutorProcess> executor;
+  std::unique_ptr<Backend> backend;
+  std::string session;
+};
 
-  Percentiles raw = percentiles(raws), bare = percentiles(bares), courier = percentiles(couriers),
-              local = percentiles(inProcesses), channel = percentiles(sameHosts);
+/// Starts an executor with `flags`, connects to it with `options` and ships `shapes`.
+Launcher startLauncher(const ObjectBlob &shapes, std::vector<std::string> flags,
+                       BackendOptions options) {
+  Launcher l{std::make_unique<ExecutorProcess>(executorConfig(std::move(flags))), nullptr, ""};
+  l.backend = check(createHttpBackend(l.executor->address(), options), "connecting");
+  l.session = check(l.backend->openSession(), "opening a session");
+  check(l.backend->shipObject(l.session, shapes), "shipping");
+  return l;
+}
+
+/// Prints the latency section's figures from the microseconds of its paths, in the order raw
+/// TCP, bare httplib, launch, launch with --isolation none, launch by the default path.
+void printLatency(const std::vector<std::vector<double>> &us) {
+  Percentiles raw = percentiles(us[0]), bare = percentiles(us[1]), courier = percentiles(us[2]),
+              local = percentiles(us[3]), channel = percentiles(us[4]);
   std::printf("  raw TCP ping-pong        p50 %7.1f us  p99 %7.1f us\n", raw.p50, raw.p99);
   std::printf("  bare httplib 64 B echo   p50 %7.1f us  p99 %7.1f us\n", bare.p50, bare.p99);
   std::printf("  courier noop launch      p50 %7.1f us  p99 %7.1f us  (HTTP)\n", courier.p50,
@@ -226,31 +231,67 @@ void latency(int n) {
               local.p50 / bare.p50, channel.p50 / bare.p50);
 }
 
-void bandwidth(int mib, int reps) {
-  const size_t bytes = size_t(mib) << 20;
-  std::printf("== %d MiB in + %d MiB out, median of %d interleaved rounds\n", mib, mib, reps);
-  std::vector<char> input(bytes, 1), output(bytes);
-
-  // Raw: the client thread sends while the main thread receives the echo.
-  auto [rawClient, rawServer] = loopbackPair();
-  std::thread echo([fd = rawServer, bytes] {
-    std::vector<char> buf(bytes);
-    while (recvAll(fd, buf.data(), bytes) && sendAll(fd, buf.data(), bytes)) {
+/// Noop launch round trips, as deployed, in process and by the default path, against a raw
+/// TCP ping-pong and a bare cpp-httplib echo.
+void latency(int n) {
+  std::printf("== noop launch round trip (keep-alive) vs raw TCP 64-byte ping-pong, %d each, "
+              "interleaved in blocks of %d\n",
+              n, std::min(n, 1000));
+  Echo raw = startEcho([](int fd) {
+    char buf[64];
+    while (recvAll(fd, buf, sizeof(buf)) && sendAll(fd, buf, sizeof(buf))) {
     }
   });
-  auto rawOnce = [&, fd = rawClient] {
-    std::thread sender([&] { sendAll(fd, input.data(), bytes); });
-    recvAll(fd, output.data(), bytes);
-    sender.join();
+  char buf[64] = {};
+  auto rawOnce = [&, fd = raw.client] {
+    sendAll(fd, buf, sizeof(buf));
+    recvAll(fd, buf, sizeof(buf));
   };
 
-  // Bare cpp-httplib: content provider -> content reader into a pre-sized buffer, and back.
-  httplib::Server server;
-  server.set_tcp_nodelay(true);
+  BareHttp bare([](httplib::Server &server) {
+    server.set_keep_alive_max_count(1 << 30);
+    server.Post("/echo", [](const httplib::Request &req, httplib::Response &res) {
+      res.set_content(req.body, "application/octet-stream");
+    });
+  });
+  std::string body(64, 'x');
+  auto bareOnce = [&] {
+    if (!bare.client.Post("/echo", body, "application/octet-stream"))
+      die("bare httplib echo failed");
+  };
+
+  // The executor as deployed (each session's kernels in a sandboxed worker), and one that
+  // runs them in its own process, which shows what the hop to the worker costs; both over
+  // HTTP, and the deployed one by a client's default path on its host too (the same-host
+  // channel).
+  ObjectBlob shapes = loadObject(COURIER_KERNEL_SHAPES);
+  Launcher isolated = startLauncher(shapes, {}, overHttp());
+  Launcher inProcess = startLauncher(shapes, {"--isolation", "none"}, overHttp());
+  Launcher sameHost = startLauncher(shapes, {}, {});
+  auto noopOn = [&shapes](Launcher &l) {
+    return [&shapes, &l] { launchNoop(*l.backend, l.session, shapes); };
+  };
+
+  // Blocks alternate the paths, so load from elsewhere on the machine falls on all of them
+  // alike.
+  int block = std::min(n, 1000);
+  std::vector<std::vector<double>> us = interleavedBlocks(
+      n, block, {rawOnce, bareOnce, noopOn(isolated), noopOn(inProcess), noopOn(sameHost)});
+  if (sameHost.executor->metric("courier_shm_launches_total") < 2.0 * block)
+    die("the default path's noop launches did not cross the same-host channel");
+
+  stopEcho(raw);
+  bare.stop();
+  printLatency(us);
+}
+
+/// Serves POST /echo on `server` by streaming: a content reader into `received`, whose size
+/// is the payload's, and a content provider back out of it.
+void serveStreamedEcho(httplib::Server &server, std::vector<char> &received) {
+  const size_t bytes = received.size();
   server.set_payload_max_length(bytes * 2);
-  std::vector<char> received(bytes);
-  server.Post("/echo", [&](const httplib::Request &, httplib::Response &res,
-                           const httplib::ContentReader &reader) {
+  server.Post("/echo", [&received, bytes](const httplib::Request &, httplib::Response &res,
+                                          const httplib::ContentReader &reader) {
     size_t at = 0;
     reader([&](const char *data, size_t size) {
       std::memcpy(received.data() + at, data, std::min(size, bytes - at));
@@ -258,72 +299,65 @@ void bandwidth(int mib, int reps) {
       return true;
     });
     res.set_content_provider(bytes, "application/octet-stream",
-                             [&](size_t offset, size_t length, httplib::DataSink &sink) {
+                             [&received](size_t offset, size_t length, httplib::DataSink &sink) {
                                return sink.write(received.data() + offset, length);
                              });
   });
-  int port = server.bind_to_any_port("127.0.0.1");
-  std::thread serving([&] { server.listen_after_bind(); });
-  httplib::Client client("127.0.0.1", port);
-  client.set_tcp_nodelay(true);
-  client.set_keep_alive(true);
-  auto bareOnce = [&] {
-    httplib::Request req;
-    req.method = "POST";
-    req.path = "/echo";
-    req.set_header("Content-Type", "application/octet-stream");
-    req.content_length_ = bytes;
-    req.content_provider_ = [&](size_t offset, size_t length, httplib::DataSink &sink) {
-      return sink.write(input.data() + offset, length);
-    };
-    size_t at = 0;
-    req.content_receiver = [&](const char *data, size_t size, uint64_t, uint64_t) {
-      std::memcpy(output.data() + at, data, std::min(size, bytes - at));
-      at += size;
-      return true;
-    };
-    httplib::Response res;
-    httplib::Error error;
-    if (!client.send(req, res, error) || res.status != 200 || at != bytes)
-      die("bare httplib transfer failed");
+}
+
+/// POSTs `input` to /echo through a content provider and receives the echo into `output`, of
+/// the same size, through a content receiver.
+void streamEcho(httplib::Client &client, const std::vector<char> &input,
+                std::vector<char> &output) {
+  const size_t bytes = output.size();
+  httplib::Request req;
+  req.method = "POST";
+  req.path = "/echo";
+  req.set_header("Content-Type", "application/octet-stream");
+  req.content_length_ = bytes;
+  req.content_provider_ = [&](size_t offset, size_t length, httplib::DataSink &sink) {
+    return sink.write(input.data() + offset, length);
   };
+  size_t at = 0;
+  req.content_receiver = [&](const char *data, size_t size, uint64_t, uint64_t) {
+    std::memcpy(output.data() + at, data, std::min(size, bytes - at));
+    at += size;
+    return true;
+  };
+  httplib::Response res;
+  httplib::Error error;
+  if (!client.send(req, res, error) || res.status != 200 || at != bytes)
+    die("bare httplib transfer failed");
+}
 
-  // Courier: a launch of `scale` on a courier-executor process.
-  ExecutorProcess executor = startExecutor();
-  auto backend = check(createHttpBackend(executor.address(), overHttp()), "connecting");
-  std::string session = check(backend->openSession(), "opening a session");
-  ObjectBlob scale = loadObject(COURIER_KERNEL_SCALE);
-  check(backend->shipObject(session, scale), "shipping");
-  int64_t n = static_cast<int64_t>(bytes / 8);
-  TensorView view{input.data(), 8, {n}, {1}};
-  auto courierOnce = [&] { launchScale(*backend, session, scale, view); };
+/// A session over HTTP holding the object of tests/kernels/scale.c.
+struct ScaleSession {
+  std::unique_ptr<Backend> backend;
+  std::string session;
+  ObjectBlob scale;
+};
 
-  // Rounds alternate the three paths, so load from elsewhere on the machine falls on all
-  // of them alike.
-  rawOnce();
-  bareOnce();
-  courierOnce();
-  double kernelBefore = executor.metric("courier_launch_duration_seconds_sum");
+/// Connects to `executor` over HTTP and opens a session holding the scale object.
+ScaleSession openScaleSession(const ExecutorProcess &executor) {
+  ScaleSession s;
+  s.backend = check(createHttpBackend(executor.address(), overHttp()), "connecting");
+  s.session = check(s.backend->openSession(), "opening a session");
+  s.scale = loadObject(COURIER_KERNEL_SCALE);
+  check(s.backend->shipObject(s.session, s.scale), "shipping");
+  return s;
+}
+
+/// The bandwidth section's seconds per round of each path, and the mean seconds of a launch
+/// the executor spent inside the kernel.
+struct BandwidthTimes {
   std::vector<double> raws, bares, couriers;
-  for (int i = 0; i < reps; ++i) {
-    raws.push_back(secondsOf(rawOnce));
-    bares.push_back(secondsOf(bareOnce));
-    couriers.push_back(secondsOf(courierOnce));
-  }
-  // The executor's own account of time spent inside the kernel (allocating its result and
-  // computing), which the bare transfers do not do.
-  double kernel =
-      (executor.metric("courier_launch_duration_seconds_sum") - kernelBefore) / double(reps);
+  double kernel = 0;
+};
 
-  shutdown(rawClient, SHUT_RDWR);
-  echo.join();
-  close(rawClient);
-  close(rawServer);
-  client.stop(); // Close the keep-alive connection, or the server waits it out.
-  server.stop();
-  serving.join();
-
-  double raw = median(raws), bare = median(bares), courier = median(couriers);
+/// Prints the bandwidth section's medians, rates and ratios for `bytes` each way.
+void printBandwidth(size_t bytes, const BandwidthTimes &times) {
+  double raw = median(times.raws), bare = median(times.bares), courier = median(times.couriers);
+  double kernel = times.kernel;
   auto rate = [&](double s) { return 2.0 * double(bytes) / s / 1e9; };
   std::printf("  raw loopback socket      %7.1f ms  %5.2f GB/s\n", raw * 1e3, rate(raw));
   std::printf("  bare httplib streamed    %7.1f ms  %5.2f GB/s\n", bare * 1e3, rate(bare));
@@ -334,6 +368,195 @@ void bandwidth(int mib, int reps) {
               100 * bare / courier, 100 * raw / courier);
   std::printf("  transport alone (launch minus kernel time) = %.0f%% of bare httplib\n",
               100 * bare / (courier - kernel));
+}
+
+/// `mib` MiB in and out by a scale launch against a raw loopback socket echo and a bare
+/// cpp-httplib streamed echo.
+void bandwidth(int mib, int reps) {
+  const size_t bytes = size_t(mib) << 20;
+  std::printf("== %d MiB in + %d MiB out, median of %d interleaved rounds\n", mib, mib, reps);
+  std::vector<char> input(bytes, 1), output(bytes);
+
+  // Raw: the client thread sends while the main thread receives the echo.
+  Echo raw = startEcho([bytes](int fd) {
+    std::vector<char> buf(bytes);
+    while (recvAll(fd, buf.data(), bytes) && sendAll(fd, buf.data(), bytes)) {
+    }
+  });
+  auto rawOnce = [&, fd = raw.client] {
+    std::thread sender([&] { sendAll(fd, input.data(), bytes); });
+    recvAll(fd, output.data(), bytes);
+    sender.join();
+  };
+
+  // Bare cpp-httplib: content provider -> content reader into a pre-sized buffer, and back.
+  std::vector<char> received(bytes);
+  BareHttp bare([&](httplib::Server &server) { serveStreamedEcho(server, received); });
+  auto bareOnce = [&] { streamEcho(bare.client, input, output); };
+
+  // Courier: a launch of `scale` on a courier-executor process.
+  ExecutorProcess executor = startExecutor();
+  ScaleSession courier = openScaleSession(executor);
+  int64_t n = static_cast<int64_t>(bytes / 8);
+  TensorView view{input.data(), 8, {n}, {1}};
+  auto courierOnce = [&] { launchScale(*courier.backend, courier.session, courier.scale, view); };
+
+  // Rounds alternate the three paths, so load from elsewhere on the machine falls on all
+  // of them alike.
+  rawOnce();
+  bareOnce();
+  courierOnce();
+  double kernelBefore = executor.metric("courier_launch_duration_seconds_sum");
+  BandwidthTimes times;
+  for (int i = 0; i < reps; ++i) {
+    times.raws.push_back(secondsOf(rawOnce));
+    times.bares.push_back(secondsOf(bareOnce));
+    times.couriers.push_back(secondsOf(courierOnce));
+  }
+  // The executor's own account of time spent inside the kernel (allocating its result and
+  // computing), which the bare transfers do not do.
+  times.kernel =
+      (executor.metric("courier_launch_duration_seconds_sum") - kernelBefore) / double(reps);
+
+  stopEcho(raw);
+  bare.stop();
+  printBandwidth(bytes, times);
+}
+
+/// Serves `fd` as the shared-memory section's raw peer: each exchange starts with its length
+/// (64 bytes for the ping-pong, the whole tensor for the bandwidth rounds), at most
+/// `capacity`, and is echoed back.
+void echoFramed(int fd, size_t capacity) {
+  std::vector<char> buf(capacity);
+  char header[8];
+  while (recvAll(fd, header, sizeof(header))) {
+    uint64_t length;
+    std::memcpy(&length, header, sizeof(length));
+    if (length > buf.size() || !recvAll(fd, buf.data(), length) || !sendAll(fd, buf.data(), length))
+      break;
+  }
+}
+
+/// The shared-memory section's executor, started with `args`, and its three clients, each
+/// with a session holding the shapes object: through shared memory (its session holding the
+/// scale object too), the same as a client of the first control page version, and over
+/// HTTP; and the raw TCP echo they are measured against.
+struct SharedPaths {
+  explicit SharedPaths(const std::vector<std::string> &args)
+      : executor(courier::testing::ExecutorConfig{0, "", args}) {
+    BackendOptions sharedOptions, firstPageOptions, httpOptions;
+    sharedOptions.sharedMemory = SharedMemory::On;
+    // A client of the first control page version, which rings with a system call every time:
+    // what the sleep flags of the newest one save.
+    firstPageOptions.sharedMemory = SharedMemory::On;
+    firstPageOptions.sharedMemoryPageVersion = 1;
+    httpOptions.sharedMemory = SharedMemory::Off;
+    backend = check(createHttpBackend(executor.address(), sharedOptions), "connecting");
+    firstPage = check(createHttpBackend(executor.address(), firstPageOptions), "connecting");
+    http = check(createHttpBackend(executor.address(), httpOptions), "connecting");
+    session = check(backend->openSession(), "opening a session");
+    firstPageSession = check(firstPage->openSession(), "opening a session");
+    httpSession = check(http->openSession(), "opening a session");
+    shapes = loadObject(COURIER_KERNEL_SHAPES);
+    scale = loadObject(COURIER_KERNEL_SCALE);
+    check(backend->shipObject(session, shapes), "shipping");
+    check(backend->shipObject(session, scale), "shipping");
+    check(firstPage->shipObject(firstPageSession, shapes), "shipping");
+    check(http->shipObject(httpSession, shapes), "shipping");
+  }
+
+  ExecutorProcess executor;
+  std::unique_ptr<Backend> backend, firstPage, http;
+  std::string session, firstPageSession, httpSession;
+  ObjectBlob shapes, scale;
+  Echo raw;
+};
+
+/// The percentiles of the shared-memory section's noop round trips, in microseconds.
+struct SharedNoops {
+  Percentiles raw, shm, firstPage, http;
+};
+
+/// Times `n` noop round trips on each path, interleaved in blocks, and checks that those on
+/// shared memory crossed it.
+SharedNoops timeSharedNoops(SharedPaths &p, int n) {
+  char ping[8 + 64] = {};
+  uint64_t pingLength = 64;
+  std::memcpy(ping, &pingLength, 8);
+  auto rawOnce = [&, fd = p.raw.client] {
+    sendAll(fd, ping, sizeof(ping));
+    recvAll(fd, ping + 8, 64);
+  };
+  auto shmOnce = [&] { launchNoop(*p.backend, p.session, p.shapes); };
+  auto firstPageOnce = [&] { launchNoop(*p.firstPage, p.firstPageSession, p.shapes); };
+  auto httpOnce = [&] { launchNoop(*p.http, p.httpSession, p.shapes); };
+
+  double launchesBefore = p.executor.metric("courier_shm_launches_total");
+  int block = std::min(n, 1000);
+  std::vector<std::vector<double>> us =
+      interleavedBlocks(n, block, {rawOnce, shmOnce, firstPageOnce, httpOnce});
+  if (p.executor.metric("courier_shm_launches_total") - launchesBefore <
+      2.0 * (block + ((n + block - 1) / block) * block))
+    die("the noop launches did not all cross shared memory");
+  return {percentiles(us[0]), percentiles(us[1]), percentiles(us[2]), percentiles(us[3])};
+}
+
+/// The shared-memory section's bulk rounds: seconds of each, the mean seconds of a launch
+/// the executor spent inside the kernel, and the launches that crossed shared memory.
+struct SharedBulk {
+  std::vector<double> rawTimes, shmTimes;
+  double kernel = 0, overShm = 0;
+};
+
+/// Times `reps` rounds of `mib` MiB echoed over the raw socket, alternating with a scale
+/// launch of as many through shared memory.
+SharedBulk timeSharedBulk(SharedPaths &p, int mib, int reps) {
+  const size_t bytes = size_t(mib) << 20;
+  std::vector<char> input(bytes + 8, 1), output(bytes);
+  uint64_t length = bytes;
+  std::memcpy(input.data(), &length, 8);
+  auto rawBulk = [&, fd = p.raw.client] {
+    std::thread sender([&] { sendAll(fd, input.data(), input.size()); });
+    recvAll(fd, output.data(), bytes);
+    sender.join();
+  };
+  int64_t elements = static_cast<int64_t>(bytes / 8);
+  TensorView view{input.data() + 8, 8, {elements}, {1}};
+  auto shmBulk = [&] { launchScale(*p.backend, p.session, p.scale, view); };
+  rawBulk();
+  shmBulk();
+  double kernelBefore = p.executor.metric("courier_launch_duration_seconds_sum");
+  double launchesBefore = p.executor.metric("courier_shm_launches_total");
+  SharedBulk bulk;
+  for (int i = 0; i < reps; ++i) {
+    bulk.rawTimes.push_back(secondsOf(rawBulk));
+    bulk.shmTimes.push_back(secondsOf(shmBulk));
+  }
+  bulk.kernel =
+      (p.executor.metric("courier_launch_duration_seconds_sum") - kernelBefore) / double(reps);
+  bulk.overShm = p.executor.metric("courier_shm_launches_total") - launchesBefore;
+  return bulk;
+}
+
+/// Prints the shared-memory section's figures and its ratios against raw TCP.
+void printShared(const SharedNoops &noops, const SharedBulk &bulk, int mib) {
+  const size_t bytes = size_t(mib) << 20;
+  const Percentiles &raw = noops.raw, &shm = noops.shm, &http = noops.http;
+  double rawBulkTime = median(bulk.rawTimes), shmBulkTime = median(bulk.shmTimes);
+  auto rate = [&](double s) { return 2.0 * double(bytes) / s / 1e9; };
+  std::printf("  raw TCP ping-pong        p50 %7.1f us  p99 %7.1f us\n", raw.p50, raw.p99);
+  std::printf("  shm noop launch          p50 %7.1f us  p99 %7.1f us\n", shm.p50, shm.p99);
+  std::printf("    page version 1 client  p50 %7.1f us  p99 %7.1f us (rings with a system call)\n",
+              noops.firstPage.p50, noops.firstPage.p99);
+  std::printf("  HTTP noop launch (unix)  p50 %7.1f us  p99 %7.1f us\n", http.p50, http.p99);
+  std::printf("  raw TCP %d MiB echo      %7.1f ms  %5.2f GB/s\n", mib, rawBulkTime * 1e3,
+              rate(rawBulkTime));
+  std::printf("  shm scale launch         %7.1f ms  %5.2f GB/s\n", shmBulkTime * 1e3,
+              rate(shmBulkTime));
+  std::printf("    of which in the kernel %7.1f ms (mean, from the executor's metrics)\n",
+              bulk.kernel * 1e3);
+  std::printf("ratio shm-launch/raw-tcp p50 %.2fx (target <= 0.50x)\n", shm.p50 / raw.p50);
+  std::printf("ratio shm-bandwidth/raw-tcp %.2fx (target >= 1.50x)\n", rawBulkTime / shmBulkTime);
 }
 
 /// The same-host channel against the socket it replaces: a noop launch through shared memory
@@ -348,125 +571,14 @@ void shared(int n, int mib, int reps, bool isolated) {
   if (!isolated)
     args.insert(args.end(), {"--isolation", "none"});
   std::printf("  executor with --isolation %s\n", isolated ? "process" : "none");
-  ExecutorProcess executor(courier::testing::ExecutorConfig{0, "", args});
-  BackendOptions sharedOptions, firstPageOptions, httpOptions;
-  sharedOptions.sharedMemory = SharedMemory::On;
-  // A client of the first control page version, which rings with a system call every time:
-  // what the sleep flags of the newest one save.
-  firstPageOptions.sharedMemory = SharedMemory::On;
-  firstPageOptions.sharedMemoryPageVersion = 1;
-  httpOptions.sharedMemory = SharedMemory::Off;
-  auto backend = check(createHttpBackend(executor.address(), sharedOptions), "connecting");
-  auto firstPage = check(createHttpBackend(executor.address(), firstPageOptions), "connecting");
-  auto http = check(createHttpBackend(executor.address(), httpOptions), "connecting");
-  std::string session = check(backend->openSession(), "opening a session");
-  std::string firstPageSession = check(firstPage->openSession(), "opening a session");
-  std::string httpSession = check(http->openSession(), "opening a session");
-  ObjectBlob shapes = loadObject(COURIER_KERNEL_SHAPES);
-  ObjectBlob scale = loadObject(COURIER_KERNEL_SCALE);
-  check(backend->shipObject(session, shapes), "shipping");
-  check(backend->shipObject(session, scale), "shipping");
-  check(firstPage->shipObject(firstPageSession, shapes), "shipping");
-  check(http->shipObject(httpSession, shapes), "shipping");
-  auto shmOnce = [&] {
-    check(backend->launch(session, shapes, "_catalyst_pyface_noop", {}, {}), "launching");
-  };
-  auto firstPageOnce = [&] {
-    check(firstPage->launch(firstPageSession, shapes, "_catalyst_pyface_noop", {}, {}),
-          "launching");
-  };
-  auto httpOnce = [&] {
-    check(http->launch(httpSession, shapes, "_catalyst_pyface_noop", {}, {}), "launching");
-  };
-
-  auto [rawClient, rawServer] = loopbackPair();
-  std::thread echo([fd = rawServer, mib] {
-    std::vector<char> buf(size_t(mib) << 20);
-    char header[8];
-    // Each exchange starts with its length: 64 bytes for the ping-pong, the whole tensor
-    // for the bandwidth rounds.
-    while (recvAll(fd, header, sizeof(header))) {
-      uint64_t length;
-      std::memcpy(&length, header, sizeof(length));
-      if (length > buf.size() || !recvAll(fd, buf.data(), length) ||
-          !sendAll(fd, buf.data(), length))
-        break;
-    }
-  });
-  char ping[8 + 64] = {};
-  uint64_t pingLength = 64;
-  std::memcpy(ping, &pingLength, 8);
-  auto rawOnce = [&, fd = rawClient] {
-    sendAll(fd, ping, sizeof(ping));
-    recvAll(fd, ping + 8, 64);
-  };
-
-  double launchesBefore = executor.metric("courier_shm_launches_total");
-  std::vector<double> raws, shms, firstPages, https;
-  int block = std::min(n, 1000);
-  measure(block, 0, rawOnce, raws);
-  measure(block, 0, shmOnce, shms);
-  measure(block, 0, firstPageOnce, firstPages);
-  measure(block, 0, httpOnce, https);
-  for (int done = 0; done < n; done += block) {
-    measure(0, block, rawOnce, raws);
-    measure(0, block, shmOnce, shms);
-    measure(0, block, firstPageOnce, firstPages);
-    measure(0, block, httpOnce, https);
-  }
-  if (executor.metric("courier_shm_launches_total") - launchesBefore <
-      2.0 * (block + ((n + block - 1) / block) * block))
-    die("the noop launches did not all cross shared memory");
-  Percentiles raw = percentiles(raws), shm = percentiles(shms),
-              firstPageShm = percentiles(firstPages), overHttp = percentiles(https);
-
-  const size_t bytes = size_t(mib) << 20;
-  std::vector<char> input(bytes + 8, 1), output(bytes);
-  uint64_t length = bytes;
-  std::memcpy(input.data(), &length, 8);
-  auto rawBulk = [&, fd = rawClient] {
-    std::thread sender([&] { sendAll(fd, input.data(), input.size()); });
-    recvAll(fd, output.data(), bytes);
-    sender.join();
-  };
-  int64_t elements = static_cast<int64_t>(bytes / 8);
-  TensorView view{input.data() + 8, 8, {elements}, {1}};
-  auto shmBulk = [&] { launchScale(*backend, session, scale, view); };
-  rawBulk();
-  shmBulk();
-  double kernelBefore = executor.metric("courier_launch_duration_seconds_sum");
-  launchesBefore = executor.metric("courier_shm_launches_total");
-  std::vector<double> rawTimes, shmTimes;
-  for (int i = 0; i < reps; ++i) {
-    rawTimes.push_back(secondsOf(rawBulk));
-    shmTimes.push_back(secondsOf(shmBulk));
-  }
-  double kernel =
-      (executor.metric("courier_launch_duration_seconds_sum") - kernelBefore) / double(reps);
-  double overShm = executor.metric("courier_shm_launches_total") - launchesBefore;
-  shutdown(rawClient, SHUT_RDWR);
-  echo.join();
-  close(rawClient);
-  close(rawServer);
-  if (overShm != reps)
+  SharedPaths paths(args);
+  paths.raw = startEcho([mib](int fd) { echoFramed(fd, size_t(mib) << 20); });
+  SharedNoops noops = timeSharedNoops(paths, n);
+  SharedBulk bulk = timeSharedBulk(paths, mib, reps);
+  stopEcho(paths.raw);
+  if (bulk.overShm != reps)
     die("the bandwidth launches did not all cross shared memory");
-
-  double rawBulkTime = median(rawTimes), shmBulkTime = median(shmTimes);
-  auto rate = [&](double s) { return 2.0 * double(bytes) / s / 1e9; };
-  std::printf("  raw TCP ping-pong        p50 %7.1f us  p99 %7.1f us\n", raw.p50, raw.p99);
-  std::printf("  shm noop launch          p50 %7.1f us  p99 %7.1f us\n", shm.p50, shm.p99);
-  std::printf("    page version 1 client  p50 %7.1f us  p99 %7.1f us (rings with a system call)\n",
-              firstPageShm.p50, firstPageShm.p99);
-  std::printf("  HTTP noop launch (unix)  p50 %7.1f us  p99 %7.1f us\n", overHttp.p50,
-              overHttp.p99);
-  std::printf("  raw TCP %d MiB echo      %7.1f ms  %5.2f GB/s\n", mib, rawBulkTime * 1e3,
-              rate(rawBulkTime));
-  std::printf("  shm scale launch         %7.1f ms  %5.2f GB/s\n", shmBulkTime * 1e3,
-              rate(shmBulkTime));
-  std::printf("    of which in the kernel %7.1f ms (mean, from the executor's metrics)\n",
-              kernel * 1e3);
-  std::printf("ratio shm-launch/raw-tcp p50 %.2fx (target <= 0.50x)\n", shm.p50 / raw.p50);
-  std::printf("ratio shm-bandwidth/raw-tcp %.2fx (target >= 1.50x)\n", rawBulkTime / shmBulkTime);
+  printShared(noops, bulk, mib);
 }
 
 #ifdef COURIER_AARCH64_EXECUTOR

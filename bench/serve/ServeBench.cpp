@@ -358,131 +358,174 @@ void clients(const std::string &dir, unsigned workers) {
   bench::runClientsBenchmark(std::move(benchmark));
 }
 
-} // namespace
-
-int main(int argc, char **argv) {
-  bool smoke = argc > 1 && std::strcmp(argv[1], "smoke") == 0;
-  std::signal(SIGPIPE, SIG_IGN);
-  char pattern[] = "/tmp/courier-serve-bench-XXXXXX";
-  if (!mkdtemp(pattern))
-    die("cannot create a temporary directory");
-  std::string dir = pattern;
-  if (argc > 1 && std::strcmp(argv[1], "clients") == 0) {
-    // The module in one worker, then in two, in one run.
-    for (unsigned workers : {1u, 2u})
-      clients(dir, workers);
-    std::error_code ignored;
-    std::filesystem::remove_all(dir, ignored);
-    return 0;
-  }
-
-  EngineOptions options;
-  options.cacheDir = dir + "/engine";
-  Engine engine(options);
-  llvm::Expected<std::shared_ptr<Module>> module = engine.compile(kModule, "bench");
-  if (!module)
-    die("compiling: " + llvm::toString(module.takeError()));
-  EngineOptions isolatedOptions = options;
-  isolatedOptions.isolation = Isolation::Process;
-  Engine isolatedEngine(isolatedOptions);
-  llvm::Expected<std::shared_ptr<Module>> isolatedModule = isolatedEngine.compile(kModule, "bench");
-  if (!isolatedModule)
-    die("compiling in a worker: " + llvm::toString(isolatedModule.takeError()));
-
-  std::string isolatedWatch = dir + "/watch-isolated", noneWatch = dir + "/watch-none";
-  std::filesystem::create_directories(isolatedWatch);
-  std::filesystem::create_directories(noneWatch);
-  std::ofstream(isolatedWatch + "/reload.mlir") << reloadModule(1);
-  std::ofstream(noneWatch + "/reload.mlir") << reloadModule(1);
-  Server isolated(dir + "/serve-isolated", {"--watch", isolatedWatch});
-  Server none(dir + "/serve-none", {"--isolation", "none", "--watch", noneWatch});
-  auto connect = [](const Server &server) {
-    auto http = std::make_unique<httplib::Client>("127.0.0.1", server.port);
-    http->set_tcp_nodelay(true);
-    http->set_keep_alive(true);
-    http->set_read_timeout(std::chrono::seconds(300));
-    http->set_write_timeout(std::chrono::seconds(300));
-    std::string body;
-    llvm::raw_string_ostream os(body);
-    os << llvm::json::Value(llvm::json::Object{{"name", "bench"}, {"mlir", kModule}});
-    httplib::Result res = http->Post("/v1/modules", body, "application/json");
-    if (!res || res->status != 201)
-      die("creating the module: " + (res ? res->body : httplib::to_string(res.error())));
-    return http;
-  };
-  std::unique_ptr<httplib::Client> isolatedHttp = connect(isolated), noneHttp = connect(none);
-
-  std::vector<double> values(kBigElements);
-  for (int64_t i = 0; i < kBigElements; ++i)
-    values[i] = static_cast<double>(i % 1000) * 0.5;
-  Tensor small = Tensor::fromDoubles(DType::F32, {4}, {1, 2, 3, 4});
-  Tensor big = Tensor::fromDoubles(DType::F32, {kBigElements}, values);
-  bool v2Only = argc > 1 && std::strcmp(argv[1], "v2") == 0;
-  kserve(*isolatedHttp, "isolated", small, big, smoke);
-  kserve(*noneHttp, "none", small, big, smoke);
-  if (v2Only) {
-    std::error_code ignored;
-    std::filesystem::remove_all(dir, ignored);
-    return 0;
-  }
-  std::string smallJson = jsonBody(small), smallFrame = frameBody(small);
-  std::string bigJson = jsonBody(big), bigFrame = frameBody(big);
-  // Room past the end, as the server's body has: simdjson reads up to 64 bytes beyond it.
-  bigJson.reserve(bigJson.size() + simdjson::SIMDJSON_PADDING);
-  std::printf("courier-serve-bench: small = tensor<4xf32> (16 B), big = tensor<%lldxf32> "
-              "(16 MiB; %.1f MB as JSON)\n",
-              static_cast<long long>(kBigElements), bigJson.size() / 1e6);
-
-  auto local = [&](const std::shared_ptr<Module> &target, const char *entry, const Tensor &input) {
+/// What the tables share: the module compiled in this process and in a worker, two servers
+/// holding it (isolated and --isolation none, each watching a folder of its own for the
+/// reload table), clients of both, and the two input tensors.
+struct Fixture {
+  explicit Fixture(const std::string &dir);
+  /// `entry` of `target` called in this process on `input`.
+  static std::function<void()> local(const std::shared_ptr<Module> &target, const char *entry,
+                                     const Tensor &input) {
     return [&target, &input, entry] {
       llvm::Expected<std::vector<Tensor>> out = target->invoke(entry, input);
       if (!out)
         die(llvm::toString(out.takeError()));
     };
-  };
-  auto rest = [&](httplib::Client &http, const char *entry, const std::string &body,
-                  const char *type) {
+  }
+  /// `entry` invoked through `http` with `body` of content type `type`.
+  static std::function<void()> rest(httplib::Client &http, const char *entry,
+                                    const std::string &body, const char *type) {
     std::string path = std::string("/v1/modules/bench/invoke/") + entry;
     return [&http, &body, path, type] { post(http, path, body, type); };
-  };
-  const char *json = "application/json", *frame = "application/x-courier-frame";
+  }
 
+  std::string dir;
+  Engine engine, isolatedEngine;
+  std::shared_ptr<Module> module, isolatedModule;
+  std::string isolatedWatch, noneWatch;
+  std::unique_ptr<Server> isolated, none;
+  std::unique_ptr<httplib::Client> isolatedHttp, noneHttp;
+  Tensor small, big;
+};
+
+EngineOptions engineOptions(const std::string &dir, Isolation isolation) {
+  EngineOptions options;
+  options.cacheDir = dir + "/engine";
+  options.isolation = isolation;
+  return options;
+}
+
+std::shared_ptr<Module> compileOrDie(Engine &engine, const char *what) {
+  llvm::Expected<std::shared_ptr<Module>> module = engine.compile(kModule, "bench");
+  if (!module)
+    die(std::string(what) + ": " + llvm::toString(module.takeError()));
+  return *module;
+}
+
+/// A client of `server` holding the module "bench".
+std::unique_ptr<httplib::Client> connect(const Server &server) {
+  auto http = std::make_unique<httplib::Client>("127.0.0.1", server.port);
+  http->set_tcp_nodelay(true);
+  http->set_keep_alive(true);
+  http->set_read_timeout(std::chrono::seconds(300));
+  http->set_write_timeout(std::chrono::seconds(300));
+  std::string body;
+  llvm::raw_string_ostream os(body);
+  os << llvm::json::Value(llvm::json::Object{{"name", "bench"}, {"mlir", kModule}});
+  httplib::Result res = http->Post("/v1/modules", body, "application/json");
+  if (!res || res->status != 201)
+    die("creating the module: " + (res ? res->body : httplib::to_string(res.error())));
+  return http;
+}
+
+Fixture::Fixture(const std::string &dir)
+    : dir(dir), engine(engineOptions(dir, Isolation::InProcess)),
+      isolatedEngine(engineOptions(dir, Isolation::Process)),
+      module(compileOrDie(engine, "compiling")),
+      isolatedModule(compileOrDie(isolatedEngine, "compiling in a worker")),
+      isolatedWatch(dir + "/watch-isolated"), noneWatch(dir + "/watch-none") {
+  std::filesystem::create_directories(isolatedWatch);
+  std::filesystem::create_directories(noneWatch);
+  std::ofstream(isolatedWatch + "/reload.mlir") << reloadModule(1);
+  std::ofstream(noneWatch + "/reload.mlir") << reloadModule(1);
+  isolated = std::make_unique<Server>(dir + "/serve-isolated",
+                                      std::vector<std::string>{"--watch", isolatedWatch});
+  none = std::make_unique<Server>(
+      dir + "/serve-none", std::vector<std::string>{"--isolation", "none", "--watch", noneWatch});
+  isolatedHttp = connect(*isolated);
+  noneHttp = connect(*none);
+  std::vector<double> values(kBigElements);
+  for (int64_t i = 0; i < kBigElements; ++i)
+    values[i] = static_cast<double>(i % 1000) * 0.5;
+  small = Tensor::fromDoubles(DType::F32, {4}, {1, 2, 3, 4});
+  big = Tensor::fromDoubles(DType::F32, {kBigElements}, values);
+}
+
+constexpr const char *kJson = "application/json", *kFrame = "application/x-courier-frame";
+
+/// The small and the 16 MiB tensor through every path, JSON and frames; bodies are prepared
+/// in `bodies` (small JSON, small frame, big JSON, big frame).
+void pathTables(Fixture &f, const std::vector<std::string> &bodies, bool smoke) {
+  const std::string &smallJson = bodies[0], &smallFrame = bodies[1], &bigFrame = bodies[3];
   // Rows 2-5: none then isolated, JSON then frame; the pairs compare each isolated row with
   // its none row.
   const std::vector<std::pair<size_t, size_t>> pairs = {{1, 0}, {3, 2}, {5, 4}};
   std::vector<std::vector<double>> roundP50s;
   std::vector<Path> smallPaths = {
-      {"Module::invoke (in-process)", local(*module, "small", small), {}},
-      {"Module::invoke (isolated)", local(*isolatedModule, "small", small), {}},
-      {"REST none, JSON", rest(*noneHttp, "small", smallJson, json), {}},
-      {"REST isolated, JSON", rest(*isolatedHttp, "small", smallJson, json), {}},
-      {"REST none, frame", rest(*noneHttp, "small", smallFrame, frame), {}},
-      {"REST isolated, frame", rest(*isolatedHttp, "small", smallFrame, frame), {}},
+      {"Module::invoke (in-process)", Fixture::local(f.module, "small", f.small), {}},
+      {"Module::invoke (isolated)", Fixture::local(f.isolatedModule, "small", f.small), {}},
+      {"REST none, JSON", Fixture::rest(*f.noneHttp, "small", smallJson, kJson), {}},
+      {"REST isolated, JSON", Fixture::rest(*f.isolatedHttp, "small", smallJson, kJson), {}},
+      {"REST none, frame", Fixture::rest(*f.noneHttp, "small", smallFrame, kFrame), {}},
+      {"REST isolated, frame", Fixture::rest(*f.isolatedHttp, "small", smallFrame, kFrame), {}},
   };
   measure(smallPaths, smoke ? 1 : 20, smoke ? 10 : 500, roundP50s);
   report("small tensor (16 B in, 16 B out)", smallPaths, roundP50s, pairs);
 
   // JSON says nothing about workers: frames only here, JSON in its own table below.
   std::vector<Path> bigPaths = {
-      {"Module::invoke (in-process)", local(*module, "big", big), {}},
-      {"Module::invoke (isolated)", local(*isolatedModule, "big", big), {}},
-      {"REST none, frame", rest(*noneHttp, "big", bigFrame, frame), {}},
-      {"REST isolated, frame", rest(*isolatedHttp, "big", bigFrame, frame), {}},
+      {"Module::invoke (in-process)", Fixture::local(f.module, "big", f.big), {}},
+      {"Module::invoke (isolated)", Fixture::local(f.isolatedModule, "big", f.big), {}},
+      {"REST none, frame", Fixture::rest(*f.noneHttp, "big", bigFrame, kFrame), {}},
+      {"REST isolated, frame", Fixture::rest(*f.isolatedHttp, "big", bigFrame, kFrame), {}},
   };
   measure(bigPaths, smoke ? 1 : 11, 1, roundP50s);
   report("16 MiB tensor (16 MiB in, 16 MiB out)", bigPaths, roundP50s, {{1, 0}, {3, 2}});
   std::printf("throughput isolated / none (REST frame): %.3f (median of round ratios)\n",
               roundRatio(roundP50s, 2, 3));
+}
 
-  // JSON at 16 MiB: the whole call, and one that reads the same JSON but answers a single
-  // element, so the time of each way can be told apart; beside them the frame path, and the
-  // pieces of the server's work done in this process (its reading and its printing), each next
-  // to its floor: a bare simdjson walk of the same body and a bare std::to_chars loop over the
-  // same numbers. The results of `big` are whole numbers, so the printing is measured on
-  // random floats in [0, 1) (nine significant digits) too.
-  std::string bigReply = post(*noneHttp, "/v1/modules/bench/invoke/big", bigJson, json);
-  const EntrySignature *bigEntry = (*module)->findEntry("big");
-  llvm::Expected<std::vector<Tensor>> bigOut = (*module)->invoke("big", big);
+/// Prints `tensor` as JSON, setting `bytes` to the text's size.
+std::function<void()> printing(const Tensor &tensor, size_t &bytes) {
+  return [&tensor, &bytes] {
+    std::string text;
+    writeTensorJSON(text, tensor);
+    bytes = text.size();
+  };
+}
+
+/// The floor of printing `tensor`'s kBigElements f32s: a bare std::to_chars loop into `text`.
+std::function<void()> toCharsLoop(const Tensor &tensor, std::vector<char> &text) {
+  return [&tensor, &text] {
+    char *p = text.data(), *end = p + text.size();
+    for (int64_t i = 0; i < kBigElements; ++i) {
+      float v;
+      std::memcpy(&v, tensor.bytes.data() + i * sizeof(float), sizeof(v));
+      p = std::to_chars(p, end, v).ptr;
+      *p++ = ',';
+    }
+  };
+}
+
+/// The floor of reading `body`: a bare simdjson walk of its first input's data into `floats`.
+std::function<void()> bareWalk(simdjson::ondemand::parser &parser, const std::string &body,
+                               std::vector<float> &floats) {
+  return [&parser, &body, &floats] {
+    simdjson::ondemand::document doc;
+    simdjson::ondemand::array data;
+    if (parser.iterate(body.data(), body.size(), body.capacity()).get(doc) ||
+        doc["inputs"].at(0)["data"].get_array().get(data))
+      die("the bare simdjson walk could not read the body");
+    size_t k = 0;
+    for (auto element : data) {
+      double v;
+      if (element.get_double().get(v) || k == floats.size())
+        die("the bare simdjson walk found no number");
+      floats[k++] = static_cast<float>(v);
+    }
+  };
+}
+
+/// JSON at 16 MiB: the whole call, and one that reads the same JSON but answers a single
+/// element, so the time of each way can be told apart; beside them the frame path, and the
+/// pieces of the server's work done in this process (its reading and its printing), each next
+/// to its floor: a bare simdjson walk of the same body and a bare std::to_chars loop over the
+/// same numbers. The results of `big` are whole numbers, so the printing is measured on
+/// random floats in [0, 1) (nine significant digits) too.
+void jsonTable(Fixture &f, const std::string &bigJson, const std::string &bigFrame, bool smoke) {
+  std::string bigReply = post(*f.noneHttp, "/v1/modules/bench/invoke/big", bigJson, kJson);
+  const EntrySignature *bigEntry = f.module->findEntry("big");
+  llvm::Expected<std::vector<Tensor>> bigOut = f.module->invoke("big", f.big);
   if (!bigEntry || !bigOut)
     die("calling big in this process");
   std::vector<double> fractions(kBigElements);
@@ -494,56 +537,31 @@ int main(int argc, char **argv) {
   Tensor randomFloats = Tensor::fromDoubles(DType::F32, {kBigElements}, fractions);
   std::vector<char> toCharsText(static_cast<size_t>(kBigElements) * 16 + 64);
   size_t resultsTextBytes = 0, randomTextBytes = 0;
-  auto print = [](const Tensor &tensor, size_t &bytes) {
-    return [&tensor, &bytes] {
-      std::string text;
-      writeTensorJSON(text, tensor);
-      bytes = text.size();
-    };
-  };
-  auto toChars = [&toCharsText](const Tensor &tensor) {
-    return [&tensor, &toCharsText] {
-      char *p = toCharsText.data(), *end = p + toCharsText.size();
-      for (int64_t i = 0; i < kBigElements; ++i) {
-        float v;
-        std::memcpy(&v, tensor.bytes.data() + i * sizeof(float), sizeof(v));
-        p = std::to_chars(p, end, v).ptr;
-        *p++ = ',';
-      }
-    };
-  };
   simdjson::ondemand::parser bareParser;
   std::vector<float> bareFloats(kBigElements);
-  auto bareWalk = [&] {
-    simdjson::ondemand::document doc;
-    simdjson::ondemand::array data;
-    if (bareParser.iterate(bigJson.data(), bigJson.size(), bigJson.capacity()).get(doc) ||
-        doc["inputs"].at(0)["data"].get_array().get(data))
-      die("the bare simdjson walk could not read the body");
-    size_t k = 0;
-    for (auto element : data) {
-      double v;
-      if (element.get_double().get(v) || k == bareFloats.size())
-        die("the bare simdjson walk found no number");
-      bareFloats[k++] = static_cast<float>(v);
-    }
-  };
   auto serverReading = [&] {
     if (!serve::readInputsFast(bigJson, *bigEntry, bigJson.capacity()))
       die("courier-serve's reading did not take the body");
   };
   std::vector<Path> jsonPaths = {
-      {"Module::invoke (in-process)", local(*module, "big", big), {}},
-      {"REST none, JSON", rest(*noneHttp, "big", bigJson, json), {}},
-      {"REST none, JSON in, one element out", rest(*noneHttp, "absorb", bigJson, json), {}},
-      {"REST none, frame", rest(*noneHttp, "big", bigFrame, frame), {}},
+      {"Module::invoke (in-process)", Fixture::local(f.module, "big", f.big), {}},
+      {"REST none, JSON", Fixture::rest(*f.noneHttp, "big", bigJson, kJson), {}},
+      {"REST none, JSON in, one element out",
+       Fixture::rest(*f.noneHttp, "absorb", bigJson, kJson),
+       {}},
+      {"REST none, frame", Fixture::rest(*f.noneHttp, "big", bigFrame, kFrame), {}},
       {"in-process: courier-serve's reading of the body", serverReading, {}},
-      {"in-process: bare simdjson walk of the body", bareWalk, {}},
-      {"in-process: writeTensorJSON of the results", print(results, resultsTextBytes), {}},
-      {"in-process: std::to_chars loop over the results", toChars(results), {}},
-      {"in-process: writeTensorJSON of random floats", print(randomFloats, randomTextBytes), {}},
-      {"in-process: std::to_chars loop over random floats", toChars(randomFloats), {}},
+      {"in-process: bare simdjson walk of the body", bareWalk(bareParser, bigJson, bareFloats),
+       {}},
+      {"in-process: writeTensorJSON of the results", printing(results, resultsTextBytes), {}},
+      {"in-process: std::to_chars loop over the results", toCharsLoop(results, toCharsText), {}},
+      {"in-process: writeTensorJSON of random floats", printing(randomFloats, randomTextBytes),
+       {}},
+      {"in-process: std::to_chars loop over random floats",
+       toCharsLoop(randomFloats, toCharsText),
+       {}},
   };
+  std::vector<std::vector<double>> roundP50s;
   measure(jsonPaths, smoke ? 1 : 7, 1, roundP50s);
   report("16 MiB tensor as JSON", jsonPaths, roundP50s, {});
   auto p50 = [&](size_t i) { return percentile(jsonPaths[i].seconds, 0.5); };
@@ -562,8 +580,10 @@ int main(int argc, char **argv) {
               resultsTextBytes / 1e6, rate(resultsTextBytes, p50(6)),
               rate(resultsTextBytes, p50(7)), randomTextBytes / 1e6, rate(randomTextBytes, p50(8)),
               rate(randomTextBytes, p50(9)));
+}
 
-  // Hot reload, alternating servers; each save changes the answer.
+/// Hot reload, alternating servers; each save changes the answer.
+void reloadTable(Fixture &f, bool smoke) {
   std::vector<double> reloadIsolated, reloadNone;
   int reloads = smoke ? 2 : 15;
   for (int i = 0; i < reloads; ++i) {
@@ -571,9 +591,9 @@ int main(int argc, char **argv) {
     bool isolatedFirst = i % 2 == 0;
     for (int k = 0; k < 2; ++k) {
       bool doIsolated = (k == 0) == isolatedFirst;
-      double seconds =
-          reloadOnce(doIsolated ? *isolatedHttp : *noneHttp, doIsolated ? isolatedWatch : noneWatch,
-                     reloadModule(factor), factor);
+      double seconds = reloadOnce(doIsolated ? *f.isolatedHttp : *f.noneHttp,
+                                  doIsolated ? f.isolatedWatch : f.noneWatch,
+                                  reloadModule(factor), factor);
       (doIsolated ? reloadIsolated : reloadNone).push_back(seconds);
     }
   }
@@ -589,7 +609,43 @@ int main(int argc, char **argv) {
               microseconds(percentile(reloadNone, 0.9)).c_str(),
               percentile(reloadIsolated, 0.5) / percentile(reloadNone, 0.5),
               percentile(ratios, 0.5));
+}
 
+/// Every table but the many-clients one; with `v2Only`, only the KServe v2 one.
+void tables(const std::string &dir, bool smoke, bool v2Only) {
+  Fixture f(dir);
+  kserve(*f.isolatedHttp, "isolated", f.small, f.big, smoke);
+  kserve(*f.noneHttp, "none", f.small, f.big, smoke);
+  if (v2Only)
+    return;
+  std::vector<std::string> bodies = {jsonBody(f.small), frameBody(f.small), jsonBody(f.big),
+                                     frameBody(f.big)};
+  // Room past the end, as the server's body has: simdjson reads up to 64 bytes beyond it.
+  bodies[2].reserve(bodies[2].size() + simdjson::SIMDJSON_PADDING);
+  std::printf("courier-serve-bench: small = tensor<4xf32> (16 B), big = tensor<%lldxf32> "
+              "(16 MiB; %.1f MB as JSON)\n",
+              static_cast<long long>(kBigElements), bodies[2].size() / 1e6);
+  pathTables(f, bodies, smoke);
+  jsonTable(f, bodies[2], bodies[3], smoke);
+  reloadTable(f, smoke);
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  llvm::StringRef mode = argc > 1 ? argv[1] : "";
+  std::signal(SIGPIPE, SIG_IGN);
+  char pattern[] = "/tmp/courier-serve-bench-XXXXXX";
+  if (!mkdtemp(pattern))
+    die("cannot create a temporary directory");
+  std::string dir = pattern;
+  if (mode == "clients") {
+    // The module in one worker, then in two, in one run.
+    for (unsigned workers : {1u, 2u})
+      clients(dir, workers);
+  } else {
+    tables(dir, mode == "smoke", mode == "v2");
+  }
   std::error_code ignored;
   std::filesystem::remove_all(dir, ignored);
   return 0;
