@@ -135,22 +135,8 @@ std::string microseconds(double seconds) {
   return text;
 }
 
-/// Posts `body` through a content provider (so the client does not copy it again) and
-/// returns the response body; dies on anything but 200.
-std::string post(httplib::Client &http, const std::string &path, const std::string &body,
-                 const char *type) {
-  httplib::Result res = http.Post(
-      path.c_str(), body.size(),
-      [&](size_t offset, size_t length, httplib::DataSink &sink) {
-        return sink.write(body.data() + offset, std::min<size_t>(length, 1 << 20));
-      },
-      type);
-  if (!res || res->status != 200)
-    die("POST " + path + " failed: " + (res ? res->body : httplib::to_string(res.error())));
-  return std::move(res->body);
-}
-
-/// post() with request headers.
+/// Posts `body` with `headers` through a content provider (so the client does not copy it
+/// again) and returns the response body; dies on anything but 200.
 std::string postWith(httplib::Client &http, const std::string &path,
                      const httplib::Headers &headers, const std::string &body, const char *type) {
   httplib::Result res = http.Post(
@@ -162,6 +148,12 @@ std::string postWith(httplib::Client &http, const std::string &path,
   if (!res || res->status != 200)
     die("POST " + path + " failed: " + (res ? res->body : httplib::to_string(res.error())));
   return std::move(res->body);
+}
+
+/// postWith() without headers of its own.
+std::string post(httplib::Client &http, const std::string &path, const std::string &body,
+                 const char *type) {
+  return postWith(http, path, {}, body, type);
 }
 
 std::string jsonBody(const Tensor &tensor) {
@@ -551,12 +543,10 @@ void jsonTable(Fixture &f, const std::string &bigJson, const std::string &bigFra
        {}},
       {"REST none, frame", Fixture::rest(*f.noneHttp, "big", bigFrame, kFrame), {}},
       {"in-process: courier-serve's reading of the body", serverReading, {}},
-      {"in-process: bare simdjson walk of the body", bareWalk(bareParser, bigJson, bareFloats),
-       {}},
+      {"in-process: bare simdjson walk of the body", bareWalk(bareParser, bigJson, bareFloats), {}},
       {"in-process: writeTensorJSON of the results", printing(results, resultsTextBytes), {}},
       {"in-process: std::to_chars loop over the results", toCharsLoop(results, toCharsText), {}},
-      {"in-process: writeTensorJSON of random floats", printing(randomFloats, randomTextBytes),
-       {}},
+      {"in-process: writeTensorJSON of random floats", printing(randomFloats, randomTextBytes), {}},
       {"in-process: std::to_chars loop over random floats",
        toCharsLoop(randomFloats, toCharsText),
        {}},
@@ -591,9 +581,9 @@ void reloadTable(Fixture &f, bool smoke) {
     bool isolatedFirst = i % 2 == 0;
     for (int k = 0; k < 2; ++k) {
       bool doIsolated = (k == 0) == isolatedFirst;
-      double seconds = reloadOnce(doIsolated ? *f.isolatedHttp : *f.noneHttp,
-                                  doIsolated ? f.isolatedWatch : f.noneWatch,
-                                  reloadModule(factor), factor);
+      double seconds =
+          reloadOnce(doIsolated ? *f.isolatedHttp : *f.noneHttp,
+                     doIsolated ? f.isolatedWatch : f.noneWatch, reloadModule(factor), factor);
       (doIsolated ? reloadIsolated : reloadNone).push_back(seconds);
     }
   }
