@@ -6,6 +6,8 @@
 #include "transport/Backend.h"
 #include "transport/Wire.h"
 
+#include "llvm/ADT/STLFunctionalExtras.h"
+
 #include <map>
 #include <memory>
 #include <optional>
@@ -106,7 +108,8 @@ public:
   /// What the host learned loading `sha256`, or nothing if it is not loaded.
   std::optional<ObjectInfo> describe(llvm::StringRef sha256) const;
   /// Calls `check` with what the host learned loading `sha256` (null if it is not loaded),
-  /// without copying it; the object stays loaded while `check` runs.
+  /// without copying it; the object stays loaded while `check` runs, which must not call back
+  /// into this host.
   llvm::Error checkInfo(llvm::StringRef sha256,
                         llvm::function_ref<llvm::Error(const ObjectInfo *)> check) const;
   /// True if the loaded object `sha256` exports `entry`; a map lookup, so a caller can
