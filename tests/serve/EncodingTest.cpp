@@ -2,8 +2,8 @@
 // plaintext and TLS listeners alike: httplib would inflate it past --max-body-bytes.
 #include "tests/serve/ServeProcess.h"
 #include "tests/support/HostileRequests.h"
-#include "tests/support/RefusedReplies.h"
 #include "tests/support/RawConnection.h"
+#include "tests/support/RefusedReplies.h"
 #include "tests/support/TestCertificates.h"
 #include "tests/support/TlsConnection.h"
 
