@@ -25,9 +25,8 @@ InProcessKernels::InProcessKernels(std::unique_ptr<ObjectHost> objects)
     : objects(std::move(objects)) {}
 
 llvm::Error InProcessKernels::attach(const transport::ObjectBlob &blob) {
-  if (objects->hasObject(blob.sha256))
-    return llvm::Error::success();
-  // The object host's message names the object; its own codes (unsigned_object) stay.
+  // A no-op once loaded (ObjectHost::addObject). The object host's message names the object;
+  // its own codes (unsigned_object) stay.
   if (llvm::Error error = objects->addObject(blob))
     return classifyHostError(std::move(error), ErrorCode::InvalidObject, ErrorCode::InvalidObject,
                              "");

@@ -1,6 +1,7 @@
 // A session worker's mapped arenas and the layout of a launch's results.
 #include "executor/WorkerMemory.h"
 
+#include "abi/MemRef.h"
 #include "executor/ObjectHost.h"
 
 #include "llvm/ADT/STLExtras.h"
@@ -10,10 +11,7 @@ namespace courier::executor {
 using transport::OwnedTensor;
 
 uint64_t packedBytesOf(const OwnedTensor &t) {
-  uint64_t bytes = static_cast<uint64_t>(t.elemSize);
-  for (int64_t size : t.sizes)
-    bytes *= static_cast<uint64_t>(size);
-  return bytes;
+  return static_cast<uint64_t>(t.elemSize) * static_cast<uint64_t>(abi::elementCount(t.sizes));
 }
 
 KnownArena::KnownArena(transport::SharedBuffer mapped) : buffer(std::move(mapped)) {
