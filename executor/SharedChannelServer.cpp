@@ -127,7 +127,9 @@ struct SharedChannelServer::Impl {
   std::optional<Offer> takeOffer(int connection);
   /// A channel for `offer`: its regions and control page, or none (refused).
   std::shared_ptr<Channel> makeChannel(int connection, const Offer &offer);
-  /// The channel becomes its session's (ending the one it had) and its thread starts.
+  /// The channel becomes its session's, ending the one it had; false once stopping.
+  bool enlist(const std::shared_ptr<Channel> &channel);
+  /// The enlisted channel's thread starts.
   void startServing(std::shared_ptr<Channel> channel, executor::Session &session);
   void serve(Channel &channel);
   /// Once its thread is done with `channel`: no longer the session's, to be joined.
@@ -321,11 +323,18 @@ void SharedChannelServer::Impl::handshake(transport::UniqueFd connection) {
     if (channel->pageVersion >= 3)
       fds.push_back(clientEnd.get());
   }
-  if (llvm::Error error = transport::sendMessage(connection.get(), grant.view(), fds)) {
+  // Enlisted before the client hears of it: a launch the client makes at once, and the
+  // session's close after it, find the channel (and its counts) where they look.
+  bool enlisted = enlist(channel);
+  llvm::Error error = enlisted ? transport::sendMessage(connection.get(), grant.view(), fds)
+                               : llvm::Error::success();
+  if (!enlisted || error) {
     llvm::consumeError(std::move(error));
     if (channel->direct)
       core.stopDirect(**session, channel->direct.get());
     channel->end(); // A worker handed it lets it go.
+    if (enlisted)
+      retire(*channel);
     return;
   }
   // A send to a client that stopped reading fails rather than holding the channel's thread.
@@ -337,28 +346,36 @@ void SharedChannelServer::Impl::handshake(transport::UniqueFd connection) {
   startServing(std::move(channel), **session);
 }
 
+bool SharedChannelServer::Impl::enlist(const std::shared_ptr<Channel> &channel) {
+  std::lock_guard<std::mutex> lock(mutex);
+  if (stopping)
+    return false;
+  // One channel per session: a client that asks again replaces its old one.
+  auto &slot = channels[channel->sessionId];
+  if (slot) {
+    slot->end();
+    retired.push_back(std::move(slot));
+  }
+  slot = channel;
+  opened++;
+  return true;
+}
+
 void SharedChannelServer::Impl::startServing(std::shared_ptr<Channel> channel,
                                              executor::Session &session) {
   std::vector<std::shared_ptr<Channel>> joining;
-  {
-    std::lock_guard<std::mutex> lock(mutex);
-    if (stopping) {
-      if (channel->direct)
-        core.stopDirect(session, channel->direct.get());
-      channel->end();
-      return;
-    }
-    // One channel per session: a client that asks again replaces its old one.
-    auto &slot = channels[channel->sessionId];
-    if (slot) {
-      slot->end();
-      retired.push_back(std::move(slot));
-    }
-    slot = channel;
-    channel->thread = std::thread([this, raw = channel.get()] { serve(*raw); });
-    reap(joining);
+  std::lock_guard<std::mutex> lock(mutex);
+  if (stopping) {
+    // stop() took the channel, ended it and finds no thread to join.
+    if (channel->direct)
+      core.stopDirect(session, channel->direct.get());
+    channel->end();
+    return;
   }
-  opened++;
+  // Where it is now: still the session's, or retired by a close or a newer channel since
+  // (its thread then sees it ending and finishes at once).
+  channel->thread = std::thread([this, raw = channel.get()] { serve(*raw); });
+  reap(joining);
 }
 
 void SharedChannelServer::Impl::reap(std::vector<std::shared_ptr<Channel>> &joining) {
@@ -370,7 +387,8 @@ void SharedChannelServer::Impl::reap(std::vector<std::shared_ptr<Channel>> &join
       ++it;
     }
   }
-  // Joined by the caller's vector going out of scope, after the lock is released.
+  // Past their last use of the lock, their threads end at once. The channels themselves go
+  // with the caller's vector, after the lock is released.
   for (std::shared_ptr<Channel> &channel : joining)
     if (channel->thread.joinable())
       channel->thread.join();
