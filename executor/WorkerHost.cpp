@@ -454,9 +454,10 @@ void WorkerHost::answerForWorker(WorkerProcess &dead, const DirectChannel &chann
           ? shm::encodeFailure(ErrorCode::WorkerUnavailable,
                                "the executor is shutting down; " + what + " was ended")
           : shm::encodeFailure(dead.endedDuring(what), ErrorCode::KernelCrashed);
-  shm::answer(page, request, failure, shm::kPageVersion);
+  // Counted before the client hears: a scrape it makes at once sees this failure.
   services.metrics.launchFailures++;
   channel.answeredForWorkers++;
+  shm::answer(page, request, failure, shm::kPageVersion);
 }
 
 llvm::Expected<Message> WorkerHost::ask(WorkerProcess &to, MessageWriter &message,

@@ -391,16 +391,20 @@ int main(int argc, char **argv) {
     watcher = exitOnError(FileWatcher::create(
         args.watchDir, ".mlir", [&loader](const std::string &path) { loader.load(path); }));
 
+  // With nothing to load first, ready as soon as it listens.
+  if (args.watchDir.empty())
+    service->setReady(true);
   transport::announceListening(service->address());
 
   std::atomic<bool> stopping{false};
   std::thread initialLoad([&] {
-    if (!args.watchDir.empty())
-      for (const std::string &path : mlirFiles(args.watchDir)) {
-        if (stopping)
-          return;
-        loader.load(path);
-      }
+    if (args.watchDir.empty())
+      return;
+    for (const std::string &path : mlirFiles(args.watchDir)) {
+      if (stopping)
+        return;
+      loader.load(path);
+    }
     if (!stopping)
       service->setReady(true);
   });
