@@ -131,6 +131,8 @@ struct SharedChannelServer::Impl {
   bool enlist(const std::shared_ptr<Channel> &channel);
   /// The enlisted channel's thread starts.
   void startServing(std::shared_ptr<Channel> channel, executor::Session &session);
+  /// Ends a channel no thread serves: a worker handed it lets it go.
+  void abandon(Channel &channel, executor::Session &session);
   void serve(Channel &channel);
   /// Once its thread is done with `channel`: no longer the session's, to be joined.
   void retire(Channel &channel);
@@ -325,17 +327,12 @@ void SharedChannelServer::Impl::handshake(transport::UniqueFd connection) {
   }
   // Enlisted before the client hears of it: a launch the client makes at once, and the
   // session's close after it, find the channel (and its counts) where they look.
-  bool enlisted = enlist(channel);
-  llvm::Error error = enlisted ? transport::sendMessage(connection.get(), grant.view(), fds)
-                               : llvm::Error::success();
-  if (!enlisted || error) {
+  if (!enlist(channel))
+    return abandon(*channel, **session);
+  if (llvm::Error error = transport::sendMessage(connection.get(), grant.view(), fds)) {
     llvm::consumeError(std::move(error));
-    if (channel->direct)
-      core.stopDirect(**session, channel->direct.get());
-    channel->end(); // A worker handed it lets it go.
-    if (enlisted)
-      retire(*channel);
-    return;
+    abandon(*channel, **session);
+    return retire(*channel);
   }
   // A send to a client that stopped reading fails rather than holding the channel's thread.
   struct timeval patience {
@@ -365,17 +362,18 @@ void SharedChannelServer::Impl::startServing(std::shared_ptr<Channel> channel,
                                              executor::Session &session) {
   std::vector<std::shared_ptr<Channel>> joining;
   std::lock_guard<std::mutex> lock(mutex);
-  if (stopping) {
-    // stop() took the channel, ended it and finds no thread to join.
-    if (channel->direct)
-      core.stopDirect(session, channel->direct.get());
-    channel->end();
-    return;
-  }
+  if (stopping) // stop() took the channel, ended it and finds no thread to join.
+    return abandon(*channel, session);
   // Where it is now: still the session's, or retired by a close or a newer channel since
   // (its thread then sees it ending and finishes at once).
   channel->thread = std::thread([this, raw = channel.get()] { serve(*raw); });
   reap(joining);
+}
+
+void SharedChannelServer::Impl::abandon(Channel &channel, executor::Session &session) {
+  if (channel.direct)
+    core.stopDirect(session, channel.direct.get());
+  channel.end();
 }
 
 void SharedChannelServer::Impl::reap(std::vector<std::shared_ptr<Channel>> &joining) {

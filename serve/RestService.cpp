@@ -24,6 +24,7 @@
 
 #include <atomic>
 #include <ctime>
+#include <numeric>
 #include <utility>
 
 namespace courier::serve {
@@ -503,10 +504,8 @@ void RestService::Impl::sendFrameReply(httplib::Response &res, const Pinned &pin
                                        std::vector<Tensor> outputs) {
   // The reply comes straight from the output tensors, released once sent.
   json::Array described;
-  std::vector<size_t> all;
   uint64_t offset = 0;
   for (const Tensor &t : outputs) {
-    all.push_back(all.size());
     json::Array shape;
     for (int64_t d : t.shape)
       shape.push_back(d);
@@ -520,6 +519,8 @@ void RestService::Impl::sendFrameReply(httplib::Response &res, const Pinned &pin
                                          {"version", static_cast<int64_t>(pinned.version)},
                                          {"outputs", std::move(described)}});
   res.status = 200;
+  std::vector<size_t> all(outputs.size()); // Every output, in order.
+  std::iota(all.begin(), all.end(), size_t(0));
   sendTensorFrame(res, std::move(header), std::move(outputs), all);
 }
 

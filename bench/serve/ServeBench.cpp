@@ -435,10 +435,21 @@ Fixture::Fixture(const std::string &dir)
 
 constexpr const char *kJson = "application/json", *kFrame = "application/x-courier-frame";
 
-/// The small and the 16 MiB tensor through every path, JSON and frames; bodies are prepared
-/// in `bodies` (small JSON, small frame, big JSON, big frame).
-void pathTables(Fixture &f, const std::vector<std::string> &bodies, bool smoke) {
-  const std::string &smallJson = bodies[0], &smallFrame = bodies[1], &bigFrame = bodies[3];
+/// The request bodies of the tables: each of the fixture's tensors as JSON and as a frame.
+struct Bodies {
+  explicit Bodies(const Fixture &f)
+      : smallJson(jsonBody(f.small)), smallFrame(frameBody(f.small)), bigJson(jsonBody(f.big)),
+        bigFrame(frameBody(f.big)) {
+    // Room past the end, as the server's body has: simdjson reads up to 64 bytes beyond it.
+    bigJson.reserve(bigJson.size() + simdjson::SIMDJSON_PADDING);
+  }
+  std::string smallJson, smallFrame, bigJson, bigFrame;
+};
+
+/// The small and the 16 MiB tensor through every path, JSON and frames.
+void pathTables(Fixture &f, const Bodies &bodies, bool smoke) {
+  const std::string &smallJson = bodies.smallJson, &smallFrame = bodies.smallFrame,
+                    &bigFrame = bodies.bigFrame;
   // Rows 2-5: none then isolated, JSON then frame; the pairs compare each isolated row with
   // its none row.
   const std::vector<std::pair<size_t, size_t>> pairs = {{1, 0}, {3, 2}, {5, 4}};
@@ -608,15 +619,12 @@ void tables(const std::string &dir, bool smoke, bool v2Only) {
   kserve(*f.noneHttp, "none", f.small, f.big, smoke);
   if (v2Only)
     return;
-  std::vector<std::string> bodies = {jsonBody(f.small), frameBody(f.small), jsonBody(f.big),
-                                     frameBody(f.big)};
-  // Room past the end, as the server's body has: simdjson reads up to 64 bytes beyond it.
-  bodies[2].reserve(bodies[2].size() + simdjson::SIMDJSON_PADDING);
+  Bodies bodies(f);
   std::printf("courier-serve-bench: small = tensor<4xf32> (16 B), big = tensor<%lldxf32> "
               "(16 MiB; %.1f MB as JSON)\n",
-              static_cast<long long>(kBigElements), bodies[2].size() / 1e6);
+              static_cast<long long>(kBigElements), bodies.bigJson.size() / 1e6);
   pathTables(f, bodies, smoke);
-  jsonTable(f, bodies[2], bodies[3], smoke);
+  jsonTable(f, bodies.bigJson, bodies.bigFrame, smoke);
   reloadTable(f, smoke);
 }
 

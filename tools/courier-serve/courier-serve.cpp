@@ -397,21 +397,22 @@ int main(int argc, char **argv) {
   transport::announceListening(service->address());
 
   std::atomic<bool> stopping{false};
-  std::thread initialLoad([&] {
-    if (args.watchDir.empty())
-      return;
-    for (const std::string &path : mlirFiles(args.watchDir)) {
-      if (stopping)
-        return;
-      loader.load(path);
-    }
-    if (!stopping)
-      service->setReady(true);
-  });
+  std::thread initialLoad;
+  if (!args.watchDir.empty())
+    initialLoad = std::thread([&] {
+      for (const std::string &path : mlirFiles(args.watchDir)) {
+        if (stopping)
+          return;
+        loader.load(path);
+      }
+      if (!stopping)
+        service->setReady(true);
+    });
 
   Error served = serveUntilStopped(*service, stopSignals, stopping);
   stopping = true;
-  initialLoad.join();
+  if (initialLoad.joinable())
+    initialLoad.join();
   watcher.reset();
   // Compiles abandoned by a timed-out request may still run; give them a moment, then leave
   // without waiting for code that cannot be interrupted.
